@@ -1,0 +1,144 @@
+"""Tokenizer with the reference vocabulary and layout, vectorised over many tasks.
+
+Encoder input: 26 alphabet tokens, ``|``, example in, ``>``, example out, [``|``, in, ``>``, out ...], ``|``,
+query, EOS. Decoder input: ``>`` then the answer; decoder target: the answer then EOS. Batches are padded
+with PAD to the longest row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from jaxtyping import Bool, Int
+from torch import Tensor
+
+from lsa_interp.data.task import Task
+from lsa_interp.data.vocab import ARROW, EOS, PAD, ROLE_ID, SEP, TOKEN_STRINGS
+
+_EOS_CHAR, _PAD_CHAR = "$", "."
+_LUT = np.full(256, -1, dtype=np.int64)
+_LUT[np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)] = np.arange(26)
+_LUT[ord("|")], _LUT[ord(">")], _LUT[ord(_EOS_CHAR)], _LUT[ord(_PAD_CHAR)] = SEP, ARROW, EOS, PAD
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """Padded token ids of a batch of tasks (all int64, PAD-filled).
+
+    ``tgt_in``/``tgt_out`` are None when the tasks carry no answers.
+    """
+
+    src: Int[Tensor, "batch src_pos"]
+    roles: Int[Tensor, "batch src_pos"]
+    tgt_in: Int[Tensor, "batch tgt_pos"] | None = None
+    tgt_out: Int[Tensor, "batch tgt_pos"] | None = None
+
+    def __len__(self) -> int:
+        return self.src.shape[0]
+
+    @property
+    def src_pad_mask(self) -> Bool[Tensor, "batch src_pos"]:
+        """True at padding positions of the encoder input."""
+        return self.src == PAD
+
+    @property
+    def tgt_pad_mask(self) -> Bool[Tensor, "batch tgt_pos"] | None:
+        """True at padding positions of the decoder input (None without answers)."""
+        return None if self.tgt_in is None else self.tgt_in == PAD
+
+    def to(self, device: torch.device | str) -> TokenBatch:
+        """Return the batch with every tensor moved to ``device``."""
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return TokenBatch(move(self.src), move(self.roles), move(self.tgt_in), move(self.tgt_out))
+
+    def select(self, index: Tensor | slice) -> TokenBatch:
+        """Return the rows ``index`` (a slice, index tensor or boolean mask) of every tensor."""
+        pick = lambda t: None if t is None else t[index]  # noqa: E731
+        return TokenBatch(pick(self.src), pick(self.roles), pick(self.tgt_in), pick(self.tgt_out))
+
+
+def source_text(task: Task) -> str:
+    """The encoder input of ``task`` as one character per token (``$`` stands for EOS)."""
+    examples = "|".join(f"{ex_in}>{ex_out}" for ex_in, ex_out in task.examples)
+    return f"{task.alphabet}|{examples}|{task.query}{_EOS_CHAR}"
+
+
+def _char_matrix(texts: Sequence[str], width: int | None = None) -> np.ndarray:
+    """Map strings to a PAD-filled [n, width] id matrix in one vectorised pass."""
+    width = width if width is not None else max((len(t) for t in texts), default=0)
+    joined = "".join(t.ljust(width, _PAD_CHAR) for t in texts).encode("ascii")
+    ids = _LUT[np.frombuffer(joined, dtype=np.uint8)].reshape(len(texts), width)
+    if (ids < 0).any():
+        bad = sorted({ch for t in texts for ch in t if _LUT[ord(ch) % 256] < 0 or ord(ch) > 255})
+        raise ValueError(f"cannot tokenize symbol(s) {bad}; allowed: letters a-z, '|', '>'")
+    return ids
+
+
+def source_roles(src: np.ndarray) -> np.ndarray:
+    """Role id of every encoder position (see ``vocab.ROLES``) for a PAD-filled id matrix."""
+    is_sep, is_arrow = src == SEP, src == ARROW
+    seg = np.cumsum(is_sep, axis=1)
+    arrows = np.cumsum(is_arrow, axis=1)
+    arrows_at_last_sep = np.maximum.accumulate(np.where(is_sep, arrows, 0), axis=1)
+    after_arrow = arrows > arrows_at_last_sep
+    is_letter = src < SEP
+    roles = np.full(src.shape, ROLE_ID["pad"], dtype=np.int64)
+    roles[is_letter] = ROLE_ID["example_in"]
+    roles[is_letter & after_arrow] = ROLE_ID["example_out"]
+    roles[is_letter & (seg == 0)] = ROLE_ID["alphabet"]
+    roles[is_letter & (seg == is_sep.sum(axis=1, keepdims=True))] = ROLE_ID["query"]
+    roles[is_sep] = ROLE_ID["separator"]
+    roles[is_arrow] = ROLE_ID["arrow"]
+    roles[src == EOS] = ROLE_ID["eos"]
+    return roles
+
+
+def encode_tasks(tasks: Sequence[Task], with_answers: bool | None = None) -> TokenBatch:
+    """Tokenize ``tasks`` into one padded batch.
+
+    ``with_answers`` defaults to True when every task has an answer. Raises ValueError when answers are
+    asked for but missing, or for an empty list.
+    """
+    if len(tasks) == 0:
+        raise ValueError("cannot tokenize an empty list of tasks")
+    has_answers = all(t.answer is not None for t in tasks)
+    with_answers = has_answers if with_answers is None else with_answers
+    if with_answers and not has_answers:
+        raise ValueError("with_answers=True but some tasks have no answer")
+    src = _char_matrix([source_text(t) for t in tasks])
+    roles = torch.from_numpy(source_roles(src))
+    if not with_answers:
+        return TokenBatch(torch.from_numpy(src), roles)
+    tgt_in = _char_matrix([">" + t.answer for t in tasks])  # type: ignore[operator]
+    tgt_out = _char_matrix([t.answer + _EOS_CHAR for t in tasks])  # type: ignore[operator]
+    return TokenBatch(torch.from_numpy(src), roles, torch.from_numpy(tgt_in), torch.from_numpy(tgt_out))
+
+
+def decode(ids: Sequence[int] | Tensor) -> str:
+    """Turn decoder ids into an answer string: a leading ``>`` is skipped and EOS ends it.
+
+    Tokens other than letters are kept as their symbols (``|``, ``>``, ``<pad>``), so a malformed output
+    never equals a letter-only answer.
+    """
+    tokens = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+    if tokens and tokens[0] == ARROW:
+        tokens = tokens[1:]
+    out = []
+    for token in tokens:
+        if token == EOS:
+            break
+        out.append(TOKEN_STRINGS[token])
+    return "".join(out)
+
+
+def decode_batch(ids: Int[Tensor, "batch pos"]) -> list[str]:
+    """``decode`` every row of a batch of decoder ids."""
+    return [decode(row) for row in ids.tolist()]
+
+
+def tokens_to_strings(ids: Sequence[int] | Tensor) -> list[str]:
+    """Display string of each token id (for plot labels)."""
+    return [TOKEN_STRINGS[i] for i in (ids.tolist() if isinstance(ids, Tensor) else ids)]
