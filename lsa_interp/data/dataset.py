@@ -1,0 +1,208 @@
+"""`Dataset` and its on-disk form: one Parquet file per split plus ``manifest.json``.
+
+Files are written into a temporary directory next to the target and renamed into place, so a failed or
+interrupted write never leaves a half-written dataset behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lsa_interp.data.presets import DatasetConfig
+from lsa_interp.data.task import Task
+from lsa_interp.utils import no_cyclic_gc
+
+FORMAT = "lsa-interp-dataset"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+_SCHEMA = pa.schema(
+    [
+        ("alphabet", pa.dictionary(pa.int32(), pa.string())),
+        ("examples_in", pa.list_(pa.string())),
+        ("examples_out", pa.list_(pa.string())),
+        ("query", pa.string()),
+        ("answer", pa.string()),
+        ("transformation", pa.dictionary(pa.int32(), pa.string())),
+        ("is_copy", pa.bool_()),
+    ]
+)
+
+
+@dataclass
+class Dataset:
+    """Generated tasks: ``splits`` maps ``train``/``val``/``test``/``test_new_alphabets`` to `Task` lists."""
+
+    config: DatasetConfig
+    seed: int
+    splits: dict[str, list[Task]]
+    train_alphabets: list[str]
+    new_alphabets: list[str]
+
+    def sizes(self) -> dict[str, int]:
+        """Number of tasks per split."""
+        return {name: len(tasks) for name, tasks in self.splits.items()}
+
+    def summary(self) -> pd.DataFrame:
+        """Task counts per split x transformation x copy (columns ``split, transformation, copy, tasks``)."""
+        counts = Counter(
+            (name, t.transformation, t.is_copy) for name, tasks in self.splits.items() for t in tasks
+        )
+        frame = pd.DataFrame(
+            [(s, tr, cp, n) for (s, tr, cp), n in counts.items()], columns=["split", "transformation", "copy", "tasks"]
+        )
+        return frame.sort_values(["split", "transformation", "copy"], ignore_index=True)
+
+
+def _to_table(tasks: list[Task]) -> pa.Table:
+    with no_cyclic_gc():
+        return _build_table(tasks)
+
+
+def _build_table(tasks: list[Task]) -> pa.Table:
+    columns = {
+        "alphabet": [t.alphabet for t in tasks],
+        "examples_in": [[ex_in for ex_in, _ in t.examples] for t in tasks],
+        "examples_out": [[ex_out for _, ex_out in t.examples] for t in tasks],
+        "query": [t.query for t in tasks],
+        "answer": [t.answer for t in tasks],
+        "transformation": [t.transformation for t in tasks],
+        "is_copy": [t.is_copy for t in tasks],
+    }
+    arrays = [
+        pa.array(columns[field.name], type=field.type.value_type).dictionary_encode()
+        if pa.types.is_dictionary(field.type)
+        else pa.array(columns[field.name], type=field.type)
+        for field in _SCHEMA
+    ]
+    return pa.Table.from_arrays(arrays, schema=_SCHEMA)
+
+
+def _string_column(table: pa.Table, name: str) -> list[str]:
+    """A (possibly dictionary-encoded) string column as a list, decoded in bulk."""
+    column = table.column(name).combine_chunks()
+    if pa.types.is_dictionary(column.type):
+        words = column.dictionary.to_pylist()
+        return [words[i] for i in column.indices.to_numpy().tolist()]
+    return column.to_numpy(zero_copy_only=False).tolist()
+
+
+def _examples_column(table: pa.Table, name: str) -> list[tuple[str, ...]]:
+    """A list<string> column as tuples, rebuilt from its flat values and offsets (much faster than to_pylist)."""
+    column = table.column(name).combine_chunks()
+    values = column.flatten().to_numpy(zero_copy_only=False).tolist()
+    offsets = column.offsets.to_pylist()
+    if len(values) == len(column):
+        return [(v,) for v in values]
+    return [tuple(values[a:b]) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+
+
+def _from_table(table: pa.Table) -> list[Task]:
+    with no_cyclic_gc():
+        ins, outs = _examples_column(table, "examples_in"), _examples_column(table, "examples_out")
+        examples = [tuple(zip(i, o, strict=True)) for i, o in zip(ins, outs, strict=True)]
+        col = {name: _string_column(table, name) for name in ("alphabet", "query", "answer", "transformation")}
+        return [
+            Task(alphabet, ex, query, answer, transformation)
+            for alphabet, ex, query, answer, transformation in zip(
+                col["alphabet"], examples, col["query"], col["answer"], col["transformation"], strict=True
+            )
+        ]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def save_dataset(dataset: Dataset, out_dir: str | os.PathLike, force: bool = False) -> Path:
+    """Write ``dataset`` to ``out_dir`` (Parquet per split + manifest) and return the directory.
+
+    Raises FileExistsError when ``out_dir`` exists and is not empty, unless ``force``.
+    """
+    from lsa_interp import __version__
+
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise FileExistsError(f"{out} exists and is not empty; pass force=True (CLI: --force) to overwrite it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        files = {}
+        for name, tasks in dataset.splits.items():
+            path = tmp / f"{name}.parquet"
+            pq.write_table(_to_table(tasks), path, compression="zstd")
+            files[name] = {"file": path.name, "rows": len(tasks), "sha256": _sha256(path)}
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "preset": dataset.config.name,
+            "seed": dataset.seed,
+            "package_version": __version__,
+            "config": dataset.config.to_dict(),
+            "sizes": dataset.sizes(),
+            "train_alphabets": dataset.train_alphabets,
+            "new_alphabets": dataset.new_alphabets,
+            "files": files,
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        if out.exists():
+            shutil.rmtree(out) if out.is_dir() else out.unlink()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def read_manifest(data_dir: str | os.PathLike) -> dict:
+    """The manifest of a saved dataset; raises FileNotFoundError/ValueError when it is missing or not ours."""
+    path = Path(data_dir) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"{data_dir} is not a dataset directory (no {MANIFEST}); create one with 'lsa-interp data generate'")
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err})") from None
+    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path} is not an {FORMAT} manifest of version {FORMAT_VERSION}")
+    return manifest
+
+
+def load_dataset(data_dir: str | os.PathLike, splits: tuple[str, ...] | None = None) -> Dataset:
+    """Load a dataset written by `save_dataset` (all splits, or only ``splits``).
+
+    Raises FileNotFoundError for a missing directory or file, ValueError for an unknown split or a file
+    whose checksum does not match the manifest.
+    """
+    manifest = read_manifest(data_dir)
+    files = manifest["files"]
+    wanted = tuple(files) if splits is None else splits
+    unknown = [s for s in wanted if s not in files]
+    if unknown:
+        raise ValueError(f"unknown split(s) {unknown}; this dataset has: {', '.join(files)}")
+    loaded = {}
+    for name in wanted:
+        path = Path(data_dir) / files[name]["file"]
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing; regenerate the dataset")
+        if _sha256(path) != files[name]["sha256"]:
+            raise ValueError(f"{path} does not match the checksum in {MANIFEST}; the file is corrupted or was edited")
+        loaded[name] = _from_table(pq.read_table(path))
+    return Dataset(
+        DatasetConfig.from_dict(manifest["config"]), manifest["seed"], loaded,
+        manifest["train_alphabets"], manifest["new_alphabets"],
+    )

@@ -1,0 +1,91 @@
+"""`DatasetConfig` and the paper's 13 dataset presets (SPEC section 6)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from lsa_interp.data.alphabets import PERMUTATION_LEVELS
+from lsa_interp.data.transformations import PAPER, SEEN, TRANSFORMATIONS
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    """Everything that defines a generated dataset, apart from the seed.
+
+    ``n_alphabets`` permuted alphabets (an equal share per permutation level) plus the standard one are
+    used for training. ``match_size_of`` names a preset whose split sizes (same seed) this dataset is
+    down-sampled to. The new-alphabet test set uses ``n_new_alphabets`` fresh alphabets and
+    ``new_alphabet_reshuffle`` pairings per problem, without copy rows.
+    """
+
+    name: str
+    n_alphabets: int = 20
+    copy: bool = True
+    n_shots: int = 1
+    n_reshuffle: int = 10
+    match_size_of: str | None = None
+    train_transformations: tuple[str, ...] = SEEN
+    eval_transformations: tuple[str, ...] = PAPER
+    window_lengths: tuple[int, ...] = (3, 4, 5, 6, 7)
+    permutation_levels: tuple[int, ...] = PERMUTATION_LEVELS
+    split_fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    eval_size_divisor: int = 8
+    n_new_alphabets: int = 20
+    new_alphabet_reshuffle: int = 5
+    notes: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.n_alphabets % len(self.permutation_levels):
+            raise ValueError(
+                f"n_alphabets must be a multiple of {len(self.permutation_levels)} (one share per level), "
+                f"got {self.n_alphabets}"
+            )
+        if not 1 <= self.n_shots <= 5:
+            raise ValueError(f"n_shots must be between 1 and 5, got {self.n_shots}")
+        if self.n_reshuffle < 1 or self.new_alphabet_reshuffle < 1:
+            raise ValueError("n_reshuffle and new_alphabet_reshuffle must be at least 1")
+        unknown = [t for t in (*self.train_transformations, *self.eval_transformations) if t not in TRANSFORMATIONS]
+        if unknown:
+            raise ValueError(f"unknown transformation(s) {unknown}; known: {', '.join(TRANSFORMATIONS)}")
+        if not set(self.train_transformations) <= set(self.eval_transformations):
+            raise ValueError("train_transformations must be a subset of eval_transformations")
+        if min(self.window_lengths) < 3 or max(self.window_lengths) > 13:
+            raise ValueError(f"window lengths must lie in 3..13, got {self.window_lengths}")
+        if abs(sum(self.split_fractions) - 1.0) > 1e-9 or min(self.split_fractions) <= 0:
+            raise ValueError(f"split_fractions must be positive and sum to 1, got {self.split_fractions}")
+        if self.match_size_of is not None and self.match_size_of not in PRESETS_SPEC:
+            raise ValueError(f"match_size_of must name a preset, got {self.match_size_of!r}")
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (tuples become lists)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> DatasetConfig:
+        """Inverse of ``to_dict``; raises ValueError for unknown keys."""
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown dataset config key(s): {sorted(unknown)}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+PRESETS_SPEC: dict[str, dict] = {
+    "nocopy-20": dict(
+        copy=False, n_reshuffle=20, match_size_of="copy-20",
+        notes="no copy tasks, 20 reshuffles so that it matches copy-20's size",
+    ),
+    "copy-20": dict(),
+    **{f"copy-{n}": dict(n_alphabets=n, match_size_of="copy-20") for n in (40, 60, 80, 100, 140, 200, 400)},
+    **{f"copy-20-{k}shot": dict(n_shots=k) for k in (2, 3, 4, 5)},
+}
+
+PRESETS: dict[str, DatasetConfig] = {name: DatasetConfig(name=name, **kw) for name, kw in PRESETS_SPEC.items()}
+"""The paper's 13 dataset variants by name."""
+
+
+def get_preset(name: str) -> DatasetConfig:
+    """Look a preset up by name; raises ValueError listing the presets."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}") from None
