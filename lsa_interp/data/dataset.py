@@ -154,6 +154,7 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike, force: bool = Fal
             "package_version": __version__,
             "config": dataset.config.to_dict(),
             "sizes": dataset.sizes(),
+            "splits": list(dataset.splits),
             "train_alphabets": dataset.train_alphabets,
             "new_alphabets": dataset.new_alphabets,
             "files": files,
@@ -206,3 +207,30 @@ def load_dataset(data_dir: str | os.PathLike, splits: tuple[str, ...] | None = N
         DatasetConfig.from_dict(manifest["config"]), manifest["seed"], loaded,
         manifest["train_alphabets"], manifest["new_alphabets"],
     )
+
+
+def count_rows(data_dir: str | os.PathLike) -> pd.DataFrame:
+    """Rows per transformation (index) x (split, is_copy) (columns), read from the Parquet columns alone."""
+    manifest = read_manifest(data_dir)
+    frames = []
+    for split, info in manifest["files"].items():
+        table = pq.read_table(Path(data_dir) / info["file"], columns=["transformation", "is_copy"])
+        frame = table.to_pandas()
+        frame["transformation"] = frame["transformation"].astype(str)
+        frame["split"] = split
+        frames.append(frame)
+    counts = pd.concat(frames).groupby(["transformation", "split", "is_copy"]).size()
+    full = pd.MultiIndex.from_product([list(manifest["files"]), [False, True]], names=["split", "is_copy"])
+    return counts.unstack(["split", "is_copy"]).reindex(columns=full).fillna(0).astype(int)
+
+
+def sample_tasks(data_dir: str | os.PathLike, split: str, n: int) -> list[Task]:
+    """``n`` tasks of ``split`` at evenly spaced rows (the same ones every time)."""
+    manifest = read_manifest(data_dir)
+    if split not in manifest["files"]:
+        raise ValueError(f"unknown split {split!r}; this dataset has: {', '.join(manifest['files'])}")
+    table = pq.read_table(Path(data_dir) / manifest["files"][split]["file"])
+    if n <= 0 or table.num_rows == 0:
+        return []
+    step = max(table.num_rows // n, 1)
+    return _from_table(table.take(list(range(0, table.num_rows, step))[:n]))

@@ -80,8 +80,8 @@ def _char_matrix(texts: Sequence[str], width: int | None = None) -> np.ndarray:
 def source_roles(src: np.ndarray) -> np.ndarray:
     """Role id of every encoder position (see ``vocab.ROLES``) for a PAD-filled id matrix."""
     is_sep, is_arrow = src == SEP, src == ARROW
-    seg = np.cumsum(is_sep, axis=1)
-    arrows = np.cumsum(is_arrow, axis=1)
+    seg = np.cumsum(is_sep, axis=1, dtype=np.int16)
+    arrows = np.cumsum(is_arrow, axis=1, dtype=np.int16)
     arrows_at_last_sep = np.maximum.accumulate(np.where(is_sep, arrows, 0), axis=1)
     after_arrow = arrows > arrows_at_last_sep
     is_letter = src < SEP

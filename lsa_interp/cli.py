@@ -1,0 +1,116 @@
+"""``lsa-interp``: a thin command-line shell over the library.
+
+Bad input ends with one line on stderr and exit code 2 (set ``LSA_INTERP_DEBUG=1`` for the traceback).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+app = typer.Typer(
+    name="lsa-interp", no_args_is_help=True, add_completion=False,
+    help="Letter-string analogy transformers: datasets, training, hooked models and the paper's findings.",
+)
+data_app = typer.Typer(no_args_is_help=True, help="Generate and inspect the paper's datasets.")
+app.add_typer(data_app, name="data")
+console = Console(stderr=True)
+
+
+class UserError(Exception):
+    """An input problem to report in one line (exit code 2)."""
+
+
+@data_app.command("generate", epilog="Example: lsa-interp data generate --preset copy-200 --seed 0 --out data/copy-200")
+def data_generate(
+    preset: Annotated[str, typer.Option(help="Dataset preset, e.g. copy-20, nocopy-20, copy-200, copy-20-3shot.")],
+    out: Annotated[Path, typer.Option(help="Output directory (Parquet per split + manifest.json).")],
+    seed: Annotated[int, typer.Option(min=0, help="Random seed; the same preset and seed give identical files.")] = 0,
+    force: Annotated[bool, typer.Option(help="Overwrite a non-empty output directory.")] = False,
+) -> None:
+    """Generate a dataset preset and write it to OUT."""
+    from lsa_interp.data import generate_dataset, get_preset, save_dataset
+
+    config = get_preset(preset)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise UserError(f"{out} exists and is not empty; pass --force to overwrite it")
+    stages = 6 + (config.match_size_of is not None)
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(), console=console, transient=False,
+    ) as bar:
+        job = bar.add_task(f"{preset} (seed {seed})", total=stages)
+
+        def step(message: str) -> None:
+            bar.update(job, advance=1, description=message)
+
+        dataset = generate_dataset(config, seed=seed, progress=step)
+        step(f"writing {out}")
+        save_dataset(dataset, out, force=force)
+        bar.update(job, completed=stages, description=f"{preset} (seed {seed}) written to {out}")
+    sizes = ", ".join(f"{name} {n:,}" for name, n in dataset.sizes().items())
+    print(f"{preset} seed {seed}: {sizes}; {len(dataset.train_alphabets)} training alphabets -> {out}")
+
+
+@data_app.command("show", epilog="Example: lsa-interp data show data/copy-200 --examples 3")
+def data_show(
+    data_dir: Annotated[Path, typer.Argument(help="A directory written by 'lsa-interp data generate'.")],
+    examples: Annotated[int, typer.Option(min=0, help="Example tasks to print per split.")] = 3,
+) -> None:
+    """Print sizes per split x transformation x copy and a few example tasks."""
+    from lsa_interp.data.dataset import count_rows, read_manifest, sample_tasks
+
+    manifest = read_manifest(data_dir)
+    out = Console(width=max(shutil.get_terminal_size().columns, 120))
+    out.print(
+        f"[bold]{manifest['preset']}[/] seed {manifest['seed']} (lsa-interp {manifest['package_version']}): "
+        f"{len(manifest['train_alphabets'])} training alphabets, {len(manifest['new_alphabets'])} new alphabets"
+    )
+    counts = count_rows(data_dir)
+    splits = manifest["splits"]
+    table = Table(title="tasks per split (non-copy / copy)")
+    table.add_column("transformation", no_wrap=True)
+    for split in splits:
+        table.add_column(split, justify="right", no_wrap=True)
+    for name in counts.index:
+        table.add_row(name, *(f"{counts.loc[name, (s, False)]:,} / {counts.loc[name, (s, True)]:,}" for s in splits))
+    table.add_row("[bold]total", *(f"[bold]{manifest['files'][s]['rows']:,}" for s in splits))
+    out.print(table)
+    for split in splits:
+        for task in sample_tasks(data_dir, split, examples):
+            out.print(f"{split:>18}  [dim]{task.transformation:<18}[/] {task}", highlight=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    try:
+        code = app(args=argv, prog_name="lsa-interp", standalone_mode=False)
+    except typer.Exit as err:
+        code = err.exit_code
+    except typer.Abort:
+        _fail("aborted", code=130)
+    except typer.TyperException as err:
+        ctx = getattr(err, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        message = err.format_message() if hasattr(err, "format_message") else str(err)
+        if not message.strip():
+            sys.exit(2)  # a group called without a command: its help is already printed
+        _fail(f"{' '.join(message.split())}{hint}")
+    except (UserError, ValueError, FileExistsError, FileNotFoundError) as err:
+        if os.environ.get("LSA_INTERP_DEBUG"):
+            raise
+        _fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
+    sys.exit(code or 0)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    print(f"lsa-interp: error: {message}", file=sys.stderr)
+    sys.exit(code)

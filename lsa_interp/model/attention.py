@@ -1,0 +1,189 @@
+"""Multi-head attention with TransformerLens hook points, and the key/value cache of incremental decoding.
+
+The weights use ``nn.MultiheadAttention``'s layout (``in_proj_weight`` = rows Q, K, V; ``out_proj``), so a
+reference checkpoint loads by renaming keys. When none of the module's hook points has a hook attached
+(TransformerLens hooks, PyTorch hooks, nnsight's wrapper or global module hooks), attention runs fused
+through ``scaled_dot_product_attention``; otherwise every intermediate passes through its hook point.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor, nn
+from torch.nn.modules import module as torch_module
+from transformer_lens.hook_points import HookPoint
+
+from lsa_interp.model.config import ModelConfig
+
+_GLOBAL_HOOK_DICTS = tuple(
+    getattr(torch_module, name, {})
+    for name in (
+        "_global_forward_hooks",
+        "_global_forward_pre_hooks",
+        "_global_backward_hooks",
+        "_global_backward_pre_hooks",
+    )
+)
+
+
+def is_hooked(hook_points: list[HookPoint]) -> bool:
+    """True when any of ``hook_points`` would run code when called (so it must be called)."""
+    if any(_GLOBAL_HOOK_DICTS):
+        return True
+    return any(
+        hp._forward_hooks
+        or hp._forward_pre_hooks
+        or hp._backward_hooks
+        or hp._backward_pre_hooks
+        or "forward" in hp.__dict__
+        for hp in hook_points
+    )
+
+
+class KVCache:
+    """Keys and values of one attention layer in head-major layout ``[batch, head, pos, d_head]``.
+
+    Cross-attention caches are filled once from the encoder output; self-attention caches are
+    pre-allocated for ``capacity`` positions and grow by ``append``.
+    """
+
+    def __init__(self, keys: Tensor, values: Tensor, length: int) -> None:
+        self.keys, self.values, self.length = keys, values, length
+
+    @classmethod
+    def empty(cls, batch: int, n_heads: int, capacity: int, d_head: int, like: Tensor) -> KVCache:
+        """Return an empty cache able to hold ``capacity`` positions (dtype and device of ``like``)."""
+        buf = like.new_empty(2, batch, n_heads, capacity, d_head)
+        return cls(buf[0], buf[1], 0)
+
+    def append(
+        self, k: Float[Tensor, "batch head new d_head"], v: Float[Tensor, "batch head new d_head"]
+    ) -> tuple[Tensor, Tensor]:
+        """Store new positions; return keys and values of every position so far. Raises IndexError when full."""
+        end = self.length + k.shape[2]
+        if end > self.keys.shape[2]:
+            raise IndexError(f"key/value cache holds {self.keys.shape[2]} positions, {end} requested")
+        self.keys[:, :, self.length : end] = k
+        self.values[:, :, self.length : end] = v
+        self.length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+
+class Attention(nn.Module):
+    """Multi-head attention (self-attention, or cross-attention when ``cross``) with per-head hook points.
+
+    Hook points: ``hook_q``/``hook_k``/``hook_v``/``hook_z`` ``[batch, pos, head, d_head]``,
+    ``hook_attn_scores``/``hook_pattern`` ``[batch, head, q_pos, k_pos]`` (scores are scaled and masked
+    with -inf), and ``hook_result`` ``[batch, pos, head, d_model]`` when ``cfg.use_hook_result``.
+    """
+
+    def __init__(self, cfg: ModelConfig, cross: bool = False) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.cross = cross
+        self.n_heads, self.d_head, self.d_model = cfg.n_heads, cfg.d_head, d
+        self.dropout_p = cfg.dropout
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * d, d))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * d))
+        self.out_proj = nn.Linear(d, d)
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_attn_scores, self.hook_pattern, self.hook_z = HookPoint(), HookPoint(), HookPoint()
+        self.use_hook_result = cfg.use_hook_result
+        if cfg.use_hook_result:
+            self.hook_result = HookPoint()
+        self._hook_points = [m for m in self.children() if isinstance(m, HookPoint)]
+
+    def _project(self, x: Tensor, first: int, count: int) -> Tensor:
+        """Project ``x`` with ``count`` consecutive blocks of ``in_proj`` (0=Q, 1=K, 2=V)."""
+        d = self.d_model
+        out = F.linear(x, self.in_proj_weight[first * d : (first + count) * d], self.in_proj_bias[first * d : (first + count) * d])
+        return out.view(x.shape[0], x.shape[1], count, self.n_heads, self.d_head)
+
+    def precompute_kv(self, source: Float[Tensor, "batch k_pos d_model"]) -> KVCache:
+        """Return the cross-attention keys and values of ``source`` (firing ``hook_k``/``hook_v``)."""
+        k, v = self._project(source, 1, 2).unbind(2)
+        if is_hooked(self._hook_points):
+            k, v = self.hook_k(k), self.hook_v(v)
+        return KVCache(k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous(), source.shape[1])
+
+    def forward(
+        self,
+        x: Float[Tensor, "batch q_pos d_model"],
+        source: Float[Tensor, "batch k_pos d_model"] | None = None,
+        mask: Float[Tensor, "batch 1 q_pos k_pos"] | Float[Tensor, "batch 1 1 k_pos"] | None = None,
+        cache: KVCache | None = None,
+    ) -> Float[Tensor, "batch q_pos d_model"]:
+        """Attend from ``x`` to itself (or to ``source`` for cross-attention); return the projected output.
+
+        ``mask`` is additive (0 or -inf). With ``cache``, self-attention appends this step's keys and values
+        to it and attends to all cached positions; cross-attention uses the cached keys and values.
+        """
+        hooked = is_hooked(self._hook_points)
+        k = v = None
+        if not self.cross:
+            q, k, v = self._project(x, 0, 3).unbind(2)
+        else:
+            q = self._project(x, 0, 1)[:, :, 0]
+            if cache is None:
+                k, v = self._project(source, 1, 2).unbind(2)
+        if hooked:
+            q = self.hook_q(q)
+            if k is not None:
+                k, v = self.hook_k(k), self.hook_v(v)
+        qh = q.transpose(1, 2)
+        if k is None:
+            kh, vh = cache.keys, cache.values
+        elif cache is not None:
+            kh, vh = cache.append(k.transpose(1, 2), v.transpose(1, 2))
+        else:
+            kh, vh = k.transpose(1, 2), v.transpose(1, 2)
+        if not hooked:
+            dropout = self.dropout_p if self.training else 0.0
+            z = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, dropout_p=dropout)
+            return self.out_proj(z.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_model))
+        return self._hooked_attend(qh, kh, vh, mask)
+
+    def _hooked_attend(self, qh: Tensor, kh: Tensor, vh: Tensor, mask: Tensor | None) -> Tensor:
+        scores = torch.matmul(qh, kh.transpose(-1, -2)) * (1.0 / math.sqrt(self.d_head))
+        if mask is not None:
+            scores = scores + mask
+        scores = self.hook_attn_scores(scores)
+        pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
+        if self.training and self.dropout_p > 0:
+            pattern = F.dropout(pattern, self.dropout_p)
+        z = self.hook_z(torch.matmul(pattern, vh).transpose(1, 2))
+        batch, q_pos = z.shape[0], z.shape[1]
+        if not self.use_hook_result:
+            return self.out_proj(z.reshape(batch, q_pos, self.d_model))
+        w_o = self.out_proj.weight.view(self.d_model, self.n_heads, self.d_head)
+        result = self.hook_result(torch.einsum("bphe,dhe->bphd", z, w_o))
+        return result.sum(dim=2) + self.out_proj.bias
+
+    @property
+    def W_Q(self) -> Float[Tensor, "head d_model d_head"]:
+        """Per-head query weights (``x @ W_Q[h]`` gives head h's queries before the bias)."""
+        return self._in_block(0)
+
+    @property
+    def W_K(self) -> Float[Tensor, "head d_model d_head"]:
+        """Per-head key weights."""
+        return self._in_block(1)
+
+    @property
+    def W_V(self) -> Float[Tensor, "head d_model d_head"]:
+        """Per-head value weights."""
+        return self._in_block(2)
+
+    @property
+    def W_O(self) -> Float[Tensor, "head d_head d_model"]:
+        """Per-head output weights (``z[h] @ W_O[h]`` is head h's contribution before the bias)."""
+        return self.out_proj.weight.view(self.d_model, self.n_heads, self.d_head).permute(1, 2, 0)
+
+    def _in_block(self, index: int) -> Tensor:
+        d = self.d_model
+        block = self.in_proj_weight[index * d : (index + 1) * d]
+        return block.view(self.n_heads, self.d_head, d).transpose(1, 2)

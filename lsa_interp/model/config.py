@@ -1,0 +1,65 @@
+"""`ModelConfig`: the hyper-parameters of the encoder-decoder (defaults: the paper's model)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from lsa_interp.data.vocab import VOCAB_SIZE
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of the post-LN encoder-decoder; the defaults are the paper's 1,400,606-parameter model.
+
+    ``max_len`` is the length of the sinusoidal position table (the longest encoder or decoder input).
+    ``use_hook_result`` adds the opt-in per-head ``attn.hook_result`` hook points.
+    """
+
+    d_model: int = 128
+    n_heads: int = 8
+    n_encoder_layers: int = 3
+    n_decoder_layers: int = 3
+    d_mlp: int = 512
+    dropout: float = 0.1
+    vocab_size: int = VOCAB_SIZE
+    max_len: int = 512
+    ln_eps: float = 1e-5
+    use_hook_result: bool = False
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        for name in ("d_model", "n_heads", "d_mlp", "vocab_size", "max_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.n_encoder_layers < 1 or self.n_decoder_layers < 1:
+            raise ValueError("the model needs at least one encoder and one decoder layer")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def d_head(self) -> int:
+        """Width of one attention head."""
+        return self.d_model // self.n_heads
+
+    def n_layers(self, stack: str) -> int:
+        """Number of layers of ``"encoder"`` or ``"decoder"`` (raises ValueError for another stack name)."""
+        if stack == "encoder":
+            return self.n_encoder_layers
+        if stack == "decoder":
+            return self.n_decoder_layers
+        raise ValueError(f"unknown stack {stack!r}; expected 'encoder' or 'decoder'")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the config as a JSON-serialisable dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """Build a config from ``to_dict`` output; raises ValueError on unknown keys or bad values."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown model config key(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)

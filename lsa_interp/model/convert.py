@@ -1,0 +1,162 @@
+"""Convert the reference checkpoint format (a plain ``nn.Transformer`` module's state dict) to the hooked model.
+
+Key mapping (reference -> hooked): ``input_embedding`` -> ``encoder.embed``, ``output_embedding`` ->
+``decoder.embed``, ``positional_encoding.pos_embedding`` -> ``pos_embedding`` (singleton dims squeezed to
+``[max_len, d_model]``), ``transformer.{stack}.layers.{l}.self_attn`` -> ``{stack}.{l}.attn``,
+``multihead_attn`` -> ``cross_attn``, ``linear1``/``linear2`` -> ``mlp.fc_in``/``mlp.fc_out``,
+``norm{i}`` -> ``ln{i}``, ``transformer.{stack}.norm`` -> ``{stack}.ln_final``, ``out`` -> ``unembed``.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lsa_interp.model.config import ModelConfig
+from lsa_interp.model.hooked import HookedEncoderDecoder
+
+_LAYER_RE = re.compile(r"^transformer\.(encoder|decoder)\.layers\.(\d+)\.")
+_SUBMODULES = {
+    "self_attn": "attn",
+    "multihead_attn": "cross_attn",
+    "linear1": "mlp.fc_in",
+    "linear2": "mlp.fc_out",
+    "norm1": "ln1",
+    "norm2": "ln2",
+    "norm3": "ln3",
+}
+_FIXED = {
+    "input_embedding.weight": "encoder.embed.weight",
+    "output_embedding.weight": "decoder.embed.weight",
+    "positional_encoding.pos_embedding": "pos_embedding",
+    "transformer.encoder.norm.weight": "encoder.ln_final.weight",
+    "transformer.encoder.norm.bias": "encoder.ln_final.bias",
+    "transformer.decoder.norm.weight": "decoder.ln_final.weight",
+    "transformer.decoder.norm.bias": "decoder.ln_final.bias",
+    "out.weight": "unembed.weight",
+    "out.bias": "unembed.bias",
+}
+
+
+def _rename(key: str) -> str | None:
+    """Return the hooked-model name of reference key ``key`` (None when the key is not a reference name)."""
+    if key in _FIXED:
+        return _FIXED[key]
+    match = _LAYER_RE.match(key)
+    if match is None:
+        return None
+    stack, layer = match.groups()
+    module, _, param = key[match.end() :].partition(".")
+    if module not in _SUBMODULES or (stack == "encoder" and module in ("multihead_attn", "norm3")):
+        return None
+    return f"{stack}.{layer}.{_SUBMODULES[module]}.{param}"
+
+
+def infer_reference_config(state_dict: Mapping[str, Tensor], n_heads: int = 8, dropout: float = 0.1) -> ModelConfig:
+    """Infer the model config from reference weight shapes (heads and dropout are not in the weights).
+
+    Raises ValueError when a required key is missing or the position table is not 2-D after squeezing.
+    """
+    for key in ("input_embedding.weight", "positional_encoding.pos_embedding", "transformer.encoder.layers.0.linear1.weight"):
+        if key not in state_dict:
+            raise ValueError(f"not a reference state dict: missing {key!r} (got {sorted(state_dict)[:8]}...)")
+    vocab_size, d_model = state_dict["input_embedding.weight"].shape
+    table = _squeeze_table(state_dict["positional_encoding.pos_embedding"], d_model)
+    n_layers = {"encoder": 0, "decoder": 0}
+    for key in state_dict:
+        match = _LAYER_RE.match(key)
+        if match:
+            n_layers[match.group(1)] = max(n_layers[match.group(1)], int(match.group(2)) + 1)
+    return ModelConfig(
+        d_model=d_model,
+        n_heads=n_heads,
+        n_encoder_layers=n_layers["encoder"],
+        n_decoder_layers=n_layers["decoder"],
+        d_mlp=state_dict["transformer.encoder.layers.0.linear1.weight"].shape[0],
+        dropout=dropout,
+        vocab_size=vocab_size,
+        max_len=table.shape[0],
+    )
+
+
+def _squeeze_table(table: Tensor, d_model: int) -> Tensor:
+    squeezed = table.reshape([n for n in table.shape if n != 1]) if table.dim() > 2 else table
+    if squeezed.dim() != 2 or squeezed.shape[1] != d_model:
+        raise ValueError(
+            f"positional_encoding.pos_embedding has shape {tuple(table.shape)}; expected [max_len, {d_model}], "
+            f"[max_len, 1, {d_model}] or [1, max_len, {d_model}]"
+        )
+    return squeezed
+
+
+def convert_reference_state_dict(state_dict: Mapping[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
+    """Return the hooked model's state dict for reference weights ``state_dict`` and config ``cfg``.
+
+    Strict: raises ValueError listing unknown keys, missing keys and shape mismatches.
+    """
+    expected = HookedEncoderDecoder(cfg).state_dict()
+    converted: dict[str, Tensor] = {}
+    unknown = []
+    for key, value in state_dict.items():
+        new_key = _rename(key)
+        if new_key is None or new_key not in expected:
+            unknown.append(key)
+            continue
+        converted[new_key] = _squeeze_table(value, cfg.d_model) if new_key == "pos_embedding" else value
+    missing = sorted(set(expected) - set(converted))
+    bad_shapes = [
+        f"{key}: {tuple(value.shape)} != {tuple(expected[key].shape)}"
+        for key, value in converted.items()
+        if value.shape != expected[key].shape
+    ]
+    problems = []
+    if unknown:
+        problems.append(f"unknown keys {sorted(unknown)}")
+    if missing:
+        problems.append(f"missing keys (hooked names) {missing}")
+    if bad_shapes:
+        problems.append(f"shape mismatches {bad_shapes}")
+    if problems:
+        raise ValueError("reference state dict does not match the model: " + "; ".join(problems))
+    return {key: value.detach().clone().to(expected[key].dtype) for key, value in converted.items()}
+
+
+def load_reference_checkpoint(
+    path: str | Path, n_heads: int | None = None, device: torch.device | str = "cpu", weights_only: bool = True
+) -> HookedEncoderDecoder:
+    """Load a reference ``torch.save`` checkpoint (a dict with ``net_state_dict``) into a hooked model (eval mode).
+
+    ``n_heads`` defaults to the checkpoint's ``mlc_config["nhead"]`` if present, else 8. The other entries
+    (``mlc_config``, ``train_config``, ``loss_hist``, ``val_acc_hist``) become ``model.metadata``.
+    ``weights_only=False`` unpickles arbitrary objects: only for trusted files. Raises ValueError when the
+    file is not such a checkpoint or its weights do not match, FileNotFoundError when it does not exist.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"reference checkpoint {path} does not exist")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=weights_only)
+    except pickle.UnpicklingError as err:
+        raise ValueError(
+            f"{path} could not be loaded as a weights-only PyTorch checkpoint ({err}); if it is a trusted "
+            "checkpoint holding other Python objects, pass weights_only=False"
+        ) from err
+    except (RuntimeError, EOFError, OSError, ValueError) as err:
+        raise ValueError(f"{path} is not a PyTorch checkpoint ({type(err).__name__}: {err})") from err
+    if not isinstance(payload, dict) or "net_state_dict" not in payload:
+        got = sorted(payload)[:10] if isinstance(payload, dict) else type(payload).__name__
+        raise ValueError(f"{path} is not a reference checkpoint: expected a dict with 'net_state_dict', got {got}")
+    metadata: dict[str, Any] = {key: value for key, value in payload.items() if key != "net_state_dict"}
+    mlc_config = metadata.get("mlc_config") if isinstance(metadata.get("mlc_config"), dict) else {}
+    heads = n_heads if n_heads is not None else int(mlc_config.get("nhead", 8))
+    state_dict = payload["net_state_dict"]
+    cfg = infer_reference_config(state_dict, n_heads=heads)
+    model = HookedEncoderDecoder(cfg, metadata={"source": "reference checkpoint", "path": str(path), **metadata})
+    model.load_state_dict(convert_reference_state_dict(state_dict, cfg), strict=True)
+    return model.to(device).eval()

@@ -1,0 +1,210 @@
+"""`HookedEncoderDecoder`: the paper's post-LN encoder-decoder as a TransformerLens `HookedRootModule`.
+
+Computes exactly what ``torch.nn.Transformer`` computes for the paper's model (see SPEC section 3), with
+hook points on embeddings, per-head attention internals, sub-block outputs, norm inputs and the
+residual stream; ``docs/hooks.md`` lists every hook with its shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor, nn
+from transformer_lens import HookedRootModule
+
+from lsa_interp.data.task import Task
+from lsa_interp.data.tokenizer import decode_batch
+from lsa_interp.data.vocab import PAD
+from lsa_interp.model.attention import KVCache
+from lsa_interp.model.cache import ActivationCache
+from lsa_interp.model.config import ModelConfig
+from lsa_interp.model.decoding import DEFAULT_MAX_NEW_TOKENS, greedy_decode
+from lsa_interp.model.inputs import ModelInput, causal_mask, decoder_input_from_generated, key_mask, to_token_batch
+from lsa_interp.model.layers import Stack, sinusoidal_table
+
+NamesFilter = Callable[[str], bool] | Sequence[str] | str | None
+
+
+class HookedEncoderDecoder(HookedRootModule):
+    """Encoder-decoder transformer with hook points; ``model(tasks)`` returns ``[batch, dec_pos, vocab]`` logits.
+
+    Submodules: ``encoder`` and ``decoder`` (`Stack`: ``embed``, layers ``0..n-1``, ``ln_final``), the
+    shared sinusoidal table buffer ``pos_embedding`` ``[max_len, d_model]`` and the head ``unembed``.
+    ``metadata`` holds training metadata (saved with the checkpoint).
+    """
+
+    def __init__(self, cfg: ModelConfig | None = None, metadata: dict | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg or ModelConfig()
+        self.metadata = dict(metadata or {})
+        self.encoder = Stack(self.cfg, decoder=False)
+        self.decoder = Stack(self.cfg, decoder=True)
+        self.unembed = nn.Linear(self.cfg.d_model, self.cfg.vocab_size)
+        self.register_buffer("pos_embedding", sinusoidal_table(self.cfg.max_len, self.cfg.d_model))
+        self._init_weights()
+        self.setup()
+
+    def _init_weights(self) -> None:
+        """``nn.Transformer``'s initialisation: Xavier-uniform matrices in the layers, zero attention biases."""
+        for stack in (self.encoder, self.decoder):
+            for name, param in stack.named_parameters():
+                if name.startswith("embed") or param.dim() < 2:
+                    continue
+                nn.init.xavier_uniform_(param)
+            for layer in stack.layers():
+                for attn in (m for m in layer.modules() if hasattr(m, "in_proj_bias")):
+                    nn.init.zeros_(attn.in_proj_bias)
+                    nn.init.zeros_(attn.out_proj.bias)
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the model's parameters."""
+        return self.unembed.weight.device
+
+    def hook_names(self) -> list[str]:
+        """Return every hook point name in execution order."""
+        return list(self.hook_dict)
+
+    def encode(self, src: Int[Tensor, "batch src_pos"]) -> Float[Tensor, "batch src_pos d_model"]:
+        """Return the encoder output (after ``encoder.ln_final``); PAD positions are masked as keys."""
+        mask = key_mask(src == PAD, self.pos_embedding.dtype)
+        x = self.encoder.embed_tokens(src, self.pos_embedding)
+        for layer in self.encoder.layers():
+            x = layer(x, mask)
+        return self.encoder.ln_final(x)
+
+    def decode(
+        self,
+        tgt: Int[Tensor, "batch tgt_pos"],
+        memory: Float[Tensor, "batch src_pos d_model"],
+        src_pad: Bool[Tensor, "batch src_pos"],
+        mask_tgt_pad: bool = True,
+    ) -> Float[Tensor, "batch tgt_pos vocab"]:
+        """Return decoder logits for the whole decoder input ``tgt`` (causal; PAD keys masked if asked)."""
+        pad = tgt == PAD if mask_tgt_pad else torch.zeros_like(tgt, dtype=torch.bool)
+        self_mask = causal_mask(pad, memory.dtype)
+        cross_mask = key_mask(src_pad, memory.dtype)
+        x = self.decoder.embed_tokens(tgt, self.pos_embedding)
+        for layer in self.decoder.layers():
+            x = layer(x, memory, self_mask, cross_mask)
+        return self.unembed(self.decoder.ln_final(x))
+
+    def decode_step(
+        self,
+        tokens: Int[Tensor, "batch"],
+        position: int,
+        cross_mask: Float[Tensor, "batch 1 1 src_pos"],
+        caches: list[tuple[KVCache, KVCache]],
+    ) -> Float[Tensor, "batch vocab"]:
+        """Run one incremental decoder step for ``tokens`` at ``position``; return next-token logits.
+
+        ``caches`` holds (self-attention, cross-attention) key/value caches per decoder layer, as made by
+        ``new_decoder_caches``; the self-attention caches grow by one position.
+        """
+        x = self.decoder.embed_tokens(tokens[:, None], self.pos_embedding, start=position)
+        for layer, layer_caches in zip(self.decoder.layers(), caches):
+            x = layer(x, None, None, cross_mask, caches=layer_caches)
+        return self.unembed(self.decoder.ln_final(x))[:, 0]
+
+    def new_decoder_caches(
+        self, memory: Float[Tensor, "batch src_pos d_model"], capacity: int
+    ) -> list[tuple[KVCache, KVCache]]:
+        """Return empty self-attention caches for ``capacity`` positions and filled cross-attention caches."""
+        cfg = self.cfg
+        return [
+            (
+                KVCache.empty(memory.shape[0], cfg.n_heads, capacity, cfg.d_head, like=memory),
+                layer.cross_attn.precompute_kv(memory),
+            )
+            for layer in self.decoder.layers()
+        ]
+
+    def forward(
+        self, inputs: ModelInput, tgt: Int[Tensor, "batch tgt_pos"] | None = None
+    ) -> Float[Tensor, "batch tgt_pos vocab"]:
+        """Return logits ``[batch, dec_pos, vocab]``.
+
+        ``inputs``: a Task, list of Tasks, TokenBatch or encoder-id tensor. Tasks that all carry answers are
+        teacher-forced (decoder input ``>`` + answer); otherwise the decoder input is ``>`` (one step).
+        ``tgt`` overrides the decoder input. Raises TypeError/ValueError for unusable inputs.
+        """
+        batch = to_token_batch(inputs, tgt).to(self.device)
+        return self.decode(batch.tgt_in, self.encode(batch.src), batch.src_pad_mask)
+
+    def run_with_cache(
+        self,
+        inputs: ModelInput,
+        tgt: Int[Tensor, "batch tgt_pos"] | None = None,
+        *,
+        names_filter: NamesFilter = None,
+        device: torch.device | str | None = None,
+    ) -> tuple[Float[Tensor, "batch tgt_pos vocab"], ActivationCache]:
+        """Run the model and return ``(logits, cache)`` of the hooks selected by ``names_filter``.
+
+        ``names_filter``: None (all hooks), a name, a list of names or a predicate. Cached tensors are
+        detached copies, on ``device`` if given. Raises ValueError for an unknown hook name.
+        """
+        selected = self._select_hooks(names_filter)
+        activations: dict[str, Tensor] = {}
+        target = torch.device(device) if device is not None else None
+
+        def save(tensor: Tensor, hook) -> None:
+            activations[hook.name] = tensor.detach().to(device=target or tensor.device, copy=True)
+
+        batch = to_token_batch(inputs, tgt)
+        with self.hooks(fwd_hooks=[(name, save) for name in selected]):
+            logits = self(batch)
+        ordered = {name: activations[name] for name in selected if name in activations}
+        return logits, ActivationCache(ordered, self.cfg, batch)
+
+    def _select_hooks(self, names_filter: NamesFilter) -> list[str]:
+        if names_filter is None:
+            return self.hook_names()
+        if callable(names_filter):
+            return [name for name in self.hook_dict if names_filter(name)]
+        wanted = [names_filter] if isinstance(names_filter, str) else list(names_filter)
+        unknown = [name for name in wanted if name not in self.hook_dict]
+        if unknown:
+            raise ValueError(f"unknown hook name(s) {unknown}; see model.hook_names() or docs/hooks.md")
+        return [name for name in self.hook_dict if name in set(wanted)]
+
+    @torch.no_grad()
+    def generate(
+        self,
+        inputs: ModelInput,
+        *,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        batch_size: int = 1024,
+        use_cache: bool = True,
+        return_cache: bool = False,
+        names_filter: NamesFilter = None,
+    ) -> Int[Tensor, "batch n"] | tuple[Int[Tensor, "batch n"], ActivationCache]:
+        """Greedy-decode from ``>``; return the tokens ``[batch, n]`` (EOS included, PAD after it).
+
+        Decodes ``batch_size`` rows at a time, incrementally (key/value cache) unless ``use_cache=False``,
+        stopping when every row has emitted EOS or after ``max_new_tokens``. Answers in tasks are ignored.
+        Hooks attached to the model fire during decoding (decoder hooks once per step, with one position).
+        With ``return_cache=True`` also returns the `ActivationCache` of the decoded sequence (the decoder
+        inputs that produced it, teacher-forced in one pass).
+        """
+        batch = to_token_batch(inputs, teacher_force=False).to(self.device)
+        chunks = [
+            greedy_decode(self, batch.src[start : start + batch_size], max_new_tokens, use_cache)
+            for start in range(0, batch.src.shape[0], batch_size)
+        ]
+        width = max(chunk.shape[1] for chunk in chunks)
+        tokens = torch.cat([nn.functional.pad(c, (0, width - c.shape[1]), value=PAD) for c in chunks])
+        if not return_cache:
+            return tokens
+        _, cache = self.run_with_cache(batch, decoder_input_from_generated(tokens), names_filter=names_filter)
+        return tokens, cache
+
+    def solve(
+        self, tasks: Task | Sequence[Task], max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, batch_size: int = 1024
+    ) -> str | list[str]:
+        """Return the greedy answer of one task (a str) or of each task of a list (a list of str)."""
+        single = isinstance(tasks, Task)
+        tokens = self.generate(tasks, max_new_tokens=max_new_tokens, batch_size=batch_size)
+        answers = decode_batch(tokens)
+        return answers[0] if single else answers

@@ -1,0 +1,78 @@
+"""The one place where model inputs (tasks, token batches, id tensors) become a `TokenBatch` and masks.
+
+Tasks that all carry answers are teacher-forced: the decoder input is ``>`` + answer. Otherwise (no
+answers, or only some) the decoder input is ``>`` alone, i.e. the encoder plus one decoder step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Union
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from lsa_interp.data.task import Task
+from lsa_interp.data.tokenizer import TokenBatch, encode_tasks, source_roles
+from lsa_interp.data.vocab import ARROW, EOS, PAD
+
+ModelInput = Union[Task, Sequence[Task], TokenBatch, Tensor]
+"""A task, a list of tasks, a `TokenBatch`, or a ``[batch, src_pos]`` tensor of encoder ids."""
+
+
+def to_token_batch(
+    inputs: ModelInput, tgt: Int[Tensor, "batch tgt_pos"] | None = None, teacher_force: bool = True
+) -> TokenBatch:
+    """Return a `TokenBatch` whose ``tgt_in`` is set (``>`` + answer when teacher-forced, else ``>``).
+
+    ``tgt`` overrides the decoder input. ``teacher_force=False`` ignores answers. Raises TypeError for an
+    unsupported input and ValueError for an empty list or a ``tgt`` whose batch size differs.
+    """
+    if isinstance(inputs, Task):
+        inputs = [inputs]
+    if isinstance(inputs, TokenBatch):
+        batch = inputs
+    elif isinstance(inputs, Tensor):
+        if inputs.dim() != 2 or inputs.dtype != torch.long:
+            raise TypeError(f"encoder ids must be a [batch, src_pos] int64 tensor, got {tuple(inputs.shape)} {inputs.dtype}")
+        roles = torch.from_numpy(source_roles(inputs.cpu().numpy())).to(inputs.device)
+        batch = TokenBatch(inputs, roles)
+    elif isinstance(inputs, Sequence) and all(isinstance(t, Task) for t in inputs):
+        batch = encode_tasks(list(inputs), with_answers=None if teacher_force else False)
+    else:
+        raise TypeError(f"expected a Task, a list of Tasks, a TokenBatch or an id tensor, got {type(inputs).__name__}")
+    if tgt is not None:
+        if tgt.shape[0] != batch.src.shape[0]:
+            raise ValueError(f"tgt has {tgt.shape[0]} rows but the encoder input has {batch.src.shape[0]}")
+        return replace(batch, tgt_in=tgt, tgt_out=None)
+    if batch.tgt_in is None or not teacher_force:
+        start = torch.full((batch.src.shape[0], 1), ARROW, dtype=torch.long, device=batch.src.device)
+        return replace(batch, tgt_in=start, tgt_out=None)
+    return batch
+
+
+def key_mask(pad: Bool[Tensor, "batch k_pos"], dtype: torch.dtype) -> Float[Tensor, "batch 1 1 k_pos"]:
+    """Additive attention mask: -inf at padded keys, 0 elsewhere."""
+    return torch.zeros(pad.shape, dtype=dtype, device=pad.device).masked_fill_(pad, float("-inf"))[:, None, None, :]
+
+
+def causal_mask(pad: Bool[Tensor, "batch pos"], dtype: torch.dtype) -> Float[Tensor, "batch 1 pos pos"]:
+    """Additive mask of causal self-attention: -inf at future and padded keys, 0 elsewhere."""
+    n = pad.shape[1]
+    future = torch.ones(n, n, dtype=torch.bool, device=pad.device).triu_(1)
+    return key_mask(pad, dtype).masked_fill(future, float("-inf"))
+
+
+def decoder_input_from_generated(generated: Int[Tensor, "batch n"]) -> Int[Tensor, "batch tgt_pos"]:
+    """The decoder inputs fed while generating ``generated``: ``>`` then every token before the row's EOS.
+
+    PAD fills the rest; trailing all-PAD columns are dropped. Position i of the result predicts
+    ``generated[:, i]``.
+    """
+    start = torch.full((generated.shape[0], 1), ARROW, dtype=torch.long, device=generated.device)
+    tgt = torch.cat([start, generated[:, :-1]], dim=1)
+    tgt = tgt.masked_fill(tgt == EOS, PAD)
+    keep = int((tgt != PAD).any(0).nonzero().max()) + 1
+    return tgt[:, :keep]
