@@ -94,8 +94,8 @@ def load_tokenized(data_dir: str | os.PathLike, split: str) -> TokenizedSplit:
             data = torch.load(cache, weights_only=True)
             if data.get("version") == _CACHE_VERSION and data.get("sha256") == sha256:
                 return _from_disk(data)
-        except (RuntimeError, EOFError, OSError, KeyError):
-            pass  # an unreadable cache is rebuilt below
+        except Exception:  # noqa: BLE001  (any unreadable cache file is simply rebuilt below)
+            pass
     tokenized = tokenize_split(load_dataset(data_dir, splits=(split,)).splits[split])
     try:
         _write_cache(tokenized, sha256, cache)

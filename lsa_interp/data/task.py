@@ -62,8 +62,6 @@ class Task:
         Raises ValueError naming the problem: an unknown symbol, an alphabet that is not a permutation of
         a..z, an example without ``>`` or with an empty side, an empty query, no example at all.
         """
-        if not isinstance(text, str):
-            raise ValueError(f"task text must be a string, got {type(text).__name__}")
         compact = "".join(text.split())
         unknown = sorted({ch for ch in compact if ch not in _ALLOWED})
         if unknown:

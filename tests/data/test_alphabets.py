@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lsa_interp.data import STANDARD_ALPHABET, make_alphabets, permutation_level, permute_alphabet
+
+
+@given(level=st.integers(2, 26), seed=st.integers(0, 10**6))
+def test_exactly_level_letters_moved(level, seed):
+    alphabet = permute_alphabet(level, random.Random(seed))
+    assert sorted(alphabet) == sorted(STANDARD_ALPHABET)
+    assert permutation_level(alphabet) == level
+
+
+def test_levels_out_of_range():
+    with pytest.raises(ValueError, match="between 2 and 26"):
+        permute_alphabet(1, random.Random(0))
+
+
+def test_make_alphabets_shares_and_prefix_property():
+    twenty = make_alphabets(20, seed=0)
+    assert len(twenty) == 21 and twenty[-1] == STANDARD_ALPHABET and len(set(twenty)) == 21
+    assert sorted(permutation_level(a) for a in twenty[:-1]) == [2] * 5 + [5] * 5 + [10] * 5 + [20] * 5
+    forty = make_alphabets(40, seed=0)
+    for level_index in range(4):
+        assert twenty[level_index * 5 : level_index * 5 + 5] == forty[level_index * 10 : level_index * 10 + 5]
+    assert make_alphabets(20, seed=1) != twenty
+
+
+def test_exclusion_and_bad_counts():
+    used = make_alphabets(20, seed=0)
+    fresh = make_alphabets(20, seed=0, exclude=used, include_standard=False)
+    assert not set(fresh) & set(used) and STANDARD_ALPHABET not in fresh
+    with pytest.raises(ValueError, match="multiple of 4"):
+        make_alphabets(10, seed=0)

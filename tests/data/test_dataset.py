@@ -1,0 +1,94 @@
+"""On-disk format: Parquet per split + manifest, byte-for-byte determinism, atomic writes, checksums."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lsa_interp.data import generate_dataset, load_dataset, read_manifest, save_dataset
+from lsa_interp.data.dataset import count_rows, sample_tasks
+
+
+def test_round_trip(tiny, tmp_path):
+    out = save_dataset(tiny, tmp_path / "ds")
+    loaded = load_dataset(out)
+    assert loaded.splits == tiny.splits
+    for split in tiny.splits:
+        assert [t.transformation for t in loaded.splits[split]] == [t.transformation for t in tiny.splits[split]]
+    assert loaded.config == tiny.config and loaded.seed == tiny.seed
+    assert loaded.train_alphabets == tiny.train_alphabets and loaded.new_alphabets == tiny.new_alphabets
+
+
+def test_manifest_content(tiny, tmp_path):
+    out = save_dataset(tiny, tmp_path / "ds")
+    manifest = read_manifest(out)
+    assert manifest["preset"] == "tiny" and manifest["seed"] == 3
+    assert manifest["sizes"] == tiny.sizes() and manifest["splits"] == ["train", "val", "test", "test_new_alphabets"]
+    assert len(manifest["train_alphabets"]) == 5 and manifest["package_version"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([f"{s}.parquet" for s in tiny.splits] + ["manifest.json"])
+
+
+def test_same_seed_gives_identical_bytes(tiny_config, tmp_path):
+    first = save_dataset(generate_dataset(tiny_config, seed=3), tmp_path / "a")
+    second = save_dataset(generate_dataset(tiny_config, seed=3), tmp_path / "b")
+    for path in sorted(first.iterdir()):
+        assert path.read_bytes() == (second / path.name).read_bytes(), path.name
+
+
+def test_refuses_to_overwrite_without_force(tiny, tmp_path):
+    out = save_dataset(tiny, tmp_path / "ds")
+    with pytest.raises(FileExistsError, match="not empty"):
+        save_dataset(tiny, out)
+    (out / "extra.txt").write_text("x")
+    save_dataset(tiny, out, force=True)
+    assert not (out / "extra.txt").exists()
+    assert save_dataset(tiny, tmp_path / "empty_dir_ok").exists()
+
+
+def test_failed_write_leaves_nothing_behind(tiny, tmp_path, monkeypatch):
+    import lsa_interp.data.dataset as module
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(module.pq, "write_table", broken)
+    with pytest.raises(OSError, match="disk full"):
+        save_dataset(tiny, tmp_path / "ds")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_corrupted_file_is_detected(tiny, tmp_path):
+    out = save_dataset(tiny, tmp_path / "ds")
+    data = bytearray((out / "val.parquet").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (out / "val.parquet").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="does not match the checksum"):
+        load_dataset(out)
+    assert load_dataset(out, splits=("train",)).splits["train"] == tiny.splits["train"]
+
+
+def test_missing_or_foreign_directories(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a dataset directory"):
+        load_dataset(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(ValueError, match="not an lsa-interp-dataset manifest"):
+        load_dataset(tmp_path)
+
+
+def test_unknown_split(tiny, tmp_path):
+    out = save_dataset(tiny, tmp_path / "ds")
+    with pytest.raises(ValueError, match="unknown split"):
+        load_dataset(out, splits=("nope",))
+
+
+def test_counts_and_samples(tiny, tmp_path):
+    out = save_dataset(tiny, tmp_path / "ds")
+    counts = count_rows(out)
+    assert counts[("train", True)].sum() == counts[("train", False)].sum() == len(tiny.splits["train"]) // 2
+    assert counts[("test_new_alphabets", True)].sum() == 0
+    assert int(counts.to_numpy().sum()) == sum(tiny.sizes().values())
+    sample = sample_tasks(out, "val", 4)
+    assert len(sample) == 4 and all(t in tiny.splits["val"] for t in sample)
+    summary = tiny.summary()
+    assert summary["tasks"].sum() == sum(tiny.sizes().values())

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lsa_interp import Task
+from lsa_interp.data.tokenizer import decode, decode_batch, encode_tasks
+from lsa_interp.data.vocab import ARROW, EOS, LETTERS, PAD, ROLE_ID, ROLES, SEP, VOCAB_SIZE, token_str
+
+PAPER = Task.parse(f"{LETTERS} | ghi > fhi | bcd > acd")
+
+
+def test_reference_layout_of_the_one_shot_example():
+    batch = encode_tasks([PAPER])
+    src = batch.src[0].tolist()
+    assert len(src) == 39 and src[:26] == list(range(26))
+    assert src[26] == SEP and src[27:30] == [6, 7, 8] and src[30] == ARROW and src[31:34] == [5, 7, 8]
+    assert src[34] == SEP and src[35:38] == [1, 2, 3] and src[38] == EOS
+    assert batch.tgt_in[0].tolist() == [ARROW, 0, 2, 3]
+    assert batch.tgt_out[0].tolist() == [0, 2, 3, EOS]
+
+
+def test_roles_of_each_position():
+    roles = [ROLES[r] for r in encode_tasks([PAPER]).roles[0].tolist()]
+    assert roles[:26] == ["alphabet"] * 26
+    assert roles[26:] == ["separator", *["example_in"] * 3, "arrow", *["example_out"] * 3, "separator",
+                          *["query"] * 3, "eos"]
+
+
+def test_permuted_alphabet_keeps_letter_ids():
+    alphabet = "bacdefghijklmnopqrstuvwxyz"
+    batch = encode_tasks([Task.parse(f"{alphabet} | ab > ac | ba > bc")])
+    assert batch.src[0, :3].tolist() == [1, 0, 2]
+
+
+def test_padding_and_roles_of_a_mixed_batch():
+    two_shot = Task.parse(f"{LETTERS} | abc > abd | ijk > ijl | pqrs > pqrt")
+    batch = encode_tasks([PAPER, two_shot])
+    assert batch.src.shape == (2, 26 + 1 + 7 + 1 + 7 + 1 + 4 + 1)
+    assert (batch.src[0, 39:] == PAD).all() and (batch.roles[0, 39:] == ROLE_ID["pad"]).all()
+    assert batch.src_pad_mask[0].sum() == batch.src.shape[1] - 39
+    roles = batch.roles[1].tolist()
+    assert roles.count(ROLE_ID["example_in"]) == 6 and roles.count(ROLE_ID["example_out"]) == 6
+    assert roles.count(ROLE_ID["query"]) == 4 and roles.count(ROLE_ID["separator"]) == 3
+    assert batch.tgt_in.shape == (2, 5) and batch.tgt_in[0, 4] == PAD and batch.tgt_pad_mask[0].tolist() == [False] * 4 + [True]
+
+
+def test_tasks_without_answers_have_no_targets():
+    batch = encode_tasks([Task.parse(f"{LETTERS} | ghi > fhi | bcd")])
+    assert batch.tgt_in is None and batch.tgt_out is None and batch.tgt_pad_mask is None
+    with pytest.raises(ValueError, match="some tasks have no answer"):
+        encode_tasks([Task.parse(f"{LETTERS} | ghi > fhi | bcd")], with_answers=True)
+    with pytest.raises(ValueError, match="empty list"):
+        encode_tasks([])
+
+
+def test_decode():
+    assert decode([ARROW, 0, 2, 3, EOS, PAD]) == "acd"
+    assert decode(torch.tensor([0, SEP, EOS])) == "a|"
+    assert decode_batch(torch.tensor([[ARROW, 1, EOS, 5], [2, 3, 4, PAD]])) == ["b", "cde<pad>"]
+    assert token_str(ARROW) == ">" and token_str(VOCAB_SIZE - 1) == ">"
+    with pytest.raises(IndexError):
+        token_str(30)
+
+
+def test_batch_select_and_to():
+    batch = encode_tasks([PAPER, PAPER.with_answer("acde")])
+    one = batch.select(torch.tensor([1])).to("cpu")
+    assert len(one) == 1 and one.tgt_out[0].tolist() == [0, 2, 3, 4, EOS]
+
+
+def test_shapes_are_checked_at_runtime():
+    """conftest installs jaxtyping's import hook: a wrongly shaped tensor is refused."""
+    from jaxtyping import TypeCheckError
+
+    with pytest.raises(TypeCheckError):
+        decode_batch(torch.tensor([1, 2, 3]))
+    batch = encode_tasks([PAPER])
+    with pytest.raises(TypeCheckError):
+        type(batch)(batch.src, batch.roles[:, :5])
