@@ -5,10 +5,21 @@ from lsa_interp.data.dataset import Dataset, load_dataset, read_manifest, save_d
 from lsa_interp.data.generate import generate_dataset, split_sizes
 from lsa_interp.data.presets import PRESETS, DatasetConfig, get_preset
 from lsa_interp.data.task import STANDARD_ALPHABET, Task
-from lsa_interp.data.tokenizer import TokenBatch, decode, decode_batch, encode_tasks
 from lsa_interp.data.transformations import (
     COMPOSITIONAL, NEW, NOVEL, PAPER, SEEN, TRANSFORMATIONS, get_transformation,
 )
+
+_TOKENIZER_NAMES = ("TokenBatch", "decode", "decode_batch", "encode_tasks")
+
+
+def __getattr__(name: str):
+    """Import the tokenizer (and with it torch) only when one of its names is asked for."""
+    if name in _TOKENIZER_NAMES:
+        from lsa_interp.data import tokenizer
+
+        return getattr(tokenizer, name)
+    raise AttributeError(f"module 'lsa_interp.data' has no attribute {name!r}")
+
 
 __all__ = [
     "COMPOSITIONAL", "NEW", "NOVEL", "PAPER", "PRESETS", "SEEN", "STANDARD_ALPHABET", "TRANSFORMATIONS",

@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -70,22 +71,18 @@ def _to_table(tasks: list[Task]) -> pa.Table:
 
 
 def _build_table(tasks: list[Task]) -> pa.Table:
+    offsets = pa.array(np.cumsum([0] + [len(t.examples) for t in tasks]), type=pa.int32())
+    examples = [ex for t in tasks for ex in t.examples]
     columns = {
-        "alphabet": [t.alphabet for t in tasks],
-        "examples_in": [[ex_in for ex_in, _ in t.examples] for t in tasks],
-        "examples_out": [[ex_out for _, ex_out in t.examples] for t in tasks],
-        "query": [t.query for t in tasks],
-        "answer": [t.answer for t in tasks],
-        "transformation": [t.transformation for t in tasks],
-        "is_copy": [t.is_copy for t in tasks],
+        "alphabet": pa.array([t.alphabet for t in tasks], pa.string()).dictionary_encode(),
+        "examples_in": pa.ListArray.from_arrays(offsets, pa.array([ex[0] for ex in examples], pa.string())),
+        "examples_out": pa.ListArray.from_arrays(offsets, pa.array([ex[1] for ex in examples], pa.string())),
+        "query": pa.array([t.query for t in tasks], pa.string()),
+        "answer": pa.array([t.answer for t in tasks], pa.string()),
+        "transformation": pa.array([t.transformation for t in tasks], pa.string()).dictionary_encode(),
+        "is_copy": pa.array([t.is_copy for t in tasks], pa.bool_()),
     }
-    arrays = [
-        pa.array(columns[field.name], type=field.type.value_type).dictionary_encode()
-        if pa.types.is_dictionary(field.type)
-        else pa.array(columns[field.name], type=field.type)
-        for field in _SCHEMA
-    ]
-    return pa.Table.from_arrays(arrays, schema=_SCHEMA)
+    return pa.Table.from_arrays([columns[field.name] for field in _SCHEMA], schema=_SCHEMA)
 
 
 def _string_column(table: pa.Table, name: str) -> list[str]:
