@@ -72,6 +72,10 @@ class KVCache:
         self.length = end
         return self.keys[:, :, :end], self.values[:, :, :end]
 
+    def select(self, rows: Tensor) -> KVCache:
+        """Return a cache holding only ``rows`` (an index tensor or boolean mask over the batch)."""
+        return KVCache(self.keys[rows], self.values[rows], self.length)
+
 
 class Attention(nn.Module):
     """Multi-head attention (self-attention, or cross-attention when ``cross``) with per-head hook points.
@@ -90,6 +94,8 @@ class Attention(nn.Module):
         self.in_proj_weight = nn.Parameter(torch.empty(3 * d, d))
         self.in_proj_bias = nn.Parameter(torch.zeros(3 * d))
         self.out_proj = nn.Linear(d, d)
+        nn.init.xavier_uniform_(self.in_proj_weight)
+        nn.init.zeros_(self.out_proj.bias)
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_attn_scores, self.hook_pattern, self.hook_z = HookPoint(), HookPoint(), HookPoint()
         self.use_hook_result = cfg.use_hook_result

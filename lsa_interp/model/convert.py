@@ -9,7 +9,6 @@ Key mapping (reference -> hooked): ``input_embedding`` -> ``encoder.embed``, ``o
 
 from __future__ import annotations
 
-import pickle
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -127,12 +126,22 @@ def convert_reference_state_dict(state_dict: Mapping[str, Tensor], cfg: ModelCon
     return {key: value.detach().clone().to(expected[key].dtype) for key, value in converted.items()}
 
 
+def _config_value(metadata: dict[str, Any], key: str, default: float | int) -> Any:
+    """``key`` from the checkpoint's ``mlc_config`` or ``train_config`` dicts, else ``default``."""
+    for section in ("mlc_config", "train_config"):
+        values = metadata.get(section)
+        if isinstance(values, dict) and key in values:
+            return values[key]
+    return default
+
+
 def load_reference_checkpoint(
     path: str | Path, n_heads: int | None = None, device: torch.device | str = "cpu", weights_only: bool = True
 ) -> HookedEncoderDecoder:
     """Load a reference ``torch.save`` checkpoint (a dict with ``net_state_dict``) into a hooked model (eval mode).
 
-    ``n_heads`` defaults to the checkpoint's ``mlc_config["nhead"]`` if present, else 8. The other entries
+    ``n_heads`` defaults to ``nhead`` in the checkpoint's ``mlc_config``/``train_config`` if present, else 8
+    (the dropout likewise: ``dropout``, else 0.1); neither is in the weights. The other entries
     (``mlc_config``, ``train_config``, ``loss_hist``, ``val_acc_hist``) become ``model.metadata``.
     ``weights_only=False`` unpickles arbitrary objects: only for trusted files. Raises ValueError when the
     file is not such a checkpoint or its weights do not match, FileNotFoundError when it does not exist.
@@ -142,21 +151,20 @@ def load_reference_checkpoint(
         raise FileNotFoundError(f"reference checkpoint {path} does not exist")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=weights_only)
-    except pickle.UnpicklingError as err:
-        raise ValueError(
-            f"{path} could not be loaded as a weights-only PyTorch checkpoint ({err}); if it is a trusted "
-            "checkpoint holding other Python objects, pass weights_only=False"
-        ) from err
-    except (RuntimeError, EOFError, OSError, ValueError) as err:
+    except Exception as err:  # torch.load raises many types on foreign bytes
+        if "Weights only load failed" in str(err):
+            raise ValueError(
+                f"{path} holds Python objects other than tensors and plain containers; if it is a trusted "
+                "checkpoint, load it with load_reference_checkpoint(path, weights_only=False)"
+            ) from err
         raise ValueError(f"{path} is not a PyTorch checkpoint ({type(err).__name__}: {err})") from err
     if not isinstance(payload, dict) or "net_state_dict" not in payload:
         got = sorted(payload)[:10] if isinstance(payload, dict) else type(payload).__name__
         raise ValueError(f"{path} is not a reference checkpoint: expected a dict with 'net_state_dict', got {got}")
     metadata: dict[str, Any] = {key: value for key, value in payload.items() if key != "net_state_dict"}
-    mlc_config = metadata.get("mlc_config") if isinstance(metadata.get("mlc_config"), dict) else {}
-    heads = n_heads if n_heads is not None else int(mlc_config.get("nhead", 8))
+    heads = n_heads if n_heads is not None else int(_config_value(metadata, "nhead", 8))
     state_dict = payload["net_state_dict"]
-    cfg = infer_reference_config(state_dict, n_heads=heads)
+    cfg = infer_reference_config(state_dict, n_heads=heads, dropout=float(_config_value(metadata, "dropout", 0.1)))
     model = HookedEncoderDecoder(cfg, metadata={"source": "reference checkpoint", "path": str(path), **metadata})
     model.load_state_dict(convert_reference_state_dict(state_dict, cfg), strict=True)
     return model.to(device).eval()

@@ -8,6 +8,7 @@ residual stream; ``docs/hooks.md`` lists every hook with its shape.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
@@ -15,13 +16,18 @@ from transformer_lens import HookedRootModule
 
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import decode_batch
-from lsa_interp.data.vocab import PAD
-from lsa_interp.model.attention import KVCache
+from lsa_interp.data.vocab import ARROW, EOS, PAD
+from lsa_interp.model.attention import KVCache, is_hooked
 from lsa_interp.model.cache import ActivationCache
 from lsa_interp.model.config import ModelConfig
-from lsa_interp.model.decoding import DEFAULT_MAX_NEW_TOKENS, greedy_decode
 from lsa_interp.model.inputs import ModelInput, causal_mask, decoder_input_from_generated, key_mask, to_token_batch
 from lsa_interp.model.layers import Stack, sinusoidal_table
+
+DEFAULT_MAX_NEW_TOKENS = 32
+"""The longest answer of the task family is 24 letters (a 7-letter window extended and tripled) + EOS."""
+
+_COMPACT_FRACTION = 0.25
+"""Cached decoding drops finished rows once at least this fraction of the rows still decoded is done."""
 
 NamesFilter = Callable[[str], bool] | Sequence[str] | str | None
 
@@ -46,16 +52,11 @@ class HookedEncoderDecoder(HookedRootModule):
         self.setup()
 
     def _init_weights(self) -> None:
-        """``nn.Transformer``'s initialisation: Xavier-uniform matrices in the layers, zero attention biases."""
+        """``nn.Transformer``'s initialisation: Xavier-uniform matrices in the layers (attention biases are 0)."""
         for stack in (self.encoder, self.decoder):
             for name, param in stack.named_parameters():
-                if name.startswith("embed") or param.dim() < 2:
-                    continue
-                nn.init.xavier_uniform_(param)
-            for layer in stack.layers():
-                for attn in (m for m in layer.modules() if hasattr(m, "in_proj_bias")):
-                    nn.init.zeros_(attn.in_proj_bias)
-                    nn.init.zeros_(attn.out_proj.bias)
+                if param.dim() > 1 and not name.startswith("embed"):
+                    nn.init.xavier_uniform_(param)
 
     @property
     def device(self) -> torch.device:
@@ -182,23 +183,85 @@ class HookedEncoderDecoder(HookedRootModule):
     ) -> Int[Tensor, "batch n"] | tuple[Int[Tensor, "batch n"], ActivationCache]:
         """Greedy-decode from ``>``; return the tokens ``[batch, n]`` (EOS included, PAD after it).
 
-        Decodes ``batch_size`` rows at a time, incrementally (key/value cache) unless ``use_cache=False``,
-        stopping when every row has emitted EOS or after ``max_new_tokens``. Answers in tasks are ignored.
-        Hooks attached to the model fire during decoding (decoder hooks once per step, with one position).
-        With ``return_cache=True`` also returns the `ActivationCache` of the decoded sequence (the decoder
-        inputs that produced it, teacher-forced in one pass).
+        Decodes incrementally (key/value cache) unless ``use_cache=False``, stopping when every row has
+        emitted EOS or after ``max_new_tokens``. Answers in tasks are ignored. Without hooks attached, rows
+        are decoded ``batch_size`` at a time, grouped by input length, finished rows dropped early. With
+        hooks attached, all rows are decoded in one batch in input order (so batch-aligned hooks line up):
+        encoder hooks fire once, decoder hooks once per step with one position. With ``return_cache=True``
+        also returns the `ActivationCache` of the decoded sequence (the decoder inputs that produced it,
+        teacher-forced in one pass; see ``decoder_input_from_generated``).
         """
         batch = to_token_batch(inputs, teacher_force=False).to(self.device)
-        chunks = [
-            greedy_decode(self, batch.src[start : start + batch_size], max_new_tokens, use_cache)
-            for start in range(0, batch.src.shape[0], batch_size)
-        ]
-        width = max(chunk.shape[1] for chunk in chunks)
-        tokens = torch.cat([nn.functional.pad(c, (0, width - c.shape[1]), value=PAD) for c in chunks])
+        if is_hooked(list(self.hook_points())):
+            tokens = self.greedy_decode(batch.src, max_new_tokens, use_cache, drop_finished=False)
+        else:
+            tokens = self._decode_by_length(batch.src, max_new_tokens, batch_size, use_cache)
         if not return_cache:
             return tokens
         _, cache = self.run_with_cache(batch, decoder_input_from_generated(tokens), names_filter=names_filter)
         return tokens, cache
+
+    @torch.no_grad()
+    def greedy_decode(
+        self,
+        src: Int[Tensor, "batch src_pos"],
+        max_new_tokens: int,
+        use_cache: bool = True,
+        drop_finished: bool = True,
+    ) -> Int[Tensor, "batch n"]:
+        """Greedy-decode from ``>``; return ``[batch, n]`` tokens, EOS included and PAD after each row's EOS.
+
+        Stops once every row has emitted EOS (``n`` <= ``max_new_tokens``). Rows are independent: a finished
+        row is kept (its outputs masked) until enough rows have finished, then dropped from the caches (unless
+        ``drop_finished=False``, which keeps the batch fixed for batch-aligned hooks). With ``use_cache=False``
+        the whole decoder is re-run on all tokens so far at every step and no row is dropped.
+        Raises ValueError when ``max_new_tokens`` is not positive or exceeds the position table.
+        """
+        if not 0 < max_new_tokens <= self.cfg.max_len:
+            raise ValueError(f"max_new_tokens must be in 1..{self.cfg.max_len}, got {max_new_tokens}")
+        src_pad = src == PAD
+        memory = self.encode(src)
+        batch, device = src.shape[0], src.device
+        outputs = torch.full((batch, max_new_tokens), PAD, dtype=torch.long, device=device)
+        rows = torch.arange(batch, device=device)
+        fed = torch.full((batch, max_new_tokens), ARROW, dtype=torch.long, device=device)
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        if use_cache:
+            cross_mask = key_mask(src_pad, memory.dtype)
+            caches = self.new_decoder_caches(memory, max_new_tokens)
+        for step in range(max_new_tokens):
+            if use_cache:
+                logits = self.decode_step(fed[:, step], step, cross_mask, caches)
+            else:
+                logits = self.decode(fed[:, : step + 1], memory, src_pad, mask_tgt_pad=False)[:, -1]
+            token = logits.argmax(-1)
+            outputs[rows, step] = token.masked_fill(done, PAD)
+            done |= token == EOS
+            if bool(done.all()):
+                return outputs[:, : step + 1]
+            if step + 1 < max_new_tokens:
+                fed[:, step + 1] = token
+            if use_cache and drop_finished and done.float().mean() >= _COMPACT_FRACTION:
+                keep = ~done
+                rows, fed, done, cross_mask = rows[keep], fed[keep], done[keep], cross_mask[keep]
+                caches = [(self_cache.select(keep), cross_cache.select(keep)) for self_cache, cross_cache in caches]
+        return outputs
+
+    def _decode_by_length(
+        self, src: Int[Tensor, "batch src_pos"], max_new_tokens: int, batch_size: int, use_cache: bool
+    ) -> Int[Tensor, "batch n"]:
+        """Decode chunks of rows of similar length (less padding), trimmed of PAD columns; keep input order."""
+        positions = torch.arange(1, src.shape[1] + 1, device=src.device)
+        lengths = torch.where(src != PAD, positions, 0).max(dim=1).values
+        order = torch.argsort(lengths, stable=True)
+        tokens = torch.full((src.shape[0], max_new_tokens), PAD, dtype=torch.long, device=src.device)
+        width = 1
+        for start in range(0, src.shape[0], batch_size):
+            rows = order[start : start + batch_size]
+            chunk = self.greedy_decode(src[rows, : max(1, int(lengths[rows].max()))], max_new_tokens, use_cache)
+            tokens[rows, : chunk.shape[1]] = chunk
+            width = max(width, chunk.shape[1])
+        return tokens[:, :width]
 
     def solve(
         self, tasks: Task | Sequence[Task], max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, batch_size: int = 1024

@@ -119,12 +119,16 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: Float[Tensor, "batch pos d_model"],
-        memory: Float[Tensor, "batch src_pos d_model"],
+        memory: Float[Tensor, "batch src_pos d_model"] | None,
         self_mask: Float[Tensor, "batch 1 pos pos"] | None,
         cross_mask: Float[Tensor, "batch 1 1 src_pos"],
         caches: tuple[KVCache, KVCache] | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
-        """Return the layer output. ``caches`` (self, cross) switch to incremental decoding of new positions."""
+        """Return the layer output.
+
+        ``caches`` (self-attention, cross-attention) switch to incremental decoding of the new positions ``x``
+        (then ``memory`` and ``self_mask`` are unused: keys and values come from the caches).
+        """
         self_cache, cross_cache = caches if caches is not None else (None, None)
         x = self.hook_resid_pre(x)
         attn_out = self.hook_attn_out(self.dropout_attn(self.attn(x, mask=self_mask, cache=self_cache)))

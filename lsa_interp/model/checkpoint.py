@@ -1,0 +1,174 @@
+"""Our checkpoint format, and `load_model` for it, for reference ``.pt`` files and for shipped names.
+
+A checkpoint is a directory holding ``model.safetensors`` (the weights) and ``config.json``:
+``{"format": "lsa-interp", "format_version": 1, "model_config": {...}, "weights_file": "model.safetensors",
+"weights_sha256": "<hex>", "metadata": {...}}``. The SHA-256 is checked before the weights are read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+import lsa_interp
+from lsa_interp.model.config import ModelConfig
+from lsa_interp.model.convert import load_reference_checkpoint
+from lsa_interp.model.hooked import HookedEncoderDecoder
+
+FORMAT_NAME = "lsa-interp"
+FORMAT_VERSION = 1
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+CHECKPOINTS_DIR = Path(lsa_interp.__file__).resolve().parent.parent / "checkpoints"
+"""Shipped checkpoints: ``checkpoints/<name>/`` (our format) or ``checkpoints/<name>.pt`` (reference format)."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, corrupted, truncated or of an unknown format."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _json_default(value: Any) -> Any:
+    """JSON fallback for metadata: tensors and arrays become lists, sets lists, anything else its str."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=str)
+    return str(value)
+
+
+def save_model(
+    model: HookedEncoderDecoder, directory: str | Path, metadata: dict[str, Any] | None = None, overwrite: bool = False
+) -> Path:
+    """Write ``model`` as a checkpoint directory, atomically (temporary directory, then rename); return its path.
+
+    ``metadata`` (JSON-serialisable; tensors become lists) is merged over ``model.metadata``. Raises
+    FileExistsError when ``directory`` exists and ``overwrite`` is False.
+    """
+    directory = Path(directory)
+    if directory.exists() and not overwrite:
+        raise FileExistsError(f"{directory} exists; pass overwrite=True to replace it")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    try:
+        state = {key: value.detach().to("cpu").contiguous() for key, value in model.state_dict().items()}
+        save_file(state, str(tmp / WEIGHTS_FILE))
+        config = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "model_config": model.cfg.to_dict(),
+            "weights_file": WEIGHTS_FILE,
+            "weights_sha256": _sha256(tmp / WEIGHTS_FILE),
+            "metadata": {**model.metadata, **(metadata or {})},
+        }
+        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, default=_json_default) + "\n")
+        if directory.exists():
+            old = directory.with_name(f".{directory.name}.old")
+            directory.rename(old)
+            tmp.rename(directory)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+def _read_config(directory: Path) -> dict[str, Any]:
+    config_path = directory / CONFIG_FILE
+    if not config_path.is_file():
+        raise CheckpointError(f"{directory} is not a checkpoint directory: {CONFIG_FILE} is missing")
+    try:
+        config = json.loads(config_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{config_path} is corrupted (not valid JSON: {err})") from err
+    if not isinstance(config, dict) or config.get("format") != FORMAT_NAME:
+        raise CheckpointError(f"{config_path} is not an {FORMAT_NAME} checkpoint config")
+    if config.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{config_path} has format version {config.get('format_version')}; this version reads {FORMAT_VERSION}"
+        )
+    for key in ("model_config", "weights_file", "weights_sha256"):
+        if key not in config:
+            raise CheckpointError(f"{config_path} lacks {key!r}")
+    return config
+
+
+def load_checkpoint_dir(directory: str | Path, device: torch.device | str = "cpu") -> HookedEncoderDecoder:
+    """Load a checkpoint directory written by `save_model` (eval mode).
+
+    Raises CheckpointError when a file is missing, the config is invalid, the weights' SHA-256 does not
+    match (corrupted or truncated file) or the weights do not fit the config.
+    """
+    directory = Path(directory)
+    config = _read_config(directory)
+    weights = directory / config["weights_file"]
+    if not weights.is_file():
+        raise CheckpointError(f"{weights} is missing")
+    digest = _sha256(weights)
+    if digest != config["weights_sha256"]:
+        raise CheckpointError(
+            f"{weights} is corrupted or truncated: SHA-256 {digest} does not match {config['weights_sha256']}"
+        )
+    try:
+        cfg = ModelConfig.from_dict(config["model_config"])
+        state = load_file(str(weights))
+        model = HookedEncoderDecoder(cfg, metadata=config.get("metadata") or {})
+        model.load_state_dict(state, strict=True)
+    except (SafetensorError, RuntimeError, ValueError, TypeError) as err:
+        raise CheckpointError(f"cannot load {directory}: {err}") from err
+    return model.to(device).eval()
+
+
+def available_models() -> list[str]:
+    """Names of the shipped checkpoints under ``checkpoints/`` (directories and ``.pt`` files)."""
+    if not CHECKPOINTS_DIR.is_dir():
+        return []
+    names = {p.name for p in CHECKPOINTS_DIR.iterdir() if p.is_dir() and (p / CONFIG_FILE).is_file()}
+    names |= {p.stem for p in CHECKPOINTS_DIR.glob("*.pt")}
+    return sorted(names)
+
+
+def _resolve(name_or_path: str | Path) -> Path:
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        return path
+    name = str(name_or_path)
+    if "/" not in name and "\\" not in name:
+        for candidate in (CHECKPOINTS_DIR / name, CHECKPOINTS_DIR / f"{name}.pt"):
+            if candidate.exists():
+                return candidate
+    available = available_models()
+    listing = ", ".join(available) if available else f"none (no checkpoints in {CHECKPOINTS_DIR})"
+    raise FileNotFoundError(f"no checkpoint named or at {name!r}; available names: {listing}")
+
+
+def load_model(name_or_path: str | Path, device: torch.device | str = "cpu") -> HookedEncoderDecoder:
+    """Load a model (eval mode) from a shipped name, one of our checkpoint directories, or a reference ``.pt``.
+
+    The format is detected: a directory (or its ``config.json``/``model.safetensors``) is ours, any other
+    file is read as a reference ``torch.save`` checkpoint. Raises FileNotFoundError (listing the shipped
+    names) when nothing matches, CheckpointError/ValueError for corrupted or foreign files.
+    """
+    path = _resolve(name_or_path)
+    if path.is_dir():
+        return load_checkpoint_dir(path, device)
+    if path.name in (CONFIG_FILE, WEIGHTS_FILE):
+        return load_checkpoint_dir(path.parent, device)
+    return load_reference_checkpoint(path, device=device)

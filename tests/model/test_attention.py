@@ -1,0 +1,92 @@
+"""Attention: hook detection, the fused vs explicit paths, the key/value cache, per-head weight views."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from jaxtyping import TypeCheckError
+
+from lsa_interp.model import ModelConfig
+from lsa_interp.model.attention import Attention, KVCache, is_hooked
+from lsa_interp.model.inputs import causal_mask, key_mask
+
+CFG = ModelConfig(d_model=16, n_heads=4, d_mlp=32, dropout=0.0)
+
+
+@pytest.fixture
+def attn() -> Attention:
+    torch.manual_seed(0)
+    module = Attention(CFG)
+    torch.nn.init.normal_(module.in_proj_weight)
+    torch.nn.init.normal_(module.in_proj_bias)
+    return module.eval()
+
+
+def test_is_hooked_sees_every_kind_of_hook(attn):
+    points = attn._hook_points
+    assert not is_hooked(points)
+    handle = attn.hook_z.register_forward_hook(lambda *args: None)
+    assert is_hooked(points)
+    handle.remove()
+    attn.hook_pattern.add_hook(lambda tensor, hook: None)
+    assert is_hooked(points)
+    attn.hook_pattern.remove_hooks()
+    attn.hook_q.__dict__["forward"] = lambda x: x  # what nnsight installs on wrapped modules
+    assert is_hooked(points)
+    del attn.hook_q.__dict__["forward"]
+    global_handle = torch.nn.modules.module.register_module_forward_hook(lambda *args: None)
+    assert is_hooked(points)
+    global_handle.remove()
+    assert not is_hooked(points)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_fused_and_explicit_paths_agree(cross):
+    torch.manual_seed(1)
+    module = Attention(CFG, cross=cross).eval()
+    torch.nn.init.normal_(module.in_proj_bias)
+    x, source = torch.randn(3, 5, 16), torch.randn(3, 7, 16)
+    pad = torch.zeros(3, 7 if cross else 5, dtype=torch.bool)
+    pad[0, -2:] = True
+    mask = key_mask(pad, x.dtype) if cross else causal_mask(pad, x.dtype)
+    fused = module(x, source if cross else None, mask)
+    module.hook_z.add_hook(lambda tensor, hook: None)
+    explicit = module(x, source if cross else None, mask)
+    torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=0)
+
+
+def test_incremental_self_attention_matches_causal_attention(attn):
+    x = torch.randn(2, 6, 16)
+    full = attn(x, mask=causal_mask(torch.zeros(2, 6, dtype=torch.bool), x.dtype))
+    cache = KVCache.empty(2, 4, 6, 4, like=x)
+    steps = [attn(x[:, i : i + 1], cache=cache) for i in range(6)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+    assert cache.length == 6
+    with pytest.raises(IndexError, match="holds 6 positions"):
+        cache.append(torch.zeros(2, 4, 1, 4), torch.zeros(2, 4, 1, 4))
+
+
+def test_cross_attention_with_precomputed_keys(attn):
+    torch.manual_seed(2)
+    cross = Attention(CFG, cross=True).eval()
+    x, memory = torch.randn(2, 3, 16), torch.randn(2, 7, 16)
+    mask = key_mask(torch.tensor([[False] * 7, [False] * 5 + [True] * 2]), x.dtype)
+    cache = cross.precompute_kv(memory)
+    torch.testing.assert_close(cross(x, None, mask, cache=cache), cross(x, memory, mask), atol=1e-6, rtol=0)
+    kept = cache.select(torch.tensor([1]))
+    assert kept.keys.shape == (1, 4, 7, 4) and torch.equal(kept.values[0], cache.values[1])
+
+
+def test_per_head_weight_views_have_transformer_lens_shapes(attn):
+    assert attn.W_Q.shape == attn.W_K.shape == attn.W_V.shape == (4, 16, 4)
+    assert attn.W_O.shape == (4, 4, 16)
+    x = torch.randn(1, 2, 16)
+    q = attn._project(x, 0, 1)[:, :, 0]
+    manual = torch.einsum("bpd,hde->bphe", x, attn.W_Q) + attn.in_proj_bias[:16].view(4, 4)
+    torch.testing.assert_close(q, manual, atol=1e-5, rtol=0)
+
+
+def test_shapes_are_checked_at_runtime(attn):
+    """The test suite runs lsa_interp.model under jaxtyping + beartype: a wrong shape raises."""
+    with pytest.raises(TypeCheckError):
+        attn(torch.randn(2, 5, 16), mask=torch.zeros(3, 1, 1, 5))

@@ -1,0 +1,92 @@
+"""Our checkpoint format: atomic save, integrity checks, name resolution, format detection."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import lsa_interp.model.checkpoint as checkpoint
+from lsa_interp.model import CheckpointError, HookedEncoderDecoder, available_models, load_model, save_model
+from lsa_interp.model.reference import ReferenceTransformer, save_reference_checkpoint
+
+
+@pytest.fixture
+def saved(small_model, tmp_path):
+    return save_model(small_model, tmp_path / "run", metadata={"epochs": 2, "loss": torch.tensor([1.5, 0.5])})
+
+
+def test_round_trip(small_model, saved):
+    loaded = load_model(saved)
+    assert isinstance(loaded, HookedEncoderDecoder) and loaded.cfg == small_model.cfg and not loaded.training
+    for key, value in small_model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    assert loaded.metadata == {"epochs": 2, "loss": [1.5, 0.5]}
+    config = json.loads((saved / "config.json").read_text())
+    assert config["format"] == "lsa-interp" and config["format_version"] == 1 and len(config["weights_sha256"]) == 64
+    assert load_model(saved / "config.json").cfg == load_model(saved / "model.safetensors").cfg
+
+
+def test_save_is_atomic_and_refuses_to_overwrite(small_model, saved):
+    with pytest.raises(FileExistsError):
+        save_model(small_model, saved)
+    save_model(small_model, saved, metadata={"epochs": 3}, overwrite=True)
+    assert load_model(saved).metadata["epochs"] == 3
+    assert sorted(p.name for p in saved.parent.iterdir()) == ["run"]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_corrupted_or_truncated_weights_fail_clearly(saved, damage):
+    weights = saved / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0xFF
+    else:
+        data = data[: len(data) // 2]
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="corrupted or truncated"):
+        load_model(saved)
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda text: text[: len(text) // 2], "not valid JSON"),
+        (lambda text: text.replace('"format_version": 1', '"format_version": 99'), "format version 99"),
+        (lambda text: text.replace('"d_mlp": 64', '"d_mlp": 65'), "cannot load"),
+        (lambda text: text.replace('"lsa-interp"', '"other"'), "not an lsa-interp checkpoint"),
+    ],
+)
+def test_bad_configs_fail_clearly(saved, edit, message):
+    config = saved / "config.json"
+    config.write_text(edit(config.read_text()))
+    with pytest.raises(CheckpointError, match=message):
+        load_model(saved)
+
+
+def test_missing_files_fail_clearly(saved, tmp_path):
+    (saved / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="missing"):
+        load_model(saved)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="config.json is missing"):
+        load_model(tmp_path / "empty")
+
+
+def test_shipped_names_resolve_and_unknown_names_list_them(small_model, small_cfg, tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoint, "CHECKPOINTS_DIR", tmp_path)
+    with pytest.raises(FileNotFoundError, match="available names: none"):
+        load_model("copy-200")
+    save_model(small_model, tmp_path / "copy-20")
+    save_reference_checkpoint(ReferenceTransformer(small_cfg), tmp_path / "nocopy-20.pt")
+    assert available_models() == ["copy-20", "nocopy-20"]
+    assert load_model("copy-20").cfg == small_cfg
+    assert load_model("nocopy-20").metadata["source"] == "reference checkpoint"
+    with pytest.raises(FileNotFoundError, match="available names: copy-20, nocopy-20"):
+        load_model("copy-200")
+
+
+def test_checkpoints_dir_is_at_the_repository_root():
+    assert checkpoint.CHECKPOINTS_DIR.name == "checkpoints"
+    assert (checkpoint.CHECKPOINTS_DIR.parent / "lsa_interp" / "__init__.py").is_file()

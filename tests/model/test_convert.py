@@ -1,0 +1,93 @@
+"""Reference checkpoint conversion: strict key mapping, position-table layouts, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lsa_interp.data.tokenizer import encode_tasks
+from lsa_interp.model import ModelConfig, convert_reference_state_dict, load_model
+from lsa_interp.model.convert import infer_reference_config, load_reference_checkpoint
+from lsa_interp.model.reference import ReferenceTransformer, save_reference_checkpoint
+
+CFG = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=3, d_mlp=48, max_len=64, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def reference() -> ReferenceTransformer:
+    torch.manual_seed(0)
+    return ReferenceTransformer(CFG).eval()
+
+
+def test_loads_a_reference_checkpoint_file_and_matches_its_logits(reference, make_tasks, tmp_path):
+    path = tmp_path / "run.pt"
+    save_reference_checkpoint(reference, path, loss_hist=[2.5, 1.25])
+    model = load_model(path)
+    assert model.cfg == CFG and not model.training
+    assert model.metadata["loss_hist"] == [2.5, 1.25] and model.metadata["mlc_config"]["nhead"] == 4
+    batch = encode_tasks(make_tasks(4, seed=1))
+    with torch.no_grad():
+        torch.testing.assert_close(model(batch), reference(batch.src, batch.tgt_in), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("layout", ["[1, max_len, d]", "[max_len, 1, d]", "[max_len, d]"])
+def test_position_table_layouts_are_accepted(reference, layout):
+    state = dict(reference.state_dict())
+    table = state["positional_encoding.pos_embedding"].reshape(64, 32)
+    state["positional_encoding.pos_embedding"] = {
+        "[1, max_len, d]": table[None],
+        "[max_len, 1, d]": table[:, None],
+        "[max_len, d]": table,
+    }[layout]
+    assert infer_reference_config(state, n_heads=4, dropout=0.0) == CFG
+    converted = convert_reference_state_dict(state, CFG)
+    assert torch.equal(converted["pos_embedding"], table)
+    assert converted["decoder.2.cross_attn.in_proj_weight"] is not state["transformer.decoder.layers.2.multihead_attn.in_proj_weight"]
+
+
+def test_wrong_position_table_shape_is_rejected(reference):
+    state = dict(reference.state_dict())
+    state["positional_encoding.pos_embedding"] = torch.zeros(2, 64, 32)
+    with pytest.raises(ValueError, match=r"expected \[max_len, 32\]"):
+        infer_reference_config(state)
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda s: s.update({"transformer.encoder.layers.0.extra.weight": torch.zeros(1)}), "unknown keys"),
+        (lambda s: s.update({"transformer.encoder.layers.0.norm3.weight": torch.zeros(32)}), "unknown keys"),
+        (lambda s: s.pop("transformer.decoder.layers.1.norm3.bias"), "missing keys"),
+        (lambda s: s.update({"out.bias": torch.zeros(31)}), "shape mismatches"),
+    ],
+)
+def test_conversion_is_strict(reference, edit, message):
+    state = dict(reference.state_dict())
+    edit(state)
+    with pytest.raises(ValueError, match=message):
+        convert_reference_state_dict(state, CFG)
+
+
+def test_not_a_checkpoint_gives_clear_errors(tmp_path):
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"this is not a checkpoint at all")
+    with pytest.raises(ValueError, match="not a PyTorch checkpoint"):
+        load_model(garbage)
+    plain = tmp_path / "plain.pt"
+    torch.save({"weights": torch.zeros(2)}, plain)
+    with pytest.raises(ValueError, match="expected a dict with 'net_state_dict'"):
+        load_model(plain)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"net_state_dict": {"layer.weight": torch.zeros(2)}}, foreign)
+    with pytest.raises(ValueError, match="not a reference state dict"):
+        load_model(foreign)
+    with pytest.raises(FileNotFoundError):
+        load_reference_checkpoint(tmp_path / "absent.pt")
+
+
+def test_pickled_objects_need_an_explicit_opt_in(reference, tmp_path):
+    path = tmp_path / "pickled.pt"
+    save_reference_checkpoint(reference, path, train_config=ModelConfig())
+    with pytest.raises(ValueError, match="weights_only=False"):
+        load_model(path)
+    assert load_reference_checkpoint(path, weights_only=False).cfg.n_decoder_layers == 3

@@ -1,0 +1,223 @@
+"""HookedEncoderDecoder: equivalence with torch.nn.Transformer, causality, hooks, inputs, caching."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lsa_interp.data.tokenizer import encode_tasks
+from lsa_interp.data.vocab import PAD, VOCAB_SIZE
+from lsa_interp.model import ActivationCache, HookedEncoderDecoder, ModelConfig
+from lsa_interp.model.inputs import to_token_batch
+
+
+def _noop(tensor, hook):
+    return None
+
+
+ALL_HOOKS = [(lambda name: True, _noop)]
+"""A no-op hook on every hook point: forces the explicit (hooked) attention path."""
+
+
+def _batch_with_decoder_len(make_tasks, length: int, seed: int):
+    """A padded batch of 6 tasks whose longest decoder input has ``length`` positions (``>`` + answer)."""
+    if length == 1:
+        return to_token_batch(make_tasks(6, seed=seed, answer_len=None))
+    tasks = make_tasks(6, seed=seed, answer_len=(max(1, length // 2), length - 1))
+    longest = make_tasks(1, seed=seed + 100, answer_len=(length - 1, length - 1))
+    return encode_tasks(tasks[:5] + longest)
+
+
+@pytest.mark.parametrize("length", [1, 2, 5, 20])
+@pytest.mark.parametrize("hooked", [False, True], ids=["fused", "hooked"])
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_matches_nn_transformer(paper_pair, make_tasks, length, hooked, mode):
+    reference, model = paper_pair
+    batch = _batch_with_decoder_len(make_tasks, length, seed=length)
+    assert batch.tgt_in.shape[1] == length and (batch.src == PAD).any()
+    reference.train(mode == "train")
+    model.train(mode == "train")
+    try:
+        with torch.set_grad_enabled(mode == "train"):
+            expected = reference(batch.src, batch.tgt_in)
+            actual = model.run_with_hooks(batch, fwd_hooks=ALL_HOOKS if hooked else [])
+    finally:
+        reference.eval()
+        model.eval()
+    assert actual.shape == (6, length, VOCAB_SIZE)
+    keep = batch.tgt_in != PAD
+    torch.testing.assert_close(actual[keep], expected[keep], atol=1e-5, rtol=0)
+
+
+def test_causal_later_tokens_do_not_change_earlier_logits(paper_pair, make_tasks):
+    _, model = paper_pair
+    batch = encode_tasks(make_tasks(4, seed=3, answer_len=(6, 6)))
+    changed = batch.tgt_in.clone()
+    changed[:, 4:] = torch.randint(0, 26, changed[:, 4:].shape)
+    with torch.no_grad():
+        before, after = model(batch), model(batch, tgt=changed)
+    torch.testing.assert_close(after[:, :4], before[:, :4], atol=1e-6, rtol=0)
+    assert not torch.allclose(after[:, 4:], before[:, 4:])
+
+
+def test_model_has_the_paper_parameter_count():
+    assert sum(p.numel() for p in HookedEncoderDecoder().parameters()) == 1_400_606
+
+
+@pytest.mark.parametrize("stack,kind", [("encoder", "attn"), ("decoder", "cross_attn")])
+def test_zeroing_one_heads_pattern_removes_exactly_its_contribution(make_pair, make_tasks, stack, kind):
+    _, model = make_pair(ModelConfig(use_hook_result=True, dropout=0.0), seed=5)
+    tasks = make_tasks(3, seed=4)
+    layer, head = 1, 6
+    prefix = f"{stack}.{layer}"
+
+    def zero_head(pattern, hook):
+        pattern[:, head] = 0.0
+        return pattern
+
+    with torch.no_grad():
+        logits, clean = model.run_with_cache(tasks)
+        with model.hooks(fwd_hooks=[(f"{prefix}.{kind}.hook_pattern", zero_head)]):
+            patched_logits, patched = model.run_with_cache(tasks)
+    out_hook = f"{prefix}.hook_{'attn' if kind == 'attn' else 'cross_attn'}_out"
+    z_hook, result_hook = f"{prefix}.{kind}.hook_z", f"{prefix}.{kind}.hook_result"
+    assert patched[z_hook][:, :, head].abs().max() == 0
+    others = [h for h in range(model.cfg.n_heads) if h != head]
+    torch.testing.assert_close(patched[z_hook][:, :, others], clean[z_hook][:, :, others])
+    torch.testing.assert_close(patched[out_hook], clean[out_hook] - clean[result_hook][:, :, head], atol=1e-5, rtol=0)
+    torch.testing.assert_close(patched[f"{prefix}.hook_resid_pre"], clean[f"{prefix}.hook_resid_pre"])
+    assert not torch.allclose(patched_logits, logits)
+
+
+def test_replacing_a_pattern_changes_the_output(paper_pair, make_tasks):
+    _, model = paper_pair
+    tasks = make_tasks(2, seed=6)
+    uniform = lambda pattern, hook: torch.full_like(pattern, 1.0 / pattern.shape[-1])  # noqa: E731
+    with torch.no_grad():
+        clean = model(tasks)
+        patched = model.run_with_hooks(tasks, fwd_hooks=[("encoder.1.attn.hook_pattern", uniform)])
+    assert not torch.allclose(clean, patched)
+    assert not model.list_hooks()
+
+
+def test_hook_result_sums_to_attention_output(make_pair, make_tasks):
+    _, model = make_pair(ModelConfig(use_hook_result=True, dropout=0.0), seed=2)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(make_tasks(2, seed=1))
+    for name in ("encoder.0.attn", "decoder.2.attn", "decoder.1.cross_attn"):
+        summed = cache[f"{name}.hook_result"].sum(dim=2) + model.mod_dict[name].out_proj.bias
+        out = name.replace(".attn", ".hook_attn_out").replace(".cross_attn", ".hook_cross_attn_out")
+        torch.testing.assert_close(summed, cache[out], atol=1e-5, rtol=0)
+
+
+def test_per_head_weights_reproduce_queries_and_outputs(paper_pair, make_tasks):
+    _, model = paper_pair
+    with torch.no_grad():
+        _, cache = model.run_with_cache(make_tasks(2, seed=8))
+    attn = model.encoder[1].attn
+    resid = cache["encoder.1.hook_resid_pre"]
+    q = torch.einsum("bpd,hde->bphe", resid, attn.W_Q) + attn.in_proj_bias[:128].view(8, 16)
+    torch.testing.assert_close(q, cache["encoder.1.attn.hook_q"], atol=1e-5, rtol=0)
+    out = torch.einsum("bphe,hed->bpd", cache["encoder.1.attn.hook_z"], attn.W_O) + attn.out_proj.bias
+    torch.testing.assert_close(out, cache["encoder.1.hook_attn_out"], atol=1e-5, rtol=0)
+    assert attn.W_K.shape == attn.W_V.shape == (8, 128, 16)
+
+
+def test_accepts_task_list_token_batch_and_id_tensors(paper_pair, make_tasks):
+    _, model = paper_pair
+    tasks = make_tasks(3, seed=9)
+    batch = encode_tasks(tasks)
+    with torch.no_grad():
+        from_tasks, from_batch = model(tasks), model(batch)
+        from_ids = model(batch.src, batch.tgt_in)
+        single = model(tasks[0])
+    torch.testing.assert_close(from_tasks, from_batch)
+    torch.testing.assert_close(from_ids, from_batch)
+    n_pos = len(tasks[0].answer) + 1
+    torch.testing.assert_close(single[0], from_batch[0, :n_pos], atol=1e-5, rtol=0)
+
+
+def test_tasks_without_answers_run_one_decoder_step(paper_pair, make_tasks):
+    _, model = paper_pair
+    tasks = make_tasks(3, seed=10)
+    with torch.no_grad():
+        logits = model([t.with_answer(None) for t in tasks])
+        teacher_forced = model(tasks)
+    assert logits.shape == (3, 1, VOCAB_SIZE)
+    torch.testing.assert_close(logits[:, 0], teacher_forced[:, 0], atol=1e-5, rtol=0)
+
+
+def test_rejects_unusable_inputs(paper_pair):
+    _, model = paper_pair
+    with pytest.raises(TypeError):
+        model("abc")
+    with pytest.raises(ValueError, match="empty"):
+        model([])
+
+
+def test_run_with_cache_returns_detached_copies_in_hook_order(paper_pair, make_tasks):
+    _, model = paper_pair
+    seen = {}
+
+    def grab(tensor, hook):
+        seen[hook.name] = tensor
+
+    tasks = make_tasks(2, seed=11)
+    with model.hooks(fwd_hooks=[("encoder.0.hook_resid_post", grab)]):
+        logits, cache = model.run_with_cache(tasks)
+    assert isinstance(cache, ActivationCache)
+    assert list(cache.keys()) == model.hook_names()
+    assert all(not t.requires_grad for t in cache.values())
+    own = seen["encoder.0.hook_resid_post"]
+    assert cache["encoder.0.hook_resid_post"].data_ptr() != own.data_ptr()
+    torch.testing.assert_close(cache["encoder.0.hook_resid_post"], own.detach())
+    assert logits.shape == (2, cache.inputs.tgt_in.shape[1], VOCAB_SIZE)
+
+
+def test_run_with_cache_names_filter_and_device(paper_pair, make_tasks):
+    _, model = paper_pair
+    tasks = make_tasks(2, seed=12)
+    _, by_list = model.run_with_cache(tasks, names_filter=["decoder.0.cross_attn.hook_pattern"], device="cpu")
+    assert list(by_list.keys()) == ["decoder.0.cross_attn.hook_pattern"]
+    _, by_fn = model.run_with_cache(tasks, names_filter=lambda name: name.endswith("hook_pattern"))
+    assert len(by_fn) == 9
+    _, by_str = model.run_with_cache(tasks, names_filter="encoder.hook_embed")
+    assert list(by_str.keys()) == ["encoder.hook_embed"]
+    with pytest.raises(ValueError, match="unknown hook name"):
+        model.run_with_cache(tasks, names_filter=["encoder.9.hook_resid_pre"])
+    assert not model.list_hooks()
+
+
+def test_cross_attention_pattern_is_rectangular(paper_pair, make_tasks):
+    _, model = paper_pair
+    tasks = make_tasks(2, seed=13, answer_len=(4, 4))
+    _, cache = model.run_with_cache(tasks)
+    src_pos, tgt_pos = cache.inputs.src.shape[1], 5
+    pattern = cache.pattern("decoder", 0, "cross_attn")
+    assert pattern.shape == (2, 8, tgt_pos, src_pos)
+    pad = cache.inputs.src == PAD
+    assert pattern.masked_select(pad[:, None, None, :]).abs().max() == 0
+    torch.testing.assert_close(pattern.sum(-1), torch.ones(2, 8, tgt_pos))
+    self_pattern = cache.pattern("decoder", 0)
+    assert torch.triu(self_pattern, diagonal=1).abs().max() == 0
+
+
+def test_fused_path_is_used_only_without_hooks(paper_pair, make_tasks, monkeypatch):
+    _, model = paper_pair
+    calls = []
+    original = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(
+        torch.nn.functional, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or original(*a, **k)
+    )
+    tasks = make_tasks(1, seed=14)
+    with torch.no_grad():
+        model(tasks)
+        assert len(calls) == 9
+        calls.clear()
+        model.run_with_hooks(tasks, fwd_hooks=[("encoder.1.attn.hook_z", _noop)])
+        assert len(calls) == 8
+        handle = model.encoder[0].attn.hook_pattern.register_forward_hook(lambda *args: None)
+        calls.clear()
+        model(tasks)
+        handle.remove()
+    assert len(calls) == 8

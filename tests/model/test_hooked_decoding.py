@@ -1,0 +1,106 @@
+"""HookedEncoderDecoder decoding: cached greedy decoding vs full re-computation, generate, solve."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lsa_interp.data.tokenizer import decode_batch, encode_tasks
+from lsa_interp.data.vocab import ARROW, EOS, PAD
+from lsa_interp.model.inputs import decoder_input_from_generated
+from lsa_interp.model.reference import reference_greedy_decode
+
+EOS_BIAS = 0.3
+"""Added to the EOS logit of the small random model so that rows stop after 2 to 32 steps."""
+
+
+@pytest.fixture(scope="module")
+def stopping_pair(make_pair, small_cfg):
+    """Small reference and hooked models (same weights) that emit EOS after a varying number of steps."""
+    reference, model = make_pair(small_cfg, seed=0)
+    with torch.no_grad():
+        reference.out.bias[EOS] += EOS_BIAS
+        model.unembed.bias[EOS] += EOS_BIAS
+    return reference, model
+
+
+@pytest.fixture(scope="module")
+def thousand(make_tasks):
+    return encode_tasks(make_tasks(1000, seed=0))
+
+
+def _lengths(tokens: torch.Tensor) -> torch.Tensor:
+    """Generated length of each row, EOS included (the full width when a row has no EOS)."""
+    return ((tokens == EOS).long().cumsum(1) == 0).sum(1) + (tokens == EOS).any(1).long()
+
+
+def test_cached_decoding_equals_full_recomputation_on_1000_tasks(stopping_pair, thousand):
+    reference, model = stopping_pair
+    cached = model.generate(thousand, batch_size=250)
+    full = model.generate(thousand, batch_size=1000, use_cache=False)
+    lengths = _lengths(cached)
+    assert len(set(lengths.tolist())) >= 5 and lengths.min() < 8 and lengths.max() == 32
+    assert torch.equal(cached, full)
+    expected = reference_greedy_decode(reference, thousand.src, n_steps=32)
+    assert torch.equal(cached, expected[:, : cached.shape[1]])
+    assert (expected[:, cached.shape[1] :] == PAD).all()
+
+
+def test_tokens_after_eos_are_pad_and_decoding_stops_when_all_rows_are_done(stopping_pair, make_tasks):
+    _, model = stopping_pair
+    tokens = model.generate(make_tasks(50, seed=1), max_new_tokens=32)
+    lengths = _lengths(tokens)
+    assert tokens.shape[1] == int(lengths.max())
+    after = torch.arange(tokens.shape[1])[None, :] >= lengths[:, None]
+    assert (tokens[after] == PAD).all()
+
+
+def test_generate_with_hooks_keeps_rows_aligned(stopping_pair, make_tasks):
+    _, model = stopping_pair
+    tasks = make_tasks(20, seed=2)
+    batch_sizes = []
+
+    def record(tensor, hook):
+        batch_sizes.append(tensor.shape[0])
+
+    plain = model.generate(tasks)
+    with model.hooks(fwd_hooks=[("encoder.0.hook_resid_pre", record), ("decoder.0.attn.hook_pattern", record)]):
+        hooked = model.generate(tasks, batch_size=4)
+    assert torch.equal(plain, hooked)
+    assert set(batch_sizes) == {20} and len(batch_sizes) == 1 + plain.shape[1]
+
+
+def test_generate_return_cache_gives_the_decoded_sequence(stopping_pair, make_tasks):
+    _, model = stopping_pair
+    tokens, cache = model.generate(make_tasks(8, seed=3), return_cache=True)
+    tgt_in = cache.inputs.tgt_in
+    assert torch.equal(tgt_in, decoder_input_from_generated(tokens))
+    logits = model.unembed(cache["decoder.ln_final.hook_out"])
+    width = min(tgt_in.shape[1], tokens.shape[1])
+    predicted = logits.argmax(-1)[:, :width]
+    keep = tokens[:, :width] != PAD
+    assert torch.equal(predicted[keep], tokens[:, :width][keep])
+    assert cache.pattern("decoder", 1, "cross_attn").shape[2] == tgt_in.shape[1]
+
+
+def test_decoder_input_from_generated():
+    generated = torch.tensor([[1, 2, EOS, PAD], [3, EOS, PAD, PAD], [4, 5, 6, 7]])
+    expected = torch.tensor([[ARROW, 1, 2, PAD], [ARROW, 3, PAD, PAD], [ARROW, 4, 5, 6]])
+    assert torch.equal(decoder_input_from_generated(generated), expected)
+
+
+def test_solve_returns_strings(stopping_pair, make_tasks):
+    _, model = stopping_pair
+    tasks = make_tasks(5, seed=4)
+    answers = model.solve(tasks)
+    assert isinstance(answers, list) and len(answers) == 5
+    assert answers == decode_batch(model.generate(tasks))
+    assert model.solve(tasks[2]) == answers[2]
+
+
+def test_generate_rejects_bad_lengths(stopping_pair, make_tasks):
+    _, model = stopping_pair
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        model.generate(make_tasks(1), max_new_tokens=0)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        model.generate(make_tasks(1), max_new_tokens=model.cfg.max_len + 1)

@@ -1,0 +1,53 @@
+"""Layers: the position table, norms, stacks and their indexing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.model.layers import Norm, Stack, sinusoidal_table
+
+
+def test_sinusoidal_table_has_sin_on_even_and_cos_on_odd_dims():
+    table = sinusoidal_table(50, 8)
+    assert table.shape == (50, 8)
+    pos, i = 7, 2
+    freq = 1.0 / 10000 ** (2 * i / 8)
+    assert table[pos, 2 * i].item() == pytest.approx(math.sin(pos * freq), abs=1e-6)
+    assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(pos * freq), abs=1e-6)
+    assert torch.equal(table[0, 1::2], torch.ones(4))
+
+
+def test_norm_hooks_its_input_or_its_output():
+    cfg = ModelConfig(d_model=8, n_heads=2)
+    x = torch.randn(2, 3, 8) * 5 + 2
+    seen = {}
+    inner, final = Norm(cfg), Norm(cfg, hook_in=False)
+    inner.hook_in.add_hook(lambda t, hook: seen.setdefault("in", t))
+    final.hook_out.add_hook(lambda t, hook: seen.setdefault("out", t))
+    expected = torch.nn.functional.layer_norm(x, (8,), eps=1e-5)
+    torch.testing.assert_close(inner(x), expected)
+    torch.testing.assert_close(final(x), expected)
+    assert torch.equal(seen["in"], x) and torch.equal(seen["out"], expected)
+    assert not hasattr(inner, "hook_out") and not hasattr(final, "hook_in")
+
+
+def test_stack_indexing_and_layer_names():
+    model = HookedEncoderDecoder(ModelConfig(d_model=16, n_heads=2, n_encoder_layers=2, n_decoder_layers=3, d_mlp=8))
+    assert len(model.encoder) == 2 and len(model.decoder) == 3
+    assert model.decoder[-1] is model.decoder[2] is model.mod_dict["decoder.2"]
+    assert model.encoder.layers() == [model.encoder[0], model.encoder[1]]
+    with pytest.raises(IndexError, match="out of range"):
+        model.encoder[2]
+
+
+def test_embedding_beyond_the_position_table_raises():
+    cfg = ModelConfig(d_model=16, n_heads=2, d_mlp=8, max_len=10)
+    stack = Stack(cfg, decoder=False)
+    table = sinusoidal_table(cfg.max_len, cfg.d_model)
+    assert stack.embed_tokens(torch.zeros(1, 10, dtype=torch.long), table).shape == (1, 10, 16)
+    with pytest.raises(ValueError, match="exceeds the position table"):
+        stack.embed_tokens(torch.zeros(1, 3, dtype=torch.long), table, start=8)
