@@ -176,7 +176,7 @@ class HookedEncoderDecoder(HookedRootModule):
         inputs: ModelInput,
         *,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-        batch_size: int = 1024,
+        batch_size: int = 256,
         use_cache: bool = True,
         return_cache: bool = False,
         names_filter: NamesFilter = None,
@@ -264,7 +264,7 @@ class HookedEncoderDecoder(HookedRootModule):
         return tokens[:, :width]
 
     def solve(
-        self, tasks: Task | Sequence[Task], max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, batch_size: int = 1024
+        self, tasks: Task | Sequence[Task], max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, batch_size: int = 256
     ) -> str | list[str]:
         """Return the greedy answer of one task (a str) or of each task of a list (a list of str)."""
         single = isinstance(tasks, Task)

@@ -82,9 +82,9 @@ encoder output ("memory") read by every decoder cross-attention layer.
 
 ## When hooks fire
 
-- `model(tasks)`, `run_with_hooks`, `run_with_cache`: once per hook, with the shapes below. Tasks with
-  answers are teacher-forced (decoder input `>` + answer); tasks without answers run the encoder and one
-  decoder step (`tgt_pos` = 1).
+- `model(tasks)`, `run_with_hooks`, `run_with_cache`: once per hook, with the shapes below. Tasks that
+  all carry answers are teacher-forced (decoder input `>` + answer); otherwise (no answers, or only some)
+  the encoder runs with one decoder step (`tgt_pos` = 1). A `tgt` argument sets the decoder input.
 - `generate`/`solve` with hooks attached: encoder hooks fire once; `decoder.{{l}}.cross_attn.hook_k`/`hook_v`
   fire once per decoding call; every other decoder hook fires once per step with `tgt_pos` = 1 (self-attention
   `hook_k`/`hook_v` hold the new position only; scores and patterns span every position so far). All rows
