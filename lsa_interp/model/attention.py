@@ -106,7 +106,8 @@ class Attention(nn.Module):
     def _project(self, x: Tensor, first: int, count: int) -> Tensor:
         """Project ``x`` with ``count`` consecutive blocks of ``in_proj`` (0=Q, 1=K, 2=V)."""
         d = self.d_model
-        out = F.linear(x, self.in_proj_weight[first * d : (first + count) * d], self.in_proj_bias[first * d : (first + count) * d])
+        rows = slice(first * d, (first + count) * d)
+        out = F.linear(x, self.in_proj_weight[rows], self.in_proj_bias[rows])
         return out.view(x.shape[0], x.shape[1], count, self.n_heads, self.d_head)
 
     def precompute_kv(self, source: Float[Tensor, "batch k_pos d_model"]) -> KVCache:

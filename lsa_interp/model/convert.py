@@ -20,6 +20,7 @@ from torch import Tensor
 from lsa_interp.model.config import ModelConfig
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
+_FIRST_LINEAR = "transformer.encoder.layers.0.linear1.weight"
 _LAYER_RE = re.compile(r"^transformer\.(encoder|decoder)\.layers\.(\d+)\.")
 _SUBMODULES = {
     "self_attn": "attn",
@@ -62,7 +63,7 @@ def infer_reference_config(state_dict: Mapping[str, Tensor], n_heads: int = 8, d
 
     Raises ValueError when a required key is missing or the position table is not 2-D after squeezing.
     """
-    for key in ("input_embedding.weight", "positional_encoding.pos_embedding", "transformer.encoder.layers.0.linear1.weight"):
+    for key in ("input_embedding.weight", "positional_encoding.pos_embedding", _FIRST_LINEAR):
         if key not in state_dict:
             raise ValueError(f"not a reference state dict: missing {key!r} (got {sorted(state_dict)[:8]}...)")
     vocab_size, d_model = state_dict["input_embedding.weight"].shape
@@ -77,7 +78,7 @@ def infer_reference_config(state_dict: Mapping[str, Tensor], n_heads: int = 8, d
         n_heads=n_heads,
         n_encoder_layers=n_layers["encoder"],
         n_decoder_layers=n_layers["decoder"],
-        d_mlp=state_dict["transformer.encoder.layers.0.linear1.weight"].shape[0],
+        d_mlp=state_dict[_FIRST_LINEAR].shape[0],
         dropout=dropout,
         vocab_size=vocab_size,
         max_len=table.shape[0],

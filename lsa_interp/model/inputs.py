@@ -36,7 +36,8 @@ def to_token_batch(
         batch = inputs
     elif isinstance(inputs, Tensor):
         if inputs.dim() != 2 or inputs.dtype != torch.long:
-            raise TypeError(f"encoder ids must be a [batch, src_pos] int64 tensor, got {tuple(inputs.shape)} {inputs.dtype}")
+            shape = tuple(inputs.shape)
+            raise TypeError(f"encoder ids must be a [batch, src_pos] int64 tensor, got {shape} {inputs.dtype}")
         roles = torch.from_numpy(source_roles(inputs.cpu().numpy())).to(inputs.device)
         batch = TokenBatch(inputs, roles)
     elif isinstance(inputs, Sequence) and all(isinstance(t, Task) for t in inputs):
