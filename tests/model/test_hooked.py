@@ -221,3 +221,22 @@ def test_fused_path_is_used_only_without_hooks(paper_pair, make_tasks, monkeypat
         model(tasks)
         handle.remove()
     assert len(calls) == 8
+
+
+def test_nnsight_can_replace_an_attention_pattern(make_pair, small_cfg, make_tasks):
+    nnsight = pytest.importorskip("nnsight")
+    _, model = make_pair(small_cfg, seed=3)  # a fresh model: nnsight instruments its modules for good
+    tasks = make_tasks(2, seed=15)
+    with torch.no_grad():
+        clean = model(tasks)
+        wrapped = nnsight.NNsight(model)
+        with wrapped.trace(tasks):
+            pattern = wrapped.encoder[1].attn.hook_pattern.output.save()
+            wrapped.encoder[1].attn.hook_pattern.output[:] = 0.0
+            patched = wrapped.output.save()
+        with wrapped.trace(tasks):
+            untouched = wrapped.output.save()
+    src_pos = encode_tasks(tasks).src.shape[1]
+    assert pattern.shape == (2, small_cfg.n_heads, src_pos, src_pos)
+    assert not torch.allclose(patched, clean)
+    torch.testing.assert_close(untouched, clean, atol=1e-5, rtol=0)
