@@ -89,6 +89,48 @@ def data_show(
             out.print(f"{split:>18}  [dim]{task.transformation:<18}[/] {task}", highlight=False)
 
 
+@app.command("evaluate", epilog="Example: lsa-interp evaluate --model copy-200 --out runs/eval/copy-200 --limit 5000")
+def evaluate(
+    model: Annotated[str, typer.Option(help="A shipped checkpoint name, or a checkpoint directory or reference .pt.")],
+    preset: Annotated[
+        str | None, typer.Option(help="Dataset preset; default: the preset in the model's training metadata.")
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(min=0, help="Dataset seed; default: metadata data_seed, else seed, else 0.")
+    ] = None,
+    data: Annotated[
+        Path | None, typer.Option(help="A dataset saved by 'lsa-interp data generate', read instead of regenerating.")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write evaluation.json, evaluation.md and accuracy_by_transformation.html here.")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Evaluate a deterministic random subset of N rows per split.")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="Tasks decoded per batch.")] = 512,
+    device: Annotated[str | None, typer.Option(help="Torch device; default: cuda when available, else cpu.")] = None,
+) -> None:
+    """Greedy exact match: the paper's Table 1, accuracy by transformation, copy vs non-copy, alternate-rule errors.
+
+    Seen-alphabet numbers come from the val split, new-alphabet numbers from the new-alphabet test set.
+    """
+    import torch
+
+    from lsa_interp.evaluation import evaluate_model, evaluation_dataset, rich_tables, write_report
+    from lsa_interp.model import load_model
+
+    net = load_model(model, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    with console.status("loading the dataset" if data else "generating the dataset"):
+        dataset = evaluation_dataset(net, preset, seed, data)
+    result = evaluate_model(net, dataset, limit=limit, progress=True, batch_size=batch_size, model_name=model)
+    out_console = Console(width=max(shutil.get_terminal_size().columns, 120))
+    for table in rich_tables(result):
+        out_console.print(table)
+    if out is not None:
+        paths = write_report(result, out)
+        print("wrote " + ", ".join(str(path) for path in paths.values()))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     try:

@@ -6,7 +6,7 @@ from jaxtyping import install_import_hook
 
 # Check the jaxtyping shapes of the tensor-facing modules at run time (must precede importing lsa_interp).
 # The pure-Python data pipeline is left out: checking its hot loops would slow generation tenfold.
-TENSOR_MODULES = ["lsa_interp.data.tokenizer", "lsa_interp.data.loaders", "lsa_interp.model"]
+TENSOR_MODULES = ["lsa_interp.data.tokenizer", "lsa_interp.data.loaders", "lsa_interp.model", "lsa_interp.evaluation"]
 install_import_hook(TENSOR_MODULES, "beartype.beartype")
 
 import pytest  # noqa: E402

@@ -1,0 +1,28 @@
+"""Evaluation of a model on a dataset: greedy exact match, the paper's Table 1, accuracy by transformation,
+copy vs non-copy, the alternate-rule error analysis, and JSON / markdown / HTML reports.
+
+>>> result = evaluate_model(load_model("copy-200"), load_dataset("data/copy-200"), limit=2000)  # doctest: +SKIP
+>>> write_report(result, "runs/eval/copy-200")                                                   # doctest: +SKIP
+
+Seen-alphabet numbers come from the val split, new-alphabet numbers from ``test_new_alphabets``; the
+``*_with_standard`` Table 1 cells add the val split's standard-alphabet rows to the new-alphabet rows, for
+comparison with the paper. `score_predictions` computes every number from given predictions.
+"""
+
+from lsa_interp.evaluation.metrics import (
+    ALTERNATE_RULES, Accuracy, AlternateRuleCounts, Table1, accuracy, alternate_rule_errors, by_transformation,
+    copy_split, exact_match, in_paper_order, other_rule_answer, table1,
+)
+from lsa_interp.evaluation.report import (
+    PAPER_TABLE1, REPORT_FILES, markdown_report, report_sections, rich_tables, transformation_figure, write_report,
+)
+from lsa_interp.evaluation.result import EvaluationResult, score_predictions
+from lsa_interp.evaluation.run import evaluate_model, evaluation_dataset, predict, subsample
+
+__all__ = [
+    "ALTERNATE_RULES", "PAPER_TABLE1", "REPORT_FILES", "Accuracy", "AlternateRuleCounts", "EvaluationResult",
+    "Table1", "accuracy", "alternate_rule_errors", "by_transformation", "copy_split", "evaluate_model",
+    "evaluation_dataset", "exact_match", "in_paper_order", "markdown_report", "other_rule_answer", "predict",
+    "report_sections", "rich_tables", "score_predictions", "subsample", "table1", "transformation_figure",
+    "write_report",
+]
