@@ -5,6 +5,7 @@ Bad input ends with one line on stderr and exit code 2 (set ``LSA_INTERP_DEBUG=1
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -129,6 +130,96 @@ def evaluate(
     if out is not None:
         paths = write_report(result, out)
         print("wrote " + ", ".join(str(path) for path in paths.values()))
+
+
+@app.command(
+    "train",
+    epilog="Example: lsa-interp train --preset copy-200 --seed 1 --batching alphabet --out runs/copy-200-s1\n\n"
+    "Resume after an interruption: lsa-interp train --resume runs/copy-200-s1",
+)
+def train(
+    out: Annotated[Path | None, typer.Option(help="Run directory (config, metrics.jsonl, state.pt, model/).")] = None,
+    preset: Annotated[str, typer.Option(help="Dataset preset to train on.")] = "copy-20",
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the model's initialisation, dropout and data order.")] = 0,
+    data: Annotated[Path | None, typer.Option(help="A saved dataset; default: generate PRESET into OUT/data.")] = None,
+    data_seed: Annotated[int, typer.Option(min=0, help="Seed of the generated dataset (without --data).")] = 0,
+    epochs: Annotated[int, typer.Option(min=1)] = 20,
+    batch_size: Annotated[int, typer.Option(min=1)] = 32,
+    batching: Annotated[str, typer.Option(help="random, alphabet, transformation or transformation_alphabet.")] = "random",
+    lr: Annotated[float, typer.Option(min=0.0)] = 1e-3,
+    precision: Annotated[str, typer.Option(help="fp32, or bf16 autocast.")] = "fp32",
+    device: Annotated[str, typer.Option(help="auto (CUDA if available), cpu or cuda.")] = "auto",
+    max_steps: Annotated[int | None, typer.Option(min=1, help="Stop after this many optimizer steps.")] = None,
+    max_minutes: Annotated[float | None, typer.Option(min=0.0, help="Stop after this much wall time.")] = None,
+    checkpoint_every: Annotated[int, typer.Option(min=1, help="Save the resumable state every N steps.")] = 2000,
+    val_limit: Annotated[int | None, typer.Option(min=1, help="Validate on this many val rows per epoch.")] = None,
+    model_config: Annotated[
+        str, typer.Option(help='JSON overrides of the model config, e.g. \'{"d_model": 64, "n_heads": 4}\'.')
+    ] = "{}",
+    resume: Annotated[Path | None, typer.Option(help="Continue the run in this directory.")] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite a non-empty run directory.")] = False,
+) -> None:
+    """Train the paper's encoder-decoder with the reference recipe (AdamW, warm-up, linear decay)."""
+    from rich.progress import MofNCompleteColumn, TimeRemainingColumn
+
+    from lsa_interp.train import Trainer, TrainConfig
+
+    if resume is not None:
+        trainer = Trainer.resume(resume, max_steps=max_steps, max_minutes=max_minutes)
+    else:
+        if out is None:
+            raise UserError("give --out RUN_DIR for a new run (or --resume RUN_DIR to continue one)")
+        if out.exists() and any(out.iterdir()) and not force:
+            raise UserError(f"{out} is not empty; pass --force to overwrite it or --resume {out} to continue it")
+        data_dir = data if data is not None else _generate_into(preset, data_seed, out / "data")
+        config = TrainConfig(
+            data_dir=str(data_dir), preset=preset, seed=seed, epochs=epochs, batch_size=batch_size,
+            batching=batching, lr=lr, precision=precision, device=device, max_steps=max_steps,
+            max_minutes=max_minutes, checkpoint_every=checkpoint_every, val_limit=val_limit,
+            model=_parse_model_config(model_config),
+        )
+        trainer = Trainer.start(config, out, force=True)
+    with Progress(
+        TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+        TimeRemainingColumn(), console=console,
+    ) as bar:
+        job = bar.add_task("train", total=trainer.total_steps, completed=trainer.step, info="")
+
+        def show(record: dict) -> None:
+            info = f"loss {record['train_loss']:.4f}  {record['tasks_per_s']:,.0f} tasks/s  lr {record['lr']:.2e}"
+            bar.update(job, completed=record["step"], total=record["total_steps"], info=info)
+
+        run_dir = trainer.run(progress=show)
+    state = "stopped by a signal; continue with --resume" if not (run_dir / "model").exists() else "model written"
+    print(f"{run_dir}: {trainer.step} steps ({trainer.step / trainer.steps_per_epoch:.2f} epochs), {state}")
+
+
+def _parse_model_config(text: str) -> dict:
+    """The ``--model-config`` JSON object, checked against `ModelConfig`."""
+    from lsa_interp.model import ModelConfig
+
+    try:
+        overrides = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UserError(f"--model-config is not valid JSON ({err})") from None
+    if not isinstance(overrides, dict):
+        raise UserError("--model-config must be a JSON object such as '{\"d_model\": 64}'")
+    ModelConfig.from_dict(overrides)
+    return overrides
+
+
+def _generate_into(preset: str, seed: int, out: Path) -> Path:
+    """Generate ``preset`` into ``out`` unless a dataset of that preset and seed is already there."""
+    from lsa_interp.data import generate_dataset, get_preset, read_manifest, save_dataset
+
+    config = get_preset(preset)
+    if (out / "manifest.json").is_file():
+        manifest = read_manifest(out)
+        if (manifest["preset"], manifest["seed"]) == (preset, seed):
+            return out
+    console.print(f"generating {preset} (seed {seed}) into {out}")
+    save_dataset(generate_dataset(config, seed=seed), out, force=True)
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,6 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
@@ -41,6 +42,14 @@ class TokenizedSplit:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def select(self, rows: np.ndarray) -> TokenizedSplit:
+        """The rows ``rows`` (an index array) of every tensor."""
+        index = torch.as_tensor(rows, dtype=torch.long)
+        return TokenizedSplit(
+            self.tokens.select(index), self.transformation[index], self.alphabet[index], self.is_copy[index],
+            self.transformation_names, self.alphabets,
+        )
 
 
 def tokenize_split(tasks: list[Task]) -> TokenizedSplit:

@@ -1,0 +1,335 @@
+"""Training with the paper's recipe, fast: pre-tokenized resident tensors, length-bucketed batches, resumable.
+
+A run directory holds ``train_config.json``, ``metrics.jsonl`` (one JSON object a line), ``state.pt`` (the
+latest resumable state: model, optimizer, RNG, data position; written atomically every epoch, every
+``checkpoint_every`` steps and on SIGINT/SIGTERM) and, at the end, ``model/`` (a `save_model` checkpoint).
+The batches of an epoch are a pure function of (seed, epoch), and the dropout RNG is saved with the state,
+so a run killed at any moment and resumed ends with the same weights as an uninterrupted one (CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from jaxtyping import Int
+from torch import Tensor
+
+from lsa_interp.data.batching import BATCHING_METHODS, batch_keys, epoch_batches
+from lsa_interp.data.transformations import SEEN
+from lsa_interp.data.dataset import read_manifest
+from lsa_interp.data.loaders import TokenizedSplit, load_tokenized
+from lsa_interp.data.vocab import PAD
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.model.checkpoint import save_model
+
+STATE_FILE, METRICS_FILE, CONFIG_FILE, MODEL_DIR = "state.pt", "metrics.jsonl", "train_config.json", "model"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The recipe (defaults: the paper's) and the run's bounds. ``data_dir`` holds a saved dataset."""
+
+    data_dir: str
+    preset: str | None = None
+    seed: int = 0
+    epochs: int = 20
+    batch_size: int = 32
+    batching: str = "random"
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.01
+    warmup_start: float = 1e-4
+    final_lr_factor: float = 0.05
+    precision: str = "fp32"
+    device: str = "auto"
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    checkpoint_every: int = 2000
+    log_every: int = 100
+    val_limit: int | None = None
+    model: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.batching not in BATCHING_METHODS:
+            raise ValueError(f"unknown batching {self.batching!r}; choose one of: {', '.join(BATCHING_METHODS)}")
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"unknown precision {self.precision!r}; choose fp32 or bf16")
+        if self.epochs < 1 or self.batch_size < 1:
+            raise ValueError("epochs and batch size must be positive")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max steps must be positive, got {self.max_steps}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """Inverse of ``dataclasses.asdict``."""
+        return cls(**{**data, "betas": tuple(data["betas"])})
+
+
+def lr_factor(step: int, steps_per_epoch: int, epochs: int, warmup_start: float = 1e-4, final: float = 0.05) -> float:
+    """The reference schedule: linear warm-up from ``warmup_start`` over epoch 1 (per step), then a
+    per-epoch linear decay reaching ``final`` in the last epoch."""
+    epoch = step // steps_per_epoch
+    if epoch == 0:
+        return warmup_start + (1.0 - warmup_start) * step / steps_per_epoch
+    return 1.0 - (1.0 - final) * epoch / max(epochs - 1, 1)
+
+
+def pick_device(name: str) -> torch.device:
+    """``auto`` gives CUDA when available, else CPU; raises ValueError for a device that is not there."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for but no CUDA GPU is available")
+    return device
+
+
+class ResidentSplit:
+    """A tokenized split on the training device, with row lengths for bucketed batches."""
+
+    def __init__(self, split: TokenizedSplit, device: torch.device, limit: int | None = None) -> None:
+        if limit is not None and limit < len(split):
+            split = split.select(np.sort(np.random.default_rng(0).permutation(len(split))[:limit]))
+        tokens = split.tokens
+        self.src, self.tgt_in, self.tgt_out = (t.to(device) for t in (tokens.src, tokens.tgt_in, tokens.tgt_out))
+        self.src_len = (tokens.src != PAD).sum(1).numpy()
+        self.tgt_len = (tokens.tgt_in != PAD).sum(1).numpy()
+        self.split = split
+
+    def batch(self, rows: np.ndarray) -> tuple[Tensor, Tensor, Tensor]:
+        """``(src, tgt_in, tgt_out)`` of ``rows``, cut to the longest row of the batch."""
+        index = torch.from_numpy(rows).to(self.src.device)
+        src_len, tgt_len = int(self.src_len[rows].max()), int(self.tgt_len[rows].max())
+        return self.src[index, :src_len], self.tgt_in[index, :tgt_len], self.tgt_out[index, :tgt_len]
+
+
+def loss_fn(
+    model: HookedEncoderDecoder, src: Int[Tensor, "b s"], tgt_in: Int[Tensor, "b t"], tgt_out: Int[Tensor, "b t"]
+) -> Tensor:
+    """Mean cross-entropy over the non-PAD targets (answer letters and EOS), teacher-forced."""
+    logits = model.decode(tgt_in, model.encode(src), src == PAD)
+    return F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)
+
+
+def exact_match(generated: Int[Tensor, "b n"], tgt_out: Int[Tensor, "b t"]) -> Tensor:
+    """Per row: does the greedy output (answer, EOS, then PAD) equal the target (answer, EOS, PAD)?"""
+    width = max(generated.shape[1], tgt_out.shape[1])
+    pad = lambda t: F.pad(t, (0, width - t.shape[1]), value=PAD)  # noqa: E731
+    return (pad(generated) == pad(tgt_out)).all(dim=1)
+
+
+def _atomic_torch_save(obj: Any, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[dict[str, int]]:
+    """Turn SIGINT/SIGTERM into a flag the loop checks after each step (so the state can be saved)."""
+    flag: dict[str, int] = {}
+    handler = lambda signum, _frame: flag.setdefault("signal", signum)  # noqa: E731
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield flag
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+class Trainer:
+    """One training run in ``run_dir``: build with `Trainer.start` or `Trainer.resume`, then call `run`."""
+
+    def __init__(self, config: TrainConfig, run_dir: Path, state: dict[str, Any] | None = None) -> None:
+        self.config, self.run_dir = config, run_dir
+        self.device = pick_device(config.device)
+        torch.manual_seed(config.seed)
+        self.model = HookedEncoderDecoder(ModelConfig(**config.model)).to(self.device).train()
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay,
+            foreach=True,
+        )
+        self.train = ResidentSplit(load_tokenized(config.data_dir, "train"), self.device)
+        self.keys = batch_keys(config.batching, self.train.split.alphabet.numpy(), self.train.split.transformation.numpy())
+        self.steps_per_epoch = len(epoch_batches(self.keys, self.train.src_len, config.batch_size, config.seed, 0))
+        self.val = ResidentSplit(load_tokenized(config.data_dir, "val"), self.device, config.val_limit)
+        self.total_steps = self.steps_per_epoch * config.epochs
+        self.step, self.elapsed, self.metrics_offset = 0, 0.0, 0
+        if state is not None:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["torch_rng"])
+            if self.device.type == "cuda" and state.get("cuda_rng") is not None:
+                torch.cuda.set_rng_state(state["cuda_rng"])
+            self.step, self.elapsed, self.metrics_offset = state["step"], state["elapsed"], state["metrics_offset"]
+
+    @classmethod
+    def start(cls, config: TrainConfig, run_dir: str | os.PathLike, force: bool = False) -> Trainer:
+        """A new run; raises FileExistsError when ``run_dir`` is not empty and ``force`` is False."""
+        run_dir = Path(run_dir)
+        if run_dir.exists() and any(run_dir.iterdir()) and not force:
+            raise FileExistsError(f"{run_dir} is not empty; pass --force to overwrite it or --resume to continue it")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for name in (STATE_FILE, METRICS_FILE):
+            (run_dir / name).unlink(missing_ok=True)
+        (run_dir / CONFIG_FILE).write_text(json.dumps(asdict(config), indent=2) + "\n")
+        return cls(config, run_dir)
+
+    @classmethod
+    def resume(cls, run_dir: str | os.PathLike, max_steps: int | None = None, max_minutes: float | None = None) -> Trainer:
+        """Continue the run in ``run_dir`` from its last saved state (new bounds override the saved ones).
+
+        Raises FileNotFoundError when ``run_dir`` is not a training run.
+        """
+        run_dir = Path(run_dir)
+        if not (run_dir / CONFIG_FILE).is_file():
+            raise FileNotFoundError(f"{run_dir} is not a training run (no {CONFIG_FILE})")
+        config = TrainConfig.from_dict(json.loads((run_dir / CONFIG_FILE).read_text()))
+        bounds = {"max_steps": max_steps, "max_minutes": max_minutes}
+        config = replace(config, **{k: v for k, v in bounds.items() if v is not None})
+        state_path = run_dir / STATE_FILE
+        state = torch.load(state_path, weights_only=False) if state_path.is_file() else None
+        trainer = cls(config, run_dir, state)
+        metrics = run_dir / METRICS_FILE
+        if metrics.exists():
+            with metrics.open("r+b") as handle:
+                handle.truncate(trainer.metrics_offset)
+        return trainer
+
+    def save_state(self) -> None:
+        """Write the resumable state atomically."""
+        metrics = self.run_dir / METRICS_FILE
+        self.metrics_offset = metrics.stat().st_size if metrics.exists() else 0
+        state = {
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
+            "step": self.step, "elapsed": self.elapsed, "metrics_offset": self.metrics_offset,
+        }
+        _atomic_torch_save(state, self.run_dir / STATE_FILE)
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Append one JSON line to ``metrics.jsonl``."""
+        with (self.run_dir / METRICS_FILE).open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def _autocast(self):
+        enabled = self.config.precision == "bf16"
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled)
+
+    def train_step(self, rows: np.ndarray) -> Tensor:
+        """One optimizer step on ``rows``; returns the (device) loss without syncing."""
+        cfg = self.config
+        factor = lr_factor(self.step, self.steps_per_epoch, cfg.epochs, cfg.warmup_start, cfg.final_lr_factor)
+        for group in self.optimizer.param_groups:
+            group["lr"] = cfg.lr * factor
+        with self._autocast():
+            loss = loss_fn(self.model, *self.train.batch(rows))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.step += 1
+        return loss.detach()
+
+    def run(self, progress: Callable[[dict[str, Any]], None] | None = None) -> Path:
+        """Train until the last epoch, ``max_steps`` or ``max_minutes``, or a signal; return the run dir.
+
+        ``progress`` receives a dict after every logged step. The final model is written to ``model/``
+        when training stops for any reason but a signal (then only the state is saved).
+        """
+        cfg = self.config
+        limit = min(self.total_steps, cfg.max_steps or self.total_steps)
+        deadline = None if cfg.max_minutes is None else time.monotonic() + 60 * cfg.max_minutes
+        loss_sum, loss_count, window_start, window_tasks = torch.zeros((), device=self.device), 0, time.perf_counter(), 0
+        with _stop_on_signals() as stop:
+            while self.step < limit and "signal" not in stop:
+                epoch, offset = divmod(self.step, self.steps_per_epoch)
+                batches = epoch_batches(self.keys, self.train.src_len, cfg.batch_size, cfg.seed, epoch)
+                for rows in batches[offset:]:
+                    started = time.perf_counter()
+                    loss_sum += self.train_step(rows)
+                    self.elapsed += time.perf_counter() - started
+                    loss_count, window_tasks = loss_count + 1, window_tasks + len(rows)
+                    if self.step % cfg.log_every == 0 or self.step == limit:
+                        now = time.perf_counter()
+                        record = {
+                            "type": "step", "step": self.step, "epoch": self.step / self.steps_per_epoch,
+                            "lr": self.optimizer.param_groups[0]["lr"], "train_loss": float(loss_sum) / loss_count,
+                            "tasks_per_s": window_tasks / max(now - window_start, 1e-9),
+                        }
+                        self.log(record)
+                        if progress:
+                            progress({**record, "total_steps": limit})
+                        loss_sum.zero_()
+                        loss_count, window_start, window_tasks = 0, now, 0
+                    out_of_time = deadline is not None and time.monotonic() > deadline
+                    if self.step % self.steps_per_epoch == 0:
+                        self.log({"type": "epoch", "step": self.step, "epoch": self.step // self.steps_per_epoch,
+                                  **self.validate()})
+                        self.save_state()
+                    elif self.step % cfg.checkpoint_every == 0 or "signal" in stop or self.step == limit or out_of_time:
+                        self.save_state()
+                    if self.step >= limit or "signal" in stop or out_of_time:
+                        break
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+        if "signal" in stop:
+            return self.run_dir
+        self._save_final()
+        return self.run_dir
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, Any]:
+        """Validation loss and greedy exact-match accuracy: overall, copy / non-copy, seen / new rules, per rule."""
+        self.model.eval()
+        val, losses, correct = self.val, [], []
+        for start in range(0, len(val.src), 1024):
+            rows = np.arange(start, min(start + 1024, len(val.src)))
+            src, tgt_in, tgt_out = val.batch(rows)
+            with self._autocast():
+                losses.append(loss_fn(self.model, src, tgt_in, tgt_out) * (tgt_out != PAD).sum())
+            correct.append(exact_match(self.model.generate(src), tgt_out))
+        self.model.train()
+        hit = torch.cat(correct).cpu()
+        split = val.split
+        names = [split.transformation_names[i] for i in split.transformation.tolist()]
+        seen = torch.tensor([n in SEEN for n in names])
+        rate = lambda mask: float(hit[mask].float().mean()) if mask.any() else float("nan")  # noqa: E731
+        return {
+            "val_loss": float(sum(losses)) / int((val.tgt_out != PAD).sum()),
+            "val_acc": rate(torch.ones_like(hit)), "val_acc_copy": rate(split.is_copy),
+            "val_acc_noncopy": rate(~split.is_copy), "val_acc_seen_transformations": rate(seen & ~split.is_copy),
+            "val_acc_new_transformations": rate(~seen & ~split.is_copy),
+            "val_acc_by_transformation": {
+                name: rate(torch.tensor([n == name for n in names]) & ~split.is_copy) for name in sorted(set(names))
+            },
+        }
+
+    def _save_final(self) -> None:
+        cfg = self.config
+        manifest = read_manifest(cfg.data_dir)
+        metadata = {
+            "preset": cfg.preset or manifest["preset"], "seed": cfg.seed, "data_seed": manifest["seed"],
+            "train_config": asdict(cfg), "steps": self.step,
+            "epochs_completed": self.step / self.steps_per_epoch, "train_seconds": round(self.elapsed, 1),
+            "device": str(self.device), "torch": torch.__version__,
+        }
+        self.model.eval()
+        save_model(self.model, self.run_dir / MODEL_DIR, metadata=metadata, overwrite=True)
+        self.model.train()

@@ -1,0 +1,165 @@
+"""Training: the schedule, batch plans, a short CPU run, and resuming after SIGKILL/SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lsa_interp import cli
+from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
+from lsa_interp.data.batching import BATCHING_METHODS, batch_keys, epoch_batches
+from lsa_interp.data.vocab import EOS, PAD
+from lsa_interp.model.checkpoint import load_model
+from lsa_interp.train import Trainer, TrainConfig, exact_match, lr_factor
+
+
+SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """1,824 training rows: 29 steps an epoch at batch 64."""
+    config = DatasetConfig(name="tiny", n_alphabets=4, window_lengths=(3,), n_reshuffle=1, n_new_alphabets=4)
+    return save_dataset(generate_dataset(config, seed=3), tmp_path_factory.mktemp("data") / "tiny")
+
+
+def test_schedule_warms_up_per_step_then_decays_per_epoch():
+    assert lr_factor(0, 100, 20) == pytest.approx(1e-4)
+    assert lr_factor(50, 100, 20) == pytest.approx(1e-4 + (1 - 1e-4) * 0.5)
+    assert lr_factor(100, 100, 20) == pytest.approx(1 - 0.95 / 19)
+    assert lr_factor(150, 100, 20) == lr_factor(100, 100, 20)
+    assert lr_factor(1999, 100, 20) == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("method", BATCHING_METHODS)
+def test_batch_plans_cover_every_row_once_and_respect_the_method(method):
+    rng = np.random.default_rng(0)
+    alphabet, rule, length = rng.integers(0, 5, 3000), rng.integers(0, 10, 3000), rng.integers(37, 90, 3000)
+    keys = batch_keys(method, alphabet, rule)
+    plan = epoch_batches(keys, length, 32, seed=1, epoch=3)
+    assert sorted(np.concatenate(plan).tolist()) == list(range(3000))
+    assert all(len(b) <= 32 and len(set(keys[b].tolist())) == 1 for b in plan)
+    if method == "alphabet":
+        assert all(len(set(alphabet[b].tolist())) == 1 for b in plan)
+    mean_spread = np.mean([length[b].max() - length[b].min() for b in plan if len(b) == 32])
+    assert mean_spread < 30, "bucketing should beat random batches (their length spread is ~50 here)"
+    again = epoch_batches(keys, length, 32, seed=1, epoch=3)
+    assert all((a == b).all() for a, b in zip(plan, again))
+    assert not all(
+        len(a) == len(b) and (a == b).all() for a, b in zip(plan, epoch_batches(keys, length, 32, seed=1, epoch=4))
+    )
+
+
+def test_exact_match_needs_answer_and_eos():
+    target = torch.tensor([[0, 2, EOS, PAD], [1, EOS, PAD, PAD], [3, EOS, PAD, PAD]])
+    generated = torch.tensor([[0, 2, EOS], [1, 5, EOS], [3, EOS, PAD]])
+    assert exact_match(generated, target).tolist() == [True, False, True]
+
+
+def test_bad_config_values():
+    with pytest.raises(ValueError, match="unknown batching 'nope'"):
+        TrainConfig(data_dir="x", batching="nope")
+    with pytest.raises(ValueError, match="unknown precision"):
+        TrainConfig(data_dir="x", precision="fp8")
+
+
+def test_short_cpu_run_learns_and_writes_a_loadable_model(data_dir, tmp_path):
+    config = TrainConfig(data_dir=str(data_dir), preset="tiny", epochs=4, batch_size=64, lr=3e-3, log_every=5,
+                         model=SMALL_MODEL)
+    trainer = Trainer.start(config, tmp_path / "run")
+    trainer.run()
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r["type"] == "step"]
+    epochs = [r for r in records if r["type"] == "epoch"]
+    assert len(epochs) == 4 and {"val_loss", "val_acc", "val_acc_copy", "val_acc_by_transformation"} <= set(epochs[0])
+    assert steps[-1]["train_loss"] < steps[0]["train_loss"] - 0.5
+    assert epochs[-1]["val_loss"] < epochs[0]["val_loss"]
+    model = load_model(tmp_path / "run" / "model")
+    assert model.metadata["preset"] == "tiny" and model.metadata["steps"] == trainer.total_steps
+    with pytest.raises(FileExistsError, match="not empty"):
+        Trainer.start(config, tmp_path / "run")
+
+
+def _train_cmd(data_dir, out, *extra):
+    return [sys.executable, "-m", "lsa_interp", "train", "--data", str(data_dir), "--out", str(out), "--preset",
+            "tiny", "--epochs", "3", "--batch-size", "64", "--checkpoint-every", "4", "--val-limit", "20",
+            "--model-config", json.dumps(SMALL_MODEL), *extra]
+
+
+def _run_env():
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _wait_for_state(run, min_step, proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (run / "state.pt").exists():
+            try:
+                if torch.load(run / "state.pt", weights_only=False)["step"] >= min_step:
+                    return
+            except Exception:  # noqa: BLE001  (caught mid-rename)
+                pass
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise TimeoutError("no checkpoint appeared")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_and_resumed_run_ends_with_the_same_weights(data_dir, tmp_path, sig):
+    env = _run_env()
+    subprocess.run(_train_cmd(data_dir, tmp_path / "whole"), check=True, env=env, capture_output=True)
+    proc = subprocess.Popen(_train_cmd(data_dir, tmp_path / "cut"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait_for_state(tmp_path / "cut", 8, proc)
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    assert not (tmp_path / "cut" / "model").exists()
+    done = subprocess.run([sys.executable, "-m", "lsa_interp", "train", "--resume", str(tmp_path / "cut")],
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    whole = load_file(tmp_path / "whole" / "model" / "model.safetensors")
+    cut = load_file(tmp_path / "cut" / "model" / "model.safetensors")
+    assert whole.keys() == cut.keys() and all(torch.equal(whole[k], cut[k]) for k in whole)
+    lines = lambda run: [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    assert [r["step"] for r in lines(tmp_path / "cut")] == [r["step"] for r in lines(tmp_path / "whole")]
+
+
+def run_cli(args, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(args)
+    return info.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "--out", "R", "--batching", "nope", "--data", "D"], "unknown batching 'nope'"),
+        (["train", "--out", "R", "--preset", "nope"], "unknown preset 'nope'"),
+        (["train", "--resume", "nowhere"], "not a training run"),
+        (["train"], "give --out RUN_DIR"),
+        (["train", "--out", "R", "--data", "D", "--model-config", "{x"], "--model-config is not valid JSON"),
+        (["train", "--out", "R", "--data", "D", "--model-config", '{"d_model": 30}'], "not divisible"),
+        (["train", "--out", "R", "--max-steps", "0"], "Invalid value for '--max-steps'"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path, capsys, monkeypatch, data_dir):
+    monkeypatch.chdir(tmp_path)
+    args = [str(data_dir) if a == "D" else a for a in args]
+    code, err = run_cli(args, capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_refuses_a_used_run_directory(tmp_path, capsys, data_dir):
+    (tmp_path / "R").mkdir()
+    (tmp_path / "R" / "x").write_text("x")
+    code, err = run_cli(["train", "--out", str(tmp_path / "R"), "--data", str(data_dir)], capsys)
+    assert code == 2 and "--resume" in err
