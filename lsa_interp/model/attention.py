@@ -3,7 +3,8 @@
 The weights use ``nn.MultiheadAttention``'s layout (``in_proj_weight`` = rows Q, K, V; ``out_proj``), so a
 reference checkpoint loads by renaming keys. When none of the module's hook points has a hook attached
 (TransformerLens hooks, PyTorch hooks, nnsight's wrapper or global module hooks), attention runs fused
-through ``scaled_dot_product_attention``; otherwise every intermediate passes through its hook point.
+through ``scaled_dot_product_attention`` (or, for one query position, as plain matmuls that skip the hook
+points); otherwise every intermediate passes through its hook point.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ class KVCache:
     """Keys and values of one attention layer in head-major layout ``[batch, head, pos, d_head]``.
 
     Cross-attention caches are filled once from the encoder output; self-attention caches are
-    pre-allocated for ``capacity`` positions and grow by ``append``.
+    pre-allocated for ``capacity`` positions and grow by ``append``. Keys are stored transposed in memory
+    (``[batch, head, d_head, pos]``, viewed as ``[batch, head, pos, d_head]``) so that ``q @ k^T`` reads
+    them contiguously.
     """
 
     def __init__(self, keys: Tensor, values: Tensor, length: int) -> None:
@@ -57,8 +60,14 @@ class KVCache:
     @classmethod
     def empty(cls, batch: int, n_heads: int, capacity: int, d_head: int, like: Tensor) -> KVCache:
         """Return an empty cache able to hold ``capacity`` positions (dtype and device of ``like``)."""
-        buf = like.new_empty(2, batch, n_heads, capacity, d_head)
-        return cls(buf[0], buf[1], 0)
+        keys = like.new_empty(batch, n_heads, d_head, capacity).transpose(-1, -2)
+        return cls(keys, like.new_empty(batch, n_heads, capacity, d_head), 0)
+
+    @classmethod
+    def filled(cls, k: Float[Tensor, "batch pos head d_head"], v: Float[Tensor, "batch pos head d_head"]) -> KVCache:
+        """Return a full cache holding ``k`` and ``v`` (given in hook layout ``[batch, pos, head, d_head]``)."""
+        keys = k.permute(0, 2, 3, 1).contiguous().transpose(-1, -2)
+        return cls(keys, v.transpose(1, 2).contiguous(), k.shape[1])
 
     def append(
         self, k: Float[Tensor, "batch head new d_head"], v: Float[Tensor, "batch head new d_head"]
@@ -74,7 +83,7 @@ class KVCache:
 
     def select(self, rows: Tensor) -> KVCache:
         """Return a cache holding only ``rows`` (an index tensor or boolean mask over the batch)."""
-        return KVCache(self.keys[rows], self.values[rows], self.length)
+        return KVCache(self.keys.transpose(-1, -2)[rows].transpose(-1, -2), self.values[rows], self.length)
 
 
 class Attention(nn.Module):
@@ -115,7 +124,7 @@ class Attention(nn.Module):
         k, v = self._project(source, 1, 2).unbind(2)
         if is_hooked(self._hook_points):
             k, v = self.hook_k(k), self.hook_v(v)
-        return KVCache(k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous(), source.shape[1])
+        return KVCache.filled(k, v)
 
     def forward(
         self,
@@ -148,23 +157,26 @@ class Attention(nn.Module):
             kh, vh = cache.append(k.transpose(1, 2), v.transpose(1, 2))
         else:
             kh, vh = k.transpose(1, 2), v.transpose(1, 2)
-        if not hooked:
+        if not hooked and qh.shape[2] > 1:
             dropout = self.dropout_p if self.training else 0.0
             z = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, dropout_p=dropout)
             return self.out_proj(z.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_model))
-        return self._hooked_attend(qh, kh, vh, mask)
+        # Explicit attention: always when hooked; without hooks for a single query position (a decoding
+        # step), where two small matmuls beat the fused kernel several times over on CPU.
+        return self._explicit_attend(qh, kh, vh, mask, hooked)
 
-    def _hooked_attend(self, qh: Tensor, kh: Tensor, vh: Tensor, mask: Tensor | None) -> Tensor:
+    def _explicit_attend(self, qh: Tensor, kh: Tensor, vh: Tensor, mask: Tensor | None, hooked: bool) -> Tensor:
+        hook = (lambda point, x: point(x)) if hooked else (lambda point, x: x)
         scores = torch.matmul(qh, kh.transpose(-1, -2)) * (1.0 / math.sqrt(self.d_head))
         if mask is not None:
             scores = scores + mask
-        scores = self.hook_attn_scores(scores)
-        pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
+        scores = hook(self.hook_attn_scores, scores)
+        pattern = hook(self.hook_pattern, torch.softmax(scores, dim=-1))
         if self.training and self.dropout_p > 0:
             pattern = F.dropout(pattern, self.dropout_p)
-        z = self.hook_z(torch.matmul(pattern, vh).transpose(1, 2))
+        z = hook(self.hook_z, torch.matmul(pattern, vh).transpose(1, 2))
         batch, q_pos = z.shape[0], z.shape[1]
-        if not self.use_hook_result:
+        if not (hooked and self.use_hook_result):
             return self.out_proj(z.reshape(batch, q_pos, self.d_model))
         w_o = self.out_proj.weight.view(self.d_model, self.n_heads, self.d_head)
         result = self.hook_result(torch.einsum("bphe,dhe->bphd", z, w_o))

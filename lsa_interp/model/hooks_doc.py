@@ -89,8 +89,9 @@ encoder output ("memory") read by every decoder cross-attention layer.
   fire once per decoding call; every other decoder hook fires once per step with `tgt_pos` = 1 (self-attention
   `hook_k`/`hook_v` hold the new position only; scores and patterns span every position so far). All rows
   are decoded in one batch, in input order.
-- Attention runs fused (`scaled_dot_product_attention`) when none of its hook points has a hook; attaching
-  any hook (TransformerLens, PyTorch or nnsight) to one of them switches that module to the explicit path.
+- Attention skips its hook points (and runs fused with `scaled_dot_product_attention` when it has more than
+  one query position) while none of them has a hook; attaching any hook (TransformerLens, PyTorch or
+  nnsight) to one of them makes that module call all of them.
 - `attn.hook_result` exists only with `ModelConfig(use_hook_result=True)`.
 
 ## All hooks
