@@ -3,16 +3,18 @@
 Reference step (as in the authors' code): `nn.Transformer` model with the reference's module names, each
 batch of 32 tasks collated in Python (token lists per task, padded to the batch maximum), random order.
 Ours: pre-tokenized tensors resident on the device, length-bucketed batches (the same data, the same
-batch size, random batching), the hooked model's fused attention path. Both use AdamW with the
-reference's hyper-parameters, fp32. Prints tasks/s for each and the ratio, on CPU and (if present) CUDA.
+batch size, random batching), the hooked model without hooks. Both use AdamW with the reference's
+hyper-parameters, fp32. The two alternate in three rounds (so that load on a shared machine hits both);
+the medians and their ratio are printed, on CPU and (if present) CUDA.
 
-    python benchmarks/train_throughput.py [--steps 60] [--device cpu|cuda|all]
+    python benchmarks/train_throughput.py [--steps 30] [--device cpu|cuda|all]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import tempfile
 import time
 
@@ -42,37 +44,41 @@ def reference_collate(tasks: list[Task], device: torch.device) -> tuple[torch.Te
     return pad(srcs), pad(tins), pad(touts)
 
 
-def reference_tasks_per_s(tasks: list[Task], steps: int, device: torch.device) -> float:
+def reference_stepper(tasks: list[Task], device: torch.device):
+    """A function that runs the next reference training step (Python collation, padding to the batch max)."""
     torch.manual_seed(0)
     model = ReferenceTransformer().to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.01)
     order = list(range(len(tasks)))
     random.Random(0).shuffle(order)
-    batches = [[tasks[i] for i in order[k * BATCH : (k + 1) * BATCH]] for k in range(steps + 5)]
-    for k, batch in enumerate(batches):
-        if k == 5:
-            _sync(device)
-            start = time.perf_counter()
-        src, tgt_in, tgt_out = reference_collate(batch, device)
+    batches = ([tasks[i] for i in order[k : k + BATCH]] for k in range(0, len(order), BATCH))
+
+    def step() -> None:
+        src, tgt_in, tgt_out = reference_collate(next(batches), device)
         logits = model(src, tgt_in)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=PAD)
         opt.zero_grad()
         loss.backward()
         opt.step()
-    _sync(device)
-    return steps * BATCH / (time.perf_counter() - start)
+
+    return step
 
 
-def our_tasks_per_s(data_dir: str, steps: int, device: torch.device) -> float:
+def our_stepper(data_dir: str, device: torch.device):
+    """A function that runs our next training step (resident tensors, length-bucketed batches)."""
     trainer = Trainer.start(
         TrainConfig(data_dir=data_dir, device=device.type, log_every=10**9), tempfile.mkdtemp(), force=True
     )
-    batches = epoch_batches(trainer.keys, trainer.train.src_len, BATCH, 0, 1)[: steps + 5]
-    for k, rows in enumerate(batches):
-        if k == 5:
-            _sync(device)
-            start = time.perf_counter()
-        trainer.train_step(rows)
+    batches = iter(epoch_batches(trainer.keys, trainer.train.src_len, BATCH, 0, 1))
+    return lambda: trainer.train_step(next(batches))
+
+
+def tasks_per_s(step, steps: int, device: torch.device) -> float:
+    """Throughput of ``steps`` calls of ``step`` (after the device has finished earlier work)."""
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
     _sync(device)
     return steps * BATCH / (time.perf_counter() - start)
 
@@ -84,7 +90,7 @@ def _sync(device: torch.device) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=30, help="steps per round")
     parser.add_argument("--device", default="all", choices=["cpu", "cuda", "all"])
     args = parser.parse_args()
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
@@ -93,10 +99,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = str(save_dataset(dataset, f"{tmp}/copy-20"))
         for device in devices:
-            ours = our_tasks_per_s(data_dir, args.steps, device)
-            ref = reference_tasks_per_s(dataset.splits["train"], args.steps, device)
-            print(f"{device.type}: reference step {ref:,.0f} tasks/s | ours {ours:,.0f} tasks/s | "
-                  f"ratio {ours / ref:.2f}x (batch {BATCH}, {args.steps} steps, {torch.get_num_threads()} threads)")
+            ours, ref = our_stepper(data_dir, device), reference_stepper(dataset.splits["train"], device)
+            for step in (ours, ref):  # warm-up
+                tasks_per_s(step, 5, device)
+            rounds = [(tasks_per_s(ours, args.steps, device), tasks_per_s(ref, args.steps, device)) for _ in range(3)]
+            ours_rate = statistics.median(r[0] for r in rounds)
+            ref_rate = statistics.median(r[1] for r in rounds)
+            ratios = ", ".join(f"{o / r:.2f}x" for o, r in rounds)
+            print(f"{device.type}: reference step {ref_rate:,.0f} tasks/s | ours {ours_rate:,.0f} tasks/s | "
+                  f"ratio {ours_rate / ref_rate:.2f}x (median of 3 alternating rounds: {ratios}; batch {BATCH}, "
+                  f"{args.steps} steps a round, {torch.get_num_threads()} threads)")
 
 
 if __name__ == "__main__":

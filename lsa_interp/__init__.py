@@ -4,4 +4,13 @@ from lsa_interp.data.task import Task
 
 __version__ = "0.1.0"
 
-__all__ = ["Task", "__version__"]
+__all__ = ["Task", "__version__", "load_model"]
+
+
+def __getattr__(name: str):
+    """``load_model`` imports the model (and torch) only when it is first used."""
+    if name == "load_model":
+        from lsa_interp.model import load_model
+
+        return load_model
+    raise AttributeError(f"module 'lsa_interp' has no attribute {name!r}")

@@ -19,6 +19,7 @@ from torch.nn.modules import module as torch_module
 from transformer_lens.hook_points import HookPoint
 
 from lsa_interp.model.config import ModelConfig
+from lsa_interp.model.dropout import dropout
 
 _GLOBAL_HOOK_DICTS = tuple(
     getattr(torch_module, name, {})
@@ -157,12 +158,13 @@ class Attention(nn.Module):
             kh, vh = cache.append(k.transpose(1, 2), v.transpose(1, 2))
         else:
             kh, vh = k.transpose(1, 2), v.transpose(1, 2)
-        if not hooked and qh.shape[2] > 1:
-            dropout = self.dropout_p if self.training else 0.0
-            z = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, dropout_p=dropout)
+        if not hooked and qh.shape[2] > 1 and not (self.training and self.dropout_p > 0):
+            z = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
             return self.out_proj(z.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_model))
         # Explicit attention: always when hooked; without hooks for a single query position (a decoding
-        # step), where two small matmuls beat the fused kernel several times over on CPU.
+        # step), where two small matmuls beat the fused kernel several times over on CPU; and in training
+        # with dropout, where the fused kernel's bernoulli mask and fully-masked-row checks cost more
+        # than the explicit path with `dropout`.
         return self._explicit_attend(qh, kh, vh, mask, hooked)
 
     def _explicit_attend(self, qh: Tensor, kh: Tensor, vh: Tensor, mask: Tensor | None, hooked: bool) -> Tensor:
@@ -172,8 +174,7 @@ class Attention(nn.Module):
             scores = scores + mask
         scores = hook(self.hook_attn_scores, scores)
         pattern = hook(self.hook_pattern, torch.softmax(scores, dim=-1))
-        if self.training and self.dropout_p > 0:
-            pattern = F.dropout(pattern, self.dropout_p)
+        pattern = dropout(pattern, self.dropout_p, self.training)
         z = hook(self.hook_z, torch.matmul(pattern, vh).transpose(1, 2))
         batch, q_pos = z.shape[0], z.shape[1]
         if not (hooked and self.use_hook_result):

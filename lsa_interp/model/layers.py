@@ -17,6 +17,7 @@ from transformer_lens.hook_points import HookPoint
 
 from lsa_interp.model.attention import Attention, KVCache
 from lsa_interp.model.config import ModelConfig
+from lsa_interp.model.dropout import Dropout
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> Float[Tensor, "max_len d_model"]:
@@ -58,7 +59,7 @@ class MLP(nn.Module):
         self.fc_in = nn.Linear(cfg.d_model, cfg.d_mlp)
         self.hook_pre = HookPoint()
         self.hook_post = HookPoint()
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.fc_out = nn.Linear(cfg.d_mlp, cfg.d_model)
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
@@ -73,12 +74,12 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.hook_resid_pre = HookPoint()
         self.attn = Attention(cfg)
-        self.dropout_attn = nn.Dropout(cfg.dropout)
+        self.dropout_attn = Dropout(cfg.dropout)
         self.hook_attn_out = HookPoint()
         self.ln1 = Norm(cfg)
         self.hook_resid_mid = HookPoint()
         self.mlp = MLP(cfg)
-        self.dropout_mlp = nn.Dropout(cfg.dropout)
+        self.dropout_mlp = Dropout(cfg.dropout)
         self.hook_mlp_out = HookPoint()
         self.ln2 = Norm(cfg)
         self.hook_resid_post = HookPoint()
@@ -101,17 +102,17 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.hook_resid_pre = HookPoint()
         self.attn = Attention(cfg)
-        self.dropout_attn = nn.Dropout(cfg.dropout)
+        self.dropout_attn = Dropout(cfg.dropout)
         self.hook_attn_out = HookPoint()
         self.ln1 = Norm(cfg)
         self.hook_resid_mid = HookPoint()
         self.cross_attn = Attention(cfg, cross=True)
-        self.dropout_cross = nn.Dropout(cfg.dropout)
+        self.dropout_cross = Dropout(cfg.dropout)
         self.hook_cross_attn_out = HookPoint()
         self.ln2 = Norm(cfg)
         self.hook_resid_mid_cross = HookPoint()
         self.mlp = MLP(cfg)
-        self.dropout_mlp = nn.Dropout(cfg.dropout)
+        self.dropout_mlp = Dropout(cfg.dropout)
         self.hook_mlp_out = HookPoint()
         self.ln3 = Norm(cfg)
         self.hook_resid_post = HookPoint()
@@ -151,7 +152,7 @@ class Stack(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.hook_embed = HookPoint()
         self.hook_pos_embed = HookPoint()
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         layer_cls = DecoderLayer if decoder else EncoderLayer
         self.n_layers = cfg.n_decoder_layers if decoder else cfg.n_encoder_layers
         for index in range(self.n_layers):
