@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,6 +32,7 @@ from lsa_interp.data.loaders import TokenizedSplit, load_tokenized
 from lsa_interp.data.vocab import PAD
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.checkpoint import save_model
+from lsa_interp.utils import atomic_write
 
 STATE_FILE, METRICS_FILE, CONFIG_FILE, MODEL_DIR = "state.pt", "metrics.jsonl", "train_config.json", "model"
 
@@ -130,16 +130,6 @@ def exact_match(generated: Int[Tensor, "b n"], tgt_out: Int[Tensor, "b t"]) -> T
     return (pad(generated) == pad(tgt_out)).all(dim=1)
 
 
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-
-
 @contextmanager
 def _stop_on_signals() -> Iterator[dict[str, int]]:
     """Turn SIGINT/SIGTERM into a flag the loop checks after each step (so the state can be saved)."""
@@ -222,7 +212,7 @@ class Trainer:
             "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
             "step": self.step, "elapsed": self.elapsed, "metrics_offset": self.metrics_offset,
         }
-        _atomic_torch_save(state, self.run_dir / STATE_FILE)
+        atomic_write(self.run_dir / STATE_FILE, lambda tmp: torch.save(state, tmp))
 
     def log(self, record: dict[str, Any]) -> None:
         """Append one JSON line to ``metrics.jsonl``."""

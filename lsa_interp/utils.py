@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 @contextmanager
@@ -17,3 +21,29 @@ def no_cyclic_gc() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
+    """Call ``write`` on a temporary file next to ``path``, then rename it onto ``path``.
+
+    Readers see the old file or the complete new one, never a half-written one; on error the temporary
+    file is removed and the error re-raised.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -6,7 +6,6 @@ interrupted write never leaves a half-written dataset behind.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ import pyarrow.parquet as pq
 
 from lsa_interp.data.presets import DatasetConfig
 from lsa_interp.data.task import Task
-from lsa_interp.utils import no_cyclic_gc
+from lsa_interp.utils import no_cyclic_gc, sha256_file
 
 FORMAT = "lsa-interp-dataset"
 FORMAT_VERSION = 1
@@ -117,14 +116,6 @@ def _from_table(table: pa.Table) -> list[Task]:
         ]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def save_dataset(dataset: Dataset, out_dir: str | os.PathLike, force: bool = False) -> Path:
     """Write ``dataset`` to ``out_dir`` (Parquet per split + manifest) and return the directory.
 
@@ -142,7 +133,7 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike, force: bool = Fal
         for name, tasks in dataset.splits.items():
             path = tmp / f"{name}.parquet"
             pq.write_table(_to_table(tasks), path, compression="zstd")
-            files[name] = {"file": path.name, "rows": len(tasks), "sha256": _sha256(path)}
+            files[name] = {"file": path.name, "rows": len(tasks), "sha256": sha256_file(path)}
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -197,7 +188,7 @@ def load_dataset(data_dir: str | os.PathLike, splits: tuple[str, ...] | None = N
         path = Path(data_dir) / files[name]["file"]
         if not path.is_file():
             raise FileNotFoundError(f"{path} is missing; regenerate the dataset")
-        if _sha256(path) != files[name]["sha256"]:
+        if sha256_file(path) != files[name]["sha256"]:
             raise ValueError(f"{path} does not match the checksum in {MANIFEST}; the file is corrupted or was edited")
         loaded[name] = _from_table(pq.read_table(path))
     return Dataset(

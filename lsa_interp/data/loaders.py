@@ -8,7 +8,6 @@ changed Parquet file invalidates it.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from lsa_interp.data.dataset import load_dataset, read_manifest
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import TokenBatch, encode_tasks
 from lsa_interp.data.transformations import TRANSFORMATIONS
+from lsa_interp.utils import atomic_write
 
 CACHE_DIR = "tokens"
 _CACHE_VERSION = 1
@@ -115,10 +115,4 @@ def load_tokenized(data_dir: str | os.PathLike, split: str) -> TokenizedSplit:
 
 def _write_cache(tokenized: TokenizedSplit, sha256: str, cache: Path) -> None:
     cache.parent.mkdir(exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{cache.stem}.", suffix=".pt", dir=cache.parent)
-    os.close(fd)
-    try:
-        torch.save(_to_disk(tokenized, sha256), tmp)
-        os.replace(tmp, cache)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    atomic_write(cache, lambda tmp: torch.save(_to_disk(tokenized, sha256), tmp))

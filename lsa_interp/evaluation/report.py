@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from rich.table import Table
 from lsa_interp.data.transformations import TRANSFORMATIONS
 from lsa_interp.evaluation.metrics import Accuracy, in_paper_order
 from lsa_interp.evaluation.result import NEW_ALPHABETS, SEEN_ALPHABETS, EvaluationResult
+from lsa_interp.utils import atomic_write
 
 PAPER_TABLE1: dict[str, tuple[float, float, float, float]] = {
     "nocopy-20": (60.9, 26.5, 10.2, 3.2),
@@ -179,17 +178,6 @@ def transformation_figure(result: EvaluationResult) -> go.Figure:
     return fig
 
 
-def _atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write`` on a new temporary file next to ``path``, then move it onto ``path``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def write_report(result: EvaluationResult, out_dir: str | os.PathLike) -> dict[str, Path]:
     """Write ``evaluation.json``, ``evaluation.md`` and the offline bar chart into ``out_dir``, atomically.
 
@@ -198,8 +186,8 @@ def write_report(result: EvaluationResult, out_dir: str | os.PathLike) -> dict[s
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {kind: out / name for kind, name in REPORT_FILES.items()}
-    _atomic(paths["json"], lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
-    _atomic(paths["markdown"], lambda p: p.write_text(markdown_report(result)))
+    atomic_write(paths["json"], lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
+    atomic_write(paths["markdown"], lambda p: p.write_text(markdown_report(result)))
     figure = transformation_figure(result)
-    _atomic(paths["html"], lambda p: figure.write_html(p, include_plotlyjs=True))
+    atomic_write(paths["html"], lambda p: figure.write_html(p, include_plotlyjs=True))
     return paths

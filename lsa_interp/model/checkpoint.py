@@ -7,7 +7,6 @@ A checkpoint is a directory holding ``model.safetensors`` (the weights) and ``co
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tempfile
@@ -22,6 +21,7 @@ import lsa_interp
 from lsa_interp.model.config import ModelConfig
 from lsa_interp.model.convert import load_reference_checkpoint
 from lsa_interp.model.hooked import HookedEncoderDecoder
+from lsa_interp.utils import sha256_file
 
 FORMAT_NAME = "lsa-interp"
 FORMAT_VERSION = 1
@@ -33,14 +33,6 @@ CHECKPOINTS_DIR = Path(lsa_interp.__file__).resolve().parent.parent / "checkpoin
 
 class CheckpointError(ValueError):
     """A checkpoint file is missing, corrupted, truncated or of an unknown format."""
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _json_default(value: Any) -> Any:
@@ -73,7 +65,7 @@ def save_model(
             "format_version": FORMAT_VERSION,
             "model_config": model.cfg.to_dict(),
             "weights_file": WEIGHTS_FILE,
-            "weights_sha256": _sha256(tmp / WEIGHTS_FILE),
+            "weights_sha256": sha256_file(tmp / WEIGHTS_FILE),
             "metadata": {**model.metadata, **(metadata or {})},
         }
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, default=_json_default) + "\n")
@@ -121,7 +113,7 @@ def load_checkpoint_dir(directory: str | Path, device: torch.device | str = "cpu
     weights = directory / config["weights_file"]
     if not weights.is_file():
         raise CheckpointError(f"{weights} is missing")
-    digest = _sha256(weights)
+    digest = sha256_file(weights)
     if digest != config["weights_sha256"]:
         raise CheckpointError(
             f"{weights} is corrupted or truncated: SHA-256 {digest} does not match {config['weights_sha256']}"

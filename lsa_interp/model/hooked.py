@@ -93,7 +93,7 @@ class HookedEncoderDecoder(HookedRootModule):
 
     def decode_step(
         self,
-        tokens: Int[Tensor, "batch"],
+        tokens: Int[Tensor, " batch"],
         position: int,
         cross_mask: Float[Tensor, "batch 1 1 src_pos"],
         caches: list[tuple[KVCache, KVCache]],
