@@ -137,8 +137,3 @@ def decode(ids: Sequence[int] | Tensor) -> str:
 def decode_batch(ids: Int[Tensor, "batch pos"]) -> list[str]:
     """``decode`` every row of a batch of decoder ids."""
     return [decode(row) for row in ids.tolist()]
-
-
-def tokens_to_strings(ids: Sequence[int] | Tensor) -> list[str]:
-    """Display string of each token id (for plot labels)."""
-    return [TOKEN_STRINGS[i] for i in (ids.tolist() if isinstance(ids, Tensor) else ids)]
