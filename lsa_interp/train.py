@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -178,6 +179,7 @@ class Trainer:
         run_dir.mkdir(parents=True, exist_ok=True)
         for name in (STATE_FILE, METRICS_FILE):
             (run_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(run_dir / MODEL_DIR, ignore_errors=True)
         (run_dir / CONFIG_FILE).write_text(json.dumps(asdict(config), indent=2) + "\n")
         return cls(config, run_dir)
 
@@ -273,6 +275,7 @@ class Trainer:
                         self.log({"type": "epoch", "step": self.step, "epoch": self.step // self.steps_per_epoch,
                                   **self.validate()})
                         self.save_state()
+                        window_start = time.perf_counter()  # tasks/s counts training time only
                     elif self.step % cfg.checkpoint_every == 0 or "signal" in stop or self.step == limit or out_of_time:
                         self.save_state()
                     if self.step >= limit or "signal" in stop or out_of_time:
