@@ -5,9 +5,11 @@ batch of 32 tasks collated in Python (token lists per task, padded to the batch 
 Ours: pre-tokenized tensors resident on the device, length-bucketed batches (the same data, the same
 batch size, random batching), the hooked model without hooks. Both use AdamW with the reference's
 hyper-parameters, fp32. The two alternate in three rounds (so that load on a shared machine hits both);
-the medians and their ratio are printed, on CPU and (if present) CUDA.
+the medians and their ratio are printed, on CPU and (if present) CUDA. With ``--replicates N`` a third
+contender joins the rounds: N replicates stepped together as stacked parameters (tasks of all replicates
+counted).
 
-    python benchmarks/train_throughput.py [--steps 30] [--device cpu|cuda|all]
+    python benchmarks/train_throughput.py [--steps 30] [--device cpu|cuda|all] [--replicates N]
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import torch
 import torch.nn.functional as F
 
 from lsa_interp.data import PRESETS, generate_dataset, save_dataset
-from lsa_interp.data.batching import epoch_batches
 from lsa_interp.data.task import Task
 from lsa_interp.data.vocab import ARROW, EOS, PAD, SEP
 from lsa_interp.model.reference import ReferenceTransformer
@@ -64,23 +65,22 @@ def reference_stepper(tasks: list[Task], device: torch.device):
     return step
 
 
-def our_stepper(data_dir: str, device: torch.device):
+def our_stepper(data_dir: str, device: torch.device, replicates: int = 1):
     """A function that runs our next training step (resident tensors, length-bucketed batches)."""
-    trainer = Trainer.start(
-        TrainConfig(data_dir=data_dir, device=device.type, log_every=10**9), tempfile.mkdtemp(), force=True
-    )
-    batches = iter(epoch_batches(trainer.keys, trainer.train.src_len, BATCH, 0, 1))
+    config = TrainConfig(data_dir=data_dir, device=device.type, log_every=10**9, replicates=replicates, val_limit=1)
+    trainer = Trainer.start(config, tempfile.mkdtemp(), force=True)
+    batches = iter(trainer.epoch_plan(1))
     return lambda: trainer.train_step(next(batches))
 
 
-def tasks_per_s(step, steps: int, device: torch.device) -> float:
+def tasks_per_s(step, steps: int, device: torch.device, replicates: int = 1) -> float:
     """Throughput of ``steps`` calls of ``step`` (after the device has finished earlier work)."""
     _sync(device)
     start = time.perf_counter()
     for _ in range(steps):
         step()
     _sync(device)
-    return steps * BATCH / (time.perf_counter() - start)
+    return steps * BATCH * replicates / (time.perf_counter() - start)
 
 
 def _sync(device: torch.device) -> None:
@@ -92,6 +92,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="steps per round")
     parser.add_argument("--device", default="all", choices=["cpu", "cuda", "all"])
+    parser.add_argument("--replicates", type=int, default=1, help="also time N stacked replicates")
     args = parser.parse_args()
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     devices = [torch.device(d) for d in devices if d == "cpu" or torch.cuda.is_available()]
@@ -109,6 +110,14 @@ def main() -> None:
             print(f"{device.type}: reference step {ref_rate:,.0f} tasks/s | ours {ours_rate:,.0f} tasks/s | "
                   f"ratio {ours_rate / ref_rate:.2f}x (median of 3 alternating rounds: {ratios}; batch {BATCH}, "
                   f"{args.steps} steps a round, {torch.get_num_threads()} threads)")
+            if args.replicates > 1:
+                stacked = our_stepper(data_dir, device, args.replicates)
+                tasks_per_s(stacked, 3, device, args.replicates)
+                rounds = [(tasks_per_s(stacked, args.steps, device, args.replicates), tasks_per_s(ours, args.steps, device))
+                          for _ in range(3)]
+                rate = statistics.median(r[0] for r in rounds)
+                print(f"{device.type}: {args.replicates} stacked replicates {rate:,.0f} tasks/s in all | one model "
+                      f"{statistics.median(r[1] for r in rounds):,.0f} tasks/s | {rate / ref_rate:.2f}x the reference")
 
 
 if __name__ == "__main__":

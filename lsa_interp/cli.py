@@ -156,6 +156,9 @@ def train(
     model_config: Annotated[
         str, typer.Option(help='JSON overrides of the model config, e.g. \'{"d_model": 64, "n_heads": 4}\'.')
     ] = "{}",
+    replicates: Annotated[
+        int, typer.Option(min=1, help="Train N models in one process (seeds SEED..SEED+N-1, stacked parameters).")
+    ] = 1,
     resume: Annotated[Path | None, typer.Option(help="Continue the run in this directory.")] = None,
     force: Annotated[bool, typer.Option(help="Overwrite a non-empty run directory.")] = False,
 ) -> None:
@@ -176,7 +179,7 @@ def train(
             data_dir=str(data_dir), preset=preset, seed=seed, epochs=epochs, batch_size=batch_size,
             batching=batching, lr=lr, precision=precision, device=device, max_steps=max_steps,
             max_minutes=max_minutes, checkpoint_every=checkpoint_every, val_limit=val_limit,
-            model=_parse_model_config(model_config),
+            replicates=replicates, model=_parse_model_config(model_config),
         )
         trainer = Trainer.start(config, out, force=True)
     with Progress(
@@ -190,7 +193,8 @@ def train(
             bar.update(job, completed=record["step"], total=record["total_steps"], info=info)
 
         run_dir = trainer.run(progress=show)
-    state = "stopped by a signal; continue with --resume" if not (run_dir / "model").exists() else "model written"
+    finished = (run_dir / "model").exists() or (run_dir / "replicate-0" / "model").exists()
+    state = "model written" if finished else "stopped by a signal; continue with --resume"
     print(f"{run_dir}: {trainer.step} steps ({trainer.step / trainer.steps_per_epoch:.2f} epochs), {state}")
 
 

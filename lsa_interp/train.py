@@ -60,6 +60,7 @@ class TrainConfig:
     checkpoint_every: int = 2000
     log_every: int = 100
     val_limit: int | None = None
+    replicates: int = 1
     model: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -69,6 +70,8 @@ class TrainConfig:
             raise ValueError(f"unknown precision {self.precision!r}; choose fp32 or bf16")
         if self.epochs < 1 or self.batch_size < 1:
             raise ValueError("epochs and batch size must be positive")
+        if self.replicates < 1:
+            raise ValueError(f"replicates must be at least 1, got {self.replicates}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max steps must be positive, got {self.max_steps}")
 
@@ -76,6 +79,15 @@ class TrainConfig:
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Inverse of ``dataclasses.asdict``."""
         return cls(**{**data, "betas": tuple(data["betas"])})
+
+
+def trainer_class(config: TrainConfig) -> type[Trainer]:
+    """`Trainer` for one model, `ReplicateTrainer` for ``config.replicates > 1``."""
+    if config.replicates == 1:
+        return Trainer
+    from lsa_interp.replicates import ReplicateTrainer
+
+    return ReplicateTrainer
 
 
 def lr_factor(step: int, steps_per_epoch: int, epochs: int, warmup_start: float = 1e-4, final: float = 0.05) -> float:
@@ -150,25 +162,41 @@ class Trainer:
     def __init__(self, config: TrainConfig, run_dir: Path, state: dict[str, Any] | None = None) -> None:
         self.config, self.run_dir = config, run_dir
         self.device = pick_device(config.device)
-        torch.manual_seed(config.seed)
-        self.model = HookedEncoderDecoder(ModelConfig(**config.model)).to(self.device).train()
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay,
-            foreach=True,
-        )
+        self._build_models()
         self.train = ResidentSplit(load_tokenized(config.data_dir, "train"), self.device)
         self.keys = batch_keys(config.batching, self.train.split.alphabet.numpy(), self.train.split.transformation.numpy())
-        self.steps_per_epoch = len(epoch_batches(self.keys, self.train.src_len, config.batch_size, config.seed, 0))
+        self.steps_per_epoch = len(self.epoch_plan(0))
         self.val = ResidentSplit(load_tokenized(config.data_dir, "val"), self.device, config.val_limit)
         self.total_steps = self.steps_per_epoch * config.epochs
         self.step, self.elapsed, self.metrics_offset = 0, 0.0, 0
         if state is not None:
-            self.model.load_state_dict(state["model"])
+            self._load_weights(state)
             self.optimizer.load_state_dict(state["optimizer"])
             torch.set_rng_state(state["torch_rng"])
             if self.device.type == "cuda" and state.get("cuda_rng") is not None:
                 torch.cuda.set_rng_state(state["cuda_rng"])
             self.step, self.elapsed, self.metrics_offset = state["step"], state["elapsed"], state["metrics_offset"]
+
+    def _build_models(self) -> None:
+        """Create the model (seeded with the run's seed) and its optimizer."""
+        torch.manual_seed(self.config.seed)
+        self.model = HookedEncoderDecoder(ModelConfig(**self.config.model)).to(self.device).train()
+        self.optimizer = self._adamw(self.model.parameters())
+
+    def _adamw(self, params: Any) -> torch.optim.AdamW:
+        cfg = self.config
+        return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, foreach=True)
+
+    def _weights(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict()}
+
+    def _load_weights(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+
+    def epoch_plan(self, epoch: int) -> list[Any]:
+        """The batches of ``epoch`` in order (row-index arrays), a pure function of the seed and the epoch."""
+        cfg = self.config
+        return epoch_batches(self.keys, self.train.src_len, cfg.batch_size, cfg.seed, epoch)
 
     @classmethod
     def start(cls, config: TrainConfig, run_dir: str | os.PathLike, force: bool = False) -> Trainer:
@@ -179,9 +207,10 @@ class Trainer:
         run_dir.mkdir(parents=True, exist_ok=True)
         for name in (STATE_FILE, METRICS_FILE):
             (run_dir / name).unlink(missing_ok=True)
-        shutil.rmtree(run_dir / MODEL_DIR, ignore_errors=True)
+        for old in [run_dir / MODEL_DIR, *run_dir.glob("replicate-*")]:
+            shutil.rmtree(old, ignore_errors=True)
         (run_dir / CONFIG_FILE).write_text(json.dumps(asdict(config), indent=2) + "\n")
-        return cls(config, run_dir)
+        return trainer_class(config)(config, run_dir)
 
     @classmethod
     def resume(cls, run_dir: str | os.PathLike, max_steps: int | None = None, max_minutes: float | None = None) -> Trainer:
@@ -197,7 +226,7 @@ class Trainer:
         config = replace(config, **{k: v for k, v in bounds.items() if v is not None})
         state_path = run_dir / STATE_FILE
         state = torch.load(state_path, weights_only=False) if state_path.is_file() else None
-        trainer = cls(config, run_dir, state)
+        trainer = trainer_class(config)(config, run_dir, state)
         metrics = run_dir / METRICS_FILE
         if metrics.exists():
             with metrics.open("r+b") as handle:
@@ -209,7 +238,7 @@ class Trainer:
         metrics = self.run_dir / METRICS_FILE
         self.metrics_offset = metrics.stat().st_size if metrics.exists() else 0
         state = {
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            **self._weights(), "optimizer": self.optimizer.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
             "step": self.step, "elapsed": self.elapsed, "metrics_offset": self.metrics_offset,
@@ -225,12 +254,15 @@ class Trainer:
         enabled = self.config.precision == "bf16"
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled)
 
-    def train_step(self, rows: np.ndarray) -> Tensor:
-        """One optimizer step on ``rows``; returns the (device) loss without syncing."""
+    def _set_lr(self) -> None:
         cfg = self.config
         factor = lr_factor(self.step, self.steps_per_epoch, cfg.epochs, cfg.warmup_start, cfg.final_lr_factor)
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.lr * factor
+
+    def train_step(self, rows: np.ndarray) -> Tensor:
+        """One optimizer step on ``rows``; returns the (device) loss without syncing."""
+        self._set_lr()
         with self._autocast():
             loss = loss_fn(self.model, *self.train.batch(rows))
         self.optimizer.zero_grad(set_to_none=True)
@@ -238,6 +270,11 @@ class Trainer:
         self.optimizer.step()
         self.step += 1
         return loss.detach()
+
+    @staticmethod
+    def tasks_in(batch: Any) -> int:
+        """How many tasks one entry of `epoch_plan` trains on."""
+        return len(batch)
 
     def run(self, progress: Callable[[dict[str, Any]], None] | None = None) -> Path:
         """Train until the last epoch, ``max_steps`` or ``max_minutes``, or a signal; return the run dir.
@@ -252,28 +289,28 @@ class Trainer:
         with _stop_on_signals() as stop:
             while self.step < limit and "signal" not in stop:
                 epoch, offset = divmod(self.step, self.steps_per_epoch)
-                batches = epoch_batches(self.keys, self.train.src_len, cfg.batch_size, cfg.seed, epoch)
-                for rows in batches[offset:]:
+                for batch in self.epoch_plan(epoch)[offset:]:
                     started = time.perf_counter()
-                    loss_sum += self.train_step(rows)
+                    loss_sum = loss_sum + self.train_step(batch)
                     self.elapsed += time.perf_counter() - started
-                    loss_count, window_tasks = loss_count + 1, window_tasks + len(rows)
+                    loss_count, window_tasks = loss_count + 1, window_tasks + self.tasks_in(batch)
                     if self.step % cfg.log_every == 0 or self.step == limit:
                         now = time.perf_counter()
                         record = {
                             "type": "step", "step": self.step, "epoch": self.step / self.steps_per_epoch,
-                            "lr": self.optimizer.param_groups[0]["lr"], "train_loss": float(loss_sum) / loss_count,
+                            "lr": self.optimizer.param_groups[0]["lr"], **self._loss_record(loss_sum / loss_count),
                             "tasks_per_s": window_tasks / max(now - window_start, 1e-9),
                         }
                         self.log(record)
                         if progress:
                             progress({**record, "total_steps": limit})
-                        loss_sum.zero_()
+                        loss_sum = torch.zeros((), device=self.device)
                         loss_count, window_start, window_tasks = 0, now, 0
                     out_of_time = deadline is not None and time.monotonic() > deadline
                     if self.step % self.steps_per_epoch == 0:
-                        self.log({"type": "epoch", "step": self.step, "epoch": self.step // self.steps_per_epoch,
-                                  **self.validate()})
+                        for record in self.epoch_records():
+                            self.log({"type": "epoch", "step": self.step, "epoch": self.step // self.steps_per_epoch,
+                                      **record})
                         self.save_state()
                         window_start = time.perf_counter()  # tasks/s counts training time only
                     elif self.step % cfg.checkpoint_every == 0 or "signal" in stop or self.step == limit or out_of_time:
@@ -287,42 +324,57 @@ class Trainer:
         self._save_final()
         return self.run_dir
 
-    @torch.no_grad()
-    def validate(self) -> dict[str, Any]:
-        """Validation loss and greedy exact-match accuracy: overall, copy / non-copy, seen / new rules, per rule."""
-        self.model.eval()
-        val, losses, correct = self.val, [], []
-        for start in range(0, len(val.src), 1024):
-            rows = np.arange(start, min(start + 1024, len(val.src)))
-            src, tgt_in, tgt_out = val.batch(rows)
-            with self._autocast():
-                losses.append(loss_fn(self.model, src, tgt_in, tgt_out) * (tgt_out != PAD).sum())
-            correct.append(exact_match(self.model.generate(src), tgt_out))
-        self.model.train()
-        hit = torch.cat(correct).cpu()
-        split = val.split
-        names = [split.transformation_names[i] for i in split.transformation.tolist()]
-        seen = torch.tensor([n in SEEN for n in names])
-        rate = lambda mask: float(hit[mask].float().mean()) if mask.any() else float("nan")  # noqa: E731
-        return {
-            "val_loss": float(sum(losses)) / int((val.tgt_out != PAD).sum()),
-            "val_acc": rate(torch.ones_like(hit)), "val_acc_copy": rate(split.is_copy),
-            "val_acc_noncopy": rate(~split.is_copy), "val_acc_seen_transformations": rate(seen & ~split.is_copy),
-            "val_acc_new_transformations": rate(~seen & ~split.is_copy),
-            "val_acc_by_transformation": {
-                name: rate(torch.tensor([n == name for n in names]) & ~split.is_copy) for name in sorted(set(names))
-            },
-        }
+    def _loss_record(self, mean_loss: Tensor) -> dict[str, Any]:
+        return {"train_loss": float(mean_loss)}
 
-    def _save_final(self) -> None:
+    def epoch_records(self) -> list[dict[str, Any]]:
+        """The end-of-epoch validation record(s) (one per model)."""
+        return [self.validate()]
+
+    def validate(self) -> dict[str, Any]:
+        """Validation loss and greedy exact-match accuracy of the model (see `validate_model`)."""
+        return validate_model(self.model, self.val, self._autocast)
+
+    def _metadata(self, seed: int) -> dict[str, Any]:
         cfg = self.config
         manifest = read_manifest(cfg.data_dir)
-        metadata = {
-            "preset": cfg.preset or manifest["preset"], "seed": cfg.seed, "data_seed": manifest["seed"],
+        return {
+            "preset": cfg.preset or manifest["preset"], "seed": seed, "data_seed": manifest["seed"],
             "train_config": asdict(cfg), "steps": self.step,
             "epochs_completed": self.step / self.steps_per_epoch, "train_seconds": round(self.elapsed, 1),
             "device": str(self.device), "torch": torch.__version__,
         }
+
+    def _save_final(self) -> None:
         self.model.eval()
-        save_model(self.model, self.run_dir / MODEL_DIR, metadata=metadata, overwrite=True)
+        save_model(self.model, self.run_dir / MODEL_DIR, metadata=self._metadata(self.config.seed), overwrite=True)
         self.model.train()
+
+
+@torch.no_grad()
+def validate_model(model: HookedEncoderDecoder, val: ResidentSplit, autocast: Callable[[], Any]) -> dict[str, Any]:
+    """Validation loss and greedy exact-match accuracy: overall, copy / non-copy, seen / new rules, per rule."""
+    was_training = model.training
+    model.eval()
+    losses, correct = [], []
+    for start in range(0, len(val.src), 1024):
+        rows = np.arange(start, min(start + 1024, len(val.src)))
+        src, tgt_in, tgt_out = val.batch(rows)
+        with autocast():
+            losses.append(loss_fn(model, src, tgt_in, tgt_out) * (tgt_out != PAD).sum())
+        correct.append(exact_match(model.generate(src), tgt_out))
+    model.train(was_training)
+    hit = torch.cat(correct).cpu()
+    split = val.split
+    names = [split.transformation_names[i] for i in split.transformation.tolist()]
+    seen = torch.tensor([n in SEEN for n in names])
+    rate = lambda mask: float(hit[mask].float().mean()) if mask.any() else float("nan")  # noqa: E731
+    return {
+        "val_loss": float(sum(losses)) / int((val.tgt_out != PAD).sum()),
+        "val_acc": rate(torch.ones_like(hit)), "val_acc_copy": rate(split.is_copy),
+        "val_acc_noncopy": rate(~split.is_copy), "val_acc_seen_transformations": rate(seen & ~split.is_copy),
+        "val_acc_new_transformations": rate(~seen & ~split.is_copy),
+        "val_acc_by_transformation": {
+            name: rate(torch.tensor([n == name for n in names]) & ~split.is_copy) for name in sorted(set(names))
+        },
+    }

@@ -149,6 +149,7 @@ def run_cli(args, capsys):
         (["train", "--out", "R", "--data", "D", "--model-config", "{x"], "--model-config is not valid JSON"),
         (["train", "--out", "R", "--data", "D", "--model-config", '{"d_model": 30}'], "not divisible"),
         (["train", "--out", "R", "--max-steps", "0"], "Invalid value for '--max-steps'"),
+        (["train", "--out", "R", "--replicates", "0"], "Invalid value for '--replicates'"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path, capsys, monkeypatch, data_dir):

@@ -2,7 +2,9 @@
 
 Same distribution as ``torch.nn.Dropout`` up to 2^-15 (keep with probability 1-p, scale by 1/(1-p)),
 drawn from the same torch generator, but several times cheaper on CPU than ``bernoulli_`` (a third of a
-training step there): one 64-bit random word gives the 15-bit uniform numbers of four elements.
+training step there): one 64-bit random word gives the 15-bit uniform numbers of four elements. The words
+are drawn in a tensor shaped like ``x`` (last dimension a quarter), so that under ``torch.func.vmap`` with
+``randomness="different"`` every member of a vmapped batch gets its own mask.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ def dropout(x: Float[Tensor, "..."], p: float, training: bool) -> Float[Tensor, 
     """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)``; identity unless training."""
     if not training or p == 0.0:
         return x
-    n = x.numel()
-    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device).random_()
-    uniform15 = words.view(torch.int16)[:n].view(x.shape) & 0x7FFF
+    last = x.shape[-1]
+    words = torch.empty_like(x[..., : (last + 3) // 4], dtype=torch.int64, memory_format=torch.contiguous_format)
+    words.random_()
+    uniform15 = words.view(torch.int16)[..., :last] & 0x7FFF
     return torch.where(uniform15 >= round(p * 32768), x * (1.0 / (1.0 - p)), 0.0)
 
 

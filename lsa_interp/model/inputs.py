@@ -55,8 +55,8 @@ def to_token_batch(
 
 
 def key_mask(pad: Bool[Tensor, "batch k_pos"], dtype: torch.dtype) -> Float[Tensor, "batch 1 1 k_pos"]:
-    """Additive attention mask: -inf at padded keys, 0 elsewhere."""
-    return torch.zeros(pad.shape, dtype=dtype, device=pad.device).masked_fill_(pad, float("-inf"))[:, None, None, :]
+    """Additive attention mask: -inf at padded keys, 0 elsewhere (out of place, so it also works under vmap)."""
+    return torch.zeros(pad.shape, dtype=dtype, device=pad.device).masked_fill(pad, float("-inf"))[:, None, None, :]
 
 
 def causal_mask(pad: Bool[Tensor, "batch pos"], dtype: torch.dtype) -> Float[Tensor, "batch 1 pos pos"]:

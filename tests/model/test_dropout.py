@@ -28,3 +28,11 @@ def test_masks_follow_the_torch_generator():
     torch.manual_seed(5)
     assert torch.equal(first, Dropout(0.3).train()(x))
     assert not torch.equal(first, Dropout(0.3).train()(x))
+
+
+def test_vmapped_members_get_their_own_masks():
+    x = torch.ones(3, 16, 9)
+    out = torch.func.vmap(lambda row: dropout(row, 0.5, training=True), randomness="different")(x)
+    masks = out == 0
+    assert out.shape == x.shape and 0.3 < masks.float().mean() < 0.7
+    assert not torch.equal(masks[0], masks[1]) and not torch.equal(masks[1], masks[2])
