@@ -226,6 +226,16 @@ def _generate_into(preset: str, seed: int, out: Path) -> Path:
     return out
 
 
+def _register_analysis_commands() -> None:
+    from lsa_interp.commands import lens, patching, representations
+
+    for group in (patching, representations, lens):
+        group.register(app)
+
+
+_register_analysis_commands()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     try:

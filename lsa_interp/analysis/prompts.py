@@ -1,0 +1,136 @@
+"""Tasks built for the analyses: one rule's tasks, and minimal pairs that differ only in the example's rule.
+
+All tasks are 1-shot (alphabet | example | query) with windows of 3..7 letters, as in training. Random
+choices come from ``random.Random(seed)``, so the same arguments give the same tasks.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lsa_interp.data.alphabets import make_alphabets
+from lsa_interp.data.task import STANDARD_ALPHABET, Task
+from lsa_interp.data.transformations import ALPHABET_SIZE, Problem, get_transformation
+
+WINDOW_LENGTHS: tuple[int, ...] = (3, 4, 5, 6, 7)
+_TRIES = 200
+
+
+def analysis_alphabets(kind: str | Sequence[str], seed: int = 0, n: int = 20) -> list[str]:
+    """``"standard"`` (the paper's running example), ``"permuted"`` (``n`` permuted alphabets never used by
+    any training preset: drawn with seed ``10_000 + seed``), or an explicit list. Raises ValueError otherwise."""
+    if not isinstance(kind, str):
+        return list(kind)
+    if kind == "standard":
+        return [STANDARD_ALPHABET]
+    if kind == "permuted":
+        return make_alphabets(n - n % 4 or 4, seed=10_000 + seed, include_standard=False)
+    raise ValueError(f"unknown alphabets {kind!r}; choose standard, permuted or give a list of alphabets")
+
+
+def _problem(name: str, start: int, length: int, seed: int) -> Problem | None:
+    return get_transformation(name).build(start, length, random.Random(seed))
+
+
+def _letters(alphabet: str, positions: list[int]) -> str:
+    return "".join(alphabet[p] for p in positions)
+
+
+def rule_tasks(
+    transformation: str,
+    n: int,
+    seed: int = 0,
+    alphabets: str | Sequence[str] = "standard",
+    lengths: Sequence[int] = WINDOW_LENGTHS,
+) -> list[Task]:
+    """``n`` distinct 1-shot tasks of one transformation, each with another problem of the same rule and
+    alphabet as its example (never the query problem itself). Raises ValueError for an unknown rule or when
+    fewer than ``n`` distinct tasks exist."""
+    get_transformation(transformation)
+    rng = random.Random(f"rule_tasks/{transformation}/{seed}")
+    pool = analysis_alphabets(alphabets, seed)
+    tasks: dict[Task, None] = {}
+    for _ in range(n * _TRIES):
+        if len(tasks) == n:
+            break
+        alphabet, length = rng.choice(pool), rng.choice(list(lengths))
+        made = []
+        for _ in range(2):
+            start = rng.randrange(ALPHABET_SIZE - length + 1)
+            made.append(_problem(transformation, start, length, rng.randrange(2**31)))
+        if None in made or made[0] == made[1]:
+            continue
+        (ex_in, ex_out), (q_in, q_out) = ((_letters(alphabet, a), _letters(alphabet, b)) for a, b in made)
+        tasks[Task(alphabet, ((ex_in, ex_out),), q_in, q_out, transformation)] = None
+    if len(tasks) < n:
+        raise ValueError(f"only {len(tasks)} distinct {transformation} tasks could be made, {n} asked for")
+    return list(tasks)
+
+
+@dataclass(frozen=True)
+class MinimalPair:
+    """Two tasks with the same alphabet, example input and query whose example outputs follow different rules.
+
+    ``target`` follows rule ``target_rule`` (its answer is the target rule applied to the query);
+    ``source`` shows rule ``source_rule`` (its answer is the source rule applied to the same query).
+    """
+
+    source: Task
+    target: Task
+
+    @property
+    def source_answer(self) -> str:
+        return self.source.answer or ""
+
+    @property
+    def target_answer(self) -> str:
+        return self.target.answer or ""
+
+
+def minimal_pairs(
+    source: str,
+    target: str,
+    n: int,
+    seed: int = 0,
+    alphabets: str | Sequence[str] = "standard",
+    lengths: Sequence[int] = WINDOW_LENGTHS,
+) -> list[MinimalPair]:
+    """``n`` distinct minimal pairs (e.g. source ``succ``: ``ghi > ghj | bcd``; target ``pred``: ``ghi > fhi |
+    bcd``). Both rules build the example and the query from the same windows and random choices; only windows
+    where both rules give the same example input and the same query input, and different answers, are kept.
+
+    Raises ValueError for unknown rules, equal rules, or rules whose inputs never agree (e.g. sort vs pred).
+    """
+    get_transformation(source), get_transformation(target)
+    if source == target:
+        raise ValueError(f"source and target are both {source!r}; patching needs two different transformations")
+    rng = random.Random(f"minimal_pairs/{source}/{target}/{seed}")
+    pool = analysis_alphabets(alphabets, seed)
+    pairs: dict[MinimalPair, None] = {}
+    for _ in range(n * _TRIES):
+        if len(pairs) == n:
+            break
+        alphabet, length = rng.choice(pool), rng.choice(list(lengths))
+        ex_start, q_start = (rng.randrange(ALPHABET_SIZE - length + 1) for _ in range(2))
+        ex_seed, q_seed = rng.randrange(2**31), rng.randrange(2**31)
+        problems = [
+            (_problem(rule, ex_start, length, ex_seed), _problem(rule, q_start, length, q_seed))
+            for rule in (source, target)
+        ]
+        if any(p is None for pair in problems for p in pair):
+            continue
+        (s_ex, s_q), (t_ex, t_q) = problems
+        if s_ex[0] != t_ex[0] or s_q[0] != t_q[0] or s_ex[1] == t_ex[1] or s_q[1] == t_q[1] or s_ex == s_q:
+            continue
+        to_task = lambda ex, q, rule: Task(  # noqa: E731
+            alphabet, ((_letters(alphabet, ex[0]), _letters(alphabet, ex[1])),), _letters(alphabet, q[0]),
+            _letters(alphabet, q[1]), rule,
+        )
+        pairs[MinimalPair(to_task(s_ex, s_q, source), to_task(t_ex, t_q, target))] = None
+    if not pairs:
+        raise ValueError(f"{source} and {target} never give the same example input and query; no minimal pairs")
+    if len(pairs) < n:
+        raise ValueError(f"only {len(pairs)} distinct {source}/{target} minimal pairs exist here, {n} asked for")
+    return list(pairs)

@@ -1,0 +1,57 @@
+"""Options and helpers shared by the analysis commands: open a model, print and write a result."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from lsa_interp.analysis.types import AnalysisResult
+
+ModelOption = Annotated[
+    str, typer.Option(help="A shipped checkpoint name (copy-200, copy-20, nocopy-20) or a checkpoint directory.")
+]
+OutOption = Annotated[
+    Path | None, typer.Option(help="Directory for NAME.json and NAME.html; default runs/analysis/MODEL.")
+]
+SeedOption = Annotated[int, typer.Option(min=0, help="Seed of the generated tasks.")]
+DeviceOption = Annotated[str, typer.Option(help="cpu or cuda.")]
+HEAD_HELP = "Head labels are the paper's, 1-based: '2.7' = encoder layer 2, head 7 (index 1, 6 in the Python API)."
+
+
+def open_model(name: str, device: str = "cpu"):
+    """Load a model by shipped name or path; a missing or broken checkpoint raises ValueError (exit 2)."""
+    from lsa_interp.model import load_model
+
+    return load_model(name, device=device)
+
+
+def default_out(model: str) -> Path:
+    """``runs/analysis/<model name or directory name>``."""
+    return Path("runs") / "analysis" / Path(model).name
+
+
+def finish(result: AnalysisResult, out: Path | None, model: str) -> None:
+    """Print the summary and findings as tables, then write the JSON and HTML files."""
+    console = Console(width=max(shutil.get_terminal_size().columns, 120))
+    table = Table(title=f"{result.name}: {result.model}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for key, value in result.summary.items():
+        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    console.print(table)
+    if result.findings:
+        findings = Table(title="findings")
+        for column in ("finding", "paper", "ours", "verdict"):
+            findings.add_column(column)
+        for f in result.findings:
+            verdict = {True: "[green]holds", False: "[red]does not hold"}.get(f.holds, "n/a")
+            findings.add_row(f.name, f.paper, f.ours, verdict)
+        console.print(findings)
+    paths = result.write(out if out is not None else default_out(model))
+    console.print("wrote " + ", ".join(str(p) for p in paths.values()), highlight=False)

@@ -1,0 +1,1 @@
+"""Offline HTML pages, figures and viewers."""
