@@ -1,0 +1,186 @@
+"""Decoder lens (the paper's appendix): exact match when the decoder reads an intermediate encoder layer.
+
+For encoder layer k (1-based), the residual stream after layer k (``encoder.{k-1}.hook_resid_post``) goes
+through the final encoder norm (``encoder.ln_final``) and replaces the encoder output ("memory") that every
+decoder cross-attention layer reads; the decoder then decodes greedily as usual (the model's own cached
+generation path, `lsa_interp.evaluation.predict`). The layers after k still run but their output is
+discarded, so the last layer's lens *is* the model: its predictions equal the plain greedy ones.
+
+Tasks (`lens_tasks`): by default (``source="val"``) the non-copy rows of the val split of the model's
+training preset (as ``lsa-interp evaluate`` builds it from the model's metadata: all 19 transformations,
+training alphabets), a deterministic random subset of ``n``; ``source="rules"`` uses `seen_rule_tasks` (the
+10 seen transformations in the standard alphabet) instead, without generating a dataset.
+
+Findings, against the paper's copy-200 numbers (0.0 / 1.9 / 66.5 % for layers 1 / 2 / 3):
+
+- earlier layers decode (almost) nothing: the best layer before the last is within
+  `EARLY_TOLERANCE` points of the paper's best (1.9 %);
+- the last layer is within `LAST_TOLERANCE` points of 66.5 % (loose: the paper does not say which task
+  mix it used, and accuracy differs a lot between seen and new transformations);
+- the last layer's lens reproduces the model's plain greedy predictions exactly (a check of the method).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from lsa_interp.analysis.rasp import seen_rule_tasks
+from lsa_interp.analysis.types import AnalysisResult, Finding
+from lsa_interp.data.task import Task
+from lsa_interp.evaluation.metrics import in_paper_order
+from lsa_interp.evaluation.run import DEFAULT_BATCH_SIZE, evaluation_dataset, predict, subsample
+from lsa_interp.model import HookedEncoderDecoder
+
+PAPER_LENS: dict[int, float] = {1: 0.0, 2: 1.9, 3: 66.5}
+"""The paper's decoder-lens exact match (%) of copy-200, by 1-based encoder layer."""
+EARLY_TOLERANCE = 5.0
+"""Points the best layer before the last may exceed the paper's best earlier layer (1.9 %) by."""
+LAST_TOLERANCE = 15.0
+"""Points the last layer's lens accuracy may differ from the paper's 66.5 % by."""
+SOURCES = ("val", "rules")
+
+
+def lens_tasks(model: HookedEncoderDecoder, n: int, seed: int = 0, source: str = "val") -> list[Task]:
+    """Return ``n`` tasks with answers for the lens (see the module docstring for ``source``).
+
+    ``"val"``: a deterministic subset (``seed``) of the non-copy val rows of the model's training preset.
+    ``"rules"``: `seen_rule_tasks` (seen transformations, standard alphabet). Raises
+    ValueError for an unknown source, a non-positive ``n`` or a model whose metadata names no preset.
+    """
+    if source not in SOURCES:
+        raise ValueError(f"unknown task source {source!r}; choose one of {', '.join(SOURCES)}")
+    if n < 1:
+        raise ValueError(f"the number of tasks must be positive, got {n}")
+    if source == "rules":
+        return seen_rule_tasks(n, seed)
+    val = evaluation_dataset(model).splits["val"]
+    return subsample([task for task in val if not task.is_copy], n, seed)
+
+
+def lens_predict(
+    model: HookedEncoderDecoder, tasks: Sequence[Task], layer: int, batch_size: int = DEFAULT_BATCH_SIZE
+) -> list[str]:
+    """Return the greedy answers when the decoder reads encoder layer ``layer`` (1-based) through the final
+    encoder norm. Raises ValueError when ``layer`` is not in 1..n_encoder_layers."""
+    n_layers = model.cfg.n_encoder_layers
+    if not 1 <= layer <= n_layers:
+        raise ValueError(f"encoder layer {layer} is not in 1..{n_layers} (1-based)")
+    with model.hooks(fwd_hooks=_swap_hooks(layer - 1, n_layers - 1)):
+        return predict(model, tasks, batch_size)
+
+
+def _swap_hooks(layer: int, last: int) -> list[tuple[str, Callable]]:
+    """Hooks that save layer ``layer``'s output and hand it to ``ln_final`` in place of the last layer's."""
+    saved = {}
+
+    def save(resid, hook):
+        saved["resid"] = resid
+
+    def swap(resid, hook):
+        return saved.pop("resid")
+
+    return [(f"encoder.{layer}.hook_resid_post", save), (f"encoder.{last}.hook_resid_post", swap)]
+
+
+def _percent(hits: Sequence[bool]) -> float:
+    return 100.0 * sum(hits) / len(hits)
+
+
+def _group(task: Task) -> str:
+    return "copy" if task.is_copy else task.transformation or "unlabelled"
+
+
+def decoder_lens(
+    model: HookedEncoderDecoder,
+    tasks: Sequence[Task],
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    model_name: str = "",
+    source: str = "",
+) -> AnalysisResult:
+    """Return the lens `AnalysisResult`: exact match (%) per 1-based encoder layer, overall and by
+    transformation, the model's plain accuracy, bar charts and `Finding` rows vs the paper.
+
+    ``source`` only labels the result. Raises ValueError for an empty task list or a task without answer.
+    """
+    if not tasks:
+        raise ValueError("the decoder lens needs at least one task")
+    missing = next((t for t in tasks if t.answer is None), None)
+    if missing is not None:
+        raise ValueError(f"task {missing} has no answer to score against")
+    layers = list(range(1, model.cfg.n_encoder_layers + 1))
+    predictions = {layer: lens_predict(model, tasks, layer, batch_size) for layer in layers}
+    plain = predict(model, tasks, batch_size)
+    hits = {layer: [p == t.answer for t, p in zip(tasks, preds)] for layer, preds in predictions.items()}
+    accuracy = {layer: _percent(h) for layer, h in hits.items()}
+    by_transformation = {
+        name: {
+            "n": sum(_group(t) == name for t in tasks),
+            **{layer: _percent([h for t, h in zip(tasks, hits[layer]) if _group(t) == name]) for layer in layers},
+        }
+        for name in in_paper_order(_group(t) for t in tasks)
+    }
+    model_accuracy = _percent([p == t.answer for t, p in zip(tasks, plain)])
+    reproduces = predictions[layers[-1]] == plain
+    summary = {
+        "tasks": len(tasks), **({"source": source} if source else {}),
+        **{f"layer_{layer}_accuracy": accuracy[layer] for layer in layers},
+        "model_accuracy": model_accuracy,
+    }
+    data = {
+        "layers": layers, "accuracy": accuracy, "by_transformation": by_transformation,
+        "model_accuracy": model_accuracy, "last_layer_reproduces_model": reproduces, "paper": PAPER_LENS,
+    }
+    return AnalysisResult(
+        "decoder_lens", model_name, summary, data,
+        figures=_figures(accuracy, by_transformation, model_name),
+        findings=_findings(accuracy, model_accuracy, reproduces),
+    )
+
+
+def _findings(accuracy: dict[int, float], model_accuracy: float, reproduces: bool) -> list[Finding]:
+    layers = sorted(accuracy)
+    last = accuracy[layers[-1]]
+    findings = []
+    if len(layers) > 1:
+        early = max(accuracy[layer] for layer in layers[:-1])
+        paper_early = max(PAPER_LENS[1], PAPER_LENS[2])
+        findings.append(Finding(
+            "decoder lens: earlier encoder layers decode (almost) nothing",
+            f"layers 1/2: {PAPER_LENS[1]:.1f} / {PAPER_LENS[2]:.1f} %",
+            " / ".join(f"{accuracy[layer]:.1f}" for layer in layers[:-1]) + " %",
+            early <= paper_early + EARLY_TOLERANCE,
+            f"holds when the best earlier layer is at most {paper_early + EARLY_TOLERANCE:.1f} %",
+        ))
+    findings.append(Finding(
+        "decoder lens: the last encoder layer", f"layer 3: {PAPER_LENS[3]:.1f} %", f"layer {layers[-1]}: {last:.1f} %",
+        abs(last - PAPER_LENS[3]) <= LAST_TOLERANCE,
+        f"tolerance +-{LAST_TOLERANCE:.0f} points (the paper's task mix is not stated)",
+    ))
+    findings.append(Finding(
+        "decoder lens: the last layer reproduces the model", "by construction",
+        f"{last:.1f} % vs {model_accuracy:.1f} % plain greedy", reproduces,
+        "holds when every last-layer lens prediction equals the plain greedy prediction",
+    ))
+    return findings
+
+
+def _figures(accuracy: dict[int, float], by_transformation: dict[str, dict], model_name: str) -> dict:
+    import plotly.graph_objects as go
+
+    layers = sorted(accuracy)
+    names = [f"layer {layer}" for layer in layers]
+    overall = go.Figure(go.Bar(name=model_name or "ours", x=names, y=[accuracy[k] for k in layers]))
+    if len(layers) == len(PAPER_LENS):
+        overall.add_bar(name="paper (copy-200)", x=names, y=[PAPER_LENS[k] for k in layers])
+    overall.update_layout(
+        title="Decoder lens: exact match when the decoder reads encoder layer k (after the final norm)",
+        yaxis_title="exact match (%)", yaxis_range=[0, 100], barmode="group",
+    )
+    groups = list(by_transformation)
+    per_rule = go.Figure([
+        go.Bar(name=f"layer {layer}", x=groups, y=[by_transformation[g][layer] for g in groups]) for layer in layers
+    ])
+    per_rule.update_layout(
+        title="Decoder lens by transformation", yaxis_title="exact match (%)", yaxis_range=[0, 100], barmode="group",
+    )
+    return {"accuracy by encoder layer": overall, "accuracy by transformation": per_rule}

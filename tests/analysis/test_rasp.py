@@ -1,0 +1,141 @@
+"""RASP-L selectors on the paper's running example, entry by entry, and head scores on forced patterns."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lsa_interp.analysis.rasp import (
+    RUNNING_EXAMPLE, SELECTORS, rasp_comparison, seen_rule_tasks, scored_rows, selector_masks, selector_patterns,
+    selector_scores,
+)
+from lsa_interp.data.task import Task
+from lsa_interp.data.tokenizer import encode_tasks
+from lsa_interp.data.transformations import SEEN
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+
+torch.set_num_threads(1)
+
+# abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd EOS: alphabet 0-25, | 26, ghi 27-29, > 30, fhi 31-33, | 34,
+# bcd 35-37, EOS 38.
+N = 39
+PIPES, ARROW_AT, EOS_AT = {26, 34}, 30, 38
+SAME = [{6, 27}, {7, 28, 32}, {8, 29, 33}, {5, 31}, {1, 35}, {2, 36}, {3, 37}, {26, 34}]
+"""Positions holding the same token (every other position holds a token found nowhere else)."""
+
+
+def running_src() -> torch.Tensor:
+    return encode_tasks([Task.parse(RUNNING_EXAMPLE)], with_answers=False).src
+
+
+def same_positions(q: int) -> set[int]:
+    return next((group for group in SAME if q in group), {q})
+
+
+def test_selectors_of_the_running_example_entry_by_entry():
+    src = running_src()
+    assert src.shape == (1, N)
+    masks = selector_masks(src)[0]
+    assert masks.shape == (3, N, N) and SELECTORS == ("pipe", "arrow", "same_as")
+    for q in range(N):
+        for k in range(N):
+            assert bool(masks[0, q, k]) == (k in PIPES), (q, k)
+            assert bool(masks[1, q, k]) == (k == ARROW_AT), (q, k)
+            assert bool(masks[2, q, k]) == (k in same_positions(q)), (q, k)
+
+
+def test_patterns_are_row_normalised_and_pad_is_neither_row_nor_key():
+    tasks = [Task.parse(RUNNING_EXAMPLE), Task.parse(RUNNING_EXAMPLE + "efg")]
+    src = encode_tasks(tasks, with_answers=False).src
+    patterns = selector_patterns(src)
+    assert torch.allclose(patterns[0, :, :N, :N], selector_patterns(running_src())[0])
+    assert (patterns[0, :, N:, :] == 0).all() and (patterns[0, :, :, N:] == 0).all()  # PAD rows and keys
+    assert torch.allclose(patterns[1].sum(-1), torch.ones(3, src.shape[1]))
+    assert patterns[0, 2, 28, 32].item() == pytest.approx(1 / 3) and patterns[0, 0, 5, 26].item() == 0.5
+    no_self = selector_patterns(running_src(), include_self=False)[0]
+    assert no_self[1, ARROW_AT].sum() == 0 and no_self[2, 28, 28] == 0 and no_self[2, 28, 32] == 0.5
+
+
+def test_scored_rows_skip_eos_and_rows_that_only_select_themselves():
+    rows = scored_rows(running_src())[0]
+    expected_same = {q for group in SAME for q in group}
+    assert {q for q in range(N) if rows[0, q]} == set(range(N)) - {EOS_AT}
+    assert {q for q in range(N) if rows[1, q]} == set(range(N)) - {EOS_AT, ARROW_AT}
+    assert {q for q in range(N) if rows[2, q]} == expected_same
+
+
+def test_scores_of_hand_made_patterns():
+    src = running_src()
+    exact = selector_patterns(src, include_self=False)[0]
+    uniform = torch.full((N, N), 1 / N)
+    identity = torch.eye(N)
+    patterns = torch.stack([exact[0], exact[1], exact[2], uniform, identity])[None]
+    mass, correlation = selector_scores(patterns, src)
+    assert torch.allclose(mass[0, :3].diagonal(), torch.ones(3))
+    assert torch.allclose(correlation[0, :3].diagonal(), torch.ones(3), atol=1e-5)
+    assert mass[0, 1, 0] == pytest.approx(0.0)  # the arrow head reads no separator
+    assert mass[0, 3, 1].item() == pytest.approx(1 / N)  # uniform attention: one arrow among 39 keys
+    assert mass[0, 4].abs().max() == 0  # attending to oneself matches nothing, not even same-as
+
+
+def forcing_hooks(model: HookedEncoderDecoder, forced: dict[tuple[int, int], tuple[int, bool]]):
+    """Hooks that overwrite head (layer, head)'s pattern with selector index's pattern (with or without self);
+    the encoder ids are captured by a PyTorch pre-hook on the token embedding."""
+    seen = {}
+    handle = model.encoder.embed.register_forward_pre_hook(lambda module, args: seen.update(src=args[0]))
+
+    def make(layer: int):
+        def force(pattern, hook):
+            pattern = pattern.clone()
+            for (lay, head), (index, with_self) in forced.items():
+                if lay == layer:
+                    pattern[:, head] = selector_patterns(seen["src"], include_self=with_self)[:, index]
+            return pattern
+        return force
+
+    layers = sorted({layer for layer, _ in forced})
+    return handle, [(f"encoder.{layer}.attn.hook_pattern", make(layer)) for layer in layers]
+
+
+def test_forced_heads_are_found_and_score_one():
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64))
+    forced = {(0, 0): (0, True), (0, 2): (1, True), (1, 3): (2, False)}  # 1.1 pipe, 1.3 arrow, 2.4 same-as
+    handle, hooks = forcing_hooks(model, forced)
+    try:
+        with model.hooks(fwd_hooks=hooks):
+            result = rasp_comparison(model.eval(), seen_rule_tasks(30), batch_size=16, model_name="tiny")
+    finally:
+        handle.remove()
+    best = result.data["best"]
+    assert {sel: best[sel]["head"] for sel in SELECTORS} == {"pipe": "1.1", "arrow": "1.3", "same_as": "2.4"}
+    assert best["arrow"]["mass"] == pytest.approx(1.0) and best["arrow"]["correlation"] == pytest.approx(1.0)
+    assert best["same_as"]["mass"] == pytest.approx(1.0)
+    # pipe with self: the pipe rows keep half their attention on themselves, which is not scored as a match
+    assert 0.9 < best["pipe"]["mass"] < 1.0
+    assert all(f.holds for f in result.findings)
+    assert result.data["mass"]["1.3"]["arrow"] == best["arrow"]["mass"] and len(result.data["mass"]) == 8
+    assert all(0 < result.data["chance"][sel] < 0.1 for sel in SELECTORS)
+    assert set(result.figures) == {
+        "attention mass on the selector's keys", "correlation with the selector", "selectors and their best heads",
+    }
+    example = result.figures["selectors and their best heads"]
+    assert len(example.data) == 6 and len(example.data[4].z) == N  # running example: arrow's best head
+
+
+def test_unforced_random_model_findings_fail():
+    torch.manual_seed(1)
+    model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64))
+    result = rasp_comparison(model.eval(), seen_rule_tasks(20), model_name="tiny")
+    assert not any(f.holds for f in result.findings)
+    assert all(row["mass"] < 0.5 for row in result.data["best"].values())
+
+
+def test_seen_rule_tasks():
+    tasks = seen_rule_tasks(23, seed=2)
+    assert len(tasks) == 23 and {t.transformation for t in tasks} == set(SEEN)
+    assert tasks == seen_rule_tasks(23, seed=2) and tasks != seen_rule_tasks(23, seed=3)
+    with pytest.raises(ValueError, match="positive"):
+        seen_rule_tasks(0)
+    with pytest.raises(ValueError, match="at least one task"):
+        rasp_comparison(HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, d_mlp=64)), [])
