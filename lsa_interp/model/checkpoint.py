@@ -44,27 +44,44 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+STORAGE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+"""Dtypes a checkpoint's floating-point weights may be stored in (they are loaded back as fp32)."""
+
+
 def save_model(
-    model: HookedEncoderDecoder, directory: str | Path, metadata: dict[str, Any] | None = None, overwrite: bool = False
+    model: HookedEncoderDecoder,
+    directory: str | Path,
+    metadata: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    storage: str = "fp32",
 ) -> Path:
     """Write ``model`` as a checkpoint directory, atomically (temporary directory, then rename); return its path.
 
-    ``metadata`` (JSON-serialisable; tensors become lists) is merged over ``model.metadata``. Raises
-    FileExistsError when ``directory`` exists and ``overwrite`` is False.
+    ``metadata`` (JSON-serialisable; tensors become lists) is merged over ``model.metadata``. ``storage``
+    (fp32, fp16 or bf16) is the dtype of the stored parameters (buffers stay fp32). Raises FileExistsError when
+    ``directory`` exists and ``overwrite`` is False, ValueError for an unknown ``storage``.
     """
+    if storage not in STORAGE_DTYPES:
+        raise ValueError(f"unknown storage dtype {storage!r}; choose one of: {', '.join(STORAGE_DTYPES)}")
+    dtype = STORAGE_DTYPES[storage]
     directory = Path(directory)
     if directory.exists() and not overwrite:
         raise FileExistsError(f"{directory} exists; pass overwrite=True to replace it")
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
-        state = {key: value.detach().to("cpu").contiguous() for key, value in model.state_dict().items()}
+        parameters = {name for name, _ in model.named_parameters()}
+        state = {
+            key: value.detach().to("cpu", dtype=dtype if key in parameters else value.dtype).contiguous()
+            for key, value in model.state_dict().items()
+        }
         save_file(state, str(tmp / WEIGHTS_FILE))
         config = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
             "model_config": model.cfg.to_dict(),
             "weights_file": WEIGHTS_FILE,
+            "weights_dtype": storage,
             "weights_sha256": sha256_file(tmp / WEIGHTS_FILE),
             "metadata": {**model.metadata, **(metadata or {})},
         }

@@ -90,3 +90,20 @@ def test_shipped_names_resolve_and_unknown_names_list_them(small_model, small_cf
 def test_checkpoints_dir_is_at_the_repository_root():
     assert checkpoint.CHECKPOINTS_DIR.name == "checkpoints"
     assert (checkpoint.CHECKPOINTS_DIR.parent / "lsa_interp" / "__init__.py").is_file()
+
+
+@pytest.mark.parametrize("storage", ["fp16", "bf16"])
+def test_reduced_precision_storage_halves_the_file_and_loads_as_fp32(small_model, tmp_path, storage):
+    full = save_model(small_model, tmp_path / "fp32")
+    half = save_model(small_model, tmp_path / storage, storage=storage)
+    assert (half / "model.safetensors").stat().st_size < 0.6 * (full / "model.safetensors").stat().st_size
+    loaded = load_model(half)
+    assert json.loads((half / "config.json").read_text())["weights_dtype"] == storage
+    dtype = checkpoint.STORAGE_DTYPES[storage]
+    for key, value in small_model.state_dict().items():
+        got = loaded.state_dict()[key]
+        assert got.dtype == torch.float32
+        expected = value.to(dtype).float() if key in dict(small_model.named_parameters()) else value
+        assert torch.equal(got, expected), key
+    with pytest.raises(ValueError, match="unknown storage dtype 'int8'"):
+        save_model(small_model, tmp_path / "bad", storage="int8")
