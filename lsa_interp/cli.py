@@ -198,6 +198,30 @@ def train(
     print(f"{run_dir}: {trainer.step} steps ({trainer.step / trainer.steps_per_epoch:.2f} epochs), {state}")
 
 
+@app.command(
+    "ship",
+    epilog="Example: lsa-interp ship runs/copy-200 --name copy-200\n\n"
+    "A replicate in bf16: lsa-interp ship runs/copy-20-reps --replicate 2 --name replicates/copy-20-s2 --storage bf16",
+)
+def ship(
+    run_dir: Annotated[Path, typer.Argument(help="A finished training run (lsa-interp train --out RUN_DIR).")],
+    name: Annotated[str, typer.Option(help="Checkpoint name: written to checkpoints/NAME.")],
+    replicate: Annotated[int | None, typer.Option(min=0, help="Which replicate of a --replicates run.")] = None,
+    storage: Annotated[str, typer.Option(help="Parameter dtype: fp32, or fp16/bf16 when they change < 0.1% of val "
+                                              "answers.")] = "fp32",
+    dest: Annotated[Path | None, typer.Option(help="Checkpoints directory; default the repository's checkpoints/.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Evaluate a subset of N rows per split.")] = None,
+) -> None:
+    """Copy a finished run's model into checkpoints/NAME with a model card (card.md) and evaluation.json."""
+    from lsa_interp.model.card import ship_run
+    from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, STORAGE_DTYPES
+
+    if storage not in STORAGE_DTYPES:
+        raise UserError(f"unknown storage {storage!r}; choose one of: {', '.join(STORAGE_DTYPES)}")
+    target = ship_run(run_dir, name, replicate, dest or CHECKPOINTS_DIR, storage, limit, progress=True)
+    print(f"shipped {target} ({target / 'card.md'})")
+
+
 def _parse_model_config(text: str) -> dict:
     """The ``--model-config`` JSON object, checked against `ModelConfig`."""
     from lsa_interp.model import ModelConfig

@@ -33,7 +33,7 @@ from lsa_interp.data.loaders import TokenizedSplit, load_tokenized
 from lsa_interp.data.vocab import PAD
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.checkpoint import save_model
-from lsa_interp.utils import atomic_write
+from lsa_interp.utils import atomic_write, hardware_description
 
 STATE_FILE, METRICS_FILE, CONFIG_FILE, MODEL_DIR = "state.pt", "metrics.jsonl", "train_config.json", "model"
 
@@ -342,7 +342,7 @@ class Trainer:
             "preset": cfg.preset or manifest["preset"], "seed": seed, "data_seed": manifest["seed"],
             "train_config": asdict(cfg), "steps": self.step,
             "epochs_completed": self.step / self.steps_per_epoch, "train_seconds": round(self.elapsed, 1),
-            "device": str(self.device), "torch": torch.__version__,
+            "device": str(self.device), "hardware": hardware_description(self.device.type), "torch": torch.__version__,
         }
 
     def _save_final(self) -> None:

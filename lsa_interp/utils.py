@@ -47,3 +47,17 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def hardware_description(device_type: str) -> str:
+    """A short description of the machine: the GPU's name on CUDA, else the CPU model and torch's thread count."""
+    import torch
+
+    if device_type == "cuda":
+        return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
+    cpu = "CPU"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                    if line.startswith("model name")), cpu)
+    return f"{cpu}, {torch.get_num_threads()} torch threads"

@@ -1,0 +1,100 @@
+"""Ship a trained run as a named checkpoint with a model card and its evaluation.
+
+``ship_run`` copies ``RUN_DIR/model`` (or a replicate's model) to ``checkpoints/NAME`` (optionally with
+fp16/bf16 parameters), evaluates it with `lsa_interp.evaluation` on its training preset, and writes
+``evaluation.json`` (every number) and ``card.md`` (data, recipe, hardware, wall time, Table 1 beside the
+paper's numbers, accuracy by transformation). Reduced-precision storage is only accepted when it changes
+fewer than `MAX_CHANGED_ANSWERS` of the greedy answers on the val split (measured and written to the card).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from lsa_interp.evaluation import evaluate_model, evaluation_dataset, markdown_report, predict
+from lsa_interp.evaluation.result import EvaluationResult
+from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, load_model, save_model
+from lsa_interp.model.hooked import HookedEncoderDecoder
+from lsa_interp.utils import atomic_write
+
+MAX_CHANGED_ANSWERS = 0.001
+"""Reduced-precision storage must change fewer than this fraction of the val split's greedy answers."""
+EVALUATION_FILE, CARD_FILE = "evaluation.json", "card.md"
+
+
+def precision_check(full: HookedEncoderDecoder, reduced: HookedEncoderDecoder, tasks: list) -> dict[str, Any]:
+    """Greedy answers of both models on ``tasks``: how many differ, and the fraction."""
+    a, b = predict(full, tasks), predict(reduced, tasks)
+    changed = sum(x != y for x, y in zip(a, b))
+    return {"tasks": len(tasks), "changed_answers": changed, "fraction": changed / max(len(tasks), 1)}
+
+
+def card_markdown(name: str, model: HookedEncoderDecoder, result: EvaluationResult, storage: dict[str, Any]) -> str:
+    """The model card: provenance and recipe from the model's metadata, then the evaluation report."""
+    meta = model.metadata
+    recipe = meta.get("train_config", {})
+    epochs = meta.get("epochs_completed")
+    hours = meta.get("train_seconds", 0) / 3600
+    lines = [
+        f"# {name}", "",
+        f"- data: preset `{meta.get('preset')}`, dataset seed {meta.get('data_seed')}; model seed {meta.get('seed')}",
+        f"- recipe: {recipe.get('epochs')} epochs, batch {recipe.get('batch_size')}, `{recipe.get('batching')}` "
+        f"batching, AdamW lr {recipe.get('lr')} (betas {recipe.get('betas')}, weight decay "
+        f"{recipe.get('weight_decay')}), warm-up over epoch 1, linear decay to {recipe.get('final_lr_factor')}x, "
+        f"dropout 0.1, {recipe.get('precision')}",
+        f"- trained: {meta.get('steps')} steps ({epochs:.2f} epochs)" if epochs is not None else "- trained: unknown",
+        f"- hardware: {meta.get('hardware', meta.get('device', 'not recorded'))}; training wall time {hours:.1f} h; "
+        f"torch {meta.get('torch')}",
+        f"- weights: {storage['dtype']} ({storage['bytes'] / 1e6:.1f} MB)" + (
+            f"; changes {storage['check']['changed_answers']} of {storage['check']['tasks']:,} greedy val answers "
+            f"({100 * storage['check']['fraction']:.3f}%) against fp32" if "check" in storage else ""
+        ),
+        f"- evaluated with `lsa-interp evaluate --model {name}` (numbers below)", "",
+    ]
+    return "\n".join(lines) + markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
+
+
+def ship_run(
+    run_dir: str | Path,
+    name: str,
+    replicate: int | None = None,
+    dest: str | Path = CHECKPOINTS_DIR,
+    storage: str = "fp32",
+    limit: int | None = None,
+    progress: bool = False,
+) -> Path:
+    """Copy a finished run's model to ``dest/name``, evaluate it, and write ``evaluation.json`` and ``card.md``.
+
+    ``replicate`` picks ``replicate-{i}/model`` of a replicate run. The run's own dataset is used when it is
+    still there, else the training preset is regenerated. Returns the checkpoint directory. Raises
+    FileNotFoundError when the run has no final model, ValueError when reduced-precision storage changes too
+    many answers (nothing is written then).
+    """
+    source = Path(run_dir) / (f"replicate-{replicate}" if replicate is not None else "") / "model"
+    if not (source / "config.json").is_file():
+        raise FileNotFoundError(f"{source} holds no final model; finish the run first (lsa-interp train --resume)")
+    model = load_model(source)
+    config_file = Path(run_dir) / "train_config.json"
+    data_dir = json.loads(config_file.read_text())["data_dir"] if config_file.is_file() else None
+    dataset = evaluation_dataset(model, data_dir=data_dir if data_dir and Path(data_dir).is_dir() else None)
+    staging = Path(dest) / f".{name}.staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    save_model(model, staging, storage=storage)
+    shipped = load_model(staging)
+    info: dict[str, Any] = {"dtype": storage, "bytes": (staging / "model.safetensors").stat().st_size}
+    if storage != "fp32":
+        info["check"] = precision_check(model, shipped, dataset.splits["val"])
+        if info["check"]["fraction"] >= MAX_CHANGED_ANSWERS:
+            shutil.rmtree(staging)
+            raise ValueError(f"{storage} storage changes {info['check']['changed_answers']} val answers; keep fp32")
+    result = evaluate_model(shipped, dataset, limit=limit, progress=progress, model_name=name)
+    atomic_write(staging / EVALUATION_FILE, lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
+    atomic_write(staging / CARD_FILE, lambda p: p.write_text(card_markdown(name, shipped, result, info)))
+    target = Path(dest) / name
+    if target.exists():
+        shutil.rmtree(target)
+    staging.rename(target)
+    return target

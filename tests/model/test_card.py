@@ -1,0 +1,54 @@
+"""Shipping a run: checkpoint, evaluation and model card; reduced precision is checked against fp32."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lsa_interp import cli
+from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
+from lsa_interp.model import load_model
+from lsa_interp.model.card import ship_run
+from lsa_interp.train import Trainer, TrainConfig
+
+SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    config = DatasetConfig(name="tiny", n_alphabets=4, window_lengths=(3,), n_reshuffle=1, n_new_alphabets=4)
+    data = save_dataset(generate_dataset(config, seed=3), tmp_path_factory.mktemp("data") / "tiny")
+    run = tmp_path_factory.mktemp("runs") / "tiny"
+    train = TrainConfig(data_dir=str(data), preset="tiny", epochs=1, batch_size=64, lr=3e-3, max_steps=6,
+                        val_limit=20, model=SMALL_MODEL)
+    Trainer.start(train, run).run()
+    return run
+
+
+def test_ship_writes_checkpoint_card_and_evaluation(run_dir, tmp_path):
+    target = ship_run(run_dir, "tiny-model", dest=tmp_path, limit=200)
+    assert sorted(p.name for p in target.iterdir()) == ["card.md", "config.json", "evaluation.json", "model.safetensors"]
+    evaluation = json.loads((target / "evaluation.json").read_text())
+    card = (target / "card.md").read_text()
+    seen = evaluation["table1"]["seen_transformations_seen_alphabets"]
+    assert f"{seen['percent']:.1f} ({seen['correct']}/{seen['total']})" in card
+    assert "preset `tiny`" in card and "6 steps" in card and "hardware:" in card and "fp32" in card
+    assert load_model(target).metadata["steps"] == 6
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
+
+
+def test_reduced_precision_is_measured_on_val(run_dir, tmp_path):
+    target = ship_run(run_dir, "tiny-bf16", dest=tmp_path, storage="fp16", limit=50)
+    card = (target / "card.md").read_text()
+    assert "weights: fp16" in card and "greedy val answers" in card
+
+
+def test_ship_refuses_unfinished_runs_and_bad_storage(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    with pytest.raises(SystemExit) as info:
+        cli.main(["ship", str(tmp_path / "run"), "--name", "x", "--dest", str(tmp_path)])
+    assert info.value.code == 2 and "holds no final model" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        cli.main(["ship", str(tmp_path / "run"), "--name", "x", "--storage", "int8"])
+    assert info.value.code == 2 and "unknown storage 'int8'" in capsys.readouterr().err
