@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
@@ -70,7 +69,7 @@ def token_statistics(model: HookedEncoderDecoder, tasks: Sequence[Task], layer: 
     if not -n_layers <= layer < n_layers:
         raise ValueError(f"encoder layer {layer} is outside the model's {n_layers} layers")
     layer %= n_layers
-    hooks = [f"encoder.{layer}.attn.hook_pattern", f"encoder.{layer}.hook_resid_pre", f"encoder.{layer}.hook_resid_post"]
+    hooks = [f"encoder.{layer}.{name}" for name in ("attn.hook_pattern", "hook_resid_pre", "hook_resid_post")]
 
     def reduce(chunk: list[Task], cache: ActivationCache) -> dict[str, list]:
         pattern, x_in, x_out = (cache[hook] for hook in hooks)
@@ -118,24 +117,25 @@ def elimination(
     stats = token_statistics(model, tasks, layer)
     att, irrelevant = stats["eos_attention"], stats["irrelevant"]
     attending = att >= EOS_ATTENTION_THRESHOLD
-    nanmean = lambda a: float(np.nanmean(a)) if np.isfinite(a).any() else float("nan")  # noqa: E731
     by_role = {
-        ROLES[r]: {"tokens": int((stats["role"] == r).sum()), "mean_eos_attention": float(att[stats["role"] == r].mean()),
-                   "eos_attending_share": float(attending[stats["role"] == r].mean())}
+        ROLES[r]: {"tokens": int((stats["role"] == r).sum()), "mean_eos_attention": _mean(att, stats["role"] == r),
+                   "eos_attending_share": _mean(attending, stats["role"] == r)}
         for r in np.unique(stats["role"])
     }
     summary = {
         "tasks": len(tasks), "tokens": int(att.size), "threshold": EOS_ATTENTION_THRESHOLD,
         "eos_attending_share": float(attending.mean()),
-        "irrelevant_mean_eos_attention": float(att[irrelevant].mean()) if irrelevant.any() else float("nan"),
-        "relevant_mean_eos_attention": float(att[~irrelevant].mean()) if (~irrelevant).any() else float("nan"),
-        "irrelevant_eos_attending_share": float(attending[irrelevant].mean()) if irrelevant.any() else float("nan"),
-        "relevant_eos_attending_share": float(attending[~irrelevant].mean()) if (~irrelevant).any() else float("nan"),
-        **{f"cosine_{stage}_{group}": nanmean(stats[f"cos_{stage}_{group}"]) for stage in ("out", "in")
-           for group in GROUPS},
-        "norm_eos_attending": float(stats["norm_out"][attending].mean()) if attending.any() else float("nan"),
-        "norm_other": float(stats["norm_out"][~attending].mean()) if (~attending).any() else float("nan"),
+        "irrelevant_mean_eos_attention": _mean(att, irrelevant),
+        "relevant_mean_eos_attention": _mean(att, ~irrelevant),
+        "irrelevant_eos_attending_share": _mean(attending, irrelevant),
+        "relevant_eos_attending_share": _mean(attending, ~irrelevant),
+        "norm_eos_attending": _mean(stats["norm_out"], attending),
+        "norm_other": _mean(stats["norm_out"], ~attending),
     }
+    for stage in ("out", "in"):
+        for group in GROUPS:
+            per_task = stats[f"cos_{stage}_{group}"]
+            summary[f"cosine_{stage}_{group}"] = _mean(per_task, np.isfinite(per_task))
     summary["norm_ratio"] = summary["norm_eos_attending"] / summary["norm_other"]
     data = {
         "layer": layer % model.cfg.n_encoder_layers + 1, "by_role": by_role,
@@ -153,6 +153,11 @@ def elimination(
     return AnalysisResult("elimination", model_name, summary, data, figures, _findings(summary))
 
 
+def _mean(values: np.ndarray, mask: np.ndarray) -> float:
+    """Mean of ``values[mask]`` as a float; NaN when the mask selects nothing."""
+    return float(values[mask].mean()) if mask.any() else float("nan")
+
+
 def _findings(s: dict) -> list[Finding]:
     lo, hi = PAPER_EOS_RANGE
     some = s["eos_attending_share"] > 0
@@ -160,10 +165,11 @@ def _findings(s: dict) -> list[Finding]:
         Finding(
             "irrelevant tokens attend to EOS in the last encoder layer",
             f"most alphabet letters and separators put {lo}-{hi} of their attention on EOS",
-            f"irrelevant tokens: mean {s['irrelevant_mean_eos_attention']:.2f} ({s['irrelevant_eos_attending_share']:.0%} "
-            f">= {EOS_ATTENTION_THRESHOLD}); relevant tokens: mean {s['relevant_mean_eos_attention']:.2f}",
+            f"irrelevant tokens: mean {s['irrelevant_mean_eos_attention']:.2f} "
+            f"({s['irrelevant_eos_attending_share']:.0%} >= {EOS_ATTENTION_THRESHOLD}); "
+            f"relevant tokens: mean {s['relevant_mean_eos_attention']:.2f}",
             lo - EOS_RANGE_TOLERANCE <= s["irrelevant_mean_eos_attention"] <= hi + EOS_RANGE_TOLERANCE,
-            f"holds when the irrelevant tokens' mean is in {lo - EOS_RANGE_TOLERANCE:.1f}..{hi + EOS_RANGE_TOLERANCE:.1f}",
+            f"holds when their mean is in {lo - EOS_RANGE_TOLERANCE:.1f}..{hi + EOS_RANGE_TOLERANCE:.1f}",
         ),
         Finding(
             "EOS-attending tokens collapse to one direction",
@@ -176,7 +182,8 @@ def _findings(s: dict) -> list[Finding]:
         Finding(
             "their norms do not shrink",
             "the collapsed representations keep their norm",
-            f"norm {s['norm_eos_attending']:.2f} vs {s['norm_other']:.2f} for other tokens (ratio {s['norm_ratio']:.2f})"
+            f"norm {s['norm_eos_attending']:.2f} vs {s['norm_other']:.2f} for other tokens "
+            f"(ratio {s['norm_ratio']:.2f})"
             if some else f"no token reaches {EOS_ATTENTION_THRESHOLD}",
             s["norm_ratio"] >= NORM_RATIO_MIN if some else None,
             f"holds when the ratio is >= {NORM_RATIO_MIN}",

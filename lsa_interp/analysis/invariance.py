@@ -114,7 +114,9 @@ def mapping_invariance(
                       "control_margin": CONTROL_MARGIN},
     }
     figures = {
-        f"cosines at the first example-out token ({transformation})": _matrix_figure(matrix, tasks[transformation], hook),
+        f"cosines at the first example-out token ({transformation})": _matrix_figure(
+            matrix, tasks[transformation], hook
+        ),
         "mean cosine within and between transformations": _between_figure(between, rules),
         "within-rule cosines and controls": _summary_figure(by_rule, controls),
     }
@@ -135,7 +137,8 @@ def _findings(rule: str, within: dict[str, float], controls: dict[str, dict[str,
         Finding(
             "the first example-out residual is invariant to the letters",
             f"pred: 45 pairwise cosines (10 prompts) all in {lo}..{hi}",
-            f"{rule}: {within['pairs']} cosines in {within['min']:.3f}..{within['max']:.3f} (mean {within['mean']:.3f})",
+            f"{rule}: {within['pairs']} cosines in {within['min']:.3f}..{within['max']:.3f} "
+            f"(mean {within['mean']:.3f})",
             within["min"] >= lo - COSINE_TOLERANCE,
             f"holds when the smallest cosine is >= {lo - COSINE_TOLERANCE:.3f} (paper minimum - {COSINE_TOLERANCE})",
         ),

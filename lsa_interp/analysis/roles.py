@@ -50,7 +50,8 @@ _OUT_PAIRS = {"in_out": ("example_in", "example_out"), "out_query": ("example_ou
 
 def pca_hooks(n_layers: int) -> list[str]:
     """The residual hooks the PCA is fit on: every encoder layer's input and the last layer's output."""
-    return [f"encoder.{layer}.hook_resid_pre" for layer in range(n_layers)] + [f"encoder.{n_layers - 1}.hook_resid_post"]
+    last = f"encoder.{n_layers - 1}.hook_resid_post"
+    return [f"encoder.{layer}.hook_resid_pre" for layer in range(n_layers)] + [last]
 
 
 def collect_residuals(
@@ -201,7 +202,6 @@ def role_assignment(
     sep = separator_attention(model, tasks)
     total = sep["pipe"] + sep["arrow"]
     stripe_heads = [Head("encoder", 0, int(h)).label for h in np.flatnonzero(total >= STRIPE_RATIO * sep["uniform"])]
-    before, after = stages["before"], stages["after"]
     summary = {
         "tasks": len(tasks),
         "test_tokens": int(np.isin(test_roles, [ROLE_ID[r] for r in KDE_ROLES]).sum()),
@@ -317,7 +317,8 @@ def _pattern_figure(model: HookedEncoderDecoder):
     labels = token_labels(RUNNING_EXAMPLE)
     n_heads, cols = pattern.shape[0], min(4, pattern.shape[0])
     rows = -(-n_heads // cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"head {Head('encoder', 0, h).label}" for h in range(n_heads)])
+    titles = [f"head {Head('encoder', 0, h).label}" for h in range(n_heads)]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles)
     for h in range(n_heads):
         fig.add_trace(
             go.Heatmap(z=pattern[h].numpy(), x=labels, y=labels, coloraxis="coloraxis"),

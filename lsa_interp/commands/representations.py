@@ -13,7 +13,9 @@ from lsa_interp.commands.common import HEAD_HELP, DeviceOption, ModelOption, Out
 
 RulesOption = Annotated[
     list[str] | None,
-    typer.Option("--transformation", "-t", help="A transformation to include; repeat for several (default: the 10 seen ones)."),
+    typer.Option(
+        "--transformation", "-t", help="A transformation to include; repeat for several (default: the 10 seen ones)."
+    ),
 ]
 AlphabetsOption = Annotated[
     str, typer.Option(help="standard (a..z), permuted (unseen permuted alphabets) or both (half each).")
@@ -44,7 +46,9 @@ def register(app: typer.Typer) -> None:
     """Add the ``roles``, ``invariance``, ``cross-attention`` and ``elimination`` commands to ``app``."""
 
     @app.command(
-        "roles", epilog=f"Example: lsa-interp roles --model copy-200 --tasks 400 -t pred -t succ --out runs/roles\n\n{HEAD_HELP}"
+        "roles",
+        epilog=f"Example: lsa-interp roles --model copy-200 --tasks 400 -t pred -t succ --out runs/roles\n\n"
+        f"{HEAD_HELP}",
     )
     def roles(
         model: ModelOption = "copy-200",
@@ -66,13 +70,16 @@ def register(app: typer.Typer) -> None:
                                  model_name=model)
         finish(result, out, model)
 
-    @app.command("invariance", epilog="Example: lsa-interp invariance --model copy-200 --transformation pred --tasks 10")
+    @app.command(
+        "invariance", epilog="Example: lsa-interp invariance --model copy-200 --transformation pred --tasks 10"
+    )
     def invariance(
         model: ModelOption = "copy-200",
         tasks: TasksOption = 10,
         transformation: Annotated[str, typer.Option(help="The transformation whose prompts are compared.")] = "pred",
         compare: Annotated[
-            list[str] | None, typer.Option(help="Transformations of the by-rule table and control; repeat (default: the seen ones).")
+            list[str] | None,
+            typer.Option(help="Transformations of the by-rule table and control; repeat (default: the seen ones)."),
         ] = None,
         alphabets: AlphabetsOption = "standard",
         seed: SeedOption = 0,

@@ -67,7 +67,8 @@ def test_forced_attention_is_counted_in_the_right_category(model):
     assert table[1, "first_query"]["argmax_share"] == 1.0 and table[1, "first_query"]["mean_mass"] == pytest.approx(1.0)
     assert table[2, "changed_example_out"]["argmax_share"] == 1.0
     assert table[2, "first_query"]["argmax_share"] == 0.0
-    assert result.summary["layer 1 argmax"] == "first_query" and result.summary["layer 2 argmax"] == "changed_example_out"
+    assert result.summary["layer 1 argmax"] == "first_query"
+    assert result.summary["layer 2 argmax"] == "changed_example_out"
     assert [f.holds for f in result.findings] == [True, True]  # two decoder layers: two of the paper's three rows
     layer1 = [row for row in result.data["heads"] if row["head"].startswith("cross:1.")]
     assert len(layer1) == CFG.n_heads and all(row["first_query_share"] == 1.0 for row in layer1)

@@ -68,8 +68,9 @@ def test_token_statistics_cover_every_token_but_eos(model, tasks):
     assert ((stats["eos_attention"] >= 0) & (stats["eos_attention"] <= 1)).all()
     separators = np.isin(stats["role"], [ROLE_ID["separator"], ROLE_ID["arrow"]])
     assert stats["irrelevant"][separators].all() and not stats["irrelevant"][stats["role"] == ROLE_ID["query"]].any()
-    used = {(i, ch) for i, t in enumerate(tasks) for ch in t.query}
-    assert len(used) > 0
+    first = tasks[0]
+    used = set(first.query + first.answer + first.examples[0][0] + first.examples[0][1])
+    assert stats["irrelevant"][:26].tolist() == [ch not in used for ch in first.alphabet]
 
 
 @pytest.mark.parametrize(("mass", "attending"), [(EOS_ATTENTION_THRESHOLD - 0.01, False), (0.5, True)])
