@@ -1,0 +1,79 @@
+"""The roles / invariance / cross-attention / elimination commands: help, a run on a saved small model,
+one-line errors with exit code 2, and no heavy imports when the module is imported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lsa_interp import cli
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
+
+COMMANDS = ("roles", "invariance", "cross-attention", "elimination")
+
+
+def run(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(args)
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64))
+    return str(save_model(model, tmp_path_factory.mktemp("ckpt") / "tiny"))
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_has_an_example(command, capsys):
+    code, out, _ = run([command, "--help"], capsys)
+    assert code == 0 and f"Example: lsa-interp {command}" in out and "--tasks" in out and "--model" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "name", "summary_key"),
+    [
+        (["roles", "--tasks", "8", "-t", "pred", "-t", "succ"], "roles", "probe_accuracy_after"),
+        (["invariance", "--tasks", "3", "--compare", "succ"], "invariance", "cosine_min"),
+        (["cross-attention", "--tasks", "6", "--transformation", "succ"], "cross_attention", "first_letter_accuracy"),
+        (["elimination", "--tasks", "6", "-t", "pred", "--alphabets", "permuted"], "elimination", "threshold"),
+    ],
+)
+def test_command_writes_json_and_html(args, name, summary_key, checkpoint, tmp_path, capsys):
+    code, out, err = run([*args, "--model", checkpoint, "--out", str(tmp_path)], capsys)
+    assert code == 0, err
+    assert "findings" in out and f"{name}.json" in out
+    doc = json.loads((tmp_path / f"{name}.json").read_text())
+    assert doc["analysis"] == name and doc["model"] == checkpoint and summary_key in doc["summary"]
+    assert doc["findings"] and (tmp_path / f"{name}.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["roles", "-t", "nope"], "unknown transformation 'nope'"),
+        (["invariance", "--compare", "nope"], "unknown transformation 'nope'"),
+        (["cross-attention", "--transformation", "nope"], "unknown transformation 'nope'"),
+        (["elimination", "--alphabets", "greek"], "unknown --alphabets 'greek'"),
+        (["elimination", "--model", "/no/such/checkpoint"], "no checkpoint named or at '/no/such/checkpoint'"),
+        (["cross-attention", "--tasks", "0"], "Invalid value for '--tasks'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
+    code, out, err = run(args, capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err + out
+
+
+def test_importing_the_commands_does_not_import_torch_or_sklearn():
+    probe = (
+        "import sys, lsa_interp.commands.representations; "
+        "print(sorted(m for m in ('torch', 'sklearn', 'scipy', 'plotly') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
