@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from lsa_interp.analysis.prompts import rule_tasks
-from lsa_interp.analysis.types import AnalysisResult, Finding, Head, all_heads
+from lsa_interp.analysis.types import AnalysisResult, Finding, Head
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import TokenBatch, encode_tasks
-from lsa_interp.data.vocab import N_LETTERS, PAD, ROLE_ID, ROLES
+from lsa_interp.data.vocab import PAD, ROLE_ID
+from lsa_interp.model.checkpoint import load_model
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 MATCHING_THRESHOLD = 0.25
@@ -102,24 +103,24 @@ def matching_scores(
         batch = encode_tasks(tasks[start : start + batch_size], with_answers=False).to(model.device)
         pattern = _encoder_patterns(model, batch).float().cpu()
         src, roles = batch.src.cpu(), batch.roles.cpu()
-        same = (src[:, :, None] == src[:, None, :]) & (src < N_LETTERS)[:, :, None]
-        scored = torch.zeros_like(roles, dtype=torch.bool)
-        for role in QUERY_ROLES:
-            scored |= roles == ROLE_ID[role]
-        partner = same & (roles[:, :, None] != roles[:, None, :]) & scored[:, :, None]
-        valid = partner.any(-1)
-        per_letter = torch.einsum("blhqk,bqk->blhq", pattern, partner.float())
-        mass += (per_letter * valid[:, None, None]).sum((0, 3))
-        n_keys = (src != PAD).sum(-1, keepdim=True)
-        baseline += float((partner.sum(-1) / n_keys)[valid].sum())
-        count += int(valid.sum())
+        scored = torch.isin(roles, torch.tensor([ROLE_ID[r] for r in QUERY_ROLES]))
+        partner = (src[:, :, None] == src[:, None, :]) & (roles[:, :, None] != roles[:, None, :]) & scored[:, :, None]
+        mass += _summed_mass(pattern, partner)
+        baseline += float((partner.sum(-1) / (src != PAD).sum(-1, keepdim=True)).sum())
+        count += int(partner.any(-1).sum())
         for q_role, k_role in pair_mass:
             pair = partner & (roles == ROLE_ID[q_role])[:, :, None] & (roles == ROLE_ID[k_role])[:, None, :]
-            rows = pair.any(-1)
-            pair_mass[q_role, k_role] += (torch.einsum("blhqk,bqk->blhq", pattern, pair.float()) * rows[:, None, None]).sum((0, 3))
-            pair_count[q_role, k_role] += int(rows.sum())
+            pair_mass[q_role, k_role] += _summed_mass(pattern, pair)
+            pair_count[q_role, k_role] += int(pair.any(-1).sum())
     by_roles = {key: pair_mass[key] / pair_count[key] for key in pair_mass if pair_count[key]}
     return MatchingScores(mass / count, baseline / count, by_roles, count)
+
+
+def _summed_mass(
+    pattern: Float[Tensor, "batch layer head q k"], keys: Bool[Tensor, "batch q k"]
+) -> Float[Tensor, "layer head"]:
+    """Attention on ``keys``, summed over the batch and the query positions (rows without keys add 0)."""
+    return torch.einsum("blhqk,bqk->lh", pattern, keys.float())
 
 
 def detect_matching_heads(
@@ -203,7 +204,7 @@ def expand_checkpoints(pattern: str) -> list[Path]:
     """Checkpoint directories matched by a glob ``pattern``: a training run directory stands for its
     ``model/`` or every ``replicate-*/model``. Raises ValueError when nothing matches."""
     found: list[Path] = []
-    for match in sorted(glob.glob(pattern)) or ([pattern] if Path(pattern).exists() else []):
+    for match in sorted(glob.glob(pattern)):
         path = Path(match)
         if (path / "model").is_dir():
             found.append(path / "model")
@@ -227,8 +228,6 @@ def matching_occurrence(
     """
     import plotly.graph_objects as go
 
-    from lsa_interp.model import load_model
-
     tasks = list(tasks) if tasks is not None else matching_tasks()
     table: dict[str, list[dict]] = {}
     for group, members in groups.items():
@@ -251,7 +250,8 @@ def matching_occurrence(
         name="matching_occurrence", model=", ".join(table), summary={**summary, "threshold": threshold},
         data={"runs": table, "rates": rates},
         figures={"runs with a matching head": go.Figure(
-            go.Bar(x=list(rates), y=list(rates.values())), layout={"yaxis": {"title": "fraction of runs", "range": [0, 1]}},
+            go.Bar(x=list(rates), y=list(rates.values())),
+            layout={"yaxis": {"title": "fraction of runs", "range": [0, 1]}},
         )},
         findings=[Finding(
             "matching-head occurrence", "20/20 copy runs vs 5/20 no-copy runs (20 alphabets)",

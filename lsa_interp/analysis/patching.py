@@ -17,25 +17,42 @@ same floating-point operations.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Mapping, Sequence
+import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from lsa_interp.analysis.prompts import MinimalPair
-from lsa_interp.analysis.types import Head, all_heads, parse_head
+from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
+from lsa_interp.analysis.types import AnalysisResult, Finding, Head, all_heads, parse_head
 from lsa_interp.data.tokenizer import TokenBatch, decode_batch, encode_tasks
 from lsa_interp.data.vocab import ARROW, LETTERS, ROLE_ID
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
 
 ENGINES: tuple[str, ...] = ("hooks", "nnsight")
 OUTCOMES: tuple[str, ...] = ("source", "target", "neither")
+FLIP_THRESHOLD = 0.8
+"""The paper saw 10/10 predecessor outputs switch to the successor answer; we call the finding reproduced
+when at least 80% of the pairs flip."""
+_PAPER = "patching head 2.7 with successor patterns: 10/10 predecessor outputs switch to the successor answer"
 
 Patterns = Mapping[Head, Float[Tensor, "batch q_pos k_pos"]]
-_Runner = Callable[[TokenBatch, dict[int, list[tuple[int, Tensor]]]], tuple[Tensor, Tensor]]
+LayerPatches = dict[int, list[tuple[int, Tensor]]]
+"""Encoder layer -> [(head index, replacement pattern ``[batch, q_pos, k_pos]``)]."""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """How patterns are read and patched: ``patterns`` returns the encoder patterns of ``layers``
+    (``[batch, head, q_pos, k_pos]`` each); ``generate`` greedy-decodes with ``patches`` applied and returns the
+    tokens and the encoder output (memory)."""
+
+    def patterns(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, Tensor]: ...
+
+    def generate(self, batch: TokenBatch, patches: LayerPatches) -> tuple[Tensor, Tensor]: ...
 
 
 @dataclass(frozen=True)
@@ -64,15 +81,19 @@ def pair_batch(pairs: Sequence[MinimalPair]) -> PairBatch:
     source = encode_tasks([p.source for p in pairs], with_answers=False)
     target = encode_tasks([p.target for p in pairs], with_answers=False)
     width = max(source.roles.shape[1], target.roles.shape[1])
-    pad = lambda roles: torch.nn.functional.pad(roles, (0, width - roles.shape[1]), value=ROLE_ID["pad"])  # noqa: E731
-    bad = (pad(source.roles) != pad(target.roles)).any(1).nonzero()
+    bad = (_pad_roles(source.roles, width) != _pad_roles(target.roles, width)).any(1).nonzero()
     if len(bad):
-        index = int(bad[0])
+        pair = pairs[int(bad[0])]
+        outs = " vs ".join(repr(",".join(out for _, out in task.examples)) for task in (pair.source, pair.target))
         raise ValueError(
-            f"pair {index}: source and target prompts have different token layouts "
-            f"({pairs[index].source} vs {pairs[index].target}); patterns can only be patched between aligned prompts"
+            f"pair {int(bad[0])}: the source and target prompts do not align token for token (example outputs "
+            f"{outs}); attention patterns can only be patched between prompts of the same layout"
         )
     return PairBatch(source, target, [p.source_answer for p in pairs], [p.target_answer for p in pairs])
+
+
+def _pad_roles(roles: Tensor, width: int) -> Tensor:
+    return torch.nn.functional.pad(roles, (0, width - roles.shape[1]), value=ROLE_ID["pad"])
 
 
 def check_heads(model: HookedEncoderDecoder, heads: Sequence[Head]) -> None:
@@ -110,99 +131,62 @@ def resolve_heads(model: HookedEncoderDecoder, spec: Head | str | Sequence[Head]
     return heads
 
 
-@torch.no_grad()
-def source_patterns(
-    model: HookedEncoderDecoder, batch: TokenBatch, layers: Sequence[int], engine: str = "hooks"
-) -> dict[int, Float[Tensor, "batch head q_pos k_pos"]]:
-    """Encoder attention patterns of ``layers`` on ``batch`` (read with ``engine``)."""
-    if engine == "nnsight":
-        return _nnsight(model).patterns(batch, layers)
-    _, cache = model.run_with_cache(batch, names_filter=[f"encoder.{layer}.attn.hook_pattern" for layer in layers])
-    return {layer: cache[f"encoder.{layer}.attn.hook_pattern"] for layer in layers}
-
-
-def _check_engine(engine: str) -> None:
+def check_engine(engine: str) -> None:
+    """Raise ValueError unless ``engine`` is one of `ENGINES`."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 
-def _hook_runner(model: HookedEncoderDecoder, max_new_tokens: int) -> _Runner:
-    def run(batch: TokenBatch, by_layer: dict[int, list[tuple[int, Tensor]]]) -> tuple[Tensor, Tensor]:
+def make_engine(model: HookedEncoderDecoder, engine: str, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> Engine:
+    """The engine named ``engine`` for ``model``. Raises ValueError for an unknown name."""
+    check_engine(engine)
+    if engine == "nnsight":
+        from lsa_interp.analysis.nnsight_engine import NNsightEngine
+
+        return NNsightEngine(model, max_new_tokens)
+    return HookEngine(model, max_new_tokens)
+
+
+class HookEngine:
+    """Patching with TransformerLens hooks on the model itself (see `Engine`)."""
+
+    def __init__(self, model: HookedEncoderDecoder, max_new_tokens: int) -> None:
+        self.model, self.max_new_tokens = model, max_new_tokens
+
+    @torch.no_grad()
+    def patterns(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, Tensor]:
+        """The encoder patterns of ``layers`` on ``batch`` (``[batch, head, q_pos, k_pos]`` each)."""
+        # Every encoder layer is hooked (as in `generate`), so all of them run the same explicit attention.
+        names = [f"encoder.{layer}.attn.hook_pattern" for layer in range(self.model.cfg.n_encoder_layers)]
+        _, cache = self.model.run_with_cache(batch, names_filter=names)
+        return {layer: cache[names[layer]] for layer in layers}
+
+    @torch.no_grad()
+    def generate(self, batch: TokenBatch, patches: LayerPatches) -> tuple[Tensor, Tensor]:
+        """Greedy tokens and encoder output of ``batch`` with ``patches`` applied during the encoder pass."""
         memory: list[Tensor] = []
-
-        def patch(entries: list[tuple[int, Tensor]]):
-            def hook(pattern: Tensor, hook) -> Tensor:
-                if not entries:
-                    return pattern
-                patched = pattern.clone()
-                for head, replacement in entries:
-                    patched[:, head] = replacement
-                return patched
-
-            return hook
-
-        hooks = [(f"encoder.{layer}.attn.hook_pattern", patch(by_layer.get(layer, [])))
-                 for layer in range(model.cfg.n_encoder_layers)]
+        hooks = [(f"encoder.{layer}.attn.hook_pattern", functools.partial(_patch_hook, entries=patches.get(layer, [])))
+                 for layer in range(self.model.cfg.n_encoder_layers)]
         hooks.append(("encoder.ln_final.hook_out", lambda x, hook: memory.append(x)))
-        with model.hooks(fwd_hooks=hooks):
-            tokens = model.generate(batch, max_new_tokens=max_new_tokens)
+        with self.model.hooks(fwd_hooks=hooks):
+            tokens = self.model.generate(batch, max_new_tokens=self.max_new_tokens)
         return tokens, memory[0]
 
-    return run
+
+def _patch_hook(pattern: Tensor, hook, entries: list[tuple[int, Tensor]]) -> Tensor:
+    return replace_heads(pattern, entries)
 
 
-class _NNsightRunner:
-    """nnsight 0.8 tracing ``generate`` of a deep copy of the model (nnsight instruments every module it
-    wraps for good, which would switch the caller's model off its fused attention path)."""
-
-    def __init__(self, model: HookedEncoderDecoder) -> None:
-        from nnsight import NNsight
-
-        self.wrapped = NNsight(copy.deepcopy(model))
-
-    def _pattern_envoy(self, layer: int):
-        return getattr(self.wrapped.encoder, str(layer)).attn.hook_pattern
-
-    def patterns(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, Tensor]:
-        saved: dict[int, Tensor] = {}
-        with self.wrapped.trace(batch):
-            for layer in sorted(layers):  # nnsight needs modules requested in execution order
-                saved[layer] = self._pattern_envoy(layer).output.save()
-        return saved
-
-    def runner(self, max_new_tokens: int) -> _Runner:
-        def run(batch: TokenBatch, by_layer: dict[int, list[tuple[int, Tensor]]]) -> tuple[Tensor, Tensor]:
-            with self.wrapped.trace(batch, fn="generate", max_new_tokens=max_new_tokens) as tracer:
-                for layer in sorted(by_layer):  # nnsight needs modules requested in execution order
-                    envoy = self._pattern_envoy(layer)
-                    patched = envoy.output.clone()
-                    for head, replacement in by_layer[layer]:
-                        patched[:, head] = replacement
-                    envoy.output = patched
-                memory = self.wrapped.encoder.ln_final.hook_out.output.save()
-                tokens = tracer.result.save()
-            return tokens, memory
-
-        return run
-
-
-_NNSIGHT_CACHE: dict[int, tuple[HookedEncoderDecoder, _NNsightRunner]] = {}
-
-
-def _nnsight(model: HookedEncoderDecoder) -> _NNsightRunner:
-    """The nnsight wrapper of ``model``'s copy, reused while ``model`` is the last model seen."""
-    cached = _NNSIGHT_CACHE.get(id(model))
-    if cached is None or cached[0] is not model:
-        _NNSIGHT_CACHE.clear()
-        _NNSIGHT_CACHE[id(model)] = cached = (model, _NNsightRunner(model))
-    return cached[1]
-
-
-def _runner(model: HookedEncoderDecoder, engine: str, max_new_tokens: int) -> _Runner:
-    _check_engine(engine)
-    if engine == "nnsight":
-        return _nnsight(model).runner(max_new_tokens)
-    return _hook_runner(model, max_new_tokens)
+def replace_heads(
+    pattern: Float[Tensor, "batch head q_pos k_pos"], entries: Sequence[tuple[int, Tensor]]
+) -> Float[Tensor, "batch head q_pos k_pos"]:
+    """``pattern`` with head ``h``'s pattern replaced for every ``(h, replacement)`` (a copy if any)."""
+    if not entries:
+        return pattern
+    patched = pattern.clone()
+    for head, replacement in entries:
+        patched[:, head] = replacement
+    return patched
 
 
 @torch.no_grad()
@@ -218,13 +202,13 @@ def patched_generate(
     """
     check_heads(model, list(patterns))
     expected = (len(batch), batch.src.shape[1], batch.src.shape[1])
-    by_layer: dict[int, list[tuple[int, Tensor]]] = {}
+    by_layer: LayerPatches = {}
     for head, pattern in patterns.items():
         if tuple(pattern.shape) != expected:
             raise ValueError(f"the pattern for head {head.label} has shape {tuple(pattern.shape)}, expected {expected}")
         by_layer.setdefault(head.layer, []).append((head.head, pattern.to(model.device, model.pos_embedding.dtype)))
     batch = batch.to(model.device)
-    tokens, memory = _runner(model, engine, max_new_tokens)(batch, by_layer)
+    tokens, memory = make_engine(model, engine, max_new_tokens).generate(batch, by_layer)
     return tokens, _first_step_logits(model, memory, batch)
 
 
@@ -235,9 +219,9 @@ def _first_step_logits(model: HookedEncoderDecoder, memory: Tensor, batch: Token
 
 @dataclass(frozen=True)
 class PatchResult:
-    """Answers and first-step logit differences of the target prompts, clean and with ``heads`` patched."""
+    """Answers and first-step logit differences of the target prompts, clean and with ``head`` patched."""
 
-    heads: tuple[Head, ...]
+    head: Head
     source_answers: list[str]
     target_answers: list[str]
     clean: list[str]
@@ -270,7 +254,7 @@ class PatchResult:
         clean, patched = self.clean_outcomes, self.outcomes
         valid = ~torch.isnan(self.logit_diff_clean)
         return {
-            "heads": ", ".join(h.label for h in self.heads), "pairs": len(self.clean),
+            "head": self.head.label, "pairs": len(self.clean),
             "clean_target_accuracy": clean["target"], "clean_source_rate": clean["source"],
             "flip_rate": patched["source"], "stay_rate": patched["target"], "neither_rate": patched["neither"],
             "logit_diff_clean": float(self.logit_diff_clean[valid].mean()) if valid.any() else float("nan"),
@@ -295,21 +279,19 @@ def patch_sweep(
     """Patch each head of ``heads`` on its own (see `resolve_heads`): one clean run, the source patterns read
     once, then one batched encode + KV-cached greedy decode of all pairs per head. Raises ValueError for bad
     pairs, heads or engine."""
-    _check_engine(engine)
     batch = pairs if isinstance(pairs, PairBatch) else pair_batch(pairs)
     chosen = resolve_heads(model, heads)
-    layers = sorted({h.layer for h in chosen})
-    patterns = source_patterns(model, batch.source.to(model.device), layers, engine)
-    run = _runner(model, engine, max_new_tokens)
+    runner = make_engine(model, engine, max_new_tokens)
+    patterns = runner.patterns(batch.source.to(model.device), sorted({h.layer for h in chosen}))
     target = batch.target.to(model.device)
-    clean_tokens, clean_memory = run(target, {})
+    clean_tokens, clean_memory = runner.generate(target, {})
     clean = decode_batch(clean_tokens)
     clean_diff = _logit_diff(_first_step_logits(model, clean_memory, target), batch)
     results = {}
     for head in chosen:
-        tokens, memory = run(target, {head.layer: [(head.head, patterns[head.layer][:, head.head])]})
+        tokens, memory = runner.generate(target, {head.layer: [(head.head, patterns[head.layer][:, head.head])]})
         results[head] = PatchResult(
-            (head,), batch.source_answers, batch.target_answers, clean, decode_batch(tokens),
+            head, batch.source_answers, batch.target_answers, clean, decode_batch(tokens),
             clean_diff, _logit_diff(_first_step_logits(model, memory, target), batch),
         )
     return results
@@ -332,3 +314,50 @@ def flip_matrix(model: HookedEncoderDecoder, results: Mapping[Head, PatchResult]
     for head, result in results.items():
         grid[head.layer, head.head] = result.flip_rate
     return grid
+
+
+def patching_analysis(
+    model: HookedEncoderDecoder, model_name: str, source: str = "succ", target: str = "pred",
+    head: Head | str = "auto", n_pairs: int = 200, seed: int = 0, engine: str = "hooks",
+    alphabets: str | Sequence[str] = "standard",
+) -> AnalysisResult:
+    """Patch ``head`` (or every head with ``"all"``) from ``source`` into ``target`` prompts on ``n_pairs``
+    minimal pairs. Raises ValueError for unknown rules or heads, no minimal pairs, or no matching head."""
+    pairs = minimal_pairs(source, target, n_pairs, seed=seed, alphabets=alphabets)
+    results = patch_sweep(model, pairs, head, engine)
+    best = max(results, key=lambda h: results[h].flip_rate)
+    top = results[best]
+    summary = {"source": source, "target": target, "engine": engine, **top.summary()}
+    figures = {f"head {best.label}: answers of {target} prompts": _outcome_figure(top, source, target)}
+    data: dict = {"pairs": [
+        {"source": str(p.source), "target": str(p.target), "clean": c, "patched": a,
+         "logit_diff_clean": float(dc), "logit_diff_patched": float(dp)}
+        for p, c, a, dc, dp in zip(pairs, top.clean, top.patched, top.logit_diff_clean, top.logit_diff_patched)
+    ]}
+    if len(results) > 1:
+        from lsa_interp.analysis.matching import head_heatmap
+
+        grid = flip_matrix(model, results)
+        figures = {f"flip rate per head ({source} -> {target})": head_heatmap(grid, "flip rate", 0.0, 1.0), **figures}
+        data["flip_rate"] = grid
+        data["heads"] = {h.label: r.summary() for h, r in results.items()}
+        summary["best_head"] = best.label
+    solved = top.clean_outcomes["target"]
+    ours = (f"{top.flip_rate:.0%} of {len(pairs)} {target} outputs switch to the {source} answer (head {best.label}; "
+            f"clean {target} accuracy {solved:.0%})")
+    holds = top.flip_rate >= FLIP_THRESHOLD if solved >= 0.5 else None  # no verdict if the model fails the target
+    return AnalysisResult(
+        name="patching", model=model_name, summary=summary, data=data, figures=figures,
+        findings=[Finding("attention-pattern patching", _PAPER, ours, holds)],
+    )
+
+
+def _outcome_figure(result: PatchResult, source: str, target: str):
+    import plotly.graph_objects as go
+
+    names = {"source": f"{source} answer", "target": f"{target} answer", "neither": "neither"}
+    return go.Figure(
+        [go.Bar(name=run, x=[names[k] for k in OUTCOMES], y=[values[k] for k in OUTCOMES])
+         for run, values in (("clean", result.clean_outcomes), ("patched", result.outcomes))],
+        layout={"barmode": "group", "yaxis": {"title": "fraction of pairs", "range": [0, 1]}},
+    )

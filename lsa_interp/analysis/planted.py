@@ -63,13 +63,13 @@ def planted_answer(task: Task) -> str:
     return task.examples[0][1][0]
 
 
-def position_table(max_len: int = 64) -> Float[Tensor, "max_len d_model"]:
-    """The planted model's position table: clock cos/sin pairs and the slow angle, each with its mirror."""
-    d_model = PLANTED_CONFIG.d_model
+def position_table() -> Float[Tensor, "max_len d_model"]:
+    """The planted model's position table (64 rows): clock cos/sin pairs and the slow angle, with mirrors."""
+    max_len, d_model = PLANTED_CONFIG.max_len, PLANTED_CONFIG.d_model
     position = torch.arange(max_len, dtype=torch.float64)[:, None]
-    omega = torch.tensor(_CLOCK_FREQS, dtype=torch.float64) * (2 * math.pi / 64)
+    omega = torch.tensor(_CLOCK_FREQS, dtype=torch.float64) * (2 * math.pi / max_len)
     clock = torch.stack([torch.cos(position * omega), torch.sin(position * omega)], dim=-1).flatten(1)
-    slow = torch.cat([torch.cos(position * math.pi / 64), torch.sin(position * math.pi / 64)], dim=1)
+    slow = torch.cat([torch.cos(position * math.pi / max_len), torch.sin(position * math.pi / max_len)], dim=1)
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
     table[:, _CLOCK:_CLOCK_M], table[:, _CLOCK_M:_SLOW] = clock, -clock
     table[:, _SLOW:_SLOW_M], table[:, _SLOW_M:_READ] = slow, -slow
@@ -89,11 +89,11 @@ def planted_model(matching: bool = True, seed: int = 0) -> HookedEncoderDecoder:
         for name, param in model.named_parameters():
             param.copy_(torch.ones_like(param) if name.endswith(("ln1.weight", "ln2.weight", "ln3.weight",
                                                                   "ln_final.weight")) else torch.zeros_like(param))
-        model.pos_embedding.copy_(position_table(cfg.max_len))
+        model.pos_embedding.copy_(position_table())
+        d = cfg.d_model
         for stack in (model.encoder, model.decoder):
             for layer in stack.layers():
                 for attn in [layer.attn] + ([layer.cross_attn] if hasattr(layer, "cross_attn") else []):
-                    d = cfg.d_model
                     attn.in_proj_weight[: 2 * d] = 0.02 * torch.randn(2 * d, d, generator=generator)
         _embeddings(model)
         if matching:
@@ -149,7 +149,7 @@ def _readout_head(attn, head: int) -> None:
     q, k, v = (_block(attn, i, head) for i in range(3))
     q.zero_(), k.zero_()
     for f, cycles in enumerate(_CLOCK_FREQS):
-        w = cycles * 2 * math.pi / 64
+        w = cycles * 2 * math.pi / PLANTED_CONFIG.max_len
         rows = slice(2 * f, 2 * f + 2)
         dims = slice(_CLOCK + 2 * f, _CLOCK + 2 * f + 2)
         q[rows, dims] = _SCALE["next"] * torch.tensor([[math.cos(w), -math.sin(w)], [math.sin(w), math.cos(w)]])

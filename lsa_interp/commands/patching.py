@@ -1,9 +1,121 @@
-"""CLI commands: (filled in by the analysis issue)."""
+"""CLI commands: ``matching-heads`` (detect matching heads, occurrence over runs) and ``patch`` (attention-
+pattern patching between two transformations). Torch and the analyses are imported inside the commands,
+so ``--help`` and ``lsa-interp data ...`` stay fast."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from lsa_interp.commands.common import HEAD_HELP, DeviceOption, ModelOption, OutOption, SeedOption, finish, open_model
+
+_ENGINES = ("hooks", "nnsight")
+
+
+def _groups(compare: list[str]) -> dict[str, list[Path]]:
+    """``NAME=GLOB`` options -> checkpoint paths per group; raises ValueError for a malformed option."""
+    from lsa_interp.analysis.matching import expand_checkpoints
+
+    groups: dict[str, list[Path]] = {}
+    for item in compare:
+        name, sep, pattern = item.partition("=")
+        if not (sep and name.strip() and pattern.strip()):
+            raise ValueError(f"--compare takes NAME=GLOB (e.g. copy='checkpoints/replicates/copy-20-*'), got {item!r}")
+        groups.setdefault(name.strip(), []).extend(expand_checkpoints(pattern.strip()))
+    return groups
 
 
 def register(app: typer.Typer) -> None:
     """Add this group's commands to ``app``."""
+
+    @app.command(
+        "matching-heads",
+        help="Score every encoder head for matching (a letter attends to the same letter in another role) and "
+        "detect matching heads; with --compare, count the runs of each group that have one. " + HEAD_HELP,
+        epilog="Example: lsa-interp matching-heads --model copy-200 --out runs/analysis/copy-200\n\n"
+        "Occurrence over replicate runs (quote the globs): lsa-interp matching-heads "
+        "--compare copy='checkpoints/replicates/copy-20-s*' --compare nocopy='checkpoints/replicates/nocopy-20-s*'",
+    )
+    def matching_heads(
+        model: ModelOption = "copy-200",
+        compare: Annotated[
+            list[str] | None,
+            typer.Option(help="NAME=GLOB: a group of checkpoints (run directories are searched for model/ and "
+                         "replicate-*/model); repeat for each group. Replaces --model."),
+        ] = None,
+        threshold: Annotated[
+            float | None, typer.Option(help="Matching-score threshold; default 0.25 (MATCHING_THRESHOLD).")
+        ] = None,
+        tasks: Annotated[int, typer.Option(min=1, help="Tasks per rule and alphabet kind (standard, permuted).")] = 20,
+        seed: SeedOption = 0,
+        out: OutOption = None,
+        device: DeviceOption = "cpu",
+    ) -> None:
+        """Detect matching heads (``--model``) or tabulate their occurrence over runs (``--compare``)."""
+        from lsa_interp.analysis.matching import (
+            MATCHING_THRESHOLD,
+            matching_analysis,
+            matching_occurrence,
+            matching_tasks,
+        )
+
+        limit = MATCHING_THRESHOLD if threshold is None else threshold
+        scored = matching_tasks(tasks, seed)
+        if compare:
+            finish(matching_occurrence(_groups(compare), limit, scored), out, "matching-occurrence")
+            return
+        net = open_model(model, device)
+        finish(matching_analysis(net, model, limit, tasks=scored), out, model)
+
+    @app.command(
+        "patch",
+        help="Attention-pattern patching: run the --to prompts with one encoder head's attention pattern taken "
+        "from the --from prompts of minimal pairs (same alphabet, example input and query) and count the answers "
+        "that switch to the --from rule's answer. " + HEAD_HELP,
+        epilog="Example: lsa-interp patch --model copy-200 --head 2.7 --from succ --to pred --pairs 200\n\n"
+        "Every head (flip-rate heat map): lsa-interp patch --head all\n\n"
+        "Steering matrix of the detected matching head: lsa-interp patch --head auto --matrix --pairs 50\n\n"
+        "Over a few rules: lsa-interp patch --matrix --rules succ,pred,extend_sequence,extend_pred",
+    )
+    def patch(
+        model: ModelOption = "copy-200",
+        head: Annotated[
+            str, typer.Option(help="'L.H' (1-based, as in the paper: 2.7 = encoder layer 2, head 7), 'auto' "
+                              "(the detected matching head) or 'all' (every encoder head).")
+        ] = "auto",
+        source: Annotated[str, typer.Option("--from", help="Transformation whose pattern is patched in.")] = "succ",
+        target: Annotated[str, typer.Option("--to", help="Transformation whose prompts are run.")] = "pred",
+        pairs: Annotated[int, typer.Option(min=1, help="Minimal pairs (per cell with --matrix).")] = 200,
+        engine: Annotated[str, typer.Option(help="hooks (batched TransformerLens hooks) or nnsight.")] = "hooks",
+        matrix: Annotated[
+            bool, typer.Option(help="Patch every ordered pair of --rules (one head): the steering matrix.")
+        ] = False,
+        rules: Annotated[
+            str | None, typer.Option(help="Comma-separated transformations of --matrix; default: the paper's 19.")
+        ] = None,
+        seed: SeedOption = 0,
+        out: OutOption = None,
+        device: DeviceOption = "cpu",
+    ) -> None:
+        """Patch one head's attention pattern from --from prompts into --to prompts (or --matrix)."""
+        from lsa_interp.data.transformations import PAPER, get_transformation
+
+        if engine not in _ENGINES:
+            raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(_ENGINES)}")
+        if matrix and head.strip().lower() == "all":
+            raise ValueError("--matrix patches one head; give --head L.H or --head auto")
+        names = [name.strip() for name in rules.split(",") if name.strip()] if rules else list(PAPER)
+        for name in (source, target, *names):
+            get_transformation(name)
+        net = open_model(model, device)
+        if matrix:
+            from lsa_interp.analysis.steering import steering_analysis
+
+            result = steering_analysis(net, model, head, names, n_pairs=pairs, seed=seed, engine=engine)
+            finish(result, out, model)
+            return
+        from lsa_interp.analysis.patching import patching_analysis
+
+        finish(patching_analysis(net, model, source, target, head, pairs, seed, engine), out, model)

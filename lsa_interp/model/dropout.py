@@ -22,7 +22,8 @@ def dropout(x: Float[Tensor, "..."], p: float, training: bool) -> Float[Tensor, 
     words = torch.empty_like(x[..., : (last + 3) // 4], dtype=torch.int64, memory_format=torch.contiguous_format)
     words.random_()
     uniform15 = words.view(torch.int16)[..., :last] & 0x7FFF
-    return torch.where(uniform15 >= round(p * 32768), x * (1.0 / (1.0 - p)), 0.0)
+    scale = (uniform15 >= round(p * 32768)).to(x.dtype).mul_(1.0 / (1.0 - p))
+    return x * scale  # a float multiplier: on CPU, mul (and its backward) costs a third of torch.where
 
 
 class Dropout(nn.Dropout):

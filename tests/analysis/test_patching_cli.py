@@ -1,0 +1,128 @@
+"""The matching-heads and patch commands on the planted model saved to disk: files, help, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lsa_interp import cli
+from lsa_interp.analysis.planted import planted_model
+from lsa_interp.model import save_model
+
+torch.set_num_threads(1)
+
+
+def run(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(args)
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """The planted model (head 2.3 is its matching head) and the same model without it, as checkpoints."""
+    root = tmp_path_factory.mktemp("models")
+    return save_model(planted_model(), root / "planted"), save_model(planted_model(matching=False), root / "plain")
+
+
+def test_patch_one_head_writes_json_and_html(saved, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["patch", "--model", str(saved[0]), "--head", "2.3", "--pairs", "6", "--out", str(out)]
+    code, stdout, _ = run(args, capsys)
+    assert code == 0 and "flip_rate" in stdout
+    report = json.loads((out / "patching.json").read_text())
+    assert report["summary"]["head"] == "2.3" and report["summary"]["pairs"] == 6
+    assert (report["summary"]["source"], report["summary"]["target"]) == ("succ", "pred")
+    assert len(report["data"]["pairs"]) == 6 and (out / "patching.html").stat().st_size > 10_000
+
+
+def test_patch_auto_finds_the_planted_head_and_engines_agree(saved, tmp_path, capsys):
+    reports = []
+    for engine in ("hooks", "nnsight"):
+        out = tmp_path / engine
+        args = ["patch", "--model", str(saved[0]), "--pairs", "4", "--engine", engine, "--seed", "2", "--out", str(out)]
+        assert run(args, capsys)[0] == 0
+        reports.append(json.loads((out / "patching.json").read_text()))
+    assert reports[0]["summary"]["head"] == "2.3" and reports[1]["summary"]["engine"] == "nnsight"
+    assert reports[0]["data"]["pairs"] == reports[1]["data"]["pairs"]
+
+
+def test_patch_all_heads_gives_a_layer_by_head_grid(saved, tmp_path, capsys):
+    out = tmp_path / "out"
+    code, _, _ = run(["patch", "--model", str(saved[0]), "--head", "all", "--pairs", "3", "--out", str(out)], capsys)
+    report = json.loads((out / "patching.json").read_text())
+    assert code == 0 and len(report["data"]["flip_rate"]) == 3 and len(report["data"]["flip_rate"][0]) == 4
+    assert len(report["data"]["heads"]) == 12
+
+
+def test_patch_matrix_records_missing_rule_pairs(saved, tmp_path, capsys):
+    out = tmp_path / "out"
+    rules = "succ,pred,extend_sequence,extend_pred,sort"
+    code, stdout, _ = run(["patch", "--model", str(saved[0]), "--head", "2.3", "--matrix", "--rules", rules,
+                           "--pairs", "2", "--out", str(out)], capsys)
+    report = json.loads((out / "steering.json").read_text())
+    assert code == 0 and "cells_missing" in stdout
+    assert report["data"]["rules"] == rules.split(",")
+    assert set(report["data"]["n_pairs"]) == {"succ|pred", "pred|succ", "extend_sequence|extend_pred",
+                                              "extend_pred|extend_sequence"}
+    assert "sort|pred" in report["data"]["missing"] and "succ|extend_sequence" in report["data"]["missing"]
+    assert report["summary"]["cells_measured"] + report["summary"]["cells_missing"] == 5 * 4
+
+
+def test_matching_heads_and_occurrence(saved, tmp_path, capsys):
+    out = tmp_path / "single"
+    assert run(["matching-heads", "--model", str(saved[0]), "--tasks", "2", "--out", str(out)], capsys)[0] == 0
+    assert json.loads((out / "matching_heads.json").read_text())["summary"]["matching_heads"] == "2.3"
+    out = tmp_path / "groups"
+    args = ["matching-heads", "--compare", f"copy={saved[0].parent}/plan*", "--compare", f"nocopy={saved[1]}",
+            "--tasks", "2", "--out", str(out)]
+    assert run(args, capsys)[0] == 0
+    report = json.loads((out / "matching_occurrence.json").read_text())
+    assert report["summary"]["copy"] == "1/1" and report["summary"]["nocopy"] == "0/1"
+
+
+@pytest.mark.parametrize("command", ["patch", "matching-heads"])
+def test_help_has_an_example_and_says_labels_are_one_based(command, capsys):
+    code, out, _ = run([command, "--help"], capsys)
+    text = " ".join(out.split())
+    assert code == 0 and f"Example: lsa-interp {command} --model copy-200" in text and "1-based" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["patch", "--head", "3.9"], "no head '3.9' in this model"),
+        (["patch", "--head", "x"], "bad head 'x'"),
+        (["patch", "--from", "foo"], "unknown transformation 'foo'"),
+        (["patch", "--to", "bar"], "unknown transformation 'bar'"),
+        (["patch", "--matrix", "--rules", "succ,nope"], "unknown transformation 'nope'"),
+        (["patch", "--engine", "foo"], "unknown engine 'foo'"),
+        (["patch", "--matrix", "--head", "all"], "--matrix patches one head"),
+        (["matching-heads", "--compare", "copy"], "--compare takes NAME=GLOB"),
+        (["matching-heads", "--compare", "copy=/no/such/run-*"], "no checkpoint matches '/no/such/run-*'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(saved, args, message, capsys):
+    code, out, err = run([*args, "--model", str(saved[0])], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("command", ["patch", "matching-heads"])
+def test_missing_checkpoint_is_one_line_and_exit_2(command, capsys):
+    code, _, err = run([command, "--model", "/no/such/checkpoint"], capsys)
+    assert code == 2 and "no checkpoint named or at '/no/such/checkpoint'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_no_matching_head_for_auto_is_one_line(saved, capsys):
+    code, _, err = run(["patch", "--model", str(saved[1]), "--pairs", "2"], capsys)
+    assert code == 2 and "no matching head" in err and len(err.strip().splitlines()) == 1
+
+
+def test_command_module_does_not_import_torch():
+    code = "import sys, lsa_interp.commands.patching; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
