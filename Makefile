@@ -14,7 +14,13 @@ demo: $(BIN)/.installed
 	$(BIN)/lsa-interp data generate --preset copy-20 --seed 0 --out runs/demo/copy-20 --force
 	$(BIN)/lsa-interp data show runs/demo/copy-20
 
-test: $(BIN)/.installed
+# The browser test (tests/viz/test_browser.py) drives headless Chromium: Debian's package, installed if missing.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		SUDO=$$( [ "$$(id -u)" -ne 0 ] && echo sudo ); \
+		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q --no-install-recommends chromium; }
+
+test: $(BIN)/.installed chromium
 	$(BIN)/python -m pytest -n 2 -q
 
-.PHONY: install demo test
+.PHONY: install demo test chromium

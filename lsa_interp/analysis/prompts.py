@@ -15,18 +15,21 @@ from lsa_interp.data.task import STANDARD_ALPHABET, Task
 from lsa_interp.data.transformations import ALPHABET_SIZE, Problem, get_transformation
 
 WINDOW_LENGTHS: tuple[int, ...] = (3, 4, 5, 6, 7)
-_TRIES = 200
+_STALE_TRIES = 2_000
+"""Draws in a row that add nothing new before concluding that no more distinct tasks or pairs exist."""
 
 
 def analysis_alphabets(kind: str | Sequence[str], seed: int = 0, n: int = 20) -> list[str]:
-    """``"standard"`` (the paper's running example), ``"permuted"`` (``n`` permuted alphabets never used by
-    any training preset: drawn with seed ``10_000 + seed``), or an explicit list. Raises ValueError otherwise."""
+    """``"standard"`` (the paper's running example), ``"permuted"`` (``n`` permuted alphabets drawn with seed
+    ``10_000 + seed``, none of them a training alphabet of any preset generated with data seed 0: copy-400's
+    include every smaller preset's), or an explicit list. Raises ValueError otherwise."""
     if not isinstance(kind, str):
         return list(kind)
     if kind == "standard":
         return [STANDARD_ALPHABET]
     if kind == "permuted":
-        return make_alphabets(n - n % 4 or 4, seed=10_000 + seed, include_standard=False)
+        training = make_alphabets(400, seed=0)
+        return make_alphabets(n - n % 4 or 4, seed=10_000 + seed, exclude=training, include_standard=False)
     raise ValueError(f"unknown alphabets {kind!r}; choose standard, permuted or give a list of alphabets")
 
 
@@ -52,9 +55,9 @@ def rule_tasks(
     rng = random.Random(f"rule_tasks/{transformation}/{seed}")
     pool = analysis_alphabets(alphabets, seed)
     tasks: dict[Task, None] = {}
-    for _ in range(n * _TRIES):
-        if len(tasks) == n:
-            break
+    stale = 0
+    while len(tasks) < n and stale < _STALE_TRIES:
+        stale += 1
         alphabet, length = rng.choice(pool), rng.choice(list(lengths))
         made = []
         for _ in range(2):
@@ -63,7 +66,9 @@ def rule_tasks(
         if None in made or made[0] == made[1]:
             continue
         (ex_in, ex_out), (q_in, q_out) = ((_letters(alphabet, a), _letters(alphabet, b)) for a, b in made)
-        tasks[Task(alphabet, ((ex_in, ex_out),), q_in, q_out, transformation)] = None
+        task = Task(alphabet, ((ex_in, ex_out),), q_in, q_out, transformation)
+        if task not in tasks:
+            tasks[task], stale = None, 0
     if len(tasks) < n:
         raise ValueError(f"only {len(tasks)} distinct {transformation} tasks could be made, {n} asked for")
     return list(tasks)
@@ -96,12 +101,15 @@ def minimal_pairs(
     seed: int = 0,
     alphabets: str | Sequence[str] = "standard",
     lengths: Sequence[int] = WINDOW_LENGTHS,
+    at_most: bool = False,
 ) -> list[MinimalPair]:
     """``n`` distinct minimal pairs (e.g. source ``succ``: ``ghi > ghj | bcd``; target ``pred``: ``ghi > fhi |
     bcd``). Both rules build the example and the query from the same windows and random choices; only windows
     where both rules give the same example input and the same query input, and different answers, are kept.
 
-    Raises ValueError for unknown rules, equal rules, or rules whose inputs never agree (e.g. sort vs pred).
+    With ``at_most``, fewer than ``n`` pairs are returned when no more exist (at least one). Raises ValueError
+    for unknown rules, equal rules, rules whose inputs never agree (e.g. sort vs pred), or (without
+    ``at_most``) fewer than ``n`` distinct pairs.
     """
     get_transformation(source), get_transformation(target)
     if source == target:
@@ -109,9 +117,9 @@ def minimal_pairs(
     rng = random.Random(f"minimal_pairs/{source}/{target}/{seed}")
     pool = analysis_alphabets(alphabets, seed)
     pairs: dict[MinimalPair, None] = {}
-    for _ in range(n * _TRIES):
-        if len(pairs) == n:
-            break
+    stale = 0
+    while len(pairs) < n and stale < _STALE_TRIES:
+        stale += 1
         alphabet, length = rng.choice(pool), rng.choice(list(lengths))
         ex_start, q_start = (rng.randrange(ALPHABET_SIZE - length + 1) for _ in range(2))
         ex_seed, q_seed = rng.randrange(2**31), rng.randrange(2**31)
@@ -128,9 +136,11 @@ def minimal_pairs(
             alphabet, ((_letters(alphabet, ex[0]), _letters(alphabet, ex[1])),), _letters(alphabet, q[0]),
             _letters(alphabet, q[1]), rule,
         )
-        pairs[MinimalPair(to_task(s_ex, s_q, source), to_task(t_ex, t_q, target))] = None
+        pair = MinimalPair(to_task(s_ex, s_q, source), to_task(t_ex, t_q, target))
+        if pair not in pairs:
+            pairs[pair], stale = None, 0
     if not pairs:
         raise ValueError(f"{source} and {target} never give the same example input and query; no minimal pairs")
-    if len(pairs) < n:
+    if len(pairs) < n and not at_most:
         raise ValueError(f"only {len(pairs)} distinct {source}/{target} minimal pairs exist here, {n} asked for")
     return list(pairs)

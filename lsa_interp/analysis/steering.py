@@ -39,11 +39,11 @@ class SteeringMatrix:
 
 
 def _pairs(source: str, target: str, n: int, seed: int, alphabets) -> PairBatch | str:
-    """``n`` aligned minimal pairs, or why there are none (a cheap one-pair probe first: most rule pairs have
+    """Up to ``n`` aligned minimal pairs, or why there are none (a cheap one-pair probe first: most rule pairs have
     none; some, like ``extend_sequence`` and ``succ``, have example outputs of different lengths)."""
     try:
         minimal_pairs(source, target, 1, seed=seed, alphabets=alphabets)
-        return pair_batch(minimal_pairs(source, target, n, seed=seed, alphabets=alphabets))
+        return pair_batch(minimal_pairs(source, target, n, seed=seed, alphabets=alphabets, at_most=True))
     except ValueError as err:
         return str(err)
 

@@ -43,12 +43,17 @@ def test_pairs_that_cannot_exist_raise():
     with pytest.raises(ValueError, match="unknown transformation 'nope'"):
         minimal_pairs("nope", "pred", 5)
     with pytest.raises(ValueError, match="only"):
-        rule_tasks("pred", 10_000, lengths=(3,))
+        rule_tasks("pred", 1000, lengths=(3,))
+    # 22 three-letter windows suit both rules; the query window is any of the 21 others
+    with pytest.raises(ValueError, match="only 462 distinct succ/pred minimal pairs"):
+        minimal_pairs("succ", "pred", 1000, lengths=(3,))
+    few = minimal_pairs("succ", "pred", 1000, lengths=(3,), at_most=True)
+    assert len(set(few)) == len(few) == 462
 
 
 def test_permuted_analysis_alphabets_are_fresh(copy200):
     fresh = analysis_alphabets("permuted", n=20)
     assert len(set(fresh)) == 20 and not set(fresh) & set(copy200.train_alphabets)
-    assert not set(fresh) & set(make_alphabets(20, seed=0))
+    assert not set(fresh) & set(make_alphabets(400, seed=0))
     with pytest.raises(ValueError, match="unknown alphabets"):
         analysis_alphabets("weird")
