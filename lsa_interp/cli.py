@@ -251,9 +251,9 @@ def _generate_into(preset: str, seed: int, out: Path) -> Path:
 
 
 def _register_analysis_commands() -> None:
-    from lsa_interp.commands import lens, patching, representations, viewer
+    from lsa_interp.commands import lens, patching, report, representations, viewer
 
-    for group in (patching, representations, lens, viewer):
+    for group in (patching, representations, lens, report, viewer):
         group.register(app)
 
 
