@@ -35,14 +35,16 @@ def sha256_file(path: str | os.PathLike) -> str:
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
     """Call ``write`` on a temporary file next to ``path``, then rename it onto ``path``.
 
-    Readers see the old file or the complete new one, never a half-written one; on error the temporary
-    file is removed and the error re-raised.
+    Readers see the old file or the complete new one, never a half-written one; the file gets the usual
+    permissions (0666 less the umask, not mkstemp's 0600). On error the temporary file is removed and the
+    error re-raised.
     """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -61,3 +63,17 @@ def hardware_description(device_type: str) -> str:
         cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
                     if line.startswith("model name")), cpu)
     return f"{cpu}, {torch.get_num_threads()} torch threads"
+
+
+def make_staging_dir(target: Path) -> Path:
+    """A new empty directory beside ``target`` to fill and then rename onto it (usual permissions, not 0700)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
+    return tmp
+
+
+def _umask() -> int:
+    """The process's umask (read by setting and restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ import pyarrow.parquet as pq
 
 from lsa_interp.data.presets import DatasetConfig
 from lsa_interp.data.task import Task
-from lsa_interp.utils import no_cyclic_gc, sha256_file
+from lsa_interp.utils import make_staging_dir, no_cyclic_gc, sha256_file
 
 FORMAT = "lsa-interp-dataset"
 FORMAT_VERSION = 1
@@ -127,7 +126,7 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike, force: bool = Fal
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise FileExistsError(f"{out} exists and is not empty; pass force=True (CLI: --force) to overwrite it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = make_staging_dir(out)
     try:
         files = {}
         for name, tasks in dataset.splits.items():

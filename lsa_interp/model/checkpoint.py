@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import lsa_interp
 from lsa_interp.model.config import ModelConfig
 from lsa_interp.model.convert import load_reference_checkpoint
 from lsa_interp.model.hooked import HookedEncoderDecoder
-from lsa_interp.utils import sha256_file
+from lsa_interp.utils import make_staging_dir, sha256_file
 
 FORMAT_NAME = "lsa-interp"
 FORMAT_VERSION = 1
@@ -68,7 +67,7 @@ def save_model(
     if directory.exists() and not overwrite:
         raise FileExistsError(f"{directory} exists; pass overwrite=True to replace it")
     directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    tmp = make_staging_dir(directory)
     try:
         parameters = {name for name, _ in model.named_parameters()}
         state = {
