@@ -5,15 +5,13 @@ Usage: ``python -m lsa_interp.cli_reference --out docs/cli.md`` (prints to stdou
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
 
 from typing import Any
 
 import typer
 
 from lsa_interp.cli import app
+from lsa_interp.utils import generated_doc_main
 
 _HEADER = """# CLI reference
 
@@ -60,15 +58,8 @@ def render_cli_reference() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Write the reference to ``--out`` or stdout."""
-    parser = argparse.ArgumentParser(description="Generate docs/cli.md from the lsa-interp commands.")
-    parser.add_argument("--out", type=Path, help="file to write (default: stdout)")
-    args = parser.parse_args(argv)
-    text = render_cli_reference()
-    if args.out is None:
-        sys.stdout.write(text)
-    else:
-        args.out.write_text(text)
+    """Print the document, or write it to ``--out``."""
+    generated_doc_main(render_cli_reference, "Generate docs/cli.md from the lsa-interp commands.", argv)
 
 
 if __name__ == "__main__":

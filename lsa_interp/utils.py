@@ -77,3 +77,18 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def generated_doc_main(render: Callable[[], str], description: str, argv: list[str] | None = None) -> None:
+    """Command-line entry of a generated document: print ``render()``, or write it to ``--out FILE``."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", type=Path, help="file to write (default: standard output)")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text)

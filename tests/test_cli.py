@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lsa_interp import cli
 from lsa_interp.data import load_dataset
 from lsa_interp.data.presets import PRESETS, DatasetConfig
-
-
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(args)
-    out, err = capsys.readouterr()
-    return exit_info.value.code, out, err
+from tests.helpers import run
 
 
 @pytest.fixture

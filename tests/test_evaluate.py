@@ -10,7 +10,6 @@ import pytest
 import torch
 from rich.console import Console
 
-from lsa_interp import cli
 from lsa_interp.data import PRESETS, STANDARD_ALPHABET, DatasetConfig, Task, generate_dataset, save_dataset
 from lsa_interp.data.dataset import Dataset
 from lsa_interp.evaluation import (
@@ -19,6 +18,7 @@ from lsa_interp.evaluation import (
     subsample, table1, transformation_figure, write_report,
 )
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
+from tests.helpers import run
 
 STD = STANDARD_ALPHABET
 PERM = "bacdefghijklmnopqrstuvwxzy"  # a <-> b and y <-> z swapped
@@ -260,13 +260,6 @@ def test_write_report_files(handmade, tmp_path):
         console.print(table)
     text = console.export_text()
     assert "Table 1" in text and "rr_sort" in text
-
-
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(args)
-    out, err = capsys.readouterr()
-    return exit_info.value.code, out, err
 
 
 @pytest.fixture(scope="module")

@@ -5,16 +5,14 @@ Usage: ``python -m lsa_interp.model.hooks_doc > docs/hooks.md`` (or ``--out docs
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
-from pathlib import Path
 
 import torch
 
 from lsa_interp.data.task import Task
 from lsa_interp.model.config import ModelConfig
 from lsa_interp.model.hooked import HookedEncoderDecoder
+from lsa_interp.utils import generated_doc_main
 
 _SAMPLE = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > acd")
 _BATCH = 3
@@ -140,14 +138,7 @@ def render_hooks_doc() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Print the document, or write it to ``--out``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, help="file to write (default: standard output)")
-    args = parser.parse_args(argv)
-    text = render_hooks_doc()
-    if args.out is None:
-        sys.stdout.write(text)
-    else:
-        args.out.write_text(text)
+    generated_doc_main(render_hooks_doc, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

@@ -9,18 +9,11 @@ import sys
 import pytest
 import torch
 
-from lsa_interp import cli
 from lsa_interp.data.presets import PRESETS, DatasetConfig
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
+from tests.helpers import run
 
 torch.set_num_threads(1)
-
-
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(args)
-    out, err = capsys.readouterr()
-    return exit_info.value.code, out, err
 
 
 @pytest.fixture

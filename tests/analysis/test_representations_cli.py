@@ -10,17 +10,10 @@ import sys
 import pytest
 import torch
 
-from lsa_interp import cli
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
+from tests.helpers import run
 
 COMMANDS = ("roles", "invariance", "cross-attention", "elimination")
-
-
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(args)
-    out, err = capsys.readouterr()
-    return exit_info.value.code, out, err
 
 
 @pytest.fixture(scope="module")
