@@ -146,6 +146,11 @@ def matching_head(
 
 
 @torch.no_grad()
+def control_head(score: Float[Tensor, "layer head"], head: Head) -> Head:
+    """The control for ``head`` in patching: the head of the same encoder layer with the lowest matching score."""
+    return Head("encoder", head.layer, int(score[head.layer].argmin()))
+
+
 def example_pattern(
     model: HookedEncoderDecoder, head: Head, rule: str = "pred", n: int = 20, length: int = 5, seed: int = 0
 ) -> Float[Tensor, "out_pos in_pos"]:

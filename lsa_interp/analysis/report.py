@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lsa_interp.analysis.matching import control_head
 from lsa_interp.analysis.types import AnalysisResult, Finding, Head
 from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.utils import atomic_write
@@ -104,8 +105,7 @@ def control_findings(report: Report) -> list[Finding]:
                         "no matching head detected", False)]
     head = detected.split(",")[0].strip()
     layer = int(head.split(".")[0]) - 1
-    row = scores[layer].tolist() if hasattr(scores[layer], "tolist") else list(scores[layer])
-    control = Head("encoder", layer, min(range(len(row)), key=row.__getitem__)).label
+    control = control_head(scores, Head("encoder", layer, int(head.split(".")[1]) - 1)).label
     return [
         Finding("patching the matching head", "10/10 pred outputs switch to succ (head 2.7)",
                 f"head {head}: {flips[head]:.0%} switch", flips[head] >= MATCHING_MIN_FLIP),
