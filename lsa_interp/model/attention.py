@@ -169,7 +169,8 @@ class Attention(nn.Module):
 
     def _explicit_attend(self, qh: Tensor, kh: Tensor, vh: Tensor, mask: Tensor | None, hooked: bool) -> Tensor:
         hook = (lambda point, x: point(x)) if hooked else (lambda point, x: x)
-        scores = torch.matmul(qh, kh.transpose(-1, -2)) * (1.0 / math.sqrt(self.d_head))
+        # Scale the queries, not the scores: q is d_head/k_pos times smaller (as nn.MultiheadAttention does).
+        scores = torch.matmul(qh * (1.0 / math.sqrt(self.d_head)), kh.transpose(-1, -2))
         if mask is not None:
             scores = scores + mask
         scores = hook(self.hook_attn_scores, scores)
