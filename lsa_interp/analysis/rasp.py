@@ -39,7 +39,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from lsa_interp.analysis.prompts import rule_tasks
+from lsa_interp.analysis.activations import analysis_tasks
 from lsa_interp.analysis.types import AnalysisResult, Finding, Head, all_heads
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import encode_tasks
@@ -110,11 +110,10 @@ def selector_scores(
 
 def seen_rule_tasks(n: int, seed: int = 0) -> list[Task]:
     """``n`` 1-shot tasks in the standard alphabet, split as evenly as possible over the seen transformations
-    (`rule_tasks`). Raises ValueError for a non-positive ``n``."""
+    (`activations.analysis_tasks`). Raises ValueError for a non-positive ``n``."""
     if n < 1:
         raise ValueError(f"the number of tasks must be positive, got {n}")
-    counts = [n // len(SEEN) + (i < n % len(SEEN)) for i in range(len(SEEN))]
-    return [task for name, k in zip(SEEN, counts) if k for task in rule_tasks(name, k, seed=seed)]
+    return analysis_tasks(SEEN, n, seed=seed, alphabets="standard")
 
 
 def encoder_patterns(
