@@ -65,9 +65,11 @@ def reference_stepper(tasks: list[Task], device: torch.device):
     return step
 
 
-def our_stepper(data_dir: str, device: torch.device, replicates: int = 1):
-    """A function that runs our next training step (resident tensors, length-bucketed batches)."""
-    config = TrainConfig(data_dir=data_dir, device=device.type, log_every=10**9, replicates=replicates, val_limit=1)
+def our_stepper(data_dir: str, device: torch.device, replicates: int = 1, cuda_graph: bool = True):
+    """A function that runs our next training step (resident tensors, length-bucketed batches; on CUDA a
+    graph replay unless ``cuda_graph`` is False)."""
+    config = TrainConfig(data_dir=data_dir, device=device.type, log_every=10**9, replicates=replicates, val_limit=1,
+                         cuda_graph=cuda_graph)
     trainer = Trainer.start(config, tempfile.mkdtemp(), force=True)
     batches = iter(trainer.epoch_plan(1))
     return lambda: trainer.train_step(next(batches))
@@ -110,6 +112,13 @@ def main() -> None:
             print(f"{device.type}: reference step {ref_rate:,.0f} tasks/s | ours {ours_rate:,.0f} tasks/s | "
                   f"ratio {ours_rate / ref_rate:.2f}x (median of 3 alternating rounds: {ratios}; batch {BATCH}, "
                   f"{args.steps} steps a round, {torch.get_num_threads()} threads)")
+            if device.type == "cuda":
+                eager = our_stepper(data_dir, device, cuda_graph=False)
+                tasks_per_s(eager, 5, device)
+                rounds = [(tasks_per_s(ours, args.steps, device), tasks_per_s(eager, args.steps, device)) for _ in range(3)]
+                rate = statistics.median(r[1] for r in rounds)
+                print(f"cuda: our step without the CUDA graph {rate:,.0f} tasks/s | "
+                      f"graph {statistics.median(r[0] for r in rounds) / rate:.2f}x faster")
             if args.replicates > 1:
                 stacked = our_stepper(data_dir, device, args.replicates)
                 tasks_per_s(stacked, 3, device, args.replicates)

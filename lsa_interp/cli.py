@@ -159,6 +159,9 @@ def train(
     replicates: Annotated[
         int, typer.Option(min=1, help="Train N models in one process (seeds SEED..SEED+N-1, stacked parameters).")
     ] = 1,
+    cuda_graph: Annotated[
+        bool, typer.Option(help="On CUDA, capture the training step once as a CUDA graph and replay it.")
+    ] = True,
     resume: Annotated[Path | None, typer.Option(help="Continue the run in this directory.")] = None,
     force: Annotated[bool, typer.Option(help="Overwrite a non-empty run directory.")] = False,
 ) -> None:
@@ -179,7 +182,7 @@ def train(
             data_dir=str(data_dir), preset=preset, seed=seed, epochs=epochs, batch_size=batch_size,
             batching=batching, lr=lr, precision=precision, device=device, max_steps=max_steps,
             max_minutes=max_minutes, checkpoint_every=checkpoint_every, val_limit=val_limit,
-            replicates=replicates, model=_parse_model_config(model_config),
+            replicates=replicates, cuda_graph=cuda_graph, model=_parse_model_config(model_config),
         )
         trainer = Trainer.start(config, out, force=True)
     with Progress(

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from jaxtyping import Int
+from jaxtyping import Float, Int
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
@@ -104,11 +104,23 @@ class ReplicateTrainer(Trainer):
         tgt_out = tgt_out.masked_fill(torch.from_numpy(filler.reshape(-1, 1)).to(tgt_out.device), PAD)
         return src.view(*shape, -1), tgt_in.view(*shape, -1), tgt_out.view(*shape, -1)
 
+    def trainable_parameters(self) -> list[Tensor]:
+        """The stacked parameters (first dimension: replicate)."""
+        return list(self.params.values())
+
+    def stacked_loss(
+        self, src: Int[Tensor, "rep b s"], tgt_in: Int[Tensor, "rep b t"], tgt_out: Int[Tensor, "rep b t"]
+    ) -> Float[Tensor, " rep"]:
+        """Each replicate's training loss on its own batch."""
+        return self._losses(self.params, self.buffers, src, tgt_in, tgt_out)
+
     def train_step(self, batch: tuple[np.ndarray, ...]) -> Tensor:
         """One optimizer step of every replicate; returns the ``[replicates]`` losses without syncing."""
+        if self.graphed:
+            return super().train_step(batch)
         self._set_lr()
         with self._autocast():
-            losses = self._losses(self.params, self.buffers, *self.stacked_batch(batch))
+            losses = self.stacked_loss(*self.stacked_batch(batch))
         self.optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()
         self.optimizer.step()

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from jaxtyping import Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from lsa_interp.data.batching import BATCHING_METHODS, batch_keys, epoch_batches
@@ -31,6 +31,7 @@ from lsa_interp.data.transformations import SEEN
 from lsa_interp.data.dataset import read_manifest
 from lsa_interp.data.loaders import TokenizedSplit, load_tokenized
 from lsa_interp.data.vocab import PAD
+from lsa_interp.graph_step import GraphedStep
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.checkpoint import save_model
 from lsa_interp.utils import atomic_write, hardware_description
@@ -61,6 +62,7 @@ class TrainConfig:
     log_every: int = 100
     val_limit: int | None = None
     replicates: int = 1
+    cuda_graph: bool = True
     model: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -162,6 +164,8 @@ class Trainer:
     def __init__(self, config: TrainConfig, run_dir: Path, state: dict[str, Any] | None = None) -> None:
         self.config, self.run_dir = config, run_dir
         self.device = pick_device(config.device)
+        self.graphed = self.device.type == "cuda" and config.cuda_graph
+        self._graph: GraphedStep | None = None
         self._build_models()
         self.train = ResidentSplit(load_tokenized(config.data_dir, "train"), self.device)
         self.keys = batch_keys(config.batching, self.train.split.alphabet.numpy(), self.train.split.transformation.numpy())
@@ -169,9 +173,11 @@ class Trainer:
         self.val = ResidentSplit(load_tokenized(config.data_dir, "val"), self.device, config.val_limit)
         self.total_steps = self.steps_per_epoch * config.epochs
         self.step, self.elapsed, self.metrics_offset = 0, 0.0, 0
+        self.current_lr = config.lr
         if state is not None:
             self._load_weights(state)
             self.optimizer.load_state_dict(state["optimizer"])
+            self._settle_optimizer()
             torch.set_rng_state(state["torch_rng"])
             if self.device.type == "cuda" and state.get("cuda_rng") is not None:
                 torch.cuda.set_rng_state(state["cuda_rng"])
@@ -185,7 +191,36 @@ class Trainer:
 
     def _adamw(self, params: Any) -> torch.optim.AdamW:
         cfg = self.config
-        return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, foreach=True)
+        lr = torch.tensor(cfg.lr, device=self.device) if self.graphed else cfg.lr
+        return torch.optim.AdamW(params, lr=lr, betas=cfg.betas, weight_decay=cfg.weight_decay, **self._adamw_flags())
+
+    def _adamw_flags(self) -> dict[str, bool]:
+        """Fused and capturable (tensor learning rate) under a CUDA graph, else the foreach implementation."""
+        return {"foreach": not self.graphed, "fused": self.graphed, "capturable": self.graphed}
+
+    def _settle_optimizer(self) -> None:
+        """After loading a state saved under the other step kind (graphed or eager): this run's flags and
+        learning-rate type, and AdamW step counters where that kind keeps them."""
+        for group in self.optimizer.param_groups:
+            group.update(self._adamw_flags())
+            if self.graphed and not isinstance(group["lr"], Tensor):
+                group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
+            elif not self.graphed and isinstance(group["lr"], Tensor):
+                group["lr"] = float(group["lr"])
+        step_device = self.device if self.graphed else torch.device("cpu")
+        for param_state in self.optimizer.state.values():
+            if "step" in param_state:
+                param_state["step"] = param_state["step"].to(step_device, torch.float32)
+
+    def trainable_parameters(self) -> list[Tensor]:
+        """The tensors the optimizer updates."""
+        return list(self.model.parameters())
+
+    def stacked_loss(
+        self, src: Int[Tensor, "rep b s"], tgt_in: Int[Tensor, "rep b t"], tgt_out: Int[Tensor, "rep b t"]
+    ) -> Float[Tensor, " rep"]:
+        """The training loss of each replicate's batch (here one model, ``rep == 1``)."""
+        return loss_fn(self.model, src[0], tgt_in[0], tgt_out[0])[None]
 
     def _weights(self) -> dict[str, Any]:
         return {"model": self.model.state_dict()}
@@ -225,7 +260,7 @@ class Trainer:
         bounds = {"max_steps": max_steps, "max_minutes": max_minutes}
         config = replace(config, **{k: v for k, v in bounds.items() if v is not None})
         state_path = run_dir / STATE_FILE
-        state = torch.load(state_path, weights_only=False) if state_path.is_file() else None
+        state = torch.load(state_path, weights_only=False, map_location="cpu") if state_path.is_file() else None
         trainer = trainer_class(config)(config, run_dir, state)
         metrics = run_dir / METRICS_FILE
         if metrics.exists():
@@ -252,17 +287,34 @@ class Trainer:
 
     def _autocast(self):
         enabled = self.config.precision == "bf16"
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled)
+        # A CUDA graph must not capture autocast's cast cache (its tensors would be freed under it).
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled, cache_enabled=not self.graphed)
 
     def _set_lr(self) -> None:
         cfg = self.config
         factor = lr_factor(self.step, self.steps_per_epoch, cfg.epochs, cfg.warmup_start, cfg.final_lr_factor)
+        lr, changed = cfg.lr * factor, cfg.lr * factor != self.current_lr
+        self.current_lr = lr
         for group in self.optimizer.param_groups:
-            group["lr"] = cfg.lr * factor
+            if isinstance(group["lr"], Tensor):
+                if changed or self._graph is None:
+                    group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
 
-    def train_step(self, rows: np.ndarray) -> Tensor:
-        """One optimizer step on ``rows``; returns the (device) loss without syncing."""
+    def train_step(self, rows: np.ndarray | tuple[np.ndarray, ...]) -> Tensor:
+        """One optimizer step on ``rows``; returns the (device) loss without syncing.
+
+        On CUDA (unless ``cuda_graph`` is off) the step is a `GraphedStep` replay, which reads the batch of
+        step ``self.step`` from its device copy of the epoch plan (the same batch as ``rows``).
+        """
         self._set_lr()
+        if self.graphed:
+            if self._graph is None:
+                self._graph = GraphedStep(self)
+            loss = self._graph.replay(self.step)
+            self.step += 1
+            return loss[0] if self.config.replicates == 1 else loss
         with self._autocast():
             loss = loss_fn(self.model, *self.train.batch(rows))
         self.optimizer.zero_grad(set_to_none=True)
@@ -298,7 +350,7 @@ class Trainer:
                         now = time.perf_counter()
                         record = {
                             "type": "step", "step": self.step, "epoch": self.step / self.steps_per_epoch,
-                            "lr": self.optimizer.param_groups[0]["lr"], **self._loss_record(loss_sum / loss_count),
+                            "lr": self.current_lr, **self._loss_record(loss_sum / loss_count),
                             "tasks_per_s": window_tasks / max(now - window_start, 1e-9),
                         }
                         self.log(record)

@@ -8,7 +8,7 @@ from jaxtyping import install_import_hook
 # The pure-Python data pipeline is left out: checking its hot loops would slow generation tenfold.
 TENSOR_MODULES = [
     "lsa_interp.data.tokenizer", "lsa_interp.data.loaders", "lsa_interp.model", "lsa_interp.evaluation", "lsa_interp.train",
-    "lsa_interp.replicates", "lsa_interp.analysis", "lsa_interp.viz",
+    "lsa_interp.replicates", "lsa_interp.graph_step", "lsa_interp.analysis", "lsa_interp.viz",
 ]
 install_import_hook(TENSOR_MODULES, "beartype.beartype")
 

@@ -158,13 +158,13 @@ class Attention(nn.Module):
             kh, vh = cache.append(k.transpose(1, 2), v.transpose(1, 2))
         else:
             kh, vh = k.transpose(1, 2), v.transpose(1, 2)
-        if not hooked and qh.shape[2] > 1 and not (self.training and self.dropout_p > 0):
+        if not hooked and qh.shape[2] > 1 and not self.training:
             z = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
             return self.out_proj(z.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_model))
         # Explicit attention: always when hooked; without hooks for a single query position (a decoding
-        # step), where two small matmuls beat the fused kernel several times over on CPU; and in training
-        # with dropout, where the fused kernel's bernoulli mask and fully-masked-row checks cost more
-        # than the explicit path with `dropout`.
+        # step), where two small matmuls beat the fused kernel several times over on CPU; and in training,
+        # where the fused kernel's bernoulli mask and fully-masked-row checks cost more than the explicit
+        # path with `dropout`, and whose CUDA backward fails under `vmap` (stacked replicates).
         return self._explicit_attend(qh, kh, vh, mask, hooked)
 
     def _explicit_attend(self, qh: Tensor, kh: Tensor, vh: Tensor, mask: Tensor | None, hooked: bool) -> Tensor:

@@ -1,0 +1,80 @@
+"""CUDA-graph training steps: the padded plan (everywhere), the optimizer hand-over between step kinds
+(everywhere), and graph replay against eager steps (CUDA only)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
+from lsa_interp.graph_step import padded_plan
+from lsa_interp.train import Trainer, TrainConfig
+
+SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    config = DatasetConfig(name="tiny", n_alphabets=4, window_lengths=(3,), n_reshuffle=1, n_new_alphabets=4)
+    return save_dataset(generate_dataset(config, seed=3), tmp_path_factory.mktemp("data") / "tiny")
+
+
+def test_padded_plan_fills_short_batches_with_their_first_row_marked_invalid():
+    plan = [np.array([4, 7, 9]), np.array([2])]
+    rows, valid = padded_plan(plan, replicates=1, batch_size=3)
+    assert rows.tolist() == [[[4, 7, 9]], [[2, 2, 2]]]
+    assert valid.tolist() == [[[True, True, True]], [[True, False, False]]]
+    rows, valid = padded_plan([(np.array([1, 2]), np.array([3]))], replicates=2, batch_size=2)
+    assert rows.tolist() == [[[1, 2], [3, 3]]] and valid.tolist() == [[[True, True], [True, False]]]
+    with pytest.raises(ValueError, match="does not fit batch size 1"):
+        padded_plan(plan, replicates=1, batch_size=1)
+
+
+def test_an_eager_state_settles_into_the_other_step_kind(data_dir, tmp_path):
+    """A state saved by eager steps keeps the eager optimizer's flags and a float learning rate."""
+    config = TrainConfig(data_dir=str(data_dir), max_steps=3, val_limit=8, device="cpu", model=SMALL_MODEL)
+    Trainer.start(config, tmp_path).run()
+    resumed = Trainer.resume(tmp_path, max_steps=5)
+    group = resumed.optimizer.param_groups[0]
+    assert (group["foreach"], group["fused"], group["capturable"]) == (True, False, False)
+    assert isinstance(group["lr"], float)
+    assert all(s["step"].device.type == "cpu" for s in resumed.optimizer.state.values())
+    resumed.run()
+    assert resumed.step == 5
+
+
+def _trained(data_dir, run_dir, cuda_graph: bool, replicates: int = 1, steps: int = 12) -> list[torch.Tensor]:
+    config = TrainConfig(
+        data_dir=str(data_dir), device="cuda", max_steps=steps, val_limit=8, batch_size=16, replicates=replicates,
+        cuda_graph=cuda_graph, warmup_start=1.0, model={**SMALL_MODEL, "dropout": 0.0},
+    )
+    trainer = Trainer.start(config, run_dir)
+    trainer.run()
+    return [p.detach().cpu() for p in trainer.trainable_parameters()]
+
+
+@cuda
+@pytest.mark.parametrize("replicates", [1, 3])
+def test_graph_replays_train_like_eager_steps(data_dir, tmp_path, replicates):
+    eager = _trained(data_dir, tmp_path / "eager", cuda_graph=False, replicates=replicates)
+    graphed = _trained(data_dir, tmp_path / "graph", cuda_graph=True, replicates=replicates)
+    start = _trained(data_dir, tmp_path / "one", cuda_graph=False, replicates=replicates, steps=1)
+    moved = max(float((e - s).abs().max()) for e, s in zip(eager, start))
+    gap = max(float((e - g).abs().max()) for e, g in zip(eager, graphed))
+    assert moved > 1e-3 and gap < 1e-3 * max(moved, 1.0)
+
+
+@cuda
+def test_a_graphed_run_resumes_where_it_stopped(data_dir, tmp_path):
+    config = TrainConfig(data_dir=str(data_dir), device="cuda", max_steps=40, val_limit=8, model=SMALL_MODEL)
+    Trainer.start(config, tmp_path).run()
+    resumed = Trainer.resume(tmp_path, max_steps=60)
+    assert isinstance(resumed.optimizer.param_groups[0]["lr"], torch.Tensor)
+    resumed.run()
+    assert resumed.step == 60 and (tmp_path / "model").is_dir()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert lines and all(np.isfinite(json.loads(line).get("train_loss", 0.0)) for line in lines)
