@@ -338,13 +338,12 @@ class Trainer:
         limit = min(self.total_steps, cfg.max_steps or self.total_steps)
         deadline = None if cfg.max_minutes is None else time.monotonic() + 60 * cfg.max_minutes
         loss_sum, loss_count, window_start, window_tasks = torch.zeros((), device=self.device), 0, time.perf_counter(), 0
+        clock = window_start  # training wall time, without validation and checkpoints, accrues into self.elapsed
         with _stop_on_signals() as stop:
             while self.step < limit and "signal" not in stop:
                 epoch, offset = divmod(self.step, self.steps_per_epoch)
                 for batch in self.epoch_plan(epoch)[offset:]:
-                    started = time.perf_counter()
                     loss_sum = loss_sum + self.train_step(batch)
-                    self.elapsed += time.perf_counter() - started
                     loss_count, window_tasks = loss_count + 1, window_tasks + self.tasks_in(batch)
                     if self.step % cfg.log_every == 0 or self.step == limit:
                         now = time.perf_counter()
@@ -359,14 +358,19 @@ class Trainer:
                         loss_sum = torch.zeros((), device=self.device)
                         loss_count, window_start, window_tasks = 0, now, 0
                     out_of_time = deadline is not None and time.monotonic() > deadline
-                    if self.step % self.steps_per_epoch == 0:
-                        for record in self.epoch_records():
-                            self.log({"type": "epoch", "step": self.step, "epoch": self.step // self.steps_per_epoch,
-                                      **record})
+                    epoch_end = self.step % self.steps_per_epoch == 0
+                    if epoch_end or self.step % cfg.checkpoint_every == 0 or "signal" in stop or self.step == limit \
+                            or out_of_time:
+                        self._finish_queued_work()
+                        self.elapsed += time.perf_counter() - clock
+                        if epoch_end:
+                            for record in self.epoch_records():
+                                self.log({"type": "epoch", "step": self.step,
+                                          "epoch": self.step // self.steps_per_epoch, **record})
                         self.save_state()
-                        window_start = time.perf_counter()  # tasks/s counts training time only
-                    elif self.step % cfg.checkpoint_every == 0 or "signal" in stop or self.step == limit or out_of_time:
-                        self.save_state()
+                        clock = time.perf_counter()
+                        if epoch_end:
+                            window_start = clock  # tasks/s counts training time only
                     if self.step >= limit or "signal" in stop or out_of_time:
                         break
                 if deadline is not None and time.monotonic() > deadline:
@@ -375,6 +379,10 @@ class Trainer:
             return self.run_dir
         self._save_final()
         return self.run_dir
+
+    def _finish_queued_work(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def _loss_record(self, mean_loss: Tensor) -> dict[str, Any]:
         return {"train_loss": float(mean_loss)}

@@ -1,7 +1,7 @@
 """Every notebook in analyses/ runs top to bottom without an error (executed headless with nbclient).
 
-The notebooks load the shipped checkpoints by name (``load_model("copy-200")``), so the whole module is
-skipped while a checkpoint that a notebook names is missing from ``checkpoints/``; the skip reason names it.
+The notebooks load the shipped checkpoints by name (``load_model("copy-200")``), so a notebook is skipped
+while a checkpoint that it names is missing from ``checkpoints/``; the skip reason names the checkpoint.
 """
 
 from __future__ import annotations
@@ -30,19 +30,15 @@ def checkpoints_named(path: Path) -> set[str]:
     return {name for source in code for name in _CHECKPOINT_NAME.findall(source)}
 
 
-NEEDED = {name: sorted(p.name for p in NOTEBOOKS if name in checkpoints_named(p))
-          for name in sorted(set().union(*map(checkpoints_named, NOTEBOOKS)))}
-MISSING = [name for name in NEEDED if name not in available_models()]
+def _missing_reason(path: Path) -> str | None:
+    missing = sorted(checkpoints_named(path) - set(available_models()))
+    return f"checkpoint(s) missing from {CHECKPOINTS_DIR}: {', '.join(missing)}" if missing else None
 
-pytestmark = [
-    pytest.mark.skipif(
-        bool(MISSING),
-        reason="checkpoint(s) missing from {}: {}".format(
-            CHECKPOINTS_DIR, "; ".join(f"{name} (needed by {', '.join(NEEDED[name])})" for name in MISSING)
-        ),
-    ),
-    pytest.mark.slow,
-]
+
+def _notebook_param(path: Path) -> object:
+    reason = _missing_reason(path)
+    marks = [pytest.mark.skip(reason=reason)] if reason else []
+    return pytest.param(path, id=path.stem, marks=marks)
 
 
 def test_every_notebook_names_a_checkpoint():
@@ -50,7 +46,8 @@ def test_every_notebook_names_a_checkpoint():
     assert all(checkpoints_named(path) for path in NOTEBOOKS)
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [_notebook_param(p) for p in NOTEBOOKS])
 def test_notebook_runs(path: Path):
     import nbformat
     from nbclient import NotebookClient

@@ -37,7 +37,7 @@ def card_markdown(name: str, model: HookedEncoderDecoder, result: EvaluationResu
     meta = model.metadata
     recipe = meta.get("train_config", {})
     epochs = meta.get("epochs_completed")
-    hours = meta.get("train_seconds", 0) / 3600
+    seconds = meta.get("train_seconds", 0)
     lines = [
         f"# {name}", "",
         f"- data: preset `{meta.get('preset')}`, dataset seed {meta.get('data_seed')}; model seed {meta.get('seed')}",
@@ -46,7 +46,7 @@ def card_markdown(name: str, model: HookedEncoderDecoder, result: EvaluationResu
         f"{recipe.get('weight_decay')}), warm-up over epoch 1, linear decay to {recipe.get('final_lr_factor')}x, "
         f"dropout 0.1, {recipe.get('precision')}",
         f"- trained: {meta.get('steps')} steps ({epochs:.2f} epochs)" if epochs is not None else "- trained: unknown",
-        f"- hardware: {meta.get('hardware', meta.get('device', 'not recorded'))}; training wall time {hours:.1f} h; "
+        f"- hardware: {meta.get('hardware', meta.get('device', 'not recorded'))}; training wall time {seconds / 3600:.2f} h ({seconds:.1f} s); "
         f"torch {meta.get('torch')}",
         f"- weights: {storage['dtype']} ({storage['bytes'] / 1e6:.1f} MB)" + (
             f"; changes {storage['check']['changed_answers']} of {storage['check']['tasks']:,} greedy val answers "

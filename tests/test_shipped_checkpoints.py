@@ -1,0 +1,34 @@
+"""The shipped checkpoints load by name and re-produce their cards' numbers on a subset (CPU).
+
+Each check is skipped while its checkpoint is not in ``checkpoints/`` (the skip reason names it).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lsa_interp.evaluation import predict
+from lsa_interp.evaluation.metrics import accuracy
+from lsa_interp.evaluation.run import subsample
+from lsa_interp.model.card import EVALUATION_FILE
+from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, available_models, load_model
+
+SUBSET = 4000
+"""Val rows re-evaluated: a deterministic subset (seed 0), so the comparison is the same on every run."""
+
+
+def _needs(name: str):
+    return pytest.mark.skipif(name not in available_models(), reason=f"checkpoint {name} missing from {CHECKPOINTS_DIR}")
+
+
+@_needs("copy-200")
+def test_copy200_reproduces_its_card_on_a_val_subset(copy200):
+    card = json.loads((CHECKPOINTS_DIR / "copy-200" / EVALUATION_FILE).read_text())
+    model = load_model("copy-200")
+    assert model.metadata["preset"] == "copy-200" and model.metadata["epochs_completed"] == 20
+    tasks = subsample(copy200.splits["val"], SUBSET)
+    measured = accuracy(tasks, predict(model, tasks)).percent
+    expected = card["overall"]["seen_alphabets"]["percent"]
+    assert abs(measured - expected) <= 1.0, f"{measured:.2f}% on {SUBSET} val tasks; the card says {expected:.2f}%"
