@@ -134,6 +134,13 @@ def matching_head(
     model: HookedEncoderDecoder, threshold: float = MATCHING_THRESHOLD, tasks: Sequence[Task] | None = None
 ) -> Head:
     """The best matching head. Raises ValueError when no head reaches ``threshold`` (naming the best one)."""
+    return matching_heads(model, threshold, tasks)[0]
+
+
+def matching_heads(
+    model: HookedEncoderDecoder, threshold: float = MATCHING_THRESHOLD, tasks: Sequence[Task] | None = None
+) -> list[Head]:
+    """Every matching head, best first. Raises ValueError when no head reaches ``threshold`` (naming the best)."""
     scores = matching_scores(model, tasks)
     found = scores.heads(threshold)
     if not found:
@@ -142,7 +149,7 @@ def matching_head(
             f"no matching head: no encoder head reaches the matching score threshold {threshold} "
             f"(best: {head.label} with {score:.3f}); pass a head explicitly"
         )
-    return found[0]
+    return found
 
 
 @torch.no_grad()

@@ -109,8 +109,9 @@ def check_heads(model: HookedEncoderDecoder, heads: Sequence[Head]) -> None:
 
 
 def resolve_heads(model: HookedEncoderDecoder, spec: Head | str | Sequence[Head]) -> list[Head]:
-    """Heads named by ``spec``: a `Head`, a list of them, a 1-based label (``"2.7"``), ``"auto"`` (the detected
-    matching head) or ``"all"`` (every encoder head). Raises ValueError for anything else or no matching head."""
+    """Heads named by ``spec``: a `Head`, a list of them, a 1-based label (``"2.7"``), labels joined by ``+``
+    (``"1.3+2.3"``), ``"auto"`` (every detected matching head, best first) or ``"all"`` (every encoder head).
+    Raises ValueError for anything else or when no matching head is detected."""
     if isinstance(spec, Head):
         heads = [spec]
     elif isinstance(spec, str):
@@ -118,11 +119,11 @@ def resolve_heads(model: HookedEncoderDecoder, spec: Head | str | Sequence[Head]
         if text == "all":
             heads = all_heads(model.cfg)
         elif text == "auto":
-            from lsa_interp.analysis.matching import matching_head
+            from lsa_interp.analysis.matching import matching_heads
 
-            heads = [matching_head(model)]
+            heads = matching_heads(model)
         else:
-            heads = [parse_head(text, model.cfg)]
+            heads = [parse_head(label, model.cfg) for label in text.split("+")]
     else:
         heads = list(spec)
         if not heads or not all(isinstance(h, Head) for h in heads):
@@ -219,15 +220,21 @@ def _first_step_logits(model: HookedEncoderDecoder, memory: Tensor, batch: Token
 
 @dataclass(frozen=True)
 class PatchResult:
-    """Answers and first-step logit differences of the target prompts, clean and with ``head`` patched."""
+    """Answers and first-step logit differences of the target prompts, clean and with ``heads`` patched
+    (together, in one run)."""
 
-    head: Head
+    heads: tuple[Head, ...]
     source_answers: list[str]
     target_answers: list[str]
     clean: list[str]
     patched: list[str]
     logit_diff_clean: Float[Tensor, " pair"]
     logit_diff_patched: Float[Tensor, " pair"]
+
+    @property
+    def label(self) -> str:
+        """The patched heads' labels joined by ``+`` (``"2.7"``, ``"1.3+2.3"``)."""
+        return "+".join(head.label for head in self.heads)
 
     @staticmethod
     def _fractions(answers: list[str], source: list[str], target: list[str]) -> dict[str, float]:
@@ -254,7 +261,7 @@ class PatchResult:
         clean, patched = self.clean_outcomes, self.outcomes
         valid = ~torch.isnan(self.logit_diff_clean)
         return {
-            "head": self.head.label, "pairs": len(self.clean),
+            "head": self.label, "pairs": len(self.clean),
             "clean_target_accuracy": clean["target"], "clean_source_rate": clean["source"],
             "flip_rate": patched["source"], "stay_rate": patched["target"], "neither_rate": patched["neither"],
             "logit_diff_clean": float(self.logit_diff_clean[valid].mean()) if valid.any() else float("nan"),
@@ -291,21 +298,37 @@ def patch_sweep(
     for head in chosen:
         tokens, memory = runner.generate(target, {head.layer: [(head.head, patterns[head.layer][:, head.head])]})
         results[head] = PatchResult(
-            head, batch.source_answers, batch.target_answers, clean, decode_batch(tokens),
+            (head,), batch.source_answers, batch.target_answers, clean, decode_batch(tokens),
             clean_diff, _logit_diff(_first_step_logits(model, memory, target), batch),
         )
     return results
 
 
+@torch.no_grad()
 def patch_pairs(
-    model: HookedEncoderDecoder, pairs: Sequence[MinimalPair] | PairBatch, head: Head | str = "auto",
+    model: HookedEncoderDecoder, pairs: Sequence[MinimalPair] | PairBatch, head: Head | str | Sequence[Head] = "auto",
     engine: str = "hooks", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
 ) -> PatchResult:
-    """Patch one head (a `Head`, a 1-based label or ``"auto"``) on ``pairs``; see `patch_sweep`."""
+    """Patch the named heads together, in one run, on ``pairs`` (a `Head`, a list, a label such as ``"2.7"`` or
+    ``"1.3+2.3"``, or ``"auto"``: every detected matching head). Raises ValueError for ``"all"`` (use
+    `patch_sweep`), bad pairs, heads or engine."""
+    if isinstance(head, str) and head.strip().lower() == "all":
+        raise ValueError("patch_pairs patches the heads it is given together; use patch_sweep for every head")
     heads = resolve_heads(model, head)
-    if len(heads) != 1:
-        raise ValueError(f"patch_pairs patches one head, {len(heads)} were named; use patch_sweep for several")
-    return patch_sweep(model, pairs, heads, engine, max_new_tokens)[heads[0]]
+    batch = pairs if isinstance(pairs, PairBatch) else pair_batch(pairs)
+    runner = make_engine(model, engine, max_new_tokens)
+    patterns = runner.patterns(batch.source.to(model.device), sorted({h.layer for h in heads}))
+    target = batch.target.to(model.device)
+    clean_tokens, clean_memory = runner.generate(target, {})
+    patches: LayerPatches = {}
+    for h in heads:
+        patches.setdefault(h.layer, []).append((h.head, patterns[h.layer][:, h.head]))
+    tokens, memory = runner.generate(target, patches)
+    return PatchResult(
+        tuple(heads), batch.source_answers, batch.target_answers, decode_batch(clean_tokens), decode_batch(tokens),
+        _logit_diff(_first_step_logits(model, clean_memory, target), batch),
+        _logit_diff(_first_step_logits(model, memory, target), batch),
+    )
 
 
 def flip_matrix(model: HookedEncoderDecoder, results: Mapping[Head, PatchResult]) -> Float[Tensor, "layer head"]:
@@ -324,26 +347,30 @@ def patching_analysis(
     """Patch ``head`` (or every head with ``"all"``) from ``source`` into ``target`` prompts on ``n_pairs``
     minimal pairs. Raises ValueError for unknown rules or heads, no minimal pairs, or no matching head."""
     pairs = minimal_pairs(source, target, n_pairs, seed=seed, alphabets=alphabets)
-    results = patch_sweep(model, pairs, head, engine)
-    best = max(results, key=lambda h: results[h].flip_rate)
-    top = results[best]
+    sweep = isinstance(head, str) and head.strip().lower() == "all"
+    if sweep:
+        results = patch_sweep(model, pairs, head, engine)
+        best = max(results, key=lambda h: results[h].flip_rate)
+        top = results[best]
+    else:
+        top = patch_pairs(model, pairs, head, engine)
     summary = {"source": source, "target": target, "engine": engine, **top.summary()}
-    figures = {f"head {best.label}: answers of {target} prompts": _outcome_figure(top, source, target)}
+    figures = {f"head {top.label}: answers of {target} prompts": _outcome_figure(top, source, target)}
     data: dict = {"pairs": [
         {"source": str(p.source), "target": str(p.target), "clean": c, "patched": a,
          "logit_diff_clean": float(dc), "logit_diff_patched": float(dp)}
         for p, c, a, dc, dp in zip(pairs, top.clean, top.patched, top.logit_diff_clean, top.logit_diff_patched)
     ]}
-    if len(results) > 1:
+    if sweep:
         from lsa_interp.analysis.matching import head_heatmap
 
         grid = flip_matrix(model, results)
         figures = {f"flip rate per head ({source} -> {target})": head_heatmap(grid, "flip rate", 0.0, 1.0), **figures}
         data["flip_rate"] = grid
         data["heads"] = {h.label: r.summary() for h, r in results.items()}
-        summary["best_head"] = best.label
+        summary["best_head"] = top.label
     solved = top.clean_outcomes["target"]
-    ours = (f"{top.flip_rate:.0%} of {len(pairs)} {target} outputs switch to the {source} answer (head {best.label}; "
+    ours = (f"{top.flip_rate:.0%} of {len(pairs)} {target} outputs switch to the {source} answer (head {top.label}; "
             f"clean {target} accuracy {solved:.0%})")
     holds = top.flip_rate >= FLIP_THRESHOLD if solved >= 0.5 else None  # no verdict if the model fails the target
     return AnalysisResult(

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lsa_interp.analysis.matching import control_head
-from lsa_interp.analysis.types import AnalysisResult, Finding, Head
+from lsa_interp.analysis.types import AnalysisResult, Finding, parse_head
 from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.utils import atomic_write
 
@@ -92,27 +92,39 @@ def _steps(model: HookedEncoderDecoder, name: str, seed: int) -> list[tuple[str,
     ]
 
 
-def control_findings(report: Report) -> list[Finding]:
-    """The matching head against a control head, read from the patching sweep and the matching scores."""
+def control_findings(report: Report, model: HookedEncoderDecoder, n_pairs: int, seed: int) -> list[Finding]:
+    """The detected matching heads patched together (succ -> pred) against their control heads patched together.
+
+    The control of a matching head is the head of its layer with the lowest matching score. The single-head
+    flip rates come from the report's patching sweep.
+    """
+    from lsa_interp.analysis.patching import patch_pairs
+    from lsa_interp.analysis.prompts import minimal_pairs
+
     by_name = {r.name: r for r in report.results}
     if "patching" not in by_name or "matching_heads" not in by_name:
         return []
-    flips = {label: values["flip_rate"] for label, values in by_name["patching"].data["heads"].items()}
+    paper = "10/10 pred outputs switch to succ (head 2.7)"
+    detected_labels = by_name["matching_heads"].summary["matching_heads"]
+    if detected_labels == "none":
+        return [Finding("patching the matching head", paper, "no matching head detected", False)]
+    detected = [parse_head(label.strip(), model.cfg) for label in detected_labels.split(",")]
     scores = by_name["matching_heads"].data["score"]
-    detected = by_name["matching_heads"].summary["matching_heads"]
-    if detected == "none":
-        return [Finding("patching the matching head", "10/10 pred outputs switch to succ (head 2.7)",
-                        "no matching head detected", False)]
-    head = detected.split(",")[0].strip()
-    layer = int(head.split(".")[0]) - 1
-    control = control_head(scores, Head("encoder", layer, int(head.split(".")[1]) - 1)).label
-    return [
-        Finding("patching the matching head", "10/10 pred outputs switch to succ (head 2.7)",
-                f"head {head}: {flips[head]:.0%} switch", flips[head] >= MATCHING_MIN_FLIP),
-        Finding("control head flips few", f"(not in the paper) at most {CONTROL_MAX_FLIP:.0%}",
-                f"head {control} (lowest matching score in layer {layer + 1}): {flips[control]:.0%} switch",
-                flips[control] <= CONTROL_MAX_FLIP),
-    ]
+    controls = [c for c in dict.fromkeys(control_head(scores, h) for h in detected) if c not in detected]
+    pairs = minimal_pairs("succ", "pred", n_pairs, seed=seed, alphabets="standard")
+    matched = patch_pairs(model, pairs, detected)
+    single = {label: values["flip_rate"] for label, values in by_name["patching"].data["heads"].items()}
+    alone = "" if len(detected) == 1 else " (alone: " + ", ".join(f"{h.label} {single[h.label]:.0%}" for h in detected) + ")"
+    findings = [Finding("patching the matching head", paper,
+                        f"{'heads' if len(detected) > 1 else 'head'} {matched.label}: {matched.flip_rate:.0%} switch{alone}",
+                        matched.flip_rate >= MATCHING_MIN_FLIP)]
+    if controls:
+        control = patch_pairs(model, pairs, controls)
+        which = (f"head {control.label} (lowest matching score in layer {controls[0].layer + 1})" if len(controls) == 1
+                 else f"heads {control.label} (lowest matching score of each matching head's layer)")
+        findings.append(Finding("control head flips few", f"(not in the paper) at most {CONTROL_MAX_FLIP:.0%}",
+                                f"{which}: {control.flip_rate:.0%} switch", control.flip_rate <= CONTROL_MAX_FLIP))
+    return findings
 
 
 def run_report(
@@ -129,5 +141,5 @@ def run_report(
         except ValueError as err:
             report.extra.append(Finding(name, "-", f"could not run: {err}", None))
         report.seconds[name] = round(time.perf_counter() - started, 1)
-    report.extra[:0] = control_findings(report)
+    report.extra[:0] = control_findings(report, model, REPORT_SIZES["patch_pairs"], seed)
     return report

@@ -15,7 +15,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from lsa_interp.analysis.patching import PairBatch, check_engine, pair_batch, patch_sweep, resolve_heads
+from lsa_interp.analysis.patching import PairBatch, check_engine, pair_batch, patch_pairs, resolve_heads
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.analysis.types import AnalysisResult, Finding, Head
 from lsa_interp.data.transformations import PAPER, get_transformation
@@ -24,18 +24,23 @@ from lsa_interp.model.hooked import HookedEncoderDecoder
 
 @dataclass(frozen=True)
 class SteeringMatrix:
-    """Flip rates of one head, ``[source, target]`` over ``rules`` (NaN on the diagonal and for missing cells).
+    """Flip rates of ``heads`` patched together, ``[source, target]`` over ``rules`` (NaN on the diagonal and for missing cells).
 
     ``clean_accuracy``: fraction of target prompts answered correctly without patching; ``n_pairs``: pairs
     per measured cell; ``missing``: (source, target) -> why the cell has no value.
     """
 
-    head: Head
+    heads: tuple[Head, ...]
     rules: tuple[str, ...]
     flip: Float[Tensor, "source target"]
     clean_accuracy: Float[Tensor, "source target"]
     n_pairs: dict[tuple[str, str], int]
     missing: dict[tuple[str, str], str]
+
+    @property
+    def label(self) -> str:
+        """The heads' labels joined by ``+``."""
+        return "+".join(head.label for head in self.heads)
 
 
 def _pairs(source: str, target: str, n: int, seed: int, alphabets) -> PairBatch | str:
@@ -52,18 +57,20 @@ def steering_matrix(
     model: HookedEncoderDecoder, head: Head | str = "auto", rules: Sequence[str] = PAPER, n_pairs: int = 50,
     seed: int = 0, engine: str = "hooks", alphabets: str | Sequence[str] = "standard",
 ) -> SteeringMatrix:
-    """Patch ``head`` (a `Head`, a 1-based label or ``"auto"``) for every ordered pair of ``rules``.
+    """Patch ``head`` (a `Head`, a list, a 1-based label, labels joined by ``+`` or ``"auto"``: the heads are
+    patched together) for every ordered pair of ``rules``.
 
-    Raises ValueError for unknown rules or engine, fewer than two rules, or a head that is not one encoder head.
+    Raises ValueError for unknown rules or engine, fewer than two rules, ``"all"`` or a head that is not an
+    encoder head.
     """
     rules = tuple(rules)
     for rule in rules:
         get_transformation(rule)
     if len(set(rules)) < 2:
         raise ValueError("the steering matrix needs at least two different transformations")
+    if isinstance(head, str) and head.strip().lower() == "all":
+        raise ValueError("the steering matrix patches the heads it is given together; give L.H, L.H+L.H or auto")
     heads = resolve_heads(model, head)
-    if len(heads) != 1:
-        raise ValueError(f"the steering matrix is for one head, {len(heads)} were named")
     check_engine(engine)
     size = (len(rules), len(rules))
     flip, clean = torch.full(size, float("nan")), torch.full(size, float("nan"))
@@ -77,10 +84,10 @@ def steering_matrix(
             if isinstance(pairs, str):
                 missing[source, target] = pairs
                 continue
-            result = patch_sweep(model, pairs, heads, engine)[heads[0]]
+            result = patch_pairs(model, pairs, heads, engine)
             flip[i, j], clean[i, j] = result.flip_rate, result.clean_outcomes["target"]
             counts[source, target] = len(pairs)
-    return SteeringMatrix(heads[0], rules, flip, clean, counts, missing)
+    return SteeringMatrix(tuple(heads), rules, flip, clean, counts, missing)
 
 
 def steering_analysis(
@@ -99,7 +106,7 @@ def steering_analysis(
         layout={"xaxis": {"title": "target (prompts run)"}, "yaxis": {"title": "source (pattern taken from)",
                                                                        "autorange": "reversed"}},
     )
-    label = matrix.head.label
+    label = matrix.label
     return AnalysisResult(
         name="steering", model=model_name,
         summary={"head": label, "cells_measured": int(measured.sum()), "cells_missing": len(matrix.missing),

@@ -71,26 +71,28 @@ def register(app: typer.Typer) -> None:
 
     @app.command(
         "patch",
-        help="Attention-pattern patching: run the --to prompts with one encoder head's attention pattern taken "
+        help="Attention-pattern patching: run the --to prompts with encoder heads' attention patterns taken "
         "from the --from prompts of minimal pairs (same alphabet, example input and query) and count the answers "
         "that switch to the --from rule's answer. " + HEAD_HELP,
         epilog="Example: lsa-interp patch --model copy-200 --head 2.7 --from succ --to pred --pairs 200\n\n"
         "Every head (flip-rate heat map): lsa-interp patch --head all\n\n"
-        "Steering matrix of the detected matching head: lsa-interp patch --head auto --matrix --pairs 50\n\n"
+        "Two heads together: lsa-interp patch --head 1.3+2.3\n\n"
+        "Steering matrix of the detected matching heads: lsa-interp patch --head auto --matrix --pairs 50\n\n"
         "Over a few rules: lsa-interp patch --matrix --rules succ,pred,extend_sequence,extend_pred",
     )
     def patch(
         model: ModelOption = "copy-200",
         head: Annotated[
-            str, typer.Option(help="'L.H' (1-based, as in the paper: 2.7 = encoder layer 2, head 7), 'auto' "
-                              "(the detected matching head) or 'all' (every encoder head).")
+            str, typer.Option(help="'L.H' (1-based, as in the paper: 2.7 = encoder layer 2, head 7), several "
+                              "joined by '+' and patched together (1.3+2.3), 'auto' (every detected matching "
+                              "head, together) or 'all' (every encoder head, one at a time).")
         ] = "auto",
         source: Annotated[str, typer.Option("--from", help="Transformation whose pattern is patched in.")] = "succ",
         target: Annotated[str, typer.Option("--to", help="Transformation whose prompts are run.")] = "pred",
         pairs: Annotated[int, typer.Option(min=1, help="Minimal pairs (per cell with --matrix).")] = 200,
         engine: Annotated[str, typer.Option(help="hooks (batched TransformerLens hooks) or nnsight.")] = "hooks",
         matrix: Annotated[
-            bool, typer.Option(help="Patch every ordered pair of --rules (one head): the steering matrix.")
+            bool, typer.Option(help="Patch every ordered pair of --rules (the --head heads): the steering matrix.")
         ] = False,
         rules: Annotated[
             str | None, typer.Option(help="Comma-separated transformations of --matrix; default: the paper's 19.")
@@ -99,13 +101,13 @@ def register(app: typer.Typer) -> None:
         out: OutOption = None,
         device: DeviceOption = "cpu",
     ) -> None:
-        """Patch one head's attention pattern from --from prompts into --to prompts (or --matrix)."""
+        """Patch heads' attention patterns from --from prompts into --to prompts (or --matrix)."""
         from lsa_interp.data.transformations import PAPER, get_transformation
 
         if engine not in _ENGINES:
             raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(_ENGINES)}")
         if matrix and head.strip().lower() == "all":
-            raise ValueError("--matrix patches one head; give --head L.H or --head auto")
+            raise ValueError("--matrix patches the heads it is given together; give --head L.H, L.H+L.H or auto")
         names = [name.strip() for name in rules.split(",") if name.strip()] if rules else list(PAPER)
         for name in (source, target, *names):
             get_transformation(name)

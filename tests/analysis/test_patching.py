@@ -129,6 +129,16 @@ def test_sweep_equals_single_head_runs(random_model, pairs):
         assert decode_batch(tokens) == sweep[head].patched
 
 
+def test_heads_joined_by_plus_are_patched_together(random_model, pairs):
+    together = patch_pairs(random_model, pairs, "1.1+2.3", max_new_tokens=8)
+    assert together.label == "1.1+2.3" and together.summary()["head"] == "1.1+2.3"
+    source = HookEngine(random_model, 32).patterns(pair_batch(pairs).source, [0, 1])
+    both = {h: source[h.layer][:, h.head] for h in together.heads}
+    tokens, _ = patched_generate(random_model, pair_batch(pairs).target, both, max_new_tokens=8)
+    assert decode_batch(tokens) == together.patched
+    assert resolve_heads(random_model, "1.1+2.3") == [Head("encoder", 0, 0), Head("encoder", 1, 2)]
+
+
 def test_outcomes_and_logit_differences_of_a_result(random_model, pairs):
     result = patch_pairs(random_model, pairs, Head("encoder", 1, 2))
     outcomes = result.outcomes
@@ -190,7 +200,9 @@ def test_bad_inputs_raise(planted, pairs):
         patch_pairs(planted, pairs, PLANTED_HEAD, engine="foo")
     with pytest.raises(ValueError, match="expected"):
         patched_generate(planted, pair_batch(pairs).target, {PLANTED_HEAD: torch.zeros(1, 3, 3)})
-    with pytest.raises(ValueError, match="one head"):
+    with pytest.raises(ValueError, match="use patch_sweep for every head"):
         patch_pairs(planted, pairs, "all")
+    with pytest.raises(ValueError, match="patches the heads it is given together"):
+        steering_matrix(planted, "all", rules=("succ", "pred"), n_pairs=2)
     with pytest.raises(ValueError, match="unknown transformation 'foo'"):
         patching_analysis(planted, "planted", source="foo")

@@ -95,7 +95,7 @@ def test_help_has_an_example_and_says_labels_are_one_based(command, capsys):
         (["patch", "--to", "bar"], "unknown transformation 'bar'"),
         (["patch", "--matrix", "--rules", "succ,nope"], "unknown transformation 'nope'"),
         (["patch", "--engine", "foo"], "unknown engine 'foo'"),
-        (["patch", "--matrix", "--head", "all"], "--matrix patches one head"),
+        (["patch", "--matrix", "--head", "all"], "--matrix patches the heads it is given together"),
         (["matching-heads", "--compare", "copy"], "--compare takes NAME=GLOB"),
         (["matching-heads", "--compare", "copy=/no/such/run-*"], "no checkpoint matches '/no/such/run-*'"),
     ],
