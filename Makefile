@@ -10,9 +10,11 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 
 install: $(BIN)/.installed
 
+# The main job: every finding of the paper re-measured on the shipped copy-200, and its attention viewer.
 demo: $(BIN)/.installed
-	$(BIN)/lsa-interp data generate --preset copy-20 --seed 0 --out runs/demo/copy-20 --force
-	$(BIN)/lsa-interp data show runs/demo/copy-20
+	$(BIN)/lsa-interp report --model copy-200 --out runs/demo/report
+	$(BIN)/lsa-interp attention --model copy-200 --task "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd" \
+		--out runs/demo/attention.html
 
 # The browser test (tests/viz/test_browser.py) drives headless Chromium: Debian's package, installed if missing.
 chromium:
