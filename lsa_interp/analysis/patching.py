@@ -375,7 +375,7 @@ def patching_analysis(
     holds = top.flip_rate >= FLIP_THRESHOLD if solved >= 0.5 else None  # no verdict if the model fails the target
     return AnalysisResult(
         name="patching", model=model_name, summary=summary, data=data, figures=figures,
-        findings=[Finding("attention-pattern patching", _PAPER, ours, holds)],
+        findings=[Finding(f"attention-pattern patching{' (best single head)' if sweep else ''}", _PAPER, ours, holds)],
     )
 
 

@@ -114,10 +114,11 @@ def control_findings(report: Report, model: HookedEncoderDecoder, n_pairs: int, 
     pairs = minimal_pairs("succ", "pred", n_pairs, seed=seed, alphabets="standard")
     matched = patch_pairs(model, pairs, detected)
     single = {label: values["flip_rate"] for label, values in by_name["patching"].data["heads"].items()}
-    alone = "" if len(detected) == 1 else " (alone: " + ", ".join(f"{h.label} {single[h.label]:.0%}" for h in detected) + ")"
-    findings = [Finding("patching the matching head", paper,
-                        f"{'heads' if len(detected) > 1 else 'head'} {matched.label}: {matched.flip_rate:.0%} switch{alone}",
-                        matched.flip_rate >= MATCHING_MIN_FLIP)]
+    ours = f"head {matched.label}: {matched.flip_rate:.0%} switch"
+    if len(detected) > 1:
+        alone = ", ".join(f"{h.label} {single[h.label]:.0%}" for h in detected)
+        ours = f"heads {matched.label}: {matched.flip_rate:.0%} switch (alone: {alone})"
+    findings = [Finding("patching the matching head", paper, ours, matched.flip_rate >= MATCHING_MIN_FLIP)]
     if controls:
         control = patch_pairs(model, pairs, controls)
         which = (f"head {control.label} (lowest matching score in layer {controls[0].layer + 1})" if len(controls) == 1

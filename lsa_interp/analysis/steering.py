@@ -24,7 +24,8 @@ from lsa_interp.model.hooked import HookedEncoderDecoder
 
 @dataclass(frozen=True)
 class SteeringMatrix:
-    """Flip rates of ``heads`` patched together, ``[source, target]`` over ``rules`` (NaN on the diagonal and for missing cells).
+    """Flip rates of ``heads`` patched together, ``[source, target]`` over ``rules`` (NaN on the diagonal and
+    for missing cells).
 
     ``clean_accuracy``: fraction of target prompts answered correctly without patching; ``n_pairs``: pairs
     per measured cell; ``missing``: (source, target) -> why the cell has no value.
