@@ -370,7 +370,8 @@ def patching_analysis(
         data["heads"] = {h.label: r.summary() for h, r in results.items()}
         summary["best_head"] = top.label
     solved = top.clean_outcomes["target"]
-    ours = (f"{top.flip_rate:.0%} of {len(pairs)} {target} outputs switch to the {source} answer (head {top.label}; "
+    which = f"head{'s' if len(top.heads) > 1 else ''} {top.label}"
+    ours = (f"{top.flip_rate:.0%} of {len(pairs)} {target} outputs switch to the {source} answer ({which}; "
             f"clean {target} accuracy {solved:.0%})")
     holds = top.flip_rate >= FLIP_THRESHOLD if solved >= 0.5 else None  # no verdict if the model fails the target
     return AnalysisResult(
