@@ -76,7 +76,9 @@ def test_short_cpu_run_learns_and_writes_a_loadable_model(data_dir, tmp_path):
     config = TrainConfig(data_dir=str(data_dir), preset="tiny", epochs=4, batch_size=64, lr=3e-3, log_every=5,
                          model=SMALL_MODEL)
     trainer = Trainer.start(config, tmp_path / "run")
+    started = time.perf_counter()
     trainer.run()
+    wall = time.perf_counter() - started
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if r["type"] == "step"]
     epochs = [r for r in records if r["type"] == "epoch"]
@@ -85,6 +87,7 @@ def test_short_cpu_run_learns_and_writes_a_loadable_model(data_dir, tmp_path):
     assert epochs[-1]["val_loss"] < epochs[0]["val_loss"]
     model = load_model(tmp_path / "run" / "model")
     assert model.metadata["preset"] == "tiny" and model.metadata["steps"] == trainer.total_steps
+    assert 0 < model.metadata["train_seconds"] < wall  # training time only: validation and saving left out
     with pytest.raises(FileExistsError, match="not empty"):
         Trainer.start(config, tmp_path / "run")
 
