@@ -293,8 +293,8 @@ class Trainer:
     def _set_lr(self) -> None:
         cfg = self.config
         factor = lr_factor(self.step, self.steps_per_epoch, cfg.epochs, cfg.warmup_start, cfg.final_lr_factor)
-        lr, changed = cfg.lr * factor, cfg.lr * factor != self.current_lr
-        self.current_lr = lr
+        lr = cfg.lr * factor
+        changed, self.current_lr = lr != self.current_lr, lr
         for group in self.optimizer.param_groups:
             if isinstance(group["lr"], Tensor):
                 if changed or self._graph is None:
