@@ -15,7 +15,7 @@ from lsa_interp.data.dataset import Dataset
 from lsa_interp.evaluation import (
     REPORT_FILES, Accuracy, accuracy, alternate_rule_errors, by_transformation, copy_split, evaluate_model,
     evaluation_dataset, exact_match, markdown_report, other_rule_answer, predict, rich_tables, score_predictions,
-    subsample, table1, transformation_figure, write_report,
+    standard_alphabet_answer, subsample, table1, transformation_figure, write_report,
 )
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
 from tests.helpers import run
@@ -128,8 +128,24 @@ def test_alternate_rule_classification():
     counts = alternate_rule_errors(pred + succ + ignored, pred_out + succ_out + ["bce", "bdc"])
     assert (counts["pred"].correct, counts["pred"].applied_other_rule, counts["pred"].other) == (2, 2, 1)
     assert (counts["succ"].correct, counts["succ"].applied_other_rule, counts["succ"].other) == (1, 1, 0)
+    assert counts["pred"].standard_alphabet == counts["succ"].standard_alphabet == 0
     assert counts["pred"].other_rule == "succ" and counts["succ"].total == 2
-    assert counts["pred"].percents() == pytest.approx({"correct": 40.0, "applied_other_rule": 40.0, "other": 20.0})
+    assert counts["pred"].percents() == pytest.approx(
+        {"correct": 40.0, "applied_other_rule": 40.0, "standard_alphabet": 0.0, "other": 20.0})
+
+
+def test_rule_applied_in_the_standard_alphabet_is_its_own_outcome():
+    # PERM swaps b and c: before 'd' comes 'b', after 'b' comes 'd'; in a..z they are 'c' and 'c'.
+    perm = "acbdefghijklmnopqrstuvwxyz"
+    pred = Task(perm, (("mno", "lno"),), "def", "bef", "pred")
+    succ = Task(perm, (("mno", "mnp"),), "xab", "xad", "succ")
+    unchanged = Task(perm, (("stu", "rtu"),), "mno", "lno", "pred")
+    assert standard_alphabet_answer(pred) == "cef" and standard_alphabet_answer(succ) == "xac"
+    assert standard_alphabet_answer(unchanged) is None  # same neighbour in both alphabets
+    assert standard_alphabet_answer(Task(perm, (("mno", "lno"),), "acb", "zcb", "pred")) is None  # no letter before a
+    counts = alternate_rule_errors([pred, succ, unchanged], ["cef", "xaz", "mno"])
+    assert (counts["pred"].standard_alphabet, counts["pred"].other, counts["succ"].other) == (1, 1, 1)
+    assert counts["pred"].to_dict()["percent"]["standard_alphabet"] == 50.0
 
 
 def test_score_predictions_result_and_json(handmade):
@@ -247,7 +263,7 @@ def test_write_report_files(handmade, tmp_path):
     markdown = paths["markdown"].read_text()
     assert "| seen | 60.0 (3/5) | 25.0 (1/4) | 33.3 (2/6) | 96.7 | 93.9 |" in markdown
     assert "| new | 33.3 (1/3) | 50.0 (1/2) | 66.7 (2/3) | 13.1 | 12.3 |" in markdown
-    assert "| seen alphabets | pred | 50.0 | 0.0 | 50.0 | succ | 2 |" in markdown
+    assert "| seen alphabets | pred | 50.0 | 0.0 | 0.0 | 50.0 | succ | 2 |" in markdown
     assert_offline_html(paths["html"])
     unknown = markdown_report(replace(result, training_preset=None, preset="tiny"))
     assert "96.7" not in unknown and "The paper reports Table 1 for" in unknown

@@ -11,7 +11,7 @@ comparison with the paper. `score_predictions` computes every number from given 
 
 from lsa_interp.evaluation.metrics import (
     ALTERNATE_RULES, Accuracy, AlternateRuleCounts, Table1, accuracy, alternate_rule_errors, by_transformation,
-    copy_split, exact_match, in_paper_order, other_rule_answer, table1,
+    copy_split, exact_match, in_paper_order, other_rule_answer, standard_alphabet_answer, table1,
 )
 from lsa_interp.evaluation.report import (
     PAPER_TABLE1, REPORT_FILES, markdown_report, report_sections, rich_tables, transformation_figure, write_report,
@@ -23,6 +23,6 @@ __all__ = [
     "ALTERNATE_RULES", "PAPER_TABLE1", "REPORT_FILES", "Accuracy", "AlternateRuleCounts", "EvaluationResult",
     "Table1", "accuracy", "alternate_rule_errors", "by_transformation", "copy_split", "evaluate_model",
     "evaluation_dataset", "exact_match", "in_paper_order", "markdown_report", "other_rule_answer", "predict",
-    "report_sections", "rich_tables", "score_predictions", "subsample", "table1", "transformation_figure",
-    "write_report",
+    "report_sections", "rich_tables", "score_predictions", "standard_alphabet_answer", "subsample", "table1",
+    "transformation_figure", "write_report",
 ]

@@ -1,5 +1,6 @@
 """Exact-match metrics on given predictions: Table 1 cells, accuracy by transformation, copy split, and
-the paper's alternate-rule error analysis of predecessor/successor tasks. Pure Python, no model needed.
+the paper's alternate-rule error analysis of predecessor/successor tasks (with one more outcome: the rule
+applied in the standard alphabet instead of the task's). Pure Python, no model needed.
 
 Every function takes ``tasks`` (with answers) and ``predictions`` (one string per task, same order) and
 raises ValueError when their lengths differ or a task has no answer.
@@ -34,19 +35,25 @@ class Accuracy:
         return {"correct": self.correct, "total": self.total, "percent": self.percent}
 
 
+OUTCOMES = ("correct", "applied_other_rule", "standard_alphabet", "other")
+"""Outcomes of the alternate-rule analysis, in the order they are tested (the first that applies counts)."""
+
+
 @dataclass(frozen=True)
 class AlternateRuleCounts:
-    """Outcomes on one rule's tasks: correct, the other rule's answer (`ALTERNATE_RULES`), anything else."""
+    """Outcomes on one rule's tasks: correct, the other rule's answer (`ALTERNATE_RULES`), the rule's answer
+    in the standard alphabet instead of the task's (`standard_alphabet_answer`), anything else."""
 
     rule: str
     correct: int
     applied_other_rule: int
+    standard_alphabet: int
     other: int
 
     @property
     def total(self) -> int:
         """Number of tasks counted."""
-        return self.correct + self.applied_other_rule + self.other
+        return sum(getattr(self, outcome) for outcome in OUTCOMES)
 
     @property
     def other_rule(self) -> str:
@@ -55,15 +62,13 @@ class AlternateRuleCounts:
 
     def percents(self) -> dict[str, float | None]:
         """Each outcome in percent of ``total`` (None for an empty set)."""
-        counts = {"correct": self.correct, "applied_other_rule": self.applied_other_rule, "other": self.other}
-        return {key: (100.0 * n / self.total if self.total else None) for key, n in counts.items()}
+        return {key: (100.0 * getattr(self, key) / self.total if self.total else None) for key in OUTCOMES}
 
     def to_dict(self) -> dict:
         """Counts, total, the other rule's name and the percentages."""
-        return {
-            "rule": self.rule, "other_rule": self.other_rule, "total": self.total, "correct": self.correct,
-            "applied_other_rule": self.applied_other_rule, "other": self.other, "percent": self.percents(),
-        }
+        counts = {outcome: getattr(self, outcome) for outcome in OUTCOMES}
+        return {"rule": self.rule, "other_rule": self.other_rule, "total": self.total, **counts,
+                "percent": self.percents()}
 
 
 @dataclass(frozen=True)
@@ -201,14 +206,33 @@ def other_rule_answer(task: Task) -> str | None:
     return None
 
 
+def standard_alphabet_answer(task: Task) -> str | None:
+    """Return ``task``'s own rule applied to its query in the standard alphabet ``a..z`` instead of ``task``'s.
+
+    On a ``pred`` task: the first letter replaced by the letter before it in ``a..z``; on a ``succ`` task: the
+    last letter replaced by the letter after it. This is the answer of a model that reads the rule from the
+    example but not the order from the task's (permuted) alphabet. None when that letter does not exist, when
+    it is the task's answer anyway (the changed letter's neighbour is the same in both alphabets), or when the
+    task is neither pred nor succ.
+    """
+    if task.transformation == "pred" and task.query[0] != STANDARD_ALPHABET[0]:
+        answer = chr(ord(task.query[0]) - 1) + task.query[1:]
+    elif task.transformation == "succ" and task.query[-1] != STANDARD_ALPHABET[-1]:
+        answer = task.query[:-1] + chr(ord(task.query[-1]) + 1)
+    else:
+        return None
+    return None if answer == task.answer else answer
+
+
 def alternate_rule_errors(tasks: Sequence[Task], predictions: Sequence[str]) -> dict[str, AlternateRuleCounts]:
     """Classify predictions on non-copy ``pred`` and ``succ`` rows (the paper's appendix table).
 
     Returns ``{"pred": ..., "succ": ...}``: correct, applied the other rule (the prediction equals
-    `other_rule_answer`), or other. Rows of other transformations are ignored.
+    `other_rule_answer`), the rule in the standard alphabet (`standard_alphabet_answer`), or other. Rows of
+    other transformations are ignored.
     """
     _check(tasks, predictions)
-    outcomes = {rule: {"correct": 0, "applied_other_rule": 0, "other": 0} for rule in ALTERNATE_RULES}
+    outcomes = {rule: dict.fromkeys(OUTCOMES, 0) for rule in ALTERNATE_RULES}
     for task, prediction in zip(tasks, predictions):
         if task.transformation not in ALTERNATE_RULES or task.is_copy:
             continue
@@ -216,6 +240,8 @@ def alternate_rule_errors(tasks: Sequence[Task], predictions: Sequence[str]) -> 
             outcome = "correct"
         elif prediction == other_rule_answer(task):
             outcome = "applied_other_rule"
+        elif prediction == standard_alphabet_answer(task):
+            outcome = "standard_alphabet"
         else:
             outcome = "other"
         outcomes[task.transformation][outcome] += 1

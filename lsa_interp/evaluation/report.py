@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from rich.table import Table
 
 from lsa_interp.data.transformations import TRANSFORMATIONS
-from lsa_interp.evaluation.metrics import Accuracy, in_paper_order
+from lsa_interp.evaluation.metrics import OUTCOMES, Accuracy, in_paper_order
 from lsa_interp.evaluation.result import NEW_ALPHABETS, SEEN_ALPHABETS, EvaluationResult
 from lsa_interp.utils import atomic_write
 
@@ -87,7 +87,7 @@ def report_sections(result: EvaluationResult) -> list[Section]:
         for name in names
     )
     alternate_rows = tuple(
-        (ALPHABET_LABELS[k], rule, *(_share(counts.percents()[o]) for o in ("correct", "applied_other_rule", "other")),
+        (ALPHABET_LABELS[k], rule, *(_share(counts.percents()[o]) for o in OUTCOMES),
          counts.other_rule, str(counts.total))
         for k in keys
         for rule, counts in result.alternate_rule[k].items()
@@ -98,7 +98,8 @@ def report_sections(result: EvaluationResult) -> list[Section]:
         Section("Accuracy by transformation (non-copy rows)",
                 ("transformation", "category", "seen alphabets", "new alphabets"), transformation_rows),
         Section("Alternate-rule errors on pred/succ tasks (non-copy rows), % of tasks",
-                ("alphabets", "transformation", "correct", "applied other rule", "other", "other rule", "tasks"),
+                ("alphabets", "transformation", "correct", "applied other rule", "rule in standard alphabet",
+                 "other", "other rule", "tasks"),
                 alternate_rows),
     ]
 

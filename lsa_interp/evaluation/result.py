@@ -26,7 +26,9 @@ NOTES = (
     "alphabet: our new-alphabet rows plus the val split's non-copy rows in the standard alphabet.",
     "Alternate-rule analysis (paper appendix): on non-copy pred/succ rows, 'applied other rule' means the answer "
     "equals what succ gives on a pred task (last letter -> next letter of the task's alphabet), or pred on a "
-    "succ task (first letter -> previous letter).",
+    "succ task (first letter -> previous letter). 'Rule in standard alphabet' means the answer is the task's own "
+    "rule applied with the neighbours of a..z instead of the task's permuted alphabet (the example was read, "
+    "the alphabet was not); rows where both alphabets give the same answer count as correct or other.",
 )
 
 
