@@ -162,6 +162,10 @@ def train(
     cuda_graph: Annotated[
         bool, typer.Option(help="On CUDA, capture the training step once as a CUDA graph and replay it.")
     ] = True,
+    length_bucketing: Annotated[
+        bool, typer.Option(help="Sort rows by length within windows of 50 batches: less padding (faster on CPU), "
+                           "but batches of similar tasks, unlike the reference's random batches.")
+    ] = False,
     resume: Annotated[Path | None, typer.Option(help="Continue the run in this directory.")] = None,
     force: Annotated[bool, typer.Option(help="Overwrite a non-empty run directory.")] = False,
 ) -> None:
@@ -182,7 +186,8 @@ def train(
             data_dir=str(data_dir), preset=preset, seed=seed, epochs=epochs, batch_size=batch_size,
             batching=batching, lr=lr, precision=precision, device=device, max_steps=max_steps,
             max_minutes=max_minutes, checkpoint_every=checkpoint_every, val_limit=val_limit,
-            replicates=replicates, cuda_graph=cuda_graph, model=_parse_model_config(model_config),
+            replicates=replicates, cuda_graph=cuda_graph, length_bucketing=length_bucketing,
+            model=_parse_model_config(model_config),
         )
         trainer = Trainer.start(config, out, force=True)
     with Progress(

@@ -80,7 +80,7 @@ class ReplicateTrainer(Trainer):
         """Per step, one row-index array per replicate (replicate ``i`` in the order of seed ``seed + i``)."""
         cfg = self.config
         plans = [
-            epoch_batches(self.keys, self.train.src_len, cfg.batch_size, cfg.seed + i, epoch)
+            epoch_batches(self.keys, self.bucket_lengths, cfg.batch_size, cfg.seed + i, epoch)
             for i in range(cfg.replicates)
         ]
         if len({len(plan) for plan in plans}) != 1:

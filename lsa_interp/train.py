@@ -63,6 +63,7 @@ class TrainConfig:
     val_limit: int | None = None
     replicates: int = 1
     cuda_graph: bool = True
+    length_bucketing: bool = False
     model: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -79,8 +80,8 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        """Inverse of ``dataclasses.asdict``."""
-        return cls(**{**data, "betas": tuple(data["betas"])})
+        """Inverse of ``dataclasses.asdict``. A config saved before ``length_bucketing`` existed ran with it on."""
+        return cls(**{"length_bucketing": True, **data, "betas": tuple(data["betas"])})
 
 
 def trainer_class(config: TrainConfig) -> type[Trainer]:
@@ -231,7 +232,12 @@ class Trainer:
     def epoch_plan(self, epoch: int) -> list[Any]:
         """The batches of ``epoch`` in order (row-index arrays), a pure function of the seed and the epoch."""
         cfg = self.config
-        return epoch_batches(self.keys, self.train.src_len, cfg.batch_size, cfg.seed, epoch)
+        return epoch_batches(self.keys, self.bucket_lengths, cfg.batch_size, cfg.seed, epoch)
+
+    @property
+    def bucket_lengths(self) -> np.ndarray | None:
+        """Row lengths for length-bucketed batches, or None for the reference's random batches."""
+        return self.train.src_len if self.config.length_bucketing else None
 
     @classmethod
     def start(cls, config: TrainConfig, run_dir: str | os.PathLike, force: bool = False) -> Trainer:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -46,12 +47,15 @@ def test_batch_plans_cover_every_row_once_and_respect_the_method(method):
     alphabet, rule, length = rng.integers(0, 5, 3000), rng.integers(0, 10, 3000), rng.integers(37, 90, 3000)
     keys = batch_keys(method, alphabet, rule)
     plan = epoch_batches(keys, length, 32, seed=1, epoch=3)
-    assert sorted(np.concatenate(plan).tolist()) == list(range(3000))
-    assert all(len(b) <= 32 and len(set(keys[b].tolist())) == 1 for b in plan)
-    if method == "alphabet":
-        assert all(len(set(alphabet[b].tolist())) == 1 for b in plan)
-    mean_spread = np.mean([length[b].max() - length[b].min() for b in plan if len(b) == 32])
-    assert mean_spread < 30, "bucketing should beat random batches (their length spread is ~50 here)"
+    reference = epoch_batches(keys, None, 32, seed=1, epoch=3)
+    for batches in (plan, reference):
+        assert sorted(np.concatenate(batches).tolist()) == list(range(3000))
+        assert all(len(b) <= 32 and len(set(keys[b].tolist())) == 1 for b in batches)
+        if method == "alphabet":
+            assert all(len(set(alphabet[b].tolist())) == 1 for b in batches)
+    spread = {name: np.mean([length[b].max() - length[b].min() for b in batches if len(b) == 32])
+              for name, batches in (("bucketed", plan), ("reference", reference))}
+    assert spread["bucketed"] < 30 < spread["reference"], f"length spread inside batches: {spread}"
     again = epoch_batches(keys, length, 32, seed=1, epoch=3)
     assert all((a == b).all() for a, b in zip(plan, again))
     assert not all(
@@ -167,3 +171,11 @@ def test_cli_refuses_a_used_run_directory(tmp_path, capsys, data_dir):
     (tmp_path / "R" / "x").write_text("x")
     code, err = run_cli(["train", "--out", str(tmp_path / "R"), "--data", str(data_dir)], capsys)
     assert code == 2 and "--resume" in err
+
+
+def test_length_bucketing_is_off_by_default_and_on_for_runs_saved_before_it_existed():
+    config = TrainConfig(data_dir="d")
+    assert config.length_bucketing is False
+    assert TrainConfig.from_dict(json.loads(json.dumps(asdict(config)))) == config
+    saved_before = {k: v for k, v in asdict(config).items() if k != "length_bucketing"}
+    assert TrainConfig.from_dict(saved_before).length_bucketing is True

@@ -1,4 +1,4 @@
-"""Epoch batch plans: the paper's batching methods, with length bucketing inside each batch group.
+"""Epoch batch plans: the paper's batching methods, optionally with length bucketing inside each batch group.
 
 A plan is a list of row-index arrays. It is a pure function of (rows' keys and lengths, seed, epoch), so a
 resumed run rebuilds exactly the batches it would have seen.
@@ -10,7 +10,8 @@ import numpy as np
 
 BATCHING_METHODS: tuple[str, ...] = ("random", "alphabet", "transformation", "transformation_alphabet")
 _BUCKET_BATCHES = 50
-"""Rows are sorted by length within windows of this many batches (so batches stay random but short-padded)."""
+"""With bucketing, rows are sorted by length within windows of this many batches (less padding, but batches
+hold rows of similar length, which are often of the same transformation: not the reference's batches)."""
 
 
 def batch_keys(method: str, alphabet: np.ndarray, transformation: np.ndarray) -> np.ndarray:
@@ -30,12 +31,13 @@ def batch_keys(method: str, alphabet: np.ndarray, transformation: np.ndarray) ->
 
 
 def epoch_batches(
-    keys: np.ndarray, lengths: np.ndarray, batch_size: int, seed: int, epoch: int
+    keys: np.ndarray, lengths: np.ndarray | None, batch_size: int, seed: int, epoch: int
 ) -> list[np.ndarray]:
     """Batches of row indices for one epoch, in training order.
 
-    Rows are shuffled, grouped by ``keys``, sorted by ``lengths`` within windows of 50 batches of a group,
-    cut into batches of ``batch_size`` (a group's last batch may be smaller), and the batches shuffled.
+    Rows are shuffled, grouped by ``keys``, cut into batches of ``batch_size`` (a group's last batch may be
+    smaller), and the batches shuffled: the reference's batches. With ``lengths`` (length bucketing), rows are
+    first sorted by length within windows of 50 batches of a group. Raises ValueError for a batch size < 1.
     """
     if batch_size < 1:
         raise ValueError(f"batch size must be positive, got {batch_size}")
@@ -46,8 +48,11 @@ def epoch_batches(
     group_keys = keys[grouped]
     starts = np.flatnonzero(np.r_[True, group_keys[1:] != group_keys[:-1]])
     rank_in_group = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
-    window = rank_in_group // (batch_size * _BUCKET_BATCHES)
-    ordered = grouped[np.lexsort((lengths[grouped], window, group_keys))]
+    if lengths is None:
+        ordered = grouped
+    else:
+        window = rank_in_group // (batch_size * _BUCKET_BATCHES)
+        ordered = grouped[np.lexsort((lengths[grouped], window, group_keys))]
     # Sorting inside windows keeps every group on the same positions, so ranks still mark batch starts.
     cuts = np.flatnonzero(rank_in_group % batch_size == 0)
     batches = np.split(ordered, cuts[1:])

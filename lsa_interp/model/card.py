@@ -32,29 +32,46 @@ def precision_check(full: HookedEncoderDecoder, reduced: HookedEncoderDecoder, t
     return {"tasks": len(tasks), "changed_answers": changed, "fraction": changed / max(len(tasks), 1)}
 
 
-def card_markdown(name: str, model: HookedEncoderDecoder, result: EvaluationResult, storage: dict[str, Any]) -> str:
-    """The model card: provenance and recipe from the model's metadata, then the evaluation report."""
+def _partial_warning(epochs: float | None, planned: int | None) -> list[str]:
+    """A card line for a run stopped before the end of its recipe (none for a finished run)."""
+    if epochs is None or planned is None or epochs >= planned - 1e-6:
+        return []
+    return [
+        f"- **partly trained: {epochs:.2f} of {planned} epochs.** The run was stopped early; its numbers are not "
+        "comparable to the paper's, which are for the full recipe"
+    ]
+
+
+def card_header(name: str, model: HookedEncoderDecoder, storage: dict[str, Any]) -> str:
+    """The card's first part: provenance and recipe from the model's metadata, and how it is stored."""
     meta = model.metadata
     recipe = meta.get("train_config", {})
     epochs = meta.get("epochs_completed")
     seconds = meta.get("train_seconds", 0)
+    bucketed = " (length-bucketed)" if recipe.get("length_bucketing", True) else ""
     lines = [
         f"# {name}", "",
         f"- data: preset `{meta.get('preset')}`, dataset seed {meta.get('data_seed')}; model seed {meta.get('seed')}",
         f"- recipe: {recipe.get('epochs')} epochs, batch {recipe.get('batch_size')}, `{recipe.get('batching')}` "
-        f"batching, AdamW lr {recipe.get('lr')} (betas {recipe.get('betas')}, weight decay "
+        f"batching{bucketed}, AdamW lr {recipe.get('lr')} (betas {recipe.get('betas')}, weight decay "
         f"{recipe.get('weight_decay')}), warm-up over epoch 1, linear decay to {recipe.get('final_lr_factor')}x, "
         f"dropout 0.1, {recipe.get('precision')}",
         f"- trained: {meta.get('steps')} steps ({epochs:.2f} epochs)" if epochs is not None else "- trained: unknown",
-        f"- hardware: {meta.get('hardware', meta.get('device', 'not recorded'))}; training wall time {seconds / 3600:.2f} h ({seconds:.1f} s); "
-        f"torch {meta.get('torch')}",
+        *_partial_warning(epochs, recipe.get("epochs")),
+        f"- hardware: {meta.get('hardware', meta.get('device', 'not recorded'))}; training wall time "
+        f"{seconds / 3600:.2f} h ({seconds:.1f} s); torch {meta.get('torch')}",
         f"- weights: {storage['dtype']} ({storage['bytes'] / 1e6:.1f} MB)" + (
             f"; changes {storage['check']['changed_answers']} of {storage['check']['tasks']:,} greedy val answers "
             f"({100 * storage['check']['fraction']:.3f}%) against fp32" if "check" in storage else ""
         ),
         f"- evaluated with `lsa-interp evaluate --model {name}` (numbers below)", "",
     ]
-    return "\n".join(lines) + markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
+    return "\n".join(lines)
+
+
+def card_markdown(name: str, model: HookedEncoderDecoder, result: EvaluationResult, storage: dict[str, Any]) -> str:
+    """The model card: `card_header`, then the evaluation report."""
+    return card_header(name, model, storage) + markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
 
 
 def ship_run(

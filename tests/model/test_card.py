@@ -9,7 +9,7 @@ import pytest
 from lsa_interp import cli
 from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
 from lsa_interp.model import load_model
-from lsa_interp.model.card import ship_run
+from lsa_interp.model.card import _partial_warning, ship_run
 from lsa_interp.train import Trainer, TrainConfig
 
 SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
@@ -35,6 +35,8 @@ def test_ship_writes_checkpoint_card_and_evaluation(run_dir, tmp_path):
     assert f"{seen['percent']:.1f} ({seen['correct']}/{seen['total']})" in card
     assert "preset `tiny`" in card and "6 steps" in card and "hardware:" in card and "fp32" in card
     assert load_model(target).metadata["steps"] == 6
+    assert "partly trained: 0." in card and "of 1 epochs" in card
+    assert "`random` batching, AdamW" in card  # new runs use the reference's batches, not length buckets
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
 
 
@@ -52,3 +54,8 @@ def test_ship_refuses_unfinished_runs_and_bad_storage(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["ship", str(tmp_path / "run"), "--name", "x", "--storage", "int8"])
     assert info.value.code == 2 and "unknown storage 'int8'" in capsys.readouterr().err
+
+
+def test_only_runs_stopped_early_are_marked_partial():
+    assert _partial_warning(20.0, 20) == [] and _partial_warning(None, 20) == []
+    assert "2.16 of 20 epochs" in _partial_warning(2.1627, 20)[0]
