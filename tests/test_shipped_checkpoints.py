@@ -26,15 +26,22 @@ def _needs(name: str):
     return pytest.mark.skipif(name not in available_models(), reason=f"checkpoint {name} missing from {CHECKPOINTS_DIR}")
 
 
-@_needs("copy-200")
-def test_copy200_reproduces_its_card_on_a_val_subset(copy200):
-    card = json.loads((CHECKPOINTS_DIR / "copy-200" / EVALUATION_FILE).read_text())
-    model = load_model("copy-200")
-    assert model.metadata["preset"] == "copy-200" and model.metadata["epochs_completed"] == 20
-    tasks = subsample(copy200.splits["val"], SUBSET)
+@pytest.mark.parametrize(("name", "dataset"), [("copy-200", "copy200"), ("copy-20", "copy20"), ("nocopy-20", "nocopy20")])
+def test_checkpoint_reproduces_its_card_on_a_val_subset(name, dataset, request):
+    if name not in available_models():
+        pytest.skip(f"checkpoint {name} missing from {CHECKPOINTS_DIR}")
+    card = json.loads((CHECKPOINTS_DIR / name / EVALUATION_FILE).read_text())
+    model = load_model(name)
+    assert model.metadata["preset"] == name and card["preset"] == name
+    tasks = subsample(request.getfixturevalue(dataset).splits["val"], SUBSET)
     measured = accuracy(tasks, predict(model, tasks)).percent
     expected = card["overall"]["seen_alphabets"]["percent"]
     assert abs(measured - expected) <= 1.0, f"{measured:.2f}% on {SUBSET} val tasks; the card says {expected:.2f}%"
+
+
+@_needs("copy-200")
+def test_copy200_is_fully_trained():
+    assert load_model("copy-200").metadata["epochs_completed"] == 20
 
 
 @_needs("copy-200")
