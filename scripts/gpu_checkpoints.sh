@@ -6,6 +6,8 @@
 #   nocopy-20       seed 0, random batching                       -> checkpoints/nocopy-20
 #   copy-20-reps    seeds 1-5 stacked (--replicates 5)            -> checkpoints/replicates/copy-20-s{1..5} (bf16)
 #   nocopy-20-reps  seeds 1-5 stacked (--replicates 5)            -> checkpoints/replicates/nocopy-20-s{1..5}
+# Runs started here use the reference's random batches (the default); the shipped copy-200 was trained with
+# the length-bucketed batches that were the default before (see docs/training.md).
 # Usage: scripts/gpu_checkpoints.sh train RUN MINUTES | progress | ship RUN
 # A dataset generated elsewhere can be copied to runs/gpu/PRESET-data first (it is used when present).
 set -euo pipefail
