@@ -87,6 +87,18 @@ def tasks_per_s(step, steps: int, device: torch.device, replicates: int = 1) -> 
     return steps * BATCH * replicates / (time.perf_counter() - start)
 
 
+def alternate(first, second, steps: int, device: torch.device, first_replicates: int = 1) -> tuple[float, float, list]:
+    """Warm both steps up, then time them in 3 alternating rounds (load on a shared machine hits both).
+
+    Returns the median tasks/s of ``first`` and of ``second``, and the rounds' (first, second) pairs.
+    """
+    tasks_per_s(first, 5, device, first_replicates)
+    tasks_per_s(second, 5, device)
+    rounds = [(tasks_per_s(first, steps, device, first_replicates), tasks_per_s(second, steps, device))
+              for _ in range(3)]
+    return statistics.median(r[0] for r in rounds), statistics.median(r[1] for r in rounds), rounds
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -105,37 +117,22 @@ def main() -> None:
         data_dir = str(save_dataset(dataset, f"{tmp}/copy-20"))
         for device in devices:
             ours, ref = our_stepper(data_dir, device), reference_stepper(dataset.splits["train"], device)
-            for step in (ours, ref):  # warm-up
-                tasks_per_s(step, 5, device)
-            rounds = [(tasks_per_s(ours, args.steps, device), tasks_per_s(ref, args.steps, device)) for _ in range(3)]
-            ours_rate = statistics.median(r[0] for r in rounds)
-            ref_rate = statistics.median(r[1] for r in rounds)
+            ours_rate, ref_rate, rounds = alternate(ours, ref, args.steps, device)
             ratios = ", ".join(f"{o / r:.2f}x" for o, r in rounds)
             print(f"{device.type}: reference step {ref_rate:,.0f} tasks/s | ours {ours_rate:,.0f} tasks/s | "
                   f"ratio {ours_rate / ref_rate:.2f}x (median of 3 alternating rounds: {ratios}; batch {BATCH}, "
                   f"{args.steps} steps a round, {torch.get_num_threads()} threads)")
-            bucketed = our_stepper(data_dir, device, length_bucketing=True)
-            tasks_per_s(bucketed, 5, device)
-            rounds = [(tasks_per_s(bucketed, args.steps, device), tasks_per_s(ours, args.steps, device)) for _ in range(3)]
-            rate = statistics.median(r[0] for r in rounds)
-            print(f"{device.type}: our step with length bucketing {rate:,.0f} tasks/s | "
-                  f"{rate / statistics.median(r[1] for r in rounds):.2f}x our default step | {rate / ref_rate:.2f}x the reference")
+            bucketed, default, _ = alternate(our_stepper(data_dir, device, length_bucketing=True), ours, args.steps, device)
+            print(f"{device.type}: our step with length bucketing {bucketed:,.0f} tasks/s | "
+                  f"{bucketed / default:.2f}x our default step | {bucketed / ref_rate:.2f}x the reference")
             if device.type == "cuda":
-                eager = our_stepper(data_dir, device, cuda_graph=False)
-                tasks_per_s(eager, 5, device)
-                rounds = [(tasks_per_s(ours, args.steps, device), tasks_per_s(eager, args.steps, device)) for _ in range(3)]
-                rate = statistics.median(r[1] for r in rounds)
-                print(f"cuda: our step without the CUDA graph {rate:,.0f} tasks/s | "
-                      f"graph {statistics.median(r[0] for r in rounds) / rate:.2f}x faster")
+                eager, graph, _ = alternate(our_stepper(data_dir, device, cuda_graph=False), ours, args.steps, device)
+                print(f"cuda: our step without the CUDA graph {eager:,.0f} tasks/s | graph {graph / eager:.2f}x faster")
             if args.replicates > 1:
                 stacked = our_stepper(data_dir, device, args.replicates)
-                tasks_per_s(stacked, 3, device, args.replicates)
-                rounds = [(tasks_per_s(stacked, args.steps, device, args.replicates), tasks_per_s(ours, args.steps, device))
-                          for _ in range(3)]
-                rate = statistics.median(r[0] for r in rounds)
+                rate, single, _ = alternate(stacked, ours, args.steps, device, args.replicates)
                 print(f"{device.type}: {args.replicates} stacked replicates {rate:,.0f} tasks/s in all | one model "
-                      f"{statistics.median(r[1] for r in rounds):,.0f} tasks/s | {rate / ref_rate:.2f}x the reference")
-
+                      f"{single:,.0f} tasks/s | {rate / ref_rate:.2f}x the reference")
 
 if __name__ == "__main__":
     main()
