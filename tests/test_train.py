@@ -179,3 +179,12 @@ def test_length_bucketing_is_off_by_default_and_on_for_runs_saved_before_it_exis
     assert TrainConfig.from_dict(json.loads(json.dumps(asdict(config)))) == config
     saved_before = {k: v for k, v in asdict(config).items() if k != "length_bucketing"}
     assert TrainConfig.from_dict(saved_before).length_bucketing is True
+
+
+@pytest.mark.parametrize("bucketing", [False, True])
+def test_trainer_plans_follow_the_length_bucketing_flag(data_dir, tmp_path, bucketing):
+    config = TrainConfig(data_dir=str(data_dir), batch_size=64, length_bucketing=bucketing, model=SMALL_MODEL)
+    trainer = Trainer.start(config, tmp_path / "run")
+    lengths = trainer.train.src_len if bucketing else None
+    expected = epoch_batches(trainer.keys, lengths, 64, config.seed, 2)
+    assert all((a == b).all() for a, b in zip(trainer.epoch_plan(2), expected, strict=True))
