@@ -22,7 +22,11 @@ chromium:
 		SUDO=$$( [ "$$(id -u)" -ne 0 ] && echo sudo ); \
 		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q --no-install-recommends chromium; }
 
-test: $(BIN)/.installed chromium
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: $(BIN)/.installed chromium lint
 	$(BIN)/python -m pytest -n 2 -q
 
-.PHONY: install demo test chromium
+.PHONY: install demo test lint chromium

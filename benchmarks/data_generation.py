@@ -28,11 +28,17 @@ def naive_copy20(seed: int = 0) -> dict[str, list[Task]]:
     config = PRESETS["copy-20"]
     alphabets = make_alphabets(config.n_alphabets, seed)
     table = build_problems(alphabets, config.eval_transformations, config.window_lengths, f"problems/{seed}")
-    rows = add_copy_rows(pair_examples(table, config.n_reshuffle, 1, np.random.default_rng(seed)),
-                         np.random.default_rng(seed + 1))
+    rows = add_copy_rows(
+        pair_examples(table, config.n_reshuffle, 1, np.random.default_rng(seed)), np.random.default_rng(seed + 1)
+    )
     tasks = [
-        Task(table.alphabets[table.alphabet[q]], ((table.query[e], table.answer[e]),), table.query[q],
-             table.answer[q], table.transformations[table.transformation[q]])
+        Task(
+            table.alphabets[table.alphabet[q]],
+            ((table.query[e], table.answer[e]),),
+            table.query[q],
+            table.answer[q],
+            table.transformations[table.transformation[q]],
+        )
         for q, e in zip(rows.query.tolist(), rows.examples[:, 0].tolist())
     ]
     keys = sorted({f"{t.query}>{t.answer}" for t in tasks})
@@ -66,9 +72,20 @@ def main() -> None:
         results[preset] = seconds
         print(f"{'generate_dataset ' + preset:<44}{seconds:>9.2f}{n:>11,}{n / seconds:>11,.0f}")
         with tempfile.TemporaryDirectory() as tmp:
-            cmd = [sys.executable, "-m", "lsa_interp", "data", "generate", "--preset", preset, "--out", str(Path(tmp) / "d")]
+            cmd = [
+                sys.executable,
+                "-m",
+                "lsa_interp",
+                "data",
+                "generate",
+                "--preset",
+                preset,
+                "--out",
+                str(Path(tmp) / "d"),
+            ]
             _, cli_seconds = timed(lambda c=cmd: subprocess.run(c, check=True, capture_output=True))
-        print(f"{'lsa-interp data generate ' + preset + ' (+files)':<44}{cli_seconds:>9.2f}{n:>11,}{n / cli_seconds:>11,.0f}")
+        label = f"lsa-interp data generate {preset} (+files)"
+        print(f"{label:<44}{cli_seconds:>9.2f}{n:>11,}{n / cli_seconds:>11,.0f}")
     naive, naive_seconds = timed(naive_copy20)
     n = sum(len(v) for v in naive.values())
     print(f"{'naive pipeline copy-20 (baseline)':<44}{naive_seconds:>9.2f}{n:>11,}{n / naive_seconds:>11,.0f}")

@@ -54,8 +54,10 @@ def main() -> None:
 
     dataset, seconds = timed(lambda: generate_dataset(PRESETS["copy-20"], seed=0))
     tasks = subsample(dataset.splits["val"], args.tasks)
-    print(f"copy-20 generated in {seconds:.1f} s; decoding {len(tasks):,} val tasks, batch {args.batch_size}, "
-          f"{torch.get_num_threads()} torch threads")
+    print(
+        f"copy-20 generated in {seconds:.1f} s; decoding {len(tasks):,} val tasks, batch {args.batch_size}, "
+        f"{torch.get_num_threads()} torch threads"
+    )
     cfg = ModelConfig()
     torch.manual_seed(0)
     reference = ReferenceTransformer(cfg).eval()
@@ -72,8 +74,10 @@ def main() -> None:
     print(f"speed-up: {ref_s / ours_s:.1f}x")
     same_answer = sum(a == b for a, b in zip(ours, theirs))
     same_match = sum((a == t.answer) == (b == t.answer) for a, b, t in zip(ours, theirs, tasks))
-    print(f"same answer string: {same_answer:,}/{n:,} (ours is cut at each batch's own longest target); "
-          f"same exact-match verdict: {same_match:,}/{n:,}")
+    print(
+        f"same answer string: {same_answer:,}/{n:,} (ours is cut at each batch's own longest target); "
+        f"same exact-match verdict: {same_match:,}/{n:,}"
+    )
 
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ def decode_interleaved(
     same = True
     for index in range(ref_batches):
         seconds, ours = timed(
-            lambda: model.generate(
+            lambda index=index: model.generate(
                 decode.select(slice(index * group, (index + 1) * group)),
                 max_new_tokens=N_STEPS,
                 batch_size=DECODE_BATCH,
@@ -95,7 +95,7 @@ def decode_interleaved(
         ours_seconds += seconds
         start = index * group
         seconds, theirs = timed(
-            lambda: reference_greedy_decode(reference, decode.src[start : start + DECODE_BATCH], N_STEPS)
+            lambda start=start: reference_greedy_decode(reference, decode.src[start : start + DECODE_BATCH], N_STEPS)
         )
         ref_seconds += seconds
         same &= torch.equal(ours[:DECODE_BATCH], theirs[:, : ours.shape[1]])

@@ -28,7 +28,7 @@ from lsa_interp.data import PRESETS, generate_dataset, save_dataset
 from lsa_interp.data.task import Task
 from lsa_interp.data.vocab import ARROW, EOS, PAD, SEP
 from lsa_interp.model.reference import ReferenceTransformer
-from lsa_interp.train import Trainer, TrainConfig
+from lsa_interp.training import TrainConfig, start_run
 
 BATCH = 32
 _ID = {ch: i for i, ch in enumerate("abcdefghijklmnopqrstuvwxyz")} | {"|": SEP, ">": ARROW}
@@ -42,7 +42,7 @@ def reference_collate(tasks: list[Task], device: torch.device) -> tuple[torch.Te
         srcs.append([_ID[ch] for ch in text] + [EOS])
         tins.append([ARROW] + [_ID[ch] for ch in t.answer])
         touts.append([_ID[ch] for ch in t.answer] + [EOS])
-    pad = lambda rows: torch.tensor([r + [PAD] * (max(map(len, rows)) - len(r)) for r in rows], device=device)  # noqa: E731
+    pad = lambda rows: torch.tensor([r + [PAD] * (max(map(len, rows)) - len(r)) for r in rows], device=device)
     return pad(srcs), pad(tins), pad(touts)
 
 
@@ -66,13 +66,21 @@ def reference_stepper(tasks: list[Task], device: torch.device):
     return step
 
 
-def our_stepper(data_dir: str, device: torch.device, replicates: int = 1, cuda_graph: bool = True,
-                length_bucketing: bool = False):
+def our_stepper(
+    data_dir: str, device: torch.device, replicates: int = 1, cuda_graph: bool = True, length_bucketing: bool = False
+):
     """A function that runs our next training step (resident tensors, random batches, length-bucketed ones
     with ``length_bucketing``; on CUDA a graph replay unless ``cuda_graph`` is False)."""
-    config = TrainConfig(data_dir=data_dir, device=device.type, log_every=10**9, replicates=replicates, val_limit=1,
-                         cuda_graph=cuda_graph, length_bucketing=length_bucketing)
-    trainer = Trainer.start(config, tempfile.mkdtemp(), force=True)
+    config = TrainConfig(
+        data_dir=data_dir,
+        device=device.type,
+        log_every=10**9,
+        replicates=replicates,
+        val_limit=1,
+        cuda_graph=cuda_graph,
+        length_bucketing=length_bucketing,
+    )
+    trainer = start_run(config, tempfile.mkdtemp(), force=True)
     batches = iter(trainer.epoch_plan(1))
     return lambda: trainer.train_step(next(batches))
 
@@ -94,8 +102,9 @@ def alternate(first, second, steps: int, device: torch.device, first_replicates:
     """
     tasks_per_s(first, 5, device, first_replicates)
     tasks_per_s(second, 5, device)
-    rounds = [(tasks_per_s(first, steps, device, first_replicates), tasks_per_s(second, steps, device))
-              for _ in range(3)]
+    rounds = [
+        (tasks_per_s(first, steps, device, first_replicates), tasks_per_s(second, steps, device)) for _ in range(3)
+    ]
     return statistics.median(r[0] for r in rounds), statistics.median(r[1] for r in rounds), rounds
 
 
@@ -119,20 +128,29 @@ def main() -> None:
             ours, ref = our_stepper(data_dir, device), reference_stepper(dataset.splits["train"], device)
             ours_rate, ref_rate, rounds = alternate(ours, ref, args.steps, device)
             ratios = ", ".join(f"{o / r:.2f}x" for o, r in rounds)
-            print(f"{device.type}: reference step {ref_rate:,.0f} tasks/s | ours {ours_rate:,.0f} tasks/s | "
-                  f"ratio {ours_rate / ref_rate:.2f}x (median of 3 alternating rounds: {ratios}; batch {BATCH}, "
-                  f"{args.steps} steps a round, {torch.get_num_threads()} threads)")
-            bucketed, default, _ = alternate(our_stepper(data_dir, device, length_bucketing=True), ours, args.steps, device)
-            print(f"{device.type}: our step with length bucketing {bucketed:,.0f} tasks/s | "
-                  f"{bucketed / default:.2f}x our default step | {bucketed / ref_rate:.2f}x the reference")
+            print(
+                f"{device.type}: reference step {ref_rate:,.0f} tasks/s | ours {ours_rate:,.0f} tasks/s | "
+                f"ratio {ours_rate / ref_rate:.2f}x (median of 3 alternating rounds: {ratios}; batch {BATCH}, "
+                f"{args.steps} steps a round, {torch.get_num_threads()} threads)"
+            )
+            bucketed, default, _ = alternate(
+                our_stepper(data_dir, device, length_bucketing=True), ours, args.steps, device
+            )
+            print(
+                f"{device.type}: our step with length bucketing {bucketed:,.0f} tasks/s | "
+                f"{bucketed / default:.2f}x our default step | {bucketed / ref_rate:.2f}x the reference"
+            )
             if device.type == "cuda":
                 eager, graph, _ = alternate(our_stepper(data_dir, device, cuda_graph=False), ours, args.steps, device)
                 print(f"cuda: our step without the CUDA graph {eager:,.0f} tasks/s | graph {graph / eager:.2f}x faster")
             if args.replicates > 1:
                 stacked = our_stepper(data_dir, device, args.replicates)
                 rate, single, _ = alternate(stacked, ours, args.steps, device, args.replicates)
-                print(f"{device.type}: {args.replicates} stacked replicates {rate:,.0f} tasks/s in all | one model "
-                      f"{single:,.0f} tasks/s | {rate / ref_rate:.2f}x the reference")
+                print(
+                    f"{device.type}: {args.replicates} stacked replicates {rate:,.0f} tasks/s in all | one model "
+                    f"{single:,.0f} tasks/s | {rate / ref_rate:.2f}x the reference"
+                )
+
 
 if __name__ == "__main__":
     main()

@@ -18,7 +18,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 app = typer.Typer(
-    name="lsa-interp", no_args_is_help=True, add_completion=False,
+    name="lsa-interp",
+    no_args_is_help=True,
+    add_completion=False,
     help="Letter-string analogy transformers: datasets, training, hooked models and the paper's findings.",
 )
 data_app = typer.Typer(no_args_is_help=True, help="Generate and inspect the paper's datasets.")
@@ -45,8 +47,12 @@ def data_generate(
         raise UserError(f"{out} exists and is not empty; pass --force to overwrite it")
     stages = 6 + (config.match_size_of is not None)
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(), console=console, transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
     ) as bar:
         job = bar.add_task(f"{preset} (seed {seed})", total=stages)
 
@@ -145,9 +151,11 @@ def train(
     data_seed: Annotated[int, typer.Option(min=0, help="Seed of the generated dataset (without --data).")] = 0,
     epochs: Annotated[int, typer.Option(min=1)] = 20,
     batch_size: Annotated[int, typer.Option(min=1)] = 32,
-    batching: Annotated[str, typer.Option(help="random, alphabet, transformation or transformation_alphabet.")] = "random",
+    batching: Annotated[
+        str, typer.Option(help="random, alphabet, transformation or transformation_alphabet.")
+    ] = "random",
     lr: Annotated[float, typer.Option(min=0.0)] = 1e-3,
-    precision: Annotated[str, typer.Option(help="fp32, or bf16 autocast.")] = "fp32",
+    precision: Annotated[str, typer.Option(help="fp32 (the recipe), tf32 matmuls, or bf16 autocast.")] = "fp32",
     device: Annotated[str, typer.Option(help="auto (CUDA if available), cpu or cuda.")] = "auto",
     max_steps: Annotated[int | None, typer.Option(min=1, help="Stop after this many optimizer steps.")] = None,
     max_minutes: Annotated[float | None, typer.Option(min=0.0, help="Stop after this much wall time.")] = None,
@@ -163,8 +171,11 @@ def train(
         bool, typer.Option(help="On CUDA, capture the training step once as a CUDA graph and replay it.")
     ] = True,
     length_bucketing: Annotated[
-        bool, typer.Option(help="Sort rows by length within windows of 50 batches: less padding (faster on CPU), "
-                           "but batches of similar tasks, unlike the reference's random batches.")
+        bool,
+        typer.Option(
+            help="Sort rows by length within windows of 50 batches: less padding (faster on CPU), "
+            "but batches of similar tasks, unlike the reference's random batches."
+        ),
     ] = False,
     resume: Annotated[Path | None, typer.Option(help="Continue the run in this directory.")] = None,
     force: Annotated[bool, typer.Option(help="Overwrite a non-empty run directory.")] = False,
@@ -172,10 +183,10 @@ def train(
     """Train the paper's encoder-decoder with the reference recipe (AdamW, warm-up, linear decay)."""
     from rich.progress import MofNCompleteColumn, TimeRemainingColumn
 
-    from lsa_interp.train import Trainer, TrainConfig
+    from lsa_interp.training import TrainConfig, resume_run, start_run
 
     if resume is not None:
-        trainer = Trainer.resume(resume, max_steps=max_steps, max_minutes=max_minutes)
+        trainer = resume_run(resume, max_steps=max_steps, max_minutes=max_minutes)
     else:
         if out is None:
             raise UserError("give --out RUN_DIR for a new run (or --resume RUN_DIR to continue one)")
@@ -183,16 +194,32 @@ def train(
             raise UserError(f"{out} is not empty; pass --force to overwrite it or --resume {out} to continue it")
         data_dir = data if data is not None else _generate_into(preset, data_seed, out / "data")
         config = TrainConfig(
-            data_dir=str(data_dir), preset=preset, seed=seed, epochs=epochs, batch_size=batch_size,
-            batching=batching, lr=lr, precision=precision, device=device, max_steps=max_steps,
-            max_minutes=max_minutes, checkpoint_every=checkpoint_every, val_limit=val_limit,
-            replicates=replicates, cuda_graph=cuda_graph, length_bucketing=length_bucketing,
+            data_dir=str(data_dir),
+            preset=preset,
+            seed=seed,
+            epochs=epochs,
+            batch_size=batch_size,
+            batching=batching,
+            lr=lr,
+            precision=precision,
+            device=device,
+            max_steps=max_steps,
+            max_minutes=max_minutes,
+            checkpoint_every=checkpoint_every,
+            val_limit=val_limit,
+            replicates=replicates,
+            cuda_graph=cuda_graph,
+            length_bucketing=length_bucketing,
             model=_parse_model_config(model_config),
         )
-        trainer = Trainer.start(config, out, force=True)
+        trainer = start_run(config, out, force=True)
     with Progress(
-        TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-        TimeRemainingColumn(), console=console,
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeRemainingColumn(),
+        console=console,
     ) as bar:
         job = bar.add_task("train", total=trainer.total_steps, completed=trainer.step, info="")
 
@@ -215,9 +242,12 @@ def ship(
     run_dir: Annotated[Path, typer.Argument(help="A finished training run (lsa-interp train --out RUN_DIR).")],
     name: Annotated[str, typer.Option(help="Checkpoint name: written to checkpoints/NAME.")],
     replicate: Annotated[int | None, typer.Option(min=0, help="Which replicate of a --replicates run.")] = None,
-    storage: Annotated[str, typer.Option(help="Parameter dtype: fp32, or fp16/bf16 when they change < 0.1% of val "
-                                              "answers.")] = "fp32",
-    dest: Annotated[Path | None, typer.Option(help="Checkpoints directory; default the repository's checkpoints/.")] = None,
+    storage: Annotated[
+        str, typer.Option(help="Parameter dtype: fp32, or fp16/bf16 when they change < 0.1% of val answers.")
+    ] = "fp32",
+    dest: Annotated[
+        Path | None, typer.Option(help="Checkpoints directory; default the repository's checkpoints/.")
+    ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Evaluate a subset of N rows per split.")] = None,
 ) -> None:
     """Copy a finished run's model into checkpoints/NAME with a model card (card.md) and evaluation.json."""

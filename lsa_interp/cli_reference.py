@@ -5,7 +5,6 @@ Usage: ``python -m lsa_interp.cli_reference --out docs/cli.md`` (prints to stdou
 
 from __future__ import annotations
 
-
 from typing import Any
 
 import typer
@@ -36,7 +35,7 @@ def _option_row(param: Any, ctx: Any) -> str:
     names, help_text = record if record else (param.name, "")
     if param.param_type_name == "argument":
         names, help_text = param.name.upper(), getattr(param, "help", "") or ""
-    cell = lambda text: " ".join(text.split()).replace("|", "\\|")  # noqa: E731
+    cell = lambda text: " ".join(text.split()).replace("|", "\\|")
     return f"| `{cell(names)}` | {cell(help_text)} |"
 
 

@@ -60,8 +60,14 @@ def hardware_description(device_type: str) -> str:
     cpu = "CPU"
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
-        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                    if line.startswith("model name")), cpu)
+        cpu = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in cpuinfo.read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            cpu,
+        )
     return f"{cpu}, {torch.get_num_threads()} torch threads"
 
 

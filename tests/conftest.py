@@ -7,8 +7,13 @@ from jaxtyping import install_import_hook
 # Check the jaxtyping shapes of the tensor-facing modules at run time (must precede importing lsa_interp).
 # The pure-Python data pipeline is left out: checking its hot loops would slow generation tenfold.
 TENSOR_MODULES = [
-    "lsa_interp.data.tokenizer", "lsa_interp.data.loaders", "lsa_interp.model", "lsa_interp.evaluation", "lsa_interp.train",
-    "lsa_interp.replicates", "lsa_interp.graph_step", "lsa_interp.analysis", "lsa_interp.viz",
+    "lsa_interp.data.tokenizer",
+    "lsa_interp.data.loaders",
+    "lsa_interp.model",
+    "lsa_interp.evaluation",
+    "lsa_interp.training",
+    "lsa_interp.analysis",
+    "lsa_interp.viz",
 ]
 install_import_hook(TENSOR_MODULES, "beartype.beartype")
 

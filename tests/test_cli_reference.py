@@ -22,7 +22,9 @@ def test_every_command_has_an_example_and_appears_in_the_reference():
 
 
 def test_docs_cli_md_is_up_to_date():
-    assert DOC.read_text() == render_cli_reference(), "regenerate with: python -m lsa_interp.cli_reference --out docs/cli.md"
+    assert DOC.read_text() == render_cli_reference(), (
+        "regenerate with: python -m lsa_interp.cli_reference --out docs/cli.md"
+    )
 
 
 def test_main_writes_the_file(tmp_path, capsys):

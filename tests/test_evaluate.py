@@ -13,9 +13,25 @@ from rich.console import Console
 from lsa_interp.data import PRESETS, STANDARD_ALPHABET, DatasetConfig, Task, generate_dataset, save_dataset
 from lsa_interp.data.dataset import Dataset
 from lsa_interp.evaluation import (
-    REPORT_FILES, Accuracy, accuracy, alternate_rule_errors, by_transformation, copy_split, evaluate_model,
-    evaluation_dataset, exact_match, markdown_report, other_rule_answer, predict, rich_tables, score_predictions,
-    standard_alphabet_answer, subsample, table1, transformation_figure, write_report,
+    REPORT_FILES,
+    Accuracy,
+    accuracy,
+    alternate_rule_errors,
+    by_transformation,
+    copy_split,
+    evaluate_model,
+    evaluation_dataset,
+    exact_match,
+    markdown_report,
+    other_rule_answer,
+    predict,
+    rich_tables,
+    score_predictions,
+    standard_alphabet_answer,
+    subsample,
+    table1,
+    transformation_figure,
+    write_report,
 )
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
 from tests.helpers import run
@@ -45,9 +61,12 @@ def concat(*parts):
 def handmade():
     """Seen-alphabet (val-like) and new-alphabet sets with known counts per Table 1 cell."""
     seen = concat(
-        rows(2, 1, "succ"), rows(1, 1, "pred", STD),  # seen T: 3/5 (1/2 of it in the standard alphabet)
-        rows(0, 2, "reverse"), rows(1, 0, "shift", STD),  # new T: 1/3 (1/1 standard)
-        rows(2, 0, "succ", STD, copy=True), rows(0, 1, "reverse", copy=True),  # copy rows: left out of Table 1
+        rows(2, 1, "succ"),
+        rows(1, 1, "pred", STD),  # seen T: 3/5 (1/2 of it in the standard alphabet)
+        rows(0, 2, "reverse"),
+        rows(1, 0, "shift", STD),  # new T: 1/3 (1/1 standard)
+        rows(2, 0, "succ", STD, copy=True),
+        rows(0, 1, "reverse", copy=True),  # copy rows: left out of Table 1
     )
     new = concat(rows(1, 3, "sort"), rows(1, 1, "rr_sort"))
     return seen, new
@@ -118,8 +137,10 @@ def test_other_rule_answer_agrees_with_the_generator(tiny):
 
 
 def test_alternate_rule_classification():
-    pred = [Task(STD, (("mno", "lno"),), q, a, "pred") for q, a in [("bcd", "acd"), ("cde", "bde"), ("def", "cef"),
-                                                                     ("efg", "dfg"), ("xyz", "wyz")]]
+    pred = [
+        Task(STD, (("mno", "lno"),), q, a, "pred")
+        for q, a in [("bcd", "acd"), ("cde", "bde"), ("def", "cef"), ("efg", "dfg"), ("xyz", "wyz")]
+    ]
     pred_out = ["acd", "cdf", "xxx", "efh", "wyz"]  # correct, succ, other, succ, correct (succ impossible)
     succ = [Task(PERM, (("mno", "mnp"),), "acd", "ace", "succ"), Task(PERM, (("mno", "mnp"),), "cde", "cdf", "succ")]
     succ_out = ["bcd", "cdf"]  # pred (the letter before 'a' in PERM is 'b'), correct
@@ -131,7 +152,8 @@ def test_alternate_rule_classification():
     assert counts["pred"].standard_alphabet == counts["succ"].standard_alphabet == 0
     assert counts["pred"].other_rule == "succ" and counts["succ"].total == 2
     assert counts["pred"].percents() == pytest.approx(
-        {"correct": 40.0, "applied_other_rule": 40.0, "standard_alphabet": 0.0, "other": 20.0})
+        {"correct": 40.0, "applied_other_rule": 40.0, "standard_alphabet": 0.0, "other": 20.0}
+    )
 
 
 def test_rule_applied_in_the_standard_alphabet_is_its_own_outcome():
@@ -156,7 +178,10 @@ def test_score_predictions_result_and_json(handmade):
     assert result.copy_vs_non_copy["new_alphabets"]["copy"] == Accuracy(0, 0)
     data = json.loads(json.dumps(result.to_dict()))
     assert data["table1"]["seen_transformations_new_alphabets_with_standard"] == {
-        "correct": 2, "total": 6, "percent": pytest.approx(100 / 3)}
+        "correct": 2,
+        "total": 6,
+        "percent": pytest.approx(100 / 3),
+    }
     assert data["by_transformation"]["new_alphabets"]["rr_sort"]["correct"] == 1
     assert data["alternate_rule"]["seen_alphabets"]["pred"]["correct"] == 1
     assert any("standard alphabet" in note for note in data["notes"])
@@ -215,7 +240,8 @@ def test_evaluate_model_equals_scoring_the_models_answers(model, tiny, decoded):
     model.eval()
     meta = ("model", "preset", "training_preset", "seed", "limit", "seconds")
     assert {k: v for k, v in result.to_dict().items() if k not in meta} == {
-        k: v for k, v in expected.to_dict().items() if k not in meta}
+        k: v for k, v in expected.to_dict().items() if k not in meta
+    }
     assert result.table1.seen_transformations_seen_alphabets.correct > 0
     assert (result.model, result.preset, result.seed, result.limit) == ("random", "tiny", tiny.seed, None)
     limited = evaluate_model(model, tiny, limit=10)
@@ -255,8 +281,12 @@ def assert_offline_html(path):
 
 def test_write_report_files(handmade, tmp_path):
     (seen_tasks, seen_preds), (new_tasks, new_preds) = handmade
-    result = replace(score_predictions(seen_tasks, seen_preds, new_tasks, new_preds), training_preset="copy-200",
-                     preset="copy-200", model="m")
+    result = replace(
+        score_predictions(seen_tasks, seen_preds, new_tasks, new_preds),
+        training_preset="copy-200",
+        preset="copy-200",
+        model="m",
+    )
     paths = write_report(result, tmp_path / "out")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(REPORT_FILES.values())
     assert json.loads(paths["json"].read_text()) == json.loads(json.dumps(result.to_dict()))
@@ -302,8 +332,9 @@ def test_cli_evaluate_end_to_end(saved, tmp_path, capsys):
 
 
 def test_cli_preset_and_seed_from_model_metadata(saved, tiny_copy20, tmp_path, capsys):
-    code, stdout, _ = run(["evaluate", "--model", str(saved / "copy20-model"), "--limit", "30", "--out",
-                           str(tmp_path)], capsys)
+    code, stdout, _ = run(
+        ["evaluate", "--model", str(saved / "copy20-model"), "--limit", "30", "--out", str(tmp_path)], capsys
+    )
     assert code == 0 and "91.0" in stdout  # the paper's copy-20 row
     report = json.loads((tmp_path / REPORT_FILES["json"]).read_text())
     assert (report["preset"], report["seed"], report["training_preset"]) == ("copy-20", 1, "copy-20")

@@ -23,10 +23,14 @@ SUBSET = 4000
 
 
 def _needs(name: str):
-    return pytest.mark.skipif(name not in available_models(), reason=f"checkpoint {name} missing from {CHECKPOINTS_DIR}")
+    return pytest.mark.skipif(
+        name not in available_models(), reason=f"checkpoint {name} missing from {CHECKPOINTS_DIR}"
+    )
 
 
-@pytest.mark.parametrize(("name", "dataset"), [("copy-200", "copy200"), ("copy-20", "copy20"), ("nocopy-20", "nocopy20")])
+@pytest.mark.parametrize(
+    ("name", "dataset"), [("copy-200", "copy200"), ("copy-20", "copy20"), ("nocopy-20", "nocopy20")]
+)
 def test_checkpoint_reproduces_its_card_on_a_val_subset(name, dataset, request):
     if name not in available_models():
         pytest.skip(f"checkpoint {name} missing from {CHECKPOINTS_DIR}")

@@ -18,7 +18,9 @@ from lsa_interp.model.cache import ActivationCache
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 ALPHABET_KINDS: dict[str, tuple[str, ...]] = {
-    "standard": ("standard",), "permuted": ("permuted",), "both": ("standard", "permuted"),
+    "standard": ("standard",),
+    "permuted": ("permuted",),
+    "both": ("standard", "permuted"),
 }
 """``alphabets`` choices of `analysis_tasks`: the standard alphabet, unseen permuted ones, or half each."""
 

@@ -25,16 +25,26 @@ from lsa_interp.model.cache import ActivationCache
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 CATEGORIES: tuple[str, ...] = (
-    "first_query", "changed_example_out", "answer_in_alphabet", "other_query", "example_in", "other_example_out",
-    "other_alphabet", "separator", "eos",
+    "first_query",
+    "changed_example_out",
+    "answer_in_alphabet",
+    "other_query",
+    "example_in",
+    "other_example_out",
+    "other_alphabet",
+    "separator",
+    "eos",
 )
 """Categories of encoder positions (the first three are the paper's targets); the integer id is the index in
 this tuple (-1 marks PAD). ``separator`` holds both ``|`` and ``>``."""
 CAT = {name: i for i, name in enumerate(CATEGORIES)}
 EXPECTED: tuple[str, ...] = ("first_query", "changed_example_out", "answer_in_alphabet")
 """The paper's target of decoder layer 1, 2, 3 (0-based index 0, 1, 2)."""
-_WORDS = {"first_query": "first query letter", "changed_example_out": "changed example-out letter",
-          "answer_in_alphabet": "answer letter in the alphabet"}
+_WORDS = {
+    "first_query": "first query letter",
+    "changed_example_out": "changed example-out letter",
+    "answer_in_alphabet": "answer letter in the alphabet",
+}
 MIN_ARGMAX_SHARE = 0.5
 """A layer's finding holds when its head-mean pattern, or one of its heads, has the argmax on the expected
 category in at least this share of the tasks."""
@@ -48,8 +58,10 @@ def position_categories(task: Task) -> list[int]:
     cats = [CAT["other_alphabet"]] * len(task.alphabet) + [CAT["separator"]]
     for ex_in, ex_out in task.examples:
         cats += [CAT["example_in"]] * len(ex_in) + [CAT["separator"]]
-        cats += [CAT["changed_example_out"] if i >= len(ex_in) or ex_in[i] != ch else CAT["other_example_out"]
-                 for i, ch in enumerate(ex_out)]
+        cats += [
+            CAT["changed_example_out"] if i >= len(ex_in) or ex_in[i] != ch else CAT["other_example_out"]
+            for i, ch in enumerate(ex_out)
+        ]
         cats.append(CAT["separator"])
     cats += [CAT["first_query"]] + [CAT["other_query"]] * (len(task.query) - 1) + [CAT["eos"]]
     cats[task.alphabet.index(task.answer[0])] = CAT["answer_in_alphabet"]
@@ -67,8 +79,13 @@ def category_matrix(tasks: Sequence[Task], width: int) -> Int[Tensor, "batch src
 
 def first_step_attention(
     model: HookedEncoderDecoder, tasks: Sequence[Task]
-) -> tuple[Float[Tensor, "layer task head category"], Int[Tensor, "layer task head"], Int[Tensor, "layer task"],
-           Float[Tensor, "task category"], Float[Tensor, " task"]]:
+) -> tuple[
+    Float[Tensor, "layer task head category"],
+    Int[Tensor, "layer task head"],
+    Int[Tensor, "layer task"],
+    Float[Tensor, "task category"],
+    Float[Tensor, " task"],
+]:
     """Cross-attention of the first decoding step, per decoder layer: the mass each head puts on each
     category, the category of each head's argmax and of the head-mean pattern's argmax; the share of
     positions in each category (what uniform attention would give); and whether the first greedy
@@ -123,15 +140,24 @@ def cross_attention_targets(
     uniform_mass = uniform.mean(0)
     n_layers, n_heads = model.cfg.n_decoder_layers, model.cfg.n_heads
     table = [
-        {"layer": layer + 1, "category": name, "argmax_share": float(layer_share[layer, c]),
-         "mean_mass": float(layer_mass[layer, c]), "uniform_mass": float(uniform_mass[c])}
-        for layer in range(n_layers) for c, name in enumerate(CATEGORIES)
+        {
+            "layer": layer + 1,
+            "category": name,
+            "argmax_share": float(layer_share[layer, c]),
+            "mean_mass": float(layer_mass[layer, c]),
+            "uniform_mass": float(uniform_mass[c]),
+        }
+        for layer in range(n_layers)
+        for c, name in enumerate(CATEGORIES)
     ]
     heads = [
-        {"head": Head("decoder", layer, h, "cross_attn").label,
-         **{f"{name}_share": float(head_share[layer, h, c]) for c, name in enumerate(CATEGORIES)},
-         **{f"{name}_mass": float(head_mass[layer, h, c]) for c, name in enumerate(CATEGORIES)}}
-        for layer in range(n_layers) for h in range(n_heads)
+        {
+            "head": Head("decoder", layer, h, "cross_attn").label,
+            **{f"{name}_share": float(head_share[layer, h, c]) for c, name in enumerate(CATEGORIES)},
+            **{f"{name}_mass": float(head_mass[layer, h, c]) for c, name in enumerate(CATEGORIES)},
+        }
+        for layer in range(n_layers)
+        for h in range(n_heads)
     ]
     summary: dict = {"tasks": len(tasks), "first_letter_accuracy": float(correct.mean())}
     for layer in range(n_layers):
@@ -139,13 +165,17 @@ def cross_attention_targets(
         if layer < len(EXPECTED):
             summary[f"layer {layer + 1} {EXPECTED[layer]} share"] = float(layer_share[layer, CAT[EXPECTED[layer]]])
     data = {
-        "transformations": sorted({t.transformation or "?" for t in tasks}), "categories": CATEGORIES,
-        "table": table, "heads": heads, "min_argmax_share": MIN_ARGMAX_SHARE,
+        "transformations": sorted({t.transformation or "?" for t in tasks}),
+        "categories": CATEGORIES,
+        "table": table,
+        "heads": heads,
+        "min_argmax_share": MIN_ARGMAX_SHARE,
     }
     figures = {
         "argmax category of the head-mean cross-attention (first step)": _layer_figure(layer_share, "share of tasks"),
-        "mean cross-attention mass per category (first step)": _layer_figure(layer_mass, "mean attention mass",
-                                                                            uniform_mass),
+        "mean cross-attention mass per category (first step)": _layer_figure(
+            layer_mass, "mean attention mass", uniform_mass
+        ),
         "argmax category per head": _head_figure(head_share),
     }
     findings = [_finding(layer, layer_share, head_share) for layer in range(min(n_layers, len(EXPECTED)))]
@@ -170,11 +200,22 @@ def _finding(layer: int, layer_share: Tensor, head_share: Tensor) -> Finding:
 def _layer_figure(values: Tensor, title: str, uniform: Tensor | None = None):
     import plotly.graph_objects as go
 
-    fig = go.Figure([go.Bar(x=list(CATEGORIES), y=values[layer].numpy(), name=f"decoder layer {layer + 1}")
-                     for layer in range(values.shape[0])])
+    fig = go.Figure(
+        [
+            go.Bar(x=list(CATEGORIES), y=values[layer].numpy(), name=f"decoder layer {layer + 1}")
+            for layer in range(values.shape[0])
+        ]
+    )
     if uniform is not None:
-        fig.add_trace(go.Scatter(x=list(CATEGORIES), y=uniform.numpy(), mode="markers", name="uniform attention",
-                                 marker=dict(symbol="line-ew-open", size=30, color="black")))
+        fig.add_trace(
+            go.Scatter(
+                x=list(CATEGORIES),
+                y=uniform.numpy(),
+                mode="markers",
+                name="uniform attention",
+                marker=dict(symbol="line-ew-open", size=30, color="black"),
+            )
+        )
     fig.update_layout(barmode="group", yaxis_title=title, height=420)
     return fig
 
@@ -186,6 +227,9 @@ def _head_figure(head_share: Tensor):
     labels = [Head("decoder", layer, h, "cross_attn").label for layer in range(n_layers) for h in range(n_heads)]
     z = head_share.reshape(n_layers * n_heads, -1).numpy()
     fig = go.Figure(go.Heatmap(z=z, x=list(CATEGORIES), y=labels, colorscale="Blues", zmin=0, zmax=1))
-    fig.update_layout(title="share of tasks with each head's argmax in each category", yaxis_autorange="reversed",
-                      height=max(400, 22 * len(labels)))
+    fig.update_layout(
+        title="share of tasks with each head's argmax in each category",
+        yaxis_autorange="reversed",
+        height=max(400, 22 * len(labels)),
+    )
     return fig

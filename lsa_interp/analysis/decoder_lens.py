@@ -122,16 +122,24 @@ def decoder_lens(
     model_accuracy = _percent([p == t.answer for t, p in zip(tasks, plain)])
     reproduces = predictions[layers[-1]] == plain
     summary = {
-        "tasks": len(tasks), **({"source": source} if source else {}),
+        "tasks": len(tasks),
+        **({"source": source} if source else {}),
         **{f"layer_{layer}_accuracy": accuracy[layer] for layer in layers},
         "model_accuracy": model_accuracy,
     }
     data = {
-        "layers": layers, "accuracy": accuracy, "by_transformation": by_transformation,
-        "model_accuracy": model_accuracy, "last_layer_reproduces_model": reproduces, "paper": PAPER_LENS,
+        "layers": layers,
+        "accuracy": accuracy,
+        "by_transformation": by_transformation,
+        "model_accuracy": model_accuracy,
+        "last_layer_reproduces_model": reproduces,
+        "paper": PAPER_LENS,
     }
     return AnalysisResult(
-        "decoder_lens", model_name, summary, data,
+        "decoder_lens",
+        model_name,
+        summary,
+        data,
         figures=_figures(accuracy, by_transformation, model_name),
         findings=_findings(accuracy, model_accuracy, reproduces),
     )
@@ -144,23 +152,33 @@ def _findings(accuracy: dict[int, float], model_accuracy: float, reproduces: boo
     if len(layers) > 1:
         early = max(accuracy[layer] for layer in layers[:-1])
         paper_early = max(PAPER_LENS[1], PAPER_LENS[2])
-        findings.append(Finding(
-            "decoder lens: earlier encoder layers decode (almost) nothing",
-            f"layers 1/2: {PAPER_LENS[1]:.1f} / {PAPER_LENS[2]:.1f} %",
-            " / ".join(f"{accuracy[layer]:.1f}" for layer in layers[:-1]) + " %",
-            early <= paper_early + EARLY_TOLERANCE,
-            f"holds when the best earlier layer is at most {paper_early + EARLY_TOLERANCE:.1f} %",
-        ))
-    findings.append(Finding(
-        "decoder lens: the last encoder layer", f"layer 3: {PAPER_LENS[3]:.1f} %", f"layer {layers[-1]}: {last:.1f} %",
-        abs(last - PAPER_LENS[3]) <= LAST_TOLERANCE,
-        f"tolerance +-{LAST_TOLERANCE:.0f} points (the paper's task mix is not stated)",
-    ))
-    findings.append(Finding(
-        "decoder lens: the last layer reproduces the model", "by construction",
-        f"{last:.1f} % vs {model_accuracy:.1f} % plain greedy", reproduces,
-        "holds when every last-layer lens prediction equals the plain greedy prediction",
-    ))
+        findings.append(
+            Finding(
+                "decoder lens: earlier encoder layers decode (almost) nothing",
+                f"layers 1/2: {PAPER_LENS[1]:.1f} / {PAPER_LENS[2]:.1f} %",
+                " / ".join(f"{accuracy[layer]:.1f}" for layer in layers[:-1]) + " %",
+                early <= paper_early + EARLY_TOLERANCE,
+                f"holds when the best earlier layer is at most {paper_early + EARLY_TOLERANCE:.1f} %",
+            )
+        )
+    findings.append(
+        Finding(
+            "decoder lens: the last encoder layer",
+            f"layer 3: {PAPER_LENS[3]:.1f} %",
+            f"layer {layers[-1]}: {last:.1f} %",
+            abs(last - PAPER_LENS[3]) <= LAST_TOLERANCE,
+            f"tolerance +-{LAST_TOLERANCE:.0f} points (the paper's task mix is not stated)",
+        )
+    )
+    findings.append(
+        Finding(
+            "decoder lens: the last layer reproduces the model",
+            "by construction",
+            f"{last:.1f} % vs {model_accuracy:.1f} % plain greedy",
+            reproduces,
+            "holds when every last-layer lens prediction equals the plain greedy prediction",
+        )
+    )
     return findings
 
 
@@ -174,13 +192,18 @@ def _figures(accuracy: dict[int, float], by_transformation: dict[str, dict], mod
         overall.add_bar(name="paper (copy-200)", x=names, y=[PAPER_LENS[k] for k in layers])
     overall.update_layout(
         title="Decoder lens: exact match when the decoder reads encoder layer k (after the final norm)",
-        yaxis_title="exact match (%)", yaxis_range=[0, 100], barmode="group",
+        yaxis_title="exact match (%)",
+        yaxis_range=[0, 100],
+        barmode="group",
     )
     groups = list(by_transformation)
-    per_rule = go.Figure([
-        go.Bar(name=f"layer {layer}", x=groups, y=[by_transformation[g][layer] for g in groups]) for layer in layers
-    ])
+    per_rule = go.Figure(
+        [go.Bar(name=f"layer {layer}", x=groups, y=[by_transformation[g][layer] for g in groups]) for layer in layers]
+    )
     per_rule.update_layout(
-        title="Decoder lens by transformation", yaxis_title="exact match (%)", yaxis_range=[0, 100], barmode="group",
+        title="Decoder lens by transformation",
+        yaxis_title="exact match (%)",
+        yaxis_range=[0, 100],
+        barmode="group",
     )
     return {"accuracy by encoder layer": overall, "accuracy by transformation": per_rule}

@@ -18,7 +18,12 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from lsa_interp.analysis.activations import (
-    RUNNING_EXAMPLE, analysis_tasks, map_cached, off_diagonal, pairwise_cosine, token_labels,
+    RUNNING_EXAMPLE,
+    analysis_tasks,
+    map_cached,
+    off_diagonal,
+    pairwise_cosine,
+    token_labels,
 )
 from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.task import Task
@@ -118,12 +123,17 @@ def elimination(
     att, irrelevant = stats["eos_attention"], stats["irrelevant"]
     attending = att >= EOS_ATTENTION_THRESHOLD
     by_role = {
-        ROLES[r]: {"tokens": int((stats["role"] == r).sum()), "mean_eos_attention": _mean(att, stats["role"] == r),
-                   "eos_attending_share": _mean(attending, stats["role"] == r)}
+        ROLES[r]: {
+            "tokens": int((stats["role"] == r).sum()),
+            "mean_eos_attention": _mean(att, stats["role"] == r),
+            "eos_attending_share": _mean(attending, stats["role"] == r),
+        }
         for r in np.unique(stats["role"])
     }
     summary = {
-        "tasks": len(tasks), "tokens": int(att.size), "threshold": EOS_ATTENTION_THRESHOLD,
+        "tasks": len(tasks),
+        "tokens": int(att.size),
+        "threshold": EOS_ATTENTION_THRESHOLD,
         "eos_attending_share": float(attending.mean()),
         "irrelevant_mean_eos_attention": _mean(att, irrelevant),
         "relevant_mean_eos_attention": _mean(att, ~irrelevant),
@@ -138,11 +148,17 @@ def elimination(
             summary[f"cosine_{stage}_{group}"] = _mean(per_task, np.isfinite(per_task))
     summary["norm_ratio"] = summary["norm_eos_attending"] / summary["norm_other"]
     data = {
-        "layer": layer % model.cfg.n_encoder_layers + 1, "by_role": by_role,
+        "layer": layer % model.cfg.n_encoder_layers + 1,
+        "by_role": by_role,
         "transformations": sorted({t.transformation or "?" for t in tasks}),
-        "constants": {"threshold": EOS_ATTENTION_THRESHOLD, "paper_eos_range": PAPER_EOS_RANGE,
-                      "eos_range_tolerance": EOS_RANGE_TOLERANCE, "paper_cosine": PAPER_COSINE,
-                      "cosine_tolerance": COSINE_TOLERANCE, "norm_ratio_min": NORM_RATIO_MIN},
+        "constants": {
+            "threshold": EOS_ATTENTION_THRESHOLD,
+            "paper_eos_range": PAPER_EOS_RANGE,
+            "eos_range_tolerance": EOS_RANGE_TOLERANCE,
+            "paper_cosine": PAPER_COSINE,
+            "cosine_tolerance": COSINE_TOLERANCE,
+            "norm_ratio_min": NORM_RATIO_MIN,
+        },
     }
     example = token_statistics(model, [RUNNING_EXAMPLE], layer)
     figures = {
@@ -175,7 +191,9 @@ def _findings(s: dict) -> list[Finding]:
             "EOS-attending tokens collapse to one direction",
             f"pairwise cosine of their outputs ~{PAPER_COSINE}",
             f"cosine {s['cosine_in_eos_attending']:.3f} (layer input) -> {s['cosine_out_eos_attending']:.3f} (output); "
-            f"other tokens {s['cosine_out_other']:.3f}" if some else f"no token reaches {EOS_ATTENTION_THRESHOLD}",
+            f"other tokens {s['cosine_out_other']:.3f}"
+            if some
+            else f"no token reaches {EOS_ATTENTION_THRESHOLD}",
             s["cosine_out_eos_attending"] >= PAPER_COSINE - COSINE_TOLERANCE if some else None,
             f"holds when the mean within-task cosine is >= {PAPER_COSINE - COSINE_TOLERANCE:.2f}",
         ),
@@ -184,7 +202,8 @@ def _findings(s: dict) -> list[Finding]:
             "the collapsed representations keep their norm",
             f"norm {s['norm_eos_attending']:.2f} vs {s['norm_other']:.2f} for other tokens "
             f"(ratio {s['norm_ratio']:.2f})"
-            if some else f"no token reaches {EOS_ATTENTION_THRESHOLD}",
+            if some
+            else f"no token reaches {EOS_ATTENTION_THRESHOLD}",
             s["norm_ratio"] >= NORM_RATIO_MIN if some else None,
             f"holds when the ratio is >= {NORM_RATIO_MIN}",
         ),
@@ -198,8 +217,12 @@ def _token_figure(eos_attention: np.ndarray):
     colors = ["#d62728" if a >= EOS_ATTENTION_THRESHOLD else "#1f77b4" for a in eos_attention]
     fig = go.Figure(go.Bar(x=labels, y=eos_attention, marker_color=colors))
     fig.add_hline(y=EOS_ATTENTION_THRESHOLD, line_dash="dash", annotation_text="EOS-attending threshold")
-    fig.update_layout(title=f"last encoder layer, head-mean attention on EOS: {RUNNING_EXAMPLE}",
-                      yaxis_title="attention on EOS", yaxis_range=[0, 1], height=400)
+    fig.update_layout(
+        title=f"last encoder layer, head-mean attention on EOS: {RUNNING_EXAMPLE}",
+        yaxis_title="attention on EOS",
+        yaxis_range=[0, 1],
+        height=400,
+    )
     return fig
 
 
@@ -220,10 +243,12 @@ def _role_figure(att: np.ndarray, roles: np.ndarray, seed: int, max_points: int 
 def _cosine_figure(summary: dict):
     import plotly.graph_objects as go
 
-    fig = go.Figure([
-        go.Bar(x=list(GROUPS), y=[summary[f"cosine_{stage}_{g}"] for g in GROUPS], name=name)
-        for stage, name in (("in", "layer input"), ("out", "layer output"))
-    ])
+    fig = go.Figure(
+        [
+            go.Bar(x=list(GROUPS), y=[summary[f"cosine_{stage}_{g}"] for g in GROUPS], name=name)
+            for stage, name in (("in", "layer input"), ("out", "layer output"))
+        ]
+    )
     fig.add_hline(y=PAPER_COSINE, line_dash="dot", annotation_text="paper")
     fig.update_layout(barmode="group", yaxis_title="mean pairwise cosine within a task", height=400)
     return fig

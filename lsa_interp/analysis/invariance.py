@@ -55,8 +55,12 @@ def first_token_vectors(
 
 def cosine_summary(cosines: Float[Tensor, " pairs"]) -> dict[str, float]:
     """``min``, ``mean``, ``max`` and ``pairs`` (the count) of a set of cosines."""
-    return {"min": float(cosines.min()), "mean": float(cosines.mean()), "max": float(cosines.max()),
-            "pairs": int(cosines.numel())}
+    return {
+        "min": float(cosines.min()),
+        "mean": float(cosines.mean()),
+        "max": float(cosines.max()),
+        "pairs": int(cosines.numel()),
+    }
 
 
 def mapping_invariance(
@@ -93,8 +97,9 @@ def mapping_invariance(
     between = np.array([[float(_pair_cosines(out[a], out[b], a == b).mean()) for b in rules] for a in rules])
     main = vectors[transformation]
     others = [rule for rule in rules if rule != transformation]
-    controls = {f"first {role} token": cosine_summary(off_diagonal(pairwise_cosine(main[role])))
-                for role in CONTROL_ROLES}
+    controls = {
+        f"first {role} token": cosine_summary(off_diagonal(pairwise_cosine(main[role]))) for role in CONTROL_ROLES
+    }
     if others:
         controls["other rules, same token"] = cosine_summary(
             torch.cat([_pair_cosines(out[transformation], out[rule]) for rule in others])
@@ -102,16 +107,26 @@ def mapping_invariance(
     controls["any two tokens"] = cosine_summary(off_diagonal(pairwise_cosine(main["all"])))
     within = by_rule[transformation]
     summary = {
-        "prompts": n_prompts, "pairs": within["pairs"], "hook": hook,
-        "cosine_min": within["min"], "cosine_mean": within["mean"], "cosine_max": within["max"],
+        "prompts": n_prompts,
+        "pairs": within["pairs"],
+        "hook": hook,
+        "cosine_min": within["min"],
+        "cosine_mean": within["mean"],
+        "cosine_max": within["max"],
         **{f"control_{name.replace(' ', '_').replace(',', '')}_mean": c["mean"] for name, c in controls.items()},
     }
     data = {
-        "transformation": transformation, "prompts": [str(t) for t in tasks[transformation]], "cosines": matrix,
-        "by_transformation": by_rule, "between_transformations": {"rules": rules, "mean_cosine": between},
+        "transformation": transformation,
+        "prompts": [str(t) for t in tasks[transformation]],
+        "cosines": matrix,
+        "by_transformation": by_rule,
+        "between_transformations": {"rules": rules, "mean_cosine": between},
         "controls": controls,
-        "constants": {"paper_range": PAPER_RANGE, "cosine_tolerance": COSINE_TOLERANCE,
-                      "control_margin": CONTROL_MARGIN},
+        "constants": {
+            "paper_range": PAPER_RANGE,
+            "cosine_tolerance": COSINE_TOLERANCE,
+            "control_margin": CONTROL_MARGIN,
+        },
     }
     figures = {
         f"cosines at the first example-out token ({transformation})": _matrix_figure(
@@ -156,20 +171,33 @@ def _matrix_figure(matrix: Float[Tensor, "n n"], tasks: list[Task], hook: str):
     import plotly.graph_objects as go
 
     labels = [f"{i}: {t.examples[0][0]}>{t.examples[0][1]} | {t.query}" for i, t in enumerate(tasks)]
-    fig = go.Figure(go.Heatmap(z=matrix.numpy(), x=labels, y=labels, colorscale="Viridis", text=matrix.numpy(),
-                               texttemplate="%{text:.3f}" if len(tasks) <= 12 else None))
-    fig.update_layout(title=f"pairwise cosine of {hook} at the first example-out token", height=600,
-                      yaxis_autorange="reversed")
+    fig = go.Figure(
+        go.Heatmap(
+            z=matrix.numpy(),
+            x=labels,
+            y=labels,
+            colorscale="Viridis",
+            text=matrix.numpy(),
+            texttemplate="%{text:.3f}" if len(tasks) <= 12 else None,
+        )
+    )
+    fig.update_layout(
+        title=f"pairwise cosine of {hook} at the first example-out token", height=600, yaxis_autorange="reversed"
+    )
     return fig
 
 
 def _between_figure(between: np.ndarray, rules: list[str]):
     import plotly.graph_objects as go
 
-    fig = go.Figure(go.Heatmap(z=between, x=rules, y=rules, colorscale="Viridis", text=between,
-                               texttemplate="%{text:.2f}"))
-    fig.update_layout(title="mean cosine at the first example-out token (diagonal: within a rule)", height=600,
-                      yaxis_autorange="reversed")
+    fig = go.Figure(
+        go.Heatmap(z=between, x=rules, y=rules, colorscale="Viridis", text=between, texttemplate="%{text:.2f}")
+    )
+    fig.update_layout(
+        title="mean cosine at the first example-out token (diagonal: within a rule)",
+        height=600,
+        yaxis_autorange="reversed",
+    )
     return fig
 
 
@@ -180,11 +208,19 @@ def _summary_figure(by_rule: dict[str, dict], controls: dict[str, dict]):
     fig = go.Figure()
     for group in ("within rule", "control"):
         picked = [(name, c) for name, c, g in rows if g == group]
-        fig.add_trace(go.Bar(
-            x=[name for name, _ in picked], y=[c["mean"] for _, c in picked], name=group,
-            error_y=dict(type="data", symmetric=False, array=[c["max"] - c["mean"] for _, c in picked],
-                         arrayminus=[c["mean"] - c["min"] for _, c in picked]),
-        ))
+        fig.add_trace(
+            go.Bar(
+                x=[name for name, _ in picked],
+                y=[c["mean"] for _, c in picked],
+                name=group,
+                error_y=dict(
+                    type="data",
+                    symmetric=False,
+                    array=[c["max"] - c["mean"] for _, c in picked],
+                    arrayminus=[c["mean"] - c["min"] for _, c in picked],
+                ),
+            )
+        )
     lo, hi = PAPER_RANGE
     fig.add_hrect(y0=lo, y1=hi, fillcolor="green", opacity=0.15, annotation_text="paper (pred)")
     fig.update_layout(title="mean pairwise cosine (bars: min..max)", yaxis_title="cosine", height=450)

@@ -43,7 +43,9 @@ _LETTER_ROLES = ("alphabet",) + QUERY_ROLES
 def matching_tasks(n_per_rule: int = 20, seed: int = 0, rules: Sequence[str] = MATCHING_RULES) -> list[Task]:
     """``n_per_rule`` tasks per rule on the standard alphabet and as many on permuted alphabets."""
     return [
-        task for rule in rules for alphabets in ("standard", "permuted")
+        task
+        for rule in rules
+        for alphabets in ("standard", "permuted")
         for task in rule_tasks(rule, n_per_rule, seed=seed, alphabets=alphabets)
     ]
 
@@ -178,7 +180,10 @@ def example_pattern(
 
 
 def matching_analysis(
-    model: HookedEncoderDecoder, model_name: str, threshold: float = MATCHING_THRESHOLD, rule: str = "pred",
+    model: HookedEncoderDecoder,
+    model_name: str,
+    threshold: float = MATCHING_THRESHOLD,
+    rule: str = "pred",
     tasks: Sequence[Task] | None = None,
 ) -> AnalysisResult:
     """Scores of every encoder head (heat map), the detected heads, and the best head's average
@@ -194,21 +199,32 @@ def matching_analysis(
     }
     labels_found = ", ".join(h.label for h in found) or "none"
     return AnalysisResult(
-        name="matching_heads", model=model_name,
+        name="matching_heads",
+        model=model_name,
         summary={
-            "matching_heads": labels_found, "best_head": best.label, "best_score": best_score,
-            "baseline": scores.baseline, "threshold": threshold, "letters_scored": scores.n_letters,
+            "matching_heads": labels_found,
+            "best_head": best.label,
+            "best_score": best_score,
+            "baseline": scores.baseline,
+            "threshold": threshold,
+            "letters_scored": scores.n_letters,
         },
         data={
-            "score": scores.score, "mass": scores.mass, "baseline": scores.baseline,
+            "score": scores.score,
+            "mass": scores.mass,
+            "baseline": scores.baseline,
             "by_roles": {f"{q}->{k}": v for (q, k), v in scores.by_roles.items()},
             "example_pattern": {"head": shown.label, "rule": rule, "matrix": block},
         },
         figures=figures,
-        findings=[Finding(
-            "matching head", "one encoder head (2.7) matches each letter to the same letter in another role",
-            f"{labels_found} (best {best.label}: {best_score:.2f} above uniform)", bool(found),
-        )],
+        findings=[
+            Finding(
+                "matching head",
+                "one encoder head (2.7) matches each letter to the same letter in another role",
+                f"{labels_found} (best {best.label}: {best_score:.2f} above uniform)",
+                bool(found),
+            )
+        ],
     )
 
 
@@ -230,7 +246,8 @@ def expand_checkpoints(pattern: str) -> list[Path]:
 
 
 def matching_occurrence(
-    groups: Mapping[str, Sequence[str | Path | HookedEncoderDecoder]], threshold: float = MATCHING_THRESHOLD,
+    groups: Mapping[str, Sequence[str | Path | HookedEncoderDecoder]],
+    threshold: float = MATCHING_THRESHOLD,
     tasks: Sequence[Task] | None = None,
 ) -> AnalysisResult:
     """Which checkpoints of each group have a matching head (paper: 20/20 copy runs, 5/20 no-copy runs).
@@ -252,23 +269,38 @@ def matching_occurrence(
             best, best_score = scores.best()
             found = scores.heads(threshold)
             name = str(member) if not isinstance(member, HookedEncoderDecoder) else f"{group}[{index}]"
-            rows.append({"model": name, "has_matching_head": bool(found), "heads": [h.label for h in found],
-                         "best_head": best.label, "best_score": best_score})
+            rows.append(
+                {
+                    "model": name,
+                    "has_matching_head": bool(found),
+                    "heads": [h.label for h in found],
+                    "best_head": best.label,
+                    "best_score": best_score,
+                }
+            )
         table[group] = rows
     rates = {group: sum(r["has_matching_head"] for r in rows) / len(rows) for group, rows in table.items()}
     summary = {f"{group}": f"{sum(r['has_matching_head'] for r in rows)}/{len(rows)}" for group, rows in table.items()}
     holds = rates["copy"] > rates["nocopy"] if {"copy", "nocopy"} <= set(rates) else None
     return AnalysisResult(
-        name="matching_occurrence", model=", ".join(table), summary={**summary, "threshold": threshold},
+        name="matching_occurrence",
+        model=", ".join(table),
+        summary={**summary, "threshold": threshold},
         data={"runs": table, "rates": rates},
-        figures={"runs with a matching head": go.Figure(
-            go.Bar(x=list(rates), y=list(rates.values())),
-            layout={"yaxis": {"title": "fraction of runs", "range": [0, 1]}},
-        )},
-        findings=[Finding(
-            "matching-head occurrence", "20/20 copy runs vs 5/20 no-copy runs (20 alphabets)",
-            ", ".join(f"{group} {value}" for group, value in summary.items()), holds,
-        )],
+        figures={
+            "runs with a matching head": go.Figure(
+                go.Bar(x=list(rates), y=list(rates.values())),
+                layout={"yaxis": {"title": "fraction of runs", "range": [0, 1]}},
+            )
+        },
+        findings=[
+            Finding(
+                "matching-head occurrence",
+                "20/20 copy runs vs 5/20 no-copy runs (20 alphabets)",
+                ", ".join(f"{group} {value}" for group, value in summary.items()),
+                holds,
+            )
+        ],
     )
 
 
@@ -279,9 +311,14 @@ def head_heatmap(values: Float[Tensor, "layer head"], title: str, zmin: float | 
     n_layers, n_heads = values.shape
     return go.Figure(
         go.Heatmap(
-            z=values.tolist(), x=[f"head {h + 1}" for h in range(n_heads)],
-            y=[f"layer {layer + 1}" for layer in range(n_layers)], colorscale="Viridis", zmin=zmin, zmax=zmax,
-            colorbar={"title": title}, texttemplate="%{z:.2f}",
+            z=values.tolist(),
+            x=[f"head {h + 1}" for h in range(n_heads)],
+            y=[f"layer {layer + 1}" for layer in range(n_layers)],
+            colorscale="Viridis",
+            zmin=zmin,
+            zmax=zmax,
+            colorbar={"title": title},
+            texttemplate="%{z:.2f}",
         ),
         layout={"yaxis": {"autorange": "reversed"}, "title": title},
     )
@@ -292,9 +329,15 @@ def _pattern_figure(block: Float[Tensor, "out_pos in_pos"]):
 
     return go.Figure(
         go.Heatmap(
-            z=block.tolist(), x=[f"in {i + 1}" for i in range(block.shape[1])],
-            y=[f"out {i + 1}" for i in range(block.shape[0])], colorscale="Blues", zmin=0, texttemplate="%{z:.2f}",
+            z=block.tolist(),
+            x=[f"in {i + 1}" for i in range(block.shape[1])],
+            y=[f"out {i + 1}" for i in range(block.shape[0])],
+            colorscale="Blues",
+            zmin=0,
+            texttemplate="%{z:.2f}",
         ),
-        layout={"yaxis": {"autorange": "reversed", "title": "example-output letter"},
-                "xaxis": {"title": "example-input letter"}},
+        layout={
+            "yaxis": {"autorange": "reversed", "title": "example-output letter"},
+            "xaxis": {"title": "example-input letter"},
+        },
     )

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from lsa_interp.analysis.patching import LayerPatches, replace_heads
+from lsa_interp.analysis.pattern_patches import LayerPatches, replace_heads
 from lsa_interp.data.tokenizer import TokenBatch
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 
 class NNsightEngine:
-    """Patching with nnsight on a copy of ``model`` (see `lsa_interp.analysis.patching.Engine`)."""
+    """Patching with nnsight on a copy of ``model`` (see `lsa_interp.analysis.pattern_patches.Engine`)."""
 
     def __init__(self, model: HookedEncoderDecoder, max_new_tokens: int) -> None:
         from nnsight import NNsight

@@ -20,19 +20,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from lsa_interp.analysis.pattern_patches import Engine, LayerPatches, check_engine, replace_heads
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
 from lsa_interp.analysis.types import AnalysisResult, Finding, Head, all_heads, parse_head
 from lsa_interp.data.tokenizer import TokenBatch, decode_batch, encode_tasks
 from lsa_interp.data.vocab import ARROW, LETTERS, ROLE_ID
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
 
-ENGINES: tuple[str, ...] = ("hooks", "nnsight")
 OUTCOMES: tuple[str, ...] = ("source", "target", "neither")
 FLIP_THRESHOLD = 0.8
 """The paper saw 10/10 predecessor outputs switch to the successor answer; we call the finding reproduced
@@ -40,19 +39,6 @@ when at least 80% of the pairs flip."""
 _PAPER = "patching head 2.7 with successor patterns: 10/10 predecessor outputs switch to the successor answer"
 
 Patterns = Mapping[Head, Float[Tensor, "batch q_pos k_pos"]]
-LayerPatches = dict[int, list[tuple[int, Tensor]]]
-"""Encoder layer -> [(head index, replacement pattern ``[batch, q_pos, k_pos]``)]."""
-
-
-@runtime_checkable
-class Engine(Protocol):
-    """How patterns are read and patched: ``patterns`` returns the encoder patterns of ``layers``
-    (``[batch, head, q_pos, k_pos]`` each); ``generate`` greedy-decodes with ``patches`` applied and returns the
-    tokens and the encoder output (memory)."""
-
-    def patterns(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, Tensor]: ...
-
-    def generate(self, batch: TokenBatch, patches: LayerPatches) -> tuple[Tensor, Tensor]: ...
 
 
 @dataclass(frozen=True)
@@ -132,12 +118,6 @@ def resolve_heads(model: HookedEncoderDecoder, spec: Head | str | Sequence[Head]
     return heads
 
 
-def check_engine(engine: str) -> None:
-    """Raise ValueError unless ``engine`` is one of `ENGINES`."""
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-
-
 def make_engine(model: HookedEncoderDecoder, engine: str, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> Engine:
     """The engine named ``engine`` for ``model``. Raises ValueError for an unknown name."""
     check_engine(engine)
@@ -166,8 +146,10 @@ class HookEngine:
     def generate(self, batch: TokenBatch, patches: LayerPatches) -> tuple[Tensor, Tensor]:
         """Greedy tokens and encoder output of ``batch`` with ``patches`` applied during the encoder pass."""
         memory: list[Tensor] = []
-        hooks = [(f"encoder.{layer}.attn.hook_pattern", functools.partial(_patch_hook, entries=patches.get(layer, [])))
-                 for layer in range(self.model.cfg.n_encoder_layers)]
+        hooks = [
+            (f"encoder.{layer}.attn.hook_pattern", functools.partial(_patch_hook, entries=patches.get(layer, [])))
+            for layer in range(self.model.cfg.n_encoder_layers)
+        ]
         hooks.append(("encoder.ln_final.hook_out", lambda x, hook: memory.append(x)))
         with self.model.hooks(fwd_hooks=hooks):
             tokens = self.model.generate(batch, max_new_tokens=self.max_new_tokens)
@@ -178,21 +160,12 @@ def _patch_hook(pattern: Tensor, hook, entries: list[tuple[int, Tensor]]) -> Ten
     return replace_heads(pattern, entries)
 
 
-def replace_heads(
-    pattern: Float[Tensor, "batch head q_pos k_pos"], entries: Sequence[tuple[int, Tensor]]
-) -> Float[Tensor, "batch head q_pos k_pos"]:
-    """``pattern`` with head ``h``'s pattern replaced for every ``(h, replacement)`` (a copy if any)."""
-    if not entries:
-        return pattern
-    patched = pattern.clone()
-    for head, replacement in entries:
-        patched[:, head] = replacement
-    return patched
-
-
 @torch.no_grad()
 def patched_generate(
-    model: HookedEncoderDecoder, batch: TokenBatch, patterns: Patterns, engine: str = "hooks",
+    model: HookedEncoderDecoder,
+    batch: TokenBatch,
+    patterns: Patterns,
+    engine: str = "hooks",
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
 ) -> tuple[Int[Tensor, "batch n"], Float[Tensor, "batch vocab"]]:
     """Greedy-decode ``batch`` with the attention pattern of each head in ``patterns`` replaced; return the
@@ -261,9 +234,13 @@ class PatchResult:
         clean, patched = self.clean_outcomes, self.outcomes
         valid = ~torch.isnan(self.logit_diff_clean)
         return {
-            "head": self.label, "pairs": len(self.clean),
-            "clean_target_accuracy": clean["target"], "clean_source_rate": clean["source"],
-            "flip_rate": patched["source"], "stay_rate": patched["target"], "neither_rate": patched["neither"],
+            "head": self.label,
+            "pairs": len(self.clean),
+            "clean_target_accuracy": clean["target"],
+            "clean_source_rate": clean["source"],
+            "flip_rate": patched["source"],
+            "stay_rate": patched["target"],
+            "neither_rate": patched["neither"],
             "logit_diff_clean": float(self.logit_diff_clean[valid].mean()) if valid.any() else float("nan"),
             "logit_diff_patched": float(self.logit_diff_patched[valid].mean()) if valid.any() else float("nan"),
             "logit_diff_pairs": int(valid.sum()),
@@ -280,8 +257,11 @@ def _logit_diff(logits: Tensor, pairs: PairBatch) -> Tensor:
 
 @torch.no_grad()
 def patch_sweep(
-    model: HookedEncoderDecoder, pairs: Sequence[MinimalPair] | PairBatch, heads: Head | str | Sequence[Head] = "all",
-    engine: str = "hooks", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    model: HookedEncoderDecoder,
+    pairs: Sequence[MinimalPair] | PairBatch,
+    heads: Head | str | Sequence[Head] = "all",
+    engine: str = "hooks",
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
 ) -> dict[Head, PatchResult]:
     """Patch each head of ``heads`` on its own (see `resolve_heads`): one clean run, the source patterns read
     once, then one batched encode + KV-cached greedy decode of all pairs per head. Raises ValueError for bad
@@ -298,16 +278,24 @@ def patch_sweep(
     for head in chosen:
         tokens, memory = runner.generate(target, {head.layer: [(head.head, patterns[head.layer][:, head.head])]})
         results[head] = PatchResult(
-            (head,), batch.source_answers, batch.target_answers, clean, decode_batch(tokens),
-            clean_diff, _logit_diff(_first_step_logits(model, memory, target), batch),
+            (head,),
+            batch.source_answers,
+            batch.target_answers,
+            clean,
+            decode_batch(tokens),
+            clean_diff,
+            _logit_diff(_first_step_logits(model, memory, target), batch),
         )
     return results
 
 
 @torch.no_grad()
 def patch_pairs(
-    model: HookedEncoderDecoder, pairs: Sequence[MinimalPair] | PairBatch, head: Head | str | Sequence[Head] = "auto",
-    engine: str = "hooks", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    model: HookedEncoderDecoder,
+    pairs: Sequence[MinimalPair] | PairBatch,
+    head: Head | str | Sequence[Head] = "auto",
+    engine: str = "hooks",
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
 ) -> PatchResult:
     """Patch the named heads together, in one run, on ``pairs`` (a `Head`, a list, a label such as ``"2.7"`` or
     ``"1.3+2.3"``, or ``"auto"``: every detected matching head). Raises ValueError for ``"all"`` (use
@@ -325,7 +313,11 @@ def patch_pairs(
         patches.setdefault(h.layer, []).append((h.head, patterns[h.layer][:, h.head]))
     tokens, memory = runner.generate(target, patches)
     return PatchResult(
-        tuple(heads), batch.source_answers, batch.target_answers, decode_batch(clean_tokens), decode_batch(tokens),
+        tuple(heads),
+        batch.source_answers,
+        batch.target_answers,
+        decode_batch(clean_tokens),
+        decode_batch(tokens),
         _logit_diff(_first_step_logits(model, clean_memory, target), batch),
         _logit_diff(_first_step_logits(model, memory, target), batch),
     )
@@ -340,8 +332,14 @@ def flip_matrix(model: HookedEncoderDecoder, results: Mapping[Head, PatchResult]
 
 
 def patching_analysis(
-    model: HookedEncoderDecoder, model_name: str, source: str = "succ", target: str = "pred",
-    head: Head | str = "auto", n_pairs: int = 200, seed: int = 0, engine: str = "hooks",
+    model: HookedEncoderDecoder,
+    model_name: str,
+    source: str = "succ",
+    target: str = "pred",
+    head: Head | str = "auto",
+    n_pairs: int = 200,
+    seed: int = 0,
+    engine: str = "hooks",
     alphabets: str | Sequence[str] = "standard",
 ) -> AnalysisResult:
     """Patch ``head`` (or every head with ``"all"``) from ``source`` into ``target`` prompts on ``n_pairs``
@@ -356,11 +354,19 @@ def patching_analysis(
         top = patch_pairs(model, pairs, head, engine)
     summary = {"source": source, "target": target, "engine": engine, **top.summary()}
     figures = {f"head {top.label}: answers of {target} prompts": _outcome_figure(top, source, target)}
-    data: dict = {"pairs": [
-        {"source": str(p.source), "target": str(p.target), "clean": c, "patched": a,
-         "logit_diff_clean": float(dc), "logit_diff_patched": float(dp)}
-        for p, c, a, dc, dp in zip(pairs, top.clean, top.patched, top.logit_diff_clean, top.logit_diff_patched)
-    ]}
+    data: dict = {
+        "pairs": [
+            {
+                "source": str(p.source),
+                "target": str(p.target),
+                "clean": c,
+                "patched": a,
+                "logit_diff_clean": float(dc),
+                "logit_diff_patched": float(dp),
+            }
+            for p, c, a, dc, dp in zip(pairs, top.clean, top.patched, top.logit_diff_clean, top.logit_diff_patched)
+        ]
+    }
     if sweep:
         from lsa_interp.analysis.matching import head_heatmap
 
@@ -371,11 +377,17 @@ def patching_analysis(
         summary["best_head"] = top.label
     solved = top.clean_outcomes["target"]
     which = f"head{'s' if len(top.heads) > 1 else ''} {top.label}"
-    ours = (f"{top.flip_rate:.0%} of {len(pairs)} {target} outputs switch to the {source} answer ({which}; "
-            f"clean {target} accuracy {solved:.0%})")
+    ours = (
+        f"{top.flip_rate:.0%} of {len(pairs)} {target} outputs switch to the {source} answer ({which}; "
+        f"clean {target} accuracy {solved:.0%})"
+    )
     holds = top.flip_rate >= FLIP_THRESHOLD if solved >= 0.5 else None  # no verdict if the model fails the target
     return AnalysisResult(
-        name="patching", model=model_name, summary=summary, data=data, figures=figures,
+        name="patching",
+        model=model_name,
+        summary=summary,
+        data=data,
+        figures=figures,
         findings=[Finding(f"attention-pattern patching{' (best single head)' if sweep else ''}", _PAPER, ours, holds)],
     )
 
@@ -385,7 +397,9 @@ def _outcome_figure(result: PatchResult, source: str, target: str):
 
     names = {"source": f"{source} answer", "target": f"{target} answer", "neither": "neither"}
     return go.Figure(
-        [go.Bar(name=run, x=[names[k] for k in OUTCOMES], y=[values[k] for k in OUTCOMES])
-         for run, values in (("clean", result.clean_outcomes), ("patched", result.outcomes))],
+        [
+            go.Bar(name=run, x=[names[k] for k in OUTCOMES], y=[values[k] for k in OUTCOMES])
+            for run, values in (("clean", result.clean_outcomes), ("patched", result.outcomes))
+        ],
         layout={"barmode": "group", "yaxis": {"title": "fraction of pairs", "range": [0, 1]}},
     )

@@ -87,8 +87,11 @@ def planted_model(matching: bool = True, seed: int = 0) -> HookedEncoderDecoder:
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            param.copy_(torch.ones_like(param) if name.endswith(("ln1.weight", "ln2.weight", "ln3.weight",
-                                                                  "ln_final.weight")) else torch.zeros_like(param))
+            param.copy_(
+                torch.ones_like(param)
+                if name.endswith(("ln1.weight", "ln2.weight", "ln3.weight", "ln_final.weight"))
+                else torch.zeros_like(param)
+            )
         model.pos_embedding.copy_(position_table())
         d = cfg.d_model
         for stack in (model.encoder, model.decoder):

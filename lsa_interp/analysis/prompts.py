@@ -132,9 +132,12 @@ def minimal_pairs(
         (s_ex, s_q), (t_ex, t_q) = problems
         if s_ex[0] != t_ex[0] or s_q[0] != t_q[0] or s_ex[1] == t_ex[1] or s_q[1] == t_q[1] or s_ex == s_q:
             continue
-        to_task = lambda ex, q, rule: Task(  # noqa: E731
-            alphabet, ((_letters(alphabet, ex[0]), _letters(alphabet, ex[1])),), _letters(alphabet, q[0]),
-            _letters(alphabet, q[1]), rule,
+        to_task = lambda ex, q, rule, alphabet=alphabet: Task(
+            alphabet,
+            ((_letters(alphabet, ex[0]), _letters(alphabet, ex[1])),),
+            _letters(alphabet, q[0]),
+            _letters(alphabet, q[1]),
+            rule,
         )
         pair = MinimalPair(to_task(s_ex, s_q, source), to_task(t_ex, t_q, target))
         if pair not in pairs:

@@ -154,24 +154,38 @@ def rasp_comparison(
     best_index = mass.argmax(0).tolist()
     best = {sel: heads[index] for sel, index in zip(SELECTORS, best_index)}
     best_rows = {
-        sel: {"head": heads[h].label, "mass": float(mass[h, i]), "correlation": float(correlation[h, i]),
-              "chance": float(chance[i])}
+        sel: {
+            "head": heads[h].label,
+            "mass": float(mass[h, i]),
+            "correlation": float(correlation[h, i]),
+            "chance": float(chance[i]),
+        }
         for i, (sel, h) in enumerate(zip(SELECTORS, best_index))
     }
-    summary = {"tasks": len(tasks), **{f"best_{sel}": row["head"] for sel, row in best_rows.items()},
-               **{f"best_{sel}_mass": row["mass"] for sel, row in best_rows.items()}}
+    summary = {
+        "tasks": len(tasks),
+        **{f"best_{sel}": row["head"] for sel, row in best_rows.items()},
+        **{f"best_{sel}_mass": row["mass"] for sel, row in best_rows.items()},
+    }
     labels = _token_labels(example)
     data = {
-        "selectors": list(SELECTORS), "heads": [h.label for h in heads], "mass": _table(mass, heads),
-        "correlation": _table(correlation, heads), "chance": dict(zip(SELECTORS, chance.tolist())),
-        "best": best_rows, "example": str(example), "example_tokens": labels,
+        "selectors": list(SELECTORS),
+        "heads": [h.label for h in heads],
+        "mass": _table(mass, heads),
+        "correlation": _table(correlation, heads),
+        "chance": dict(zip(SELECTORS, chance.tolist())),
+        "best": best_rows,
+        "example": str(example),
+        "example_tokens": labels,
     }
     figures = {
         "attention mass on the selector's keys": score_heatmap(mass, heads, "mass on selected keys"),
         "correlation with the selector": score_heatmap(correlation, heads, "Pearson correlation"),
         "selectors and their best heads": example_figure(
-            selector_patterns(example_src)[0], [example_patterns[0, b.layer, b.head] for b in best.values()],
-            list(best.values()), labels,
+            selector_patterns(example_src)[0],
+            [example_patterns[0, b.layer, b.head] for b in best.values()],
+            list(best.values()),
+            labels,
         ),
     }
     return AnalysisResult("rasp", model_name, summary, data, figures, _findings(best_rows))
@@ -208,15 +222,22 @@ def _findings(best_rows: dict[str, dict]) -> list[Finding]:
     findings = []
     for sel, row in best_rows.items():
         layer = int(row["head"].split(".")[0])
-        paper = (f"the matching head (2.7, layer {PAPER_LAYER[sel]}) resembles same-as" if sel == "same_as"
-                 else f"layer-{PAPER_LAYER[sel]} heads resemble the {sel} selector")
-        findings.append(Finding(
-            f"RASP {sel} selector", paper,
-            f"best head {row['head']}: mass {row['mass']:.2f} (chance {row['chance']:.2f}), r {row['correlation']:.2f}",
-            layer == PAPER_LAYER[sel] and row["mass"] >= MATCH_THRESHOLD,
-            f"holds when the best head is in encoder layer {PAPER_LAYER[sel]} with mass >= {MATCH_THRESHOLD}; "
-            "head numbers belong to one checkpoint",
-        ))
+        paper = (
+            f"the matching head (2.7, layer {PAPER_LAYER[sel]}) resembles same-as"
+            if sel == "same_as"
+            else f"layer-{PAPER_LAYER[sel]} heads resemble the {sel} selector"
+        )
+        findings.append(
+            Finding(
+                f"RASP {sel} selector",
+                paper,
+                f"best head {row['head']}: mass {row['mass']:.2f} (chance {row['chance']:.2f}), "
+                f"r {row['correlation']:.2f}",
+                layer == PAPER_LAYER[sel] and row["mass"] >= MATCH_THRESHOLD,
+                f"holds when the best head is in encoder layer {PAPER_LAYER[sel]} with mass >= {MATCH_THRESHOLD}; "
+                "head numbers belong to one checkpoint",
+            )
+        )
     return findings
 
 
@@ -224,12 +245,21 @@ def score_heatmap(scores: Float[Tensor, "heads selector"], heads: list[Head], ti
     """A plotly heat map of one score, heads (1-based labels) x selectors."""
     import plotly.graph_objects as go
 
-    figure = go.Figure(go.Heatmap(
-        z=scores.tolist(), x=list(SELECTORS), y=[h.label for h in heads], zmin=0.0, zmax=1.0,
-        colorscale="Viridis", texttemplate="%{z:.2f}", colorbar={"title": title},
-    ))
+    figure = go.Figure(
+        go.Heatmap(
+            z=scores.tolist(),
+            x=list(SELECTORS),
+            y=[h.label for h in heads],
+            zmin=0.0,
+            zmax=1.0,
+            colorscale="Viridis",
+            texttemplate="%{z:.2f}",
+            colorbar={"title": title},
+        )
+    )
     figure.update_layout(
-        title=f"Encoder heads vs RASP-L selectors: {title}", yaxis={"autorange": "reversed", "title": "head (L.H)"},
+        title=f"Encoder heads vs RASP-L selectors: {title}",
+        yaxis={"autorange": "reversed", "title": "head (L.H)"},
         height=max(400, 22 * len(heads) + 150),
     )
     return figure
@@ -244,15 +274,20 @@ def example_figure(
 
     titles = [f"RASP {sel}" for sel in SELECTORS]
     titles += [f"head {h.label} (best for {sel})" for h, sel in zip(heads, SELECTORS)]
-    figure = make_subplots(rows=2, cols=len(SELECTORS), subplot_titles=titles, horizontal_spacing=0.06,
-                           vertical_spacing=0.08)
+    figure = make_subplots(
+        rows=2, cols=len(SELECTORS), subplot_titles=titles, horizontal_spacing=0.06, vertical_spacing=0.08
+    )
     ticks = {"tickvals": list(range(len(labels))), "ticktext": labels, "tickfont": {"size": 7}}
     for col, (selector, pattern) in enumerate(zip(selectors, patterns), start=1):
         for row, matrix in ((1, selector), (2, pattern)):
-            figure.add_trace(go.Heatmap(z=matrix.tolist(), zmin=0.0, zmax=1.0, colorscale="Blues",
-                                        showscale=row == 1 and col == 1), row=row, col=col)
+            figure.add_trace(
+                go.Heatmap(z=matrix.tolist(), zmin=0.0, zmax=1.0, colorscale="Blues", showscale=row == 1 and col == 1),
+                row=row,
+                col=col,
+            )
             figure.update_xaxes(title_text="key", row=row, col=col, **ticks)
             figure.update_yaxes(title_text="query", autorange="reversed", row=row, col=col, **ticks)
-    figure.update_layout(title="RASP-L selectors (top) and the best-matching encoder heads (bottom)",
-                         height=1100, width=1400)
+    figure.update_layout(
+        title="RASP-L selectors (top) and the best-matching encoder heads (bottom)", height=1100, width=1400
+    )
     return figure

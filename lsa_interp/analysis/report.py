@@ -21,7 +21,11 @@ from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.utils import atomic_write
 
 REPORT_SIZES: dict[str, int] = {
-    "roles": 300, "patch_pairs": 100, "cross_attention": 200, "elimination": 200, "decoder_lens": 1000,
+    "roles": 300,
+    "patch_pairs": 100,
+    "cross_attention": 200,
+    "elimination": 200,
+    "decoder_lens": 1000,
     "rasp": 200,
 }
 """Tasks (or minimal pairs) per analysis in the report; the single commands default to more."""
@@ -48,7 +52,9 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """The JSON document: findings, each analysis's summary and data, timings."""
         return {
-            "model": self.model, "findings": [f.to_dict() for f in self.findings], "seconds": self.seconds,
+            "model": self.model,
+            "findings": [f.to_dict() for f in self.findings],
+            "seconds": self.seconds,
             "analyses": {r.name: r.to_dict() for r in self.results},
         }
 
@@ -63,8 +69,10 @@ class Report:
         atomic_write(paths["json"], lambda p: p.write_text(text))
         figures = {f"{r.name}: {title}": fig for r in self.results for title, fig in r.figures.items()}
         total = sum(self.seconds.values())
-        intro = (f"<p>Every finding of the paper re-measured on <b>{self.model}</b> in {total:.0f} s "
-                 "(head labels 1-based, as in the paper: 2.7 = encoder layer 2, head 7).</p>")
+        intro = (
+            f"<p>Every finding of the paper re-measured on <b>{self.model}</b> in {total:.0f} s "
+            "(head labels 1-based, as in the paper: 2.7 = encoder layer 2, head 7).</p>"
+        )
         page = figures_page(f"lsa-interp report: {self.model}", figures, self.findings, intro)
         atomic_write(paths["html"], lambda p: p.write_text(page))
         return paths
@@ -72,22 +80,41 @@ class Report:
 
 def _steps(model: HookedEncoderDecoder, name: str, seed: int) -> list[tuple[str, Callable[[], AnalysisResult]]]:
     from lsa_interp.analysis import (
-        cross_attention, decoder_lens, elimination, invariance, matching, patching, rasp, roles,
+        cross_attention,
+        decoder_lens,
+        elimination,
+        invariance,
+        matching,
+        patching,
+        rasp,
+        roles,
     )
 
     sizes = REPORT_SIZES
     return [
         ("roles", lambda: roles.role_assignment(model, n_tasks=sizes["roles"], seed=seed, model_name=name)),
         ("matching heads", lambda: matching.matching_analysis(model, name)),
-        ("patching", lambda: patching.patching_analysis(model, name, head="all", n_pairs=sizes["patch_pairs"],
-                                                        seed=seed)),
+        (
+            "patching",
+            lambda: patching.patching_analysis(model, name, head="all", n_pairs=sizes["patch_pairs"], seed=seed),
+        ),
         ("invariance", lambda: invariance.mapping_invariance(model, seed=seed, model_name=name)),
-        ("cross-attention", lambda: cross_attention.cross_attention_targets(
-            model, n_tasks=sizes["cross_attention"], seed=seed, model_name=name)),
-        ("elimination", lambda: elimination.elimination(model, n_tasks=sizes["elimination"], seed=seed,
-                                                        model_name=name)),
-        ("decoder lens", lambda: decoder_lens.decoder_lens(
-            model, decoder_lens.lens_tasks(model, sizes["decoder_lens"], seed), model_name=name, source="val")),
+        (
+            "cross-attention",
+            lambda: cross_attention.cross_attention_targets(
+                model, n_tasks=sizes["cross_attention"], seed=seed, model_name=name
+            ),
+        ),
+        (
+            "elimination",
+            lambda: elimination.elimination(model, n_tasks=sizes["elimination"], seed=seed, model_name=name),
+        ),
+        (
+            "decoder lens",
+            lambda: decoder_lens.decoder_lens(
+                model, decoder_lens.lens_tasks(model, sizes["decoder_lens"], seed), model_name=name, source="val"
+            ),
+        ),
         ("rasp", lambda: rasp.rasp_comparison(model, rasp.seen_rule_tasks(sizes["rasp"], seed), model_name=name)),
     ]
 
@@ -121,10 +148,19 @@ def control_findings(report: Report, model: HookedEncoderDecoder, n_pairs: int, 
     findings = [Finding("patching the matching head", paper, ours, matched.flip_rate >= MATCHING_MIN_FLIP)]
     if controls:
         control = patch_pairs(model, pairs, controls)
-        which = (f"head {control.label} (lowest matching score in layer {controls[0].layer + 1})" if len(controls) == 1
-                 else f"heads {control.label} (lowest matching score of each matching head's layer)")
-        findings.append(Finding("control head flips few", f"(not in the paper) at most {CONTROL_MAX_FLIP:.0%}",
-                                f"{which}: {control.flip_rate:.0%} switch", control.flip_rate <= CONTROL_MAX_FLIP))
+        which = (
+            f"head {control.label} (lowest matching score in layer {controls[0].layer + 1})"
+            if len(controls) == 1
+            else f"heads {control.label} (lowest matching score of each matching head's layer)"
+        )
+        findings.append(
+            Finding(
+                "control head flips few",
+                f"(not in the paper) at most {CONTROL_MAX_FLIP:.0%}",
+                f"{which}: {control.flip_rate:.0%} switch",
+                control.flip_rate <= CONTROL_MAX_FLIP,
+            )
+        )
     return findings
 
 

@@ -206,10 +206,16 @@ def role_assignment(
         "tasks": len(tasks),
         "test_tokens": int(np.isin(test_roles, [ROLE_ID[r] for r in KDE_ROLES]).sum()),
         "pca_explained_variance": float(pca.explained_variance_ratio_.sum()),
-        **{f"{key}_{stage}": stages[stage][key] for key in ("silhouette_pca", "silhouette_full", "probe_accuracy")
-           for stage in ("before", "after")},
-        **{f"overlap_{name}_{stage}": stages[stage]["overlap"][pair] for name, pair in _OUT_PAIRS.items()
-           for stage in ("before", "after")},
+        **{
+            f"{key}_{stage}": stages[stage][key]
+            for key in ("silhouette_pca", "silhouette_full", "probe_accuracy")
+            for stage in ("before", "after")
+        },
+        **{
+            f"overlap_{name}_{stage}": stages[stage]["overlap"][pair]
+            for name, pair in _OUT_PAIRS.items()
+            for stage in ("before", "after")
+        },
         "uniform_separator_mass": sep["uniform"],
         "max_separator_mass": float(total.max()),
         "separator_heads": len(stripe_heads),
@@ -225,8 +231,12 @@ def role_assignment(
             for h in range(model.cfg.n_heads)
         ],
         "separator_heads": stripe_heads,
-        "constants": {"silhouette_margin": SILHOUETTE_MARGIN, "probe_margin": PROBE_MARGIN,
-                      "overlap_margin": OVERLAP_MARGIN, "stripe_ratio": STRIPE_RATIO},
+        "constants": {
+            "silhouette_margin": SILHOUETTE_MARGIN,
+            "probe_margin": PROBE_MARGIN,
+            "overlap_margin": OVERLAP_MARGIN,
+            "stripe_ratio": STRIPE_RATIO,
+        },
     }
     figures = {
         "role densities before and after encoder layer 1 (PCA plane)": _density_figure(stages),
@@ -284,11 +294,19 @@ def _density_figure(stages: dict[str, dict]):
             top = float(density.max())
             fig.add_trace(
                 go.Contour(
-                    x=xs, y=ys, z=density, name=role, legendgroup=role, showlegend=col == 1, showscale=False,
+                    x=xs,
+                    y=ys,
+                    z=density,
+                    name=role,
+                    legendgroup=role,
+                    showlegend=col == 1,
+                    showscale=False,
                     contours=dict(coloring="lines", start=0.15 * top, end=top, size=0.2 * top),
-                    colorscale=[[0, ROLE_COLORS[role]], [1, ROLE_COLORS[role]]], line_width=2,
+                    colorscale=[[0, ROLE_COLORS[role]], [1, ROLE_COLORS[role]]],
+                    line_width=2,
                 ),
-                row=1, col=col,
+                row=1,
+                col=col,
             )
         fig.update_xaxes(title_text="PC 1", row=1, col=col)
         fig.update_yaxes(title_text="PC 2", row=1, col=col)
@@ -303,8 +321,7 @@ def _separator_figure(sep: dict):
     fig = go.Figure([go.Bar(x=labels, y=sep["pipe"], name="|"), go.Bar(x=labels, y=sep["arrow"], name=">")])
     fig.add_hline(y=sep["uniform"], line_dash="dash", annotation_text="uniform attention")
     fig.add_hline(y=STRIPE_RATIO * sep["uniform"], line_dash="dot", annotation_text=f"{STRIPE_RATIO:g}x uniform")
-    fig.update_layout(barmode="stack", xaxis_title="head (1-based L.H)", yaxis_title="mean attention mass",
-                      height=400)
+    fig.update_layout(barmode="stack", xaxis_title="head (1-based L.H)", yaxis_title="mean attention mass", height=400)
     return fig
 
 
@@ -322,10 +339,14 @@ def _pattern_figure(model: HookedEncoderDecoder):
     for h in range(n_heads):
         fig.add_trace(
             go.Heatmap(z=pattern[h].numpy(), x=labels, y=labels, coloraxis="coloraxis"),
-            row=h // cols + 1, col=h % cols + 1,
+            row=h // cols + 1,
+            col=h % cols + 1,
         )
     fig.update_yaxes(autorange="reversed", showticklabels=False)
     fig.update_xaxes(showticklabels=False)
-    fig.update_layout(height=300 * rows, coloraxis=dict(colorscale="Blues", cmin=0, cmax=1),
-                      title=f"encoder layer 1 on {RUNNING_EXAMPLE} (rows: query token, columns: key token)")
+    fig.update_layout(
+        height=300 * rows,
+        coloraxis=dict(colorscale="Blues", cmin=0, cmax=1),
+        title=f"encoder layer 1 on {RUNNING_EXAMPLE} (rows: query token, columns: key token)",
+    )
     return fig

@@ -15,7 +15,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from lsa_interp.analysis.patching import PairBatch, check_engine, pair_batch, patch_pairs, resolve_heads
+from lsa_interp.analysis.patching import PairBatch, pair_batch, patch_pairs, resolve_heads
+from lsa_interp.analysis.pattern_patches import check_engine
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.analysis.types import AnalysisResult, Finding, Head
 from lsa_interp.data.transformations import PAPER, get_transformation
@@ -55,8 +56,13 @@ def _pairs(source: str, target: str, n: int, seed: int, alphabets) -> PairBatch 
 
 
 def steering_matrix(
-    model: HookedEncoderDecoder, head: Head | str = "auto", rules: Sequence[str] = PAPER, n_pairs: int = 50,
-    seed: int = 0, engine: str = "hooks", alphabets: str | Sequence[str] = "standard",
+    model: HookedEncoderDecoder,
+    head: Head | str = "auto",
+    rules: Sequence[str] = PAPER,
+    n_pairs: int = 50,
+    seed: int = 0,
+    engine: str = "hooks",
+    alphabets: str | Sequence[str] = "standard",
 ) -> SteeringMatrix:
     """Patch ``head`` (a `Head`, a list, a 1-based label, labels joined by ``+`` or ``"auto"``: the heads are
     patched together) for every ordered pair of ``rules``.
@@ -92,8 +98,13 @@ def steering_matrix(
 
 
 def steering_analysis(
-    model: HookedEncoderDecoder, model_name: str, head: Head | str = "auto", rules: Sequence[str] = PAPER,
-    n_pairs: int = 50, seed: int = 0, engine: str = "hooks",
+    model: HookedEncoderDecoder,
+    model_name: str,
+    head: Head | str = "auto",
+    rules: Sequence[str] = PAPER,
+    n_pairs: int = 50,
+    seed: int = 0,
+    engine: str = "hooks",
 ) -> AnalysisResult:
     """`steering_matrix` as a result: a source x target heat map of flip rates and the missing cells."""
     import plotly.graph_objects as go
@@ -102,22 +113,46 @@ def steering_analysis(
     measured = ~torch.isnan(matrix.flip)
     mean_flip = float(matrix.flip[measured].mean()) if measured.any() else float("nan")
     figure = go.Figure(
-        go.Heatmap(z=matrix.flip.tolist(), x=list(matrix.rules), y=list(matrix.rules), colorscale="Viridis",
-                   zmin=0, zmax=1, colorbar={"title": "flip rate"}, texttemplate="%{z:.2f}"),
-        layout={"xaxis": {"title": "target (prompts run)"}, "yaxis": {"title": "source (pattern taken from)",
-                                                                       "autorange": "reversed"}},
+        go.Heatmap(
+            z=matrix.flip.tolist(),
+            x=list(matrix.rules),
+            y=list(matrix.rules),
+            colorscale="Viridis",
+            zmin=0,
+            zmax=1,
+            colorbar={"title": "flip rate"},
+            texttemplate="%{z:.2f}",
+        ),
+        layout={
+            "xaxis": {"title": "target (prompts run)"},
+            "yaxis": {"title": "source (pattern taken from)", "autorange": "reversed"},
+        },
     )
     label = matrix.label
     return AnalysisResult(
-        name="steering", model=model_name,
-        summary={"head": label, "cells_measured": int(measured.sum()), "cells_missing": len(matrix.missing),
-                 "mean_flip_rate": mean_flip, "pairs_per_cell": n_pairs},
-        data={"rules": list(matrix.rules), "flip_rate": matrix.flip, "clean_accuracy": matrix.clean_accuracy,
-              "n_pairs": matrix.n_pairs, "missing": matrix.missing},
+        name="steering",
+        model=model_name,
+        summary={
+            "head": label,
+            "cells_measured": int(measured.sum()),
+            "cells_missing": len(matrix.missing),
+            "mean_flip_rate": mean_flip,
+            "pairs_per_cell": n_pairs,
+        },
+        data={
+            "rules": list(matrix.rules),
+            "flip_rate": matrix.flip,
+            "clean_accuracy": matrix.clean_accuracy,
+            "n_pairs": matrix.n_pairs,
+            "missing": matrix.missing,
+        },
         figures={f"steering matrix of head {label}": figure},
-        findings=[Finding(
-            "steering by one head", "head 2.7's pattern from successor prompts turns predecessor answers into "
-            "successor answers", f"mean flip rate {mean_flip:.2f} over {int(measured.sum())} rule pairs (head {label})",
-            None,
-        )],
+        findings=[
+            Finding(
+                "steering by one head",
+                "head 2.7's pattern from successor prompts turns predecessor answers into successor answers",
+                f"mean flip rate {mean_flip:.2f} over {int(measured.sum())} rule pairs (head {label})",
+                None,
+            )
+        ],
     )

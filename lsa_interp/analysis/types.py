@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from lsa_interp.model.config import ModelConfig
 
 BLOCKS: dict[str, tuple[str, str]] = {
-    "enc": ("encoder", "attn"), "dec": ("decoder", "attn"), "cross": ("decoder", "cross_attn"),
+    "enc": ("encoder", "attn"),
+    "dec": ("decoder", "attn"),
+    "cross": ("decoder", "cross_attn"),
 }
 """Label prefix -> (stack, attention module) of the three kinds of attention block."""
 
@@ -104,8 +106,11 @@ class AnalysisResult:
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (``figures`` are left to the HTML file)."""
         return {
-            "analysis": self.name, "model": self.model, "summary": _jsonable(self.summary),
-            "findings": [f.to_dict() for f in self.findings], "data": _jsonable(self.data),
+            "analysis": self.name,
+            "model": self.model,
+            "summary": _jsonable(self.summary),
+            "findings": [f.to_dict() for f in self.findings],
+            "data": _jsonable(self.data),
         }
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:

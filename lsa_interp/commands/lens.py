@@ -22,8 +22,11 @@ def register(app: typer.Typer) -> None:
         model: ModelOption = "copy-200",
         tasks: Annotated[int, typer.Option(min=1, help="Number of tasks (a deterministic subset).")] = 1000,
         source: Annotated[
-            str, typer.Option(help="val: non-copy val rows of the model's training preset (all 19 rules); "
-                              "rules: generated tasks of the 10 seen rules in the standard alphabet.")
+            str,
+            typer.Option(
+                help="val: non-copy val rows of the model's training preset (all 19 rules); "
+                "rules: generated tasks of the 10 seen rules in the standard alphabet."
+            ),
         ] = "val",
         seed: Annotated[
             int, typer.Option(min=0, help="Seed of the val subset, or of the generated tasks with --source rules.")
@@ -33,7 +36,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Exact match when the decoder reads encoder layer k (after the final encoder norm) instead of the
         encoder output, for every layer k (1-based), overall and by transformation (paper: 0.0 / 1.9 / 66.5 %)."""
-        from lsa_interp.analysis.decoder_lens import decoder_lens as run_lens, lens_tasks
+        from lsa_interp.analysis.decoder_lens import decoder_lens as run_lens
+        from lsa_interp.analysis.decoder_lens import lens_tasks
 
         net = open_model(model, device)
         result = run_lens(net, lens_tasks(net, tasks, seed, source), model_name=model, source=source)

@@ -42,8 +42,10 @@ def register(app: typer.Typer) -> None:
         model: ModelOption = "copy-200",
         compare: Annotated[
             list[str] | None,
-            typer.Option(help="NAME=GLOB: a group of checkpoints (run directories are searched for model/ and "
-                         "replicate-*/model); repeat for each group. Replaces --model."),
+            typer.Option(
+                help="NAME=GLOB: a group of checkpoints (run directories are searched for model/ and "
+                "replicate-*/model); repeat for each group. Replaces --model."
+            ),
         ] = None,
         threshold: Annotated[
             float | None, typer.Option(help="Matching-score threshold; default 0.25 (MATCHING_THRESHOLD).")
@@ -83,9 +85,12 @@ def register(app: typer.Typer) -> None:
     def patch(
         model: ModelOption = "copy-200",
         head: Annotated[
-            str, typer.Option(help="'L.H' (1-based, as in the paper: 2.7 = encoder layer 2, head 7), several "
-                              "joined by '+' and patched together (1.3+2.3), 'auto' (every detected matching "
-                              "head, together) or 'all' (every encoder head, one at a time).")
+            str,
+            typer.Option(
+                help="'L.H' (1-based, as in the paper: 2.7 = encoder layer 2, head 7), several "
+                "joined by '+' and patched together (1.3+2.3), 'auto' (every detected matching "
+                "head, together) or 'all' (every encoder head, one at a time)."
+            ),
         ] = "auto",
         source: Annotated[str, typer.Option("--from", help="Transformation whose pattern is patched in.")] = "succ",
         target: Annotated[str, typer.Option("--to", help="Transformation whose prompts are run.")] = "pred",

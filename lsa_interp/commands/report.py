@@ -36,8 +36,11 @@ def register(app: typer.Typer) -> None:
         for column in ("finding", "paper", "ours", "verdict"):
             table.add_column(column)
         for f in result.findings:
-            table.add_row(f.name, f.paper, f.ours, {True: "[green]holds", False: "[red]does not hold"}.get(f.holds, "n/a"))
+            table.add_row(
+                f.name, f.paper, f.ours, {True: "[green]holds", False: "[red]does not hold"}.get(f.holds, "n/a")
+            )
         Console(width=140).print(table)
         paths = result.write(out if out is not None else default_out(model))
-        Console().print(f"wrote {paths['html']} and {paths['json']} in {sum(result.seconds.values()):.0f} s",
-                        highlight=False)
+        Console().print(
+            f"wrote {paths['html']} and {paths['json']} in {sum(result.seconds.values()):.0f} s", highlight=False
+        )

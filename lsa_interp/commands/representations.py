@@ -66,8 +66,9 @@ def register(app: typer.Typer) -> None:
         from lsa_interp.analysis.roles import role_assignment
 
         net = open_model(model, device)
-        result = role_assignment(net, n_tasks=tasks, seed=seed, transformations=rules, alphabets=alphabets,
-                                 model_name=model)
+        result = role_assignment(
+            net, n_tasks=tasks, seed=seed, transformations=rules, alphabets=alphabets, model_name=model
+        )
         finish(result, out, model)
 
     @app.command(
@@ -93,8 +94,9 @@ def register(app: typer.Typer) -> None:
         from lsa_interp.analysis.invariance import mapping_invariance
 
         net = open_model(model, device)
-        result = mapping_invariance(net, transformation, n_prompts=tasks, seed=seed, alphabets=alphabets,
-                                    compare=rules[1:], model_name=model)
+        result = mapping_invariance(
+            net, transformation, n_prompts=tasks, seed=seed, alphabets=alphabets, compare=rules[1:], model_name=model
+        )
         finish(result, out, model)
 
     @app.command(
@@ -116,8 +118,9 @@ def register(app: typer.Typer) -> None:
         from lsa_interp.analysis.cross_attention import cross_attention_targets
 
         net = open_model(model, device)
-        result = cross_attention_targets(net, transformation, n_tasks=tasks, seed=seed, alphabets=alphabets,
-                                         model_name=model)
+        result = cross_attention_targets(
+            net, transformation, n_tasks=tasks, seed=seed, alphabets=alphabets, model_name=model
+        )
         finish(result, out, model)
 
     @app.command("elimination", epilog="Example: lsa-interp elimination --model copy-200 --tasks 200 -t pred")
@@ -137,6 +140,7 @@ def register(app: typer.Typer) -> None:
         from lsa_interp.analysis.elimination import elimination as run_elimination
 
         net = open_model(model, device)
-        result = run_elimination(net, n_tasks=tasks, seed=seed, transformations=rules, alphabets=alphabets,
-                                 model_name=model)
+        result = run_elimination(
+            net, n_tasks=tasks, seed=seed, transformations=rules, alphabets=alphabets, model_name=model
+        )
         finish(result, out, model)

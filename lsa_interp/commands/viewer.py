@@ -30,16 +30,22 @@ def register(app: typer.Typer) -> None:
     )
     def attention(
         model: ModelOption = "copy-200",
-        task: Annotated[str, typer.Option(
-            help="The task in the paper's notation, 'alphabet | in > out | query' (spaces between letters allowed)."
-        )] = _EXAMPLE_TASK,
-        out: Annotated[Path | None, typer.Option(
-            help="The HTML file to write; default runs/analysis/MODEL/attention.html."
-        )] = None,
+        task: Annotated[
+            str,
+            typer.Option(
+                help="The task in the paper's notation, 'alphabet | in > out | query' (spaces between letters allowed)."
+            ),
+        ] = _EXAMPLE_TASK,
+        out: Annotated[
+            Path | None, typer.Option(help="The HTML file to write; default runs/analysis/MODEL/attention.html.")
+        ] = None,
         top_k: Annotated[int, typer.Option(min=1, max=30, help="Next-token probabilities shown per decoder step.")] = 5,
-        circuitsvis: Annotated[Path | None, typer.Option(
-            help="Also write circuitsvis pages here: encoder_layer_L.html and decoder_layer_L.html (L 1-based)."
-        )] = None,
+        circuitsvis: Annotated[
+            Path | None,
+            typer.Option(
+                help="Also write circuitsvis pages here: encoder_layer_L.html and decoder_layer_L.html (L 1-based)."
+            ),
+        ] = None,
         device: DeviceOption = "cpu",
     ) -> None:
         """Write the interactive attention viewer of one task."""

@@ -6,7 +6,13 @@ from lsa_interp.data.generate import generate_dataset, split_sizes
 from lsa_interp.data.presets import PRESETS, DatasetConfig, get_preset
 from lsa_interp.data.task import STANDARD_ALPHABET, Task
 from lsa_interp.data.transformations import (
-    COMPOSITIONAL, NEW, NOVEL, PAPER, SEEN, TRANSFORMATIONS, get_transformation,
+    COMPOSITIONAL,
+    NEW,
+    NOVEL,
+    PAPER,
+    SEEN,
+    TRANSFORMATIONS,
+    get_transformation,
 )
 
 _TOKENIZER_NAMES = ("TokenBatch", "decode", "decode_batch", "encode_tasks")
@@ -22,8 +28,29 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "COMPOSITIONAL", "NEW", "NOVEL", "PAPER", "PRESETS", "SEEN", "STANDARD_ALPHABET", "TRANSFORMATIONS",
-    "Dataset", "DatasetConfig", "Task", "TokenBatch", "decode", "decode_batch", "encode_tasks",
-    "generate_dataset", "get_preset", "get_transformation", "load_dataset", "make_alphabets",
-    "permutation_level", "permute_alphabet", "read_manifest", "save_dataset", "split_sizes",
+    "COMPOSITIONAL",
+    "NEW",
+    "NOVEL",
+    "PAPER",
+    "PRESETS",
+    "SEEN",
+    "STANDARD_ALPHABET",
+    "TRANSFORMATIONS",
+    "Dataset",
+    "DatasetConfig",
+    "Task",
+    "TokenBatch",
+    "decode",
+    "decode_batch",
+    "encode_tasks",
+    "generate_dataset",
+    "get_preset",
+    "get_transformation",
+    "load_dataset",
+    "make_alphabets",
+    "permutation_level",
+    "permute_alphabet",
+    "read_manifest",
+    "save_dataset",
+    "split_sizes",
 ]

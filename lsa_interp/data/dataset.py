@@ -54,9 +54,7 @@ class Dataset:
 
     def summary(self) -> pd.DataFrame:
         """Task counts per split x transformation x copy (columns ``split, transformation, copy, tasks``)."""
-        counts = Counter(
-            (name, t.transformation, t.is_copy) for name, tasks in self.splits.items() for t in tasks
-        )
+        counts = Counter((name, t.transformation, t.is_copy) for name, tasks in self.splits.items() for t in tasks)
         frame = pd.DataFrame(
             [(s, tr, cp, n) for (s, tr, cp), n in counts.items()], columns=["split", "transformation", "copy", "tasks"]
         )
@@ -160,7 +158,9 @@ def read_manifest(data_dir: str | os.PathLike) -> dict:
     """The manifest of a saved dataset; raises FileNotFoundError/ValueError when it is missing or not ours."""
     path = Path(data_dir) / MANIFEST
     if not path.is_file():
-        raise FileNotFoundError(f"{data_dir} is not a dataset directory (no {MANIFEST}); create one with 'lsa-interp data generate'")
+        raise FileNotFoundError(
+            f"{data_dir} is not a dataset directory (no {MANIFEST}); create one with 'lsa-interp data generate'"
+        )
     try:
         manifest = json.loads(path.read_text())
     except json.JSONDecodeError as err:
@@ -191,8 +191,11 @@ def load_dataset(data_dir: str | os.PathLike, splits: tuple[str, ...] | None = N
             raise ValueError(f"{path} does not match the checksum in {MANIFEST}; the file is corrupted or was edited")
         loaded[name] = _from_table(pq.read_table(path))
     return Dataset(
-        DatasetConfig.from_dict(manifest["config"]), manifest["seed"], loaded,
-        manifest["train_alphabets"], manifest["new_alphabets"],
+        DatasetConfig.from_dict(manifest["config"]),
+        manifest["seed"],
+        loaded,
+        manifest["train_alphabets"],
+        manifest["new_alphabets"],
     )
 
 

@@ -42,8 +42,11 @@ def _split_rows(config: DatasetConfig, seed: int, progress: Progress) -> _Indexe
     rows = pair_examples(table, config.n_reshuffle, config.n_shots, _rng(seed, _PAIRING))
     progress(f"splitting {len(rows) * (1 + config.copy):,} rows by problem string")
     problem_split = assign_problem_splits(table, config.split_fractions, _rng(seed, _SPLIT))
-    allowed = {"train": config.train_transformations, "val": config.eval_transformations,
-               "test": config.eval_transformations}
+    allowed = {
+        "train": config.train_transformations,
+        "val": config.eval_transformations,
+        "test": config.eval_transformations,
+    }
     splits = select_splits(rows, table, problem_split, allowed)
     if config.copy:
         copy_rng = _rng(seed, _COPY)
@@ -102,7 +105,10 @@ def generate_dataset(config: DatasetConfig, seed: int = 0, progress: Progress | 
     with no_cyclic_gc():
         final = _final_rows(config, seed, progress)
         new_alphabets = make_alphabets(
-            config.n_new_alphabets, seed + 1_000_003, config.permutation_levels, exclude=final.table.alphabets,
+            config.n_new_alphabets,
+            seed + 1_000_003,
+            config.permutation_levels,
+            exclude=final.table.alphabets,
             include_standard=False,
         )
         progress(f"building the new-alphabet test set ({len(new_alphabets)} alphabets)")

@@ -47,8 +47,12 @@ class TokenizedSplit:
         """The rows ``rows`` (an index array) of every tensor."""
         index = torch.as_tensor(rows, dtype=torch.long)
         return TokenizedSplit(
-            self.tokens.select(index), self.transformation[index], self.alphabet[index], self.is_copy[index],
-            self.transformation_names, self.alphabets,
+            self.tokens.select(index),
+            self.transformation[index],
+            self.alphabet[index],
+            self.is_copy[index],
+            self.transformation_names,
+            self.alphabets,
         )
 
 
@@ -69,22 +73,33 @@ def tokenize_split(tasks: list[Task]) -> TokenizedSplit:
 
 
 def _to_disk(split: TokenizedSplit, sha256: str) -> dict:
-    small = lambda t: t.to(torch.uint8)  # noqa: E731  (every id and role fits in a byte)
+    small = lambda t: t.to(torch.uint8)
     tokens = split.tokens
     return {
-        "version": _CACHE_VERSION, "sha256": sha256,
-        "src": small(tokens.src), "roles": small(tokens.roles), "tgt_in": small(tokens.tgt_in),
-        "tgt_out": small(tokens.tgt_out), "transformation": split.transformation, "alphabet": split.alphabet,
-        "is_copy": split.is_copy, "transformation_names": split.transformation_names, "alphabets": split.alphabets,
+        "version": _CACHE_VERSION,
+        "sha256": sha256,
+        "src": small(tokens.src),
+        "roles": small(tokens.roles),
+        "tgt_in": small(tokens.tgt_in),
+        "tgt_out": small(tokens.tgt_out),
+        "transformation": split.transformation,
+        "alphabet": split.alphabet,
+        "is_copy": split.is_copy,
+        "transformation_names": split.transformation_names,
+        "alphabets": split.alphabets,
     }
 
 
 def _from_disk(data: dict) -> TokenizedSplit:
-    wide = lambda t: t.to(torch.long)  # noqa: E731
+    wide = lambda t: t.to(torch.long)
     tokens = TokenBatch(wide(data["src"]), wide(data["roles"]), wide(data["tgt_in"]), wide(data["tgt_out"]))
     return TokenizedSplit(
-        tokens, data["transformation"], data["alphabet"], data["is_copy"],
-        tuple(data["transformation_names"]), tuple(data["alphabets"]),
+        tokens,
+        data["transformation"],
+        data["alphabet"],
+        data["is_copy"],
+        tuple(data["transformation_names"]),
+        tuple(data["alphabets"]),
     )
 
 
@@ -103,7 +118,7 @@ def load_tokenized(data_dir: str | os.PathLike, split: str) -> TokenizedSplit:
             data = torch.load(cache, weights_only=True)
             if data.get("version") == _CACHE_VERSION and data.get("sha256") == sha256:
                 return _from_disk(data)
-        except Exception:  # noqa: BLE001  (any unreadable cache file is simply rebuilt below)
+        except Exception:
             pass
     tokenized = tokenize_split(load_dataset(data_dir, splits=(split,)).splits[split])
     try:

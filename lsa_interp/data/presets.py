@@ -71,7 +71,9 @@ class DatasetConfig:
 
 PRESETS_SPEC: dict[str, dict] = {
     "nocopy-20": dict(
-        copy=False, n_reshuffle=20, match_size_of="copy-20",
+        copy=False,
+        n_reshuffle=20,
+        match_size_of="copy-20",
         notes="no copy tasks, 20 reshuffles so that it matches copy-20's size",
     ),
     "copy-20": dict(),

@@ -51,12 +51,12 @@ class TokenBatch:
 
     def to(self, device: torch.device | str) -> TokenBatch:
         """Return the batch with every tensor moved to ``device``."""
-        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        move = lambda t: None if t is None else t.to(device)
         return TokenBatch(move(self.src), move(self.roles), move(self.tgt_in), move(self.tgt_out))
 
     def select(self, index: Tensor | slice) -> TokenBatch:
         """Return the rows ``index`` (a slice, index tensor or boolean mask) of every tensor."""
-        pick = lambda t: None if t is None else t[index]  # noqa: E731
+        pick = lambda t: None if t is None else t[index]
         return TokenBatch(pick(self.src), pick(self.roles), pick(self.tgt_in), pick(self.tgt_out))
 
 

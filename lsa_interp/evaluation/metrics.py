@@ -67,8 +67,13 @@ class AlternateRuleCounts:
     def to_dict(self) -> dict:
         """Counts, total, the other rule's name and the percentages."""
         counts = {outcome: getattr(self, outcome) for outcome in OUTCOMES}
-        return {"rule": self.rule, "other_rule": self.other_rule, "total": self.total, **counts,
-                "percent": self.percents()}
+        return {
+            "rule": self.rule,
+            "other_rule": self.other_rule,
+            "total": self.total,
+            **counts,
+            "percent": self.percents(),
+        }
 
 
 @dataclass(frozen=True)
@@ -89,8 +94,10 @@ class Table1:
     def paper_order(self) -> tuple[Accuracy, Accuracy, Accuracy, Accuracy]:
         """The four cells in the paper's column order: seenT/seenA, seenT/newA, newT/seenA, newT/newA."""
         return (
-            self.seen_transformations_seen_alphabets, self.seen_transformations_new_alphabets,
-            self.new_transformations_seen_alphabets, self.new_transformations_new_alphabets,
+            self.seen_transformations_seen_alphabets,
+            self.seen_transformations_new_alphabets,
+            self.new_transformations_seen_alphabets,
+            self.new_transformations_new_alphabets,
         )
 
     def to_dict(self) -> dict:

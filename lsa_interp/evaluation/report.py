@@ -57,10 +57,18 @@ def table1_section(result: EvaluationResult) -> Section:
     paper = PAPER_TABLE1.get(paper_preset(result) or "")
     headers = ("transformations", "seen alphabets", "new alphabets", "new alphabets + standard")
     rows = [
-        ["seen", _cell(t.seen_transformations_seen_alphabets), _cell(t.seen_transformations_new_alphabets),
-         _cell(t.seen_transformations_new_alphabets_with_standard)],
-        ["new", _cell(t.new_transformations_seen_alphabets), _cell(t.new_transformations_new_alphabets),
-         _cell(t.new_transformations_new_alphabets_with_standard)],
+        [
+            "seen",
+            _cell(t.seen_transformations_seen_alphabets),
+            _cell(t.seen_transformations_new_alphabets),
+            _cell(t.seen_transformations_new_alphabets_with_standard),
+        ],
+        [
+            "new",
+            _cell(t.new_transformations_seen_alphabets),
+            _cell(t.new_transformations_new_alphabets),
+            _cell(t.new_transformations_new_alphabets_with_standard),
+        ],
     ]
     if paper is None:
         caption = "The paper reports Table 1 for nocopy-20, copy-20 and copy-200 models only."
@@ -76,31 +84,52 @@ def report_sections(result: EvaluationResult) -> list[Section]:
     """Every table of the report: Table 1, copy vs non-copy, by transformation, alternate-rule errors."""
     keys = (SEEN_ALPHABETS, NEW_ALPHABETS)
     copy_rows = tuple(
-        (ALPHABET_LABELS[k], _cell(result.copy_vs_non_copy[k]["copy"]),
-         _cell(result.copy_vs_non_copy[k]["non_copy"]), _cell(result.overall[k]))
+        (
+            ALPHABET_LABELS[k],
+            _cell(result.copy_vs_non_copy[k]["copy"]),
+            _cell(result.copy_vs_non_copy[k]["non_copy"]),
+            _cell(result.overall[k]),
+        )
         for k in keys
     )
     names = in_paper_order(name for k in keys for name in result.by_transformation[k])
     empty = Accuracy(0, 0)
     transformation_rows = tuple(
-        (name, _category(name), *(_cell(result.by_transformation[k].get(name, empty)) for k in keys))
-        for name in names
+        (name, _category(name), *(_cell(result.by_transformation[k].get(name, empty)) for k in keys)) for name in names
     )
     alternate_rows = tuple(
-        (ALPHABET_LABELS[k], rule, *(_share(counts.percents()[o]) for o in OUTCOMES),
-         counts.other_rule, str(counts.total))
+        (
+            ALPHABET_LABELS[k],
+            rule,
+            *(_share(counts.percents()[o]) for o in OUTCOMES),
+            counts.other_rule,
+            str(counts.total),
+        )
         for k in keys
         for rule, counts in result.alternate_rule[k].items()
     )
     return [
         table1_section(result),
         Section("Copy vs non-copy tasks: exact match %", ("alphabets", "copy", "non-copy", "all"), copy_rows),
-        Section("Accuracy by transformation (non-copy rows)",
-                ("transformation", "category", "seen alphabets", "new alphabets"), transformation_rows),
-        Section("Alternate-rule errors on pred/succ tasks (non-copy rows), % of tasks",
-                ("alphabets", "transformation", "correct", "applied other rule", "rule in standard alphabet",
-                 "other", "other rule", "tasks"),
-                alternate_rows),
+        Section(
+            "Accuracy by transformation (non-copy rows)",
+            ("transformation", "category", "seen alphabets", "new alphabets"),
+            transformation_rows,
+        ),
+        Section(
+            "Alternate-rule errors on pred/succ tasks (non-copy rows), % of tasks",
+            (
+                "alphabets",
+                "transformation",
+                "correct",
+                "applied other rule",
+                "rule in standard alphabet",
+                "other",
+                "other rule",
+                "tasks",
+            ),
+            alternate_rows,
+        ),
     ]
 
 
@@ -129,8 +158,13 @@ def markdown_report(result: EvaluationResult) -> str:
     """Return the report as markdown: description, every `Section` as a table, and the notes."""
     out = ["# Evaluation", "", *(f"- {line}" for line in _describe(result))]
     for section in report_sections(result):
-        out += ["", f"## {section.title}", "", "| " + " | ".join(section.headers) + " |",
-                "|" + "---|" * len(section.headers)]
+        out += [
+            "",
+            f"## {section.title}",
+            "",
+            "| " + " | ".join(section.headers) + " |",
+            "|" + "---|" * len(section.headers),
+        ]
         out += ["| " + " | ".join(row) + " |" for row in section.rows]
         if section.caption:
             out += ["", section.caption]
@@ -163,8 +197,11 @@ def transformation_figure(result: EvaluationResult) -> go.Figure:
             if not names:
                 continue
             fig.add_bar(
-                x=names, y=[by_name[n].percent for n in names], offsetgroup=key,
-                name=f"{category}, {ALPHABET_LABELS[key]}", legendgroup=category,
+                x=names,
+                y=[by_name[n].percent for n in names],
+                offsetgroup=key,
+                name=f"{category}, {ALPHABET_LABELS[key]}",
+                legendgroup=category,
                 marker={"color": colour, "pattern": {"shape": pattern}},
                 customdata=[[by_name[n].correct, by_name[n].total] for n in names],
                 hovertemplate="%{x}<br>%{y:.1f}% (%{customdata[0]}/%{customdata[1]})<extra>%{fullData.name}</extra>",
@@ -172,7 +209,8 @@ def transformation_figure(result: EvaluationResult) -> go.Figure:
     order = in_paper_order(n for key in patterns for n in result.by_transformation[key])
     fig.update_layout(
         title=f"Exact match by transformation, non-copy rows ({result.model or 'model'} on {result.preset})",
-        barmode="group", yaxis={"title": "accuracy (%)", "range": [0, 100]},
+        barmode="group",
+        yaxis={"title": "accuracy (%)", "range": [0, 100]},
         xaxis={"categoryorder": "array", "categoryarray": order, "tickangle": -40},
         legend={"title": "category, alphabets (hatched: new)"},
     )

@@ -8,7 +8,14 @@ from dataclasses import dataclass, field
 from lsa_interp.data.task import Task
 from lsa_interp.data.transformations import SEEN
 from lsa_interp.evaluation.metrics import (
-    Accuracy, AlternateRuleCounts, Table1, accuracy, alternate_rule_errors, by_transformation, copy_split, table1,
+    Accuracy,
+    AlternateRuleCounts,
+    Table1,
+    accuracy,
+    alternate_rule_errors,
+    by_transformation,
+    copy_split,
+    table1,
 )
 
 SEEN_ALPHABETS = "seen_alphabets"
@@ -65,9 +72,15 @@ class EvaluationResult:
     def to_dict(self) -> dict:
         """A JSON-ready dict of everything (accuracies as ``{"correct", "total", "percent"}``)."""
         return {
-            "model": self.model, "preset": self.preset, "training_preset": self.training_preset,
-            "seed": self.seed, "limit": self.limit, "seconds": self.seconds, "n_tasks": self.n_tasks,
-            "splits": SPLIT_OF, "seen_transformations": list(self.seen_transformations),
+            "model": self.model,
+            "preset": self.preset,
+            "training_preset": self.training_preset,
+            "seed": self.seed,
+            "limit": self.limit,
+            "seconds": self.seconds,
+            "n_tasks": self.n_tasks,
+            "splits": SPLIT_OF,
+            "seen_transformations": list(self.seen_transformations),
             "table1": self.table1.to_dict(),
             "overall": {key: acc.to_dict() for key, acc in self.overall.items()},
             "copy_vs_non_copy": _nested(self.copy_vs_non_copy),

@@ -10,8 +10,17 @@ from dataclasses import replace
 
 from rich.console import Console
 from rich.progress import (
-    BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task as ProgressTask, TaskProgressColumn, TextColumn,
-    TimeElapsedColumn, TimeRemainingColumn,
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.progress import (
+    Task as ProgressTask,
 )
 from rich.text import Text
 
@@ -118,9 +127,16 @@ class _RateColumn(ProgressColumn):
 
 def _progress_bar(enabled: bool) -> Progress:
     return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
-        _RateColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-        console=Console(stderr=True), disable=not enabled,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        _RateColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        disable=not enabled,
     )
 
 
@@ -149,11 +165,18 @@ def evaluate_model(
             job = bar.add_task(f"decoding {SPLIT_OF[key]}", total=len(split_tasks))
             predictions[key] = predict(model, split_tasks, batch_size, lambda n, job=job: bar.advance(job, n))
     result = score_predictions(
-        tasks[SEEN_ALPHABETS], predictions[SEEN_ALPHABETS], tasks[NEW_ALPHABETS], predictions[NEW_ALPHABETS],
+        tasks[SEEN_ALPHABETS],
+        predictions[SEEN_ALPHABETS],
+        tasks[NEW_ALPHABETS],
+        predictions[NEW_ALPHABETS],
         dataset.config.train_transformations,
     )
     return replace(
-        result, model=model_name, preset=dataset.config.name, training_preset=model.metadata.get("preset"),
-        seed=dataset.seed, limit=limit, seconds=round(time.perf_counter() - started, 3),
+        result,
+        model=model_name,
+        preset=dataset.config.name,
+        training_preset=model.metadata.get("preset"),
+        seed=dataset.seed,
+        limit=limit,
+        seconds=round(time.perf_counter() - started, 3),
     )
-

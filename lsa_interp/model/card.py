@@ -50,7 +50,8 @@ def card_header(name: str, model: HookedEncoderDecoder, storage: dict[str, Any])
     seconds = meta.get("train_seconds", 0)
     bucketed = " (length-bucketed)" if recipe.get("length_bucketing", True) else ""
     lines = [
-        f"# {name}", "",
+        f"# {name}",
+        "",
         f"- data: preset `{meta.get('preset')}`, dataset seed {meta.get('data_seed')}; model seed {meta.get('seed')}",
         f"- recipe: {recipe.get('epochs')} epochs, batch {recipe.get('batch_size')}, `{recipe.get('batching')}` "
         f"batching{bucketed}, AdamW lr {recipe.get('lr')} (betas {recipe.get('betas')}, weight decay "
@@ -60,11 +61,15 @@ def card_header(name: str, model: HookedEncoderDecoder, storage: dict[str, Any])
         *_partial_warning(epochs, recipe.get("epochs")),
         f"- hardware: {meta.get('hardware', meta.get('device', 'not recorded'))}; training wall time "
         f"{seconds / 3600:.2f} h ({seconds:.1f} s); torch {meta.get('torch')}",
-        f"- weights: {storage['dtype']} ({storage['bytes'] / 1e6:.1f} MB)" + (
+        f"- weights: {storage['dtype']} ({storage['bytes'] / 1e6:.1f} MB)"
+        + (
             f"; changes {storage['check']['changed_answers']} of {storage['check']['tasks']:,} greedy val answers "
-            f"({100 * storage['check']['fraction']:.3f}%) against fp32" if "check" in storage else ""
+            f"({100 * storage['check']['fraction']:.3f}%) against fp32"
+            if "check" in storage
+            else ""
         ),
-        f"- evaluated with `lsa-interp evaluate --model {name}` (numbers below)", "",
+        f"- evaluated with `lsa-interp evaluate --model {name}` (numbers below)",
+        "",
     ]
     return "\n".join(lines)
 

@@ -14,7 +14,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 
-def dropout(x: Float[Tensor, "..."], p: float, training: bool) -> Float[Tensor, "..."]:
+def dropout(x: Float[Tensor, ...], p: float, training: bool) -> Float[Tensor, ...]:
     """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)``; identity unless training."""
     if not training or p == 0.0:
         return x
@@ -31,5 +31,5 @@ def dropout(x: Float[Tensor, "..."], p: float, training: bool) -> Float[Tensor, 
 class Dropout(nn.Dropout):
     """`nn.Dropout` with the cheaper mask of `dropout` (same ``p`` attribute and state dict)."""
 
-    def forward(self, x: Float[Tensor, "..."]) -> Float[Tensor, "..."]:
+    def forward(self, x: Float[Tensor, ...]) -> Float[Tensor, ...]:
         return dropout(x, self.p, self.training)

@@ -271,12 +271,3 @@ class HookedEncoderDecoder(HookedRootModule):
         tokens = self.generate(tasks, max_new_tokens=max_new_tokens, batch_size=batch_size)
         answers = decode_batch(tokens)
         return answers[0] if single else answers
-
-    def show_attention(self, task: Task | str, **kwargs):
-        """Return the interactive attention viewer of one task (``lsa_interp.viz.attention.attention_view``).
-
-        Display it in a notebook or ``.write("view.html")``; ``kwargs`` go to ``attention_view`` (``top_k``...).
-        """
-        from lsa_interp.viz.attention import attention_view
-
-        return attention_view(self, task, **kwargs)

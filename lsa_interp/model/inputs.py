@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Union
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -18,7 +17,7 @@ from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import TokenBatch, encode_tasks, source_roles
 from lsa_interp.data.vocab import ARROW, EOS, PAD
 
-ModelInput = Union[Task, Sequence[Task], TokenBatch, Tensor]
+ModelInput = Task | Sequence[Task] | TokenBatch | Tensor
 """A task, a list of tasks, a `TokenBatch`, or a ``[batch, src_pos]`` tensor of encoder ids."""
 
 

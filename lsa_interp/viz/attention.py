@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from circuitsvis.utils.render import RenderedHTML
 
 BLOCK_TITLES: dict[str, str] = {
-    "encoder": "encoder self-attention", "decoder": "decoder self-attention (causal)",
+    "encoder": "encoder self-attention",
+    "decoder": "decoder self-attention (causal)",
     "cross": "cross-attention (decoder steps x encoder tokens)",
 }
 """Attention blocks of the viewer, by name; ``decoder`` and ``encoder`` are square (circuitsvis can show them)."""
@@ -68,15 +69,21 @@ class AttentionView:
         from circuitsvis.attention import attention_heads
 
         if stack not in _SQUARE_BLOCKS:
-            raise ValueError(f"circuitsvis shows square attention only: stack must be 'encoder' or 'decoder', "
-                             f"got {stack!r} (cross-attention is in the plotly view)")
+            raise ValueError(
+                f"circuitsvis shows square attention only: stack must be 'encoder' or 'decoder', "
+                f"got {stack!r} (cross-attention is in the plotly view)"
+            )
         patterns = self.data.pattern(stack)
         if not 0 <= layer < patterns.shape[0]:
             raise ValueError(f"{stack} layer {layer} out of range: 0..{patterns.shape[0] - 1} (0-based)")
         tokens = self.data.src_tokens if stack == "encoder" else self.data.tgt_tokens
         names = [Head(stack, layer, head).label for head in range(patterns.shape[1])]
-        return attention_heads(attention=patterns[layer].numpy(), tokens=list(tokens),
-                               attention_head_names=names, mask_upper_tri=stack == "decoder")
+        return attention_heads(
+            attention=patterns[layer].numpy(),
+            tokens=list(tokens),
+            attention_head_names=names,
+            mask_upper_tri=stack == "decoder",
+        )
 
     def write_circuitsvis(self, path: str | Path, stack: str = "encoder", layer: int = 0) -> Path:
         """Write one circuitsvis page (offline ``local_src`` in a full HTML document); return its path.
@@ -106,13 +113,17 @@ class AttentionView:
 
     def _intro(self) -> str:
         data = self.data
-        lines = [f"task: <code>{html.escape(data.task.spaced())}</code>",
-                 f"model's greedy answer: <code>{html.escape(data.answer) or '(empty)'}</code>"]
+        lines = [
+            f"task: <code>{html.escape(data.task.spaced())}</code>",
+            f"model's greedy answer: <code>{html.escape(data.answer) or '(empty)'}</code>",
+        ]
         if data.task.answer is not None:
             verdict = "correct" if data.answer == data.task.answer else "wrong"
             lines.append(f"expected answer: <code>{html.escape(data.task.answer)}</code> ({verdict})")
-        lines.append("Layers and heads are numbered from 1, as in the paper (head 2.7 = encoder layer 2, head 7). "
-                     "Hover a cell for source -> destination: weight.")
+        lines.append(
+            "Layers and heads are numbered from 1, as in the paper (head 2.7 = encoder layer 2, head 7). "
+            "Hover a cell for source -> destination: weight."
+        )
         return "<p>" + "<br>".join(lines) + "</p>" + role_legend_html(data.src_roles)
 
 
@@ -130,7 +141,10 @@ def _build_figures(data: AttentionData) -> dict[str, go.Figure]:
 
 
 def attention_view(
-    model: HookedEncoderDecoder, task: Task | str, top_k: int = 5, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    model: HookedEncoderDecoder,
+    task: Task | str,
+    top_k: int = 5,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     title: str | None = None,
 ) -> AttentionView:
     """Greedy-decode ``task`` (a `Task` or its text) with ``model`` and return its `AttentionView`.

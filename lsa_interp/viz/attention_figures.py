@@ -17,8 +17,14 @@ from jaxtyping import Float
 from torch import Tensor
 
 ROLE_COLOURS: dict[str, str] = {
-    "alphabet": "#8c8c8c", "separator": "#222222", "example_in": "#1f77b4", "arrow": "#9467bd",
-    "example_out": "#ff7f0e", "query": "#2ca02c", "eos": "#d62728", "pad": "#dddddd",
+    "alphabet": "#8c8c8c",
+    "separator": "#222222",
+    "example_in": "#1f77b4",
+    "arrow": "#9467bd",
+    "example_out": "#ff7f0e",
+    "query": "#2ca02c",
+    "eos": "#d62728",
+    "pad": "#dddddd",
 }
 ATTENTION_HOVER = "%{x} -> %{y}: %{z:.3f}<extra></extra>"
 """Hover text of an attention cell: source (key) -> destination (query): weight."""
@@ -66,12 +72,19 @@ def _role_shapes(roles: Sequence[str], axis: str) -> list[dict]:
 
 def _axis(labels: Sequence[str], roles: Sequence[str] | None, title: str, reversed_: bool = False) -> dict:
     """A category axis with one tick per position, tick labels coloured by role."""
-    text = list(labels) if roles is None else [
-        f"<span style='color:{ROLE_COLOURS[role]}'>{label}</span>" for label, role in zip(labels, roles)
-    ]
+    text = (
+        list(labels)
+        if roles is None
+        else [f"<span style='color:{ROLE_COLOURS[role]}'>{label}</span>" for label, role in zip(labels, roles)]
+    )
     axis = {
-        "type": "category", "tickmode": "array", "tickvals": list(labels), "ticktext": text, "title": title,
-        "tickfont": {"size": 9}, "showgrid": False,
+        "type": "category",
+        "tickmode": "array",
+        "tickvals": list(labels),
+        "ticktext": text,
+        "title": title,
+        "tickfont": {"size": 9},
+        "showgrid": False,
     }
     if reversed_:
         axis["autorange"] = "reversed"
@@ -99,24 +112,62 @@ def _selector_menus(n_layers: int, n_heads: int, title: str) -> list[dict]:
     menus = []
     for choice in range(per_layer):
         buttons = [
-            {"label": f"layer {layer + 1}", "method": "update", "args": update(layer, choice, {
-                **{f"updatemenus[{per_layer + other}].visible": other == layer for other in range(n_layers)},
-                f"updatemenus[{per_layer + layer}].active": choices.index(choice),
-            })}
+            {
+                "label": f"layer {layer + 1}",
+                "method": "update",
+                "args": update(
+                    layer,
+                    choice,
+                    {
+                        **{f"updatemenus[{per_layer + other}].visible": other == layer for other in range(n_layers)},
+                        f"updatemenus[{per_layer + layer}].active": choices.index(choice),
+                    },
+                ),
+            }
             for layer in range(n_layers)
         ]
-        menus.append({"type": "buttons", "direction": "right", "buttons": buttons, "active": 0,
-                      "visible": choice == n_heads, "x": 0, "xanchor": "left", "y": _MENU_Y, "yanchor": "bottom"})
+        menus.append(
+            {
+                "type": "buttons",
+                "direction": "right",
+                "buttons": buttons,
+                "active": 0,
+                "visible": choice == n_heads,
+                "x": 0,
+                "xanchor": "left",
+                "y": _MENU_Y,
+                "yanchor": "bottom",
+            }
+        )
     for layer in range(n_layers):
         buttons = [
-            {"label": _choice_name(choice, n_heads), "method": "update", "args": update(layer, choice, {
-                **{f"updatemenus[{other}].visible": other == choice for other in range(per_layer)},
-                f"updatemenus[{choice}].active": layer,
-            })}
+            {
+                "label": _choice_name(choice, n_heads),
+                "method": "update",
+                "args": update(
+                    layer,
+                    choice,
+                    {
+                        **{f"updatemenus[{other}].visible": other == choice for other in range(per_layer)},
+                        f"updatemenus[{choice}].active": layer,
+                    },
+                ),
+            }
             for choice in choices
         ]
-        menus.append({"type": "dropdown", "direction": "down", "buttons": buttons, "active": 0,
-                      "visible": layer == 0, "x": 1, "xanchor": "right", "y": _MENU_Y, "yanchor": "bottom"})
+        menus.append(
+            {
+                "type": "dropdown",
+                "direction": "down",
+                "buttons": buttons,
+                "active": 0,
+                "visible": layer == 0,
+                "x": 1,
+                "xanchor": "right",
+                "y": _MENU_Y,
+                "yanchor": "bottom",
+            }
+        )
     return menus
 
 
@@ -138,19 +189,32 @@ def attention_figure(
     for layer in range(n_layers):
         for choice in range(n_heads + 1):
             z = values[layer].mean(axis=0) if choice == n_heads else values[layer, choice]
-            fig.add_trace(go.Heatmap(
-                z=z, x=list(k_labels), y=list(q_labels), zmin=0.0, zmax=max(float(z.max()), 1e-6),
-                colorscale="Viridis", name=f"layer {layer + 1} {_choice_name(choice, n_heads)}",
-                visible=layer == 0 and choice == n_heads, hovertemplate=ATTENTION_HOVER,
-                colorbar={"x": 1.06, "thickness": 12, "title": {"text": "weight"}},
-            ))
+            fig.add_trace(
+                go.Heatmap(
+                    z=z,
+                    x=list(k_labels),
+                    y=list(q_labels),
+                    zmin=0.0,
+                    zmax=max(float(z.max()), 1e-6),
+                    colorscale="Viridis",
+                    name=f"layer {layer + 1} {_choice_name(choice, n_heads)}",
+                    visible=layer == 0 and choice == n_heads,
+                    hovertemplate=ATTENTION_HOVER,
+                    colorbar={"x": 1.06, "thickness": 12, "title": {"text": "weight"}},
+                )
+            )
     shapes = (_role_shapes(k_roles, "x") if k_roles else []) + (_role_shapes(q_roles, "y") if q_roles else [])
     fig.update_layout(
         title={"text": f"{title}: layer 1, head average", "y": 0.99, "yanchor": "top"},
-        width=max(_MIN_WIDTH_PX, 220 + _CELL_PX * len(k_labels)), height=max(_MIN_PX, 230 + _CELL_PX * len(q_labels)),
-        margin={"t": 130, "l": 90, "r": 140, "b": 90}, plot_bgcolor="white", shapes=shapes, modebar_orientation="v",
+        width=max(_MIN_WIDTH_PX, 220 + _CELL_PX * len(k_labels)),
+        height=max(_MIN_PX, 230 + _CELL_PX * len(q_labels)),
+        margin={"t": 130, "l": 90, "r": 140, "b": 90},
+        plot_bgcolor="white",
+        shapes=shapes,
+        modebar_orientation="v",
         updatemenus=_selector_menus(n_layers, n_heads, title),
-        xaxis=_axis(k_labels, k_roles, "source (key)"), yaxis=_axis(q_labels, q_roles, "destination (query)", True),
+        xaxis=_axis(k_labels, k_roles, "source (key)"),
+        yaxis=_axis(q_labels, q_roles, "destination (query)", True),
     )
     return fig
 
@@ -163,25 +227,52 @@ def hidden_state_figure(
     n_layers, _, d_model = values.shape
     fig = go.Figure()
     for layer in range(n_layers):
-        fig.add_trace(go.Heatmap(
-            z=values[layer], x=list(range(d_model)), y=list(labels), zmid=0.0, colorscale="RdBu",
-            name=f"layer {layer + 1}", visible=layer == 0, hovertemplate="%{y}, dim %{x}: %{z:.3f}<extra></extra>",
-            colorbar={"x": 1.06, "thickness": 12},
-        ))
+        fig.add_trace(
+            go.Heatmap(
+                z=values[layer],
+                x=list(range(d_model)),
+                y=list(labels),
+                zmid=0.0,
+                colorscale="RdBu",
+                name=f"layer {layer + 1}",
+                visible=layer == 0,
+                hovertemplate="%{y}, dim %{x}: %{z:.3f}<extra></extra>",
+                colorbar={"x": 1.06, "thickness": 12},
+            )
+        )
     title = "encoder hidden states (hook_resid_post)"
     buttons = [
-        {"label": f"layer {layer + 1}", "method": "update", "args": [
-            {"visible": [other == layer for other in range(n_layers)]}, {"title.text": f"{title}: layer {layer + 1}"},
-        ]}
+        {
+            "label": f"layer {layer + 1}",
+            "method": "update",
+            "args": [
+                {"visible": [other == layer for other in range(n_layers)]},
+                {"title.text": f"{title}: layer {layer + 1}"},
+            ],
+        }
         for layer in range(n_layers)
     ]
     fig.update_layout(
         title={"text": f"{title}: layer 1", "y": 0.99, "yanchor": "top"},
-        width=max(_MIN_PX, 300 + 6 * d_model), height=max(_MIN_PX, 230 + _CELL_PX * len(labels)),
-        margin={"t": 130, "l": 90, "r": 140, "b": 60}, shapes=_role_shapes(roles, "y"), modebar_orientation="v",
-        updatemenus=[{"type": "buttons", "direction": "right", "buttons": buttons, "active": 0,
-                      "x": 0, "xanchor": "left", "y": _MENU_Y, "yanchor": "bottom"}],
-        xaxis={"title": "dimension", "showgrid": False}, yaxis=_axis(labels, roles, "token", True),
+        width=max(_MIN_PX, 300 + 6 * d_model),
+        height=max(_MIN_PX, 230 + _CELL_PX * len(labels)),
+        margin={"t": 130, "l": 90, "r": 140, "b": 60},
+        shapes=_role_shapes(roles, "y"),
+        modebar_orientation="v",
+        updatemenus=[
+            {
+                "type": "buttons",
+                "direction": "right",
+                "buttons": buttons,
+                "active": 0,
+                "x": 0,
+                "xanchor": "left",
+                "y": _MENU_Y,
+                "yanchor": "bottom",
+            }
+        ],
+        xaxis={"title": "dimension", "showgrid": False},
+        yaxis=_axis(labels, roles, "token", True),
     )
     return fig
 
@@ -196,12 +287,17 @@ def top_k_figure(
     plain = ["white"] * n_steps
     table = go.Table(
         header={"values": ["step", "input", "output", *(f"#{rank + 1}" for rank in range(k))], "align": "left"},
-        cells={"values": [list(range(1, n_steps + 1)), list(inputs), list(outputs), *ranked], "align": "left",
-               "fill": {"color": [plain, plain, plain, *shade]}},
+        cells={
+            "values": [list(range(1, n_steps + 1)), list(inputs), list(outputs), *ranked],
+            "align": "left",
+            "fill": {"color": [plain, plain, plain, *shade]},
+        },
     )
     fig = go.Figure(table)
     fig.update_layout(
-        title="decoder: top-k next-token probabilities per step", height=140 + 28 * (n_steps + 1),
-        width=max(600, 260 + 95 * k), margin={"t": 50, "l": 10, "r": 10, "b": 10},
+        title="decoder: top-k next-token probabilities per step",
+        height=140 + 28 * (n_steps + 1),
+        width=max(600, 260 + 95 * k),
+        margin={"t": 50, "l": 10, "r": 10, "b": 10},
     )
     return fig

@@ -21,8 +21,9 @@ def findings_table(findings: Iterable[Any]) -> str:
     for f in findings:
         verdict, css = {True: ("holds", "holds"), False: ("does not hold", "fails")}.get(f.holds, ("n/a", ""))
         cells = [html.escape(str(x)) for x in (f.name, f.paper, f.ours)]
-        rows.append(f"<tr><td>{cells[0]}</td><td>{cells[1]}</td><td>{cells[2]}</td>"
-                    f"<td class='{css}'>{verdict}</td></tr>")
+        rows.append(
+            f"<tr><td>{cells[0]}</td><td>{cells[1]}</td><td>{cells[2]}</td><td class='{css}'>{verdict}</td></tr>"
+        )
     if not rows:
         return ""
     head = "<tr><th>finding</th><th>paper</th><th>ours</th><th>verdict</th></tr>"
@@ -40,6 +41,5 @@ def figures_page(title: str, figures: Mapping[str, Any], findings: Iterable[Any]
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style>"
-        f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
-        + "\n".join(parts) + "</body></html>"
+        f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>" + "\n".join(parts) + "</body></html>"
     )

@@ -59,7 +59,7 @@ def forcing(targets: dict[int, torch.Tensor]):
 
 def test_forced_attention_is_counted_in_the_right_category(model):
     tasks = analysis_tasks(["pred"], 10, seed=3)
-    where = lambda name: torch.tensor([position_categories(t).index(CAT[name]) for t in tasks])  # noqa: E731
+    where = lambda name: torch.tensor([position_categories(t).index(CAT[name]) for t in tasks])
     hooks = forcing({0: where("first_query"), 1: where("changed_example_out")})
     with model.hooks(fwd_hooks=hooks):
         result = cross_attention_targets(model, tasks=tasks, model_name="tiny")

@@ -8,7 +8,12 @@ import pytest
 import torch
 
 from lsa_interp.analysis.decoder_lens import (
-    EARLY_TOLERANCE, PAPER_LENS, _findings, decoder_lens, lens_predict, lens_tasks,
+    EARLY_TOLERANCE,
+    PAPER_LENS,
+    _findings,
+    decoder_lens,
+    lens_predict,
+    lens_tasks,
 )
 from lsa_interp.analysis.prompts import rule_tasks
 from lsa_interp.data.presets import PRESETS, DatasetConfig
@@ -45,7 +50,8 @@ def truncated(model: HookedEncoderDecoder, k: int) -> HookedEncoderDecoder:
     """The same weights with only the first ``k`` encoder layers (and the final encoder norm), built by hand."""
     short = HookedEncoderDecoder(dataclasses.replace(model.cfg, n_encoder_layers=k))
     state = {
-        name: value for name, value in model.state_dict().items()
+        name: value
+        for name, value in model.state_dict().items()
         if not (name.startswith("encoder.") and name.split(".")[1].isdigit() and int(name.split(".")[1]) >= k)
     }
     short.load_state_dict(state, strict=True)

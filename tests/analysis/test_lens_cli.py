@@ -45,8 +45,11 @@ def test_rasp_writes_json_and_html(tiny_model, tmp_path, capsys):
     assert code == 0 and "best_same_as" in stdout
     report = json.loads((out / "rasp.json").read_text())
     assert report["summary"]["tasks"] == 10 and len(report["data"]["heads"]) == 8
-    assert [f["name"] for f in report["findings"]] == ["RASP pipe selector", "RASP arrow selector",
-                                                       "RASP same_as selector"]
+    assert [f["name"] for f in report["findings"]] == [
+        "RASP pipe selector",
+        "RASP arrow selector",
+        "RASP same_as selector",
+    ]
     assert (out / "rasp.html").exists()
 
 

@@ -129,7 +129,9 @@ def test_occurrence_reads_checkpoints_and_run_directories(planted, plain, tasks,
     save_model(plain, tmp_path / "copy-s2" / "replicate-1" / "model")
     paths = expand_checkpoints(str(tmp_path / "copy-s*"))
     assert [p.relative_to(tmp_path).as_posix() for p in paths] == [
-        "copy-s1/model", "copy-s2/replicate-0/model", "copy-s2/replicate-1/model"
+        "copy-s1/model",
+        "copy-s2/replicate-0/model",
+        "copy-s2/replicate-1/model",
     ]
     result = matching_occurrence({"copy": paths}, tasks=tasks)
     assert result.summary["copy"] == "2/3"

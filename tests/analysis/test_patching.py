@@ -49,13 +49,16 @@ def pairs():
 @pytest.fixture(scope="module")
 def planted_pairs(pairs):
     """The pairs with the planted model's answers (the first example-output letter) as their answers."""
-    relabel = lambda task: task.with_answer(planted_answer(task))  # noqa: E731
+    relabel = lambda task: task.with_answer(planted_answer(task))
     return [MinimalPair(relabel(p.source), relabel(p.target)) for p in pairs]
 
 
 def test_planted_model_answers_the_first_example_output_letter(planted, tmp_path):
-    tasks = [t for rule in ("succ", "pred", "sort", "remove_redundant")
-             for t in rule_tasks(rule, 4, alphabets="permuted") + rule_tasks(rule, 2)]
+    tasks = [
+        t
+        for rule in ("succ", "pred", "sort", "remove_redundant")
+        for t in rule_tasks(rule, 4, alphabets="permuted") + rule_tasks(rule, 2)
+    ]
     assert planted.solve(tasks) == [planted_answer(t) for t in tasks]
     reloaded = load_model(save_model(planted, tmp_path / "planted"))  # the hand-made position table is kept
     assert reloaded.solve(tasks) == [planted_answer(t) for t in tasks]
@@ -108,8 +111,9 @@ def test_both_engines_give_identical_results(model_name, pairs, planted_pairs, r
     assert list(hooks) == list(nnsight) == all_heads(model.cfg)
     for head in hooks:
         assert hooks[head].patched == nnsight[head].patched and hooks[head].clean == nnsight[head].clean
-        torch.testing.assert_close(hooks[head].logit_diff_patched, nnsight[head].logit_diff_patched,
-                                   rtol=0, atol=0, equal_nan=True)
+        torch.testing.assert_close(
+            hooks[head].logit_diff_patched, nnsight[head].logit_diff_patched, rtol=0, atol=0, equal_nan=True
+        )
 
 
 def test_nnsight_engine_leaves_the_model_on_its_fast_path(random_model, pairs):

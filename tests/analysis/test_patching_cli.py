@@ -56,13 +56,32 @@ def test_patch_all_heads_gives_a_layer_by_head_grid(saved, tmp_path, capsys):
 def test_patch_matrix_records_missing_rule_pairs(saved, tmp_path, capsys):
     out = tmp_path / "out"
     rules = "succ,pred,extend_sequence,extend_pred,sort"
-    code, stdout, _ = run(["patch", "--model", str(saved[0]), "--head", "2.3", "--matrix", "--rules", rules,
-                           "--pairs", "2", "--out", str(out)], capsys)
+    code, stdout, _ = run(
+        [
+            "patch",
+            "--model",
+            str(saved[0]),
+            "--head",
+            "2.3",
+            "--matrix",
+            "--rules",
+            rules,
+            "--pairs",
+            "2",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     report = json.loads((out / "steering.json").read_text())
     assert code == 0 and "cells_missing" in stdout
     assert report["data"]["rules"] == rules.split(",")
-    assert set(report["data"]["n_pairs"]) == {"succ|pred", "pred|succ", "extend_sequence|extend_pred",
-                                              "extend_pred|extend_sequence"}
+    assert set(report["data"]["n_pairs"]) == {
+        "succ|pred",
+        "pred|succ",
+        "extend_sequence|extend_pred",
+        "extend_pred|extend_sequence",
+    }
     assert "sort|pred" in report["data"]["missing"] and "succ|extend_sequence" in report["data"]["missing"]
     assert report["summary"]["cells_measured"] + report["summary"]["cells_missing"] == 5 * 4
 
@@ -72,8 +91,17 @@ def test_matching_heads_and_occurrence(saved, tmp_path, capsys):
     assert run(["matching-heads", "--model", str(saved[0]), "--tasks", "2", "--out", str(out)], capsys)[0] == 0
     assert json.loads((out / "matching_heads.json").read_text())["summary"]["matching_heads"] == "2.3"
     out = tmp_path / "groups"
-    args = ["matching-heads", "--compare", f"copy={saved[0].parent}/plan*", "--compare", f"nocopy={saved[1]}",
-            "--tasks", "2", "--out", str(out)]
+    args = [
+        "matching-heads",
+        "--compare",
+        f"copy={saved[0].parent}/plan*",
+        "--compare",
+        f"nocopy={saved[1]}",
+        "--tasks",
+        "2",
+        "--out",
+        str(out),
+    ]
     assert run(args, capsys)[0] == 0
     report = json.loads((out / "matching_occurrence.json").read_text())
     assert report["summary"]["copy"] == "1/1" and report["summary"]["nocopy"] == "0/1"

@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from lsa_interp.analysis.rasp import (
-    RUNNING_EXAMPLE, SELECTORS, rasp_comparison, seen_rule_tasks, scored_rows, selector_masks, selector_patterns,
+    RUNNING_EXAMPLE,
+    SELECTORS,
+    rasp_comparison,
+    scored_rows,
+    seen_rule_tasks,
+    selector_masks,
+    selector_patterns,
     selector_scores,
 )
 from lsa_interp.data.task import Task
@@ -91,6 +97,7 @@ def forcing_hooks(model: HookedEncoderDecoder, forced: dict[tuple[int, int], tup
                 if lay == layer:
                     pattern[:, head] = selector_patterns(seen["src"], include_self=with_self)[:, index]
             return pattern
+
         return force
 
     layers = sorted({layer for layer, _ in forced})
@@ -117,7 +124,9 @@ def test_forced_heads_are_found_and_score_one():
     assert result.data["mass"]["1.3"]["arrow"] == best["arrow"]["mass"] and len(result.data["mass"]) == 8
     assert all(0 < result.data["chance"][sel] < 0.1 for sel in SELECTORS)
     assert set(result.figures) == {
-        "attention mass on the selector's keys", "correlation with the selector", "selectors and their best heads",
+        "attention mass on the selector's keys",
+        "correlation with the selector",
+        "selectors and their best heads",
     }
     example = result.figures["selectors and their best heads"]
     assert len(example.data) == 6 and len(example.data[4].z) == N  # running example: arrow's best head

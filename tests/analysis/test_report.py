@@ -15,16 +15,30 @@ from lsa_interp.model.checkpoint import save_model
 
 @pytest.fixture
 def small_sizes(monkeypatch):
-    for key, value in {"roles": 24, "patch_pairs": 12, "cross_attention": 12, "elimination": 12,
-                       "decoder_lens": 12, "rasp": 12}.items():
+    for key, value in {
+        "roles": 24,
+        "patch_pairs": 12,
+        "cross_attention": 12,
+        "elimination": 12,
+        "decoder_lens": 12,
+        "rasp": 12,
+    }.items():
         monkeypatch.setitem(report_module.REPORT_SIZES, key, value)
 
 
 def test_report_on_the_planted_model(small_sizes, tmp_path):
     seen = []
     report = run_report(planted_model(), "planted", progress=seen.append)
-    assert seen == ["roles", "matching heads", "patching", "invariance", "cross-attention", "elimination",
-                    "decoder lens", "rasp"]
+    assert seen == [
+        "roles",
+        "matching heads",
+        "patching",
+        "invariance",
+        "cross-attention",
+        "elimination",
+        "decoder lens",
+        "rasp",
+    ]
     by_name = {f.name: f for f in report.findings}
     assert by_name["matching head"].holds is True and "2.3" in by_name["matching head"].ours
     results = {r.name: r for r in report.results}

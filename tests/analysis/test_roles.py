@@ -8,8 +8,15 @@ import torch
 
 from lsa_interp.analysis.activations import analysis_tasks
 from lsa_interp.analysis.roles import (
-    KDE_ROLES, collect_residuals, overlaps, pca_hooks, probe_accuracy, role_assignment, role_densities,
-    separator_attention, silhouette,
+    KDE_ROLES,
+    collect_residuals,
+    overlaps,
+    pca_hooks,
+    probe_accuracy,
+    role_assignment,
+    role_densities,
+    separator_attention,
+    silhouette,
 )
 from lsa_interp.data.tokenizer import source_text
 from lsa_interp.data.vocab import ROLE_ID

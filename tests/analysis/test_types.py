@@ -30,8 +30,15 @@ def test_labels_parse_to_zero_based_heads_and_back(text, head):
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("3.9", "no head '3.9'"), ("4.1", "no head '4.1'"), ("0.1", "no head"), ("x", "bad head 'x'"),
-     ("2", "bad head"), ("2.x", "bad head"), ("foo:1.1", "prefix must be one of")],
+    [
+        ("3.9", "no head '3.9'"),
+        ("4.1", "no head '4.1'"),
+        ("0.1", "no head"),
+        ("x", "bad head 'x'"),
+        ("2", "bad head"),
+        ("2.x", "bad head"),
+        ("foo:1.1", "prefix must be one of"),
+    ],
 )
 def test_bad_labels_name_the_allowed_range(text, message):
     with pytest.raises(ValueError, match=message) as info:
@@ -49,8 +56,12 @@ def test_hook_names_and_sweep_order():
 def test_result_writes_json_without_nan_and_an_offline_page(tmp_path):
     figure = go.Figure(go.Bar(x=["a"], y=[1.0]))
     result = AnalysisResult(
-        "demo", "m", {"score": float("nan"), "n": 3}, {"matrix": [[1.0, float("inf")]], ("a", "b"): 1},
-        {"bars": figure}, [Finding("x", "1.0", "0.5", False)],
+        "demo",
+        "m",
+        {"score": float("nan"), "n": 3},
+        {"matrix": [[1.0, float("inf")]], ("a", "b"): 1},
+        {"bars": figure},
+        [Finding("x", "1.0", "0.5", False)],
     )
     paths = result.write(tmp_path)
     doc = json.loads(paths["json"].read_text())

@@ -68,9 +68,9 @@ def _interleave(s: str, filler: str) -> str:
 def solve(alphabet: str, rule: str, q: str) -> set[str]:
     """The answers that ``rule`` gives for query ``q`` in ``alphabet``."""
     al = Alphabet(alphabet)
-    ext = lambda s: s + al.nxt(s[-1])  # noqa: E731
-    succ = lambda s: s[:-1] + al.nxt(s[-1])  # noqa: E731
-    pred = lambda s: al.nxt(s[0], -1) + s[1:]  # noqa: E731
+    ext = lambda s: s + al.nxt(s[-1])
+    succ = lambda s: s[:-1] + al.nxt(s[-1])
+    pred = lambda s: al.nxt(s[0], -1) + s[1:]
     if rule == "extend_sequence":
         assert al.is_run(q)
         return {ext(q)}

@@ -71,7 +71,7 @@ def test_examples_share_the_rule_and_alphabet_and_copies_are_exact(copy20):
     for t in copy20.splits["val"] + copy20.splits["train"][:50_000]:
         by_key.setdefault((t.alphabet, t.transformation), set()).add((t.query, t.answer))
     for t in copy20.splits["train"][:50_000]:
-        (ex_in, ex_out), = t.examples
+        ((ex_in, ex_out),) = t.examples
         if t.is_copy:
             assert (ex_in, ex_out) == (t.query, t.answer)
         else:
@@ -115,6 +115,11 @@ def test_bad_seed():
 
 
 def test_answers_use_the_tasks_alphabet(copy20):
-    permuted = next(t for t in copy20.splits["val"] if t.alphabet != LETTERS and t.transformation == "succ"
-                    and t.alphabet.index(t.query[-1]) + 1 != LETTERS.index(t.query[-1]) + 1)
+    permuted = next(
+        t
+        for t in copy20.splits["val"]
+        if t.alphabet != LETTERS
+        and t.transformation == "succ"
+        and t.alphabet.index(t.query[-1]) + 1 != LETTERS.index(t.query[-1]) + 1
+    )
     assert permuted.answer[-1] == permuted.alphabet[permuted.alphabet.index(permuted.query[-1]) + 1]

@@ -33,8 +33,17 @@ def test_cache_is_written_reused_and_invalidated(tiny, tmp_path, monkeypatch):
     assert torch.equal(first.tokens.src, second.tokens.src) and second.tokens.src.dtype == torch.long
     monkeypatch.undo()
 
-    save_dataset(tiny.__class__(tiny.config, tiny.seed, {**tiny.splits, "train": tiny.splits["train"][:10]},
-                                tiny.train_alphabets, tiny.new_alphabets), out, force=True)
+    save_dataset(
+        tiny.__class__(
+            tiny.config,
+            tiny.seed,
+            {**tiny.splits, "train": tiny.splits["train"][:10]},
+            tiny.train_alphabets,
+            tiny.new_alphabets,
+        ),
+        out,
+        force=True,
+    )
     assert len(load_tokenized(out, "train")) == 10
 
 

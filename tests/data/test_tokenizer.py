@@ -23,8 +23,15 @@ def test_reference_layout_of_the_one_shot_example():
 def test_roles_of_each_position():
     roles = [ROLES[r] for r in encode_tasks([PAPER]).roles[0].tolist()]
     assert roles[:26] == ["alphabet"] * 26
-    assert roles[26:] == ["separator", *["example_in"] * 3, "arrow", *["example_out"] * 3, "separator",
-                          *["query"] * 3, "eos"]
+    assert roles[26:] == [
+        "separator",
+        *["example_in"] * 3,
+        "arrow",
+        *["example_out"] * 3,
+        "separator",
+        *["query"] * 3,
+        "eos",
+    ]
 
 
 def test_permuted_alphabet_keeps_letter_ids():
@@ -42,7 +49,11 @@ def test_padding_and_roles_of_a_mixed_batch():
     roles = batch.roles[1].tolist()
     assert roles.count(ROLE_ID["example_in"]) == 6 and roles.count(ROLE_ID["example_out"]) == 6
     assert roles.count(ROLE_ID["query"]) == 4 and roles.count(ROLE_ID["separator"]) == 3
-    assert batch.tgt_in.shape == (2, 5) and batch.tgt_in[0, 4] == PAD and batch.tgt_pad_mask[0].tolist() == [False] * 4 + [True]
+    assert (
+        batch.tgt_in.shape == (2, 5)
+        and batch.tgt_in[0, 4] == PAD
+        and batch.tgt_pad_mask[0].tolist() == [False] * 4 + [True]
+    )
 
 
 def test_tasks_without_answers_have_no_targets():

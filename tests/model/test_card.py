@@ -10,7 +10,7 @@ from lsa_interp import cli
 from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
 from lsa_interp.model import load_model
 from lsa_interp.model.card import _partial_warning, ship_run
-from lsa_interp.train import Trainer, TrainConfig
+from lsa_interp.training import TrainConfig, Trainer
 
 SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
 
@@ -20,15 +20,28 @@ def run_dir(tmp_path_factory):
     config = DatasetConfig(name="tiny", n_alphabets=4, window_lengths=(3,), n_reshuffle=1, n_new_alphabets=4)
     data = save_dataset(generate_dataset(config, seed=3), tmp_path_factory.mktemp("data") / "tiny")
     run = tmp_path_factory.mktemp("runs") / "tiny"
-    train = TrainConfig(data_dir=str(data), preset="tiny", epochs=1, batch_size=64, lr=3e-3, max_steps=6,
-                        val_limit=20, model=SMALL_MODEL)
+    train = TrainConfig(
+        data_dir=str(data),
+        preset="tiny",
+        epochs=1,
+        batch_size=64,
+        lr=3e-3,
+        max_steps=6,
+        val_limit=20,
+        model=SMALL_MODEL,
+    )
     Trainer.start(train, run).run()
     return run
 
 
 def test_ship_writes_checkpoint_card_and_evaluation(run_dir, tmp_path):
     target = ship_run(run_dir, "tiny-model", dest=tmp_path, limit=200)
-    assert sorted(p.name for p in target.iterdir()) == ["card.md", "config.json", "evaluation.json", "model.safetensors"]
+    assert sorted(p.name for p in target.iterdir()) == [
+        "card.md",
+        "config.json",
+        "evaluation.json",
+        "model.safetensors",
+    ]
     evaluation = json.loads((target / "evaluation.json").read_text())
     card = (target / "card.md").read_text()
     seen = evaluation["table1"]["seen_transformations_seen_alphabets"]

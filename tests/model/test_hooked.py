@@ -92,7 +92,7 @@ def test_zeroing_one_heads_pattern_removes_exactly_its_contribution(make_pair, m
 def test_replacing_a_pattern_changes_the_output(paper_pair, make_tasks):
     _, model = paper_pair
     tasks = make_tasks(2, seed=6)
-    uniform = lambda pattern, hook: torch.full_like(pattern, 1.0 / pattern.shape[-1])  # noqa: E731
+    uniform = lambda pattern, hook: torch.full_like(pattern, 1.0 / pattern.shape[-1])
     with torch.no_grad():
         clean = model(tasks)
         patched = model.run_with_hooks(tasks, fwd_hooks=[("encoder.1.attn.hook_pattern", uniform)])

@@ -22,9 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-default-apps", "--disable-extensions", "--hide-scrollbars", "--mute-audio",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--hide-scrollbars",
+    "--mute-audio",
     "--remote-debugging-pipe",
 )
 LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
@@ -56,7 +65,10 @@ class Browser:
 
         self.process = subprocess.Popen(
             [binary, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-            preexec_fn=wire_pipe, close_fds=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=wire_pipe,
+            close_fds=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         os.close(cmd_read)
         os.close(reply_write)
@@ -141,8 +153,15 @@ def _error_text(event: dict) -> str | None:
     return None
 
 
-def open_page(browser: Browser, path: Path, ready_js: str, script: str | None = None, width: int = 1280,
-              height: int = 1200, timeout: float = 15) -> PageReport:
+def open_page(
+    browser: Browser,
+    path: Path,
+    ready_js: str,
+    script: str | None = None,
+    width: int = 1280,
+    height: int = 1200,
+    timeout: float = 15,
+) -> PageReport:
     """Load ``path`` in a new tab, wait until ``ready_js`` evaluates true, then run ``script`` (awaited) and
     screenshot the viewport at quarter scale."""
     target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -150,8 +169,11 @@ def open_page(browser: Browser, path: Path, ready_js: str, script: str | None = 
     first_event = len(browser.events)
     for domain in ("Page", "Network", "Runtime", "Log"):
         browser.send(f"{domain}.enable", session=session)
-    browser.send("Emulation.setDeviceMetricsOverride",
-                 {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session=session)
+    browser.send(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        session=session,
+    )
     browser.send("Page.navigate", {"url": path.resolve().as_uri()}, session=session)
     browser.wait_event("Page.loadEventFired", session, timeout)
     report = PageReport()
@@ -164,9 +186,14 @@ def open_page(browser: Browser, path: Path, ready_js: str, script: str | None = 
     if script is not None and report.ready:
         params = {"expression": script, "returnByValue": True, "awaitPromise": True}
         report.script_value = browser.send("Runtime.evaluate", params, session=session).get("result", {}).get("value")
-    shot = browser.send("Page.captureScreenshot", {
-        "format": "png", "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 0.25},
-    }, session=session)
+    shot = browser.send(
+        "Page.captureScreenshot",
+        {
+            "format": "png",
+            "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 0.25},
+        },
+        session=session,
+    )
     report.screenshot = base64.b64decode(shot["data"])
     for event in browser.events[first_event:]:
         if event.get("sessionId") != session:

@@ -54,8 +54,9 @@ def trace(fig, name):
     return matches[0]
 
 
-@pytest.mark.parametrize(("title", "stack", "kind"), [(ENC, "encoder", "attn"), (DEC, "decoder", "attn"),
-                                                     (CROSS, "decoder", "cross_attn")])
+@pytest.mark.parametrize(
+    ("title", "stack", "kind"), [(ENC, "encoder", "attn"), (DEC, "decoder", "attn"), (CROSS, "decoder", "cross_attn")]
+)
 def test_every_head_heatmap_is_the_cached_pattern(view, reference, title, stack, kind):
     cache = reference[3]
     fig = view.figures[title]
@@ -146,16 +147,25 @@ def shown(fig):
 def test_layer_and_head_selectors_combine(view):
     fig = view.figures[ENC]
     fig = type(fig)(fig)
-    assert shown(fig) == (["layer 1 head average"], f"{ENC}: layer 1, head average",
-                          [("buttons", "layer 1"), ("dropdown", "head average")])
+    assert shown(fig) == (
+        ["layer 1 head average"],
+        f"{ENC}: layer 1, head average",
+        [("buttons", "layer 1"), ("dropdown", "head average")],
+    )
     click(fig, "layer 2")
     assert shown(fig)[0] == ["layer 2 head average"]
     click(fig, "head 3")
-    assert shown(fig) == (["layer 2 head 3"], f"{ENC}: layer 2, head 3",
-                          [("buttons", "layer 2"), ("dropdown", "head 3")])
+    assert shown(fig) == (
+        ["layer 2 head 3"],
+        f"{ENC}: layer 2, head 3",
+        [("buttons", "layer 2"), ("dropdown", "head 3")],
+    )
     click(fig, "layer 1")
-    assert shown(fig) == (["layer 1 head 3"], f"{ENC}: layer 1, head 3",
-                          [("buttons", "layer 1"), ("dropdown", "head 3")])
+    assert shown(fig) == (
+        ["layer 1 head 3"],
+        f"{ENC}: layer 1, head 3",
+        [("buttons", "layer 1"), ("dropdown", "head 3")],
+    )
     click(fig, "head average")
     assert shown(fig)[0] == ["layer 1 head average"]
 
@@ -201,8 +211,12 @@ def test_circuitsvis_pages_use_the_offline_source(view, tmp_path):
     assert "unpkg.com" not in page and not re.search(r"<script[^>]*\bsrc=", page)
     assert '"2.3"' in page and '"EOS"' in page  # paper head labels and the tokens
     paths = view.write_all_circuitsvis(tmp_path / "all")
-    assert sorted(p.name for p in paths) == ["decoder_layer_1.html", "decoder_layer_2.html",
-                                            "encoder_layer_1.html", "encoder_layer_2.html"]
+    assert sorted(p.name for p in paths) == [
+        "decoder_layer_1.html",
+        "decoder_layer_2.html",
+        "encoder_layer_1.html",
+        "encoder_layer_2.html",
+    ]
     assert '"dec:2.1"' in (tmp_path / "all" / "decoder_layer_2.html").read_text(encoding="utf-8")
     with pytest.raises(ValueError, match="square"):
         view.circuitsvis("cross", 0)
@@ -210,12 +224,12 @@ def test_circuitsvis_pages_use_the_offline_source(view, tmp_path):
         view.circuitsvis("encoder", 2)
 
 
-def test_show_attention_method_and_bad_input(model):
-    shown_view = model.show_attention("abc defghijklmnopqrstuvwxyz | ghi > fhi | bcd", max_new_tokens=3)
+def test_attention_view_of_a_task_string_and_bad_input(model):
+    shown_view = attention_view(model, "abc defghijklmnopqrstuvwxyz | ghi > fhi | bcd", max_new_tokens=3)
     assert isinstance(shown_view, AttentionView)
     model.eval()
     assert shown_view.data.answer == model.solve(TASK, max_new_tokens=3)
     with pytest.raises(ValueError, match="top_k"):
         attention_view(model, TASK, top_k=0)
     with pytest.raises(ValueError):
-        model.show_attention("abc | d")
+        attention_view(model, "abc | d")

@@ -45,8 +45,10 @@ CLICK_LAYER_2_HEAD_3 = """(async () => {
 def browser(tmp_path):
     binary = find_chromium()
     if binary is None:
-        pytest.fail("Chromium is not installed, and the browser tests need it: apt-get install chromium "
-                    "(.ci/run installs it), or set CHROMIUM to a Chromium/Chrome binary")
+        pytest.fail(
+            "Chromium is not installed, and the browser tests need it: apt-get install chromium "
+            "(.ci/run installs it), or set CHROMIUM to a Chromium/Chrome binary"
+        )
     chromium = Browser(binary, tmp_path / "chromium-profile")
     yield chromium
     chromium.close()
@@ -59,11 +61,18 @@ def write_pages(out):
     model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64))
     view = attention_view(model, "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd", max_new_tokens=4)
     bars = go.Figure(go.Bar(x=["1.1", "2.7"], y=[0.2, 0.9]))
-    result = AnalysisResult("demo", "tiny", {"score": 0.5}, figures={"scores": bars},
-                            findings=[Finding("matching head", "2.7", "2.7", True)])
+    result = AnalysisResult(
+        "demo",
+        "tiny",
+        {"score": 0.5},
+        figures={"scores": bars},
+        findings=[Finding("matching head", "2.7", "2.7", True)],
+    )
     control = out / "control.html"
-    control.write_text("<!DOCTYPE html><html><body><img src='http://localhost:9/x.png' style='display:none'>"
-                       "<script>throw new Error('control error')</script></body></html>")
+    control.write_text(
+        "<!DOCTYPE html><html><body><img src='http://localhost:9/x.png' style='display:none'>"
+        "<script>throw new Error('control error')</script></body></html>"
+    )
     return {
         "attention": (view.write(out / "attention.html"), PLOTLY_READY, CLICK_LAYER_2_HEAD_3),
         "circuitsvis": (view.write_circuitsvis(out / "circuitsvis.html", "encoder", 1), CIRCUITSVIS_READY, None),
@@ -74,8 +83,10 @@ def write_pages(out):
 
 def test_pages_render_offline_in_chromium(browser, tmp_path):
     """One test (so that pytest-xdist runs it on one worker, with one browser) over every generated page."""
-    reports = {name: (path, open_page(browser, path, ready, script))
-               for name, (path, ready, script) in write_pages(tmp_path).items()}
+    reports = {
+        name: (path, open_page(browser, path, ready, script))
+        for name, (path, ready, script) in write_pages(tmp_path).items()
+    }
     for page in ("attention", "circuitsvis", "analysis"):
         path, report = reports[page]
         assert report.ready, f"{page}: the page did not render within the time limit"
@@ -92,5 +103,8 @@ def test_pages_render_offline_in_chromium(browser, tmp_path):
     assert png_colours(control.screenshot) == (1, 0.0)
 
     clicked = reports["attention"][1].script_value
-    assert clicked == {"pressed": [1, 1, 1], "visible": ["layer 2 head 3"],
-                       "title": "encoder self-attention: layer 2, head 3"}
+    assert clicked == {
+        "pressed": [1, 1, 1],
+        "visible": ["layer 2 head 3"],
+        "title": "encoder self-attention: layer 2, head 3",
+    }

@@ -24,22 +24,40 @@ def tiny_model(tmp_path):
 
 def test_attention_writes_the_view_and_circuitsvis_pages(tiny_model, tmp_path, capsys):
     out, pages = tmp_path / "view.html", tmp_path / "cv"
-    args = ["attention", "--model", str(tiny_model), "--task", TASK, "--out", str(out), "--circuitsvis", str(pages),
-            "--top-k", "3"]
+    args = [
+        "attention",
+        "--model",
+        str(tiny_model),
+        "--task",
+        TASK,
+        "--out",
+        str(out),
+        "--circuitsvis",
+        str(pages),
+        "--top-k",
+        "3",
+    ]
     code, stdout, _ = run(args, capsys)
     assert code == 0 and "answer:" in stdout and str(out) in stdout
     page = out.read_text(encoding="utf-8")
     assert "<h2>cross-attention (decoder steps x encoder tokens)</h2>" in page and '"#3"' in page
     assert '"#4"' not in page
-    assert sorted(p.name for p in pages.iterdir()) == ["decoder_layer_1.html", "decoder_layer_2.html",
-                                                     "encoder_layer_1.html", "encoder_layer_2.html"]
+    assert sorted(p.name for p in pages.iterdir()) == [
+        "decoder_layer_1.html",
+        "decoder_layer_2.html",
+        "encoder_layer_1.html",
+        "encoder_layer_2.html",
+    ]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--task", "abc | x"], "a task needs"),
-    (["--task", "abcdefghijklmnopqrstuvwxyz | gh1 > fhi | bcd"], "unknown symbol"),
-    (["--task", TASK, "--model", "/nonexistent/checkpoint"], "no checkpoint"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--task", "abc | x"], "a task needs"),
+        (["--task", "abcdefghijklmnopqrstuvwxyz | gh1 > fhi | bcd"], "unknown symbol"),
+        (["--task", TASK, "--model", "/nonexistent/checkpoint"], "no checkpoint"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(tiny_model, tmp_path, capsys, args, message):
     full = ["attention", "--model", str(tiny_model), "--out", str(tmp_path / "v.html"), *args]
     code, _, err = run(full, capsys)

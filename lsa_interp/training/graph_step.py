@@ -13,7 +13,7 @@ dropout draws differ from an eager step. The epoch's batch plan is sent to the d
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -22,8 +22,26 @@ from torch import Tensor
 
 from lsa_interp.data.vocab import PAD
 
-if TYPE_CHECKING:
-    from lsa_interp.train import Trainer
+
+@runtime_checkable
+class Steppable(Protocol):
+    """What `GraphedStep` needs of a trainer: its config, device, data, optimizer, plan and loss."""
+
+    config: Any
+    device: torch.device
+    train: Any
+    optimizer: torch.optim.Optimizer
+    step: int
+    steps_per_epoch: int
+
+    def epoch_plan(self, epoch: int) -> list: ...
+
+    def trainable_parameters(self) -> list[Tensor]: ...
+
+    def stacked_loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor: ...
+
+    def _autocast(self) -> Any: ...
+
 
 WARMUP_STEPS = 3
 """Eager steps on a side stream before capture (cuBLAS handles and optimizer state are created there)."""
@@ -55,7 +73,7 @@ class GraphedStep:
     afterwards, so the run continues exactly where it was. Raises RuntimeError off CUDA.
     """
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: Steppable) -> None:
         if trainer.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
         self.trainer = trainer
@@ -92,8 +110,11 @@ class GraphedStep:
         params = trainer.trainable_parameters()
         optimizer = trainer.optimizer
         saved_params = [p.detach().clone() for p in params]
-        saved_state = {i: {k: v.clone() for k, v in optimizer.state[p].items()} for i, p in enumerate(params)
-                       if optimizer.state.get(p)}
+        saved_state = {
+            i: {k: v.clone() for k, v in optimizer.state[p].items()}
+            for i, p in enumerate(params)
+            if optimizer.state.get(p)
+        }
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):

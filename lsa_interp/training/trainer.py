@@ -1,10 +1,9 @@
-"""Training with the paper's recipe, fast: pre-tokenized resident tensors, length-bucketed batches, resumable.
+"""`Trainer`: one model trained with the paper's recipe, fast and resumable.
 
-A run directory holds ``train_config.json``, ``metrics.jsonl`` (one JSON object a line), ``state.pt`` (the
-latest resumable state: model, optimizer, RNG, data position; written atomically every epoch, every
-``checkpoint_every`` steps and on SIGINT/SIGTERM) and, at the end, ``model/`` (a `save_model` checkpoint).
-The batches of an epoch are a pure function of (seed, epoch), and the dropout RNG is saved with the state,
-so a run killed at any moment and resumed ends with the same weights as an uninterrupted one (CPU).
+Pre-tokenized splits live on the training device; the batches of an epoch are a pure function of
+(seed, epoch), and the dropout RNG is saved with the state, so a run killed at any moment and resumed
+ends with the same weights as an uninterrupted one (CPU). ``state.pt`` is written atomically every epoch,
+every ``checkpoint_every`` steps and on SIGINT/SIGTERM. See `lsa_interp.training.run_dir` for the files.
 """
 
 from __future__ import annotations
@@ -12,151 +11,28 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from lsa_interp.data.batching import BATCHING_METHODS, batch_keys, epoch_batches
-from lsa_interp.data.transformations import SEEN
+from lsa_interp.data.batching import batch_keys, epoch_batches
 from lsa_interp.data.dataset import read_manifest
-from lsa_interp.data.loaders import TokenizedSplit, load_tokenized
-from lsa_interp.data.vocab import PAD
-from lsa_interp.graph_step import GraphedStep
+from lsa_interp.data.loaders import load_tokenized
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.checkpoint import save_model
+from lsa_interp.training.config import TrainConfig
+from lsa_interp.training.graph_step import GraphedStep
+from lsa_interp.training.run_dir import CONFIG_FILE, METRICS_FILE, MODEL_DIR, STATE_FILE, pick_device, stop_on_signals
+from lsa_interp.training.schedule import lr_factor
+from lsa_interp.training.validation import ResidentSplit, loss_fn, validate_model
 from lsa_interp.utils import atomic_write, hardware_description
-
-STATE_FILE, METRICS_FILE, CONFIG_FILE, MODEL_DIR = "state.pt", "metrics.jsonl", "train_config.json", "model"
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """The recipe (defaults: the paper's) and the run's bounds. ``data_dir`` holds a saved dataset."""
-
-    data_dir: str
-    preset: str | None = None
-    seed: int = 0
-    epochs: int = 20
-    batch_size: int = 32
-    batching: str = "random"
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.95)
-    weight_decay: float = 0.01
-    warmup_start: float = 1e-4
-    final_lr_factor: float = 0.05
-    precision: str = "fp32"
-    device: str = "auto"
-    max_steps: int | None = None
-    max_minutes: float | None = None
-    checkpoint_every: int = 2000
-    log_every: int = 100
-    val_limit: int | None = None
-    replicates: int = 1
-    cuda_graph: bool = True
-    length_bucketing: bool = False
-    model: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.batching not in BATCHING_METHODS:
-            raise ValueError(f"unknown batching {self.batching!r}; choose one of: {', '.join(BATCHING_METHODS)}")
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"unknown precision {self.precision!r}; choose fp32 or bf16")
-        if self.epochs < 1 or self.batch_size < 1:
-            raise ValueError("epochs and batch size must be positive")
-        if self.replicates < 1:
-            raise ValueError(f"replicates must be at least 1, got {self.replicates}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max steps must be positive, got {self.max_steps}")
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        """Inverse of ``dataclasses.asdict``. A config saved before ``length_bucketing`` existed ran with it on."""
-        return cls(**{"length_bucketing": True, **data, "betas": tuple(data["betas"])})
-
-
-def trainer_class(config: TrainConfig) -> type[Trainer]:
-    """`Trainer` for one model, `ReplicateTrainer` for ``config.replicates > 1``."""
-    if config.replicates == 1:
-        return Trainer
-    from lsa_interp.replicates import ReplicateTrainer
-
-    return ReplicateTrainer
-
-
-def lr_factor(step: int, steps_per_epoch: int, epochs: int, warmup_start: float = 1e-4, final: float = 0.05) -> float:
-    """The reference schedule: linear warm-up from ``warmup_start`` over epoch 1 (per step), then a
-    per-epoch linear decay reaching ``final`` in the last epoch."""
-    epoch = step // steps_per_epoch
-    if epoch == 0:
-        return warmup_start + (1.0 - warmup_start) * step / steps_per_epoch
-    return 1.0 - (1.0 - final) * epoch / max(epochs - 1, 1)
-
-
-def pick_device(name: str) -> torch.device:
-    """``auto`` gives CUDA when available, else CPU; raises ValueError for a device that is not there."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for but no CUDA GPU is available")
-    return device
-
-
-class ResidentSplit:
-    """A tokenized split on the training device, with row lengths for bucketed batches."""
-
-    def __init__(self, split: TokenizedSplit, device: torch.device, limit: int | None = None) -> None:
-        if limit is not None and limit < len(split):
-            split = split.select(np.sort(np.random.default_rng(0).permutation(len(split))[:limit]))
-        tokens = split.tokens
-        self.src, self.tgt_in, self.tgt_out = (t.to(device) for t in (tokens.src, tokens.tgt_in, tokens.tgt_out))
-        self.src_len = (tokens.src != PAD).sum(1).numpy()
-        self.tgt_len = (tokens.tgt_in != PAD).sum(1).numpy()
-        self.split = split
-
-    def batch(self, rows: np.ndarray) -> tuple[Tensor, Tensor, Tensor]:
-        """``(src, tgt_in, tgt_out)`` of ``rows``, cut to the longest row of the batch."""
-        index = torch.from_numpy(rows).to(self.src.device)
-        src_len, tgt_len = int(self.src_len[rows].max()), int(self.tgt_len[rows].max())
-        return self.src[index, :src_len], self.tgt_in[index, :tgt_len], self.tgt_out[index, :tgt_len]
-
-
-def loss_fn(
-    model: HookedEncoderDecoder, src: Int[Tensor, "b s"], tgt_in: Int[Tensor, "b t"], tgt_out: Int[Tensor, "b t"]
-) -> Tensor:
-    """Mean cross-entropy over the non-PAD targets (answer letters and EOS), teacher-forced."""
-    logits = model.decode(tgt_in, model.encode(src), src == PAD)
-    return F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)
-
-
-def exact_match(generated: Int[Tensor, "b n"], tgt_out: Int[Tensor, "b t"]) -> Tensor:
-    """Per row: does the greedy output (answer, EOS, then PAD) equal the target (answer, EOS, PAD)?"""
-    width = max(generated.shape[1], tgt_out.shape[1])
-    pad = lambda t: F.pad(t, (0, width - t.shape[1]), value=PAD)  # noqa: E731
-    return (pad(generated) == pad(tgt_out)).all(dim=1)
-
-
-@contextmanager
-def _stop_on_signals() -> Iterator[dict[str, int]]:
-    """Turn SIGINT/SIGTERM into a flag the loop checks after each step (so the state can be saved)."""
-    flag: dict[str, int] = {}
-    handler = lambda signum, _frame: flag.setdefault("signal", signum)  # noqa: E731
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield flag
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 class Trainer:
@@ -165,11 +41,15 @@ class Trainer:
     def __init__(self, config: TrainConfig, run_dir: Path, state: dict[str, Any] | None = None) -> None:
         self.config, self.run_dir = config, run_dir
         self.device = pick_device(config.device)
+        if config.precision == "tf32":
+            torch.set_float32_matmul_precision("high")
         self.graphed = self.device.type == "cuda" and config.cuda_graph
         self._graph: GraphedStep | None = None
         self._build_models()
         self.train = ResidentSplit(load_tokenized(config.data_dir, "train"), self.device)
-        self.keys = batch_keys(config.batching, self.train.split.alphabet.numpy(), self.train.split.transformation.numpy())
+        self.keys = batch_keys(
+            config.batching, self.train.split.alphabet.numpy(), self.train.split.transformation.numpy()
+        )
         self.steps_per_epoch = len(self.epoch_plan(0))
         self.val = ResidentSplit(load_tokenized(config.data_dir, "val"), self.device, config.val_limit)
         self.total_steps = self.steps_per_epoch * config.epochs
@@ -251,10 +131,12 @@ class Trainer:
         for old in [run_dir / MODEL_DIR, *run_dir.glob("replicate-*")]:
             shutil.rmtree(old, ignore_errors=True)
         (run_dir / CONFIG_FILE).write_text(json.dumps(asdict(config), indent=2) + "\n")
-        return trainer_class(config)(config, run_dir)
+        return cls(config, run_dir)
 
     @classmethod
-    def resume(cls, run_dir: str | os.PathLike, max_steps: int | None = None, max_minutes: float | None = None) -> Trainer:
+    def resume(
+        cls, run_dir: str | os.PathLike, max_steps: int | None = None, max_minutes: float | None = None
+    ) -> Trainer:
         """Continue the run in ``run_dir`` from its last saved state (new bounds override the saved ones).
 
         Raises FileNotFoundError when ``run_dir`` is not a training run.
@@ -267,7 +149,7 @@ class Trainer:
         config = replace(config, **{k: v for k, v in bounds.items() if v is not None})
         state_path = run_dir / STATE_FILE
         state = torch.load(state_path, weights_only=False, map_location="cpu") if state_path.is_file() else None
-        trainer = trainer_class(config)(config, run_dir, state)
+        trainer = cls(config, run_dir, state)
         metrics = run_dir / METRICS_FILE
         if metrics.exists():
             with metrics.open("r+b") as handle:
@@ -279,10 +161,13 @@ class Trainer:
         metrics = self.run_dir / METRICS_FILE
         self.metrics_offset = metrics.stat().st_size if metrics.exists() else 0
         state = {
-            **self._weights(), "optimizer": self.optimizer.state_dict(),
+            **self._weights(),
+            "optimizer": self.optimizer.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
-            "step": self.step, "elapsed": self.elapsed, "metrics_offset": self.metrics_offset,
+            "step": self.step,
+            "elapsed": self.elapsed,
+            "metrics_offset": self.metrics_offset,
         }
         atomic_write(self.run_dir / STATE_FILE, lambda tmp: torch.save(state, tmp))
 
@@ -343,9 +228,14 @@ class Trainer:
         cfg = self.config
         limit = min(self.total_steps, cfg.max_steps or self.total_steps)
         deadline = None if cfg.max_minutes is None else time.monotonic() + 60 * cfg.max_minutes
-        loss_sum, loss_count, window_start, window_tasks = torch.zeros((), device=self.device), 0, time.perf_counter(), 0
+        loss_sum, loss_count, window_start, window_tasks = (
+            torch.zeros((), device=self.device),
+            0,
+            time.perf_counter(),
+            0,
+        )
         clock = window_start  # training wall time, without validation and checkpoints, accrues into self.elapsed
-        with _stop_on_signals() as stop:
+        with stop_on_signals() as stop:
             while self.step < limit and "signal" not in stop:
                 epoch, offset = divmod(self.step, self.steps_per_epoch)
                 for batch in self.epoch_plan(epoch)[offset:]:
@@ -354,8 +244,11 @@ class Trainer:
                     if self.step % cfg.log_every == 0 or self.step == limit:
                         now = time.perf_counter()
                         record = {
-                            "type": "step", "step": self.step, "epoch": self.step / self.steps_per_epoch,
-                            "lr": self.current_lr, **self._loss_record(loss_sum / loss_count),
+                            "type": "step",
+                            "step": self.step,
+                            "epoch": self.step / self.steps_per_epoch,
+                            "lr": self.current_lr,
+                            **self._loss_record(loss_sum / loss_count),
                             "tasks_per_s": window_tasks / max(now - window_start, 1e-9),
                         }
                         self.log(record)
@@ -365,14 +258,25 @@ class Trainer:
                         loss_count, window_start, window_tasks = 0, now, 0
                     out_of_time = deadline is not None and time.monotonic() > deadline
                     epoch_end = self.step % self.steps_per_epoch == 0
-                    if epoch_end or self.step % cfg.checkpoint_every == 0 or "signal" in stop or self.step == limit \
-                            or out_of_time:
+                    if (
+                        epoch_end
+                        or self.step % cfg.checkpoint_every == 0
+                        or "signal" in stop
+                        or self.step == limit
+                        or out_of_time
+                    ):
                         self._finish_queued_work()
                         self.elapsed += time.perf_counter() - clock
                         if epoch_end:
                             for record in self.epoch_records():
-                                self.log({"type": "epoch", "step": self.step,
-                                          "epoch": self.step // self.steps_per_epoch, **record})
+                                self.log(
+                                    {
+                                        "type": "epoch",
+                                        "step": self.step,
+                                        "epoch": self.step // self.steps_per_epoch,
+                                        **record,
+                                    }
+                                )
                         self.save_state()
                         clock = time.perf_counter()
                         if epoch_end:
@@ -405,42 +309,19 @@ class Trainer:
         cfg = self.config
         manifest = read_manifest(cfg.data_dir)
         return {
-            "preset": cfg.preset or manifest["preset"], "seed": seed, "data_seed": manifest["seed"],
-            "train_config": asdict(cfg), "steps": self.step,
-            "epochs_completed": self.step / self.steps_per_epoch, "train_seconds": round(self.elapsed, 1),
-            "device": str(self.device), "hardware": hardware_description(self.device.type), "torch": torch.__version__,
+            "preset": cfg.preset or manifest["preset"],
+            "seed": seed,
+            "data_seed": manifest["seed"],
+            "train_config": asdict(cfg),
+            "steps": self.step,
+            "epochs_completed": self.step / self.steps_per_epoch,
+            "train_seconds": round(self.elapsed, 1),
+            "device": str(self.device),
+            "hardware": hardware_description(self.device.type),
+            "torch": torch.__version__,
         }
 
     def _save_final(self) -> None:
         self.model.eval()
         save_model(self.model, self.run_dir / MODEL_DIR, metadata=self._metadata(self.config.seed), overwrite=True)
         self.model.train()
-
-
-@torch.no_grad()
-def validate_model(model: HookedEncoderDecoder, val: ResidentSplit, autocast: Callable[[], Any]) -> dict[str, Any]:
-    """Validation loss and greedy exact-match accuracy: overall, copy / non-copy, seen / new rules, per rule."""
-    was_training = model.training
-    model.eval()
-    losses, correct = [], []
-    for start in range(0, len(val.src), 1024):
-        rows = np.arange(start, min(start + 1024, len(val.src)))
-        src, tgt_in, tgt_out = val.batch(rows)
-        with autocast():
-            losses.append(loss_fn(model, src, tgt_in, tgt_out) * (tgt_out != PAD).sum())
-        correct.append(exact_match(model.generate(src), tgt_out))
-    model.train(was_training)
-    hit = torch.cat(correct).cpu()
-    split = val.split
-    names = [split.transformation_names[i] for i in split.transformation.tolist()]
-    seen = torch.tensor([n in SEEN for n in names])
-    rate = lambda mask: float(hit[mask].float().mean()) if mask.any() else float("nan")  # noqa: E731
-    return {
-        "val_loss": float(sum(losses)) / int((val.tgt_out != PAD).sum()),
-        "val_acc": rate(torch.ones_like(hit)), "val_acc_copy": rate(split.is_copy),
-        "val_acc_noncopy": rate(~split.is_copy), "val_acc_seen_transformations": rate(seen & ~split.is_copy),
-        "val_acc_new_transformations": rate(~seen & ~split.is_copy),
-        "val_acc_by_transformation": {
-            name: rate(torch.tensor([n == name for n in names]) & ~split.is_copy) for name in sorted(set(names))
-        },
-    }

@@ -28,12 +28,9 @@ from lsa_interp.data.batching import epoch_batches
 from lsa_interp.data.vocab import PAD
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.checkpoint import save_model
-from lsa_interp.train import MODEL_DIR, Trainer, validate_model
-
-
-def replicate_dir(index: int) -> str:
-    """The sub-directory of a replicate run that holds replicate ``index``'s final model."""
-    return f"replicate-{index}"
+from lsa_interp.training.run_dir import MODEL_DIR, replicate_dir
+from lsa_interp.training.trainer import Trainer
+from lsa_interp.training.validation import validate_model
 
 
 class _TeacherForcedLoss(nn.Module):

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
-from lsa_interp.graph_step import padded_plan
-from lsa_interp.train import Trainer, TrainConfig
+from lsa_interp.training import TrainConfig, resume_run, start_run
+from lsa_interp.training.graph_step import padded_plan
 
 SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -37,8 +37,8 @@ def test_padded_plan_fills_short_batches_with_their_first_row_marked_invalid():
 def test_an_eager_state_settles_into_the_other_step_kind(data_dir, tmp_path):
     """A state saved by eager steps keeps the eager optimizer's flags and a float learning rate."""
     config = TrainConfig(data_dir=str(data_dir), max_steps=3, val_limit=8, device="cpu", model=SMALL_MODEL)
-    Trainer.start(config, tmp_path).run()
-    resumed = Trainer.resume(tmp_path, max_steps=5)
+    start_run(config, tmp_path).run()
+    resumed = resume_run(tmp_path, max_steps=5)
     group = resumed.optimizer.param_groups[0]
     assert (group["foreach"], group["fused"], group["capturable"]) == (True, False, False)
     assert isinstance(group["lr"], float)
@@ -49,10 +49,17 @@ def test_an_eager_state_settles_into_the_other_step_kind(data_dir, tmp_path):
 
 def _trained(data_dir, run_dir, cuda_graph: bool, replicates: int = 1, steps: int = 12) -> list[torch.Tensor]:
     config = TrainConfig(
-        data_dir=str(data_dir), device="cuda", max_steps=steps, val_limit=8, batch_size=16, replicates=replicates,
-        cuda_graph=cuda_graph, warmup_start=1.0, model={**SMALL_MODEL, "dropout": 0.0},
+        data_dir=str(data_dir),
+        device="cuda",
+        max_steps=steps,
+        val_limit=8,
+        batch_size=16,
+        replicates=replicates,
+        cuda_graph=cuda_graph,
+        warmup_start=1.0,
+        model={**SMALL_MODEL, "dropout": 0.0},
     )
-    trainer = Trainer.start(config, run_dir)
+    trainer = start_run(config, run_dir)
     trainer.run()
     return [p.detach().cpu() for p in trainer.trainable_parameters()]
 
@@ -71,8 +78,8 @@ def test_graph_replays_train_like_eager_steps(data_dir, tmp_path, replicates):
 @cuda
 def test_a_graphed_run_resumes_where_it_stopped(data_dir, tmp_path):
     config = TrainConfig(data_dir=str(data_dir), device="cuda", max_steps=40, val_limit=8, model=SMALL_MODEL)
-    Trainer.start(config, tmp_path).run()
-    resumed = Trainer.resume(tmp_path, max_steps=60)
+    start_run(config, tmp_path).run()
+    resumed = resume_run(tmp_path, max_steps=60)
     assert isinstance(resumed.optimizer.param_groups[0]["lr"], torch.Tensor)
     resumed.run()
     assert resumed.step == 60 and (tmp_path / "model").is_dir()

@@ -20,8 +20,7 @@ from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
 from lsa_interp.data.batching import BATCHING_METHODS, batch_keys, epoch_batches
 from lsa_interp.data.vocab import EOS, PAD
 from lsa_interp.model.checkpoint import load_model
-from lsa_interp.train import Trainer, TrainConfig, exact_match, lr_factor
-
+from lsa_interp.training import TrainConfig, Trainer, exact_match, lr_factor
 
 SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
 
@@ -53,8 +52,10 @@ def test_batch_plans_cover_every_row_once_and_respect_the_method(method):
         assert all(len(b) <= 32 and len(set(keys[b].tolist())) == 1 for b in batches)
         if method == "alphabet":
             assert all(len(set(alphabet[b].tolist())) == 1 for b in batches)
-    spread = {name: np.mean([length[b].max() - length[b].min() for b in batches if len(b) == 32])
-              for name, batches in (("bucketed", plan), ("reference", reference))}
+    spread = {
+        name: np.mean([length[b].max() - length[b].min() for b in batches if len(b) == 32])
+        for name, batches in (("bucketed", plan), ("reference", reference))
+    }
     assert spread["bucketed"] < 30 < spread["reference"], f"length spread inside batches: {spread}"
     again = epoch_batches(keys, length, 32, seed=1, epoch=3)
     assert all((a == b).all() for a, b in zip(plan, again))
@@ -77,8 +78,9 @@ def test_bad_config_values():
 
 
 def test_short_cpu_run_learns_and_writes_a_loadable_model(data_dir, tmp_path):
-    config = TrainConfig(data_dir=str(data_dir), preset="tiny", epochs=4, batch_size=64, lr=3e-3, log_every=5,
-                         model=SMALL_MODEL)
+    config = TrainConfig(
+        data_dir=str(data_dir), preset="tiny", epochs=4, batch_size=64, lr=3e-3, log_every=5, model=SMALL_MODEL
+    )
     trainer = Trainer.start(config, tmp_path / "run")
     started = time.perf_counter()
     trainer.run()
@@ -97,9 +99,29 @@ def test_short_cpu_run_learns_and_writes_a_loadable_model(data_dir, tmp_path):
 
 
 def _train_cmd(data_dir, out, *extra):
-    return [sys.executable, "-m", "lsa_interp", "train", "--data", str(data_dir), "--out", str(out), "--preset",
-            "tiny", "--epochs", "3", "--batch-size", "64", "--checkpoint-every", "4", "--val-limit", "20",
-            "--model-config", json.dumps(SMALL_MODEL), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "lsa_interp",
+        "train",
+        "--data",
+        str(data_dir),
+        "--out",
+        str(out),
+        "--preset",
+        "tiny",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "64",
+        "--checkpoint-every",
+        "4",
+        "--val-limit",
+        "20",
+        "--model-config",
+        json.dumps(SMALL_MODEL),
+        *extra,
+    ]
 
 
 def _run_env():
@@ -113,7 +135,7 @@ def _wait_for_state(run, min_step, proc, timeout=120):
             try:
                 if torch.load(run / "state.pt", weights_only=False)["step"] >= min_step:
                     return
-            except Exception:  # noqa: BLE001  (caught mid-rename)
+            except Exception:
                 pass
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
@@ -125,18 +147,24 @@ def _wait_for_state(run, min_step, proc, timeout=120):
 def test_killed_and_resumed_run_ends_with_the_same_weights(data_dir, tmp_path, sig):
     env = _run_env()
     subprocess.run(_train_cmd(data_dir, tmp_path / "whole"), check=True, env=env, capture_output=True)
-    proc = subprocess.Popen(_train_cmd(data_dir, tmp_path / "cut"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        _train_cmd(data_dir, tmp_path / "cut"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     _wait_for_state(tmp_path / "cut", 8, proc)
     proc.send_signal(sig)
     proc.communicate(timeout=60)
     assert not (tmp_path / "cut" / "model").exists()
-    done = subprocess.run([sys.executable, "-m", "lsa_interp", "train", "--resume", str(tmp_path / "cut")],
-                          env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "lsa_interp", "train", "--resume", str(tmp_path / "cut")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     whole = load_file(tmp_path / "whole" / "model" / "model.safetensors")
     cut = load_file(tmp_path / "cut" / "model" / "model.safetensors")
     assert whole.keys() == cut.keys() and all(torch.equal(whole[k], cut[k]) for k in whole)
-    lines = lambda run: [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    lines = lambda run: [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines(tmp_path / "cut")] == [r["step"] for r in lines(tmp_path / "whole")]
 
 

@@ -1,0 +1,19 @@
+"""Training: the recipe, one model or stacked replicates, CUDA-graph steps, resumable run directories."""
+
+from lsa_interp.training.config import TrainConfig
+from lsa_interp.training.runs import resume_run, start_run, trainer_class
+from lsa_interp.training.schedule import lr_factor
+from lsa_interp.training.trainer import Trainer
+from lsa_interp.training.validation import exact_match, loss_fn, validate_model
+
+__all__ = [
+    "TrainConfig",
+    "Trainer",
+    "exact_match",
+    "loss_fn",
+    "lr_factor",
+    "resume_run",
+    "start_run",
+    "trainer_class",
+    "validate_model",
+]

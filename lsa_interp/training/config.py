@@ -1,0 +1,56 @@
+"""`TrainConfig`: the training recipe (defaults: the paper's) and the bounds of one run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lsa_interp.data.batching import BATCHING_METHODS
+
+PRECISIONS = ("fp32", "tf32", "bf16")
+"""fp32 (the recipe); tf32 matmuls; bf16 autocast."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The recipe (defaults: the paper's) and the run's bounds. ``data_dir`` holds a saved dataset."""
+
+    data_dir: str
+    preset: str | None = None
+    seed: int = 0
+    epochs: int = 20
+    batch_size: int = 32
+    batching: str = "random"
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.01
+    warmup_start: float = 1e-4
+    final_lr_factor: float = 0.05
+    precision: str = "fp32"
+    device: str = "auto"
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    checkpoint_every: int = 2000
+    log_every: int = 100
+    val_limit: int | None = None
+    replicates: int = 1
+    cuda_graph: bool = True
+    length_bucketing: bool = False
+    model: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.batching not in BATCHING_METHODS:
+            raise ValueError(f"unknown batching {self.batching!r}; choose one of: {', '.join(BATCHING_METHODS)}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}")
+        if self.epochs < 1 or self.batch_size < 1:
+            raise ValueError("epochs and batch size must be positive")
+        if self.replicates < 1:
+            raise ValueError(f"replicates must be at least 1, got {self.replicates}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max steps must be positive, got {self.max_steps}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """Inverse of ``dataclasses.asdict``. A config saved before ``length_bucketing`` existed ran with it on."""
+        return cls(**{"length_bucketing": True, **data, "betas": tuple(data["betas"])})

@@ -1,0 +1,82 @@
+"""Device-resident splits, the training loss and the end-of-epoch validation of one model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from jaxtyping import Int
+from torch import Tensor
+
+from lsa_interp.data.loaders import TokenizedSplit
+from lsa_interp.data.transformations import SEEN
+from lsa_interp.data.vocab import PAD
+from lsa_interp.model import HookedEncoderDecoder
+
+
+class ResidentSplit:
+    """A tokenized split on the training device, with row lengths for bucketed batches."""
+
+    def __init__(self, split: TokenizedSplit, device: torch.device, limit: int | None = None) -> None:
+        if limit is not None and limit < len(split):
+            split = split.select(np.sort(np.random.default_rng(0).permutation(len(split))[:limit]))
+        tokens = split.tokens
+        self.src, self.tgt_in, self.tgt_out = (t.to(device) for t in (tokens.src, tokens.tgt_in, tokens.tgt_out))
+        self.src_len = (tokens.src != PAD).sum(1).numpy()
+        self.tgt_len = (tokens.tgt_in != PAD).sum(1).numpy()
+        self.split = split
+
+    def batch(self, rows: np.ndarray) -> tuple[Tensor, Tensor, Tensor]:
+        """``(src, tgt_in, tgt_out)`` of ``rows``, cut to the longest row of the batch."""
+        index = torch.from_numpy(rows).to(self.src.device)
+        src_len, tgt_len = int(self.src_len[rows].max()), int(self.tgt_len[rows].max())
+        return self.src[index, :src_len], self.tgt_in[index, :tgt_len], self.tgt_out[index, :tgt_len]
+
+
+def loss_fn(
+    model: HookedEncoderDecoder, src: Int[Tensor, "b s"], tgt_in: Int[Tensor, "b t"], tgt_out: Int[Tensor, "b t"]
+) -> Tensor:
+    """Mean cross-entropy over the non-PAD targets (answer letters and EOS), teacher-forced."""
+    logits = model.decode(tgt_in, model.encode(src), src == PAD)
+    return F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)
+
+
+def exact_match(generated: Int[Tensor, "b n"], tgt_out: Int[Tensor, "b t"]) -> Tensor:
+    """Per row: does the greedy output (answer, EOS, then PAD) equal the target (answer, EOS, PAD)?"""
+    width = max(generated.shape[1], tgt_out.shape[1])
+    pad = lambda t: F.pad(t, (0, width - t.shape[1]), value=PAD)
+    return (pad(generated) == pad(tgt_out)).all(dim=1)
+
+
+@torch.no_grad()
+def validate_model(model: HookedEncoderDecoder, val: ResidentSplit, autocast: Callable[[], Any]) -> dict[str, Any]:
+    """Validation loss and greedy exact-match accuracy: overall, copy / non-copy, seen / new rules, per rule."""
+    was_training = model.training
+    model.eval()
+    losses, correct = [], []
+    for start in range(0, len(val.src), 1024):
+        rows = np.arange(start, min(start + 1024, len(val.src)))
+        src, tgt_in, tgt_out = val.batch(rows)
+        with autocast():
+            losses.append(loss_fn(model, src, tgt_in, tgt_out) * (tgt_out != PAD).sum())
+        correct.append(exact_match(model.generate(src), tgt_out))
+    model.train(was_training)
+    hit = torch.cat(correct).cpu()
+    split = val.split
+    names = [split.transformation_names[i] for i in split.transformation.tolist()]
+    seen = torch.tensor([n in SEEN for n in names])
+    rate = lambda mask: float(hit[mask].float().mean()) if mask.any() else float("nan")
+    return {
+        "val_loss": float(sum(losses)) / int((val.tgt_out != PAD).sum()),
+        "val_acc": rate(torch.ones_like(hit)),
+        "val_acc_copy": rate(split.is_copy),
+        "val_acc_noncopy": rate(~split.is_copy),
+        "val_acc_seen_transformations": rate(seen & ~split.is_copy),
+        "val_acc_new_transformations": rate(~seen & ~split.is_copy),
+        "val_acc_by_transformation": {
+            name: rate(torch.tensor([n == name for n in names]) & ~split.is_copy) for name in sorted(set(names))
+        },
+    }
