@@ -1,0 +1,114 @@
+"""`StackConfig`: several runs trained together as one stack of models, each with its own data and batches.
+
+Every replicate of a stack has its own `RunSpec` (dataset, seed, batching method, epochs), hence its own
+batch order, epoch length and learning-rate schedule; what the replicates share is what one set of
+kernels needs: the model architecture, the batch size, the precision and the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from lsa_interp.data.batching import BATCHING_METHODS
+from lsa_interp.training.config import PRECISIONS, TrainConfig
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One replicate of a stack: trained on ``data_dir`` (a saved dataset) with ``seed`` and ``batching``.
+
+    ``seed`` seeds the initial weights, the batch order and the dropout stream, exactly as a single run with
+    that seed. ``name`` labels the run in logs and tables (default: ``{preset}-{batching}-s{seed}``).
+    """
+
+    data_dir: str
+    seed: int = 0
+    batching: str = "random"
+    epochs: int = 20
+    preset: str | None = None
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.batching not in BATCHING_METHODS:
+            raise ValueError(f"unknown batching {self.batching!r}; choose one of: {', '.join(BATCHING_METHODS)}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be non-negative, got {self.seed}")
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be positive, got {self.epochs}")
+        if not self.name:
+            object.__setattr__(self, "name", f"{self.preset or 'data'}-{self.batching}-s{self.seed}")
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """The runs of one stack and the recipe they share (defaults: the paper's)."""
+
+    runs: tuple[RunSpec, ...]
+    batch_size: int = 32
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.01
+    warmup_start: float = 1e-4
+    final_lr_factor: float = 0.05
+    precision: str = "fp32"
+    device: str = "auto"
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    checkpoint_every: int = 2000
+    log_every: int = 100
+    val_limit: int | None = None
+    cuda_graph: bool = True
+    compile: bool = False
+    length_bucketing: bool = False
+    model: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.runs:
+            raise ValueError("a stack needs at least one run")
+        names = [run.name for run in self.runs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"run names in a stack must differ, got {names}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch size must be positive, got {self.batch_size}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max steps must be positive, got {self.max_steps}")
+
+    @property
+    def replicates(self) -> int:
+        """How many models the stack trains."""
+        return len(self.runs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (`from_dict` inverts it)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StackConfig:
+        """Inverse of `to_dict`."""
+        runs = tuple(RunSpec(**run) for run in data["runs"])
+        return cls(**{**data, "runs": runs, "betas": tuple(data["betas"])})
+
+    @classmethod
+    def from_train_config(cls, config: TrainConfig) -> StackConfig:
+        """The stack of ``config.replicates`` runs of one recipe, with seeds ``seed .. seed + replicates - 1``."""
+        runs = tuple(
+            RunSpec(config.data_dir, config.seed + i, config.batching, config.epochs, config.preset)
+            for i in range(config.replicates)
+        )
+        shared = {name: getattr(config, name) for name in _SHARED if hasattr(config, name)}
+        return cls(runs=runs, **shared)
+
+    def with_bounds(self, max_steps: int | None = None, max_minutes: float | None = None) -> StackConfig:
+        """This config with new step / time bounds (None keeps the saved one)."""
+        bounds = {"max_steps": max_steps, "max_minutes": max_minutes}
+        return replace(self, **{k: v for k, v in bounds.items() if v is not None})
+
+
+_SHARED = (
+    "batch_size", "lr", "betas", "weight_decay", "warmup_start", "final_lr_factor", "precision", "device",
+    "max_steps", "max_minutes", "checkpoint_every", "log_every", "val_limit", "cuda_graph", "length_bucketing",
+    "model",
+)  # fmt: skip
