@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
+from lsa_interp.data import DatasetConfig, generate_dataset, load_dataset, save_dataset
 from lsa_interp.data.transformations import SEEN
 from lsa_interp.model.checkpoint import load_model
 from lsa_interp.training import RunSpec, StackConfig, StackTrainer, TrainConfig, Trainer, resume_run, start_run
@@ -69,6 +69,7 @@ def _assert_close(stacked, single, d_model=SMALL_MODEL["d_model"]):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)
 
 
+@pytest.mark.slow
 def test_each_replicate_matches_a_single_run_with_its_seed(data_dir, tmp_path):
     config = TrainConfig(
         data_dir=str(data_dir), preset="tiny", seed=5, batch_size=64, lr=3e-3, batching="alphabet", max_steps=12,
@@ -86,6 +87,7 @@ def test_each_replicate_matches_a_single_run_with_its_seed(data_dir, tmp_path):
     assert not (tmp_path / "stack" / "done").exists(), "stopped by max_steps: not finished"
 
 
+@pytest.mark.slow
 def test_mixed_stack_matches_single_runs_and_a_finished_replicate_stops_changing(data_dir, other_dir, tmp_path):
     runs = [
         RunSpec(str(data_dir), seed=1, batching="random", epochs=1, preset="tiny"),
@@ -133,8 +135,7 @@ def test_a_saved_replicate_loads_back_with_the_same_weights_and_answers(data_dir
     runs = [RunSpec(str(data_dir), seed=s, preset="tiny") for s in (3, 4)]
     trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, max_steps=5), tmp_path / "stack")
     trainer.run()
-    tasks = generate_dataset(DatasetConfig(name="t", n_alphabets=2, window_lengths=(3,), n_reshuffle=1), 0)
-    tasks = tasks.splits["val"][:30]
+    tasks = load_dataset(data_dir).splits["val"][:30]
     for index in range(2):
         loaded = load_model(tmp_path / "stack" / f"replicate-{index}" / "model")
         live = trainer.model.replicate_model(index)
@@ -162,7 +163,7 @@ def test_start_and_resume_refuse_what_they_cannot_use(data_dir, tmp_path):
 
 def _stack_script(data_dir, run_dir, max_steps):
     config = {
-        "runs": [{"data_dir": str(data_dir), "seed": s, "preset": "tiny", "epochs": 3} for s in (0, 1, 2)],
+        "runs": [{"data_dir": str(data_dir), "seed": s, "preset": "tiny", "epochs": 2} for s in (0, 1, 2)],
         "batch_size": 64,
         "checkpoint_every": 4,
         "val_limit": 20,
@@ -199,7 +200,7 @@ def test_killed_and_resumed_stack_ends_with_the_same_weights(data_dir, tmp_path)
     lines = lambda run: [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [(r["type"], r["step"]) for r in lines(cut)] == [(r["type"], r["step"]) for r in lines(whole)]
     epochs = lambda run: [r for r in lines(run) if r["type"] == "epoch"]
-    assert epochs(cut) == epochs(whole) and len(epochs(whole)) == 3
+    assert epochs(cut) == epochs(whole) and len(epochs(whole)) == 6
 
 
 def _saved_step(run_dir, at_least):
@@ -207,3 +208,18 @@ def _saved_step(run_dir, at_least):
         return torch.load(run_dir / "state.pt", weights_only=False)["step"] >= at_least
     except (FileNotFoundError, RuntimeError, EOFError):
         return False
+
+
+def test_cli_trains_replicates_as_a_native_stack(data_dir, tmp_path, capsys):
+    from lsa_interp import cli
+
+    args = ["train", "--data", str(data_dir), "--out", str(tmp_path / "run"), "--preset", "tiny", "--replicates", "2"]
+    args += ["--max-steps", "3", "--batch-size", "64", "--val-limit", "20", "--model-config", json.dumps(SMALL_MODEL)]
+    with pytest.raises(SystemExit) as info:
+        cli.main(args)
+    assert info.value.code == 0
+    assert "model written" in capsys.readouterr().out
+    seeds = [load_model(tmp_path / "run" / f"replicate-{i}" / "model").metadata["seed"] for i in (0, 1)]
+    assert seeds == [0, 1] and json.loads((tmp_path / "run" / "train_config.json").read_text())["stack"] is True
+    resume_run(tmp_path / "run", max_steps=4).run()
+    assert load_model(tmp_path / "run" / "replicate-1" / "model").metadata["steps"] == 4
