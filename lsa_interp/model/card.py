@@ -90,8 +90,9 @@ def ship_run(
 ) -> Path:
     """Copy a finished run's model to ``dest/name``, evaluate it, and write ``evaluation.json`` and ``card.md``.
 
-    ``replicate`` picks ``replicate-{i}/model`` of a replicate run. The run's own dataset is used when it is
-    still there, else the training preset is regenerated. Returns the checkpoint directory. Raises
+    ``replicate`` picks ``replicate-{i}/model`` of a stacked run. The run's own dataset (a stacked run's
+    ``runs[i].data_dir``) is used when it is still there, else the training preset is regenerated. Returns
+    the checkpoint directory. Raises
     FileNotFoundError when the run has no final model, ValueError when reduced-precision storage changes too
     many answers (nothing is written then).
     """
@@ -100,7 +101,9 @@ def ship_run(
         raise FileNotFoundError(f"{source} holds no final model; finish the run first (lsa-interp train --resume)")
     model = load_model(source)
     config_file = Path(run_dir) / "train_config.json"
-    data_dir = json.loads(config_file.read_text())["data_dir"] if config_file.is_file() else None
+    recipe = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    runs = recipe.get("runs")  # a stacked run: each replicate has its own dataset
+    data_dir = runs[replicate]["data_dir"] if runs and replicate is not None else recipe.get("data_dir")
     dataset = evaluation_dataset(model, data_dir=data_dir if data_dir and Path(data_dir).is_dir() else None)
     staging = Path(dest) / f".{name}.staging"
     shutil.rmtree(staging, ignore_errors=True)

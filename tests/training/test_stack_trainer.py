@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 
 from lsa_interp.data import DatasetConfig, generate_dataset, load_dataset, save_dataset
 from lsa_interp.data.transformations import SEEN
+from lsa_interp.model import card
 from lsa_interp.model.checkpoint import load_model
 from lsa_interp.training import RunSpec, StackConfig, StackTrainer, TrainConfig, Trainer, resume_run, start_run
 from lsa_interp.training.validation import ResidentSplit, validate_model
@@ -131,16 +132,26 @@ def test_batched_validation_equals_validate_model_on_each_replicate(data_dir, ot
         assert record["replicate"] == index
 
 
-def test_a_saved_replicate_loads_back_with_the_same_weights_and_answers(data_dir, tmp_path):
-    runs = [RunSpec(str(data_dir), seed=s, preset="tiny") for s in (3, 4)]
+def test_a_saved_replicate_loads_back_with_the_same_weights_and_answers(data_dir, other_dir, tmp_path, monkeypatch):
+    runs = [RunSpec(str(data_dir), seed=3, preset="tiny"), RunSpec(str(other_dir), seed=4, preset="tiny4")]
     trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, max_steps=5), tmp_path / "stack")
     trainer.run()
-    tasks = load_dataset(data_dir).splits["val"][:30]
+    tasks = load_dataset(data_dir).splits["val"][:30] + load_dataset(other_dir).splits["val"][:30]
     for index in range(2):
         loaded = load_model(tmp_path / "stack" / f"replicate-{index}" / "model")
         live = trainer.model.replicate_model(index)
         assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), live.state_dict().values()))
         assert loaded.solve(tasks) == live.solve(tasks)
+    used = []
+
+    def stop(model, data_dir=None):  # ship_run's evaluation: record which dataset it was given, then stop
+        used.append(data_dir)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(card, "evaluation_dataset", stop)
+    with pytest.raises(KeyboardInterrupt):
+        card.ship_run(tmp_path / "stack", "rep", replicate=1, dest=tmp_path / "shipped")
+    assert used == [str(other_dir)]
 
 
 def test_start_and_resume_refuse_what_they_cannot_use(data_dir, tmp_path):
