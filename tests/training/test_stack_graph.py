@@ -1,0 +1,90 @@
+"""The stack's CUDA-graph step (CUDA only): graph replays train like eager steps, compiling inside the graph
+changes nothing, bf16 trains, and a graphed stack resumes where it stopped."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
+from lsa_interp.data.transformations import SEEN
+from lsa_interp.training import RunSpec, StackConfig, StackTrainer
+
+SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture(scope="module")
+def data_dirs(tmp_path_factory):
+    dirs = []
+    for window, seed in ((3, 3), (4, 4)):
+        config = DatasetConfig(
+            name=f"tiny{window}", n_alphabets=4, window_lengths=(window,), n_reshuffle=1, n_new_alphabets=4,
+            train_transformations=SEEN[:3],
+        )  # fmt: skip
+        dirs.append(save_dataset(generate_dataset(config, seed=seed), tmp_path_factory.mktemp("data") / f"t{window}"))
+    return dirs
+
+
+def _config(data_dirs, **overrides):
+    runs = (
+        RunSpec(str(data_dirs[0]), seed=1, batching="random", epochs=2),
+        RunSpec(str(data_dirs[1]), seed=2, batching="alphabet", epochs=3),
+        RunSpec(str(data_dirs[0]), seed=3, batching="alphabet", epochs=3),
+    )
+    base = dict(
+        runs=runs, device="cuda", batch_size=32, val_limit=16, warmup_start=1.0, log_every=5,
+        model={**SMALL_MODEL, "dropout": 0.0},
+    )  # fmt: skip
+    return StackConfig(**{**base, **overrides})
+
+
+def _trained(data_dirs, run_dir, **overrides) -> torch.Tensor:
+    trainer = StackTrainer.start(_config(data_dirs, **overrides), run_dir)
+    trainer.run()
+    return trainer.model.flat.detach().cpu()
+
+
+def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max())
+
+
+def test_graph_replays_train_like_eager_steps(data_dirs, tmp_path):
+    start = _trained(data_dirs, tmp_path / "one", cuda_graph=False, max_steps=1)
+    eager = _trained(data_dirs, tmp_path / "eager", cuda_graph=False, max_steps=12)
+    graphed = _trained(data_dirs, tmp_path / "graph", cuda_graph=True, max_steps=12)
+    moved = _gap(eager, start)
+    assert moved > 1e-3 and _gap(eager, graphed) < 1e-3 * max(moved, 1.0)
+
+
+def test_compiling_inside_the_graph_changes_nothing(data_dirs, tmp_path):
+    plain = _trained(data_dirs, tmp_path / "plain", max_steps=12)
+    compiled = _trained(data_dirs, tmp_path / "compiled", max_steps=12, compile=True)
+    assert _gap(plain, compiled) < 1e-4
+
+
+def test_a_graphed_stack_with_dropout_in_bf16_trains_to_the_end(data_dirs, tmp_path):
+    config = _config(data_dirs, precision="bf16", model=SMALL_MODEL, warmup_start=1e-4)
+    trainer = StackTrainer.start(config, tmp_path)
+    trainer.run()
+    assert (tmp_path / "done").is_file() and trainer.step == trainer.total_steps
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r["type"] == "step"]
+    assert steps[-1]["train_loss"] < steps[0]["train_loss"]
+    spe = trainer.steps_per_epoch
+    ends = range(spe, trainer.total_steps + 1, spe)
+    expected = [(end, r) for end in ends for r in range(3) if trainer.plan.total_steps[r] > end - spe]
+    assert [(r["step"], r["replicate"]) for r in records if r["type"] == "epoch"] == expected
+    assert expected[-1][0] == trainer.total_steps and len(expected) < 3 * len(ends)  # replicate 0 stopped early
+
+
+def test_a_graphed_stack_resumes_where_it_stopped(data_dirs, tmp_path):
+    whole = _trained(data_dirs, tmp_path / "whole", max_steps=30)
+    _trained(data_dirs, tmp_path / "cut", max_steps=17)
+    resumed = StackTrainer.resume(tmp_path / "cut", max_steps=30)
+    assert resumed.step == 17
+    resumed.run()
+    assert resumed.step == 30 and (tmp_path / "cut" / "replicate-2" / "model").is_dir()
+    assert _gap(resumed.model.flat.detach().cpu(), whole) < 1e-4
