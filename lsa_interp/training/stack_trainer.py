@@ -89,6 +89,7 @@ class StackTrainer:
             config.compile and self.graphed,
         )  # fmt: skip
         self.prompts = matching_prompts()
+        self._window: StepWindow | None = None
         self.step, self.elapsed, self.metrics_offset = 0, 0.0, 0
         if state is not None:
             with torch.no_grad():
@@ -169,23 +170,16 @@ class StackTrainer:
         written when training stops for any reason but a signal (then only the state is saved).
         """
         cfg = self.config
-        limit = min(self.total_steps, cfg.max_steps or self.total_steps)
+        limit = self.limit
         deadline = None if cfg.max_minutes is None else time.monotonic() + 60 * cfg.max_minutes
-        window: StepWindow | None = None
         window_start, window_tasks = time.perf_counter(), 0
         clock = window_start  # training wall time, without validation and checkpoints, accrues into self.elapsed
         with stop_on_signals() as stop:
             while self.step < limit and "signal" not in stop:
-                if window is None or self.step - window.start >= window.count:
-                    window = self.plan.window(self.step, min(WINDOW_STEPS, limit - self.step))
-                    self.stepper.load_window(window)
-                index = self.step - window.start
-                self.stepper.run(index)
-                self.step += 1
-                window_tasks += int(window.valid[index].sum())
+                window_tasks += self.train_step()
                 if self.step % cfg.log_every == 0 or self.step == limit:
                     now = time.perf_counter()
-                    record = self._step_record(window, index, window_tasks / max(now - window_start, 1e-9))
+                    record = self._step_record(window_tasks / max(now - window_start, 1e-9))
                     self.log(record)
                     if progress:
                         progress({**record, "total_steps": limit})
@@ -211,7 +205,30 @@ class StackTrainer:
         self._save_final()
         return self.run_dir
 
-    def _step_record(self, window: StepWindow, index: int, tasks_per_s: float) -> dict[str, Any]:
+    @property
+    def limit(self) -> int:
+        """The step at which `run` stops: the end of the longest run, or ``max_steps`` if sooner."""
+        return min(self.total_steps, self.config.max_steps or self.total_steps)
+
+    def train_step(self) -> int:
+        """Run step ``self.step`` of every replicate (without a host sync); return how many tasks it trained.
+
+        Raises IndexError past `limit`.
+        """
+        if self.step >= self.limit:
+            raise IndexError(f"step {self.step} is past the end of this stack ({self.limit} steps)")
+        window = self._window
+        if window is None or not window.start <= self.step < window.start + window.count:
+            window = self._window = self.plan.window(self.step, min(WINDOW_STEPS, self.limit - self.step))
+            self.stepper.load_window(window)
+        index = self.step - window.start
+        self.stepper.run(index)
+        self.step += 1
+        return int(window.valid[index].sum())
+
+    def _step_record(self, tasks_per_s: float) -> dict[str, Any]:
+        window = self._window
+        index = self.step - 1 - window.start
         by_replicate = [None if math.isnan(x) else x for x in self.stepper.take_losses().tolist()]
         trained = [x for x in by_replicate if x is not None]
         return {
