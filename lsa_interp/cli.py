@@ -165,7 +165,8 @@ def train(
         str, typer.Option(help='JSON overrides of the model config, e.g. \'{"d_model": 64, "n_heads": 4}\'.')
     ] = "{}",
     replicates: Annotated[
-        int, typer.Option(min=1, help="Train N models in one process (seeds SEED..SEED+N-1, stacked parameters).")
+        int,
+        typer.Option(min=1, help="Train N models as one natively stacked model (seeds SEED..SEED+N-1, one step)."),
     ] = 1,
     cuda_graph: Annotated[
         bool, typer.Option(help="On CUDA, capture the training step once as a CUDA graph and replay it.")
