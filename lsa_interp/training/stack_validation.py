@@ -23,7 +23,7 @@ from lsa_interp.training.stack_data import StackSplit
 from lsa_interp.training.stacked_model import StackedEncoderDecoder
 from lsa_interp.training.validation import accuracy_record
 
-ROWS_PER_CHUNK = 8192
+ROWS_PER_CHUNK = 16384
 """Rows decoded together, summed over the replicates (a chunk holds ``ROWS_PER_CHUNK // R`` per replicate)."""
 MATCHING_PROMPTS_PER_ALPHABET_KIND = 8
 """pred tasks per alphabet kind (standard, permuted) behind ``matching_score``: 16 prompts, a few ms."""
@@ -69,13 +69,13 @@ def validate_stack(
         hits.append(((generated == tgt_out).all(-1) | ~keep[..., 0]).cpu())
     model.train(was_training)
     hit = torch.cat(hits, dim=1)
-    records = []
+    records, probe = [], model.replicate_model(0) if prompts is not None else None
     for r in replicates if replicates is not None else range(reps):
         part = val.parts[r]
         record = accuracy_record(
             hit[r, : val.size[r]], part.split, float(loss_sum[r]) / int((part.tgt_out != PAD).sum())
         )
         if prompts is not None:
-            record["matching_score"] = matching_scores(model.replicate_model(r), prompts).best()[1]
+            record["matching_score"] = matching_scores(model.write_replicate(r, probe), prompts).best()[1]
         records.append(record)
     return records

@@ -84,15 +84,21 @@ class StackedEncoderDecoder(nn.Module):
             name: piece.view(self.replicates, *shape) for name, piece, shape in zip(self.names, pieces, self.shapes)
         }
 
-    @torch.no_grad()
     def replicate_model(self, index: int) -> HookedEncoderDecoder:
         """A new `HookedEncoderDecoder` (eval mode, on the stack's device) holding replicate ``index``.
 
         Uses no random numbers. Raises IndexError for an index outside the stack.
         """
+        return self.write_replicate(index, _unseeded_model(self.cfg).to(self.flat.device))
+
+    @torch.no_grad()
+    def write_replicate(self, index: int, model: HookedEncoderDecoder) -> HookedEncoderDecoder:
+        """Copy replicate ``index`` into ``model`` (same architecture) and return it in eval mode.
+
+        Raises IndexError for an index outside the stack.
+        """
         if not 0 <= index < self.replicates:
             raise IndexError(f"replicate {index} out of range for a stack of {self.replicates}")
-        model = _unseeded_model(self.cfg).to(self.flat.device)
         state = {name: view[index] for name, view in self.views().items()}
         model.load_state_dict({**state, "pos_embedding": self.pos_embedding})
         return model.eval()
