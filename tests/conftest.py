@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lsa_interp.data import PRESETS, DatasetConfig, generate_dataset
+
 # The suite runs in two xdist workers on two cores: one torch thread each avoids oversubscription, under
 # which OpenMP-parallel small ops become tens of times slower.
 torch.set_num_threads(1)
-
-from lsa_interp.data import PRESETS, DatasetConfig, generate_dataset
 
 
 @pytest.fixture(scope="session")
