@@ -1,4 +1,4 @@
-"""Start or resume a training run with the trainer its config asks for (one model, or stacked replicates)."""
+"""Start or resume a training run with the trainer its config asks for (one model, or a native stack)."""
 
 from __future__ import annotations
 
@@ -7,25 +7,34 @@ import os
 from pathlib import Path
 
 from lsa_interp.training.config import TrainConfig
-from lsa_interp.training.replicates import ReplicateTrainer
 from lsa_interp.training.run_dir import CONFIG_FILE
+from lsa_interp.training.stack_config import StackConfig
+from lsa_interp.training.stack_trainer import StackTrainer, is_stack_run
 from lsa_interp.training.trainer import Trainer
 
 
-def trainer_class(config: TrainConfig) -> type[Trainer]:
-    """`Trainer` for one model, `ReplicateTrainer` for ``config.replicates > 1``."""
-    return Trainer if config.replicates == 1 else ReplicateTrainer
+def start_run(config: TrainConfig, run_dir: str | os.PathLike, force: bool = False) -> Trainer | StackTrainer:
+    """A new run of ``config`` in ``run_dir``: `Trainer` for one model, `StackTrainer` (seeds ``seed ..
+    seed + replicates - 1``) for ``config.replicates > 1``. Raises FileExistsError when ``run_dir`` is not
+    empty and not ``force``."""
+    if config.replicates == 1:
+        return Trainer.start(config, run_dir, force=force)
+    return StackTrainer.start(StackConfig.from_train_config(config), run_dir, force=force)
 
 
-def start_run(config: TrainConfig, run_dir: str | os.PathLike, force: bool = False) -> Trainer:
-    """A new run of ``config`` in ``run_dir``; raises FileExistsError when it is not empty and not ``force``."""
-    return trainer_class(config).start(config, run_dir, force=force)
+def resume_run(
+    run_dir: str | os.PathLike, max_steps: int | None = None, max_minutes: float | None = None
+) -> Trainer | StackTrainer:
+    """Continue the run in ``run_dir`` (new bounds override the saved ones).
 
-
-def resume_run(run_dir: str | os.PathLike, max_steps: int | None = None, max_minutes: float | None = None) -> Trainer:
-    """Continue the run in ``run_dir`` (new bounds override the saved ones); FileNotFoundError if it is none."""
+    Raises FileNotFoundError when it is no run, ValueError for a run of the retired ``vmap`` stack.
+    """
+    if is_stack_run(run_dir):
+        return StackTrainer.resume(run_dir, max_steps=max_steps, max_minutes=max_minutes)
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a training run (no {CONFIG_FILE})")
     config = TrainConfig.from_dict(json.loads(path.read_text()))
-    return trainer_class(config).resume(run_dir, max_steps=max_steps, max_minutes=max_minutes)
+    if config.replicates > 1:
+        raise ValueError(f"{run_dir} was trained by the retired vmap stack and cannot resume; train it again")
+    return Trainer.resume(run_dir, max_steps=max_steps, max_minutes=max_minutes)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from jaxtyping import Int
+from jaxtyping import Bool, Int
 from torch import Tensor
 
 from lsa_interp.data.loaders import TokenizedSplit
@@ -64,13 +64,17 @@ def validate_model(model: HookedEncoderDecoder, val: ResidentSplit, autocast: Ca
             losses.append(loss_fn(model, src, tgt_in, tgt_out) * (tgt_out != PAD).sum())
         correct.append(exact_match(model.generate(src), tgt_out))
     model.train(was_training)
-    hit = torch.cat(correct).cpu()
-    split = val.split
+    val_loss = float(sum(losses)) / int((val.tgt_out != PAD).sum())
+    return accuracy_record(torch.cat(correct).cpu(), val.split, val_loss)
+
+
+def accuracy_record(hit: Bool[Tensor, " n"], split: TokenizedSplit, val_loss: float) -> dict[str, Any]:
+    """The validation record of exact-match flags ``hit`` (one per row of ``split``) and the mean loss."""
     names = [split.transformation_names[i] for i in split.transformation.tolist()]
     seen = torch.tensor([n in SEEN for n in names])
     rate = lambda mask: float(hit[mask].float().mean()) if mask.any() else float("nan")
     return {
-        "val_loss": float(sum(losses)) / int((val.tgt_out != PAD).sum()),
+        "val_loss": val_loss,
         "val_acc": rate(torch.ones_like(hit)),
         "val_acc_copy": rate(split.is_copy),
         "val_acc_noncopy": rate(~split.is_copy),

@@ -12,6 +12,7 @@ import torch
 from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
 from lsa_interp.training import TrainConfig, resume_run, start_run
 from lsa_interp.training.graph_step import padded_plan
+from lsa_interp.training.vmap_replicates import VmapReplicateTrainer
 
 SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -59,7 +60,7 @@ def _trained(data_dir, run_dir, cuda_graph: bool, replicates: int = 1, steps: in
         warmup_start=1.0,
         model={**SMALL_MODEL, "dropout": 0.0},
     )
-    trainer = start_run(config, run_dir)
+    trainer = VmapReplicateTrainer.start(config, run_dir) if replicates > 1 else start_run(config, run_dir)
     trainer.run()
     return [p.detach().cpu() for p in trainer.trainable_parameters()]
 

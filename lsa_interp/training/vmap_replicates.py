@@ -1,4 +1,8 @@
-"""Several replicates of one recipe trained in one process, as stacked parameters (``torch.func``).
+"""The ``torch.func.vmap`` stack of replicates: the baseline of ``benchmarks/train_throughput.py``.
+
+Training uses the native stack (`lsa_interp.training.stack_trainer`); this older design stays only so that
+the benchmark can measure the native stack against it. Several replicates of one recipe in one process, as
+stacked parameters (``torch.func``).
 
 Replicate ``i`` is initialised with seed ``seed + i`` and reads the training set in the order of seed
 ``seed + i``: the same model and data order as a single run with that seed. All replicates step together:
@@ -45,7 +49,7 @@ class _TeacherForcedLoss(nn.Module):
         return F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)
 
 
-class ReplicateTrainer(Trainer):
+class VmapReplicateTrainer(Trainer):
     """``config.replicates`` models trained in lock-step; see the module docstring."""
 
     def _build_models(self) -> None:

@@ -1,0 +1,293 @@
+"""`StackTrainer`: the runs of a `StackConfig` trained together as one natively stacked model, resumably.
+
+Replicate ``i`` starts as a single run seeded with ``runs[i].seed`` would, trains on its own dataset's
+train split in its own batch order (seed, batching method), with its own learning-rate schedule and step
+count, and stops changing once its run has finished while the others go on (`StackPlan`, `StackAdamW`).
+One step trains every replicate (`StackStep`: a CUDA graph on CUDA). Run directory: ``train_config.json``
+(``StackConfig.to_dict()`` plus ``"stack": true``), ``metrics.jsonl`` (step records with per-replicate
+losses and learning rates; per stack epoch, the epoch of the longest run, one validation record per
+replicate with ``replicate``, ``run``, ``epoch`` (the replicate's own) and ``matching_score``), ``state.pt``
+(atomically, every stack epoch, every ``checkpoint_every`` steps, at the bounds and on SIGINT/SIGTERM;
+a killed run resumes bit-identically on CPU), and at the end ``replicate-{i}/model`` per replicate and, once
+every run has finished, a ``done`` marker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lsa_interp.data.dataset import read_manifest
+from lsa_interp.model import ModelConfig
+from lsa_interp.model.checkpoint import save_model
+from lsa_interp.training.config import TrainConfig
+from lsa_interp.training.run_dir import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    MODEL_DIR,
+    STATE_FILE,
+    pick_device,
+    replicate_dir,
+    stop_on_signals,
+)
+from lsa_interp.training.stack_adamw import StackAdamW
+from lsa_interp.training.stack_config import RunSpec, StackConfig
+from lsa_interp.training.stack_data import StackPlan, StackSplit, StepWindow
+from lsa_interp.training.stack_step import StackStep
+from lsa_interp.training.stack_validation import matching_prompts, validate_stack
+from lsa_interp.training.stacked_model import StackedEncoderDecoder
+from lsa_interp.utils import atomic_write, hardware_description
+
+DONE_FILE = "done"
+"""Written (JSON: steps, replicates) when every run of the stack has trained all its steps."""
+STACK_KEY = "stack"
+"""The key of ``train_config.json`` that marks a stacked run."""
+WINDOW_STEPS = 256
+"""Steps whose batches are sent to the device at once."""
+
+
+def is_stack_run(run_dir: str | os.PathLike) -> bool:
+    """True when ``run_dir`` holds a stacked run's ``train_config.json``."""
+    path = Path(run_dir) / CONFIG_FILE
+    return path.is_file() and bool(json.loads(path.read_text()).get(STACK_KEY))
+
+
+class StackTrainer:
+    """A stack of runs in ``run_dir``: build with `StackTrainer.start` or `StackTrainer.resume`, then `run`."""
+
+    def __init__(self, config: StackConfig, run_dir: Path, state: dict[str, Any] | None = None) -> None:
+        self.config, self.run_dir = config, run_dir
+        self.device = pick_device(config.device)
+        if config.precision == "tf32":
+            torch.set_float32_matmul_precision("high")
+        self.graphed = self.device.type == "cuda" and config.cuda_graph
+        data_dirs = [run.data_dir for run in config.runs]
+        self.train = StackSplit(data_dirs, "train", self.device)
+        self.val = StackSplit(data_dirs, "val", self.device, config.val_limit)
+        self.plan = StackPlan(
+            config.runs, self.train, config.batch_size, config.length_bucketing, config.lr, config.warmup_start,
+            config.final_lr_factor,
+        )  # fmt: skip
+        self.total_steps = int(self.plan.total_steps.max())
+        self.longest = int(self.plan.total_steps.argmax())
+        self.steps_per_epoch = int(self.plan.steps_per_epoch[self.longest])
+        seeds = [run.seed for run in config.runs]
+        self.model = StackedEncoderDecoder.from_seeds(ModelConfig(**config.model), seeds, self.device).train()
+        torch.manual_seed(seeds[0])
+        self.optimizer = StackAdamW(self.model.flat, config.betas, config.weight_decay)
+        self.stepper = StackStep(
+            self.model, self.optimizer, self.train, WINDOW_STEPS, config.batch_size, self._autocast, self.graphed,
+            config.compile and self.graphed,
+        )  # fmt: skip
+        self.prompts = matching_prompts()
+        self.step, self.elapsed, self.metrics_offset = 0, 0.0, 0
+        if state is not None:
+            with torch.no_grad():
+                self.model.flat.copy_(state["flat"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["torch_rng"])
+            if self.device.type == "cuda" and state.get("cuda_rng") is not None:
+                torch.cuda.set_rng_state(state["cuda_rng"])
+            self.step, self.elapsed, self.metrics_offset = state["step"], state["elapsed"], state["metrics_offset"]
+
+    @classmethod
+    def start(cls, config: StackConfig, run_dir: str | os.PathLike, force: bool = False) -> StackTrainer:
+        """A new stack; raises FileExistsError when ``run_dir`` is not empty and ``force`` is False."""
+        run_dir = Path(run_dir)
+        if run_dir.exists() and any(run_dir.iterdir()) and not force:
+            raise FileExistsError(f"{run_dir} is not empty; pass --force to overwrite it or --resume to continue it")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for name in (STATE_FILE, METRICS_FILE, DONE_FILE):
+            (run_dir / name).unlink(missing_ok=True)
+        for old in [run_dir / MODEL_DIR, *run_dir.glob("replicate-*")]:
+            shutil.rmtree(old, ignore_errors=True)
+        text = json.dumps({STACK_KEY: True, **config.to_dict()}, indent=2) + "\n"
+        atomic_write(run_dir / CONFIG_FILE, lambda tmp: tmp.write_text(text))
+        return cls(config, run_dir)
+
+    @classmethod
+    def resume(
+        cls, run_dir: str | os.PathLike, max_steps: int | None = None, max_minutes: float | None = None
+    ) -> StackTrainer:
+        """Continue the stack in ``run_dir`` from its last state (new bounds override the saved ones).
+
+        Raises FileNotFoundError when ``run_dir`` is not a stacked run.
+        """
+        run_dir = Path(run_dir)
+        if not is_stack_run(run_dir):
+            raise FileNotFoundError(f"{run_dir} is not a stacked training run (no {CONFIG_FILE} with {STACK_KEY!r})")
+        data = json.loads((run_dir / CONFIG_FILE).read_text())
+        data.pop(STACK_KEY)
+        config = StackConfig.from_dict(data).with_bounds(max_steps, max_minutes)
+        state_path = run_dir / STATE_FILE
+        state = torch.load(state_path, weights_only=False, map_location="cpu") if state_path.is_file() else None
+        trainer = cls(config, run_dir, state)
+        metrics = run_dir / METRICS_FILE
+        if metrics.exists():
+            with metrics.open("r+b") as handle:
+                handle.truncate(trainer.metrics_offset)
+        return trainer
+
+    def _autocast(self):
+        enabled = self.config.precision == "bf16"
+        # A CUDA graph must not capture autocast's cast cache (its tensors would be freed under it).
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled, cache_enabled=not self.graphed)
+
+    def save_state(self) -> None:
+        """Write the resumable state atomically."""
+        metrics = self.run_dir / METRICS_FILE
+        self.metrics_offset = metrics.stat().st_size if metrics.exists() else 0
+        state = {
+            "flat": self.model.flat.detach().cpu(),
+            "optimizer": {k: v.cpu() for k, v in self.optimizer.state_dict().items()},
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
+            "step": self.step,
+            "elapsed": self.elapsed,
+            "metrics_offset": self.metrics_offset,
+        }
+        atomic_write(self.run_dir / STATE_FILE, lambda tmp: torch.save(state, tmp))
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Append one JSON line to ``metrics.jsonl``."""
+        with (self.run_dir / METRICS_FILE).open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def run(self, progress: Callable[[dict[str, Any]], None] | None = None) -> Path:
+        """Train until every run has finished, ``max_steps``, ``max_minutes`` or a signal; return the run dir.
+
+        ``progress`` receives every logged step record (with ``total_steps``). The replicates' models are
+        written when training stops for any reason but a signal (then only the state is saved).
+        """
+        cfg = self.config
+        limit = min(self.total_steps, cfg.max_steps or self.total_steps)
+        deadline = None if cfg.max_minutes is None else time.monotonic() + 60 * cfg.max_minutes
+        window: StepWindow | None = None
+        window_start, window_tasks = time.perf_counter(), 0
+        clock = window_start  # training wall time, without validation and checkpoints, accrues into self.elapsed
+        with stop_on_signals() as stop:
+            while self.step < limit and "signal" not in stop:
+                if window is None or self.step - window.start >= window.count:
+                    window = self.plan.window(self.step, min(WINDOW_STEPS, limit - self.step))
+                    self.stepper.load_window(window)
+                index = self.step - window.start
+                self.stepper.run(index)
+                self.step += 1
+                window_tasks += int(window.valid[index].sum())
+                if self.step % cfg.log_every == 0 or self.step == limit:
+                    now = time.perf_counter()
+                    record = self._step_record(window, index, window_tasks / max(now - window_start, 1e-9))
+                    self.log(record)
+                    if progress:
+                        progress({**record, "total_steps": limit})
+                    window_start, window_tasks = now, 0
+                out_of_time = deadline is not None and time.monotonic() > deadline
+                epoch_end = self.step % self.steps_per_epoch == 0
+                checkpoint = self.step % cfg.checkpoint_every == 0 or self.step == limit
+                if epoch_end or checkpoint or "signal" in stop or out_of_time:
+                    if self.device.type == "cuda":
+                        torch.cuda.synchronize(self.device)
+                    self.elapsed += time.perf_counter() - clock
+                    if epoch_end:
+                        for record in self.epoch_records():
+                            self.log(record)
+                    self.save_state()
+                    clock = time.perf_counter()
+                    if epoch_end:
+                        window_start, window_tasks = clock, 0  # tasks/s counts training time only
+                if out_of_time:
+                    break
+        if "signal" in stop:
+            return self.run_dir
+        self._save_final()
+        return self.run_dir
+
+    def _step_record(self, window: StepWindow, index: int, tasks_per_s: float) -> dict[str, Any]:
+        by_replicate = [None if math.isnan(x) else x for x in self.stepper.take_losses().tolist()]
+        trained = [x for x in by_replicate if x is not None]
+        return {
+            "type": "step",
+            "step": self.step,
+            "epoch": self.step / self.steps_per_epoch,
+            "lr": float(window.lr[index, self.longest]),
+            "lr_by_replicate": window.lr[index].tolist(),
+            "train_loss": sum(trained) / max(len(trained), 1),
+            "train_loss_by_replicate": by_replicate,
+            "tasks_per_s": tasks_per_s,
+        }
+
+    def epoch_records(self) -> list[dict[str, Any]]:
+        """Validation records of the replicates that trained during the stack epoch that just ended."""
+        since = self.step - self.steps_per_epoch
+        chosen = [r for r in range(self.config.replicates) if self.plan.total_steps[r] > since]
+        records = validate_stack(self.model, self.val, self._autocast, chosen, self.prompts)
+        return [
+            {
+                "type": "epoch",
+                "step": self.step,
+                "epoch": round(self._steps_of(r) / int(self.plan.steps_per_epoch[r]), 6),
+                "stack_epoch": self.step // self.steps_per_epoch,
+                "replicate": r,
+                "run": self.config.runs[r].name,
+                **record,
+            }
+            for r, record in zip(chosen, records)
+        ]
+
+    def _steps_of(self, replicate: int) -> int:
+        return min(self.step, int(self.plan.total_steps[replicate]))
+
+    def _metadata(self, replicate: int) -> dict[str, Any]:
+        cfg, run = self.config, self.config.runs[replicate]
+        manifest = read_manifest(run.data_dir)
+        steps = self._steps_of(replicate)
+        return {
+            "preset": run.preset or manifest["preset"],
+            "seed": run.seed,
+            "data_seed": manifest["seed"],
+            "batching": run.batching,
+            "precision": cfg.precision,
+            "train_config": asdict(run_train_config(cfg, run)),
+            "steps": steps,
+            "epochs_completed": steps / int(self.plan.steps_per_epoch[replicate]),
+            "train_seconds": round(self.elapsed, 1),
+            "device": str(self.device),
+            "hardware": hardware_description(self.device.type),
+            "torch": torch.__version__,
+            "replicate": replicate,
+            "run": run.name,
+            "stack_replicates": cfg.replicates,
+        }
+
+    def _save_final(self) -> None:
+        for index in range(self.config.replicates):
+            target = self.run_dir / replicate_dir(index) / MODEL_DIR
+            save_model(self.model.replicate_model(index), target, metadata=self._metadata(index), overwrite=True)
+        if self.step >= self.total_steps:
+            text = json.dumps({"steps": self.step, "replicates": self.config.replicates}) + "\n"
+            atomic_write(self.run_dir / DONE_FILE, lambda tmp: tmp.write_text(text))
+
+
+def run_train_config(config: StackConfig, run: RunSpec) -> TrainConfig:
+    """The single-run `TrainConfig` of one run of a stack (its data, seed, batching, epochs; the shared recipe)."""
+    own = {
+        "data_dir": run.data_dir,
+        "preset": run.preset,
+        "seed": run.seed,
+        "epochs": run.epochs,
+        "batching": run.batching,
+    }
+    skip = {*own, "replicates"}
+    shared = {
+        f.name: getattr(config, f.name) for f in fields(TrainConfig) if f.name not in skip and hasattr(config, f.name)
+    }
+    return TrainConfig(**own, **shared)

@@ -1,0 +1,250 @@
+"""`StackedEncoderDecoder`: R copies of the paper's encoder-decoder computed as one model.
+
+Every parameter of the R replicates lives in one ``[R, P]`` tensor (``flat``, replicate-major); the named
+parameters (``encoder.0.attn.in_proj_weight``, ... as in `HookedEncoderDecoder`) are views ``[R, *shape]``
+of it, made by ``flat.split`` so that backward writes the whole gradient with one concatenation and the
+optimizer updates the stack with a handful of element-wise kernels. The forward pass is the post-LN
+encoder-decoder of ``lsa_interp.model.layers`` for all replicates at once: batched matrix products
+(``baddbmm``) with the replicate as batch, and attention through ``scaled_dot_product_attention`` with the
+replicates folded into its batch dimension (key-padding and causal masks, attention dropout). The
+per-replicate loss is the mean cross-entropy over non-PAD targets, as `lsa_interp.training.validation.loss_fn`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from jaxtyping import Bool, Float, Int
+from torch import Tensor, nn
+
+from lsa_interp.data.vocab import ARROW, EOS, PAD
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.model.dropout import dropout as cpu_dropout
+from lsa_interp.model.layers import sinusoidal_table
+
+Params = dict[str, Tensor]
+"""Parameter name -> stacked view ``[R, *shape]``."""
+
+
+def stacked_linear(
+    x: Float[Tensor, "rep *rest d_in"], weight: Float[Tensor, "rep d_out d_in"], bias: Float[Tensor, "rep d_out"]
+) -> Float[Tensor, "rep *rest d_out"]:
+    """``x @ weight[r].T + bias[r]`` for every replicate ``r``, as one batched matrix product."""
+    rows = x.reshape(x.shape[0], -1, x.shape[-1])
+    out = torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
+    return out.view(*x.shape[:-1], weight.shape[1])
+
+
+class StackedEncoderDecoder(nn.Module):
+    """R encoder-decoders of one `ModelConfig` stacked along a leading replicate dimension (see module doc).
+
+    Build with `from_seeds` (replicate i = the model ``torch.manual_seed(seeds[i])`` then
+    ``HookedEncoderDecoder(cfg)`` gives); `replicate_model` writes replicate i back into a
+    `HookedEncoderDecoder`.
+    """
+
+    def __init__(self, cfg: ModelConfig, replicates: int) -> None:
+        super().__init__()
+        if replicates < 1:
+            raise ValueError(f"a stack needs at least one replicate, got {replicates}")
+        self.cfg, self.replicates = cfg, replicates
+        template = _unseeded_model(cfg)
+        self.names = [name for name, _ in template.named_parameters()]
+        self.shapes = [tuple(param.shape) for _, param in template.named_parameters()]
+        self.sizes = [math.prod(shape) for shape in self.shapes]
+        self.flat = nn.Parameter(torch.zeros(replicates, sum(self.sizes)))
+        self.register_buffer("pos_embedding", sinusoidal_table(cfg.max_len, cfg.d_model))
+
+    @classmethod
+    def from_seeds(
+        cls, cfg: ModelConfig, seeds: list[int], device: torch.device | str = "cpu"
+    ) -> StackedEncoderDecoder:
+        """The stack whose replicate i is initialised exactly as a single model seeded with ``seeds[i]``."""
+        stack = cls(cfg, len(seeds))
+        for index, seed in enumerate(seeds):
+            torch.manual_seed(seed)
+            stack.load_replicate(index, HookedEncoderDecoder(cfg))
+        return stack.to(device)
+
+    @torch.no_grad()
+    def load_replicate(self, index: int, model: HookedEncoderDecoder) -> None:
+        """Copy ``model``'s parameters into replicate ``index``. Raises ValueError for another architecture."""
+        params = dict(model.named_parameters())
+        if list(params) != self.names or [tuple(p.shape) for p in params.values()] != self.shapes:
+            raise ValueError("the model's parameters do not match the stack's architecture")
+        self.flat[index].copy_(torch.cat([p.detach().reshape(-1) for p in params.values()]))
+
+    def views(self) -> Params:
+        """Every named parameter as a view ``[R, *shape]`` of ``flat`` (gradients flow into ``flat``)."""
+        pieces = self.flat.split(self.sizes, dim=1)
+        return {
+            name: piece.view(self.replicates, *shape) for name, piece, shape in zip(self.names, pieces, self.shapes)
+        }
+
+    @torch.no_grad()
+    def replicate_model(self, index: int) -> HookedEncoderDecoder:
+        """A new `HookedEncoderDecoder` (eval mode, on the stack's device) holding replicate ``index``.
+
+        Uses no random numbers. Raises IndexError for an index outside the stack.
+        """
+        if not 0 <= index < self.replicates:
+            raise IndexError(f"replicate {index} out of range for a stack of {self.replicates}")
+        model = _unseeded_model(self.cfg).to(self.flat.device)
+        state = {name: view[index] for name, view in self.views().items()}
+        model.load_state_dict({**state, "pos_embedding": self.pos_embedding})
+        return model.eval()
+
+    def _dropout(self, x: Tensor) -> Tensor:
+        # CUDA: the fused native kernel (one pass, a byte of mask); CPU: the cheaper mask of model.dropout.
+        if not self.training or self.cfg.dropout == 0.0:
+            return x
+        return F.dropout(x, self.cfg.dropout, True) if x.is_cuda else cpu_dropout(x, self.cfg.dropout, True)
+
+    def _embed(self, weight: Tensor, tokens: Int[Tensor, "rep batch pos"], start: int = 0) -> Tensor:
+        reps, vocab = weight.shape[:2]
+        offset = torch.arange(reps, device=tokens.device).view(reps, 1, 1) * vocab
+        x = F.embedding(tokens + offset, weight.reshape(reps * vocab, -1))
+        return self._dropout(x + self.pos_embedding[start : start + tokens.shape[-1]])
+
+    def _norm(self, p: Params, prefix: str, x: Tensor) -> Tensor:
+        shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],)
+        normed = F.layer_norm(x, x.shape[-1:], eps=self.cfg.ln_eps)
+        return torch.addcmul(p[prefix + "bias"].view(shape), normed, p[prefix + "weight"].view(shape))
+
+    def _project(self, p: Params, prefix: str, x: Tensor, first: int, count: int) -> tuple[Tensor, ...]:
+        """``count`` consecutive blocks of ``in_proj`` (0=Q, 1=K, 2=V), each ``[(rep batch), head, pos, d_head]``."""
+        d = self.cfg.d_model
+        cols = slice(first * d, (first + count) * d)
+        out = stacked_linear(x, p[prefix + "in_proj_weight"][:, cols], p[prefix + "in_proj_bias"][:, cols])
+        return rearrange(out, "r b s (n h e) -> n (r b) h s e", n=count, h=self.cfg.n_heads).unbind(0)
+
+    def _attend(self, p: Params, prefix: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        drop = self.cfg.dropout if self.training else 0.0
+        z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+        z = rearrange(z, "(r b) h s e -> r b s (h e)", r=self.replicates)
+        return stacked_linear(z, p[prefix + "out_proj.weight"], p[prefix + "out_proj.bias"])
+
+    def _mlp(self, p: Params, prefix: str, x: Tensor) -> Tensor:
+        hidden = F.gelu(stacked_linear(x, p[prefix + "fc_in.weight"], p[prefix + "fc_in.bias"]))
+        return stacked_linear(self._dropout(hidden), p[prefix + "fc_out.weight"], p[prefix + "fc_out.bias"])
+
+    def _sublayer(self, p: Params, norm: str, x: Tensor, out: Tensor) -> Tensor:
+        return self._norm(p, norm, x + self._dropout(out))
+
+    def encode(self, p: Params, src: Int[Tensor, "rep batch src_pos"]) -> Float[Tensor, "rep batch src_pos d_model"]:
+        """The encoder output of every replicate's batch (PAD keys masked)."""
+        keys = rearrange(src != PAD, "r b k -> (r b) 1 1 k")
+        x = self._embed(p["encoder.embed.weight"], src)
+        for layer in range(self.cfg.n_encoder_layers):
+            pre = f"encoder.{layer}."
+            x = self._sublayer(
+                p, pre + "ln1.", x, self._attend(p, pre + "attn.", *self._project(p, pre + "attn.", x, 0, 3), keys)
+            )
+            x = self._sublayer(p, pre + "ln2.", x, self._mlp(p, pre + "mlp.", x))
+        return self._norm(p, "encoder.ln_final.", x)
+
+    def _decoder_layer(self, p: Params, layer: int, x: Tensor, cross_kv: tuple, masks: tuple, cache=None) -> Tensor:
+        pre = f"decoder.{layer}."
+        q, k, v = self._project(p, pre + "attn.", x, 0, 3)
+        if cache is not None:
+            k, v = cache.append(layer, k, v)
+        x = self._sublayer(p, pre + "ln1.", x, self._attend(p, pre + "attn.", q, k, v, masks[0]))
+        (q,) = self._project(p, pre + "cross_attn.", x, 0, 1)
+        x = self._sublayer(p, pre + "ln2.", x, self._attend(p, pre + "cross_attn.", q, *cross_kv, masks[1]))
+        return self._sublayer(p, pre + "ln3.", x, self._mlp(p, pre + "mlp.", x))
+
+    def _cross_kv(self, p: Params, memory: Tensor) -> list[tuple[Tensor, ...]]:
+        return [self._project(p, f"decoder.{i}.cross_attn.", memory, 1, 2) for i in range(self.cfg.n_decoder_layers)]
+
+    def decode(
+        self,
+        p: Params,
+        tgt_in: Int[Tensor, "rep batch tgt_pos"],
+        memory: Float[Tensor, "rep batch src_pos d_model"],
+        src_keep: Bool[Tensor, "rep batch src_pos"],
+    ) -> Float[Tensor, "rep batch tgt_pos vocab"]:
+        """Teacher-forced decoder logits (causal self-attention; PAD keys masked in both attentions)."""
+        n = tgt_in.shape[-1]
+        causal = torch.ones(n, n, dtype=torch.bool, device=tgt_in.device).tril_()
+        masks = (rearrange(tgt_in != PAD, "r b k -> (r b) 1 1 k") & causal, rearrange(src_keep, "r b k -> (r b) 1 1 k"))
+        x = self._embed(p["decoder.embed.weight"], tgt_in)
+        for layer, kv in enumerate(self._cross_kv(p, memory)):
+            x = self._decoder_layer(p, layer, x, kv, masks)
+        return stacked_linear(self._norm(p, "decoder.ln_final.", x), p["unembed.weight"], p["unembed.bias"])
+
+    def token_losses(
+        self,
+        src: Int[Tensor, "rep batch src_pos"],
+        tgt_in: Int[Tensor, "rep batch tgt_pos"],
+        tgt_out: Int[Tensor, "rep batch tgt_pos"],
+    ) -> tuple[Float[Tensor, " rep"], Int[Tensor, " rep"]]:
+        """Per replicate: the summed cross-entropy over non-PAD targets, and how many targets there are."""
+        p = self.views()
+        logits = self.decode(p, tgt_in, self.encode(p, src), src != PAD)
+        flat_loss = F.cross_entropy(logits.float().flatten(0, 2), tgt_out.flatten(), ignore_index=PAD, reduction="none")
+        return flat_loss.view(self.replicates, -1).sum(1), (tgt_out != PAD).flatten(1).sum(1)
+
+    def losses(
+        self,
+        src: Int[Tensor, "rep batch src_pos"],
+        tgt_in: Int[Tensor, "rep batch tgt_pos"],
+        tgt_out: Int[Tensor, "rep batch tgt_pos"],
+    ) -> Float[Tensor, " rep"]:
+        """Each replicate's mean cross-entropy over its non-PAD targets (0 for a batch without targets)."""
+        total, count = self.token_losses(src, tgt_in, tgt_out)
+        return total / count.clamp(min=1)
+
+    @torch.no_grad()
+    def greedy_decode(self, src: Int[Tensor, "rep batch src_pos"], max_new_tokens: int) -> Int[Tensor, "rep batch n"]:
+        """Greedy answers of every replicate from ``>`` with a key/value cache: EOS included, PAD after it.
+
+        Stops once every row has emitted EOS (``n <= max_new_tokens``). Raises ValueError when
+        ``max_new_tokens`` is not in 1..max_len.
+        """
+        if not 0 < max_new_tokens <= self.cfg.max_len:
+            raise ValueError(f"max_new_tokens must be in 1..{self.cfg.max_len}, got {max_new_tokens}")
+        p = self.views()
+        memory = self.encode(p, src)
+        cross_kv = self._cross_kv(p, memory)
+        masks = (None, rearrange(src != PAD, "r b k -> (r b) 1 1 k"))
+        cache = _SelfAttentionCache(max_new_tokens)
+        token = torch.full(src.shape[:2], ARROW, dtype=torch.long, device=src.device)
+        outputs = torch.full((*src.shape[:2], max_new_tokens), PAD, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.shape[:2], dtype=torch.bool, device=src.device)
+        for step in range(max_new_tokens):
+            x = self._embed(p["decoder.embed.weight"], token[..., None], start=step)
+            for layer, kv in enumerate(cross_kv):
+                x = self._decoder_layer(p, layer, x, kv, masks, cache)
+            logits = stacked_linear(self._norm(p, "decoder.ln_final.", x), p["unembed.weight"], p["unembed.bias"])
+            token = logits[:, :, 0].argmax(-1)
+            outputs[:, :, step] = token.masked_fill(done, PAD)
+            done |= token == EOS
+            if bool(done.all()):
+                return outputs[:, :, : step + 1]
+        return outputs
+
+
+def _unseeded_model(cfg: ModelConfig) -> HookedEncoderDecoder:
+    """A model whose weights are about to be overwritten, made without advancing the global RNG."""
+    with torch.random.fork_rng(devices=[]):
+        return HookedEncoderDecoder(cfg)
+
+
+class _SelfAttentionCache:
+    """Keys and values of every decoder layer's self-attention, ``[(rep batch), head, pos, d_head]``."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity, self.keys, self.values, self.length = capacity, {}, {}, {}
+
+    def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if layer not in self.keys:
+            shape = (*k.shape[:2], self.capacity, k.shape[3])
+            self.keys[layer], self.values[layer], self.length[layer] = k.new_empty(shape), v.new_empty(shape), 0
+        start = self.length[layer]
+        end = start + k.shape[2]
+        self.keys[layer][:, :, start:end], self.values[layer][:, :, start:end] = k, v
+        self.length[layer] = end
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]

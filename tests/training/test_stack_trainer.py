@@ -1,0 +1,225 @@
+"""The native stack: each replicate trains exactly like a single run, in stacks of mixed data and batching,
+stops when its run ends, validates like `validate_model`, saves loadable models and resumes bit-exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lsa_interp.data import DatasetConfig, generate_dataset, load_dataset, save_dataset
+from lsa_interp.data.transformations import SEEN
+from lsa_interp.model.checkpoint import load_model
+from lsa_interp.training import RunSpec, StackConfig, StackTrainer, TrainConfig, Trainer, resume_run, start_run
+from lsa_interp.training.validation import ResidentSplit, validate_model
+
+SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
+NO_DROPOUT = {**SMALL_MODEL, "dropout": 0.0}
+
+
+def _tiny_dataset(tmp_path_factory, name, window, seed):
+    config = DatasetConfig(
+        name=name, n_alphabets=4, window_lengths=(window,), n_reshuffle=1, n_new_alphabets=4,
+        train_transformations=SEEN[:3],
+    )  # fmt: skip
+    return save_dataset(generate_dataset(config, seed=seed), tmp_path_factory.mktemp("data") / name)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """536 training rows (windows of 3 letters, three transformations): 9 random batches of 64."""
+    return _tiny_dataset(tmp_path_factory, "tiny", 3, seed=3)
+
+
+@pytest.fixture(scope="module")
+def other_dir(tmp_path_factory):
+    """Another dataset: other alphabets, windows of 4 letters (longer rows)."""
+    return _tiny_dataset(tmp_path_factory, "tiny4", 4, seed=4)
+
+
+def _single(data_dir, tmp_path, name, **overrides):
+    base = dict(data_dir=str(data_dir), preset="tiny", batch_size=64, lr=3e-3, log_every=4, val_limit=40)
+    config = TrainConfig(**{**base, "model": NO_DROPOUT, **overrides})
+    Trainer.start(config, tmp_path / name).run()
+    return load_file(tmp_path / name / "model" / "model.safetensors")
+
+
+def _stack_config(runs, **overrides):
+    base = dict(batch_size=64, lr=3e-3, log_every=4, val_limit=40, model=NO_DROPOUT)
+    return StackConfig(runs=tuple(runs), **{**base, **overrides})
+
+
+def _replicate(run_dir, index):
+    return load_file(run_dir / f"replicate-{index}" / "model" / "model.safetensors")
+
+
+def _assert_close(stacked, single, d_model=SMALL_MODEL["d_model"]):
+    assert stacked.keys() == single.keys()
+    for name in single:
+        a, b = stacked[name], single[name]
+        if name.endswith("in_proj_bias"):  # key biases get a zero gradient up to rounding, which AdamW scales
+            a, b = torch.cat([a[:d_model], a[2 * d_model :]]), torch.cat([b[:d_model], b[2 * d_model :]])  # up
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow
+def test_each_replicate_matches_a_single_run_with_its_seed(data_dir, tmp_path):
+    config = TrainConfig(
+        data_dir=str(data_dir), preset="tiny", seed=5, batch_size=64, lr=3e-3, batching="alphabet", max_steps=12,
+        val_limit=40, replicates=2, model=NO_DROPOUT,
+    )  # fmt: skip
+    trainer = start_run(config, tmp_path / "stack")
+    assert isinstance(trainer, StackTrainer) and [run.seed for run in trainer.config.runs] == [5, 6]
+    trainer.run()
+    for index, seed in enumerate((5, 6)):
+        single = _single(data_dir, tmp_path, f"s{seed}", seed=seed, batching="alphabet", max_steps=12)
+        _assert_close(_replicate(tmp_path / "stack", index), single)
+        meta = load_model(tmp_path / "stack" / f"replicate-{index}" / "model").metadata
+        assert (meta["seed"], meta["replicate"], meta["steps"], meta["batching"]) == (seed, index, 12, "alphabet")
+        assert meta["train_config"]["seed"] == seed and meta["precision"] == "fp32" and "hardware" in meta
+    assert not (tmp_path / "stack" / "done").exists(), "stopped by max_steps: not finished"
+
+
+@pytest.mark.slow
+def test_mixed_stack_matches_single_runs_and_a_finished_replicate_stops_changing(data_dir, other_dir, tmp_path):
+    runs = [
+        RunSpec(str(data_dir), seed=1, batching="random", epochs=1, preset="tiny"),
+        RunSpec(str(other_dir), seed=2, batching="alphabet", epochs=2, preset="tiny4"),
+    ]
+    config = _stack_config(runs, checkpoint_every=3)
+    trainer = StackTrainer.start(config, tmp_path / "stack")
+    short, long = (int(n) for n in trainer.plan.total_steps)
+    assert short < long and trainer.total_steps == long
+    snapshots = {}
+    trainer.run(progress=lambda record: snapshots.setdefault(record["step"], trainer.model.flat[0].clone()))
+    assert (tmp_path / "stack" / "done").is_file()
+    after_short = [step for step in snapshots if step >= short]
+    assert after_short and all(torch.equal(snapshots[step], trainer.model.flat[0].detach()) for step in after_short)
+    first = _single(data_dir, tmp_path, "a", seed=1, batching="random", epochs=1)
+    second = _single(other_dir, tmp_path, "b", seed=2, batching="alphabet", epochs=2, preset="tiny4")
+    _assert_close(_replicate(tmp_path / "stack", 0), first)
+    _assert_close(_replicate(tmp_path / "stack", 1), second)
+    records = [json.loads(line) for line in (tmp_path / "stack" / "metrics.jsonl").read_text().splitlines()]
+    epochs = [r for r in records if r["type"] == "epoch"]
+    assert {(r["replicate"], r["run"]) for r in epochs} == {(0, runs[0].name), (1, runs[1].name)}
+    assert [r["epoch"] for r in epochs if r["replicate"] == 1] == [1.0, 2.0]
+    assert all(-1.0 <= r["matching_score"] <= 1.0 for r in epochs)
+    steps = [r for r in records if r["type"] == "step"]
+    assert steps[-1]["train_loss_by_replicate"][0] is None and steps[-1]["lr_by_replicate"][0] == 0.0
+    assert all(r["tasks_per_s"] > 0 for r in steps)
+    assert load_model(tmp_path / "stack" / "replicate-0" / "model").metadata["steps"] == short
+
+
+def test_batched_validation_equals_validate_model_on_each_replicate(data_dir, other_dir, tmp_path):
+    runs = [RunSpec(str(data_dir), seed=1, preset="tiny"), RunSpec(str(other_dir), seed=2, preset="tiny4")]
+    trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, max_steps=6), tmp_path / "stack")
+    trainer.run()
+    records = trainer.epoch_records()
+    for index, record in enumerate(records):
+        val = ResidentSplit(trainer.val.parts[index].split, trainer.device)
+        alone = validate_model(trainer.model.replicate_model(index), val, trainer._autocast)
+        assert record["val_loss"] == pytest.approx(alone.pop("val_loss"), rel=1e-5)
+        nan_free = lambda values: json.loads(json.dumps(values).replace("NaN", "null"))
+        assert nan_free({k: record[k] for k in alone}) == nan_free(alone)
+        assert record["replicate"] == index
+
+
+def test_a_saved_replicate_loads_back_with_the_same_weights_and_answers(data_dir, tmp_path):
+    runs = [RunSpec(str(data_dir), seed=s, preset="tiny") for s in (3, 4)]
+    trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, max_steps=5), tmp_path / "stack")
+    trainer.run()
+    tasks = load_dataset(data_dir).splits["val"][:30]
+    for index in range(2):
+        loaded = load_model(tmp_path / "stack" / f"replicate-{index}" / "model")
+        live = trainer.model.replicate_model(index)
+        assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), live.state_dict().values()))
+        assert loaded.solve(tasks) == live.solve(tasks)
+
+
+def test_start_and_resume_refuse_what_they_cannot_use(data_dir, tmp_path):
+    config = _stack_config([RunSpec(str(data_dir), preset="tiny")], max_steps=1)
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "x").write_text("x")
+    with pytest.raises(FileExistsError, match="not empty"):
+        StackTrainer.start(config, tmp_path / "used")
+    with pytest.raises(FileNotFoundError, match="not a stacked training run"):
+        StackTrainer.resume(tmp_path / "used")
+    single = TrainConfig(data_dir=str(data_dir), max_steps=1, val_limit=8, model=SMALL_MODEL)
+    Trainer.start(single, tmp_path / "single").run()
+    with pytest.raises(FileNotFoundError, match="not a stacked training run"):
+        StackTrainer.resume(tmp_path / "single")
+    saved = json.loads((tmp_path / "single" / "train_config.json").read_text())
+    (tmp_path / "single" / "train_config.json").write_text(json.dumps({**saved, "replicates": 2}))
+    with pytest.raises(ValueError, match="retired vmap stack"):
+        resume_run(tmp_path / "single")
+
+
+def _stack_script(data_dir, run_dir, max_steps):
+    config = {
+        "runs": [{"data_dir": str(data_dir), "seed": s, "preset": "tiny", "epochs": 2} for s in (0, 1, 2)],
+        "batch_size": 64,
+        "checkpoint_every": 4,
+        "val_limit": 20,
+        "log_every": 5,
+        "model": SMALL_MODEL,
+    }
+    return (
+        "import json, sys, torch\n"
+        "torch.set_num_threads(1)\n"
+        "from lsa_interp.training import StackConfig, StackTrainer\n"
+        f"config = StackConfig.from_dict({{**json.loads({json.dumps(json.dumps(config))}), 'betas': (0.9, 0.95)}})\n"
+        f"StackTrainer.start(config.with_bounds(max_steps={max_steps}), {str(run_dir)!r}).run()\n"
+    )
+
+
+@pytest.mark.slow
+def test_killed_and_resumed_stack_ends_with_the_same_weights(data_dir, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    end = 40
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    subprocess.run([sys.executable, "-c", _stack_script(data_dir, whole, end)], check=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-c", _stack_script(data_dir, cut, end)], env=env)
+    deadline = time.monotonic() + 120
+    while not _saved_step(cut, 8):
+        assert proc.poll() is None and time.monotonic() < deadline, "no state saved before the run ended"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert not (cut / "replicate-0").exists()
+    StackTrainer.resume(cut).run()
+    for index in range(3):
+        a, b = _replicate(whole, index), _replicate(cut, index)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    lines = lambda run: [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["type"], r["step"]) for r in lines(cut)] == [(r["type"], r["step"]) for r in lines(whole)]
+    epochs = lambda run: [r for r in lines(run) if r["type"] == "epoch"]
+    assert epochs(cut) == epochs(whole) and len(epochs(whole)) == 6
+
+
+def _saved_step(run_dir, at_least):
+    try:
+        return torch.load(run_dir / "state.pt", weights_only=False)["step"] >= at_least
+    except (FileNotFoundError, RuntimeError, EOFError):
+        return False
+
+
+def test_cli_trains_replicates_as_a_native_stack(data_dir, tmp_path, capsys):
+    from lsa_interp import cli
+
+    args = ["train", "--data", str(data_dir), "--out", str(tmp_path / "run"), "--preset", "tiny", "--replicates", "2"]
+    args += ["--max-steps", "3", "--batch-size", "64", "--val-limit", "20", "--model-config", json.dumps(SMALL_MODEL)]
+    with pytest.raises(SystemExit) as info:
+        cli.main(args)
+    assert info.value.code == 0
+    assert "model written" in capsys.readouterr().out
+    seeds = [load_model(tmp_path / "run" / f"replicate-{i}" / "model").metadata["seed"] for i in (0, 1)]
+    assert seeds == [0, 1] and json.loads((tmp_path / "run" / "train_config.json").read_text())["stack"] is True
+    resume_run(tmp_path / "run", max_steps=4).run()
+    assert load_model(tmp_path / "run" / "replicate-1" / "model").metadata["steps"] == 4

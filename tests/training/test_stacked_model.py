@@ -1,0 +1,120 @@
+"""The stacked model and its optimizer: the same losses, answers and updates as single models, replicates
+independent of each other, dropout per replicate and per step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lsa_interp.data.vocab import PAD
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.training.stack_adamw import StackAdamW
+from lsa_interp.training.stacked_model import StackedEncoderDecoder
+from lsa_interp.training.validation import loss_fn
+
+CFG = ModelConfig(d_model=32, n_heads=4, d_mlp=64, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0)
+SEEDS = [3, 8, 11]
+
+
+def _batch(seed: int = 0, reps: int = 3):
+    """Random token batches ``[reps, 6, ...]`` with padded source and target tails (PAD targets too)."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, 26, (reps, 6, 14), generator=g)
+    src[:, :, 11:] = PAD
+    src[:, 2, 7:] = PAD
+    tgt_in = torch.randint(0, 26, (reps, 6, 5), generator=g)
+    tgt_out = torch.randint(0, 26, (reps, 6, 5), generator=g)
+    tgt_in[:, 4, 3:] = tgt_out[:, 4, 3:] = PAD
+    return src, tgt_in, tgt_out
+
+
+def _single(seed: int) -> HookedEncoderDecoder:
+    torch.manual_seed(seed)
+    return HookedEncoderDecoder(CFG)
+
+
+def test_replicates_start_as_seeded_single_models_and_write_back():
+    stack = StackedEncoderDecoder.from_seeds(CFG, SEEDS)
+    for index, seed in enumerate(SEEDS):
+        single, back = _single(seed).state_dict(), stack.replicate_model(index).state_dict()
+        assert single.keys() == back.keys() and all(torch.equal(single[k], back[k]) for k in single)
+    with pytest.raises(IndexError, match="out of range"):
+        stack.replicate_model(3)
+
+
+def test_losses_and_greedy_answers_equal_each_single_model():
+    stack = StackedEncoderDecoder.from_seeds(CFG, SEEDS).eval()
+    src, tgt_in, tgt_out = _batch()
+    losses = stack.losses(src, tgt_in, tgt_out)
+    generated = stack.greedy_decode(src, 8)
+    for index, seed in enumerate(SEEDS):
+        single = _single(seed).eval()
+        torch.testing.assert_close(losses[index], loss_fn(single, src[index], tgt_in[index], tgt_out[index]))
+        alone = single.greedy_decode(src[index], 8, drop_finished=False)
+        width = max(alone.shape[1], generated.shape[2])
+        padded = [torch.nn.functional.pad(t, (0, width - t.shape[-1]), value=PAD) for t in (generated[index], alone)]
+        assert torch.equal(*padded)
+    assert len({tuple(generated[i].flatten().tolist()) for i in range(3)}) == 3
+
+
+def test_a_batch_without_targets_has_zero_loss():
+    stack = StackedEncoderDecoder.from_seeds(CFG, SEEDS)
+    src, tgt_in, tgt_out = _batch()
+    tgt_out[1] = PAD
+    losses = stack.losses(src, tgt_in, tgt_out)
+    assert losses[1] == 0 and (losses[[0, 2]] > 0).all()
+
+
+def _stepped(batch) -> torch.Tensor:
+    stack = StackedEncoderDecoder.from_seeds(CFG, SEEDS)
+    optimizer = StackAdamW(stack.flat, (0.9, 0.95), 0.01)
+    for _ in range(2):
+        stack.flat.grad = None
+        stack.losses(*batch).sum().backward()
+        optimizer.step(torch.full((3,), 1e-2), torch.ones(3))
+    return stack.flat.detach()
+
+
+def test_changing_one_replicates_batch_leaves_the_others_bit_identical():
+    src, tgt_in, tgt_out = _batch()
+    other_src, other_in, other_out = _batch(seed=1)
+    src2, tgt_in2, tgt_out2 = src.clone(), tgt_in.clone(), tgt_out.clone()
+    src2[1], tgt_in2[1], tgt_out2[1] = other_src[1], other_in[1], other_out[1]
+    first, second = _stepped((src, tgt_in, tgt_out)), _stepped((src2, tgt_in2, tgt_out2))
+    assert torch.equal(first[0], second[0]) and torch.equal(first[2], second[2])
+    assert not torch.equal(first[1], second[1])
+
+
+def test_stack_adamw_equals_torch_adamw_per_replicate_and_skips_inactive_ones():
+    torch.manual_seed(0)
+    param = torch.randn(3, 40, requires_grad=True)
+    singles = [torch.nn.Parameter(param[i].detach().clone()) for i in range(3)]
+    torch_opts = [torch.optim.AdamW([p], lr=1.0, betas=(0.9, 0.95), weight_decay=0.01) for p in singles]
+    stacked = StackAdamW(param, (0.9, 0.95), 0.01)
+    for step in range(8):
+        grad = torch.randn(3, 40)
+        lrs = [1e-2 * (step + 1), 3e-3, 5e-3]
+        active = [1.0, 1.0, float(step < 4)]
+        frozen = param.detach()[2].clone()
+        param.grad = grad.clone()
+        stacked.step(torch.tensor(lrs), torch.tensor(active))
+        for i in range(3):
+            if active[i]:
+                singles[i].grad = grad[i].clone()
+                torch_opts[i].param_groups[0]["lr"] = lrs[i]
+                torch_opts[i].step()
+        if not active[2]:
+            assert torch.equal(param.detach()[2], frozen)
+    for i in range(3):
+        torch.testing.assert_close(param.detach()[i], singles[i].detach(), rtol=1e-5, atol=1e-6)
+    assert stacked.steps.flatten().tolist() == [8.0, 8.0, 4.0]
+
+
+def test_dropout_keeps_one_minus_p_with_masks_per_replicate_and_per_step():
+    stack = StackedEncoderDecoder.from_seeds(ModelConfig(**{**CFG.to_dict(), "dropout": 0.25}), SEEDS).train()
+    ones = torch.ones(3, 64, 40, 32)
+    first, second = stack._dropout(ones) != 0, stack._dropout(ones) != 0
+    assert abs(first.float().mean().item() - 0.75) < 0.01
+    assert not torch.equal(first[0], first[1]) and not torch.equal(first[1], first[2])
+    assert not torch.equal(first, second)
+    assert torch.equal(stack.eval()._dropout(ones), ones)
