@@ -25,7 +25,7 @@ from lsa_interp.sweep.analyses import analysis_function
 from lsa_interp.sweep.plan import EVALUATION_FILE
 from lsa_interp.training.run_dir import CONFIG_FILE, METRICS_FILE, MODEL_DIR, replicate_dir
 from lsa_interp.training.stack_config import StackConfig
-from lsa_interp.training.stack_trainer import StackTrainer
+from lsa_interp.training.stack_trainer import DONE_FILE, StackTrainer
 from lsa_interp.utils import atomic_write
 
 
@@ -39,9 +39,15 @@ def ensure_dataset(config: DatasetConfig, seed: int, directory: Path) -> bool:
     return True
 
 
-def stack_finished(directory: Path, replicates: int) -> bool:
-    """Whether every replicate of the stack in ``directory`` has its final model."""
-    return all((directory / replicate_dir(i) / MODEL_DIR / MODEL_CONFIG_FILE).is_file() for i in range(replicates))
+def stack_finished(directory: Path, config: StackConfig) -> bool:
+    """Whether the stack in ``directory`` has trained all it will: its ``done`` marker, or, under the recipe's
+    ``max_steps``, every replicate's final model with the longest one written at that step."""
+    if (directory / DONE_FILE).is_file():
+        return True
+    models = [directory / replicate_dir(i) / MODEL_DIR / MODEL_CONFIG_FILE for i in range(config.replicates)]
+    if config.max_steps is None or not all(path.is_file() for path in models):
+        return False
+    return max(json.loads(path.read_text())["metadata"].get("steps", 0) for path in models) >= config.max_steps
 
 
 def steps_logged(directory: Path) -> int:
@@ -63,7 +69,7 @@ def train_stack(
 
     A new stack is started; one with a saved state resumes from it. Returns whether the stack finished.
     """
-    if stack_finished(directory, config.replicates):
+    if stack_finished(directory, config):
         return True
     minutes = None if deadline is None else (deadline - time.time()) / 60
     if minutes is not None and minutes <= 0:
@@ -72,7 +78,7 @@ def train_stack(
         StackTrainer.start(config, directory, force=True)
     trainer = StackTrainer.resume(directory, max_minutes=minutes)
     trainer.run(progress=progress)
-    return stack_finished(directory, config.replicates)
+    return stack_finished(directory, config)
 
 
 def evaluate_run(model_dir: Path, data_dir: Path, name: str, limit: int | None = None, device: str = "cpu") -> bool:
