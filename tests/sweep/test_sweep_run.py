@@ -30,6 +30,14 @@ def test_bad_grid_exits_2_with_one_line_and_trains_nothing(tmp_path, capsys):
     assert not (tmp_path / "sweep").exists()
 
 
+def test_max_minutes_spent_starts_no_training(tmp_path):
+    grid = write_tiny_grid(tmp_path / "grid.toml")
+    summary = run_sweep(grid, tmp_path / "out", max_minutes=0, progress=False)
+    assert (summary.runs, summary.finished, summary.results) == (4, 0, None) and not summary.complete
+    assert (tmp_path / "out" / "plan.json").is_file() and (tmp_path / "out" / "data" / "tiny-d0").is_dir()
+    assert not (tmp_path / "out" / "stacks").exists()
+
+
 @pytest.fixture(scope="module")
 def finished_sweep(tmp_path_factory) -> Path:
     """The tiny grid swept in-process without interruption."""
