@@ -93,6 +93,13 @@ def map_cached(
     return out
 
 
+def final_norm(model: HookedEncoderDecoder, x: Float[Tensor, "*rest d_model"]) -> Float[Tensor, "*rest d_model"]:
+    """``x`` (any encoder residual) through the final encoder LayerNorm, as the authors read every encoder
+    layer (SPEC 5b: their "layer k residual" is ``encoder.ln_final(resid_post_k)``); on ``x``'s device."""
+    with torch.no_grad():
+        return model.encoder.ln_final(x.to(model.device)).to(x.device)
+
+
 def pairwise_cosine(x: Float[Tensor, "n d"]) -> Float[Tensor, "n n"]:
     """Cosine similarity of every pair of rows (a zero row has cosine 0 with everything)."""
     unit = torch.nn.functional.normalize(x.double(), dim=-1)
