@@ -48,8 +48,9 @@ def test_first_token_vectors_read_the_first_token_of_each_role(model):
 
 def test_normed_vectors_are_the_raw_ones_through_the_final_encoder_norm(model):
     tasks = analysis_tasks(["pred"], 4, lengths=(3,))
-    raw = first_token_vectors(model, tasks, LAST)["example_out"]
-    normed = first_token_vectors(model, tasks, LAST, normed=True)["example_out"]
+    with model.hooks(fwd_hooks=[(LAST, lambda resid, hook: 3.0 * resid + 1.0)]):
+        raw = first_token_vectors(model, tasks, LAST)["example_out"]
+        normed = first_token_vectors(model, tasks, LAST, normed=True)["example_out"]
     assert torch.allclose(normed, final_norm(model, raw)) and not torch.allclose(normed, raw)
 
 
