@@ -71,7 +71,7 @@ def constant_stream(resid, hook):
 def shared_example_out_vector(resid, hook):
     """Random vectors everywhere except the first example-out token (position 31 for 3-letter windows)."""
     out = torch.randn(resid.shape, generator=torch.Generator().manual_seed(0)).to(resid)
-    out[:, 31] = 1.0
+    out[:, 31] = torch.randn(resid.shape[-1], generator=torch.Generator().manual_seed(1)).to(resid)
     return out
 
 
