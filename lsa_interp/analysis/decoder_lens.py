@@ -45,8 +45,8 @@ def lens_tasks(model: HookedEncoderDecoder, n: int, seed: int = 0, source: str =
     """Return ``n`` tasks with answers for the lens (see the module docstring for ``source``).
 
     ``"new"``: a deterministic subset (``seed``) of the new-alphabet test set of the model's training preset;
-    ``"val"``: of its non-copy val rows. ``"rules"``: `seen_rule_tasks` (seen transformations, standard alphabet). Raises
-    ValueError for an unknown source, a non-positive ``n`` or a model whose metadata names no preset.
+    ``"val"``: of its non-copy val rows. ``"rules"``: `seen_rule_tasks` (seen transformations, standard
+    alphabet). Raises ValueError for an unknown source, a non-positive ``n`` or a model whose metadata names no preset.
     """
     if source not in SOURCES:
         raise ValueError(f"unknown task source {source!r}; choose one of {', '.join(SOURCES)}")

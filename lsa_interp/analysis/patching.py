@@ -346,7 +346,8 @@ def patching_analysis(
     lengths: Sequence[int] = PAPER_LENGTHS,
 ) -> AnalysisResult:
     """Patch ``head`` (or every head with ``"all"``) from ``source`` into ``target`` prompts on ``n_pairs``
-    minimal pairs of windows of ``lengths`` letters (default 3: the paper's padding-free pairs). Raises ValueError for unknown rules or heads, no minimal pairs, or no matching head."""
+    minimal pairs of windows of ``lengths`` letters (default 3: the paper's padding-free pairs). Raises
+    ValueError for unknown rules or heads, no minimal pairs, or no matching head."""
     pairs = minimal_pairs(source, target, n_pairs, seed=seed, alphabets=alphabets, lengths=lengths)
     sweep = isinstance(head, str) and head.strip().lower() == "all"
     if sweep:

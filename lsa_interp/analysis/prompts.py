@@ -105,7 +105,7 @@ def paper_prompts(transformation: str, n: int, seed: int = 0, fixed_query: bool 
     combos.sort(key=lambda combo: (combo[0] != PAPER_EXAMPLE_START, combo[1] != PAPER_QUERY_START))
     if len(combos) < n:
         raise ValueError(f"only {len(combos)} {transformation} prompts of the paper's form exist, {n} asked for")
-    letters = lambda positions: _letters(STANDARD_ALPHABET, positions)  # noqa: E731
+    letters = lambda positions: _letters(STANDARD_ALPHABET, positions)
     return [
         Task(
             STANDARD_ALPHABET,

@@ -10,10 +10,10 @@ import torch
 from lsa_interp.analysis.decoder_lens import (
     PAPER_LENS,
     _findings,
-    wilson_lower,
     decoder_lens,
     lens_predict,
     lens_tasks,
+    wilson_lower,
 )
 from lsa_interp.analysis.prompts import rule_tasks
 from lsa_interp.data.presets import PRESETS, DatasetConfig

@@ -8,9 +8,9 @@ import torch
 from lsa_interp.analysis.rasp import (
     RUNNING_EXAMPLE,
     SELECTORS,
+    paper_rasp_tasks,
     rasp_comparison,
     scored_rows,
-    paper_rasp_tasks,
     seen_rule_tasks,
     selector_masks,
     selector_patterns,
