@@ -23,6 +23,8 @@ from typing import Any
 from lsa_interp.utils import atomic_write
 
 MATCHING = "matching head"
+DEFAULT_STEPS: tuple[str, ...] | None = None
+"""Report steps run on each model when ``steps`` is not given (None: all of them)."""
 FIGURE5 = "Figure 5: layer-2 attention example-out -> same example-in letter"
 
 
@@ -173,7 +175,8 @@ def run_population(
     names = [str(p) for p in paths]
     rows: dict[str, dict[str, Any]] = {}
     with ProcessPoolExecutor(min(workers, len(names)), mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(_report_one, name, seed, steps): name for name in names}
+        chosen = steps if steps is not None else DEFAULT_STEPS
+        futures = {pool.submit(_report_one, name, seed, chosen): name for name in names}
         for future in as_completed(futures):
             rows[futures[future]] = future.result()
             if progress:

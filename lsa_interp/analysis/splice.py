@@ -125,9 +125,8 @@ def _outcome(answer: str, donor: str | None, own: str | None) -> str:
 
 def _finding(name: str, row: dict, donor_rule: str, target_rule: str) -> Finding:
     expected = EXPECTED[name]
-    paper = (
-        f"{target_rule} prompt decoded from {name} of the {donor_rule} prompt: "
-        + ("the output becomes the donor's answer (acd)" if expected == "donor" else "no change")
+    paper = f"{target_rule} prompt decoded from {name} of the {donor_rule} prompt: " + (
+        "the output becomes the donor's answer (acd)" if expected == "donor" else "no change"
     )
     share = row["donor"] if expected == "donor" else row["unchanged"]
     ours = (

@@ -116,7 +116,8 @@ def _population(patterns: list[str], workers: int | None, out: Path | None, seed
     with Progress(*columns, TimeRemainingColumn(), console=Console(stderr=True)) as bar:
         task = bar.add_task(f"report on {len(paths)} models", total=len(paths))
         population = run_population(paths, seed, workers, progress=lambda _: bar.advance(task))
-    rows = [(r["finding"], r["paper"], f"{r['holds']}/{r['judged']} of {r['models']}", None) for r in population.table()]
+    table = population.table()
+    rows = [(r["finding"], r["paper"], f"holds in {r['holds']}/{r['judged']} of {r['models']}", None) for r in table]
     _print_findings(f"findings over {len(paths)} models", rows)
     for name, c in population.by_condition().items():
         attention = "-" if c["figure5_attention"] is None else f"{c['figure5_attention']:.3f}"
