@@ -1,6 +1,6 @@
 """One report of every finding on one model: a findings table (paper vs ours) and every figure, offline.
 
-`run_report` runs each analysis at a size that keeps the whole report under three minutes on a 2-core
+`run_report` runs each analysis at a size that keeps the whole report under a minute of CPU time on a 2-core
 CPU (`REPORT_SIZES`), adds the patching control (the detected matching head against the encoder head with
 the lowest matching score), and collects every `Finding`. An analysis that cannot run on this model (e.g.
 a val set for a preset the model's metadata does not name) becomes a row that says why.
@@ -21,11 +21,11 @@ from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.utils import atomic_write
 
 REPORT_SIZES: dict[str, int] = {
-    "roles": 300,
+    "roles": 200,
     "patch_pairs": 100,
     "cross_attention": 200,
     "elimination": 200,
-    "decoder_lens": 1000,
+    "decoder_lens": 400,
     "rasp": 19,
     "splice_pairs": 100,
 }
