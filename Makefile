@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test,ray]'
 	touch $@
 
 install: $(BIN)/.installed

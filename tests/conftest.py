@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-from jaxtyping import install_import_hook
+import pytest
+import torch
 
-# Check the jaxtyping shapes of the tensor-facing modules at run time (must precede importing lsa_interp).
-# The pure-Python data pipeline is left out: checking its hot loops would slow generation tenfold.
-TENSOR_MODULES = [
-    "lsa_interp.data.tokenizer",
-    "lsa_interp.data.loaders",
-    "lsa_interp.model",
-    "lsa_interp.evaluation",
-    "lsa_interp.training",
-    "lsa_interp.analysis",
-    "lsa_interp.viz",
-]
-install_import_hook(TENSOR_MODULES, "beartype.beartype")
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
+from lsa_interp.data import PRESETS, DatasetConfig, generate_dataset
 
 # The suite runs in two xdist workers on two cores: one torch thread each avoids oversubscription, under
 # which OpenMP-parallel small ops become tens of times slower.
 torch.set_num_threads(1)
-
-from lsa_interp.data import PRESETS, DatasetConfig, generate_dataset  # noqa: E402
 
 
 @pytest.fixture(scope="session")

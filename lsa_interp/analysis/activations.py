@@ -93,6 +93,15 @@ def map_cached(
     return out
 
 
+def final_norm(model: HookedEncoderDecoder, x: Float[Tensor, "*rest d_model"]) -> Float[Tensor, "*rest d_model"]:
+    """``x`` (any encoder residual) through the final encoder LayerNorm, as the authors read every encoder
+    layer (SPEC 5b: their "layer k residual" is ``encoder.ln_final(resid_post_k)``); on ``x``'s device."""
+    norm = model.encoder.ln_final
+    with torch.no_grad():
+        weight, bias = norm.weight.to(x.device, x.dtype), norm.bias.to(x.device, x.dtype)
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, norm.eps)
+
+
 def pairwise_cosine(x: Float[Tensor, "n d"]) -> Float[Tensor, "n n"]:
     """Cosine similarity of every pair of rows (a zero row has cosine 0 with everything)."""
     unit = torch.nn.functional.normalize(x.double(), dim=-1)

@@ -8,6 +8,11 @@ position of the answer's first letter, or else the other query / example-in / ex
 letters, a separator (``|`` or ``>``) or EOS. For each decoder layer
 we count over tasks which category holds the argmax of the head-mean pattern (and of each head's), and
 the mean attention mass on each category.
+
+As the authors did, the mechanism is read off tasks the model solves (``solved_only``, the default; with no
+solved task there is no verdict), on prompts of the paper's form (``prompts="paper"``: standard alphabet,
+3-letter windows, no letter shared between example and query, `prompts.paper_prompts`; ``"random"``:
+`activations.analysis_tasks`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from lsa_interp.analysis.activations import analysis_tasks, map_cached
+from lsa_interp.analysis.prompts import paper_prompts
 from lsa_interp.analysis.types import AnalysisResult, Finding, Head
 from lsa_interp.data.task import Task
 from lsa_interp.model.cache import ActivationCache
@@ -125,14 +131,27 @@ def cross_attention_targets(
     alphabets: str = "both",
     tasks: Sequence[Task] | None = None,
     model_name: str = "model",
+    prompts: str = "paper",
+    solved_only: bool = True,
 ) -> AnalysisResult:
     """Which encoder positions each decoder layer's cross-attention targets at the first decoding step,
-    over ``tasks`` (default: ``n_tasks`` `analysis_tasks` of ``transformation``). Returns an
+    over ``tasks`` (default: ``n_tasks`` prompts of kind ``prompts`` of ``transformation``; ``alphabets``
+    is used by ``"random"`` only), only those the model solves when ``solved_only``. Returns an
     `AnalysisResult` with the per-layer table, per-head shares, figures and one finding per paper layer.
-    Raises ValueError for an unknown transformation, tasks without answers or too few distinct tasks.
+    Raises ValueError for an unknown transformation or prompt kind, tasks without answers or too few
+    distinct tasks.
     """
-    tasks = list(tasks) if tasks is not None else analysis_tasks([transformation], n_tasks, seed, alphabets)
-    mass, head_cat, mean_cat, uniform, correct = first_step_attention(model, tasks)
+    if tasks is None:
+        if prompts not in ("paper", "random"):
+            raise ValueError(f"unknown prompts {prompts!r}; choose paper or random")
+        if prompts == "paper":
+            tasks = paper_prompts(transformation, n_tasks, seed, fixed_query=False)
+        else:
+            tasks = analysis_tasks([transformation], n_tasks, seed, alphabets)
+    tasks = list(tasks)
+    solved = [t for t, answer in zip(tasks, model.solve(tasks)) if answer == t.answer] if solved_only else tasks
+    judged = solved or tasks
+    mass, head_cat, mean_cat, uniform, correct = first_step_attention(model, judged)
     layer_share = shares(mean_cat)  # [layer, category]
     layer_mass = mass.mean(dim=(1, 2))
     head_share = shares(head_cat.transpose(1, 2))  # [layer, head, category]
@@ -159,7 +178,12 @@ def cross_attention_targets(
         for layer in range(n_layers)
         for h in range(n_heads)
     ]
-    summary: dict = {"tasks": len(tasks), "first_letter_accuracy": float(correct.mean())}
+    summary: dict = {
+        "tasks": len(tasks),
+        "solved": len(solved) if solved_only else None,
+        "judged_tasks": len(judged),
+        "first_letter_accuracy": float(correct.mean()),
+    }
     for layer in range(n_layers):
         summary[f"layer {layer + 1} argmax"] = CATEGORIES[int(layer_share[layer].argmax())]
         if layer < len(EXPECTED):
@@ -178,11 +202,12 @@ def cross_attention_targets(
         ),
         "argmax category per head": _head_figure(head_share),
     }
-    findings = [_finding(layer, layer_share, head_share) for layer in range(min(n_layers, len(EXPECTED)))]
+    verdict = bool(solved)
+    findings = [_finding(layer, layer_share, head_share, verdict) for layer in range(min(n_layers, len(EXPECTED)))]
     return AnalysisResult("cross_attention", model_name, summary, data, figures, findings)
 
 
-def _finding(layer: int, layer_share: Tensor, head_share: Tensor) -> Finding:
+def _finding(layer: int, layer_share: Tensor, head_share: Tensor, verdict: bool = True) -> Finding:
     expected = EXPECTED[layer]
     c, words = CAT[expected], _WORDS[expected]
     best = int(head_share[layer, :, c].argmax())
@@ -192,8 +217,10 @@ def _finding(layer: int, layer_share: Tensor, head_share: Tensor) -> Finding:
         f"decoder layer {layer + 1} attends to the {words}",
         f"layer {layer + 1} -> {words} (predecessor, first decoding step)",
         f"argmax there in {mean_share:.0%} of tasks (head mean), {head_best:.0%} for head {label}",
-        max(mean_share, head_best) >= MIN_ARGMAX_SHARE,
-        f"holds when the head mean or one head has its argmax there in >= {MIN_ARGMAX_SHARE:.0%} of tasks",
+        max(mean_share, head_best) >= MIN_ARGMAX_SHARE if verdict else None,
+        f"holds when the head mean or one head has its argmax there in >= {MIN_ARGMAX_SHARE:.0%} of the solved tasks"
+        + ("" if verdict else "; no verdict: the model solves none of the tasks"),
+        max(mean_share, head_best),
     )
 
 

@@ -223,6 +223,8 @@ def matching_analysis(
                 "one encoder head (2.7) matches each letter to the same letter in another role",
                 f"{labels_found} (best {best.label}: {best_score:.2f} above uniform)",
                 bool(found),
+                f"holds when some head scores >= {threshold} above uniform",
+                best_score,
             )
         ],
     )

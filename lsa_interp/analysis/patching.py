@@ -33,9 +33,11 @@ from lsa_interp.data.vocab import ARROW, LETTERS, ROLE_ID
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
 
 OUTCOMES: tuple[str, ...] = ("source", "target", "neither")
-FLIP_THRESHOLD = 0.8
-"""The paper saw 10/10 predecessor outputs switch to the successor answer; we call the finding reproduced
-when at least 80% of the pairs flip."""
+PAPER_LENGTHS = (3,)
+"""Window lengths of the paper's minimal pairs (``ghi > fhi`` vs ``ghi > ghj``): equal length, no padding."""
+FLIP_THRESHOLD = 0.05 ** (1 / 10)
+"""The paper saw 10/10 predecessor outputs switch to the successor answer. A flip rate p is consistent with
+that (10/10 has a chance of at least 5 %) when p**10 >= 0.05, i.e. p >= 0.741: the finding holds from there."""
 _PAPER = "patching head 2.7 with successor patterns: 10/10 predecessor outputs switch to the successor answer"
 
 Patterns = Mapping[Head, Float[Tensor, "batch q_pos k_pos"]]
@@ -341,10 +343,12 @@ def patching_analysis(
     seed: int = 0,
     engine: str = "hooks",
     alphabets: str | Sequence[str] = "standard",
+    lengths: Sequence[int] = PAPER_LENGTHS,
 ) -> AnalysisResult:
     """Patch ``head`` (or every head with ``"all"``) from ``source`` into ``target`` prompts on ``n_pairs``
-    minimal pairs. Raises ValueError for unknown rules or heads, no minimal pairs, or no matching head."""
-    pairs = minimal_pairs(source, target, n_pairs, seed=seed, alphabets=alphabets)
+    minimal pairs of windows of ``lengths`` letters (default 3: the paper's padding-free pairs). Raises
+    ValueError for unknown rules or heads, no minimal pairs, or no matching head."""
+    pairs = minimal_pairs(source, target, n_pairs, seed=seed, alphabets=alphabets, lengths=lengths)
     sweep = isinstance(head, str) and head.strip().lower() == "all"
     if sweep:
         results = patch_sweep(model, pairs, head, engine)
@@ -388,7 +392,16 @@ def patching_analysis(
         summary=summary,
         data=data,
         figures=figures,
-        findings=[Finding(f"attention-pattern patching{' (best single head)' if sweep else ''}", _PAPER, ours, holds)],
+        findings=[
+            Finding(
+                f"attention-pattern patching{' (best single head)' if sweep else ''}",
+                _PAPER,
+                ours,
+                holds,
+                f"holds when >= {FLIP_THRESHOLD:.0%} flip (10/10 is then at least 5 % likely)",
+                top.flip_rate,
+            )
+        ],
     )
 
 

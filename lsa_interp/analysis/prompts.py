@@ -74,6 +74,50 @@ def rule_tasks(
     return list(tasks)
 
 
+PAPER_QUERY_START = 1
+"""The paper's query ``bcd`` starts at alphabet index 1."""
+PAPER_EXAMPLE_START = 6
+"""The paper's example ``ghi`` starts at alphabet index 6."""
+
+
+def paper_prompts(transformation: str, n: int, seed: int = 0, fixed_query: bool = True, length: int = 3) -> list[Task]:
+    """``n`` prompts built the way the paper's were: the standard alphabet, ``length``-letter windows (3, as in
+    ``a..z | ghi > fhi | bcd``) and an example that shares no letter (input or output) with the query.
+
+    With ``fixed_query`` the query is the paper's ``bcd`` (its window under the rule) and only the example
+    varies; otherwise both vary. The paper's own example ``ghi`` comes first when it fits; the rest follow
+    in a ``seed``-shuffled order. Raises ValueError for an unknown rule or fewer than ``n`` such prompts.
+    """
+    get_transformation(transformation)
+    rng = random.Random(f"paper_prompts/{transformation}/{seed}")
+    starts = range(ALPHABET_SIZE - length + 1)
+    problems = {s: _problem(transformation, s, length, rng.randrange(2**31)) for s in starts}
+    valid = {s: p for s, p in problems.items() if p is not None}
+    query_starts = [PAPER_QUERY_START] if fixed_query else list(valid)
+    combos = [
+        (e, q)
+        for q in query_starts
+        if q in valid
+        for e in valid
+        if not set(valid[e][0] + valid[e][1]) & set(valid[q][0] + valid[q][1])
+    ]
+    rng.shuffle(combos)
+    combos.sort(key=lambda combo: (combo[0] != PAPER_EXAMPLE_START, combo[1] != PAPER_QUERY_START))
+    if len(combos) < n:
+        raise ValueError(f"only {len(combos)} {transformation} prompts of the paper's form exist, {n} asked for")
+    letters = lambda positions: _letters(STANDARD_ALPHABET, positions)
+    return [
+        Task(
+            STANDARD_ALPHABET,
+            ((letters(valid[e][0]), letters(valid[e][1])),),
+            letters(valid[q][0]),
+            letters(valid[q][1]),
+            transformation,
+        )
+        for e, q in combos[:n]
+    ]
+
+
 @dataclass(frozen=True)
 class MinimalPair:
     """Two tasks with the same alphabet, example input and query whose example outputs follow different rules.

@@ -25,10 +25,13 @@ The diagonal is left out of both scores and a row is scored only when S selects 
 query itself: every token equals itself, so with the diagonal a head that only attends to itself would
 match ``same_as`` perfectly while reading nothing. Scores are averaged over tasks (each task weighs one).
 
-Findings (paper): layer-1 heads resemble the pipe and the arrow selectors; the matching head ("2.7" in the
-paper's checkpoint, encoder layer 2) resembles ``same_as``. Each holds when the best head (highest mass)
-for the selector sits in that encoder layer and puts at least `MATCH_THRESHOLD` of its attention on the
-selected keys.
+Findings (paper, by eye on one predecessor prompt): layer-1 heads resemble the pipe and the arrow selectors;
+the matching head ("2.7" in the paper's checkpoint, encoder layer 2) resembles ``same_as``; the paper itself
+calls only arrow and same-as convincing. Each selector is scored on its own: it holds when some encoder
+head puts at least `MATCH_THRESHOLD` of its attention on the selected keys, whatever its layer (head
+numbers and layers belong to one checkpoint); the best head of the paper's layer is reported beside it.
+Default tasks (`paper_rasp_tasks`): the paper's predecessor prompts (``a..z | ghi > fhi | bcd`` and more of
+its form, `prompts.paper_prompts`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from lsa_interp.analysis.activations import analysis_tasks
+from lsa_interp.analysis.prompts import paper_prompts
 from lsa_interp.analysis.types import AnalysisResult, Finding, Head, all_heads
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import encode_tasks
@@ -52,7 +56,8 @@ RUNNING_EXAMPLE = "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd"
 PAPER_LAYER: dict[str, int] = {"pipe": 1, "arrow": 1, "same_as": 2}
 """The 1-based encoder layer whose heads resemble each selector in the paper."""
 MATCH_THRESHOLD = 0.5
-"""Mass on the selected keys the best head needs for a finding to hold (chance is about 0.03-0.06)."""
+"""Mass on the selected keys the best head needs for a finding to hold (chance is about 0.03-0.06): a head
+"resembles" a selector when most of its attention (more than half) goes where the selector points."""
 
 
 def selector_masks(src: Int[Tensor, "batch pos"]) -> Bool[Tensor, "batch selector pos pos"]:
@@ -116,6 +121,14 @@ def seen_rule_tasks(n: int, seed: int = 0) -> list[Task]:
     return analysis_tasks(SEEN, n, seed=seed, alphabets="standard")
 
 
+def paper_rasp_tasks(n: int = 19, seed: int = 0) -> list[Task]:
+    """``n`` of the paper's predecessor prompts (query ``bcd``, only the example varied; at most 19 exist).
+    Raises ValueError for a non-positive ``n`` or more than exist."""
+    if n < 1:
+        raise ValueError(f"the number of tasks must be positive, got {n}")
+    return paper_prompts("pred", n, seed)
+
+
 def encoder_patterns(
     model: HookedEncoderDecoder, tasks: Sequence[Task]
 ) -> tuple[Float[Tensor, "batch layer head pos pos"], Int[Tensor, "batch pos"]]:
@@ -159,6 +172,7 @@ def rasp_comparison(
             "mass": float(mass[h, i]),
             "correlation": float(correlation[h, i]),
             "chance": float(chance[i]),
+            **_best_in_layer(mass[:, i], heads, PAPER_LAYER[sel]),
         }
         for i, (sel, h) in enumerate(zip(SELECTORS, best_index))
     }
@@ -218,10 +232,23 @@ def _token_labels(task: Task) -> list[str]:
     return [f"{TOKEN_STRINGS[t]} ({i})" for i, t in enumerate(ids)]
 
 
+def _best_in_layer(mass: Float[Tensor, " heads"], heads: list[Head], layer: int) -> dict[str, float | str]:
+    """The best head of 1-based encoder ``layer`` for one selector and its mass (empty if no such layer)."""
+    inside = [i for i, h in enumerate(heads) if h.layer == layer - 1]
+    if not inside:
+        return {}
+    best = max(inside, key=lambda i: float(mass[i]))
+    return {"paper_layer_head": heads[best].label, "paper_layer_mass": float(mass[best])}
+
+
 def _findings(best_rows: dict[str, dict]) -> list[Finding]:
     findings = []
     for sel, row in best_rows.items():
-        layer = int(row["head"].split(".")[0])
+        in_layer = (
+            f"; best of layer {PAPER_LAYER[sel]}: {row['paper_layer_head']} {row['paper_layer_mass']:.2f}"
+            if "paper_layer_head" in row
+            else ""
+        )
         paper = (
             f"the matching head (2.7, layer {PAPER_LAYER[sel]}) resembles same-as"
             if sel == "same_as"
@@ -232,10 +259,11 @@ def _findings(best_rows: dict[str, dict]) -> list[Finding]:
                 f"RASP {sel} selector",
                 paper,
                 f"best head {row['head']}: mass {row['mass']:.2f} (chance {row['chance']:.2f}), "
-                f"r {row['correlation']:.2f}",
-                layer == PAPER_LAYER[sel] and row["mass"] >= MATCH_THRESHOLD,
-                f"holds when the best head is in encoder layer {PAPER_LAYER[sel]} with mass >= {MATCH_THRESHOLD}; "
-                "head numbers belong to one checkpoint",
+                f"r {row['correlation']:.2f}{in_layer}",
+                row["mass"] >= MATCH_THRESHOLD,
+                f"holds when some head puts >= {MATCH_THRESHOLD} of its attention on the selected keys, in any "
+                "layer (head numbers and layers belong to one checkpoint)",
+                row["mass"],
             )
         )
     return findings

@@ -1,6 +1,6 @@
 """One report of every finding on one model: a findings table (paper vs ours) and every figure, offline.
 
-`run_report` runs each analysis at a size that keeps the whole report under three minutes on a 2-core
+`run_report` runs each analysis at a size that keeps the whole report under a minute of CPU time on a 2-core
 CPU (`REPORT_SIZES`), adds the patching control (the detected matching head against the encoder head with
 the lowest matching score), and collects every `Finding`. An analysis that cannot run on this model (e.g.
 a val set for a preset the model's metadata does not name) becomes a row that says why.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,18 +21,33 @@ from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.utils import atomic_write
 
 REPORT_SIZES: dict[str, int] = {
-    "roles": 300,
+    "roles": 200,
     "patch_pairs": 100,
     "cross_attention": 200,
     "elimination": 200,
-    "decoder_lens": 1000,
-    "rasp": 200,
+    "decoder_lens": 400,
+    "rasp": 19,
+    "splice_pairs": 100,
 }
 """Tasks (or minimal pairs) per analysis in the report; the single commands default to more."""
 CONTROL_MAX_FLIP = 0.2
 """The control head must flip at most this fraction of the pairs for the control finding to hold."""
-MATCHING_MIN_FLIP = 0.5
-"""The detected matching head must flip at least this fraction ("most") for its finding to hold."""
+MATCHING_MIN_FLIP = 0.05 ** (1 / 10)
+"""The detected matching head(s) must flip at least this fraction for its finding to hold: the paper's 10/10
+is at least 5 % likely from a flip rate of 0.741 (as `patching.FLIP_THRESHOLD`)."""
+STEPS: tuple[str, ...] = (
+    "roles",
+    "matching heads",
+    "patching",
+    "invariance",
+    "cross-attention",
+    "elimination",
+    "decoder lens",
+    "rasp",
+    "splice",
+    "copy attention",
+)
+"""The report's analyses, in order (`run_report`'s ``steps`` picks some)."""
 
 
 @dataclass
@@ -80,6 +95,7 @@ class Report:
 
 def _steps(model: HookedEncoderDecoder, name: str, seed: int) -> list[tuple[str, Callable[[], AnalysisResult]]]:
     from lsa_interp.analysis import (
+        copy_attention,
         cross_attention,
         decoder_lens,
         elimination,
@@ -88,6 +104,7 @@ def _steps(model: HookedEncoderDecoder, name: str, seed: int) -> list[tuple[str,
         patching,
         rasp,
         roles,
+        splice,
     )
 
     sizes = REPORT_SIZES
@@ -112,10 +129,15 @@ def _steps(model: HookedEncoderDecoder, name: str, seed: int) -> list[tuple[str,
         (
             "decoder lens",
             lambda: decoder_lens.decoder_lens(
-                model, decoder_lens.lens_tasks(model, sizes["decoder_lens"], seed), model_name=name, source="val"
+                model, decoder_lens.lens_tasks(model, sizes["decoder_lens"], seed), model_name=name, source="new"
             ),
         ),
-        ("rasp", lambda: rasp.rasp_comparison(model, rasp.seen_rule_tasks(sizes["rasp"], seed), model_name=name)),
+        ("rasp", lambda: rasp.rasp_comparison(model, rasp.paper_rasp_tasks(sizes["rasp"], seed), model_name=name)),
+        (
+            "splice",
+            lambda: splice.splice_analysis(model, n_pairs=sizes["splice_pairs"], seed=seed, model_name=name),
+        ),
+        ("copy attention", lambda: copy_attention.copy_attention_analysis(model, name, seed)),
     ]
 
 
@@ -125,7 +147,7 @@ def control_findings(report: Report, model: HookedEncoderDecoder, n_pairs: int, 
     The control of a matching head is the head of its layer with the lowest matching score. The single-head
     flip rates come from the report's patching sweep.
     """
-    from lsa_interp.analysis.patching import patch_pairs
+    from lsa_interp.analysis.patching import PAPER_LENGTHS, patch_pairs
     from lsa_interp.analysis.prompts import minimal_pairs
 
     by_name = {r.name: r for r in report.results}
@@ -138,14 +160,23 @@ def control_findings(report: Report, model: HookedEncoderDecoder, n_pairs: int, 
     detected = [parse_head(label.strip(), model.cfg) for label in detected_labels.split(",")]
     scores = by_name["matching_heads"].data["score"]
     controls = [c for c in dict.fromkeys(control_head(scores, h) for h in detected) if c not in detected]
-    pairs = minimal_pairs("succ", "pred", n_pairs, seed=seed, alphabets="standard")
+    pairs = minimal_pairs("succ", "pred", n_pairs, seed=seed, alphabets="standard", lengths=PAPER_LENGTHS)
     matched = patch_pairs(model, pairs, detected)
     single = {label: values["flip_rate"] for label, values in by_name["patching"].data["heads"].items()}
     ours = f"head {matched.label}: {matched.flip_rate:.0%} switch"
     if len(detected) > 1:
         alone = ", ".join(f"{h.label} {single[h.label]:.0%}" for h in detected)
         ours = f"heads {matched.label}: {matched.flip_rate:.0%} switch (alone: {alone})"
-    findings = [Finding("patching the matching head", paper, ours, matched.flip_rate >= MATCHING_MIN_FLIP)]
+    findings = [
+        Finding(
+            "patching the matching head",
+            paper,
+            ours,
+            matched.flip_rate >= MATCHING_MIN_FLIP,
+            f"holds when >= {MATCHING_MIN_FLIP:.0%} flip",
+            matched.flip_rate,
+        )
+    ]
     if controls:
         control = patch_pairs(model, pairs, controls)
         which = (
@@ -159,17 +190,28 @@ def control_findings(report: Report, model: HookedEncoderDecoder, n_pairs: int, 
                 f"(not in the paper) at most {CONTROL_MAX_FLIP:.0%}",
                 f"{which}: {control.flip_rate:.0%} switch",
                 control.flip_rate <= CONTROL_MAX_FLIP,
+                value=control.flip_rate,
             )
         )
     return findings
 
 
 def run_report(
-    model: HookedEncoderDecoder, model_name: str, seed: int = 0, progress: Callable[[str], None] | None = None
+    model: HookedEncoderDecoder,
+    model_name: str,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+    steps: Sequence[str] | None = None,
 ) -> Report:
-    """Run every analysis on ``model`` and return the `Report` (``progress(name)`` before each analysis)."""
+    """Run every analysis (or those named in ``steps``, see `STEPS`) on ``model`` and return the `Report`
+    (``progress(name)`` before each analysis). Raises ValueError for an unknown step."""
+    unknown = sorted(set(steps or ()) - set(STEPS))
+    if unknown:
+        raise ValueError(f"unknown report step(s) {', '.join(unknown)}; choose from {', '.join(STEPS)}")
     report = Report(model_name)
     for name, step in _steps(model, model_name, seed):
+        if steps is not None and name not in steps:
+            continue
         if progress:
             progress(name)
         started = time.perf_counter()

@@ -7,7 +7,8 @@ and after (``encoder.0.hook_resid_post``) layer 1. Separation is measured three 
 tokens of the four roles the paper plots: the silhouette score (Euclidean; in the PCA plane and in the
 full ``d_model`` space, on a role-balanced sample), the balanced accuracy of a logistic-regression role
 probe (full space; fit on the other half's tokens), and the overlap of the per-role kernel density
-estimates in the PCA plane.
+estimates in the PCA plane. Every residual goes through the final encoder LayerNorm first, as the authors
+read every encoder layer (``normed=False`` reads the raw residuals).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from itertools import combinations
 import numpy as np
 import torch
 from jaxtyping import Float, Int
+from torch import Tensor
 
-from lsa_interp.analysis.activations import RUNNING_EXAMPLE, analysis_tasks, map_cached, token_labels
+from lsa_interp.analysis.activations import RUNNING_EXAMPLE, analysis_tasks, final_norm, map_cached, token_labels
 from lsa_interp.analysis.types import AnalysisResult, Finding, Head
 from lsa_interp.data.task import Task
 from lsa_interp.data.transformations import SEEN
@@ -55,13 +57,18 @@ def pca_hooks(n_layers: int) -> list[str]:
 
 
 def collect_residuals(
-    model: HookedEncoderDecoder, tasks: Sequence[Task], hooks: Sequence[str]
+    model: HookedEncoderDecoder, tasks: Sequence[Task], hooks: Sequence[str], normed: bool = False
 ) -> tuple[dict[str, Float[np.ndarray, "tokens d_model"]], Int[np.ndarray, " tokens"]]:
-    """The residual vectors of every non-PAD encoder token of ``tasks`` at each hook, and their role ids."""
+    """The residual vectors of every non-PAD encoder token of ``tasks`` at each hook (through the final
+    encoder norm when ``normed``), and their role ids."""
+
+    def read(cache: ActivationCache, hook: str, keep: Tensor) -> np.ndarray:
+        x = cache[hook][keep]
+        return (final_norm(model, x) if normed else x).numpy()
 
     def reduce(chunk: list[Task], cache: ActivationCache) -> tuple[dict[str, np.ndarray], np.ndarray]:
         keep = cache.inputs.roles != ROLE_ID["pad"]
-        return {hook: cache[hook][keep].numpy() for hook in hooks}, cache.inputs.roles[keep].numpy()
+        return {hook: read(cache, hook, keep) for hook in hooks}, cache.inputs.roles[keep].numpy()
 
     parts = map_cached(model, tasks, hooks, reduce)
     return {hook: np.concatenate([p[0][hook] for p in parts]) for hook in hooks}, np.concatenate([p[1] for p in parts])
@@ -170,8 +177,10 @@ def role_assignment(
     transformations: Sequence[str] = SEEN,
     alphabets: str = "both",
     model_name: str = "model",
+    normed: bool = True,
 ) -> AnalysisResult:
-    """Role separation before vs after encoder layer 1 and layer 1's attention to the separators.
+    """Role separation before vs after encoder layer 1 and layer 1's attention to the separators (residuals
+    through the final encoder norm when ``normed``).
 
     ``tasks`` (default: ``n_tasks`` `analysis_tasks` over ``transformations`` and ``alphabets``) are split
     alternately in two halves: the PCA and the probe are fit on the first, every measure is taken on the
@@ -185,8 +194,8 @@ def role_assignment(
         raise ValueError(f"role assignment needs at least 2 tasks (a fit half and a test half), got {len(tasks)}")
     fit, test = tasks[0::2], tasks[1::2]
     hooks = pca_hooks(model.cfg.n_encoder_layers)
-    fit_x, fit_roles = collect_residuals(model, fit, list(dict.fromkeys([*hooks, AFTER])))
-    test_x, test_roles = collect_residuals(model, test, [BEFORE, AFTER])
+    fit_x, fit_roles = collect_residuals(model, fit, list(dict.fromkeys([*hooks, AFTER])), normed)
+    test_x, test_roles = collect_residuals(model, test, [BEFORE, AFTER], normed)
     pca = PCA(2, random_state=seed).fit(np.concatenate([fit_x[hook] for hook in hooks]))
     stages: dict[str, dict] = {}
     for stage, hook in (("before", BEFORE), ("after", AFTER)):
@@ -222,7 +231,7 @@ def role_assignment(
     }
     findings = _findings(summary, stripe_heads, model.cfg.n_heads)
     data = {
-        "hooks": {"pca_fit": hooks, "before": BEFORE, "after": AFTER},
+        "hooks": {"pca_fit": hooks, "before": BEFORE, "after": AFTER, "final_norm": normed},
         "pca_explained_variance_ratio": pca.explained_variance_ratio_,
         "transformations": sorted({t.transformation or "?" for t in tasks}),
         "overlaps": {stage: stages[stage]["overlap"] for stage in stages},

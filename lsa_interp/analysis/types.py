@@ -79,16 +79,27 @@ def all_heads(cfg: ModelConfig, stack: str = "encoder", attn: str = "attn") -> l
 
 @dataclass(frozen=True)
 class Finding:
-    """One row of the findings table: what the paper reports, what we measured, and whether it holds."""
+    """One row of the findings table: what the paper reports, what we measured, and whether it holds.
+
+    ``value`` is the finding's headline measure as one number (the one its verdict is read from), so that a
+    population of models can be compared finding by finding; None where there is no single number."""
 
     name: str
     paper: str
     ours: str
     holds: bool | None
     detail: str = ""
+    value: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "paper": self.paper, "ours": self.ours, "holds": self.holds, "detail": self.detail}
+        return {
+            "name": self.name,
+            "paper": self.paper,
+            "ours": self.ours,
+            "holds": self.holds,
+            "detail": self.detail,
+            "value": _jsonable(self.value),
+        }
 
 
 @dataclass

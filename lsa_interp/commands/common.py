@@ -36,6 +36,22 @@ def default_out(model: str) -> Path:
     return Path("runs") / "analysis" / Path(model).name
 
 
+def writable_out(out: Path) -> Path:
+    """Make sure ``out`` is a directory we can write files into (created if missing), before any work.
+
+    Raises ValueError (exit 2) naming the directory and why when it cannot be created or written.
+    """
+    import tempfile
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as err:
+        raise ValueError(f"cannot write to --out {out}: {err.strerror or err}; give a writable directory") from None
+    return out
+
+
 def finish(result: AnalysisResult, out: Path | None, model: str) -> None:
     """Print the summary and findings as tables, then write the JSON and HTML files."""
     console = Console(width=max(shutil.get_terminal_size().columns, 120))

@@ -24,18 +24,20 @@ def register(app: typer.Typer) -> None:
         source: Annotated[
             str,
             typer.Option(
-                help="val: non-copy val rows of the model's training preset (all 19 rules); "
+                help="new: the new-alphabet test set of the model's training preset (all 19 rules, no copy rows; "
+                "the paper's); val: its non-copy val rows (training alphabets); "
                 "rules: generated tasks of the 10 seen rules in the standard alphabet."
             ),
-        ] = "val",
+        ] = "new",
         seed: Annotated[
-            int, typer.Option(min=0, help="Seed of the val subset, or of the generated tasks with --source rules.")
+            int, typer.Option(min=0, help="Seed of the subset, or of the generated tasks with --source rules.")
         ] = 0,
         out: OutOption = None,
         device: DeviceOption = "cpu",
     ) -> None:
         """Exact match when the decoder reads encoder layer k (after the final encoder norm) instead of the
-        encoder output, for every layer k (1-based), overall and by transformation (paper: 0.0 / 1.9 / 66.5 %)."""
+        encoder output, for every layer k (1-based), overall and by transformation (paper: 0.0 / 1.9 / 66.5 % on
+        the new-alphabet test set; the last layer is the model's own accuracy)."""
         from lsa_interp.analysis.decoder_lens import decoder_lens as run_lens
         from lsa_interp.analysis.decoder_lens import lens_tasks
 
@@ -52,14 +54,23 @@ def register(app: typer.Typer) -> None:
     def rasp(
         model: ModelOption = "copy-200",
         tasks: Annotated[
-            int, typer.Option(min=1, help="Number of tasks (seen rules, standard alphabet) the scores average over.")
-        ] = 200,
+            int,
+            typer.Option(
+                min=1,
+                help="Number of tasks the scores average over: the paper's pred prompts (a..z | ghi > fhi | bcd "
+                "and more with the query fixed; at most 19), or with --seen-rules tasks of the 10 seen rules.",
+            ),
+        ] = 19,
+        seen_rules: Annotated[
+            bool, typer.Option(help="Score on tasks of the 10 seen rules (standard alphabet) instead.")
+        ] = False,
         seed: SeedOption = 0,
         out: OutOption = None,
         device: DeviceOption = "cpu",
     ) -> None:
         """Compare every encoder head's attention with the paper's RASP-L selectors."""
-        from lsa_interp.analysis.rasp import rasp_comparison, seen_rule_tasks
+        from lsa_interp.analysis.rasp import paper_rasp_tasks, rasp_comparison, seen_rule_tasks
 
+        chosen = seen_rule_tasks(tasks, seed) if seen_rules else paper_rasp_tasks(tasks, seed)
         net = open_model(model, device)
-        finish(rasp_comparison(net, seen_rule_tasks(tasks, seed), model_name=model), out, model)
+        finish(rasp_comparison(net, chosen, model_name=model), out, model)

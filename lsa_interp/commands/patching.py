@@ -102,6 +102,13 @@ def register(app: typer.Typer) -> None:
         rules: Annotated[
             str | None, typer.Option(help="Comma-separated transformations of --matrix; default: the paper's 19.")
         ] = None,
+        lengths: Annotated[
+            str,
+            typer.Option(
+                help="Comma-separated window lengths of the minimal pairs; 3 (the paper's: padding-free pairs "
+                "of equal length), or e.g. 3,4,5,6,7 for every training length."
+            ),
+        ] = "3",
         seed: SeedOption = 0,
         out: OutOption = None,
         device: DeviceOption = "cpu",
@@ -114,6 +121,9 @@ def register(app: typer.Typer) -> None:
         if matrix and head.strip().lower() == "all":
             raise ValueError("--matrix patches the heads it is given together; give --head L.H, L.H+L.H or auto")
         names = [name.strip() for name in rules.split(",") if name.strip()] if rules else list(PAPER)
+        windows = tuple(int(x) for x in lengths.split(",") if x.strip().isdigit())
+        if not windows or len(windows) != len([x for x in lengths.split(",") if x.strip()]) or min(windows) < 3:
+            raise ValueError(f"bad --lengths {lengths!r}: give window lengths of 3 or more, e.g. 3 or 3,4,5")
         for name in (source, target, *names):
             get_transformation(name)
         net = open_model(model, device)
@@ -125,4 +135,5 @@ def register(app: typer.Typer) -> None:
             return
         from lsa_interp.analysis.patching import patching_analysis
 
-        finish(patching_analysis(net, model, source, target, head, pairs, seed, engine), out, model)
+        result = patching_analysis(net, model, source, target, head, pairs, seed, engine, lengths=windows)
+        finish(result, out, model)

@@ -12,15 +12,9 @@ from rich.table import Table
 
 from lsa_interp.data.transformations import TRANSFORMATIONS
 from lsa_interp.evaluation.metrics import OUTCOMES, Accuracy, in_paper_order
+from lsa_interp.evaluation.paper_tables import PAPER_TABLE1
 from lsa_interp.evaluation.result import NEW_ALPHABETS, SEEN_ALPHABETS, EvaluationResult
 from lsa_interp.utils import atomic_write
-
-PAPER_TABLE1: dict[str, tuple[float, float, float, float]] = {
-    "nocopy-20": (60.9, 26.5, 10.2, 3.2),
-    "copy-20": (91.0, 33.1, 10.2, 3.9),
-    "copy-200": (96.7, 93.9, 13.1, 12.3),
-}
-"""The paper's Table 1 (mean % over runs): seenT/seenA, seenT/newA, newT/seenA, newT/newA, by training preset."""
 
 REPORT_FILES = {"json": "evaluation.json", "markdown": "evaluation.md", "html": "accuracy_by_transformation.html"}
 ALPHABET_LABELS = {SEEN_ALPHABETS: "seen alphabets", NEW_ALPHABETS: "new alphabets"}

@@ -13,6 +13,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from einops import einsum, rearrange
 from jaxtyping import Float
 from torch import Tensor, nn
 from torch.nn.modules import module as torch_module
@@ -46,6 +47,10 @@ def is_hooked(hook_points: list[HookPoint]) -> bool:
     )
 
 
+def _heads_first(x: Float[Tensor, "batch pos head d_head"]) -> Float[Tensor, "batch head pos d_head"]:
+    return rearrange(x, "batch pos head d_head -> batch head pos d_head")
+
+
 class KVCache:
     """Keys and values of one attention layer in head-major layout ``[batch, head, pos, d_head]``.
 
@@ -67,8 +72,8 @@ class KVCache:
     @classmethod
     def filled(cls, k: Float[Tensor, "batch pos head d_head"], v: Float[Tensor, "batch pos head d_head"]) -> KVCache:
         """Return a full cache holding ``k`` and ``v`` (given in hook layout ``[batch, pos, head, d_head]``)."""
-        keys = k.permute(0, 2, 3, 1).contiguous().transpose(-1, -2)
-        return cls(keys, v.transpose(1, 2).contiguous(), k.shape[1])
+        keys = rearrange(k, "batch pos head d_head -> batch head d_head pos").contiguous().transpose(-1, -2)
+        return cls(keys, rearrange(v, "batch pos head d_head -> batch head pos d_head").contiguous(), k.shape[1])
 
     def append(
         self, k: Float[Tensor, "batch head new d_head"], v: Float[Tensor, "batch head new d_head"]
@@ -118,7 +123,8 @@ class Attention(nn.Module):
         d = self.d_model
         rows = slice(first * d, (first + count) * d)
         out = F.linear(x, self.in_proj_weight[rows], self.in_proj_bias[rows])
-        return out.view(x.shape[0], x.shape[1], count, self.n_heads, self.d_head)
+        pattern = "batch pos (block head d_head) -> batch pos block head d_head"
+        return rearrange(out, pattern, block=count, head=self.n_heads)
 
     def precompute_kv(self, source: Float[Tensor, "batch k_pos d_model"]) -> KVCache:
         """Return the cross-attention keys and values of ``source`` (firing ``hook_k``/``hook_v``)."""
@@ -151,16 +157,16 @@ class Attention(nn.Module):
             q = self.hook_q(q)
             if k is not None:
                 k, v = self.hook_k(k), self.hook_v(v)
-        qh = q.transpose(1, 2)
+        qh = _heads_first(q)
         if k is None:
             kh, vh = cache.keys, cache.values
         elif cache is not None:
-            kh, vh = cache.append(k.transpose(1, 2), v.transpose(1, 2))
+            kh, vh = cache.append(_heads_first(k), _heads_first(v))
         else:
-            kh, vh = k.transpose(1, 2), v.transpose(1, 2)
+            kh, vh = _heads_first(k), _heads_first(v)
         if not hooked and qh.shape[2] > 1 and not self.training:
             z = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
-            return self.out_proj(z.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_model))
+            return self.out_proj(rearrange(z, "batch head pos d_head -> batch pos (head d_head)"))
         # Explicit attention: always when hooked; without hooks for a single query position (a decoding
         # step), where two small matmuls beat the fused kernel several times over on CPU; and in training,
         # where the fused kernel's bernoulli mask and fully-masked-row checks cost more than the explicit
@@ -176,12 +182,12 @@ class Attention(nn.Module):
         scores = hook(self.hook_attn_scores, scores)
         pattern = hook(self.hook_pattern, torch.softmax(scores, dim=-1))
         pattern = dropout(pattern, self.dropout_p, self.training)
-        z = hook(self.hook_z, torch.matmul(pattern, vh).transpose(1, 2))
-        batch, q_pos = z.shape[0], z.shape[1]
+        z = hook(self.hook_z, rearrange(torch.matmul(pattern, vh), "batch head pos d_head -> batch pos head d_head"))
         if not (hooked and self.use_hook_result):
-            return self.out_proj(z.reshape(batch, q_pos, self.d_model))
-        w_o = self.out_proj.weight.view(self.d_model, self.n_heads, self.d_head)
-        result = self.hook_result(torch.einsum("bphe,dhe->bphd", z, w_o))
+            return self.out_proj(rearrange(z, "batch pos head d_head -> batch pos (head d_head)"))
+        w_o = rearrange(self.out_proj.weight, "d_model (head d_head) -> head d_head d_model", head=self.n_heads)
+        per_head = einsum(z, w_o, "batch pos head d_head, head d_head d_model -> batch pos head d_model")
+        result = self.hook_result(per_head)
         return result.sum(dim=2) + self.out_proj.bias
 
     @property
@@ -202,9 +208,9 @@ class Attention(nn.Module):
     @property
     def W_O(self) -> Float[Tensor, "head d_head d_model"]:
         """Per-head output weights (``z[h] @ W_O[h]`` is head h's contribution before the bias)."""
-        return self.out_proj.weight.view(self.d_model, self.n_heads, self.d_head).permute(1, 2, 0)
+        return rearrange(self.out_proj.weight, "d_model (head d_head) -> head d_head d_model", head=self.n_heads)
 
     def _in_block(self, index: int) -> Tensor:
         d = self.d_model
         block = self.in_proj_weight[index * d : (index + 1) * d]
-        return block.view(self.n_heads, self.d_head, d).transpose(1, 2)
+        return rearrange(block, "(head d_head) d_model -> head d_model d_head", head=self.n_heads)

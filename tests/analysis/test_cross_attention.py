@@ -62,7 +62,7 @@ def test_forced_attention_is_counted_in_the_right_category(model):
     where = lambda name: torch.tensor([position_categories(t).index(CAT[name]) for t in tasks])
     hooks = forcing({0: where("first_query"), 1: where("changed_example_out")})
     with model.hooks(fwd_hooks=hooks):
-        result = cross_attention_targets(model, tasks=tasks, model_name="tiny")
+        result = cross_attention_targets(model, tasks=tasks, model_name="tiny", solved_only=False)
     table = {(row["layer"], row["category"]): row for row in result.data["table"]}
     assert table[1, "first_query"]["argmax_share"] == 1.0 and table[1, "first_query"]["mean_mass"] == pytest.approx(1.0)
     assert table[2, "changed_example_out"]["argmax_share"] == 1.0
@@ -75,7 +75,7 @@ def test_forced_attention_is_counted_in_the_right_category(model):
 
 
 def test_random_model_spreads_attention(model):
-    result = cross_attention_targets(model, "succ", n_tasks=12, seed=1)
+    result = cross_attention_targets(model, "succ", n_tasks=12, seed=1, solved_only=False)
     table = result.data["table"]
     for layer in (1, 2):
         rows = [row for row in table if row["layer"] == layer]
@@ -95,5 +95,19 @@ def test_first_letter_accuracy_reads_the_greedy_first_letter():
     with torch.no_grad():
         constant.unembed.weight.zero_()
         constant.unembed.bias.copy_(torch.nn.functional.one_hot(torch.tensor(ord(letter) - 97), CFG.vocab_size))
-    result = cross_attention_targets(constant, tasks=tasks)
+    result = cross_attention_targets(constant, tasks=tasks, solved_only=False)
     assert result.summary["first_letter_accuracy"] == pytest.approx(count / len(tasks))
+
+
+def test_only_solved_tasks_are_judged_and_none_solved_gives_no_verdict(model, monkeypatch):
+    tasks = analysis_tasks(["pred"], 10, seed=3)
+    assert all(f.holds is None for f in cross_attention_targets(model, tasks=tasks).findings)  # solves none
+    monkeypatch.setattr(model, "solve", lambda ts: [t.answer if i % 2 else "" for i, t in enumerate(ts)])
+    result = cross_attention_targets(model, tasks=tasks)
+    assert result.summary["solved"] == 5 and result.summary["judged_tasks"] == 5
+    assert all(f.holds is False for f in result.findings)
+
+
+def test_paper_prompts_by_default(model):
+    result = cross_attention_targets(model, n_tasks=6, solved_only=False)
+    assert result.summary["tasks"] == 6 and result.data["transformations"] == ["pred"]

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from lsa_interp.analysis.decoder_lens import (
-    EARLY_TOLERANCE,
     PAPER_LENS,
     _findings,
     decoder_lens,
     lens_predict,
     lens_tasks,
+    wilson_lower,
 )
 from lsa_interp.analysis.prompts import rule_tasks
 from lsa_interp.data.presets import PRESETS, DatasetConfig
@@ -95,16 +95,19 @@ def test_result_tables_figures_and_findings(tasks, tmp_path):
     assert set(result.figures) == {"accuracy by encoder layer", "accuracy by transformation"}
     assert len(result.figures["accuracy by encoder layer"].data) == 1  # no paper bars for a 2-layer model
     assert [f.holds for f in result.findings][-1] is True and len(result.findings) == 3
+    assert result.findings[1].holds is None and result.findings[1].value == result.summary["model_accuracy"]
     paths = result.write(tmp_path)
     assert paths["json"].exists() and paths["html"].exists()
 
 
-def test_findings_use_the_documented_tolerances():
-    assert all(f.holds for f in _findings(dict(PAPER_LENS), PAPER_LENS[3], True))
-    early_too_high = _findings({1: 0.0, 2: 1.9 + EARLY_TOLERANCE + 0.1, 3: 66.5}, 66.5, True)
-    assert [f.holds for f in early_too_high] == [False, True, True]
-    last_far = _findings({1: 0.0, 2: 0.0, 3: 40.0}, 40.0, False)
-    assert [f.holds for f in last_far] == [True, False, False]
+def test_findings_compare_earlier_layers_with_the_last():
+    assert [f.holds for f in _findings(dict(PAPER_LENS), PAPER_LENS[3], True, 1000)] == [True, None, True]
+    early_too_high = _findings({1: 0.0, 2: 5.0, 3: 66.5}, 66.5, True, 1000)
+    assert [f.holds for f in early_too_high] == [False, None, True]
+    weaker_model = _findings({1: 0.0, 2: 1.0, 3: 35.0}, 35.0, False, 1000)  # 1.0 is within 2.9 % of 35 (1.0)
+    assert [f.holds for f in weaker_model] == [True, None, False]
+    assert weaker_model[0].value == pytest.approx(1.0 / 35.0)
+    assert wilson_lower(0.0, 100) == 0.0 and 3.0 < wilson_lower(10.0, 100) < 10.0
 
 
 def test_lens_tasks_sources(monkeypatch):
@@ -115,9 +118,12 @@ def test_lens_tasks_sources(monkeypatch):
 
     tiny = DatasetConfig(name="copy-20", n_alphabets=4, window_lengths=(3,), n_reshuffle=2, n_new_alphabets=4)
     monkeypatch.setitem(PRESETS, "copy-20", tiny)
-    val = lens_tasks(model, 30, seed=0)
+    new = lens_tasks(model, 30, seed=0)
+    assert len(new) == 30 and not any(t.is_copy for t in new)
+    assert not {t.alphabet for t in new} & {t.alphabet for t in lens_tasks(model, 200, seed=0, source="val")}
+    val = lens_tasks(model, 30, seed=0, source="val")
     assert len(val) == 30 and not any(t.is_copy for t in val) and all(t.answer for t in val)
-    assert val == lens_tasks(model, 30, seed=0) and val != lens_tasks(model, 30, seed=1)
+    assert val == lens_tasks(model, 30, seed=0, source="val") and val != lens_tasks(model, 30, seed=1, source="val")
 
 
 def test_bad_arguments():

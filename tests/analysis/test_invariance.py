@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lsa_interp.analysis.activations import analysis_tasks, off_diagonal, pairwise_cosine
+from lsa_interp.analysis.activations import analysis_tasks, final_norm, off_diagonal, pairwise_cosine
 from lsa_interp.analysis.invariance import first_token_vectors, mapping_invariance
 from lsa_interp.data.tokenizer import source_text
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
@@ -46,6 +46,24 @@ def test_first_token_vectors_read_the_first_token_of_each_role(model):
     assert vectors["all"].shape == (sum(len(source_text(t)) for t in tasks), CFG.d_model)
 
 
+def test_normed_vectors_are_the_raw_ones_through_the_final_encoder_norm(model):
+    tasks = analysis_tasks(["pred"], 4, lengths=(3,))
+    with model.hooks(fwd_hooks=[(LAST, lambda resid, hook: 3.0 * resid + 1.0)]):
+        raw = first_token_vectors(model, tasks, LAST)["example_out"]
+        normed = first_token_vectors(model, tasks, LAST, normed=True)["example_out"]
+    assert torch.allclose(normed, final_norm(model, raw)) and not torch.allclose(normed, raw)
+
+
+def test_paper_prompts_fix_the_query_and_drop_its_control(model):
+    result = mapping_invariance(model, "pred", n_prompts=10, compare=["succ", "remove_redundant"])
+    prompts = result.data["prompts"]
+    assert all(p.endswith("| bcd > acd") for p in prompts) and prompts[0].endswith("ghi > fhi | bcd > acd")
+    assert "first query token" not in result.data["controls"] and "first example_in token" in result.data["controls"]
+    assert result.summary["hook"] == f"encoder.ln_final({LAST})"
+    random = mapping_invariance(model, "pred", n_prompts=10, compare=[], prompts="random")
+    assert "first query token" in random.data["controls"]
+
+
 def constant_stream(resid, hook):
     return torch.ones_like(resid)
 
@@ -53,13 +71,13 @@ def constant_stream(resid, hook):
 def shared_example_out_vector(resid, hook):
     """Random vectors everywhere except the first example-out token (position 31 for 3-letter windows)."""
     out = torch.randn(resid.shape, generator=torch.Generator().manual_seed(0)).to(resid)
-    out[:, 31] = 1.0
+    out[:, 31] = torch.randn(resid.shape[-1], generator=torch.Generator().manual_seed(1)).to(resid)
     return out
 
 
 def test_identical_residuals_are_invariant_but_not_specific(model):
     with model.hooks(fwd_hooks=[(LAST, constant_stream)]):
-        result = mapping_invariance(model, "pred", n_prompts=5, compare=["succ"], model_name="tiny")
+        result = mapping_invariance(model, "pred", n_prompts=5, compare=["succ"], model_name="tiny", normed=False)
     assert result.summary["cosine_min"] == pytest.approx(1.0) and result.summary["pairs"] == 10
     invariant, specific = result.findings
     assert invariant.holds is True and specific.holds is False

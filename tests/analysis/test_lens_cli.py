@@ -26,7 +26,7 @@ def tiny_model(tmp_path, monkeypatch):
     return save_model(model, tmp_path / "tiny", metadata={"preset": "copy-20", "data_seed": 0})
 
 
-@pytest.mark.parametrize("source", ["val", "rules"])
+@pytest.mark.parametrize("source", ["new", "rules"])
 def test_decoder_lens_writes_json_and_html(tiny_model, tmp_path, capsys, source):
     out = tmp_path / "out"
     args = ["decoder-lens", "--model", str(tiny_model), "--tasks", "12", "--source", source, "--out", str(out)]
@@ -40,7 +40,7 @@ def test_decoder_lens_writes_json_and_html(tiny_model, tmp_path, capsys, source)
 
 def test_rasp_writes_json_and_html(tiny_model, tmp_path, capsys):
     out = tmp_path / "out"
-    args = ["rasp", "--model", str(tiny_model), "--tasks", "10", "--seed", "1", "--out", str(out)]
+    args = ["rasp", "--model", str(tiny_model), "--tasks", "10", "--seed", "1", "--seen-rules", "--out", str(out)]
     code, stdout, _ = run(args, capsys)
     assert code == 0 and "best_same_as" in stdout
     report = json.loads((out / "rasp.json").read_text())

@@ -8,6 +8,7 @@ import torch
 from lsa_interp.analysis.rasp import (
     RUNNING_EXAMPLE,
     SELECTORS,
+    paper_rasp_tasks,
     rasp_comparison,
     scored_rows,
     seen_rule_tasks,
@@ -148,3 +149,27 @@ def test_seen_rule_tasks():
         seen_rule_tasks(0)
     with pytest.raises(ValueError, match="at least one task"):
         rasp_comparison(HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, d_mlp=64)), [])
+
+
+def test_a_selector_matched_outside_the_paper_layer_holds_and_names_the_paper_layer_best():
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64))
+    handle, hooks = forcing_hooks(model, {(1, 1): (1, True)})  # 2.2 is the arrow selector
+    try:
+        with model.hooks(fwd_hooks=hooks):
+            result = rasp_comparison(model.eval(), paper_rasp_tasks(8), model_name="tiny")
+    finally:
+        handle.remove()
+    arrow = result.data["best"]["arrow"]
+    assert arrow["head"] == "2.2" and arrow["paper_layer_head"].startswith("1.") and arrow["paper_layer_mass"] < 0.5
+    by_name = {f.name: f for f in result.findings}
+    assert by_name["RASP arrow selector"].holds is True and by_name["RASP arrow selector"].value == arrow["mass"]
+    assert by_name["RASP pipe selector"].holds is False
+
+
+def test_paper_rasp_tasks_are_the_paper_pred_prompts():
+    tasks = paper_rasp_tasks()
+    assert len(tasks) == 19 and str(tasks[0]) == "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > acd"
+    assert all(t.query == "bcd" and t.transformation == "pred" for t in tasks)
+    with pytest.raises(ValueError, match="19"):
+        paper_rasp_tasks(20)

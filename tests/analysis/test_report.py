@@ -22,6 +22,7 @@ def small_sizes(monkeypatch):
         "elimination": 12,
         "decoder_lens": 12,
         "rasp": 12,
+        "splice_pairs": 6,
     }.items():
         monkeypatch.setitem(report_module.REPORT_SIZES, key, value)
 
@@ -38,6 +39,8 @@ def test_report_on_the_planted_model(small_sizes, tmp_path):
         "elimination",
         "decoder lens",
         "rasp",
+        "splice",
+        "copy attention",
     ]
     by_name = {f.name: f for f in report.findings}
     assert by_name["matching head"].holds is True and "2.3" in by_name["matching head"].ours
@@ -47,7 +50,7 @@ def test_report_on_the_planted_model(small_sizes, tmp_path):
     control = f"2.{int(scores.argmin()) + 1}"
     assert control != "2.3"
     matched, controlled = by_name["patching the matching head"], by_name["control head flips few"]
-    assert matched.ours == f"head 2.3: {flips['2.3']:.0%} switch" and matched.holds == (flips["2.3"] >= 0.5)
+    assert matched.ours == f"head 2.3: {flips['2.3']:.0%} switch" and matched.holds == (flips["2.3"] >= 0.741)
     assert controlled.ours.startswith(f"head {control} (lowest matching score in layer 2)")
     assert controlled.holds == (flips[control] <= 0.2)
     assert by_name["decoder lens"].holds is None and "could not run" in by_name["decoder lens"].ours  # no preset

@@ -1,7 +1,7 @@
 """Fixtures of the model tests: random tasks, small random models, reference/hooked model pairs.
 
-``tests/conftest.py`` installs the jaxtyping import hook (beartype) for ``lsa_interp.model`` before anything
-imports it, so every annotated shape is checked at run time here (``test_attention`` checks that it is).
+jaxtyping's pytest hook (``--jaxtyping-packages`` in pyproject.toml) checks every annotated shape of
+``lsa_interp.model`` at run time (beartype); ``test_attention`` checks that it does.
 """
 
 from __future__ import annotations

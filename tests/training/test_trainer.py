@@ -70,6 +70,14 @@ def test_exact_match_needs_answer_and_eos():
     assert exact_match(generated, target).tolist() == [True, False, True]
 
 
+def test_training_shapes_are_checked_at_runtime():
+    """jaxtyping's pytest hook covers lsa_interp.training: rows of different counts are refused."""
+    from jaxtyping import TypeCheckError
+
+    with pytest.raises(TypeCheckError):
+        exact_match(torch.zeros(3, 4, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long))
+
+
 def test_bad_config_values():
     with pytest.raises(ValueError, match="unknown batching 'nope'"):
         TrainConfig(data_dir="x", batching="nope")

@@ -1,0 +1,103 @@
+"""CLI command ``results``: the table of every evaluated run, our Table 1 and batching table with bootstrap
+intervals beside the paper's, and Figure 4 (accuracy by number of training alphabets) as an offline page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+RESULTS_DIR = Path("analyses") / "results"
+
+
+def _cell(mean: float, low: float, high: float, n: int | None = None) -> str:
+    """``mean [low, high]`` (or just the mean where there is no interval), with the number of runs."""
+    if mean != mean:  # NaN: no run
+        return "-"
+    interval = "" if low != low else f" [{low:.1f}, {high:.1f}]"
+    return f"{mean:.1f}{interval}" + (f" (n={n})" if n is not None else "")
+
+
+def _print_summaries(table1, batching, console) -> None:
+    from rich.table import Table
+
+    from lsa_interp.evaluation.paper_tables import CELL_LABELS, CELLS
+
+    for title, frame, keys in (("Table 1", table1, ["preset"]), ("Batching methods", batching, ["preset", "batching"])):
+        table = Table(title=f"{title}: ours, mean [95% bootstrap] (runs) / paper", show_lines=False)
+        for key in keys:
+            table.add_column(key)
+        for cell in CELLS:
+            table.add_column(CELL_LABELS[cell], justify="right")
+        for _, row in frame.iterrows():
+            cells = []
+            for cell in CELLS:
+                ours = _cell(row[cell], row[f"{cell}_low"], row[f"{cell}_high"], int(row["n"]))
+                nan = float("nan")
+                paper = _cell(
+                    row[f"paper_{cell}"], row.get(f"paper_{cell}_low", nan), row.get(f"paper_{cell}_high", nan)
+                )
+                cells.append(f"{ours}\n[dim]paper {paper}")
+            table.add_row(*[str(row[key]) for key in keys], *cells)
+        if frame.empty:
+            table.add_row(*(["no complete runs"] + [""] * (len(keys) + len(CELLS) - 1)))
+        console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``results`` command to ``app``."""
+
+    @app.command(
+        "results",
+        epilog="Example: lsa-interp results --runs checkpoints --runs runs/grid --out analyses/results",
+    )
+    def results(
+        runs: Annotated[
+            list[Path] | None,
+            typer.Option(help="Directory to search for evaluated models (repeatable); default: checkpoints."),
+        ] = None,
+        history: Annotated[
+            list[Path] | None,
+            typer.Option(help="Training run directory whose metrics.jsonl to plot over epochs (repeatable)."),
+        ] = None,
+        out: Annotated[Path, typer.Option(help="Where the tables (CSV) and figures (HTML) go.")] = RESULTS_DIR,
+        include_partial: Annotated[
+            bool, typer.Option(help="Count runs that stopped before their last epoch in the means.")
+        ] = False,
+    ) -> None:
+        """Collect every evaluated run into runs.csv, print Table 1 and the batching table (mean and bootstrap 95%
+        interval over runs beside the paper's), and write figure4.html (and training_curves.html with --history)."""
+        from rich.console import Console
+
+        from lsa_interp.evaluation import grid_summary
+        from lsa_interp.evaluation.runs_table import find_runs, runs_table, write_runs_table
+        from lsa_interp.evaluation.training_history import histories
+        from lsa_interp.utils import atomic_write, check_writable_dir
+        from lsa_interp.viz.grid_figures import alphabets_figure, training_curves_figure
+        from lsa_interp.viz.html import figures_page
+
+        check_writable_dir(out)
+        model_dirs = find_runs(runs or [Path("checkpoints")])
+        if not model_dirs:
+            raise ValueError(f"no evaluated model under {', '.join(map(str, runs or ['checkpoints']))}")
+        frame = runs_table(model_dirs)
+        write_runs_table(frame, out / "runs.csv")
+        summaries = {
+            name: getattr(grid_summary, f"{name}_summary")(frame, include_partial)
+            for name in ("table1", "batching", "alphabets", "few_shot")
+        }
+        for name, summary in summaries.items():
+            write_runs_table(summary, out / f"{name}.csv")
+        console = Console(width=160)
+        _print_summaries(summaries["table1"], summaries["batching"], console)
+        figures = {"Figure 4": alphabets_figure(summaries["alphabets"])}
+        if history:
+            figures["Training curves"] = training_curves_figure(histories(history))
+        page = figures_page("Results over runs", figures, intro=f"<p>{len(frame)} runs from runs.csv</p>")
+        atomic_write(out / "figures.html", lambda p: p.write_text(page, encoding="utf-8"))
+        counted = len(grid_summary.counted_runs(frame, include_partial))
+        console.print(
+            f"{len(frame)} runs ({counted} counted); wrote {out}/runs.csv, the summaries and {out}/figures.html",
+            highlight=False,
+        )

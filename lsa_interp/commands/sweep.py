@@ -1,0 +1,43 @@
+"""CLI command ``sweep``: train, evaluate and analyse a grid of runs (a TOML grid file), in-process or on Ray.
+The sweep library is imported inside the command, so ``--help`` stays fast."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``sweep`` command to ``app``."""
+
+    @app.command(
+        "sweep",
+        epilog="Example: lsa-interp sweep grids/tiny.toml --out runs/tiny-sweep\n\n"
+        "On a Ray cluster, 10 minutes per call: lsa-interp sweep grids/paper.toml --out runs/paper --ray auto "
+        "--max-minutes 10",
+    )
+    def sweep(
+        grid: Annotated[Path, typer.Argument(help="A grid file (TOML; see grids/paper.toml and docs/sweeps.md).")],
+        out: Annotated[Path, typer.Option(help="Sweep directory: datasets, stacks, models, evaluations, results.csv.")],
+        ray: Annotated[
+            str | None,
+            typer.Option(
+                help="Run the stacks as Ray tasks: 'auto' (the running cluster, else a local instance) or a "
+                "cluster address. Default: in this process."
+            ),
+        ] = None,
+        max_minutes: Annotated[
+            float | None,
+            typer.Option(min=0.0, help="Start no new work after this many minutes (default: the grid's, else none)."),
+        ] = None,
+    ) -> None:
+        """Train every run of a grid (packed into stacks), evaluate and analyse each finished model, and collect
+        OUT/results.csv. Idempotent: run it again to skip finished runs and resume interrupted stacks."""
+        from lsa_interp.sweep.runner import run_sweep
+
+        summary = run_sweep(grid, out, ray=ray, max_minutes=max_minutes)
+        where = f"; table: {summary.results}" if summary.results else ""
+        rest = "" if summary.complete else "; run the same command again to continue"
+        print(f"{out}: {summary.finished}/{summary.runs} runs finished{where}{rest}")

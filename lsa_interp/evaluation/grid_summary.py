@@ -1,0 +1,107 @@
+"""Means over replicate runs with bootstrap 95% intervals, beside the paper's: Table 1, the batching table,
+accuracy by number of training alphabets (Figure 4) and the few-shot presets.
+
+Intervals are percentile bootstrap intervals of the mean over run-level accuracies (scipy.stats.bootstrap,
+10,000 resamples, as the paper did); a condition with one run has none (NaN). Only runs that trained all
+their planned epochs count unless ``include_partial`` is set.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from lsa_interp.evaluation.paper_tables import (
+    CELLS,
+    PAPER_ALPHABETS,
+    PAPER_BATCHING,
+    PAPER_FEW_SHOT,
+    PAPER_TABLE1,
+    TABLE1_BATCHING,
+)
+
+RESAMPLES = 10_000
+
+
+def bootstrap_interval(values: np.ndarray | list[float], seed: int = 0) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of ``values`` and its percentile bootstrap 95% interval. NaN values are
+    dropped; one value gives (value, NaN, NaN), none gives three NaNs; identical values give a zero-width
+    interval."""
+    data = np.asarray(values, dtype=float)
+    data = data[~np.isnan(data)]
+    if data.size == 0:
+        return (float("nan"),) * 3
+    mean = float(data.mean())
+    if data.size == 1:
+        return mean, float("nan"), float("nan")
+    if np.all(data == data[0]):
+        return mean, mean, mean
+    result = stats.bootstrap(
+        (data,), np.mean, n_resamples=RESAMPLES, confidence_level=0.95, method="percentile", random_state=seed
+    )
+    return mean, float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def counted_runs(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataFrame:
+    """The runs that count: complete ones only, unless ``include_partial``."""
+    if include_partial or frame.empty:
+        return frame
+    return frame[frame["complete"].astype(bool)]
+
+
+def summarize(frame: pd.DataFrame, by: list[str], columns: tuple[str, ...] = CELLS) -> pd.DataFrame:
+    """Per group of ``by``: ``n`` runs and, per column, ``<column>`` (mean), ``<column>_low``, ``<column>_high``."""
+    rows = []
+    for key, group in frame.groupby(by, sort=True):
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        row["n"] = len(group)
+        for column in columns:
+            row[column], row[f"{column}_low"], row[f"{column}_high"] = bootstrap_interval(group[column].to_numpy())
+        rows.append(row)
+    return pd.DataFrame(rows, columns=[*by, "n", *[f"{c}{s}" for c in columns for s in ("", "_low", "_high")]])
+
+
+def table1_summary(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataFrame:
+    """Table 1: per preset of the paper's Table 1, the runs of alphabet and random batching pooled, with
+    ``paper_<cell>`` columns."""
+    runs = counted_runs(frame, include_partial)
+    runs = runs[runs["preset"].isin(list(PAPER_TABLE1)) & runs["batching"].isin(TABLE1_BATCHING)]
+    summary = summarize(runs, ["preset"])
+    for i, cell in enumerate(CELLS):
+        summary[f"paper_{cell}"] = [PAPER_TABLE1[preset][i] for preset in summary["preset"]]
+    return summary
+
+
+def batching_summary(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataFrame:
+    """The appendix's batching table: per (preset, batching) it lists, with ``paper_<cell>`` and
+    ``paper_<cell>_low/_high`` columns (NaN where the paper has no such condition)."""
+    runs = counted_runs(frame, include_partial)
+    runs = runs[[(p, b) in PAPER_BATCHING for p, b in zip(runs["preset"], runs["batching"])]]
+    summary = summarize(runs, ["preset", "batching"])
+    for i, cell in enumerate(CELLS):
+        paper = [PAPER_BATCHING[(p, b)][i] for p, b in zip(summary["preset"], summary["batching"])]
+        for j, suffix in enumerate(("", "_low", "_high")):
+            summary[f"paper_{cell}{suffix}"] = [interval[j] for interval in paper]
+    return summary
+
+
+def alphabets_summary(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataFrame:
+    """Figure 4: one-shot copy presets by number of training alphabets and batching, with the paper's means."""
+    runs = counted_runs(frame, include_partial)
+    mask = runs["copy"].astype(bool) & (runs["n_shots"] == 1) & runs["n_alphabets"].isin(list(PAPER_ALPHABETS))
+    summary = summarize(runs[mask & runs["batching"].isin(TABLE1_BATCHING)], ["n_alphabets", "batching"])
+    for i, cell in enumerate(CELLS):
+        summary[f"paper_{cell}"] = [
+            PAPER_ALPHABETS[int(n)][b][i] for n, b in zip(summary["n_alphabets"], summary["batching"])
+        ]
+    return summary
+
+
+def few_shot_summary(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataFrame:
+    """Copy-20 with 1-5 examples, alphabet batching: overall val accuracy (copy rows included) beside the paper's."""
+    runs = counted_runs(frame, include_partial)
+    mask = (runs["n_alphabets"] == 20) & runs["copy"].astype(bool) & (runs["batching"] == "alphabet")
+    summary = summarize(runs[mask], ["n_shots"], columns=("overall_seen_alphabets",))
+    summary["paper_overall_seen_alphabets"] = [PAPER_FEW_SHOT[int(k)] for k in summary["n_shots"]]
+    return summary

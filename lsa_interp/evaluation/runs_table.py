@@ -1,0 +1,121 @@
+"""One table of every trained run: its condition, seed, recipe, training time and every evaluated number.
+
+A run is a model directory (a `save_model` checkpoint: ``config.json`` with the training metadata) that
+holds an ``evaluation.json`` (written by ``lsa-interp ship``, ``lsa-interp evaluate --out`` or a sweep).
+The table has one row per run and flat columns, so it reads back with ``pandas.read_csv``:
+
+- ``run`` (the directory), ``preset``, ``batching``, ``condition`` (``preset/batching``), ``seed``,
+  ``n_alphabets``, ``copy``, ``n_shots``, ``precision``, ``hardware``, ``epochs``, ``epochs_planned``,
+  ``complete`` (all planned epochs trained), ``train_seconds``;
+- the four Table 1 cells (`CELLS`), ``copy_accuracy`` and ``overall_seen_alphabets`` (val, copy rows
+  included: the few-shot measure), ``acc_seen_<rule>`` / ``acc_new_<rule>`` per transformation;
+- ``<rule>_<outcome>`` counts of the alternate-rule analysis on seen alphabets (``pred_applied_other_rule``
+  counts pred tasks answered with the succ answer);
+- ``n_val`` / ``n_new``: how many tasks were evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lsa_interp.data.presets import PRESETS
+from lsa_interp.evaluation.metrics import OUTCOMES
+from lsa_interp.evaluation.paper_tables import CELLS
+from lsa_interp.utils import atomic_write
+
+EVALUATION_FILE, CONFIG_FILE = "evaluation.json", "config.json"
+
+
+def _percent(cell: dict[str, Any] | None) -> float:
+    value = None if cell is None else cell.get("percent")
+    return float("nan") if value is None else float(value)
+
+
+def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
+    """The table row of one run. Raises FileNotFoundError when ``model_dir`` lacks ``config.json`` or
+    ``evaluation.json``, ValueError when its files are not a checkpoint and an evaluation."""
+    model_dir = Path(model_dir)
+    for name in (CONFIG_FILE, EVALUATION_FILE):
+        if not (model_dir / name).is_file():
+            raise FileNotFoundError(f"{model_dir} holds no {name}; evaluate the run first (lsa-interp ship)")
+    config = json.loads((model_dir / CONFIG_FILE).read_text())
+    evaluation = json.loads((model_dir / EVALUATION_FILE).read_text())
+    if "metadata" not in config or "table1" not in evaluation:
+        raise ValueError(f"{model_dir} is not an evaluated lsa-interp checkpoint")
+    meta = config["metadata"]
+    recipe = meta.get("train_config", {})
+    preset = meta.get("preset") or evaluation.get("training_preset") or evaluation.get("preset")
+    batching = meta.get("batching") or recipe.get("batching", "unknown")
+    dataset = PRESETS.get(preset)
+    epochs, planned = meta.get("epochs_completed"), meta.get("epochs") or recipe.get("epochs")
+    row: dict[str, Any] = {
+        "run": str(model_dir),
+        "preset": preset,
+        "batching": batching,
+        "condition": f"{preset}/{batching}",
+        "seed": meta.get("seed"),
+        "n_alphabets": dataset.n_alphabets if dataset else None,
+        "copy": dataset.copy if dataset else None,
+        "n_shots": dataset.n_shots if dataset else None,
+        "precision": meta.get("precision") or recipe.get("precision", "fp32"),
+        "hardware": meta.get("hardware", meta.get("device")),
+        "epochs": epochs,
+        "epochs_planned": planned,
+        "complete": epochs is not None and planned is not None and epochs >= planned - 1e-6,
+        "train_seconds": meta.get("train_seconds"),
+        "n_val": evaluation["n_tasks"]["seen_alphabets"],
+        "n_new": evaluation["n_tasks"]["new_alphabets"],
+    }
+    row.update({cell: _percent(evaluation["table1"].get(cell)) for cell in CELLS})
+    row["copy_accuracy"] = _percent(evaluation["copy_vs_non_copy"]["seen_alphabets"]["copy"])
+    row["overall_seen_alphabets"] = _percent(evaluation["overall"]["seen_alphabets"])
+    for prefix, split in (("acc_seen_", "seen_alphabets"), ("acc_new_", "new_alphabets")):
+        for rule, cell in evaluation["by_transformation"][split].items():
+            row[prefix + rule] = _percent(cell)
+    for rule, counts in evaluation.get("alternate_rule", {}).get("seen_alphabets", {}).items():
+        row.update({f"{rule}_{outcome}": counts[outcome] for outcome in OUTCOMES if outcome in counts})
+    return row
+
+
+def find_runs(roots: Iterable[str | os.PathLike]) -> list[Path]:
+    """Every evaluated model directory at or under ``roots`` (sorted); raises FileNotFoundError for a root
+    that does not exist."""
+    found: set[Path] = set()
+    for root in map(Path, roots):
+        if not root.exists():
+            raise FileNotFoundError(f"{root} does not exist")
+        candidates = [root] if root.is_file() else [root, *root.rglob("*")]
+        for path in candidates:
+            if path.is_dir() and (path / CONFIG_FILE).is_file() and (path / EVALUATION_FILE).is_file():
+                found.add(path)
+    return sorted(found)
+
+
+def runs_table(model_dirs: Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """One row per run (see the module docstring), sorted by condition and seed."""
+    rows = [run_record(path) for path in model_dirs]
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    return frame.sort_values(["preset", "batching", "seed", "run"], kind="stable").reset_index(drop=True)
+
+
+def write_runs_table(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write ``frame`` as CSV at ``path`` atomically; return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))
+    return path
+
+
+def read_runs_table(path: str | os.PathLike) -> pd.DataFrame:
+    """The table written by `write_runs_table`; raises FileNotFoundError when ``path`` does not exist."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no runs table at {path}; write one with lsa-interp results --runs DIR")
+    return pd.read_csv(path)

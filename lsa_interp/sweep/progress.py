@@ -1,0 +1,82 @@
+"""One rich progress display over every run of a sweep: runs finished, training tasks per second, ETA.
+
+The bar counts training tasks (steps x batch size x runs of each stack, estimated from the datasets' sizes
+before a stack reports its exact step count); the description counts finished runs (model + evaluation).
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.progress import Task as ProgressTask
+from rich.text import Text
+
+
+class _TasksPerSecond(ProgressColumn):
+    def render(self, task: ProgressTask) -> Text:
+        speed = task.speed
+        return Text(f"{speed:,.0f} tasks/s" if speed else "", style="progress.data.speed")
+
+
+class SweepProgress:
+    """The display; use as a context manager. ``stacks`` maps a stack name to (estimated tasks, tasks done)."""
+
+    def __init__(self, runs_total: int, runs_done: int, stacks: dict[str, tuple[int, int]], enabled: bool = True):
+        self.runs_total, self.runs_done = runs_total, runs_done
+        self._estimate = {name: estimate for name, (estimate, _) in stacks.items()}
+        self._done = {name: min(done, estimate) for name, (estimate, done) in stacks.items()}
+        self._bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            _TasksPerSecond(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            disable=not enabled,
+        )
+        self._job = self._bar.add_task(self._description(), total=sum(self._estimate.values()) or 1)
+        self._bar.update(self._job, completed=sum(self._done.values()))
+
+    def __enter__(self) -> SweepProgress:
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.stop()
+
+    def _description(self) -> str:
+        return f"sweep: {self.runs_done}/{self.runs_total} runs done"
+
+    def trained(self, stack: str, tasks: int, total: int | None = None) -> None:
+        """Stack ``stack`` has trained ``tasks`` tasks in all (of ``total``, once known)."""
+        if total is not None:
+            self._estimate[stack] = total
+        self._done[stack] = min(tasks, self._estimate[stack])
+        self._refresh()
+
+    def stack_finished(self, stack: str) -> None:
+        """Stack ``stack`` has trained all of its tasks."""
+        self.trained(stack, self._estimate[stack])
+
+    def run_finished(self) -> None:
+        """One more run has its model and evaluation."""
+        self.runs_done += 1
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self._bar.update(
+            self._job,
+            description=self._description(),
+            total=sum(self._estimate.values()) or 1,
+            completed=sum(self._done.values()),
+        )

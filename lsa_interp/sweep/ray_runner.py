@@ -1,0 +1,112 @@
+"""Run a sweep's stacks as Ray tasks: one GPU per stack when the cluster has GPUs (else one CPU), and each
+finished run's evaluation and analyses as CPU tasks.
+
+A task whose worker dies is retried by Ray (``max_retries``); a retried stack resumes from its saved state.
+The sweep directory must be on a filesystem that every node sees at the same path (the datasets, states
+and models are files there); the driver follows training through the stacks' ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lsa_interp.sweep.grid import Grid
+from lsa_interp.sweep.jobs import RunJob, StackJob, past
+from lsa_interp.sweep.progress import SweepProgress
+from lsa_interp.sweep.work import analyse_run, evaluate_run, steps_logged, train_stack
+from lsa_interp.training.stack_config import StackConfig
+
+RAY_EXTRA = "pip install 'lsa-interp[ray]'"
+MAX_RETRIES = 3
+"""Retries of a task whose worker process died."""
+POLL_SECONDS = 1.0
+
+
+def require_ray() -> Any:
+    """The ``ray`` module; raises ValueError naming the extra when it is not installed."""
+    try:
+        import ray
+    except ImportError:
+        raise ValueError(f"--ray needs Ray, which is not installed; install the extra: {RAY_EXTRA}") from None
+    return ray
+
+
+def connect(address: str) -> bool:
+    """Join the Ray instance at ``address`` (``auto``: the running cluster, else a new local instance).
+
+    Returns whether this call initialised Ray (and should shut it down). An instance already initialised in
+    this process is used as it is.
+    """
+    ray = require_ray()
+    if ray.is_initialized():
+        return False
+    if address == "auto":
+        try:
+            ray.init(address="auto")
+        except ConnectionError:
+            ray.init()
+    else:
+        ray.init(address=address)
+    return True
+
+
+def _train_task(config: StackConfig, directory: Path, deadline: float | None) -> bool:
+    import torch
+
+    torch.set_num_threads(1)
+    return train_stack(config, directory, deadline)
+
+
+def _evaluate_task(run: RunJob, limit: int | None) -> bool:
+    import torch
+
+    torch.set_num_threads(1)
+    return evaluate_run(run.model_dir, run.data_dir, run.name, limit)
+
+
+def _analyse_task(run: RunJob, analysis: str, out: Path) -> bool:
+    import torch
+
+    torch.set_num_threads(1)
+    return analyse_run(run.model_dir, out, analysis, run.name)
+
+
+def execute_ray(jobs: list[StackJob], grid: Grid, deadline: float | None, display: SweepProgress, address: str) -> None:
+    """Submit every stack, then each finished stack's evaluations and analyses; wait for all of them."""
+    ray = require_ray()
+    started = connect(address)
+    try:
+        gpu = ray.cluster_resources().get("GPU", 0) > 0
+        train = ray.remote(_train_task).options(
+            num_gpus=1 if gpu else 0, num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False
+        )
+        evaluate = ray.remote(_evaluate_task).options(num_cpus=1, max_retries=MAX_RETRIES)
+        analyse = ray.remote(_analyse_task).options(num_cpus=1, max_retries=MAX_RETRIES)
+        pending: dict[Any, tuple[str, Any]] = {
+            train.remote(job.config, job.directory, deadline): ("train", job) for job in jobs
+        }
+        training = {job.name: job for job in jobs}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_SECONDS)
+            for job in training.values():
+                display.trained(job.name, job.tasks(steps_logged(job.directory)))
+            for ref in ready:
+                kind, item = pending.pop(ref)
+                if not ray.get(ref):
+                    continue
+                if kind == "evaluate":
+                    display.run_finished()
+                elif kind == "train":
+                    training.pop(item.name)
+                    display.stack_finished(item.name)
+                    for run in item.runs:
+                        if past(deadline):
+                            continue
+                        if not run.evaluated:
+                            pending[evaluate.remote(run, grid.eval_limit)] = ("evaluate", run)
+                        for name, out in run.missing_analyses():
+                            pending[analyse.remote(run, name, out)] = ("analyse", run)
+    finally:
+        if started:
+            ray.shutdown()

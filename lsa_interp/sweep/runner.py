@@ -1,0 +1,91 @@
+"""`run_sweep`: plan a grid into stacks, make the datasets, train, evaluate and analyse, collect the table.
+
+In-process by default (one stack after another on this machine's GPU or CPU), or on a Ray cluster
+(`lsa_interp.sweep.ray_runner`). Every unit of work is skipped when its output exists, so running the same
+command again continues where the last one stopped: finished runs are skipped, an interrupted stack
+resumes from its saved state. ``max_minutes`` bounds one invocation (no new work starts after it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lsa_interp.data.dataset import read_manifest
+from lsa_interp.evaluation.runs_table import runs_table, write_runs_table
+from lsa_interp.sweep.grid import load_grid
+from lsa_interp.sweep.jobs import StackJob, stack_jobs
+from lsa_interp.sweep.local_runner import execute_local
+from lsa_interp.sweep.plan import GRID_COPY, RESULTS_FILE, data_dir, plan_stacks
+from lsa_interp.sweep.progress import SweepProgress
+from lsa_interp.sweep.ray_runner import execute_ray, require_ray
+from lsa_interp.sweep.work import ensure_dataset, steps_logged
+from lsa_interp.utils import atomic_write
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    """What one invocation leaves: runs in the grid, runs finished (model + evaluation), the results table."""
+
+    runs: int
+    finished: int
+    results: Path | None
+
+    @property
+    def complete(self) -> bool:
+        """Whether every run of the grid is finished."""
+        return self.finished == self.runs
+
+
+def run_sweep(
+    grid_path: str | Path,
+    out: str | Path,
+    ray: str | None = None,
+    max_minutes: float | None = None,
+    progress: bool = True,
+) -> SweepSummary:
+    """Run (or continue) the sweep of the grid file ``grid_path`` in directory ``out``.
+
+    ``ray``: None runs in-process; ``"auto"`` or a cluster address runs the stacks as Ray tasks.
+    ``max_minutes`` (default: the grid's) bounds this invocation. Raises ValueError for a bad grid, a grid
+    that does not match the sweep already in ``out``, or ``ray`` without Ray installed, before any work.
+    """
+    grid, out = load_grid(grid_path), Path(out)
+    if ray is not None:
+        require_ray()
+    stacks = plan_stacks(grid, out)
+    text = Path(grid_path).read_text()
+    atomic_write(out / GRID_COPY, lambda tmp: tmp.write_text(text))
+    minutes = max_minutes if max_minutes is not None else grid.max_minutes
+    deadline = None if minutes is None else time.time() + 60 * minutes
+    jobs = [job for job in stack_jobs(grid, out, stacks) if not job.done]
+    runs = [run for stack in stacks for run in stack.runs]
+    needed = {run.data_dir for job in jobs for run in job.runs}
+    for run in {run.data_key: run for stack in stacks for run in stack.runs}.values():
+        if data_dir(out, run) in needed:
+            ensure_dataset(grid.dataset_config(run.dataset), run.data_seed, data_dir(out, run))
+    finished_before = sum(run.evaluated for job in stack_jobs(grid, out, stacks) for run in job.runs)
+    estimates = {job.name: (_estimate(job), job.tasks(steps_logged(job.directory))) for job in jobs}
+    with SweepProgress(len(runs), finished_before, estimates, enabled=progress) as display:
+        if ray is None:
+            execute_local(jobs, grid, deadline, display)
+        else:
+            execute_ray(jobs, grid, deadline, display, ray)
+    all_jobs = stack_jobs(grid, out, stacks)
+    finished = [run.model_dir for job in all_jobs for run in job.runs if run.evaluated]
+    results = None
+    if finished:
+        results = out / RESULTS_FILE
+        write_runs_table(runs_table(finished), results)
+    return SweepSummary(len(runs), len(finished), results)
+
+
+def _estimate(job: StackJob) -> int:
+    """Training tasks of the stack, from its datasets' sizes (the slowest run bounds a lock-step stack)."""
+    cfg = job.config
+    longest = max(
+        spec.epochs * -(-read_manifest(run.data_dir)["files"]["train"]["rows"] // cfg.batch_size)
+        for spec, run in zip(cfg.runs, job.runs)
+    )
+    return job.tasks(min(longest, cfg.max_steps or longest))

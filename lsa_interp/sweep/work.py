@@ -1,0 +1,107 @@
+"""The units of work of a sweep, each idempotent: a dataset, a stack's training, a run's evaluation, an analysis.
+
+Each unit checks whether its output is already there and does nothing then; each writes its output
+atomically, so a unit killed half-way leaves nothing that a later invocation would take for finished.
+The in-process runner calls them directly, the Ray runner as remote tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lsa_interp.data.dataset import load_dataset, read_manifest, save_dataset
+from lsa_interp.data.generate import generate_dataset
+from lsa_interp.data.presets import DatasetConfig
+from lsa_interp.evaluation import evaluate_model
+from lsa_interp.evaluation.result import SPLIT_OF
+from lsa_interp.model.checkpoint import CONFIG_FILE as MODEL_CONFIG_FILE
+from lsa_interp.model.checkpoint import load_model
+from lsa_interp.sweep.analyses import analysis_function
+from lsa_interp.sweep.plan import EVALUATION_FILE
+from lsa_interp.training.run_dir import CONFIG_FILE, METRICS_FILE, MODEL_DIR, replicate_dir
+from lsa_interp.training.stack_config import StackConfig
+from lsa_interp.training.stack_trainer import DONE_FILE, StackTrainer
+from lsa_interp.utils import atomic_write
+
+
+def ensure_dataset(config: DatasetConfig, seed: int, directory: Path) -> bool:
+    """Generate and save ``config`` with ``seed`` into ``directory`` unless that dataset is there; True if made."""
+    if (directory / "manifest.json").is_file():
+        manifest = read_manifest(directory)
+        if (manifest["preset"], manifest["seed"]) == (config.name, seed):
+            return False
+    save_dataset(generate_dataset(config, seed=seed), directory, force=True)
+    return True
+
+
+def stack_finished(directory: Path, config: StackConfig) -> bool:
+    """Whether the stack in ``directory`` has trained all it will: its ``done`` marker, or, under the recipe's
+    ``max_steps``, every replicate's final model with the longest one written at that step."""
+    if (directory / DONE_FILE).is_file():
+        return True
+    models = [directory / replicate_dir(i) / MODEL_DIR / MODEL_CONFIG_FILE for i in range(config.replicates)]
+    if config.max_steps is None or not all(path.is_file() for path in models):
+        return False
+    return max(json.loads(path.read_text())["metadata"].get("steps", 0) for path in models) >= config.max_steps
+
+
+def steps_logged(directory: Path) -> int:
+    """The step of the last step record in the stack's ``metrics.jsonl`` (0 when there is none)."""
+    path = directory / METRICS_FILE
+    if not path.is_file():
+        return 0
+    steps = [json.loads(line).get("step", 0) for line in path.read_text().splitlines() if '"type": "step"' in line]
+    return steps[-1] if steps else 0
+
+
+def train_stack(
+    config: StackConfig,
+    directory: Path,
+    deadline: float | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> bool:
+    """Train (or resume) the stack in ``directory`` until it ends or the wall-clock ``deadline`` (time.time()).
+
+    A new stack is started; one with a saved state resumes from it. Returns whether the stack finished.
+    """
+    if stack_finished(directory, config):
+        return True
+    minutes = None if deadline is None else (deadline - time.time()) / 60
+    if minutes is not None and minutes <= 0:
+        return False
+    if not (directory / CONFIG_FILE).is_file():
+        StackTrainer.start(config, directory, force=True)
+    trainer = StackTrainer.resume(directory, max_minutes=minutes)
+    trainer.run(progress=progress)
+    return stack_finished(directory, config)
+
+
+def evaluate_run(model_dir: Path, data_dir: Path, name: str, limit: int | None = None, device: str = "cpu") -> bool:
+    """Write ``evaluation.json`` beside the model (val and new-alphabet splits of its dataset) unless it is there.
+
+    Returns whether it evaluated. Raises FileNotFoundError when the model or dataset is missing.
+    """
+    target = model_dir / EVALUATION_FILE
+    if target.is_file():
+        return False
+    model = load_model(model_dir, device=device)
+    dataset = load_dataset(data_dir, splits=tuple(SPLIT_OF.values()))
+    result = evaluate_model(model, dataset, limit=limit, model_name=name)
+    atomic_write(target, lambda tmp: tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
+    return True
+
+
+def analyse_run(model_dir: Path, out_dir: Path, analysis: str, name: str, device: str = "cpu") -> bool:
+    """Run ``analysis`` on the model and write its files into ``out_dir`` unless it exists; True if it ran."""
+    if out_dir.is_dir():
+        return False
+    staging = out_dir.with_name(f".{out_dir.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    analysis_function(analysis)(load_model(model_dir, device=device), name, 0).write(staging)
+    staging.rename(out_dir)
+    return True

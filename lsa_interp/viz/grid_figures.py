@@ -1,0 +1,88 @@
+"""Figures of a grid of runs: accuracy against the number of training alphabets (the paper's Figure 4) and
+validation accuracy and matching-head score over training, copy against no-copy runs."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+_ALPHABET_SERIES = {
+    "seen_transformations_seen_alphabets": ("seen alphabets", "#d62728", "rgba(214,39,40,0.15)"),
+    "seen_transformations_new_alphabets": ("new alphabets", "#1f77b4", "rgba(31,119,180,0.15)"),
+}
+_DASH = {"alphabet": "solid", "random": "dash"}
+
+
+def alphabets_figure(summary: pd.DataFrame) -> go.Figure:
+    """Figure 4 from `lsa_interp.evaluation.grid_summary.alphabets_summary`: seen-transformation accuracy on
+    seen and new alphabets against the number of training alphabets, per batching method, with bootstrap
+    bands (where a condition has two or more runs) and the paper's means as open markers."""
+    fig = go.Figure()
+    for batching, group in summary.groupby("batching", sort=True):
+        group = group.sort_values("n_alphabets")
+        x = group["n_alphabets"].tolist()
+        for cell, (label, colour, band) in _ALPHABET_SERIES.items():
+            name = f"{label}, {batching} batching"
+            low, high = group[f"{cell}_low"].tolist(), group[f"{cell}_high"].tolist()
+            if any(not math.isnan(v) for v in low):
+                fig.add_scatter(
+                    x=x + x[::-1], y=high + low[::-1], fill="toself", fillcolor=band, line={"width": 0},
+                    hoverinfo="skip", showlegend=False, legendgroup=name,
+                )  # fmt: skip
+            fig.add_scatter(
+                x=x, y=group[cell], mode="lines+markers", name=f"ours: {name}", legendgroup=name,
+                line={"color": colour, "dash": _DASH.get(str(batching), "dot")},
+                customdata=group[["n"]].to_numpy(),
+                hovertemplate="%{x} alphabets: %{y:.1f}% (%{customdata[0]} runs)<extra>%{fullData.name}</extra>",
+            )  # fmt: skip
+            fig.add_scatter(
+                x=x, y=group[f"paper_{cell}"], mode="markers", name=f"paper: {name}", legendgroup=name,
+                marker={"color": colour, "symbol": "circle-open", "size": 10},
+                hovertemplate="paper, %{x} alphabets: %{y:.1f}%<extra></extra>",
+            )  # fmt: skip
+    fig.update_layout(
+        title="Seen transformations: accuracy by number of training alphabets (copy tasks; bands: 95% bootstrap)",
+        xaxis={"title": "training alphabets", "type": "log", "tickvals": [20, 40, 60, 80, 100, 140, 200, 400]},
+        yaxis={"title": "exact match (%)", "range": [0, 100]},
+        legend={"groupclick": "togglegroup"},
+    )
+    return fig
+
+
+def training_curves_figure(history: pd.DataFrame) -> go.Figure:
+    """Validation accuracy of non-copy tasks and the best matching-head score per epoch, one thin line per
+    run and a thick mean per group (copy vs no-copy training data), from
+    `lsa_interp.evaluation.training_history.histories`. Runs without ``matching_score`` leave the lower panel empty."""
+    fig = make_subplots(
+        rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+        subplot_titles=("non-copy validation accuracy", "best matching-head score"),
+    )  # fmt: skip
+    if history.empty:
+        fig.update_layout(title="No epoch records found")
+        return fig
+    frame = history.assign(group=["copy" if str(p).startswith("copy") else "no copy" for p in history["preset"]])
+    colours = {"copy": "#1f77b4", "no copy": "#ff7f0e"}
+    panels = [(1, "val_acc_noncopy", 100.0), (2, "matching_score", 1.0)]
+    for group, runs in frame.groupby("group", sort=True):
+        for row, column, scale in panels:
+            if column not in runs or runs[column].isna().all():
+                continue
+            for run, curve in runs.groupby("run", sort=True):
+                curve = curve.sort_values("epoch")
+                fig.add_scatter(
+                    x=curve["epoch"], y=curve[column] * scale, mode="lines", name=str(run), legendgroup=group,
+                    line={"color": colours[group], "width": 1}, opacity=0.35, showlegend=False, row=row, col=1,
+                )  # fmt: skip
+            mean = runs.groupby("epoch")[column].mean() * scale
+            fig.add_scatter(
+                x=mean.index, y=mean.values, mode="lines+markers", name=f"{group} (mean of {runs['run'].nunique()})",
+                legendgroup=group, showlegend=row == 1, line={"color": colours[group], "width": 3}, row=row, col=1,
+            )  # fmt: skip
+    fig.update_yaxes(title_text="accuracy (%)", range=[0, 100], row=1, col=1)
+    fig.update_yaxes(title_text="score", row=2, col=1)
+    fig.update_xaxes(title_text="epoch", row=2, col=1)
+    fig.update_layout(title="Training: copy vs no-copy runs", height=700)
+    return fig

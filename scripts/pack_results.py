@@ -1,0 +1,101 @@
+"""Pack what a training session produced into tar chunks small enough for a size-limited copy, and unpack them.
+
+A lent GPU machine hands back at most 8 files of 16 MiB, 64 MiB in all, per command. This bundles the
+parts of one or more run or sweep directories that are worth keeping (final models with their evaluations
+and cards, configs, metrics, result tables, plans and benchmark JSON; never datasets or resumable
+``state.pt``) into ``bundle.tar.partNN`` chunks of at most ``--chunk-mib`` MiB plus ``bundle.sha256``. Pack
+into a folder on the GPU machine, then copy at most 4 chunks (and the checksum) to ``$OUT`` per command:
+
+    python scripts/pack_results.py pack runs/grid --out /tmp/bundle        # fp32 models: about 5.6 MB each
+    cp /tmp/bundle/bundle.sha256 /tmp/bundle/bundle.tar.part0[0-3] "$OUT"/  # next command: part0[4-7] ...
+    python scripts/pack_results.py unpack FETCHED_DIR [FETCHED_DIR ...] --into runs/   # here, afterwards
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import sys
+import tarfile
+from pathlib import Path
+
+KEEP_NAMES = {
+    "config.json", "model.safetensors", "evaluation.json", "card.md", "train_config.json", "metrics.jsonl",
+    "results.csv", "plan.json", "grid.toml", "done", "manifest.json",
+}  # fmt: skip
+KEEP_SUFFIXES = (".json", ".csv", ".md", ".html", ".log")
+SKIP_PARTS = {"data", "__pycache__"}
+
+
+def wanted(path: Path, root: Path) -> bool:
+    """Keep small result files and final models; skip datasets, resumable states and temporary files."""
+    parts = path.relative_to(root).parts
+    if any(part in SKIP_PARTS or part.startswith(".") for part in parts) or path.name == "state.pt":
+        return False
+    return path.name in KEEP_NAMES or path.suffix in KEEP_SUFFIXES
+
+
+def bundle_bytes(roots: list[Path]) -> bytes:
+    """A gzip-compressed tar of the wanted files under ``roots``, named by each root's last component."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for root in roots:
+            for path in sorted(p for p in root.rglob("*") if p.is_file() and wanted(p, root)):
+                tar.add(path, arcname=str(Path(root.name) / path.relative_to(root)))
+    return buffer.getvalue()
+
+
+def pack(roots: list[Path], out: Path, chunk_mib: float) -> list[Path]:
+    """Write ``bundle.tar.partNN`` chunks and ``bundle.sha256`` (of the whole bundle) into ``out``."""
+    missing = [str(root) for root in roots if not root.is_dir()]
+    if missing:
+        raise SystemExit(f"not a directory: {', '.join(missing)}")
+    data = bundle_bytes(roots)
+    size = int(chunk_mib * 2**20)
+    out.mkdir(parents=True, exist_ok=True)
+    chunks = []
+    for index, start in enumerate(range(0, max(len(data), 1), size)):
+        chunk = out / f"bundle.tar.part{index:02d}"
+        chunk.write_bytes(data[start : start + size])
+        chunks.append(chunk)
+    (out / "bundle.sha256").write_text(hashlib.sha256(data).hexdigest() + "\n")
+    print(f"packed {len(data) / 2**20:.1f} MiB from {', '.join(map(str, roots))} into {len(chunks)} chunk(s)")
+    return chunks
+
+
+def unpack(sources: list[Path], into: Path) -> None:
+    """Join the chunks found in ``sources`` (in part order), check the checksum and extract into ``into``."""
+    chunks = sorted((c for source in sources for c in source.glob("bundle.tar.part*")), key=lambda c: c.name)
+    sums = [s / "bundle.sha256" for s in sources if (s / "bundle.sha256").is_file()]
+    if not chunks or not sums:
+        raise SystemExit(f"no bundle.tar.part* and bundle.sha256 in {', '.join(map(str, sources))}")
+    data = b"".join(chunk.read_bytes() for chunk in chunks)
+    expected = sums[0].read_text().split()[0]
+    if hashlib.sha256(data).hexdigest() != expected:
+        raise SystemExit("checksum mismatch: a chunk is missing or damaged")
+    into.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(into, filter="data")
+    print(f"unpacked {len(data) / 2**20:.1f} MiB into {into}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    packing = commands.add_parser("pack", help="bundle run or sweep directories into chunks")
+    packing.add_argument("roots", nargs="+", type=Path)
+    packing.add_argument("--out", type=Path, required=True)
+    packing.add_argument("--chunk-mib", type=float, default=15.0)
+    unpacking = commands.add_parser("unpack", help="join, check and extract a bundle")
+    unpacking.add_argument("sources", nargs="+", type=Path)
+    unpacking.add_argument("--into", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if args.command == "pack":
+        pack(args.roots, args.out, args.chunk_mib)
+    else:
+        unpack(args.sources, args.into)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""The runs table, the grid summaries with bootstrap intervals, and the ``results`` command on made-up runs."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from lsa_interp import cli
+from lsa_interp.evaluation.grid_summary import (
+    batching_summary,
+    bootstrap_interval,
+    few_shot_summary,
+    table1_summary,
+)
+from lsa_interp.evaluation.paper_tables import CELLS, PAPER_BATCHING, PAPER_TABLE1
+from lsa_interp.evaluation.runs_table import find_runs, read_runs_table, run_record, runs_table
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.model.checkpoint import save_model
+
+SHIPPED_EVALUATION = Path(__file__).parents[2] / "checkpoints" / "copy-20" / "evaluation.json"
+TINY = ModelConfig(d_model=16, n_heads=2, d_mlp=32, n_encoder_layers=1, n_decoder_layers=1)
+
+
+def make_run(root: Path, name: str, preset: str, batching: str, seed: int, seen: float, epochs: float = 20) -> Path:
+    """A saved tiny model with training metadata and an evaluation whose seenT/seenA cell is ``seen`` %."""
+    directory = root / name
+    metadata = {
+        "preset": preset, "seed": seed, "batching": batching, "precision": "bf16", "epochs": 20,
+        "epochs_completed": epochs, "train_seconds": 60.0, "hardware": "test",
+    }  # fmt: skip
+    save_model(HookedEncoderDecoder(TINY), directory, metadata=metadata)
+    evaluation = json.loads(SHIPPED_EVALUATION.read_text())
+    evaluation["table1"]["seen_transformations_seen_alphabets"] = {"correct": 0, "total": 100, "percent": seen}
+    evaluation["overall"]["seen_alphabets"]["percent"] = seen / 2
+    (directory / "evaluation.json").write_text(json.dumps(evaluation))
+    return directory
+
+
+def test_a_row_holds_the_condition_the_table1_cells_and_the_outcome_counts(tmp_path):
+    row = run_record(make_run(tmp_path, "a", "copy-20", "alphabet", 3, 88.5))
+    assert (row["condition"], row["seed"], row["precision"], row["n_alphabets"], row["copy"]) == (
+        "copy-20/alphabet", 3, "bf16", 20, True,
+    )  # fmt: skip
+    assert row["seen_transformations_seen_alphabets"] == 88.5
+    assert row["seen_transformations_new_alphabets"] == pytest.approx(16.60064209676511)
+    assert row["acc_seen_pred"] == pytest.approx(15.263157894736842)
+    assert (row["pred_correct"], row["pred_applied_other_rule"]) == (203, 551)
+    assert row["complete"] and row["overall_seen_alphabets"] == pytest.approx(44.25)
+
+
+def test_partly_trained_runs_are_marked_and_left_out_of_the_means_unless_asked(tmp_path):
+    make_run(tmp_path, "full", "copy-20", "random", 0, 90.0)
+    make_run(tmp_path, "partial", "copy-20", "random", 1, 40.0, epochs=2.16)
+    frame = runs_table(find_runs([tmp_path]))
+    assert frame["complete"].tolist() == [True, False]
+    assert table1_summary(frame)["seen_transformations_seen_alphabets"].tolist() == [90.0]
+    assert table1_summary(frame, include_partial=True)["seen_transformations_seen_alphabets"].tolist() == [65.0]
+
+
+def test_find_runs_searches_nested_directories_and_skips_unevaluated_models(tmp_path):
+    make_run(tmp_path / "grid" / "stack-0", "replicate-0", "copy-20", "random", 0, 90.0)
+    save_model(HookedEncoderDecoder(TINY), tmp_path / "grid" / "unevaluated")
+    assert [p.name for p in find_runs([tmp_path])] == ["replicate-0"]
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        find_runs([tmp_path / "missing"])
+    with pytest.raises(FileNotFoundError, match="evaluation.json"):
+        run_record(tmp_path / "grid" / "unevaluated")
+
+
+def test_bootstrap_interval_is_scipys_percentile_interval_of_the_mean():
+    values = np.array([90.2, 91.5, 89.9, 92.4, 90.8])
+    mean, low, high = bootstrap_interval(values)
+    expected = stats.bootstrap((values,), np.mean, n_resamples=10_000, method="percentile", random_state=0)
+    assert mean == pytest.approx(values.mean())
+    assert (low, high) == pytest.approx(tuple(expected.confidence_interval))
+    assert values.min() <= low < mean < high <= values.max()
+    assert math.isnan(bootstrap_interval([70.0])[1]) and bootstrap_interval([5.0, 5.0]) == (5.0, 5.0, 5.0)
+    assert bootstrap_interval([1.0, float("nan"), 3.0])[0] == 2.0
+
+
+def test_batching_and_table1_summaries_pool_the_right_runs_beside_the_paper(tmp_path):
+    for seed, seen in enumerate([90.0, 92.0, 91.0]):
+        make_run(tmp_path, f"cr{seed}", "copy-20", "random", seed, seen)
+    make_run(tmp_path, "ca0", "copy-20", "alphabet", 0, 80.0)
+    make_run(tmp_path, "ct0", "copy-20", "transformation", 0, 10.0)
+    frame = runs_table(find_runs([tmp_path]))
+    batching = batching_summary(frame).set_index(["preset", "batching"])
+    assert batching.loc[("copy-20", "random"), "n"] == 3
+    assert batching.loc[("copy-20", "random"), CELLS[0]] == pytest.approx(91.0)
+    paper = PAPER_BATCHING[("copy-20", "random")][0]
+    assert tuple(batching.loc[("copy-20", "random"), [f"paper_{CELLS[0]}{s}" for s in ("", "_low", "_high")]]) == paper
+    table1 = table1_summary(frame).set_index("preset")
+    assert table1.loc["copy-20", "n"] == 4  # alphabet and random pooled, transformation batching left out
+    assert table1.loc["copy-20", CELLS[0]] == pytest.approx(88.25)
+    assert table1.loc["copy-20", f"paper_{CELLS[0]}"] == PAPER_TABLE1["copy-20"][0]
+    assert few_shot_summary(frame)["n_shots"].tolist() == [1]
+
+
+def test_results_command_writes_the_tables_and_figures(tmp_path, capsys):
+    make_run(tmp_path / "runs", "a", "copy-200", "alphabet", 0, 95.0)
+    make_run(tmp_path / "runs", "b", "copy-200", "alphabet", 1, 97.0)
+    out = tmp_path / "results"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["results", "--runs", str(tmp_path / "runs"), "--out", str(out)])
+    assert exit_info.value.code == 0
+    assert len(read_runs_table(out / "runs.csv")) == 2
+    alphabets = pd.read_csv(out / "alphabets.csv")
+    assert alphabets[["n_alphabets", "batching", "n"]].values.tolist() == [[200, "alphabet", 2]]
+    page = (out / "figures.html").read_text()
+    assert "Figure 4" in page and "plotly" in page and not re.search(r"<script[^>]*\bsrc=", page)
+    assert "96.0 [95.0, 97.0] (n=2)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("out", ["/proc/lsa-results", "FILE"])
+def test_results_refuses_an_unwritable_out_before_reading_runs(tmp_path, capsys, out):
+    target = tmp_path / "file" if out == "FILE" else Path(out)
+    target.parent.mkdir(exist_ok=True) if out == "FILE" else None
+    if out == "FILE":
+        target.write_text("x")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["results", "--runs", str(tmp_path / "nothing-here"), "--out", str(target)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--out" in err

@@ -1,0 +1,58 @@
+"""Per-epoch histories of single and stacked runs, and the copy vs no-copy training-curves figure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lsa_interp.evaluation.training_history import epoch_history, histories
+from lsa_interp.viz.grid_figures import training_curves_figure
+
+
+def write_run(path, config, records):
+    path.mkdir(parents=True)
+    (path / "train_config.json").write_text(json.dumps(config))
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def epoch(replicate, n, acc, score=None, **extra):
+    record = {"type": "epoch", "step": 100 * n, "epoch": n, "val_acc_noncopy": acc, "replicate": replicate}
+    record["val_acc_by_transformation"] = {"succ": acc / 2}
+    return {**record, **({} if score is None else {"matching_score": score}), **extra}
+
+
+def test_a_stack_names_each_replicate_by_its_run_and_ignores_step_records(tmp_path):
+    stack = {"runs": [
+        {"data_dir": "d", "seed": 0, "batching": "random", "preset": "copy-20", "name": "copy-20-random-s0"},
+        {"data_dir": "e", "seed": 1, "batching": "alphabet", "preset": "nocopy-20", "name": "nocopy-20-alphabet-s1"},
+    ]}  # fmt: skip
+    records = [{"type": "step", "step": 50}, epoch(0, 1, 0.5, 0.9), epoch(1, 1, 0.4, 0.1), epoch(0, 2, 0.7, 1.2)]
+    frame = epoch_history(write_run(tmp_path / "stack", stack, records))
+    assert frame[["run", "preset", "batching", "epoch"]].values.tolist() == [
+        ["copy-20-random-s0", "copy-20", "random", 1],
+        ["nocopy-20-alphabet-s1", "nocopy-20", "alphabet", 1],
+        ["copy-20-random-s0", "copy-20", "random", 2],
+    ]
+    assert frame["acc_succ"].tolist() == pytest.approx([0.25, 0.2, 0.35])
+
+
+def test_a_single_run_gets_its_preset_and_seed_and_the_figure_draws_both_groups(tmp_path):
+    single = write_run(tmp_path / "single", {"preset": "nocopy-20", "seed": 4, "batching": "random"},
+                       [epoch(0, 1, 0.3), epoch(0, 2, 0.5)])  # fmt: skip
+    stack = write_run(tmp_path / "stack", {"runs": [{"data_dir": "d", "seed": 0, "batching": "random",
+                                                     "preset": "copy-20", "name": "c"}]},
+                      [epoch(0, 1, 0.6, 0.8)])  # fmt: skip
+    frame = histories([single, stack])
+    assert sorted(frame["run"]) == ["c", "nocopy-20-random-s4", "nocopy-20-random-s4"]
+    figure = training_curves_figure(frame)
+    means = [trace.name for trace in figure.data if trace.name.startswith(("copy", "no copy"))]
+    assert means == ["copy (mean of 1)", "copy (mean of 1)", "no copy (mean of 1)"]
+    no_copy_mean = next(t for t in figure.data if t.name == "no copy (mean of 1)")
+    assert list(no_copy_mean.y) == pytest.approx([30.0, 50.0])
+
+
+def test_a_directory_that_is_no_run_is_refused(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a training run"):
+        epoch_history(tmp_path)

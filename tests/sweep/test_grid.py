@@ -1,0 +1,129 @@
+"""Grid files: the shipped grids parse, every kind of bad input names its field, runs expand and pack."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from lsa_interp.sweep.grid import load_grid, parse_grid
+from lsa_interp.sweep.plan import PLAN_FILE, SweepRun, expand, pack, plan_stacks, stack_config
+
+GRIDS = Path(__file__).resolve().parents[2] / "grids"
+
+
+def _grid(**top) -> dict:
+    return {"seeds": [0, 1], "cells": [{"presets": ["copy-20"], "batching": ["random"]}], **top}
+
+
+def test_paper_grid_is_the_issue_14_grid():
+    grid = load_grid(GRIDS / "paper.toml")
+    runs = expand(grid)
+    cells = {(run.dataset, run.batching) for run in runs}
+    assert len(runs) == 5 * len(cells) == 130
+    assert {("copy-20", m) for m in ("random", "alphabet", "transformation", "transformation_alphabet")} <= cells
+    assert ("nocopy-20", "transformation_alphabet") in cells and ("copy-400", "random") in cells
+    assert ("copy-20-5shot", "alphabet") in cells and ("copy-20-5shot", "random") not in cells
+    assert {run.seed for run in runs} == set(range(5))
+
+
+def test_tiny_grid_defines_its_own_datasets():
+    grid = load_grid(GRIDS / "tiny.toml")
+    assert grid.dataset_config("tiny").n_alphabets == 4
+    assert grid.dataset_config("tiny-nocopy").copy is False
+    assert grid.dataset_config("copy-20").name == "copy-20"
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "allowed"),
+    [
+        (_grid(cells=[{"presets": ["copy-21"], "batching": ["random"]}]), "cells[0].presets[0]", "copy-200"),
+        (_grid(cells=[{"presets": ["copy-20"], "batching": ["shuffled"]}]), "cells[0].batching[0]", "alphabet"),
+        (_grid(seeds=[0, -1]), "seeds[1]", ">= 0"),
+        (_grid(cells=[{"presets": ["copy-20"], "batching": ["random"], "seeds": [-3]}]), "cells[0].seeds[0]", ">= 0"),
+        (_grid(cells=[{"batching": ["random"]}]), "cells[0].presets", "missing"),
+        ({"cells": [{"presets": ["copy-20"], "batching": ["random"]}]}, "cells[0].seeds", "missing"),
+        ({"seeds": [0]}, "cells", "missing"),
+        (_grid(epoch=3), "epoch", "epochs"),
+        (_grid(recipe={"batchsize": 3}), "recipe.batchsize", "batch_size"),
+        (_grid(recipe={"batch_size": "32"}), "recipe.batch_size", "integer"),
+        (_grid(recipe={"length_bucketing": 1}), "recipe.length_bucketing", "true or false"),
+        (_grid(replicates=0), "replicates", ">= 1"),
+        (_grid(precision="fp8"), "precision", "bf16"),
+        (_grid(analyses=["matchin"]), "analyses[0]", "matching"),
+        (_grid(model={"d_modle": 32}), "model", "d_model"),
+        (_grid(seeds={"start": 2}), "seeds.stop", "missing"),
+        (_grid(datasets={"copy-20": {"n_alphabets": 4}}), "datasets.copy-20", "another"),
+        (_grid(datasets={"mine": {"n_alphabet": 4}}), "datasets.mine", "n_alphabet"),
+        (_grid(eval_limit=2.5), "eval_limit", "integer"),
+    ],
+)
+def test_bad_grid_names_the_field(data, field, allowed):
+    with pytest.raises(ValueError, match=re.escape(field) + ":") as err:
+        parse_grid(data)
+    assert allowed in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_bad_toml_and_missing_file(tmp_path):
+    path = tmp_path / "grid.toml"
+    path.write_text("seeds = [0,\n")
+    with pytest.raises(ValueError, match="not valid TOML"):
+        load_grid(path)
+    with pytest.raises(ValueError, match="no such grid file"):
+        load_grid(tmp_path / "absent.toml")
+
+
+def test_seed_ranges_cell_overrides_and_duplicate_runs():
+    grid = parse_grid(
+        {
+            "seeds": {"start": 2, "stop": 5},
+            "cells": [
+                {"presets": ["copy-20"], "batching": ["random", "alphabet"]},
+                {"presets": ["copy-20"], "batching": ["random"], "precision": "bf16", "seeds": [0]},
+            ],
+        }
+    )
+    names = [run.name for run in expand(grid)]
+    assert names[:3] == ["copy-20-random-s2", "copy-20-random-s3", "copy-20-random-s4"]
+    assert names[-1] == "copy-20-random-s0-bf16"
+    again = parse_grid({"seeds": [0], "cells": [{"presets": ["copy-20"], "batching": ["random"]}] * 2})
+    with pytest.raises(ValueError, match=r"cells\[1\]: run copy-20-random-s0 is already"):
+        expand(again)
+
+
+def test_pack_keeps_precisions_apart_and_bounds_stack_size():
+    runs = [SweepRun("copy-20", "random", s) for s in range(5)] + [SweepRun("copy-20", "random", 0, "bf16")]
+    stacks = pack(runs, 2)
+    assert [len(s.runs) for s in stacks] == [2, 2, 1, 1]
+    assert [s.name for s in stacks] == ["stack-000", "stack-001", "stack-002", "stack-003"]
+    assert all(len({r.precision for r in s.runs}) == 1 for s in stacks)
+
+
+def test_plan_is_kept_and_extended(tmp_path):
+    grid = parse_grid(_grid(replicates=2, seeds=[0, 1, 2]))
+    first = plan_stacks(grid, tmp_path)
+    assert [[r.seed for r in s.runs] for s in first] == [[0, 1], [2]]
+    bigger = parse_grid(_grid(replicates=2, seeds=[0, 1, 2, 3, 4]))
+    second = plan_stacks(bigger, tmp_path)
+    assert second[:2] == first and [[r.seed for r in s.runs] for s in second[2:]] == [[3, 4]]
+    assert len(json.loads((tmp_path / PLAN_FILE).read_text())["stacks"]) == 3
+    assert [s.name for s in plan_stacks(parse_grid(_grid(replicates=2, seeds=[4])), tmp_path)] == ["stack-002"]
+    with pytest.raises(ValueError, match="recipe or model differs"):
+        plan_stacks(parse_grid(_grid(recipe={"batch_size": 8})), tmp_path)
+    with pytest.raises(ValueError, match="was planned"):
+        plan_stacks(parse_grid(_grid(epochs=3)), tmp_path)
+
+
+def test_stack_config_carries_each_runs_spec(tmp_path):
+    grid = parse_grid(_grid(recipe={"batch_size": 16, "val_limit": 8}, model={"d_model": 32}))
+    (stack,) = plan_stacks(grid, tmp_path)
+    config = stack_config(grid, tmp_path, stack)
+    assert [(r.seed, r.preset, r.name) for r in config.runs] == [
+        (0, "copy-20", "copy-20-random-s0"),
+        (1, "copy-20", "copy-20-random-s1"),
+    ]
+    assert config.batch_size == 16 and config.val_limit == 8 and config.model == {"d_model": 32}
+    assert Path(config.runs[0].data_dir) == (tmp_path / "data" / "copy-20-d0").resolve()

@@ -1,0 +1,101 @@
+"""The in-process sweep: a bad grid trains nothing, a sweep finishes and is idempotent, a killed sweep resumes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lsa_interp.cli import main
+from lsa_interp.sweep.runner import run_sweep
+from tests.sweep.tiny_grid import evaluations, model_weights, same_weights, write_tiny_grid
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_bad_grid_exits_2_with_one_line_and_trains_nothing(tmp_path, capsys):
+    grid = write_tiny_grid(tmp_path / "grid.toml")
+    grid.write_text(grid.read_text().replace('presets = ["tiny", "tiny-nocopy"]', 'presets = ["tiny", "copy-21"]'))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", str(grid), "--out", str(tmp_path / "sweep")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cells[0].presets[1]" in err and "copy-200" in err
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_max_minutes_spent_starts_no_training(tmp_path):
+    grid = write_tiny_grid(tmp_path / "grid.toml")
+    summary = run_sweep(grid, tmp_path / "out", max_minutes=0, progress=False)
+    assert (summary.runs, summary.finished, summary.results) == (4, 0, None) and not summary.complete
+    assert (tmp_path / "out" / "plan.json").is_file() and (tmp_path / "out" / "data" / "tiny-d0").is_dir()
+    assert not (tmp_path / "out" / "stacks").exists()
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory) -> Path:
+    """The tiny grid swept in-process without interruption."""
+    root = tmp_path_factory.mktemp("sweep")
+    summary = run_sweep(write_tiny_grid(root / "grid.toml", analyses=("matching",)), root / "out", progress=False)
+    assert summary.complete and summary.runs == 4
+    return root / "out"
+
+
+@pytest.mark.slow
+def test_sweep_trains_evaluates_analyses_and_collects(finished_sweep):
+    weights = model_weights(finished_sweep)
+    assert sorted(weights) == ["tiny-nocopy-random-s0", "tiny-nocopy-random-s1", "tiny-random-s0", "tiny-random-s1"]
+    assert set(evaluations(finished_sweep)) == set(weights)
+    assert len(list(finished_sweep.glob("stacks/stack-000/replicate-*/analysis/matching/*.json"))) == 4
+    assert sorted(p.name for p in (finished_sweep / "data").iterdir()) == ["tiny-d0", "tiny-nocopy-d0"]
+    table = pd.read_csv(finished_sweep / "results.csv")
+    assert len(table) == 4
+
+
+@pytest.mark.slow
+def test_sweep_again_skips_finished_runs(finished_sweep):
+    stamps = {p: p.stat().st_mtime_ns for p in finished_sweep.glob("stacks/*/replicate-*/model/*")}
+    summary = run_sweep(finished_sweep / "grid.toml", finished_sweep, progress=False)
+    assert summary.complete
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+
+
+@pytest.mark.slow
+def test_killed_sweep_resumes_to_the_uninterrupted_weights(finished_sweep, tmp_path):
+    grid = tmp_path / "grid.toml"
+    grid.write_text((finished_sweep / "grid.toml").read_text())
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-c", _KILLABLE, str(grid), str(out)]
+    worker = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = out / "stacks" / "stack-000" / "state.pt"
+    try:
+        while not state.exists() and worker.poll() is None:
+            time.sleep(0.02)
+        worker.send_signal(signal.SIGKILL)
+    finally:
+        worker.wait()
+    assert worker.returncode == -signal.SIGKILL, "the sweep ended before its first saved state"
+    assert not list(out.glob("stacks/*/replicate-*/model/evaluation.json"))
+    assert run_sweep(grid, out, progress=False).complete
+    assert same_weights(model_weights(out), model_weights(finished_sweep))
+    assert evaluations(out) == evaluations(finished_sweep)
+
+
+# The sweep in a child process, one torch thread (as the test process), each step slowed so the kill lands
+# mid-stack: a training step is a few milliseconds on the tiny model.
+_KILLABLE = """
+import sys, time, torch
+torch.set_num_threads(1)
+from lsa_interp.training import stack_trainer
+step = stack_trainer.StackStep.run
+stack_trainer.StackStep.run = lambda self, index: (time.sleep(0.2), step(self, index))[1]
+from lsa_interp.sweep.runner import run_sweep
+run_sweep(sys.argv[1], sys.argv[2], progress=False)
+"""
