@@ -8,9 +8,14 @@
 #   $OUT/gpu_tests.txt   the pytest report
 #   $OUT/stacking.json   every benchmark number and the hardware; $OUT/benchmark.txt its table
 # Usage, from the repository root on the device machine: bash scripts/gpu_session.sh
+# The image lacks transformer-lens, datasets, plotly and beartype: run scripts/gpu_wheels.sh here first and
+# carry .whl; they are installed into /tmp/site once per machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD
+if [[ -d .whl && ! -d /tmp/site ]]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}:/tmp/site
 OUT=${OUT:-runs/gpu-session}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
