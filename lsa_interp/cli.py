@@ -289,9 +289,9 @@ def _generate_into(preset: str, seed: int, out: Path) -> Path:
 
 
 def _register_analysis_commands() -> None:
-    from lsa_interp.commands import lens, patching, report, representations, viewer
+    from lsa_interp.commands import explore, lens, patching, report, representations, viewer
 
-    for group in (patching, representations, lens, report, viewer):
+    for group in (patching, representations, lens, report, viewer, explore):
         group.register(app)
 
 
