@@ -40,7 +40,6 @@ def create_app(catalogue: ModelCatalogue) -> Dash:
     )
     app.layout = page(catalogue.names)
     renderer = ViewRenderer(catalogue)
-    app.renderer = renderer
     _sync_callback(app, catalogue)
     _render_callback(app, renderer)
     _training_callback(app, catalogue)
@@ -75,7 +74,8 @@ def _sync_callback(app: Dash, catalogue: ModelCatalogue) -> None:
         if trigger in (None, "url"):
             state = ViewState.from_query(search)
             state = replace(state, model=state.model or catalogue.names[0])
-            return (no_update if trigger == "url" else state.to_query()), *_control_values(state, catalogue)
+            query = state.to_query()
+            return (no_update if query == search else query), *_control_values(state, catalogue)
         state = ViewState(**dict(zip(CONTROLS, (v if v is not None else "" for v in controls))))
         try:
             if trigger == "reset":
@@ -120,20 +120,14 @@ def _render_callback(app: Dash, renderer: ViewRenderer) -> None:
         if state.tab != "graph":
             return (no_update,) * (6 + len(GRAPHS))
         view = renderer.render(state)
-        layers = _layer_options(renderer, view)
+        layers = _layer_options(view)
         figures = [view.figures.get(name, go.Figure()) for name in GRAPHS]
         legend = dcc.Markdown(role_legend_html(view.roles), dangerously_allow_html=True) if view.roles else ""
         return view.error, "\n".join(view.summary_lines()), _changes_table(view), legend, layers, layers, *figures
 
 
-def _layer_options(renderer: ViewRenderer, view: RenderedView) -> list[str]:
-    name = view.state.model
-    if name not in renderer.catalogue.entries:
-        return []
-    try:
-        return [str(i) for i in range(1, renderer.catalogue.model(name).cfg.n_encoder_layers + 1)]
-    except ValueError:
-        return []
+def _layer_options(view: RenderedView) -> list[str]:
+    return [str(i) for i in range(1, view.n_encoder_layers + 1)]
 
 
 def _changes_table(view: RenderedView) -> html.Table | str:

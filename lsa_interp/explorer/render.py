@@ -50,6 +50,7 @@ class RenderedView:
     interventions: Interventions | None = None
     figures: dict[str, go.Figure] = field(default_factory=dict)
     roles: tuple[str, ...] = ()
+    n_encoder_layers: int = 0
 
     @property
     def answer_changed(self) -> bool:
@@ -132,6 +133,7 @@ class ViewRenderer:
             model_answer=plain.answer,
             interventions=ivs,
             roles=run.src_roles,
+            n_encoder_layers=model.cfg.n_encoder_layers,
         )
         view.changes = compare(view.clean, view.run) if ivs.active else []
         view.figures = _figures(run, view, graph, state.heads, model.cfg.n_decoder_layers)
