@@ -6,6 +6,7 @@ request URL and every JavaScript error (console errors and uncaught exceptions) 
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -51,3 +52,34 @@ class PageLog:
     def leaving(self, allowed: tuple[str, ...]) -> list[str]:
         """Request URLs that start with none of ``allowed``."""
         return [url[:120] for url in self.requests if not url.startswith(allowed)]
+
+
+_COUNT_COLOURS = """async (b64) => {
+  const image = new Image();
+  image.src = 'data:image/png;base64,' + b64;
+  await image.decode();
+  const canvas = document.createElement('canvas');
+  canvas.width = image.width; canvas.height = image.height;
+  const context = canvas.getContext('2d');
+  context.drawImage(image, 0, 0);
+  const data = context.getImageData(0, 0, image.width, image.height).data;
+  const colours = new Set();
+  let inked = 0;
+  for (let i = 0; i < data.length; i += 4) {
+    const rgb = (data[i] << 16) | (data[i + 1] << 8) | data[i + 2];
+    colours.add(rgb);
+    if (rgb !== 0xffffff) inked += 1;
+  }
+  return [colours.size, inked / (data.length / 4)];
+}"""
+
+
+def png_colours(browser, png: bytes) -> tuple[int, float]:
+    """Distinct colours of a PNG screenshot and the fraction of its pixels that are not white, decoded by the
+    browser itself (a canvas on a blank page)."""
+    page = browser.new_page()
+    try:
+        colours, inked = page.evaluate(_COUNT_COLOURS, base64.b64encode(png).decode())
+    finally:
+        page.close()
+    return int(colours), float(inked)
