@@ -14,6 +14,7 @@ TENSOR_MODULES = [
     "lsa_interp.training",
     "lsa_interp.analysis",
     "lsa_interp.viz",
+    "lsa_interp.explorer",
 ]
 install_import_hook(TENSOR_MODULES, "beartype.beartype")
 
