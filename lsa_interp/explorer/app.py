@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-import plotly.graph_objects as go
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from lsa_interp.evaluation import evaluation_dataset
@@ -121,7 +120,7 @@ def _render_callback(app: Dash, renderer: ViewRenderer) -> None:
             return (no_update,) * (6 + len(GRAPHS))
         view = renderer.render(state)
         layers = _layer_options(view)
-        figures = [view.figures.get(name, go.Figure()) for name in GRAPHS]
+        figures = [view.figures.get(name, {"data": [], "layout": {}}) for name in GRAPHS]
         legend = dcc.Markdown(role_legend_html(view.roles), dangerously_allow_html=True) if view.roles else ""
         return view.error, "\n".join(view.summary_lines()), _changes_table(view), legend, layers, layers, *figures
 

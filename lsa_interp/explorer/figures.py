@@ -9,15 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import plotly.graph_objects as go
 from jaxtyping import Float
-from plotly.subplots import make_subplots
 from torch import Tensor
 
 from lsa_interp.explorer.compute import CellBox, Prediction
-from lsa_interp.viz.attention_figures import ATTENTION_HOVER, ROLE_COLOURS
+from lsa_interp.viz.attention_figures import ROLE_COLOURS
 
 _CELL_PX = 14
+HOVER = "%{text}: %{z:.3f}<extra></extra>"
+"""Hover of an attention cell: source -> destination: weight."""
+
+
+Figure = dict
+"""A plotly figure as a plain ``{"data": [...], "layout": {...}}`` dict: Dash sends it as is, without the
+validation of ``plotly.graph_objects`` (which costs more than the model run); `go.Figure(fig)` makes one."""
 
 
 def _ticks(labels: Sequence[str], roles: Sequence[str] | None) -> dict:
@@ -29,6 +34,26 @@ def _ticks(labels: Sequence[str], roles: Sequence[str] | None) -> dict:
     return {"tickmode": "array", "tickvals": list(range(len(labels))), "ticktext": text, "tickfont": {"size": 9}}
 
 
+def _grid(n: int, cols: int, gap: float = 0.04) -> list[tuple[str, str, dict, dict]]:
+    """Axis names and domains of ``n`` panels in rows of ``cols``: (x name, y name, x axis, y axis)."""
+    rows = -(-n // cols)
+    width, height = (1 - gap * (cols - 1)) / cols, (1 - gap * (rows - 1)) / rows
+    panels = []
+    for i in range(n):
+        row, col = divmod(i, cols)
+        x0, y1 = col * (width + gap), 1 - row * (height + gap)
+        suffix = "" if i == 0 else str(i + 1)
+        panels.append(
+            (f"x{suffix}", f"y{suffix}", {"domain": [x0, x0 + width], "anchor": f"y{suffix}"},
+             {"domain": [y1 - height, y1], "anchor": f"x{suffix}"})
+        )  # fmt: skip
+    return panels
+
+
+def _hover_text(q_labels: Sequence[str], k_labels: Sequence[str]) -> list[list[str]]:
+    return [[f"{k} -> {q}" for k in k_labels] for q in q_labels]
+
+
 def attention_heatmap(
     patterns: Float[Tensor, "head q_pos k_pos"],
     q_labels: Sequence[str],
@@ -37,72 +62,65 @@ def attention_heatmap(
     heads: str = "average",
     q_roles: Sequence[str] | None = None,
     k_roles: Sequence[str] | None = None,
-) -> go.Figure:
+) -> Figure:
     """One layer's attention (destination rows x source columns): the head average, or every head in a grid
     (``heads="all"``, panels titled 1-based). Hover reads ``source -> destination: weight``."""
     values = patterns.detach().float().cpu().numpy()
     n_heads = values.shape[0]
-    x_axis, y_axis = _ticks(k_labels, k_roles), _ticks(q_labels, q_roles)
+    text = _hover_text(q_labels, k_labels)
+    trace = {"type": "heatmap", "text": text, "hovertemplate": HOVER, "colorscale": "Viridis", "zmin": 0.0}
+    margin = {"t": 60, "l": 70, "r": 30, "b": 60}
     if heads == "average":
-        fig = go.Figure(go.Heatmap(z=values.mean(0), **_heat(k_labels, q_labels)))
-        fig.update_xaxes(title="source (key)", **x_axis)
-        fig.update_yaxes(title="destination (query)", autorange="reversed", **y_axis)
-        size = (max(420, 200 + _CELL_PX * len(k_labels)), max(320, 160 + _CELL_PX * len(q_labels)))
-        fig.update_layout(title=f"{title}, head average", width=size[0], height=size[1])
-    else:
-        cols = min(4, n_heads)
-        rows = -(-n_heads // cols)
-        fig = make_subplots(rows, cols, subplot_titles=[f"head {h + 1}" for h in range(n_heads)])
-        for h in range(n_heads):
-            fig.add_trace(
-                go.Heatmap(z=values[h], coloraxis="coloraxis", **_heat(k_labels, q_labels)), h // cols + 1, h % cols + 1
-            )
-        fig.update_xaxes(showticklabels=False)
-        fig.update_yaxes(showticklabels=False, autorange="reversed")
-        panel = max(150, 5 * max(len(k_labels), len(q_labels)))
-        fig.update_layout(title=f"{title}, every head", coloraxis={"colorscale": "Viridis"}, width=cols * panel + 150)
-        fig.update_layout(height=rows * panel + 120)
-    fig.update_layout(margin={"t": 60, "l": 70, "r": 30, "b": 60}, plot_bgcolor="white")
-    return fig
-
-
-def _heat(k_labels: Sequence[str], q_labels: Sequence[str]) -> dict:
-    return {
-        "x": list(range(len(k_labels))),
-        "y": list(range(len(q_labels))),
-        "customdata": [[(k, q) for k in k_labels] for q in q_labels],
-        "hovertemplate": ATTENTION_HOVER.replace("%{x}", "%{customdata[0]}").replace("%{y}", "%{customdata[1]}"),
-        "colorscale": "Viridis",
-        "zmin": 0.0,
-    }
+        layout = {
+            "title": {"text": f"{title}, head average"},
+            "xaxis": {"title": {"text": "source (key)"}, **_ticks(k_labels, k_roles)},
+            "yaxis": {"title": {"text": "destination (query)"}, "autorange": "reversed", **_ticks(q_labels, q_roles)},
+            "width": max(420, 200 + _CELL_PX * len(k_labels)),
+            "height": max(320, 160 + _CELL_PX * len(q_labels)),
+        }
+        return {"data": [{**trace, "z": values.mean(0).tolist()}], "layout": {**layout, "margin": margin}}
+    cols = min(4, n_heads)
+    rows = -(-n_heads // cols)
+    panel = max(150, 5 * max(len(k_labels), len(q_labels)))
+    data, layout = [], {"title": {"text": f"{title}, every head"}, "coloraxis": {"colorscale": "Viridis", "cmin": 0}}
+    annotations = []
+    for h, (xname, yname, xaxis, yaxis) in enumerate(_grid(n_heads, cols)):
+        data.append({**trace, "z": values[h].tolist(), "xaxis": xname, "yaxis": yname, "coloraxis": "coloraxis"})
+        layout["xaxis" + xname[1:]] = {**xaxis, "showticklabels": False}
+        layout["yaxis" + yname[1:]] = {**yaxis, "showticklabels": False, "autorange": "reversed"}
+        annotations.append(
+            {"text": f"head {h + 1}", "xref": "paper", "yref": "paper", "x": sum(xaxis["domain"]) / 2,
+             "y": yaxis["domain"][1], "yanchor": "bottom", "showarrow": False}
+        )  # fmt: skip
+    layout.update(annotations=annotations, width=cols * panel + 150, height=rows * panel + 120, margin=margin)
+    return {"data": data, "layout": layout}
 
 
 def hidden_state_heatmap(
     resid: Float[Tensor, "pos d_model"], labels: Sequence[str], roles: Sequence[str], layer: int, cells=()
-) -> go.Figure:
+) -> Figure:
     """Encoder layer ``layer`` (0-based) output, tokens x dimensions, colour -1..1 (clipped), in box-select
     mode; the boxes of ``cells`` (`CellBox`) in this layer are outlined."""
     values = resid.detach().float().cpu().numpy()
-    fig = go.Figure(
-        go.Heatmap(
-            z=values,
-            x=list(range(values.shape[1])),
-            y=list(range(len(labels))),
-            customdata=[[label] * values.shape[1] for label in labels],
-            zmin=-1.0,
-            zmax=1.0,
-            colorscale="RdBu",
-            hovertemplate="%{customdata}, dim %{x}: %{z:.3f}<extra></extra>",
-        )
-    )
     boxes: Sequence[CellBox] = [box for box in cells if box.layer == layer]
-    fig.update_layout(
-        title=f"encoder layer {layer + 1} hidden states (hook_resid_post): drag a box to select cells",
-        dragmode="select",
-        width=max(480, 220 + 5 * values.shape[1]),
-        height=max(320, 160 + _CELL_PX * len(labels)),
-        margin={"t": 60, "l": 70, "r": 30, "b": 50},
-        shapes=[
+    trace = {
+        "type": "heatmap",
+        "z": values.tolist(),
+        "text": [[label] * values.shape[1] for label in labels],
+        "zmin": -1.0,
+        "zmax": 1.0,
+        "colorscale": "RdBu",
+        "hovertemplate": "%{text}, dim %{x}: %{z:.3f}<extra></extra>",
+    }
+    layout = {
+        "title": {"text": f"encoder layer {layer + 1} hidden states (hook_resid_post): drag a box to select cells"},
+        "dragmode": "select",
+        "width": max(480, 220 + 5 * values.shape[1]),
+        "height": max(320, 160 + _CELL_PX * len(labels)),
+        "margin": {"t": 60, "l": 70, "r": 30, "b": 50},
+        "xaxis": {"title": {"text": "dimension"}},
+        "yaxis": {"title": {"text": "token"}, "autorange": "reversed", **_ticks(labels, roles)},
+        "shapes": [
             {
                 "type": "rect",
                 "x0": box.dims[0] - 0.5,
@@ -113,54 +131,45 @@ def hidden_state_heatmap(
             }
             for box in boxes
         ],
-    )
-    fig.update_xaxes(title="dimension")
-    fig.update_yaxes(title="token", autorange="reversed", **_ticks(labels, roles))
-    return fig
+    }
+    return {"data": [trace], "layout": layout}
 
 
-def top_k_bars(prediction: Prediction, title: str, clean: Prediction | None = None) -> go.Figure:
+def top_k_bars(prediction: Prediction, title: str, clean: Prediction | None = None) -> Figure:
     """Horizontal bars of the top-k next tokens at every decoding step, one panel per step; with ``clean``,
     the clean run's probabilities of the same tokens are drawn beside them."""
     n_steps = max(1, len(prediction.steps))
-    fig = make_subplots(1, n_steps, subplot_titles=[f"step {s + 1}" for s in range(n_steps)], shared_xaxes=True)
-    for step, ranked in enumerate(prediction.steps):
+    data, layout, annotations = [], {}, []
+    for step, (xname, yname, xaxis, yaxis) in enumerate(_grid(n_steps, n_steps, gap=0.03)):
+        layout["xaxis" + xname[1:]] = {**xaxis, "range": [0, 1], "nticks": 3}
+        layout["yaxis" + yname[1:]] = {**yaxis, "type": "category"}
+        annotations.append(
+            {"text": f"step {step + 1}", "xref": "paper", "yref": "paper", "x": sum(xaxis["domain"]) / 2, "y": 1,
+             "yanchor": "bottom", "showarrow": False}
+        )  # fmt: skip
+        if step >= len(prediction.steps):
+            continue
+        ranked = prediction.steps[step]
         tokens = [token for token, _ in ranked][::-1]
-        fig.add_trace(
-            go.Bar(
-                x=[p for _, p in ranked][::-1],
-                y=tokens,
-                orientation="h",
-                marker_color="#1f77b4",
-                name="this run",
-                showlegend=step == 0,
-                hovertemplate="%{y}: %{x:.3f}<extra>this run</extra>",
-            ),
-            1,
-            step + 1,
-        )
+        bar = {"type": "bar", "orientation": "h", "y": tokens, "xaxis": xname, "yaxis": yname}
+        data.append(
+            {**bar, "x": [p for _, p in ranked][::-1], "marker": {"color": "#1f77b4"}, "name": "this run",
+             "showlegend": step == 0, "legendgroup": "run", "hovertemplate": "%{y}: %{x:.3f}<extra>this run</extra>"}
+        )  # fmt: skip
         if clean is not None and step < len(clean.steps):
             before = dict(clean.steps[step])
-            fig.add_trace(
-                go.Bar(
-                    x=[before.get(t, 0.0) for t in tokens],
-                    y=tokens,
-                    orientation="h",
-                    marker_color="#bbbbbb",
-                    name="clean run (0 if not in its top-k)",
-                    showlegend=step == 0,
-                    hovertemplate="%{y}: %{x:.3f}<extra>clean</extra>",
-                ),
-                1,
-                step + 1,
-            )
-    fig.update_xaxes(range=[0, 1], nticks=3)
-    fig.update_layout(
-        title=title,
+            data.append(
+                {**bar, "x": [before.get(t, 0.0) for t in tokens], "marker": {"color": "#bbbbbb"},
+                 "name": "clean run (0 if not in its top-k)", "showlegend": step == 0, "legendgroup": "clean",
+                 "hovertemplate": "%{y}: %{x:.3f}<extra>clean</extra>"}
+            )  # fmt: skip
+    layout.update(
+        title={"text": title},
         barmode="group",
+        annotations=annotations,
         height=300,
         width=max(480, 150 * n_steps + 120),
-        margin={"t": 70, "l": 40, "r": 20, "b": 40},
+        margin={"t": 80, "l": 40, "r": 20, "b": 40},
         legend={"orientation": "h", "y": -0.15},
     )
-    return fig
+    return {"data": data, "layout": layout}

@@ -25,7 +25,7 @@ from lsa_interp.explorer.compute import (
     reference_means,
     run_task,
 )
-from lsa_interp.explorer.figures import attention_heatmap, hidden_state_heatmap, top_k_bars
+from lsa_interp.explorer.figures import Figure, attention_heatmap, hidden_state_heatmap, top_k_bars
 from lsa_interp.explorer.state import ViewState, interventions_of, parse_layer
 from lsa_interp.viz.attention_data import AttentionData
 from lsa_interp.viz.attention_figures import role_legend_html
@@ -48,7 +48,7 @@ class RenderedView:
     model_answer: str = ""
     changes: list[StepChange] = field(default_factory=list)
     interventions: Interventions | None = None
-    figures: dict[str, go.Figure] = field(default_factory=dict)
+    figures: dict[str, Figure] = field(default_factory=dict)
     roles: tuple[str, ...] = ()
     n_encoder_layers: int = 0
 
@@ -140,7 +140,7 @@ class ViewRenderer:
         return view
 
 
-def _figures(data: AttentionData, view: RenderedView, layer: int, heads: str, n_dec: int) -> dict[str, go.Figure]:
+def _figures(data: AttentionData, view: RenderedView, layer: int, heads: str, n_dec: int) -> dict[str, Figure]:
     dec = min(layer, n_dec - 1)
     src, tgt, roles = data.src_labels, data.tgt_labels, data.src_roles
     heads = "all" if heads == "all" else "average"
@@ -168,4 +168,5 @@ def export_html(view: RenderedView) -> str:
     lines = "<br>".join(html.escape(line) for line in view.summary_lines())
     link = html.escape(view.state.to_query())
     intro = f"<p>{lines}</p><p>view: <code>{link}</code></p>" + (role_legend_html(view.roles) if view.roles else "")
-    return figures_page(title, view.figures, intro=intro)
+    figures = {name: go.Figure(figure) for name, figure in view.figures.items()}
+    return figures_page(title, figures, intro=intro)

@@ -107,7 +107,7 @@ def test_render_shows_errors_inline_and_exports(model):
     assert view.error == "" and view.clean.answer == "f" and view.answer_changed
     assert set(view.figures) == {"top-k", "encoder self-attention", "encoder hidden states", "decoder self-attention",
                                  "cross-attention"}  # fmt: skip
-    assert len(view.figures["encoder self-attention"].data) == 4  # every head of layer 2
+    assert len(view.figures["encoder self-attention"]["data"]) == 4  # every head of layer 2
     assert any("-> " in line and "(changed)" in line for line in view.summary_lines())
     page = export_html(view)
     assert page.startswith("<!DOCTYPE html>") and "ablate=3.1" in page and "<script src=" not in page
