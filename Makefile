@@ -16,7 +16,8 @@ demo: $(BIN)/.installed
 	$(BIN)/lsa-interp attention --model copy-200 --task "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd" \
 		--out runs/demo/attention.html
 
-# The browser test (tests/viz/test_browser.py) drives headless Chromium: Debian's package, installed if missing.
+# The browser tests (tests/viz/test_browser.py, tests/explorer/test_browser.py) drive headless Chromium through
+# Playwright, pointed at Debian's package (installed here if missing; Playwright never downloads a browser).
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 		SUDO=$$( [ "$$(id -u)" -ne 0 ] && echo sudo ); \

@@ -290,9 +290,9 @@ def _generate_into(preset: str, seed: int, out: Path) -> Path:
 
 
 def _register_analysis_commands() -> None:
-    from lsa_interp.commands import lens, patching, report, representations, results, sweep, viewer
+    from lsa_interp.commands import explore, lens, patching, report, representations, results, sweep, viewer
 
-    for group in (patching, representations, lens, report, viewer, results, sweep):
+    for group in (patching, representations, lens, report, viewer, results, sweep, explore):
         group.register(app)
 
 

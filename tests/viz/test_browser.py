@@ -1,7 +1,7 @@
-"""The generated HTML in a real browser (headless Chromium, file:// URLs): no request leaves the file, no
-JavaScript error, something is drawn, and the attention view's selectors work when clicked.
+"""The generated HTML in a real browser (headless Debian Chromium through Playwright, file:// URLs): no
+request leaves the file, no JavaScript error, something is drawn, and the attention view's selectors work.
 
-Chromium is required, not optional: CI (``.ci/run``) installs the Debian package ``chromium`` when missing.
+Chromium is required, not optional: ``make chromium`` (run by ``make test``) installs the Debian package.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import torch
 from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.viz.attention import attention_view
-from tests.viz.devtools import LOCAL_SCHEMES, Browser, find_chromium, open_page, png_colours
+from tests.viz.chromium import PageLog, launch, png_colours
 
+sync_api = pytest.importorskip("playwright.sync_api")
 torch.set_num_threads(1)
-
+LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
 PLOTLY_READY = (
     "(() => { const graphs = [...document.querySelectorAll('.plotly-graph-div')];"
     " return graphs.length > 0 && graphs.every(g => g.querySelector('.main-svg') !== null); })()"
@@ -39,19 +40,6 @@ CLICK_LAYER_2_HEAD_3 = """(async () => {
   return {pressed, visible: graph.data.filter(t => t.visible === true).map(t => t.name),
           title: graph.layout.title.text};
 })()"""
-
-
-@pytest.fixture
-def browser(tmp_path):
-    binary = find_chromium()
-    if binary is None:
-        pytest.fail(
-            "Chromium is not installed, and the browser tests need it: apt-get install chromium "
-            "(.ci/run installs it), or set CHROMIUM to a Chromium/Chrome binary"
-        )
-    chromium = Browser(binary, tmp_path / "chromium-profile")
-    yield chromium
-    chromium.close()
 
 
 def write_pages(out):
@@ -81,28 +69,53 @@ def write_pages(out):
     }
 
 
-def test_pages_render_offline_in_chromium(browser, tmp_path):
+def open_page(browser, path, ready: str, script: str | None):
+    """Load ``path``, wait (up to 30 s) for ``ready``, run ``script``; return the log, screenshot, ready flag
+    and the script's value."""
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    log = PageLog().watch(page)
+    page.goto(path.resolve().as_uri())
+    try:
+        page.wait_for_function(ready, timeout=30_000)
+        ready_now = True
+    except sync_api.TimeoutError:
+        ready_now = False
+    value = page.evaluate(script) if script and ready_now else None
+    shot = page.screenshot()
+    page.close()
+    return log, shot, ready_now, value
+
+
+def test_pages_render_offline_in_chromium(tmp_path):
     """One test (so that pytest-xdist runs it on one worker, with one browser) over every generated page."""
-    reports = {
-        name: (path, open_page(browser, path, ready, script))
-        for name, (path, ready, script) in write_pages(tmp_path).items()
-    }
+    with sync_api.sync_playwright() as playwright:
+        browser = launch(playwright)
+        try:
+            reports = {
+                name: (path, open_page(browser, path, ready, script))
+                for name, (path, ready, script) in write_pages(tmp_path).items()
+            }
+            _check_reports(browser, reports)
+        finally:
+            browser.close()
+
+
+def _check_reports(browser, reports) -> None:
     for page in ("attention", "circuitsvis", "analysis"):
-        path, report = reports[page]
-        assert report.ready, f"{page}: the page did not render within the time limit"
-        assert report.requests[0] == path.resolve().as_uri(), f"{page}: the page load was not seen"
-        leaving = [url[:120] for url in report.requests if not url.startswith(LOCAL_SCHEMES)]
-        assert leaving == [], f"{page}: requests leave the file"
-        assert report.errors == [], f"{page}: JavaScript errors"
-        colours, inked = png_colours(report.screenshot)
+        path, (log, shot, ready, _) = reports[page]
+        assert ready, f"{page}: the page did not render within the time limit"
+        assert log.requests[0] == path.resolve().as_uri(), f"{page}: the page load was not seen"
+        assert log.leaving(LOCAL_SCHEMES) == [], f"{page}: requests leave the file"
+        assert log.errors == [], f"{page}: JavaScript errors"
+        colours, inked = png_colours(browser, shot)
         assert colours >= 50 and inked >= 0.05, f"{page}: {colours} colours, {inked:.1%} of the pixels not white"
 
-    control = reports["control"][1]  # the checks above can fail: they catch a faulty page
-    assert "http://localhost:9/x.png" in control.requests
-    assert any("control error" in error for error in control.errors)
-    assert png_colours(control.screenshot) == (1, 0.0)
+    log, shot, _, _ = reports["control"][1]  # the checks above can fail: they catch a faulty page
+    assert "http://localhost:9/x.png" in log.requests
+    assert any("control error" in error for error in log.errors)
+    assert png_colours(browser, shot) == (1, 0.0)
 
-    clicked = reports["attention"][1].script_value
+    clicked = reports["attention"][1][3]
     assert clicked == {
         "pressed": [1, 1, 1],
         "visible": ["layer 2 head 3"],

@@ -1,0 +1,236 @@
+"""The explorer's Dash app: `create_app` wires the page to `ViewRenderer`; `serve` and `explore` run it.
+
+The URL holds the whole view (`ViewState`): one callback keeps the controls and the query string in step
+(a control or a button changes the state, the URL follows; a pasted link sets the controls), and one renders
+the view of the URL. Callbacks hold no model arithmetic: they call `lsa_interp.explorer` functions. Every
+script and style is served by the app itself (``serve_locally``; no external stylesheet or script).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+
+from lsa_interp.evaluation import evaluation_dataset
+from lsa_interp.explorer.catalogue import ModelCatalogue, discover_models
+from lsa_interp.explorer.draw import draw_tasks, filter_tasks
+from lsa_interp.explorer.layout import CONTROLS, GRAPHS, page
+from lsa_interp.explorer.render import RenderedView, ViewRenderer, export_html
+from lsa_interp.explorer.state import ViewState, with_minimal_pair, with_selection
+from lsa_interp.explorer.training import condition_intervals, epoch_history, history_figure, run_table
+from lsa_interp.model.hooked import HookedEncoderDecoder
+from lsa_interp.viz.attention_figures import role_legend_html
+
+DRAWN = 20
+
+
+def create_app(catalogue: ModelCatalogue) -> Dash:
+    """The Dash app over ``catalogue``'s models."""
+    app = Dash(
+        __name__,
+        title="lsa-interp explorer",
+        serve_locally=True,
+        external_scripts=[],
+        external_stylesheets=[],
+        suppress_callback_exceptions=False,
+        update_title=None,
+    )
+    app.layout = page(catalogue.names)
+    renderer = ViewRenderer(catalogue)
+    _sync_callback(app, catalogue)
+    _render_callback(app, renderer)
+    _training_callback(app, catalogue)
+    _draw_callback(app, catalogue)
+
+    @app.callback(
+        Output("download", "data"), Input("export", "n_clicks"), State("url", "search"), prevent_initial_call=True
+    )
+    def export(_clicks, search):
+        view = renderer.render(ViewState.from_query(search))
+        return dcc.send_string(export_html(view), "explorer-view.html")
+
+    return app
+
+
+def _sync_callback(app: Dash, catalogue: ModelCatalogue) -> None:
+    buttons = [Input("reset", "n_clicks"), Input("matching", "n_clicks"), Input("pair", "n_clicks")]
+
+    @app.callback(
+        Output("url", "search"),
+        *[Output(name, "value") for name in CONTROLS],
+        Input("url", "search"),
+        *[Input(name, "value") for name in CONTROLS],
+        *buttons,
+        Input("graph-hidden", "selectedData"),
+        Input("drawn", "value"),
+        State("cell-mode", "value"),
+    )
+    def sync(search, *values):
+        controls, (_reset, _matching, pair_clicks, selected, drawn, mode) = values[: len(CONTROLS)], values[-6:]
+        trigger = ctx.triggered_id
+        if trigger in (None, "url"):
+            state = ViewState.from_query(search)
+            state = replace(state, model=state.model or catalogue.names[0])
+            query = state.to_query()
+            return (no_update if query == search else query), *_control_values(state, catalogue)
+        state = ViewState(**dict(zip(CONTROLS, (v if v is not None else "" for v in controls))))
+        try:
+            if trigger == "reset":
+                state = state.reset()
+            elif trigger == "matching":
+                state = replace(state, patch="auto")
+            elif trigger == "pair":
+                state = with_minimal_pair(state, seed=pair_clicks or 0)
+            elif trigger == "graph-hidden":
+                state = with_selection(state, selected, mode, catalogue.model(state.model).cfg)
+            elif trigger == "drawn" and drawn:
+                state = replace(state, task=drawn)
+        except ValueError:
+            pass  # the render callback reports what is wrong with the state
+        return state.to_query(), *_control_values(state, catalogue)
+
+
+def _control_values(state: ViewState, catalogue: ModelCatalogue) -> list[str]:
+    """Control values of ``state``; the lens radio shows the last layer when the state names none."""
+    values = [getattr(state, name) for name in CONTROLS]
+    if not state.layer and state.model in catalogue.entries:
+        try:
+            values[CONTROLS.index("layer")] = str(catalogue.model(state.model).cfg.n_encoder_layers)
+        except ValueError:
+            pass
+    return values
+
+
+def _render_callback(app: Dash, renderer: ViewRenderer) -> None:
+    @app.callback(
+        Output("error", "children"),
+        Output("summary", "children"),
+        Output("changes", "children"),
+        Output("legend", "children"),
+        Output("layer", "options"),
+        Output("graph", "options"),
+        *[Output(id_, "figure") for id_ in GRAPHS.values()],
+        Input("url", "search"),
+    )
+    def render(search):
+        state = ViewState.from_query(search)
+        if state.tab != "graph":
+            return (no_update,) * (6 + len(GRAPHS))
+        view = renderer.render(state)
+        layers = _layer_options(view)
+        figures = [view.figures.get(name, {"data": [], "layout": {}}) for name in GRAPHS]
+        legend = dcc.Markdown(role_legend_html(view.roles), dangerously_allow_html=True) if view.roles else ""
+        return view.error, "\n".join(view.summary_lines()), _changes_table(view), legend, layers, layers, *figures
+
+
+def _layer_options(view: RenderedView) -> list[str]:
+    return [str(i) for i in range(1, view.n_encoder_layers + 1)]
+
+
+def _changes_table(view: RenderedView) -> html.Div | str:
+    if not view.changes:
+        return ""
+    header = html.Tr([html.Th(h) for h in ("step", "clean", "p", "intervened", "p", "")])
+    rows = [
+        html.Tr(
+            [
+                html.Td(c.step),
+                html.Td(c.clean),
+                html.Td(f"{c.clean_prob:.3f}"),
+                html.Td(c.changed),
+                html.Td(f"{c.changed_prob:.3f}"),
+                html.Td("changed" if c.differs else "", style={"color": "#cf222e"}),
+            ]
+        )
+        for c in view.changes
+    ]
+    verdict = "the answer changed" if view.answer_changed else "the answer did not change"
+    return html.Div([html.Strong(verdict, id="verdict"), html.Table([header, *rows], style={"fontSize": "0.85rem"})])
+
+
+def _training_callback(app: Dash, catalogue: ModelCatalogue) -> None:
+    @app.callback(Output("training", "children"), Input("url", "search"))
+    def training(search):
+        state = ViewState.from_query(search)
+        if state.tab != "training":
+            return no_update
+        parts: list = []
+        try:
+            entry = catalogue.entry(state.model or catalogue.names[0])
+        except ValueError as err:
+            return html.Div(str(err), style={"color": "#cf222e"})
+        history = epoch_history(entry.metrics_file, entry.replicate) if entry.metrics_file else None
+        if history is None or history.empty:
+            parts.append(html.P(f"{entry.name}: no per-epoch validation history recorded (no run metrics.jsonl)."))
+        else:
+            parts.append(dcc.Graph(figure=history_figure(history, f"{entry.name}: validation accuracy")))
+        table = run_table()
+        if table is None:
+            parts.append(html.P("No run table of the training grid yet (analyses/results/ has none)."))
+        else:
+            summary = condition_intervals(table)
+            shown = summary if summary is not None else table
+            parts.append(
+                html.H3("runs of the grid" + (": mean [95% bootstrap interval]" if summary is not None else ""))
+            )
+            parts.append(_frame_table(shown))
+        return parts
+
+
+def _frame_table(frame) -> html.Table:
+    header = html.Tr([html.Th(str(c)) for c in frame.columns])
+    rows = [html.Tr([html.Td(str(v)) for v in row]) for row in frame.itertuples(index=False)]
+    return html.Table([header, *rows], style={"fontSize": "0.8rem"})
+
+
+def _draw_callback(app: Dash, catalogue: ModelCatalogue) -> None:
+    @app.callback(
+        Output("drawn", "options"),
+        Output("draw-message", "children"),
+        Input("draw", "n_clicks"),
+        State("model", "value"),
+        State("draw-split", "value"),
+        State("draw-transformation", "value"),
+        State("draw-alphabet", "value"),
+        State("draw-outcome", "value"),
+        prevent_initial_call=True,
+    )
+    def draw(clicks, name, split, transformation, alphabet, outcome):
+        try:
+            with catalogue.lock:
+                dataset = catalogue.memo(name, "dataset", evaluation_dataset)
+                pool = filter_tasks(dataset.splits[split], transformation, alphabet)
+                found = draw_tasks(catalogue.model(name), pool, outcome, DRAWN, seed=clicks or 0)
+        except (ValueError, KeyError, FileNotFoundError) as err:
+            return [], f"cannot draw tasks: {err}"
+        options = [
+            {"label": f"{t.with_answer(None)}  (model: {a or '(empty)'})", "value": str(t.with_answer(None))}
+            for t, a in found
+        ]
+        return options, f"{len(found)} of {len(pool)} matching tasks drawn; pick one"
+
+
+def explorer_catalogue(
+    models: Sequence[str] = (), loaded: dict[str, HookedEncoderDecoder] | None = None
+) -> ModelCatalogue:
+    """The shipped models, the models at ``models`` (names or directories) and the in-memory ``loaded``."""
+    return ModelCatalogue(discover_models(models), loaded)
+
+
+def serve(catalogue: ModelCatalogue, host: str = "127.0.0.1", port: int = 8050, debug: bool = False) -> None:
+    """Run the app's server until interrupted (threaded; model runs are serialised by the catalogue lock)."""
+    create_app(catalogue).run(host=host, port=port, debug=debug)
+
+
+def explore(model: HookedEncoderDecoder | str | None = None, port: int = 8050, mode: str = "inline") -> Dash:
+    """Show the explorer in a notebook (Dash's jupyter ``mode``: inline, tab or external) for ``model`` (a
+    loaded model, a shipped name or a directory; None: the shipped checkpoints). Returns the app."""
+    if isinstance(model, HookedEncoderDecoder):
+        catalogue = ModelCatalogue(discover_models(), {"notebook model": model})
+    else:
+        catalogue = explorer_catalogue([model] if model else [])
+    app = create_app(catalogue)
+    app.run(jupyter_mode=mode, port=port, host="127.0.0.1")
+    return app

@@ -1,0 +1,142 @@
+"""The models an explorer session may open, fixed at start: the browser names one, never a path.
+
+`discover_models` lists the shipped checkpoints (``checkpoints/NAME``), the replicates
+(``checkpoints/replicates/*``) and any run or checkpoint directories given on the command line; a run
+directory contributes its ``model/`` or every ``replicate-{i}/model``. `ModelCatalogue` loads each model
+on first use and keeps per-model results that are slow to recompute (reference means, matching heads,
+test sets); its lock serialises model runs, since hooks attach to the shared model.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, CONFIG_FILE, available_models, load_model
+from lsa_interp.model.hooked import HookedEncoderDecoder
+from lsa_interp.training.run_dir import METRICS_FILE, MODEL_DIR
+
+REPLICATES_DIR = CHECKPOINTS_DIR / "replicates"
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of the catalogue: where it loads from (``path``, None for a model given in memory), the run
+    directory holding its ``metrics.jsonl`` (if any) and its replicate index within a stacked run."""
+
+    name: str
+    path: Path | None = None
+    run_dir: Path | None = None
+    replicate: int | None = None
+
+    @property
+    def metrics_file(self) -> Path | None:
+        """The run's ``metrics.jsonl`` when it exists."""
+        if self.run_dir is None or not (self.run_dir / METRICS_FILE).is_file():
+            return None
+        return self.run_dir / METRICS_FILE
+
+
+def _is_checkpoint(path: Path) -> bool:
+    return (path / CONFIG_FILE).is_file()
+
+
+def entries_for_path(path: str | Path) -> list[ModelEntry]:
+    """The models in a checkpoint directory, a run directory (``model/`` or ``replicate-{i}/model``) or a
+    directory of checkpoints. Raises FileNotFoundError when ``path`` holds none."""
+    path = Path(path).expanduser().resolve()
+    if _is_checkpoint(path):
+        run_dir = path.parent if path.name == MODEL_DIR else None
+        return [ModelEntry(path.parent.name if run_dir else path.name, path, run_dir)]
+    if _is_checkpoint(path / MODEL_DIR):
+        return [ModelEntry(path.name, path / MODEL_DIR, path)]
+    replicas = sorted(path.glob("replicate-*/model"), key=lambda p: int(p.parent.name.split("-")[-1]))
+    if replicas:
+        return [
+            ModelEntry(f"{path.name}/{p.parent.name}", p, path, int(p.parent.name.split("-")[-1]))
+            for p in replicas
+            if _is_checkpoint(p)
+        ]
+    nested = [p for p in sorted(path.iterdir()) if _is_checkpoint(p)] if path.is_dir() else []
+    if nested:
+        return [ModelEntry(f"{path.name}/{p.name}", p) for p in nested]
+    raise FileNotFoundError(f"{path} holds no model: expected a checkpoint directory, a run directory or replicates")
+
+
+def discover_models(extra: Iterable[str | Path] = (), shipped: bool = True) -> list[ModelEntry]:
+    """The models of every name or path in ``extra`` (first, in order), then, with ``shipped``, the shipped
+    checkpoints and replicates. A shipped name is that checkpoint; a path is read by `entries_for_path`.
+    Names are made unique with a ``#n`` suffix. Raises FileNotFoundError for an item that holds no model.
+    """
+    entries: list[ModelEntry] = []
+    for item in extra:
+        if str(item) in available_models() and not Path(item).exists():
+            entries.append(ModelEntry(str(item), CHECKPOINTS_DIR / str(item)))
+        else:
+            entries += entries_for_path(item)
+    if shipped:
+        entries += [ModelEntry(name, CHECKPOINTS_DIR / name) for name in available_models()]
+        if REPLICATES_DIR.is_dir():
+            entries += [
+                ModelEntry(f"replicates/{p.name}", p) for p in sorted(REPLICATES_DIR.iterdir()) if _is_checkpoint(p)
+            ]
+    return _unique(entries)
+
+
+def _unique(entries: list[ModelEntry]) -> list[ModelEntry]:
+    seen: dict[str, int] = {}
+    result = []
+    for entry in entries:
+        if entry.path is not None and any(e.path == entry.path for e in result):
+            continue
+        count = seen.get(entry.name, 0)
+        seen[entry.name] = count + 1
+        name = entry.name if count == 0 else f"{entry.name}#{count + 1}"
+        result.append(ModelEntry(name, entry.path, entry.run_dir, entry.replicate))
+    return result
+
+
+class ModelCatalogue:
+    """The session's models by name (the in-memory ``models`` first, then ``entries``), loaded on first use,
+    with a per-model memo of slow results."""
+
+    def __init__(
+        self, entries: Iterable[ModelEntry] = (), models: Mapping[str, HookedEncoderDecoder] | None = None
+    ) -> None:
+        models = dict(models or {})
+        self.entries: dict[str, ModelEntry] = {name: ModelEntry(name) for name in models}
+        self.entries.update({e.name: e for e in entries if e.name not in models})
+        self._models: dict[str, HookedEncoderDecoder] = {name: model.eval() for name, model in models.items()}
+        if not self.entries:
+            raise ValueError("the explorer needs at least one model")
+        self._memo: dict[tuple[str, str], Any] = {}
+        self.lock = threading.RLock()
+
+    @property
+    def names(self) -> list[str]:
+        """Every model name, in catalogue order."""
+        return list(self.entries)
+
+    def entry(self, name: str) -> ModelEntry:
+        """The entry of ``name``; raises ValueError naming the models on offer."""
+        if name not in self.entries:
+            raise ValueError(f"unknown model {name!r}; this explorer offers: {', '.join(self.entries)}")
+        return self.entries[name]
+
+    def model(self, name: str) -> HookedEncoderDecoder:
+        """The model ``name`` (eval mode), loaded once. Raises ValueError for an unknown or broken model."""
+        entry = self.entry(name)
+        with self.lock:
+            if name not in self._models:
+                self._models[name] = load_model(entry.path).eval()
+            return self._models[name]
+
+    def memo(self, name: str, key: str, make: Callable[[HookedEncoderDecoder], Any]) -> Any:
+        """``make(model)`` computed once per model and ``key``; an exception is re-raised and not kept."""
+        with self.lock:
+            if (name, key) not in self._memo:
+                self._memo[name, key] = make(self.model(name))
+            return self._memo[name, key]

@@ -1,0 +1,175 @@
+"""Plotly figures of the explorer: one layer's attention (head average or every head), one encoder layer's
+hidden states (box-selectable, ablated cells outlined) and the top-k next tokens of every decoding step.
+
+Axes are numeric positions with token labels as tick text, so a box selection reads back as positions.
+Layers and heads are labelled 1-based, as in the paper; token roles colour the tick labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jaxtyping import Float
+from torch import Tensor
+
+from lsa_interp.explorer.compute import CellBox, Prediction
+from lsa_interp.viz.attention_figures import ROLE_COLOURS
+
+_CELL_PX = 14
+HOVER = "%{text}: %{z:.3f}<extra></extra>"
+"""Hover of an attention cell: source -> destination: weight."""
+
+
+Figure = dict
+"""A plotly figure as a plain ``{"data": [...], "layout": {...}}`` dict: Dash sends it as is, without the
+validation of ``plotly.graph_objects`` (which costs more than the model run); `go.Figure(fig)` makes one."""
+
+
+def _ticks(labels: Sequence[str], roles: Sequence[str] | None) -> dict:
+    text = (
+        list(labels)
+        if roles is None
+        else [f"<span style='color:{ROLE_COLOURS[r]}'>{label}</span>" for label, r in zip(labels, roles)]
+    )
+    return {"tickmode": "array", "tickvals": list(range(len(labels))), "ticktext": text, "tickfont": {"size": 9}}
+
+
+def _grid(n: int, cols: int, gap: float = 0.04) -> list[tuple[str, str, dict, dict]]:
+    """Axis names and domains of ``n`` panels in rows of ``cols``: (x name, y name, x axis, y axis)."""
+    rows = -(-n // cols)
+    width, height = (1 - gap * (cols - 1)) / cols, (1 - gap * (rows - 1)) / rows
+    panels = []
+    for i in range(n):
+        row, col = divmod(i, cols)
+        x0, y1 = col * (width + gap), 1 - row * (height + gap)
+        suffix = "" if i == 0 else str(i + 1)
+        panels.append(
+            (f"x{suffix}", f"y{suffix}", {"domain": [x0, x0 + width], "anchor": f"y{suffix}"},
+             {"domain": [y1 - height, y1], "anchor": f"x{suffix}"})
+        )  # fmt: skip
+    return panels
+
+
+def _hover_text(q_labels: Sequence[str], k_labels: Sequence[str]) -> list[list[str]]:
+    return [[f"{k} -> {q}" for k in k_labels] for q in q_labels]
+
+
+def attention_heatmap(
+    patterns: Float[Tensor, "head q_pos k_pos"],
+    q_labels: Sequence[str],
+    k_labels: Sequence[str],
+    title: str,
+    heads: str = "average",
+    q_roles: Sequence[str] | None = None,
+    k_roles: Sequence[str] | None = None,
+) -> Figure:
+    """One layer's attention (destination rows x source columns): the head average, or every head in a grid
+    (``heads="all"``, panels titled 1-based). Hover reads ``source -> destination: weight``."""
+    values = patterns.detach().float().cpu().numpy()
+    n_heads = values.shape[0]
+    text = _hover_text(q_labels, k_labels)
+    trace = {"type": "heatmap", "text": text, "hovertemplate": HOVER, "colorscale": "Viridis", "zmin": 0.0}
+    margin = {"t": 60, "l": 70, "r": 30, "b": 60}
+    if heads == "average":
+        layout = {
+            "title": {"text": f"{title}, head average"},
+            "xaxis": {"title": {"text": "source (key)"}, **_ticks(k_labels, k_roles)},
+            "yaxis": {"title": {"text": "destination (query)"}, "autorange": "reversed", **_ticks(q_labels, q_roles)},
+            "width": max(420, 200 + _CELL_PX * len(k_labels)),
+            "height": max(320, 160 + _CELL_PX * len(q_labels)),
+        }
+        return {"data": [{**trace, "z": values.mean(0).tolist()}], "layout": {**layout, "margin": margin}}
+    cols = min(4, n_heads)
+    rows = -(-n_heads // cols)
+    panel = max(150, 5 * max(len(k_labels), len(q_labels)))
+    data, layout = [], {"title": {"text": f"{title}, every head"}, "coloraxis": {"colorscale": "Viridis", "cmin": 0}}
+    annotations = []
+    for h, (xname, yname, xaxis, yaxis) in enumerate(_grid(n_heads, cols)):
+        data.append({**trace, "z": values[h].tolist(), "xaxis": xname, "yaxis": yname, "coloraxis": "coloraxis"})
+        layout["xaxis" + xname[1:]] = {**xaxis, "showticklabels": False}
+        layout["yaxis" + yname[1:]] = {**yaxis, "showticklabels": False, "autorange": "reversed"}
+        annotations.append(
+            {"text": f"head {h + 1}", "xref": "paper", "yref": "paper", "x": sum(xaxis["domain"]) / 2,
+             "y": yaxis["domain"][1], "yanchor": "bottom", "showarrow": False}
+        )  # fmt: skip
+    layout.update(annotations=annotations, width=cols * panel + 150, height=rows * panel + 120, margin=margin)
+    return {"data": data, "layout": layout}
+
+
+def hidden_state_heatmap(
+    resid: Float[Tensor, "pos d_model"], labels: Sequence[str], roles: Sequence[str], layer: int, cells=()
+) -> Figure:
+    """Encoder layer ``layer`` (0-based) output, tokens x dimensions, colour -1..1 (clipped), in box-select
+    mode; the boxes of ``cells`` (`CellBox`) in this layer are outlined."""
+    values = resid.detach().float().cpu().numpy()
+    boxes: Sequence[CellBox] = [box for box in cells if box.layer == layer]
+    trace = {
+        "type": "heatmap",
+        "z": values.tolist(),
+        "text": [[label] * values.shape[1] for label in labels],
+        "zmin": -1.0,
+        "zmax": 1.0,
+        "colorscale": "RdBu",
+        "hovertemplate": "%{text}, dim %{x}: %{z:.3f}<extra></extra>",
+    }
+    layout = {
+        "title": {"text": f"encoder layer {layer + 1} hidden states (hook_resid_post): drag a box to select cells"},
+        "dragmode": "select",
+        "width": max(480, 220 + 5 * values.shape[1]),
+        "height": max(320, 160 + _CELL_PX * len(labels)),
+        "margin": {"t": 60, "l": 70, "r": 30, "b": 50},
+        "xaxis": {"title": {"text": "dimension"}},
+        "yaxis": {"title": {"text": "token"}, "autorange": "reversed", **_ticks(labels, roles)},
+        "shapes": [
+            {
+                "type": "rect",
+                "x0": box.dims[0] - 0.5,
+                "x1": box.dims[1] + 0.5,
+                "y0": box.positions[0] - 0.5,
+                "y1": box.positions[1] + 0.5,
+                "line": {"color": "black", "width": 2, "dash": "dot" if box.mode == "mean" else "solid"},
+            }
+            for box in boxes
+        ],
+    }
+    return {"data": [trace], "layout": layout}
+
+
+def top_k_bars(prediction: Prediction, title: str, clean: Prediction | None = None) -> Figure:
+    """Horizontal bars of the top-k next tokens at every decoding step, one panel per step; with ``clean``,
+    the clean run's probabilities of the same tokens are drawn beside them."""
+    n_steps = max(1, len(prediction.steps))
+    data, layout, annotations = [], {}, []
+    for step, (xname, yname, xaxis, yaxis) in enumerate(_grid(n_steps, n_steps, gap=0.03)):
+        layout["xaxis" + xname[1:]] = {**xaxis, "range": [0, 1], "nticks": 3}
+        layout["yaxis" + yname[1:]] = {**yaxis, "type": "category"}
+        annotations.append(
+            {"text": f"step {step + 1}", "xref": "paper", "yref": "paper", "x": sum(xaxis["domain"]) / 2, "y": 1,
+             "yanchor": "bottom", "showarrow": False}
+        )  # fmt: skip
+        if step >= len(prediction.steps):
+            continue
+        ranked = prediction.steps[step]
+        tokens = [token for token, _ in ranked][::-1]
+        bar = {"type": "bar", "orientation": "h", "y": tokens, "xaxis": xname, "yaxis": yname}
+        data.append(
+            {**bar, "x": [p for _, p in ranked][::-1], "marker": {"color": "#1f77b4"}, "name": "this run",
+             "showlegend": step == 0, "legendgroup": "run", "hovertemplate": "%{y}: %{x:.3f}<extra>this run</extra>"}
+        )  # fmt: skip
+        if clean is not None and step < len(clean.steps):
+            before = dict(clean.steps[step])
+            data.append(
+                {**bar, "x": [before.get(t, 0.0) for t in tokens], "marker": {"color": "#bbbbbb"},
+                 "name": "clean run (0 if not in its top-k)", "showlegend": step == 0, "legendgroup": "clean",
+                 "hovertemplate": "%{y}: %{x:.3f}<extra>clean</extra>"}
+            )  # fmt: skip
+    layout.update(
+        title={"text": title},
+        barmode="group",
+        annotations=annotations,
+        height=300,
+        width=max(480, 150 * n_steps + 120),
+        margin={"t": 80, "l": 40, "r": 20, "b": 40},
+        legend={"orientation": "h", "y": -0.15},
+    )
+    return {"data": data, "layout": layout}

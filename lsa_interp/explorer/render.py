@@ -1,0 +1,172 @@
+"""One view of the explorer, computed from its `ViewState`: runs, comparison and figures, and its export.
+
+`render_view` is what the app shows for a URL; the Dash callbacks only lay it out. It parses the state,
+runs the clean and intervened runs (`lsa_interp.explorer.compute`) under the catalogue's lock, and builds
+the figures. `export_html` writes the same view as one offline HTML page (plotly.js inlined).
+"""
+
+from __future__ import annotations
+
+import html
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import plotly.graph_objects as go
+
+from lsa_interp.analysis.matching import matching_heads
+from lsa_interp.data.task import Task
+from lsa_interp.explorer.catalogue import ModelCatalogue
+from lsa_interp.explorer.compute import (
+    Interventions,
+    Prediction,
+    StepChange,
+    compare,
+    prediction,
+    reference_means,
+    run_task,
+)
+from lsa_interp.explorer.figures import Figure, attention_heatmap, hidden_state_heatmap, top_k_bars
+from lsa_interp.explorer.state import ViewState, interventions_of, parse_layer
+from lsa_interp.viz.attention_data import AttentionData
+from lsa_interp.viz.attention_figures import role_legend_html
+from lsa_interp.viz.html import figures_page
+
+TOP_K = 5
+_CLEAN_RUNS = 64
+"""Clean runs kept per session (by model, task and lens layer): changing only an intervention reuses them."""
+
+
+@dataclass
+class RenderedView:
+    """What one state shows. ``error`` is set (and the rest empty) when the state cannot be shown."""
+
+    state: ViewState
+    error: str = ""
+    task: Task | None = None
+    run: Prediction | None = None
+    clean: Prediction | None = None
+    model_answer: str = ""
+    changes: list[StepChange] = field(default_factory=list)
+    interventions: Interventions | None = None
+    figures: dict[str, Figure] = field(default_factory=dict)
+    roles: tuple[str, ...] = ()
+    n_encoder_layers: int = 0
+
+    @property
+    def answer_changed(self) -> bool:
+        return self.run is not None and self.clean is not None and self.run.answer != self.clean.answer
+
+    def summary_lines(self) -> list[str]:
+        """Plain-text lines: the task, the answers and what each intervention is."""
+        if self.task is None or self.run is None or self.clean is None or self.interventions is None:
+            return [self.error] if self.error else []
+        ivs = self.interventions
+        lines = [f"task: {self.task.spaced()}", f"model's answer: {self.model_answer or '(empty)'}"]
+        lens = ivs.lens_layer
+        lines.append(f"decoder lens: encoder layer {lens + 1 if lens is not None else 'last'}")
+        if ivs.active:
+            parts = []
+            if ivs.cells:
+                parts.append(f"{len(ivs.cells)} cell box(es) ablated")
+            if ivs.ablated_heads:
+                parts.append("heads ablated: " + " ".join(h.label for h in ivs.ablated_heads))
+            if ivs.patched_heads:
+                parts.append(f"patterns of {' '.join(h.label for h in ivs.patched_heads)} from {ivs.source}")
+            lines.append("interventions: " + "; ".join(parts))
+            verdict = "changed" if self.answer_changed else "unchanged"
+            lines.append(f"answer: {self.clean.answer or '(empty)'} -> {self.run.answer or '(empty)'} ({verdict})")
+        else:
+            lines.append(f"answer: {self.run.answer or '(empty)'} (no intervention)")
+        return lines
+
+
+class ViewRenderer:
+    """Renders states for one catalogue, keeping recent clean runs."""
+
+    def __init__(self, catalogue: ModelCatalogue) -> None:
+        self.catalogue = catalogue
+        self._clean: OrderedDict[tuple[str, str, int | None], AttentionData] = OrderedDict()
+
+    def clean_run(self, name: str, task: Task, lens: int | None) -> AttentionData:
+        """The run of ``task`` with only the lens (memoised)."""
+        key = (name, str(task), lens)
+        if key not in self._clean:
+            self._clean[key] = run_task(self.catalogue.model(name), task, Interventions(lens), TOP_K)
+            if len(self._clean) > _CLEAN_RUNS:
+                self._clean.popitem(last=False)
+        self._clean.move_to_end(key)
+        return self._clean[key]
+
+    def render(self, state: ViewState) -> RenderedView:
+        """The view of ``state``; a bad model, task, layer, head or cell gives a view with ``error`` set."""
+        try:
+            with self.catalogue.lock:
+                return self._render(state)
+        except (ValueError, KeyError, FileNotFoundError) as err:
+            message = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+            return RenderedView(state, error=message.splitlines()[0] if message else type(err).__name__)
+
+    def _render(self, state: ViewState) -> RenderedView:
+        name = state.model or self.catalogue.names[0]
+        model = self.catalogue.model(name)
+        task = Task.parse(state.task).with_answer(None)
+        matching = None
+        if state.patch.strip().lower() == "auto":
+            matching = self.catalogue.memo(name, "matching", lambda m: tuple(matching_heads(m)))
+        ivs = interventions_of(state, model.cfg, matching)
+        last = model.cfg.n_encoder_layers - 1
+        clean = self.clean_run(name, task, ivs.lens_layer)
+        if ivs.active:
+            means = None
+            if any(box.mode == "mean" for box in ivs.cells):
+                means = self.catalogue.memo(name, "means", reference_means)
+            run = run_task(model, task, ivs, TOP_K, means)
+        else:
+            run = clean
+        plain = clean if ivs.lens_layer == last else self.clean_run(name, task, last)
+        graph = parse_layer(state.graph, model.cfg.n_encoder_layers)
+        view = RenderedView(
+            state,
+            task=task,
+            run=prediction(run),
+            clean=prediction(clean),
+            model_answer=plain.answer,
+            interventions=ivs,
+            roles=run.src_roles,
+            n_encoder_layers=model.cfg.n_encoder_layers,
+        )
+        view.changes = compare(view.clean, view.run) if ivs.active else []
+        view.figures = _figures(run, view, graph, state.heads, model.cfg.n_decoder_layers)
+        return view
+
+
+def _figures(data: AttentionData, view: RenderedView, layer: int, heads: str, n_dec: int) -> dict[str, Figure]:
+    dec = min(layer, n_dec - 1)
+    src, tgt, roles = data.src_labels, data.tgt_labels, data.src_roles
+    heads = "all" if heads == "all" else "average"
+    title = "answer: top-5 next tokens per decoding step"
+    if view.interventions is not None and view.interventions.active:
+        title += f" ({view.clean.answer or '(empty)'} -> {view.run.answer or '(empty)'})"
+    return {
+        "encoder self-attention": attention_heatmap(
+            data.encoder_attn[layer], src, src, f"encoder layer {layer + 1} self-attention", heads, roles, roles
+        ),
+        "encoder hidden states": hidden_state_heatmap(data.resid[layer], src, roles, layer, view.interventions.cells),
+        "decoder self-attention": attention_heatmap(
+            data.decoder_attn[dec], tgt, tgt, f"decoder layer {dec + 1} self-attention (causal)", heads
+        ),
+        "cross-attention": attention_heatmap(
+            data.cross_attn[dec], tgt, src, f"decoder layer {dec + 1} cross-attention", heads, None, roles
+        ),
+        "top-k": top_k_bars(view.run, title, view.clean if view.interventions.active else None),
+    }
+
+
+def export_html(view: RenderedView) -> str:
+    """The view as one self-contained HTML page (summary, role legend, every figure; nothing fetched)."""
+    title = f"lsa-interp explorer: {view.state.model}"
+    lines = "<br>".join(html.escape(line) for line in view.summary_lines())
+    link = html.escape(view.state.to_query())
+    intro = f"<p>{lines}</p><p>view: <code>{link}</code></p>" + (role_legend_html(view.roles) if view.roles else "")
+    figures = {name: go.Figure(figure) for name, figure in view.figures.items()}
+    return figures_page(title, figures, intro=intro)

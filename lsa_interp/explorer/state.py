@@ -1,0 +1,150 @@
+"""The explorer's whole view as a URL query string, and its parts parsed for the model.
+
+``?model=copy-200&task=...&layer=3&graph=2&heads=average&cells=3:35-37:0-127:zero&ablate=2.7&patch=auto&source=...``
+
+Layers and heads are 1-based, as in the paper; cell positions and dimensions are 0-based (as on the
+heatmap's axes). `ViewState.from_query` accepts any query string (unknown keys are ignored, bad values are
+kept and reported when parsed), so a copied link always reproduces the view or names what is wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from urllib.parse import parse_qs, urlencode
+
+from lsa_interp.analysis.prompts import minimal_pairs
+from lsa_interp.analysis.types import Head, parse_head
+from lsa_interp.data.task import Task
+from lsa_interp.data.tokenizer import encode_tasks
+from lsa_interp.explorer.compute import ABLATION_MODES, CellBox, Interventions
+from lsa_interp.model.config import ModelConfig
+
+DEFAULT_TASK = "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd"
+DEFAULT_SOURCE = "abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcd"
+HEAD_VIEWS = ("average", "all")
+TABS = ("graph", "training")
+
+
+@dataclass(frozen=True)
+class ViewState:
+    """Everything the explorer shows, as strings from the URL (see the module docstring)."""
+
+    model: str = ""
+    task: str = DEFAULT_TASK
+    layer: str = ""
+    graph: str = "1"
+    heads: str = "average"
+    cells: str = ""
+    ablate: str = ""
+    patch: str = ""
+    source: str = DEFAULT_SOURCE
+    tab: str = "graph"
+
+    def to_query(self) -> str:
+        """``?key=value&...`` with the fields that differ from the defaults."""
+        default = ViewState()
+        items = {k: v for k, v in asdict(self).items() if v != getattr(default, k) or k == "model"}
+        return "?" + urlencode(items)
+
+    @classmethod
+    def from_query(cls, query: str | None) -> ViewState:
+        """The state of a query string (leading ``?`` optional); missing keys take their defaults."""
+        values = parse_qs((query or "").lstrip("?"), keep_blank_values=True)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v[-1] for k, v in values.items() if k in known})
+
+    def reset(self) -> ViewState:
+        """The same model, task and view with every intervention cleared."""
+        return replace(self, cells="", ablate="", patch="")
+
+
+def parse_layer(text: str, n_layers: int) -> int:
+    """A 1-based layer number from ``text`` ("" is the last layer), returned 0-based.
+
+    Raises ValueError naming the allowed range."""
+    if not text.strip():
+        return n_layers - 1
+    if not text.strip().isdigit() or not 1 <= int(text) <= n_layers:
+        raise ValueError(f"layer {text!r} is not one of 1..{n_layers}")
+    return int(text) - 1
+
+
+def parse_heads(text: str, cfg: ModelConfig) -> tuple[Head, ...]:
+    """Heads joined by ``+`` (``"2.7+dec:1.3"``, 1-based); "" gives none. Raises ValueError for a bad label."""
+    return tuple(parse_head(label, cfg) for label in text.split("+") if label.strip())
+
+
+def parse_cells(text: str) -> tuple[CellBox, ...]:
+    """Cell boxes ``LAYER:P0-P1:D0-D1:MODE`` joined by ``,`` (layer 1-based; positions, dims 0-based).
+
+    Raises ValueError naming the malformed box."""
+    boxes = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        pieces = part.split(":")
+        if len(pieces) != 4 or pieces[3] not in ABLATION_MODES:
+            raise ValueError(f"bad cell box {part!r}: write LAYER:P0-P1:D0-D1:MODE, mode zero or mean")
+        try:
+            layer = int(pieces[0]) - 1
+            (p0, p1), (d0, d1) = (tuple(int(x) for x in r.split("-")) for r in pieces[1:3])
+        except ValueError:
+            raise ValueError(f"bad cell box {part!r}: numbers expected, e.g. 3:35-37:0-127:zero") from None
+        boxes.append(CellBox(layer, (min(p0, p1), max(p0, p1)), (min(d0, d1), max(d0, d1)), pieces[3]))
+    return tuple(boxes)
+
+
+def format_cells(boxes: tuple[CellBox, ...]) -> str:
+    """The inverse of `parse_cells`."""
+    return ",".join(f"{b.layer + 1}:{b.positions[0]}-{b.positions[1]}:{b.dims[0]}-{b.dims[1]}:{b.mode}" for b in boxes)
+
+
+def selection_box(selected: dict | None, layer: int, mode: str, n_pos: int, d_model: int) -> CellBox | None:
+    """The cells inside a plotly box selection (``selectedData`` with a ``range``) on the hidden-state
+    heatmap of 0-based ``layer`` (x: dimension, y: position); None when nothing is selected."""
+    if not selected or "range" not in selected:
+        return None
+    (x0, x1), (y0, y1) = sorted(selected["range"]["x"]), sorted(selected["range"]["y"])
+    dims = (max(0, round(x0)), min(d_model - 1, round(x1)))
+    positions = (max(0, round(y0)), min(n_pos - 1, round(y1)))
+    if dims[0] > dims[1] or positions[0] > positions[1]:
+        return None
+    return CellBox(layer, positions, dims, mode)
+
+
+def interventions_of(state: ViewState, cfg: ModelConfig, matching: tuple[Head, ...] | None = None) -> Interventions:
+    """The interventions named by ``state`` for a model of ``cfg``; ``patch=auto`` takes ``matching`` (the
+    model's detected matching heads). Raises ValueError naming the first bad part."""
+    patch_text = state.patch.strip().lower()
+    if patch_text == "auto":
+        if not matching:
+            raise ValueError("patch=auto needs the model's matching heads, and none was detected")
+        patched = matching
+    else:
+        patched = parse_heads(state.patch, cfg)
+    return Interventions(
+        lens_layer=parse_layer(state.layer, cfg.n_encoder_layers),
+        cells=parse_cells(state.cells),
+        ablated_heads=parse_heads(state.ablate, cfg),
+        patched_heads=patched,
+        source=Task.parse(state.source) if patched else None,
+    )
+
+
+def with_selection(state: ViewState, selected: dict | None, mode: str, cfg: ModelConfig) -> ViewState:
+    """``state`` with the cells of a hidden-state box selection (on the graph layer) added in ``mode``.
+
+    Unchanged when nothing is selected. Raises ValueError for a bad task, layer or existing cell text."""
+    layer = parse_layer(state.graph, cfg.n_encoder_layers)
+    n_pos = len(encode_tasks([Task.parse(state.task)], with_answers=False).src[0])
+    box = selection_box(selected, layer, mode, n_pos, cfg.d_model)
+    if box is None:
+        return state
+    return replace(state, cells=format_cells((*parse_cells(state.cells), box)))
+
+
+def with_minimal_pair(state: ViewState, seed: int, source: str = "succ", target: str = "pred") -> ViewState:
+    """``state`` with a ``target`` task and its ``source`` twin (a minimal pair, standard alphabet, 3-letter
+    windows, drawn with ``seed``) and the matching heads chosen for patching."""
+    pair = minimal_pairs(source, target, 1, seed=seed, lengths=(3,))[0]
+    return replace(
+        state, task=str(pair.target.with_answer(None)), source=str(pair.source.with_answer(None)), patch="auto"
+    )

@@ -1,0 +1,82 @@
+"""The view state in the URL: round trips, parsing of heads, layers and cells, box selections, actions."""
+
+from __future__ import annotations
+
+import pytest
+
+from lsa_interp.analysis.types import Head
+from lsa_interp.explorer.compute import CellBox
+from lsa_interp.explorer.state import (
+    ViewState,
+    format_cells,
+    interventions_of,
+    parse_cells,
+    parse_layer,
+    selection_box,
+    with_minimal_pair,
+    with_selection,
+)
+from lsa_interp.model import ModelConfig
+
+CFG = ModelConfig()
+
+
+def test_query_round_trip_keeps_every_field():
+    state = ViewState(
+        model="runs/x#2", task="abcdefghijklmnopqrstuvwxyz | ijk > hjk | bcd", layer="2", graph="3", heads="all",
+        cells="3:35-37:0-127:zero", ablate="2.7+dec:1.3", patch="auto", tab="training",
+    )  # fmt: skip
+    query = state.to_query()
+    assert query.startswith("?model=") and "%3E" in query and " " not in query
+    assert ViewState.from_query(query) == state
+    assert ViewState.from_query("?model=a&unknown=1&task=") == ViewState(model="a", task="")
+    assert ViewState.from_query(None) == ViewState()
+
+
+def test_reset_clears_only_interventions():
+    state = ViewState(model="m", layer="1", cells="1:0-0:0-0:zero", ablate="1.1", patch="2.7")
+    assert state.reset() == ViewState(model="m", layer="1")
+
+
+def test_cells_parse_and_format():
+    boxes = parse_cells("3:37-35:0-127:zero, 1:2-2:5-9:mean")
+    assert boxes == (CellBox(2, (35, 37), (0, 127), "zero"), CellBox(0, (2, 2), (5, 9), "mean"))
+    assert parse_cells(format_cells(boxes)) == boxes
+    for bad in ("3:35-37:0-127", "3:a-b:0-1:zero", "3:1-2:0-1:half"):
+        with pytest.raises(ValueError, match="bad cell box"):
+            parse_cells(bad)
+
+
+def test_layers_are_one_based():
+    assert parse_layer("", 3) == 2 and parse_layer("1", 3) == 0
+    for bad in ("0", "4", "x"):
+        with pytest.raises(ValueError, match=r"not one of 1..3"):
+            parse_layer(bad, 3)
+
+
+def test_interventions_of_state():
+    ivs = interventions_of(ViewState(layer="2", ablate="2.7+cross:3.1", patch="1.3"), CFG)
+    assert ivs.lens_layer == 1
+    assert ivs.ablated_heads == (Head("encoder", 1, 6), Head("decoder", 2, 0, "cross_attn"))
+    assert ivs.patched_heads == (Head("encoder", 0, 2),) and ivs.source is not None
+    assert interventions_of(ViewState(patch="auto"), CFG, (Head("encoder", 1, 2),)).patched_heads[0].label == "2.3"
+    with pytest.raises(ValueError, match="no head '4.1'"):
+        interventions_of(ViewState(ablate="4.1"), CFG)
+    with pytest.raises(ValueError, match="matching heads"):
+        interventions_of(ViewState(patch="auto"), CFG, ())
+    assert interventions_of(ViewState(), CFG).source is None
+
+
+def test_box_selection_becomes_cells():
+    selected = {"range": {"x": [10.4, 2.6], "y": [35.2, 37.9]}, "points": []}
+    assert selection_box(selected, 1, "mean", 39, 128) == CellBox(1, (35, 38), (3, 10), "mean")
+    assert selection_box({"range": {"x": [-5, 500], "y": [-1, 99]}}, 0, "zero", 39, 128).dims == (0, 127)
+    assert selection_box(None, 0, "zero", 39, 128) is None and selection_box({"points": []}, 0, "zero", 39, 128) is None
+    state = with_selection(ViewState(graph="2", cells="1:0-0:0-0:zero"), selected, "zero", CFG)
+    assert state.cells == "1:0-0:0-0:zero,2:35-38:3-10:zero"
+
+
+def test_minimal_pair_action_sets_an_aligned_pair():
+    state = with_minimal_pair(ViewState(), seed=3)
+    assert state.patch == "auto" and "|" in state.source and state.task != state.source
+    assert state.task.split("|")[-1] == state.source.split("|")[-1]  # same query
