@@ -79,20 +79,44 @@ def register(app: typer.Typer) -> None:
         donor: Annotated[str, typer.Option(help="Rule of the prompts whose memory positions are spliced in.")] = "pred",
         target: Annotated[str, typer.Option(help="Rule of the prompts that are decoded.")] = "succ",
         pairs: Annotated[int, typer.Option(min=1, help="Minimal pairs (3-letter windows, standard alphabet).")] = 100,
+        positions: Annotated[
+            list[str] | None,
+            typer.Option(
+                help="Memory positions spliced in one case, 0-based ranges joined by commas (e.g. 0-31 or "
+                "8-25,33); repeat for more cases. Default: the authors' two cases, 0-31 and 8-25."
+            ),
+        ] = None,
         seed: SeedOption = 0,
         out: OutOption = None,
         device: DeviceOption = "cpu",
     ) -> None:
         """Memory splicing (the authors' experiment): decode --target prompts from an encoder output whose
         positions 0-31 (then only the alphabet positions 8-25) come from the --donor prompt of the same
-        alphabet, example input and query; count outputs equal to the donor's answer, the own answer, neither."""
-        from lsa_interp.analysis.splice import splice_analysis
+        alphabet, example input and query; count outputs equal to the donor's answer, the own answer, neither.
+        The authors' cases hold when more than half the pairs give their outcome (0-31: the donor's answer;
+        8-25: the own answer); other --positions cases are reported, not judged."""
+        from lsa_interp.analysis.splice import CASES, splice_analysis
         from lsa_interp.data.transformations import get_transformation
 
         get_transformation(donor), get_transformation(target)
+        cases = dict(_parse_case(text, CASES) for text in positions) if positions else CASES
         target_dir = writable_out(out if out is not None else default_out(model))
         net = open_model(model, device)
-        finish(splice_analysis(net, donor, target, n_pairs=pairs, seed=seed, model_name=model), target_dir, model)
+        result = splice_analysis(net, donor, target, n_pairs=pairs, seed=seed, cases=cases, model_name=model)
+        finish(result, target_dir, model)
+
+
+def _parse_case(text: str, known: dict[str, tuple[int, ...]]) -> tuple[str, tuple[int, ...]]:
+    """``"0-31"`` or ``"8-25,33"`` -> (the name of the ``known`` case with these positions, else ``"positions
+    8-25,33"``; the positions). Raises ValueError (exit 2) for anything else."""
+    chosen: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        low, _, high = part.partition("-")
+        if not (low.isdigit() and (high.isdigit() or not high)) or (high and int(high) < int(low)):
+            raise ValueError(f"bad --positions {text!r}: give 0-based ranges such as 0-31 or 8-25,33")
+        chosen.extend(range(int(low), int(high or low) + 1))
+    unique = tuple(dict.fromkeys(chosen))
+    return next((name for name, case in known.items() if case == unique), f"positions {text.replace(' ', '')}"), unique
 
 
 def _population(patterns: list[str], workers: int | None, out: Path | None, seed: int) -> None:
