@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         from lsa_interp.analysis.decoder_lens import decoder_lens as run_lens
 
         if source not in SOURCES:
-            raise ValueError(f"unknown --source {source!r}; choose one of {', '.join(SOURCES)}")
+            raise ValueError(f"unknown task source {source!r} (--source); choose one of {', '.join(SOURCES)}")
         target = out_dir(out, model)
         net = open_model(model, device)
         result = run_lens(net, lens_tasks(net, tasks, seed, source), model_name=model, source=source)

@@ -112,7 +112,7 @@ def test_elimination_raw_last_layer_is_recorded(checkpoint, tmp_path, capsys):
         (["invariance", "--lengths", "3,4"], "--lengths applies to --prompts random only"),
         (["invariance", "--prompts", "random", "--lengths", "2"], "bad --lengths '2'"),
         (["elimination", "--layer", "3"], "--layer 3 is beyond the model's 2 encoder layers"),
-        (["decoder-lens", "--source", "train"], "unknown --source 'train'"),
+        (["decoder-lens", "--source", "train"], "unknown task source 'train'"),
         (["patch", "--alphabets", "both"], "unknown --alphabets 'both'; choose one of standard, permuted"),
         (["patch", "--matrix", "--lengths", "3,4"], "--lengths and --alphabets apply to one pair of rules"),
         (["splice", "--positions", "31-0"], "bad --positions '31-0'"),
