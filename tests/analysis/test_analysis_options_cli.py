@@ -167,3 +167,23 @@ def test_help_texts_state_the_library_thresholds(capsys):
         missing = [phrase for phrase in phrases if phrase not in text]
         assert not missing, f"{command} --help lacks {missing}"
     assert "0.3" not in _help("elimination", capsys)
+
+
+def test_report_runs_on_one_torch_thread_per_process(checkpoint, tmp_path, capsys, monkeypatch):
+    from lsa_interp.analysis import report, report_pool
+
+    calls = []
+
+    def fake_pool(model, name, seed, workers, progress=None):
+        calls.append((torch.get_num_threads(), workers))
+        return report.Report(name)
+
+    monkeypatch.setattr(report_pool, "run_report_pool", fake_pool)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        code, _, err = run(["report", "--model", checkpoint, "--workers", "2", "--out", str(tmp_path)], capsys)
+    finally:
+        torch.set_num_threads(before)
+    assert code == 0, err
+    assert calls == [(1, 2)] and (tmp_path / "report.json").is_file()
