@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,6 +196,40 @@ def control_findings(report: Report, model: HookedEncoderDecoder, n_pairs: int, 
     return findings
 
 
+def run_step(
+    model: HookedEncoderDecoder, model_name: str, seed: int, name: str
+) -> tuple[AnalysisResult | Finding, float]:
+    """Run the report step ``name`` (see `STEPS`) on ``model``; return its result (or a `Finding` saying why it
+    could not run) and its seconds. Raises ValueError for an unknown step."""
+    chosen = dict(_steps(model, model_name, seed))
+    if name not in chosen:
+        raise ValueError(f"unknown report step {name!r}; choose from {', '.join(STEPS)}")
+    started = time.perf_counter()
+    try:
+        outcome: AnalysisResult | Finding = chosen[name]()
+    except ValueError as err:
+        outcome = Finding(name, "-", f"could not run: {err}", None)
+    return outcome, round(time.perf_counter() - started, 1)
+
+
+def assemble(
+    model: HookedEncoderDecoder,
+    model_name: str,
+    seed: int,
+    outcomes: Mapping[str, tuple[AnalysisResult | Finding, float]],
+) -> Report:
+    """The `Report` of the `run_step` ``outcomes`` (by step name, put in the order of `STEPS`), with the control
+    findings computed on ``model``."""
+    report = Report(model_name)
+    for name in STEPS:
+        if name in outcomes:
+            outcome, seconds = outcomes[name]
+            (report.results if isinstance(outcome, AnalysisResult) else report.extra).append(outcome)
+            report.seconds[name] = seconds
+    report.extra[:0] = control_findings(report, model, REPORT_SIZES["patch_pairs"], seed)
+    return report
+
+
 def run_report(
     model: HookedEncoderDecoder,
     model_name: str,
@@ -203,22 +237,16 @@ def run_report(
     progress: Callable[[str], None] | None = None,
     steps: Sequence[str] | None = None,
 ) -> Report:
-    """Run every analysis (or those named in ``steps``, see `STEPS`) on ``model`` and return the `Report`
-    (``progress(name)`` before each analysis). Raises ValueError for an unknown step."""
+    """Run every analysis (or those named in ``steps``, see `STEPS`) on ``model`` in this process and return
+    the `Report` (``progress(name)`` before each analysis). Raises ValueError for an unknown step."""
     unknown = sorted(set(steps or ()) - set(STEPS))
     if unknown:
         raise ValueError(f"unknown report step(s) {', '.join(unknown)}; choose from {', '.join(STEPS)}")
-    report = Report(model_name)
-    for name, step in _steps(model, model_name, seed):
+    outcomes = {}
+    for name in STEPS:
         if steps is not None and name not in steps:
             continue
         if progress:
             progress(name)
-        started = time.perf_counter()
-        try:
-            report.results.append(step())
-        except ValueError as err:
-            report.extra.append(Finding(name, "-", f"could not run: {err}", None))
-        report.seconds[name] = round(time.perf_counter() - started, 1)
-    report.extra[:0] = control_findings(report, model, REPORT_SIZES["patch_pairs"], seed)
-    return report
+        outcomes[name] = run_step(model, model_name, seed, name)
+    return assemble(model, model_name, seed, outcomes)

@@ -15,7 +15,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from lsa_interp.analysis.patching import PairBatch, pair_batch, patch_pairs, resolve_heads
+from lsa_interp.analysis.pair_batch import PairBatch, pair_batch
+from lsa_interp.analysis.patching import patch_pairs, resolve_heads
 from lsa_interp.analysis.pattern_patches import check_engine
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.analysis.types import AnalysisResult, Finding, Head

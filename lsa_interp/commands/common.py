@@ -52,6 +52,19 @@ def writable_out(out: Path) -> Path:
     return out
 
 
+def out_dir(out: Path | None, model: str) -> Path:
+    """``--out`` (default `default_out`) checked with `writable_out` before any work; raises ValueError (exit 2)."""
+    return writable_out(out if out is not None else default_out(model))
+
+
+def parse_lengths(text: str) -> tuple[int, ...]:
+    """``"3"`` or ``"3,4,5"`` -> window lengths; raises ValueError (exit 2) unless each is an integer >= 3."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items or not all(item.isdigit() and int(item) >= 3 for item in items):
+        raise ValueError(f"bad --lengths {text!r}: give window lengths of 3 or more, e.g. 3 or 3,4,5")
+    return tuple(int(item) for item in items)
+
+
 def finish(result: AnalysisResult, out: Path | None, model: str) -> None:
     """Print the summary and findings as tables, then write the JSON and HTML files."""
     console = Console(width=max(shutil.get_terminal_size().columns, 120))

@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from lsa_interp.commands.common import HEAD_HELP, DeviceOption, ModelOption, OutOption, SeedOption, finish, open_model
+from lsa_interp.commands.common import (
+    HEAD_HELP,
+    DeviceOption,
+    ModelOption,
+    OutOption,
+    SeedOption,
+    finish,
+    open_model,
+    out_dir,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -37,18 +46,23 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Exact match when the decoder reads encoder layer k (after the final encoder norm) instead of the
         encoder output, for every layer k (1-based), overall and by transformation (paper: 0.0 / 1.9 / 66.5 % on
-        the new-alphabet test set; the last layer is the model's own accuracy)."""
+        the new-alphabet test set; the last layer is the model's own accuracy). Holds when the best earlier
+        layer (95 % Wilson lower bound) is at most 0.029 x the last layer (the paper's 1.9 / 66.5)."""
+        from lsa_interp.analysis.decoder_lens import SOURCES, lens_tasks
         from lsa_interp.analysis.decoder_lens import decoder_lens as run_lens
-        from lsa_interp.analysis.decoder_lens import lens_tasks
 
+        if source not in SOURCES:
+            raise ValueError(f"unknown task source {source!r} (--source); choose one of {', '.join(SOURCES)}")
+        target = out_dir(out, model)
         net = open_model(model, device)
         result = run_lens(net, lens_tasks(net, tasks, seed, source), model_name=model, source=source)
-        finish(result, out, model)
+        finish(result, target, model)
 
     @app.command(
         "rasp",
-        help="Compare every encoder head's attention with the paper's RASP-L selectors (pipe, arrow, same-as). "
-        + HEAD_HELP,
+        help="Compare every encoder head's attention with the paper's RASP-L selectors (pipe, arrow, same-as): "
+        "a selector's finding holds when some head, in any layer, puts >= 0.5 of its attention on the selected "
+        "keys (the best head of the paper's layer is reported beside it). " + HEAD_HELP,
         epilog="Example: lsa-interp rasp --model copy-200 --tasks 500 --out runs/analysis/copy-200",
     )
     def rasp(
@@ -72,5 +86,6 @@ def register(app: typer.Typer) -> None:
         from lsa_interp.analysis.rasp import paper_rasp_tasks, rasp_comparison, seen_rule_tasks
 
         chosen = seen_rule_tasks(tasks, seed) if seen_rules else paper_rasp_tasks(tasks, seed)
+        target = out_dir(out, model)
         net = open_model(model, device)
-        finish(rasp_comparison(net, chosen, model_name=model), out, model)
+        finish(rasp_comparison(net, chosen, model_name=model), target, model)

@@ -9,9 +9,20 @@ from typing import Annotated
 
 import typer
 
-from lsa_interp.commands.common import HEAD_HELP, DeviceOption, ModelOption, OutOption, SeedOption, finish, open_model
+from lsa_interp.commands.common import (
+    HEAD_HELP,
+    DeviceOption,
+    ModelOption,
+    OutOption,
+    SeedOption,
+    finish,
+    open_model,
+    out_dir,
+    parse_lengths,
+)
 
 _ENGINES = ("hooks", "nnsight")
+_ALPHABETS = ("standard", "permuted")
 
 
 def _groups(compare: list[str]) -> dict[str, list[Path]]:
@@ -75,7 +86,8 @@ def register(app: typer.Typer) -> None:
         "patch",
         help="Attention-pattern patching: run the --to prompts with encoder heads' attention patterns taken "
         "from the --from prompts of minimal pairs (same alphabet, example input and query) and count the answers "
-        "that switch to the --from rule's answer. " + HEAD_HELP,
+        "that switch to the --from rule's answer. The finding holds when >= 74 % switch (the paper's 10/10 is "
+        "then at least 5 % likely); no verdict when the model solves under half the --to prompts. " + HEAD_HELP,
         epilog="Example: lsa-interp patch --model copy-200 --head 2.7 --from succ --to pred --pairs 200\n\n"
         "Every head (flip-rate heat map): lsa-interp patch --head all\n\n"
         "Two heads together: lsa-interp patch --head 1.3+2.3\n\n"
@@ -103,12 +115,19 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="Comma-separated transformations of --matrix; default: the paper's 19.")
         ] = None,
         lengths: Annotated[
-            str,
+            str | None,
             typer.Option(
-                help="Comma-separated window lengths of the minimal pairs; 3 (the paper's: padding-free pairs "
-                "of equal length), or e.g. 3,4,5,6,7 for every training length."
+                help="Comma-separated window lengths of the minimal pairs; default 3 (the paper's: padding-free "
+                "pairs of equal length), or e.g. 3,4,5,6,7 for every training length. Not with --matrix."
             ),
-        ] = "3",
+        ] = None,
+        alphabets: Annotated[
+            str | None,
+            typer.Option(
+                help="Alphabets of the minimal pairs: standard (a..z, the paper's; default) or permuted (unseen ones). "
+                "Not with --matrix."
+            ),
+        ] = None,
         seed: SeedOption = 0,
         out: OutOption = None,
         device: DeviceOption = "cpu",
@@ -120,20 +139,25 @@ def register(app: typer.Typer) -> None:
             raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(_ENGINES)}")
         if matrix and head.strip().lower() == "all":
             raise ValueError("--matrix patches the heads it is given together; give --head L.H, L.H+L.H or auto")
+        if matrix and (lengths or alphabets):
+            raise ValueError("--lengths and --alphabets apply to one pair of rules, not to --matrix")
+        if alphabets is not None and alphabets not in _ALPHABETS:
+            raise ValueError(f"unknown --alphabets {alphabets!r}; choose one of {', '.join(_ALPHABETS)}")
         names = [name.strip() for name in rules.split(",") if name.strip()] if rules else list(PAPER)
-        windows = tuple(int(x) for x in lengths.split(",") if x.strip().isdigit())
-        if not windows or len(windows) != len([x for x in lengths.split(",") if x.strip()]) or min(windows) < 3:
-            raise ValueError(f"bad --lengths {lengths!r}: give window lengths of 3 or more, e.g. 3 or 3,4,5")
+        windows = parse_lengths(lengths or "3")
         for name in (source, target, *names):
             get_transformation(name)
+        target_dir = out_dir(out, model)
         net = open_model(model, device)
         if matrix:
             from lsa_interp.analysis.steering import steering_analysis
 
             result = steering_analysis(net, model, head, names, n_pairs=pairs, seed=seed, engine=engine)
-            finish(result, out, model)
+            finish(result, target_dir, model)
             return
         from lsa_interp.analysis.patching import patching_analysis
 
-        result = patching_analysis(net, model, source, target, head, pairs, seed, engine, lengths=windows)
-        finish(result, out, model)
+        result = patching_analysis(
+            net, model, source, target, head, pairs, seed, engine, alphabets=alphabets or "standard", lengths=windows
+        )
+        finish(result, target_dir, model)

@@ -3,6 +3,7 @@ and ``splice`` (the authors' memory-splicing experiment)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -41,7 +42,12 @@ def register(app: typer.Typer) -> None:
         model: ModelOption = "copy-200",
         models: ModelsOption = None,
         workers: Annotated[
-            int | None, typer.Option(min=1, help="Processes for --models (default: the CPU count).")
+            int | None,
+            typer.Option(
+                min=1,
+                help="Processes (default: the CPU count): with --models one model each, else the report's "
+                "analyses spread over them (one torch thread each).",
+            ),
         ] = None,
         out: OutOption = None,
         seed: SeedOption = 0,
@@ -49,25 +55,31 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run every analysis (roles, matching heads, patching with a control head, invariance, cross-attention,
         elimination, decoder lens, RASP, memory splicing, Figure 5's copy attention) and write report.html
-        (findings table: paper vs ours, holds or not, plus every figure) and report.json; under a minute on
-        a 2-core CPU. With --models: every finding on every checkpoint in parallel, and population.html /
-        population.json with each finding's measure per model and in how many it holds (k/N)."""
+        (findings table: paper vs ours, holds or not, plus every figure) and report.json; about a minute of
+        CPU time, spread over the cores (one torch thread per process). With --models: every finding on every
+        checkpoint in parallel, and population.html / population.json with each finding's measure per model
+        and in how many it holds (k/N)."""
         from rich.console import Console
 
         if models:
             _population(models, workers, out, seed)
             return
-        from lsa_interp.analysis.report import run_report
+        from lsa_interp.analysis.report import STEPS
+        from lsa_interp.analysis.report_pool import run_report_pool
 
-        console = Console(stderr=True)
         target = writable_out(out if out is not None else default_out(model))
+        _one_thread()
         net = open_model(model, device)
-        with console.status("analysing") as status:
-            result = run_report(net, model, seed, progress=lambda name: status.update(f"running {name}"))
+        started = time.perf_counter()
+        with _progress_bar() as bar:
+            task = bar.add_task(f"report on {model}", total=len(STEPS))
+            result = run_report_pool(
+                net, model, seed, workers if device == "cpu" else 1, progress=lambda _: bar.advance(task)
+            )
         _print_findings(f"findings: {model}", [(f.name, f.paper, f.ours, f.holds) for f in result.findings])
         paths = result.write(target)
         Console().print(
-            f"wrote {paths['html']} and {paths['json']} in {sum(result.seconds.values()):.0f} s", highlight=False
+            f"wrote {paths['html']} and {paths['json']} in {time.perf_counter() - started:.0f} s", highlight=False
         )
 
     @app.command(
@@ -79,24 +91,35 @@ def register(app: typer.Typer) -> None:
         donor: Annotated[str, typer.Option(help="Rule of the prompts whose memory positions are spliced in.")] = "pred",
         target: Annotated[str, typer.Option(help="Rule of the prompts that are decoded.")] = "succ",
         pairs: Annotated[int, typer.Option(min=1, help="Minimal pairs (3-letter windows, standard alphabet).")] = 100,
+        positions: Annotated[
+            list[str] | None,
+            typer.Option(
+                help="Memory positions spliced in one case, 0-based ranges joined by commas (e.g. 0-31 or "
+                "8-25,33); repeat for more cases. Default: the authors' two cases, 0-31 and 8-25."
+            ),
+        ] = None,
         seed: SeedOption = 0,
         out: OutOption = None,
         device: DeviceOption = "cpu",
     ) -> None:
         """Memory splicing (the authors' experiment): decode --target prompts from an encoder output whose
         positions 0-31 (then only the alphabet positions 8-25) come from the --donor prompt of the same
-        alphabet, example input and query; count outputs equal to the donor's answer, the own answer, neither."""
-        from lsa_interp.analysis.splice import splice_analysis
+        alphabet, example input and query; count outputs equal to the donor's answer, the own answer, neither.
+        The authors' cases hold when more than half the pairs give their outcome (0-31: the donor's answer;
+        8-25: the own answer); other --positions cases are reported, not judged."""
+        from lsa_interp.analysis.splice import CASES, splice_analysis
         from lsa_interp.data.transformations import get_transformation
 
         get_transformation(donor), get_transformation(target)
+        cases = dict(_parse_case(text, CASES) for text in positions) if positions else CASES
         target_dir = writable_out(out if out is not None else default_out(model))
         net = open_model(model, device)
-        finish(splice_analysis(net, donor, target, n_pairs=pairs, seed=seed, model_name=model), target_dir, model)
+        result = splice_analysis(net, donor, target, n_pairs=pairs, seed=seed, cases=cases, model_name=model)
+        finish(result, target_dir, model)
 
 
-def _population(patterns: list[str], workers: int | None, out: Path | None, seed: int) -> None:
-    """``report --models``: expand the globs, check --out, run the pool with a progress bar, print the k/N table."""
+def _progress_bar():
+    """A rich progress bar on stderr: description, bar, done/total, elapsed and remaining time."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -107,13 +130,41 @@ def _population(patterns: list[str], workers: int | None, out: Path | None, seed
         TimeRemainingColumn,
     )
 
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*columns, TimeRemainingColumn(), console=Console(stderr=True))
+
+
+def _one_thread() -> None:
+    """Run torch on one thread, as each ``--models`` worker does: the models are small, and two threads on a
+    busy 2-core machine cost 2-3x the CPU time and the wall time of one (docs/analyses.md)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _parse_case(text: str, known: dict[str, tuple[int, ...]]) -> tuple[str, tuple[int, ...]]:
+    """``"0-31"`` or ``"8-25,33"`` -> (the name of the ``known`` case with these positions, else ``"positions
+    8-25,33"``; the positions). Raises ValueError (exit 2) for anything else."""
+    chosen: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        low, _, high = part.partition("-")
+        if not (low.isdigit() and (high.isdigit() or not high)) or (high and int(high) < int(low)):
+            raise ValueError(f"bad --positions {text!r}: give 0-based ranges such as 0-31 or 8-25,33")
+        chosen.extend(range(int(low), int(high or low) + 1))
+    unique = tuple(dict.fromkeys(chosen))
+    return next((name for name, case in known.items() if case == unique), f"positions {text.replace(' ', '')}"), unique
+
+
+def _population(patterns: list[str], workers: int | None, out: Path | None, seed: int) -> None:
+    """``report --models``: expand the globs, check --out, run the pool with a progress bar, print the k/N table."""
+    from rich.console import Console
+
     from lsa_interp.analysis.matching import expand_checkpoints
     from lsa_interp.analysis.population import run_population
 
     paths = list(dict.fromkeys(p for pattern in patterns for p in expand_checkpoints(pattern)))
     target = writable_out(out if out is not None else Path("runs") / "report" / "population")
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, TimeRemainingColumn(), console=Console(stderr=True)) as bar:
+    with _progress_bar() as bar:
         task = bar.add_task(f"report on {len(paths)} models", total=len(paths))
         population = run_population(paths, seed, workers, progress=lambda _: bar.advance(task))
     table = population.table()

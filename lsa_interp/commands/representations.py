@@ -1,6 +1,9 @@
 """CLI commands of the representation analyses: roles, invariance, cross-attention, elimination.
 
-Heavy imports (torch, scikit-learn, the analyses) happen inside the commands, so other commands start fast.
+Each defaults to the authors' measurement (SPEC 5b: their prompts, residuals through the final encoder
+LayerNorm, solved tasks only where a mechanism is read off); the options reach the library's variants.
+Heavy imports (torch, scikit-learn, the analyses) happen inside the commands, so other commands start fast,
+which is why the thresholds in the help texts are written out (a test checks them against the library).
 """
 
 from __future__ import annotations
@@ -9,31 +12,82 @@ from typing import Annotated
 
 import typer
 
-from lsa_interp.commands.common import HEAD_HELP, DeviceOption, ModelOption, OutOption, SeedOption, finish, open_model
+from lsa_interp.commands.common import (
+    HEAD_HELP,
+    DeviceOption,
+    ModelOption,
+    OutOption,
+    SeedOption,
+    finish,
+    open_model,
+    out_dir,
+    parse_lengths,
+)
 
+PROMPT_KINDS = ("paper", "random")
 RulesOption = Annotated[
     list[str] | None,
     typer.Option(
-        "--transformation", "-t", help="A transformation to include; repeat for several (default: the 10 seen ones)."
+        "--transformation",
+        "-t",
+        help="A transformation to include; repeat for several (default: the 10 seen ones). With --prompts random only.",
     ),
 ]
 AlphabetsOption = Annotated[
-    str, typer.Option(help="standard (a..z), permuted (unseen permuted alphabets) or both (half each).")
+    str | None,
+    typer.Option(
+        help="standard (a..z), permuted (unseen permuted alphabets) or both (half each); with --prompts random "
+        "only (default: both)."
+    ),
 ]
-
+PromptsOption = Annotated[
+    str,
+    typer.Option(
+        help="paper: prompts built as the authors built theirs (standard alphabet, 3-letter windows, no letter "
+        "shared between example and query); random: example and query drawn independently."
+    ),
+]
+FinalNormOption = Annotated[
+    bool,
+    typer.Option(
+        "--final-norm/--raw",
+        help="Read the residuals through the final encoder LayerNorm, as the authors read every layer, or raw.",
+    ),
+]
+LayerOption = Annotated[
+    int | None, typer.Option(min=1, help="Encoder layer, 1-based as in the paper (default: the last).")
+]
 TasksOption = Annotated[int, typer.Option("--tasks", min=1, help="Number of generated tasks (see above).")]
 
 
-def _check(rules: list[str], alphabets: str) -> list[str]:
+def _check(rules: list[str], alphabets: str | None) -> list[str]:
     """Validate transformation names and the alphabets choice before a model is loaded (ValueError: exit 2)."""
     from lsa_interp.analysis.activations import ALPHABET_KINDS
     from lsa_interp.data.transformations import get_transformation
 
     for rule in rules:
         get_transformation(rule)
-    if alphabets not in ALPHABET_KINDS:
+    if alphabets is not None and alphabets not in ALPHABET_KINDS:
         raise ValueError(f"unknown --alphabets {alphabets!r}; choose one of {', '.join(ALPHABET_KINDS)}")
     return rules
+
+
+def _check_prompts(prompts: str, **random_only: object) -> None:
+    """Refuse an unknown --prompts, and options that only random prompts use given with the paper's."""
+    if prompts not in PROMPT_KINDS:
+        raise ValueError(f"unknown --prompts {prompts!r}; choose one of {', '.join(PROMPT_KINDS)}")
+    given = [f"--{name}" for name, value in random_only.items() if value]
+    if prompts == "paper" and given:
+        raise ValueError(f"{', '.join(given)} applies to --prompts random only; the paper's prompts fix it")
+
+
+def _layer(model, layer: int | None) -> int:
+    """A 1-based --layer as the library's 0-based index (-1: the last); ValueError (exit 2) beyond the encoder."""
+    if layer is None:
+        return -1
+    if layer > model.cfg.n_encoder_layers:
+        raise ValueError(f"--layer {layer} is beyond the model's {model.cfg.n_encoder_layers} encoder layers")
+    return layer - 1
 
 
 def _seen() -> list[str]:
@@ -53,26 +107,45 @@ def register(app: typer.Typer) -> None:
     def roles(
         model: ModelOption = "copy-200",
         tasks: TasksOption = 400,
-        transformation: RulesOption = None,
-        alphabets: AlphabetsOption = "both",
+        transformation: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--transformation", "-t", help="A transformation to include; repeat (default: the 10 seen ones)."
+            ),
+        ] = None,
+        alphabets: Annotated[
+            str, typer.Option(help="standard (a..z), permuted (unseen permuted alphabets) or both (half each).")
+        ] = "both",
+        final_norm: FinalNormOption = True,
         seed: SeedOption = 0,
         out: OutOption = None,
         device: DeviceOption = "cpu",
     ) -> None:
         """Role assignment: do token roles separate more after encoder layer 1 (PCA densities, silhouette,
         role probe), and do the layer-1 heads attend to the separators? Of the --tasks, half fit the PCA and
-        the probe and half are measured."""
+        the probe and half are measured. Holds: the PCA-plane silhouette rises by >= 0.05 and the probe
+        accuracy falls by < 0.02; both example-out density overlaps fall by >= 0.05; at least 2 layer-1 heads
+        put >= 2x the uniform mass on the separators."""
         rules = _check(transformation or _seen(), alphabets)
         from lsa_interp.analysis.roles import role_assignment
 
+        target = out_dir(out, model)
         net = open_model(model, device)
         result = role_assignment(
-            net, n_tasks=tasks, seed=seed, transformations=rules, alphabets=alphabets, model_name=model
+            net,
+            n_tasks=tasks,
+            seed=seed,
+            transformations=rules,
+            alphabets=alphabets,
+            model_name=model,
+            normed=final_norm,
         )
-        finish(result, out, model)
+        finish(result, target, model)
 
     @app.command(
-        "invariance", epilog="Example: lsa-interp invariance --model copy-200 --transformation pred --tasks 10"
+        "invariance",
+        epilog="Example: lsa-interp invariance --model copy-200 --transformation pred --tasks 10\n\n"
+        "As first measured here: lsa-interp invariance --prompts random --raw --alphabets both",
     )
     def invariance(
         model: ModelOption = "copy-200",
@@ -82,22 +155,46 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(help="Transformations of the by-rule table and control; repeat (default: the seen ones)."),
         ] = None,
-        alphabets: AlphabetsOption = "standard",
+        prompts: PromptsOption = "paper",
+        final_norm: FinalNormOption = True,
+        layer: LayerOption = None,
+        alphabets: Annotated[
+            str | None,
+            typer.Option(help="standard, permuted or both; with --prompts random only (default: standard)."),
+        ] = None,
+        lengths: Annotated[
+            str | None,
+            typer.Option(help="Comma-separated window lengths; with --prompts random only (default: 3)."),
+        ] = None,
         seed: SeedOption = 0,
         out: OutOption = None,
         device: DeviceOption = "cpu",
     ) -> None:
-        """Compute mapping: cosine similarity of the last encoder layer's output at the first example-out token
-        across --tasks prompts of one transformation (paper: 10 prompts, 0.958..0.997 for pred), the same for
-        every --compare transformation, and controls."""
+        """Compute mapping: pairwise cosines of the encoder layer's output at the first example-out token
+        across --tasks prompts of one transformation (paper: 10 pred prompts with the query fixed at bcd, 45
+        cosines in 0.958..0.997; holds when the smallest is >= 0.958), the same for every --compare
+        transformation, and controls (specific: the within-rule mean exceeds every control mean by >= 0.02)."""
+        _check_prompts(prompts, alphabets=alphabets, lengths=lengths)
         rules = _check([transformation, *(compare or _seen())], alphabets)
+        windows = parse_lengths(lengths or "3")
         from lsa_interp.analysis.invariance import mapping_invariance
 
+        target = out_dir(out, model)
         net = open_model(model, device)
         result = mapping_invariance(
-            net, transformation, n_prompts=tasks, seed=seed, alphabets=alphabets, compare=rules[1:], model_name=model
+            net,
+            transformation,
+            n_prompts=tasks,
+            seed=seed,
+            alphabets=alphabets or "standard",
+            lengths=windows,
+            layer=_layer(net, layer),
+            compare=rules[1:],
+            model_name=model,
+            prompts=prompts,
+            normed=final_norm,
         )
-        finish(result, out, model)
+        finish(result, target, model)
 
     @app.command(
         "cross-attention",
@@ -107,40 +204,80 @@ def register(app: typer.Typer) -> None:
         model: ModelOption = "copy-200",
         tasks: TasksOption = 200,
         transformation: Annotated[str, typer.Option(help="Transformation of the tasks (the paper's: pred).")] = "pred",
-        alphabets: AlphabetsOption = "both",
+        prompts: PromptsOption = "paper",
+        solved_only: Annotated[
+            bool,
+            typer.Option(
+                "--solved-only/--all-tasks",
+                help="Read the mechanism off the tasks the model solves (the authors' way), or off every task.",
+            ),
+        ] = True,
+        alphabets: AlphabetsOption = None,
         seed: SeedOption = 0,
         out: OutOption = None,
         device: DeviceOption = "cpu",
     ) -> None:
         """Apply mapping: where each decoder layer's cross-attention looks at the first decoding step (first
-        query letter, changed example-out letter, answer letter in the alphabet, ...), over --tasks tasks."""
+        query letter, changed example-out letter, answer letter in the alphabet, ...), over --tasks tasks.
+        A layer's finding holds when the head mean or one head has its argmax on the paper's target in >= 50 %
+        of the judged tasks (no verdict when the model solves none)."""
+        _check_prompts(prompts, alphabets=alphabets)
         _check([transformation], alphabets)
         from lsa_interp.analysis.cross_attention import cross_attention_targets
 
+        target = out_dir(out, model)
         net = open_model(model, device)
         result = cross_attention_targets(
-            net, transformation, n_tasks=tasks, seed=seed, alphabets=alphabets, model_name=model
+            net,
+            transformation,
+            n_tasks=tasks,
+            seed=seed,
+            alphabets=alphabets or "both",
+            model_name=model,
+            prompts=prompts,
+            solved_only=solved_only,
         )
-        finish(result, out, model)
+        finish(result, target, model)
 
-    @app.command("elimination", epilog="Example: lsa-interp elimination --model copy-200 --tasks 200 -t pred")
+    @app.command(
+        "elimination",
+        epilog="Example: lsa-interp elimination --model copy-200 --tasks 200\n\n"
+        "On tasks of other rules and alphabets: lsa-interp elimination --prompts random -t pred -t succ "
+        "--alphabets both",
+    )
     def elimination(
         model: ModelOption = "copy-200",
         tasks: TasksOption = 200,
+        prompts: PromptsOption = "paper",
+        final_norm: FinalNormOption = True,
+        layer: LayerOption = None,
         transformation: RulesOption = None,
-        alphabets: AlphabetsOption = "both",
+        alphabets: AlphabetsOption = None,
         seed: SeedOption = 0,
         out: OutOption = None,
         device: DeviceOption = "cpu",
     ) -> None:
-        """Elimination: attention on EOS per token in the last encoder layer (EOS-attending: head-mean
-        attention >= 0.3) and the collapse of those tokens' outputs (pairwise cosine, norms), over --tasks
-        tasks split over the transformations."""
+        """Elimination: the irrelevant tokens (separators and alphabet letters used nowhere in the task) of the
+        encoder layer: their attention sink (mean attention on EOS, the paper's sink, and on their top key,
+        whatever it is; holds from 0.4, the paper's lowest) and their collapse (mean within-task pairwise
+        cosine of their outputs, holds from 0.975, i.e. rounding to the paper's 0.98; norms kept: ratio to the
+        other tokens >= 0.75). Default prompts: the paper's successor prompts (a..z | ghi > ghj | bcd and more
+        of its form)."""
+        _check_prompts(prompts, transformation=transformation, alphabets=alphabets)
         rules = _check(transformation or _seen(), alphabets)
         from lsa_interp.analysis.elimination import elimination as run_elimination
 
+        target = out_dir(out, model)
         net = open_model(model, device)
         result = run_elimination(
-            net, n_tasks=tasks, seed=seed, transformations=rules, alphabets=alphabets, model_name=model
+            net,
+            n_tasks=tasks,
+            seed=seed,
+            transformations=rules,
+            alphabets=alphabets or "both",
+            layer=_layer(net, layer),
+            model_name=model,
+            prompts=prompts,
+            normed=final_norm,
         )
-        finish(result, out, model)
+        finish(result, target, model)

@@ -77,3 +77,19 @@ def test_report_command(small_sizes, tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["report", "--model", str(tmp_path / "nowhere")])
     assert info.value.code == 2
+
+
+@pytest.mark.slow
+def test_the_report_over_two_processes_equals_the_serial_one(small_sizes):
+    from lsa_interp.analysis.report_pool import COST_ORDER, run_report_pool
+
+    assert sorted(COST_ORDER) == sorted(report_module.STEPS)
+    model = planted_model()
+    done = []
+    pooled = run_report_pool(model, "planted", workers=2, progress=done.append)
+    serial = run_report(model, "planted")
+    assert sorted(done) == sorted(report_module.STEPS)
+    assert [r.name for r in pooled.results] == [r.name for r in serial.results]
+    assert [(f.name, f.ours, f.holds) for f in pooled.findings] == [(f.name, f.ours, f.holds) for f in serial.findings]
+    elimination = {r.name: r for r in pooled.results}["elimination"]
+    assert elimination.summary["tasks"] == report_module.REPORT_SIZES["elimination"] == 12  # sizes reach the workers

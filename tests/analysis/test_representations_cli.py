@@ -35,7 +35,11 @@ def test_help_has_an_example(command, capsys):
         (["roles", "--tasks", "8", "-t", "pred", "-t", "succ"], "roles", "probe_accuracy_after"),
         (["invariance", "--tasks", "3", "--compare", "succ"], "invariance", "cosine_min"),
         (["cross-attention", "--tasks", "6", "--transformation", "succ"], "cross_attention", "first_letter_accuracy"),
-        (["elimination", "--tasks", "6", "-t", "pred", "--alphabets", "permuted"], "elimination", "threshold"),
+        (
+            ["elimination", "--tasks", "6", "--prompts", "random", "-t", "pred", "--alphabets", "permuted"],
+            "elimination",
+            "sink_mass",
+        ),
     ],
 )
 def test_command_writes_json_and_html(args, name, summary_key, checkpoint, tmp_path, capsys):
@@ -53,7 +57,7 @@ def test_command_writes_json_and_html(args, name, summary_key, checkpoint, tmp_p
         (["roles", "-t", "nope"], "unknown transformation 'nope'"),
         (["invariance", "--compare", "nope"], "unknown transformation 'nope'"),
         (["cross-attention", "--transformation", "nope"], "unknown transformation 'nope'"),
-        (["elimination", "--alphabets", "greek"], "unknown --alphabets 'greek'"),
+        (["elimination", "--prompts", "random", "--alphabets", "greek"], "unknown --alphabets 'greek'"),
         (["elimination", "--model", "/no/such/checkpoint"], "no checkpoint named or at '/no/such/checkpoint'"),
         (["cross-attention", "--tasks", "0"], "Invalid value for '--tasks'"),
     ],
