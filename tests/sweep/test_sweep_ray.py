@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import builtins
+import os
+import signal
+import threading
+import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -21,15 +26,27 @@ def local_ray():
     ray.shutdown()
 
 
+STEPS = 120
+"""Long enough for a worker to be killed between the stack's first saved state and its end."""
+
+
+@pytest.fixture(scope="module")
+def local_sweep(tmp_path_factory) -> Path:
+    """The tiny grid swept in-process: the reference every Ray sweep must reproduce."""
+    root = tmp_path_factory.mktemp("sweep")
+    grid = write_tiny_grid(root / "grid.toml", max_steps=STEPS, analyses=("matching",))
+    assert run_sweep(grid, root / "local", progress=False).complete
+    return root
+
+
 @pytest.mark.slow
-def test_ray_sweep_equals_the_in_process_sweep(local_ray, tmp_path):
-    grid = write_tiny_grid(tmp_path / "grid.toml", analyses=("matching",))
-    local = run_sweep(grid, tmp_path / "local", progress=False)
+def test_ray_sweep_equals_the_in_process_sweep(local_ray, local_sweep, tmp_path):
+    grid, local_out = local_sweep / "grid.toml", local_sweep / "local"
     distributed = run_sweep(grid, tmp_path / "ray", ray="auto", progress=False)
-    assert local.complete and distributed.complete and distributed.runs == 4
-    assert same_weights(model_weights(tmp_path / "ray"), model_weights(tmp_path / "local"))
-    assert evaluations(tmp_path / "ray") == evaluations(tmp_path / "local")
-    tables = [pd.read_csv(path / "results.csv") for path in (tmp_path / "local", tmp_path / "ray")]
+    assert distributed.complete and distributed.runs == 4
+    assert same_weights(model_weights(tmp_path / "ray"), model_weights(local_out))
+    assert evaluations(tmp_path / "ray") == evaluations(local_out)
+    tables = [pd.read_csv(path / "results.csv") for path in (local_out, tmp_path / "ray")]
     # Rows differ only in where the models lie (the two output directories) and how long they took.
     differing = ["run", *[c for c in tables[0].columns if "second" in c]]
     pd.testing.assert_frame_equal(tables[0].drop(columns=differing), tables[1].drop(columns=differing))
@@ -51,3 +68,33 @@ def test_ray_missing_names_the_extra(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "pip install 'lsa-interp[ray]'" in err
     assert not (tmp_path / "out").exists()
+
+
+def _kill_ray_task(function: str) -> int | None:
+    """SIGKILL the Ray worker process running ``function`` (Ray titles it ``ray::function``); its pid, or None."""
+    for proc in Path("/proc").iterdir():
+        try:
+            title = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if title.startswith(f"ray::{function}"):
+            os.kill(int(proc.name), signal.SIGKILL)
+            return int(proc.name)
+    return None
+
+
+@pytest.mark.slow
+def test_a_killed_ray_worker_is_retried_and_its_stack_resumes_to_the_same_weights(local_ray, local_sweep, tmp_path):
+    grid, reference = local_sweep / "grid.toml", local_sweep / "local"
+    out, outcome = tmp_path / "ray", {}
+    sweep = threading.Thread(target=lambda: outcome.update(summary=run_sweep(grid, out, ray="auto", progress=False)))
+    sweep.start()
+    state, killed = out / "stacks" / "stack-000" / "state.pt", None
+    while sweep.is_alive() and killed is None:
+        killed = _kill_ray_task("_train_task") if state.exists() else None
+        time.sleep(0.005)
+    sweep.join()
+    assert killed is not None, "the stack finished before its worker could be killed"
+    assert outcome["summary"].complete
+    assert same_weights(model_weights(out), model_weights(reference))
+    assert evaluations(out) == evaluations(reference)
