@@ -1,5 +1,6 @@
-"""The explorer in a real headless Chromium (Playwright), one browser for the module, each scenario on its own
-page that must log no JavaScript error and send no request off 127.0.0.1:
+"""The explorer in a real headless Chromium (Playwright), one browser for the module, one page driven through
+every scenario (loading the app once); after each, no JavaScript error was logged and no request left
+127.0.0.1:
 
 - pick a task, patch the matching heads from a succ task into a pred task and see the answer the patching
   API gives, follow the copied link, ablate a head, reset;
@@ -73,9 +74,11 @@ def served(tmp_path_factory, tiny):
 
 @pytest.fixture(scope="module")
 def browser():
+    """One Chromium and one context (pages share its HTTP cache: the app's scripts load once), every graph
+    in view."""
     with sync_api.sync_playwright() as playwright:
         chromium = launch(playwright)
-        yield chromium
+        yield chromium.new_context(viewport={"width": 1400, "height": 3000})
         chromium.close()
 
 
@@ -97,12 +100,12 @@ def _choose(page, dropdown: str, value: str) -> None:
     page.click(f".dash-dropdown-option:has(input[value='{value}'])")
 
 
-def _offline(log: PageLog, base: str) -> None:
-    assert log.requests and log.leaving((base + "/",)) == [], "requests left the machine"
-    assert log.errors == [], "JavaScript errors"
+def _offline(log: PageLog, base: str, scenario: str) -> None:
+    assert log.requests and log.leaving((base + "/",)) == [], f"{scenario}: requests left the machine"
+    assert log.errors == [], f"{scenario}: JavaScript errors"
 
 
-def _patch_ablate_reset(browser, base: str, model) -> None:
+def _patch_ablate_reset(page, base: str, model) -> None:
     pair = minimal_pairs("succ", "pred", 1, lengths=(3,))[0]
     target, source = pair.target.with_answer(None), pair.source.with_answer(None)
     expected = patch_pairs(model, [pair], "auto")
@@ -110,10 +113,6 @@ def _patch_ablate_reset(browser, base: str, model) -> None:
     ablated = ablate_heads(model, target, [READOUT_HEAD]).answer
     assert ablated != expected.clean[0]
 
-    page = browser.new_page()
-    log = PageLog().watch(page)
-    page.goto(base + "/", timeout=TIMEOUT_MS)
-    _summary_has(page, "model's answer")
     _enter(page, "#task", str(target))
     _summary_has(page, f"answer: {expected.clean[0]} (no intervention)")
     _enter(page, "#source", str(source))
@@ -123,11 +122,12 @@ def _patch_ablate_reset(browser, base: str, model) -> None:
     link = page.url
     assert "patch=auto" in link and str(target) in unquote_plus(link)
 
-    again = browser.new_page()  # a copied link reproduces the view
-    PageLog.watch(log, again)
+    again = page.context.new_page()  # a copied link reproduces the view
+    log = PageLog().watch(again)
     again.goto(link, timeout=TIMEOUT_MS)
     _summary_has(again, f"answer: {expected.clean[0]} -> {expected.patched[0]} (changed)")
     again.close()
+    _offline(log, base, "copied link")
 
     page.click("#reset")
     _summary_has(page, f"answer: {expected.clean[0]} (no intervention)")
@@ -142,8 +142,6 @@ def _patch_ablate_reset(browser, base: str, model) -> None:
     _summary_has(page, f"answer: {expected.clean[0]} (no intervention)")
     assert page.inner_text("#error") == ""
     assert page.input_value("#ablate") == ""
-    page.close()
-    _offline(log, base)
 
 
 _BOX_DRAG = """([x0, y0, x1, y1]) => {
@@ -153,17 +151,20 @@ _BOX_DRAG = """([x0, y0, x1, y1]) => {
   const px = (axis, v, from) => from + axis.l2p(v);
   return [px(xa, x0, box.left), px(ya, y0, box.top), px(xa, x1, box.left), px(ya, y1, box.top)];
 }"""
+_HIDDEN_LAYER_3 = (
+    "(() => { const gd = document.querySelector('#graph-hidden .js-plotly-plot');"
+    " return !!gd && gd.layout.title.text.startsWith('encoder layer 3 hidden'); })()"
+)
 
 
-def _drag_box(browser, base: str, model) -> None:
+def _drag_box(page, model) -> None:
     """Zero the cells of rows 30-31 (the arrow after the example output and the next token), every dimension,
     in encoder layer 3, by dragging a box over them on the hidden-state heatmap."""
     task = "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd"
-    page = browser.new_page(viewport={"width": 1400, "height": 3000})  # every graph in view: no scrolling
-    log = PageLog().watch(page)
-    page.goto(base + "/" + ViewState(model="planted", task=task, graph="3").to_query(), timeout=TIMEOUT_MS)
+    _enter(page, "#task", task)
+    page.click("#graph input[value='3']")
     _summary_has(page, "answer: f (no intervention)")
-    page.wait_for_selector("#graph-hidden .nsewdrag", timeout=TIMEOUT_MS)
+    page.wait_for_function(_HIDDEN_LAYER_3, timeout=TIMEOUT_MS)
     x0, y0, x1, y1 = page.evaluate(_BOX_DRAG, [0.2, 29.7, 126.8, 31.3])
     page.mouse.move(x0, y0)
     page.mouse.down()
@@ -176,16 +177,34 @@ def _drag_box(browser, base: str, model) -> None:
     expected = ablate_cells(model, Task.parse(task), parse_cells(cells)).answer
     assert expected != "f"  # the box covers what the readout head reads: the test can only pass if it is applied
     _summary_has(page, f"answer: f -> {expected or '(empty)'} (changed)")
-    page.close()
-    _offline(log, base)
 
 
-def _draw(browser, base: str, model, tiny) -> None:
+_PLOTLY_READY = (
+    "(() => { const graphs = [...document.querySelectorAll('.plotly-graph-div')];"
+    " return graphs.length > 0 && graphs.every(g => g.querySelector('.main-svg') !== null); })()"
+)
+
+
+def _export(page, tmp_path: Path) -> None:
+    """Export the view (cells ablated): one offline page that renders from file:// with nothing fetched."""
+    with page.expect_download(timeout=TIMEOUT_MS) as download:
+        page.click("#export")
+    path = tmp_path / "view.html"
+    download.value.save_as(path)
+    text = path.read_text()
+    assert "<script src" not in text and "plotly.js v" in text and "cells=3%3A30-31%3A0-127%3Azero" in text
+    offline = page.context.new_page()
+    log = PageLog().watch(offline)
+    offline.goto(path.resolve().as_uri())
+    offline.wait_for_function(_PLOTLY_READY, timeout=TIMEOUT_MS)
+    offline.close()
+    assert log.leaving((path.resolve().as_uri(), "data:", "blob:")) == [], "the exported page fetches"
+    assert log.errors == [], "the exported page logs JavaScript errors"
+
+
+def _draw(page, model, tiny) -> None:
     """Draw succ tasks on permuted alphabets that the model gets wrong, from the seen-alphabet test split."""
-    page = browser.new_page()
-    log = PageLog().watch(page)
-    page.goto(base + "/?model=planted", timeout=TIMEOUT_MS)
-    _summary_has(page, "model's answer")
+    page.click("#reset")
     page.click("text=draw a task from the model's test sets")
     _choose(page, "draw-transformation", "succ")
     _choose(page, "draw-alphabet", "permuted")
@@ -203,59 +222,35 @@ def _draw(browser, base: str, model, tiny) -> None:
     assert values and set(values) <= allowed
     page.click(f".dash-dropdown-option:has(input[value='{values[0]}'])")
     _summary_has(page, f"task: {Task.parse(values[0]).spaced()}")
-    page.close()
-    _offline(log, base)
 
 
-_PLOTLY_READY = (
-    "(() => { const graphs = [...document.querySelectorAll('.plotly-graph-div')];"
-    " return graphs.length > 0 && graphs.every(g => g.querySelector('.main-svg') !== null); })()"
-)
-
-
-def _export(browser, base: str, tmp_path: Path) -> None:
-    """Export a view with an ablated head: one offline page that renders from file:// with nothing fetched."""
-    page = browser.new_page()
-    log = PageLog().watch(page)
-    page.goto(base + "/?model=planted&ablate=" + READOUT_HEAD.label, timeout=TIMEOUT_MS)
-    _summary_has(page, "(changed)")
-    with page.expect_download(timeout=TIMEOUT_MS) as download:
-        page.click("#export")
-    path = tmp_path / "view.html"
-    download.value.save_as(path)
-    page.close()
-    _offline(log, base)
-    text = path.read_text()
-    assert "<script src" not in text and "plotly.js v" in text and "ablate=" + READOUT_HEAD.label in text
-    offline = browser.new_page()
-    file_log = PageLog().watch(offline)
-    offline.goto(path.resolve().as_uri())
-    offline.wait_for_function(_PLOTLY_READY, timeout=TIMEOUT_MS)
-    offline.close()
-    assert file_log.leaving((path.resolve().as_uri(), "data:", "blob:")) == [] and file_log.errors == []
-
-
-def _training(browser, base: str) -> None:
-    """The training tab of a sweep's run: its curves (three panels) and the sweep's run table with Table 1."""
-    page = browser.new_page()
-    log = PageLog().watch(page)
-    page.goto(base + "/" + ViewState(model=SWEEP_RUN, tab="training").to_query(), timeout=TIMEOUT_MS)
+def _training(page) -> None:
+    """The training tab: none for a model without its run; a sweep's run shows its curves (three panels) and
+    the sweep's run table with Table 1."""
+    page.click("#tab >> text=training")
+    page.wait_for_selector("#no-history", timeout=TIMEOUT_MS)
+    assert "without its training run" in page.inner_text("#no-history")
+    _choose(page, "model", SWEEP_RUN)
     page.wait_for_selector("#history .main-svg", timeout=TIMEOUT_MS)
     curves = page.evaluate("document.querySelector('#history .js-plotly-plot').data.map(t => t.name)")
     assert curves == ["overall", "copy", "succ", "fix_pred_succ"]
     assert "copy-200/alphabet" in page.inner_text("#runs-table") and "96.7" in page.inner_text("#table-1-table")
-    page.goto(base + "/?model=planted&tab=training", timeout=TIMEOUT_MS)
-    page.wait_for_selector("#no-history", timeout=TIMEOUT_MS)
-    assert "without its training run" in page.inner_text("#no-history")
-    page.close()
-    _offline(log, base)
+    assert "tab=training" in page.url
 
 
 def test_explorer_in_chromium(served, browser, tiny, tmp_path):
     """Every scenario in one test, so that pytest-xdist runs them on one worker with one browser."""
     base, model = served
-    _patch_ablate_reset(browser, base, model)
-    _drag_box(browser, base, model)
-    _draw(browser, base, model, tiny)
-    _export(browser, base, tmp_path)
-    _training(browser, base)
+    page = browser.new_page()
+    log = PageLog().watch(page)
+    page.goto(base + "/", timeout=TIMEOUT_MS)
+    _summary_has(page, "model's answer")
+    for name, scenario in (
+        ("patch, ablate, reset", lambda: _patch_ablate_reset(page, base, model)),
+        ("box drag", lambda: _drag_box(page, model)),
+        ("export", lambda: _export(page, tmp_path)),
+        ("draw tasks", lambda: _draw(page, model, tiny)),
+        ("training tab", lambda: _training(page)),
+    ):
+        scenario()
+        _offline(log, base, name)
