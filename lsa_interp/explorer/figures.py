@@ -89,7 +89,7 @@ def attention_heatmap(
             "title": {"text": f"{title}, head average"},
             "xaxis": {"title": {"text": "source (key)"}, **_ticks(k_labels, k_roles)},
             "yaxis": {"title": {"text": "destination (query)"}, "autorange": "reversed", **_ticks(q_labels, q_roles)},
-            "width": max(420, 200 + _CELL_PX * len(k_labels)),
+            "width": max(520, 200 + _CELL_PX * len(k_labels)),
             "height": max(320, 160 + _CELL_PX * len(q_labels)),
         }
         return {"data": [{**trace, "z": _rounded(values.mean(0))}], "layout": {**layout, "margin": margin}}
