@@ -108,6 +108,8 @@ def grid_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     Only runs that trained all their planned epochs are counted in the summaries; a summary without any such
     run is left out."""
     shown = runs[[c for c in RUN_COLUMNS if c in runs]].copy()
+    if "epochs" in shown:
+        shown["epochs"] = shown["epochs"].round(2)
     for cell in CELLS:
         if cell in shown:
             shown[cell] = [_interval(v) for v in shown[cell]]

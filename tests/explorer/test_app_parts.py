@@ -115,9 +115,12 @@ def test_grid_tables_from_the_results_layout(tmp_path, model):
          "seen_transformations_seen_alphabets": acc}
         for seed, (batching, acc) in enumerate([("alphabet", 90.0), ("alphabet", 94.0), ("random", 92.0)])
     ]  # fmt: skip
-    rows.append({**rows[0], "run": "partial", "complete": False, "seen_transformations_seen_alphabets": 10.0})
+    rows.append(
+        {**rows[0], "run": "partial", "complete": False, "epochs": 2.16275, "seen_transformations_seen_alphabets": 10.0}
+    )
     tables = grid_tables(pd.DataFrame(rows))
     assert len(tables["runs"]) == 4 and tables["runs"].loc[3, "seenT/seenA"] == "10.0"
+    assert tables["runs"].loc[3, "epochs"] == 2.16
     table1 = tables["Table 1"].iloc[0]
     assert table1["runs"] == 3 and table1["paper seenT/seenA"] == "96.7"
     low, high = (float(x) for x in table1["seenT/seenA"].split("[")[1].rstrip("]").split(","))
