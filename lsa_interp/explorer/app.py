@@ -14,12 +14,13 @@ from dataclasses import replace
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from lsa_interp.evaluation import evaluation_dataset
+from lsa_interp.evaluation.runs_table import read_runs_table
 from lsa_interp.explorer.catalogue import ModelCatalogue, discover_models
 from lsa_interp.explorer.draw import draw_tasks, filter_tasks
 from lsa_interp.explorer.layout import CONTROLS, GRAPHS, page
 from lsa_interp.explorer.render import RenderedView, ViewRenderer, export_html
 from lsa_interp.explorer.state import ViewState, with_minimal_pair, with_selection
-from lsa_interp.explorer.training import condition_intervals, epoch_history, history_figure, run_table
+from lsa_interp.explorer.training import grid_tables, history_figure, model_history, results_table_path
 from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.viz.attention_figures import role_legend_html
 
@@ -156,33 +157,38 @@ def _training_callback(app: Dash, catalogue: ModelCatalogue) -> None:
         state = ViewState.from_query(search)
         if state.tab != "training":
             return no_update
-        parts: list = []
         try:
             entry = catalogue.entry(state.model or catalogue.names[0])
         except ValueError as err:
             return html.Div(str(err), style={"color": "#cf222e"})
-        history = epoch_history(entry.metrics_file, entry.replicate) if entry.metrics_file else None
-        if history is None or history.empty:
-            parts.append(html.P(f"{entry.name}: no per-epoch validation history recorded (no run metrics.jsonl)."))
-        else:
-            parts.append(dcc.Graph(figure=history_figure(history, f"{entry.name}: validation accuracy")))
-        table = run_table()
-        if table is None:
-            parts.append(html.P("No run table of the training grid yet (analyses/results/ has none)."))
-        else:
-            summary = condition_intervals(table)
-            shown = summary if summary is not None else table
-            parts.append(
-                html.H3("runs of the grid" + (": mean [95% bootstrap interval]" if summary is not None else ""))
-            )
-            parts.append(_frame_table(shown))
+        parts: list = [html.H3(f"{entry.name}: validation accuracy over training")]
+        try:
+            history = model_history(entry)
+            parts.append(dcc.Graph(id="history", figure=history_figure(history, f"{entry.name}, per epoch")))
+        except (LookupError, ValueError) as err:
+            parts.append(html.P(str(err), id="no-history"))
+        path = results_table_path(entry)
+        if path is None:
+            parts.append(html.P("No run table of the training grid yet (lsa-interp results writes one).", id="no-runs"))
+            return parts
+        try:
+            tables = grid_tables(read_runs_table(path))
+        except (ValueError, KeyError, OSError) as err:
+            parts.append(html.P(f"cannot read the run table {path}: {err}", style={"color": "#cf222e"}))
+            return parts
+        parts.append(html.H3(f"runs of the grid ({path.name}, {len(tables['runs'])} runs)"))
+        parts.append(_frame_table(tables["runs"], "runs-table"))
+        for name in ("Table 1", "batching"):
+            if name in tables:
+                parts.append(html.H4(f"{name}: mean [95% bootstrap interval] over complete runs, beside the paper"))
+                parts.append(_frame_table(tables[name], f"{name.replace(' ', '-').lower()}-table"))
         return parts
 
 
-def _frame_table(frame) -> html.Table:
+def _frame_table(frame, id_: str) -> html.Table:
     header = html.Tr([html.Th(str(c)) for c in frame.columns])
     rows = [html.Tr([html.Td(str(v)) for v in row]) for row in frame.itertuples(index=False)]
-    return html.Table([header, *rows], style={"fontSize": "0.8rem"})
+    return html.Table([header, *rows], id=id_, style={"fontSize": "0.8rem"})
 
 
 def _draw_callback(app: Dash, catalogue: ModelCatalogue) -> None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, CONFIG_FILE, available_models, load_model
 from lsa_interp.model.hooked import HookedEncoderDecoder
-from lsa_interp.training.run_dir import METRICS_FILE, MODEL_DIR
+from lsa_interp.training.run_dir import MODEL_DIR
 
 REPLICATES_DIR = CHECKPOINTS_DIR / "replicates"
 
@@ -25,41 +25,53 @@ REPLICATES_DIR = CHECKPOINTS_DIR / "replicates"
 @dataclass(frozen=True)
 class ModelEntry:
     """One model of the catalogue: where it loads from (``path``, None for a model given in memory), the run
-    directory holding its ``metrics.jsonl`` (if any) and its replicate index within a stacked run."""
+    directory holding its ``metrics.jsonl`` (None for a bare checkpoint) and its replicate index within a
+    stacked run."""
 
     name: str
     path: Path | None = None
     run_dir: Path | None = None
     replicate: int | None = None
 
-    @property
-    def metrics_file(self) -> Path | None:
-        """The run's ``metrics.jsonl`` when it exists."""
-        if self.run_dir is None or not (self.run_dir / METRICS_FILE).is_file():
-            return None
-        return self.run_dir / METRICS_FILE
-
 
 def _is_checkpoint(path: Path) -> bool:
     return (path / CONFIG_FILE).is_file()
 
 
+def _replicate_index(path: Path) -> int | None:
+    """i for a directory named ``replicate-{i}``, else None."""
+    prefix, _, index = path.name.rpartition("-")
+    return int(index) if prefix == "replicate" and index.isdigit() else None
+
+
 def entries_for_path(path: str | Path) -> list[ModelEntry]:
-    """The models in a checkpoint directory, a run directory (``model/`` or ``replicate-{i}/model``) or a
-    directory of checkpoints. Raises FileNotFoundError when ``path`` holds none."""
+    """The models in a checkpoint directory, a run directory (``model/`` or ``replicate-{i}/model``), a sweep
+    directory (every run of its ``stacks/``) or a directory of checkpoints. Raises FileNotFoundError when
+    ``path`` holds none."""
     path = Path(path).expanduser().resolve()
     if _is_checkpoint(path):
-        run_dir = path.parent if path.name == MODEL_DIR else None
-        return [ModelEntry(path.parent.name if run_dir else path.name, path, run_dir)]
+        if path.name != MODEL_DIR:
+            return [ModelEntry(path.name, path)]
+        replicate = _replicate_index(path.parent)
+        if replicate is not None:  # one run of a stack: the stack's directory holds its history
+            stack = path.parent.parent
+            return [ModelEntry(f"{stack.name}/{path.parent.name}", path, stack, replicate)]
+        return [ModelEntry(path.parent.name, path, path.parent)]
+    found = path.glob("stacks/*/replicate-*/model")
+    runs = sorted(
+        (p for p in found if _is_checkpoint(p)), key=lambda p: (p.parent.parent.name, _replicate_index(p.parent) or 0)
+    )
+    if runs:  # a sweep directory: its finished runs
+        return [
+            replace(entries_for_path(p)[0], name=f"{path.name}/{p.parent.parent.name}/{p.parent.name}") for p in runs
+        ]
     if _is_checkpoint(path / MODEL_DIR):
         return [ModelEntry(path.name, path / MODEL_DIR, path)]
-    replicas = sorted(path.glob("replicate-*/model"), key=lambda p: int(p.parent.name.split("-")[-1]))
+    replicas = [
+        p for p in path.glob("replicate-*/model") if _is_checkpoint(p) and _replicate_index(p.parent) is not None
+    ]
     if replicas:
-        return [
-            ModelEntry(f"{path.name}/{p.parent.name}", p, path, int(p.parent.name.split("-")[-1]))
-            for p in replicas
-            if _is_checkpoint(p)
-        ]
+        return sorted((entries_for_path(p)[0] for p in replicas), key=lambda e: e.replicate)
     nested = [p for p in sorted(path.iterdir()) if _is_checkpoint(p)] if path.is_dir() else []
     if nested:
         return [ModelEntry(f"{path.name}/{p.name}", p) for p in nested]

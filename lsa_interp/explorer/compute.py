@@ -11,8 +11,10 @@ Interventions (`Interventions`) compose in one greedy decoding, each as Transfor
   layout (as in `lsa_interp.analysis.patching`: every encoder layer's pattern hook is attached, so the
   clean and patched runs execute the same operations).
 
-`run_task` decodes greedily with the hooks attached, then runs the decoded answer teacher-forced through the
-same hooks to read attention, hidden states and the top-k next tokens at every step.
+`run_task` decodes greedily once with the hooks attached (key/value-cached steps) and records what the view
+shows during that one pass: the encoder's patterns and hidden states (the encoder runs once), and at each
+decoding step the decoder's self- and cross-attention rows and the final norm's output (the logits of the
+step). The rows are the ones a teacher-forced run of the decoded answer gives, up to float rounding.
 """
 
 from __future__ import annotations
@@ -149,12 +151,19 @@ def check_aligned(target: Task, source: Task) -> None:
 def source_patterns(
     model: HookedEncoderDecoder, source: Task, heads: Sequence[Head]
 ) -> dict[int, list[tuple[int, Tensor]]]:
-    """The patterns of ``heads`` on ``source``, by encoder layer: ``{layer: [(head, [1, q_pos, k_pos])]}``."""
-    names = [f"encoder.{layer}.attn.hook_pattern" for layer in range(model.cfg.n_encoder_layers)]
-    _, cache = model.run_with_cache(encode_tasks([source], with_answers=False), names_filter=names)
+    """The patterns of ``heads`` on ``source``, by encoder layer: ``{layer: [(head, [1, q_pos, k_pos])]}``.
+
+    Only the encoder runs, with every layer's pattern hook attached (as in the patched run)."""
+    seen: dict[int, Tensor] = {}
+    keep = [
+        (f"encoder.{layer}.attn.hook_pattern", lambda x, hook, layer=layer: seen.setdefault(layer, x))
+        for layer in range(model.cfg.n_encoder_layers)
+    ]
+    with model.hooks(fwd_hooks=keep):
+        model.encode(encode_tasks([source], with_answers=False).src.to(model.device))
     patches: dict[int, list[tuple[int, Tensor]]] = defaultdict(list)
     for head in heads:
-        patches[head.layer].append((head.head, cache[names[head.layer]][:, head.head]))
+        patches[head.layer].append((head.head, seen[head.layer][:, head.head]))
     return dict(patches)
 
 
@@ -220,8 +229,53 @@ def _final_norm(model: HookedEncoderDecoder, resid: Tensor) -> Tensor:
     return F.layer_norm(resid, resid.shape[-1:], norm.weight, norm.bias, norm.eps)
 
 
-def _wanted(name: str) -> bool:
-    return name.endswith("hook_pattern") or (name.startswith("encoder.") and name.endswith("hook_resid_post"))
+class _Recorder:
+    """Forward hooks that keep a greedy run's encoder activations (one call each) and its decoder
+    activations step by step (one call per decoding step, one query position each)."""
+
+    FINAL_NORM = "decoder.ln_final.hook_out"
+
+    def __init__(self, model: HookedEncoderDecoder) -> None:
+        cfg = model.cfg
+        self.model = model
+        self.encoder_names = [f"encoder.{layer}.attn.hook_pattern" for layer in range(cfg.n_encoder_layers)]
+        self.resid_names = [f"encoder.{layer}.hook_resid_post" for layer in range(cfg.n_encoder_layers)]
+        self.self_names = [f"decoder.{layer}.attn.hook_pattern" for layer in range(cfg.n_decoder_layers)]
+        self.cross_names = [f"decoder.{layer}.cross_attn.hook_pattern" for layer in range(cfg.n_decoder_layers)]
+        self.encoder: dict[str, Tensor] = {}
+        self.steps: dict[str, list[Tensor]] = defaultdict(list)
+
+    def hooks(self) -> list[tuple[str, Hook]]:
+        """The recording hooks (to be attached after the intervention hooks, so they see the changed values)."""
+        once = [(name, self._keep) for name in self.encoder_names + self.resid_names]
+        return once + [(name, self._append) for name in [*self.self_names, *self.cross_names, self.FINAL_NORM]]
+
+    def _keep(self, x: Tensor, hook) -> None:
+        self.encoder[hook.name] = x[0]
+
+    def _append(self, x: Tensor, hook) -> None:
+        self.steps[hook.name].append(x[0])
+
+    def encoder_patterns(self) -> Float[Tensor, "layer head src src"]:
+        return torch.stack([self.encoder[name] for name in self.encoder_names])
+
+    def resid(self) -> Float[Tensor, "layer src d_model"]:
+        return torch.stack([self.encoder[name] for name in self.resid_names])
+
+    def decoder_patterns(self, n: int) -> Float[Tensor, "layer head tgt tgt"]:
+        """Each layer's causal self-attention over the ``n`` steps: step i's row holds its i + 1 keys."""
+        rows = [self.steps[name] for name in self.self_names]
+        full = rows[0][0].new_zeros(len(rows), rows[0][0].shape[0], n, n)
+        for layer, layer_rows in enumerate(rows):
+            for step, row in enumerate(layer_rows):
+                full[layer, :, step, : step + 1] = row[:, 0]
+        return full
+
+    def cross_patterns(self) -> Float[Tensor, "layer head tgt src"]:
+        return torch.stack([torch.cat(self.steps[name], dim=1) for name in self.cross_names])
+
+    def logits(self) -> Float[Tensor, "tgt vocab"]:
+        return self.model.unembed(torch.cat(self.steps[self.FINAL_NORM], dim=0))
 
 
 @torch.no_grad()
@@ -244,29 +298,24 @@ def run_task(
         raise ValueError(f"top_k must be in 1..{model.cfg.vocab_size}, got {top_k}")
     check_interventions(model, task, interventions)
     task = task.with_answer(None)
-    hooks = intervention_hooks(model, interventions, means)
-    with model.hooks(fwd_hooks=hooks):
-        generated = model.generate(task, max_new_tokens=max_new_tokens)
-        tgt = decoder_input_from_generated(generated)
-        logits, cache = model.run_with_cache(task, tgt, names_filter=_wanted, device="cpu")
-    cfg = model.cfg
-
-    def stacked(stack: str, kind: str) -> Tensor:
-        return torch.stack([cache.pattern(stack, layer, kind)[0] for layer in range(cfg.n_layers(stack))])
-
-    top_probs, top_ids = torch.softmax(logits[0].float().cpu(), dim=-1).topk(top_k, dim=-1)
-    inputs = cache.inputs
+    inputs = encode_tasks([task], with_answers=False).to(model.device)
+    recorder = _Recorder(model)
+    with model.hooks(fwd_hooks=intervention_hooks(model, interventions, means) + recorder.hooks()):
+        generated = model.greedy_decode(inputs.src, max_new_tokens, drop_finished=False)
+    tgt = decoder_input_from_generated(generated)
+    n_steps = tgt.shape[1]
+    top_probs, top_ids = torch.softmax(recorder.logits().float().cpu(), dim=-1).topk(top_k, dim=-1)
     return AttentionData(
         task=task,
         answer=decode(generated[0]),
         src_tokens=tuple(display_token(t) for t in inputs.src[0].tolist()),
         src_roles=tuple(ROLES[role] for role in inputs.roles[0].tolist()),
         tgt_tokens=tuple(display_token(t) for t in tgt[0].tolist()),
-        predicted=tuple(display_token(t) for t in generated[0, : tgt.shape[1]].tolist()),
-        encoder_attn=stacked("encoder", "attn"),
-        decoder_attn=stacked("decoder", "attn"),
-        cross_attn=stacked("decoder", "cross_attn"),
-        resid=torch.stack([cache.resid("encoder", layer, "post")[0] for layer in range(cfg.n_encoder_layers)]),
+        predicted=tuple(display_token(t) for t in generated[0, :n_steps].tolist()),
+        encoder_attn=recorder.encoder_patterns().cpu(),
+        decoder_attn=recorder.decoder_patterns(n_steps).cpu(),
+        cross_attn=recorder.cross_patterns().cpu(),
+        resid=recorder.resid().cpu(),
         top_ids=top_ids,
         top_probs=top_probs,
     )

@@ -32,8 +32,9 @@ from lsa_interp.viz.attention_figures import role_legend_html
 from lsa_interp.viz.html import figures_page
 
 TOP_K = 5
-_CLEAN_RUNS = 64
-"""Clean runs kept per session (by model, task and lens layer): changing only an intervention reuses them."""
+_RUNS = 128
+"""Runs kept per session, by model, task and interventions: a view that shares a run with a recent one (the
+clean run of a new intervention, the runs of another graph layer or head view) reuses it."""
 
 
 @dataclass
@@ -85,17 +86,21 @@ class ViewRenderer:
 
     def __init__(self, catalogue: ModelCatalogue) -> None:
         self.catalogue = catalogue
-        self._clean: OrderedDict[tuple[str, str, int | None], AttentionData] = OrderedDict()
+        self._runs: OrderedDict[tuple[str, str, Interventions], AttentionData] = OrderedDict()
 
-    def clean_run(self, name: str, task: Task, lens: int | None) -> AttentionData:
-        """The run of ``task`` with only the lens (memoised)."""
-        key = (name, str(task), lens)
-        if key not in self._clean:
-            self._clean[key] = run_task(self.catalogue.model(name), task, Interventions(lens), TOP_K)
-            if len(self._clean) > _CLEAN_RUNS:
-                self._clean.popitem(last=False)
-        self._clean.move_to_end(key)
-        return self._clean[key]
+    def run(self, name: str, task: Task, interventions: Interventions) -> AttentionData:
+        """The run of ``task`` on model ``name`` under ``interventions`` (memoised, least recently used
+        dropped first)."""
+        key = (name, str(task), interventions)
+        if key not in self._runs:
+            means = None
+            if any(box.mode == "mean" for box in interventions.cells):
+                means = self.catalogue.memo(name, "means", reference_means)
+            self._runs[key] = run_task(self.catalogue.model(name), task, interventions, TOP_K, means)
+            if len(self._runs) > _RUNS:
+                self._runs.popitem(last=False)
+        self._runs.move_to_end(key)
+        return self._runs[key]
 
     def render(self, state: ViewState) -> RenderedView:
         """The view of ``state``; a bad model, task, layer, head or cell gives a view with ``error`` set."""
@@ -114,16 +119,9 @@ class ViewRenderer:
         if state.patch.strip().lower() == "auto":
             matching = self.catalogue.memo(name, "matching", lambda m: tuple(matching_heads(m)))
         ivs = interventions_of(state, model.cfg, matching)
-        last = model.cfg.n_encoder_layers - 1
-        clean = self.clean_run(name, task, ivs.lens_layer)
-        if ivs.active:
-            means = None
-            if any(box.mode == "mean" for box in ivs.cells):
-                means = self.catalogue.memo(name, "means", reference_means)
-            run = run_task(model, task, ivs, TOP_K, means)
-        else:
-            run = clean
-        plain = clean if ivs.lens_layer == last else self.clean_run(name, task, last)
+        clean = self.run(name, task, ivs.without_changes())
+        run = self.run(name, task, ivs) if ivs.active else clean
+        plain = self.run(name, task, Interventions(model.cfg.n_encoder_layers - 1))
         graph = parse_layer(state.graph, model.cfg.n_encoder_layers)
         view = RenderedView(
             state,

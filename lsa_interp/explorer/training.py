@@ -1,25 +1,31 @@
-"""The explorer's training tab: validation curves from a run's ``metrics.jsonl`` and the grid's run table.
+"""The explorer's training tab: a model's validation curves over training and the run table of its grid.
 
-The trainer appends one ``{"type": "epoch", ...}`` record per epoch (per replicate in a stacked run, with
-``replicate``) holding ``val_acc``, ``val_acc_copy``/``_noncopy``, ``val_acc_seen_transformations``/
-``_new_transformations`` and ``val_acc_by_transformation``. The run table is the first ``*.csv`` or
-``*.parquet`` under ``analyses/results/`` (written by the training-grid work); with a ``condition`` column
-each numeric column is summarised per condition as a mean with a bootstrap 95% interval over runs.
+Both come from the library's results layout: `lsa_interp.evaluation.training_history.epoch_history` reads a
+run directory's ``metrics.jsonl`` (one record per model and epoch; a stack's replicates each have their
+own), and the grid's runs are a `lsa_interp.evaluation.runs_table` table (a sweep's ``results.csv`` above
+the model, else ``analyses/results/runs.csv``), summarised by `table1_summary` and `batching_summary`
+(means with bootstrap 95% intervals, beside the paper's).
 """
 
 from __future__ import annotations
 
-import json
+import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from scipy.stats import bootstrap
+from plotly.subplots import make_subplots
 
 import lsa_interp
+from lsa_interp.data.transformations import NEW, SEEN
+from lsa_interp.evaluation.grid_summary import batching_summary, counted_runs, table1_summary
+from lsa_interp.evaluation.paper_tables import CELL_LABELS, CELLS
+from lsa_interp.evaluation.training_history import epoch_history
+from lsa_interp.explorer.catalogue import ModelEntry
+from lsa_interp.sweep.plan import RESULTS_FILE
 
-RESULTS_DIR = Path(lsa_interp.__file__).resolve().parent.parent / "analyses" / "results"
+RUNS_TABLE = Path(lsa_interp.__file__).resolve().parent.parent / "analyses" / "results" / "runs.csv"
+"""The grid's table of runs (``lsa-interp results --runs checkpoints``), used when no sweep holds the model."""
 SUMMARY_CURVES = {
     "val_acc": "overall",
     "val_acc_copy": "copy",
@@ -27,86 +33,100 @@ SUMMARY_CURVES = {
     "val_acc_seen_transformations": "seen transformations",
     "val_acc_new_transformations": "new transformations",
 }
+RUN_COLUMNS = ("condition", "seed", "epochs", "epochs_planned", "complete", *CELLS)
+_SWEEP_DEPTH = 4
+"""How far above a model directory a sweep's ``results.csv`` is looked for (DIR/stacks/stack-k/replicate-i/model)."""
 
 
-def epoch_history(metrics_file: str | Path, replicate: int | None = None) -> pd.DataFrame:
-    """One row per epoch record of ``metrics_file`` (of ``replicate`` in a stacked run): ``epoch``, the summary
-    accuracies and ``acc:<transformation>`` columns. Empty when the run recorded no epoch.
+def model_history(entry: ModelEntry) -> pd.DataFrame:
+    """The epoch records of ``entry``'s model (its replicate's rows in a stacked run), one row per epoch.
 
-    Raises ValueError naming the line that is not JSON."""
-    rows = []
-    for number, line in enumerate(Path(metrics_file).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{metrics_file} line {number} is not JSON ({err})") from None
-        if record.get("type") != "epoch" or record.get("replicate", replicate) != replicate:
-            continue
-        row = {"epoch": record["epoch"], **{k: record.get(k) for k in SUMMARY_CURVES}}
-        row.update({f"acc:{k}": v for k, v in (record.get("val_acc_by_transformation") or {}).items()})
-        rows.append(row)
-    return pd.DataFrame(rows)
+    Raises LookupError saying why there are none: no run directory (a shipped or bare checkpoint), or a run
+    that recorded no epoch yet."""
+    if entry.run_dir is None:
+        raise LookupError(
+            f"{entry.name} is a checkpoint without its training run, so no per-epoch history was recorded; "
+            "open a run directory (lsa-interp explore --model RUN_DIR) to see its curves"
+        )
+    try:
+        history = epoch_history(entry.run_dir)
+    except FileNotFoundError as err:
+        raise LookupError(f"{entry.name}: {err}") from None
+    if not history.empty:
+        history = history[history["replicate"] == (entry.replicate or 0)]
+    if history.empty:
+        raise LookupError(f"{entry.name}: its run {entry.run_dir} has recorded no epoch yet")
+    return history.sort_values("epoch").reset_index(drop=True)
 
 
 def history_figure(history: pd.DataFrame, title: str) -> go.Figure:
-    """Validation accuracy (%) per epoch: the summary curves, and one dotted curve per transformation."""
-    fig = go.Figure()
+    """Validation accuracy (%) per epoch in three panels: the summary curves (and the matching-head score of a
+    stacked run), each seen transformation, each new transformation."""
+    panels = ("overall, copy and by kind", "seen transformations", "new transformations")
+    fig = make_subplots(rows=1, cols=3, subplot_titles=panels, shared_yaxes=True, horizontal_spacing=0.04)
+    epochs = history["epoch"]
     for column, name in SUMMARY_CURVES.items():
         if column in history and history[column].notna().any():
-            fig.add_scatter(x=history["epoch"], y=100 * history[column], name=name, mode="lines+markers")
-    for column in sorted(c for c in history.columns if c.startswith("acc:")):
+            fig.add_scatter(x=epochs, y=100 * history[column], name=name, mode="lines+markers", row=1, col=1)
+    if "matching_score" in history and history["matching_score"].notna().any():
         fig.add_scatter(
-            x=history["epoch"],
-            y=100 * history[column],
-            name=column[4:],
-            mode="lines",
-            line={"dash": "dot"},
-            visible="legendonly",
-        )
-    fig.update_layout(
-        title=title,
-        xaxis_title="epoch",
-        yaxis_title="validation accuracy (%)",
-        yaxis_range=[0, 100],
-        height=420,
-        legend={"title": "click to show or hide"},
-    )
+            x=epochs, y=100 * history["matching_score"], name="matching-head score (x100)", mode="lines",
+            line={"dash": "dash", "color": "black"}, row=1, col=1,
+        )  # fmt: skip
+    for col, rules in ((2, SEEN), (3, NEW)):
+        for rule in rules:
+            if f"acc_{rule}" in history:
+                fig.add_scatter(x=epochs, y=100 * history[f"acc_{rule}"], name=rule, mode="lines", row=1, col=col)
+    fig.update_yaxes(range=[0, 101])
+    fig.update_yaxes(title_text="validation accuracy (%)", row=1, col=1)
+    fig.update_xaxes(title_text="epoch")
+    fig.update_layout(title=title, height=460, legend={"title": "click to show or hide"})
     return fig
 
 
-def run_table(results_dir: str | Path = RESULTS_DIR) -> pd.DataFrame | None:
-    """The grid's table of runs (first ``*.csv`` or ``*.parquet`` in ``results_dir``), or None when absent."""
-    results_dir = Path(results_dir)
-    if not results_dir.is_dir():
-        return None
-    for path in sorted(results_dir.glob("*.csv")) + sorted(results_dir.glob("*.parquet")):
-        return pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
-    return None
+def results_table_path(entry: ModelEntry, default: Path = RUNS_TABLE) -> Path | None:
+    """The run table of ``entry``'s grid: the ``results.csv`` of the sweep directory holding its model (the
+    nearest one up to four levels above it), else ``default`` when it exists, else None."""
+    if entry.path is not None:
+        for parent in list(entry.path.parents)[:_SWEEP_DEPTH]:
+            if (parent / RESULTS_FILE).is_file():
+                return parent / RESULTS_FILE
+    return default if default.is_file() else None
 
 
-def condition_intervals(table: pd.DataFrame, seed: int = 0) -> pd.DataFrame | None:
-    """Per ``condition``: the number of runs and, for each numeric column, ``mean [low, high]`` (bootstrap 95%
-    interval of the mean over runs, 10,000 resamples; the mean alone for a single run). None without a
-    ``condition`` column."""
-    if "condition" not in table:
-        return None
-    numeric = [c for c in table.select_dtypes("number").columns if c != "seed"]
-    rows = []
-    for condition, group in table.groupby("condition", sort=False):
-        row = {"condition": condition, "runs": len(group)}
-        for column in numeric:
-            values = group[column].dropna().to_numpy(dtype=float)
-            row[column] = _mean_interval(values, seed)
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _mean_interval(values: np.ndarray, seed: int) -> str:
-    if len(values) == 0:
+def _interval(mean: float, low: float = math.nan, high: float = math.nan) -> str:
+    if mean is None or math.isnan(mean):
         return ""
-    if len(values) == 1 or np.all(values == values[0]):
-        return f"{values.mean():.1f}"
-    ci = bootstrap((values,), np.mean, n_resamples=10_000, method="percentile", random_state=seed)
-    return f"{values.mean():.1f} [{ci.confidence_interval.low:.1f}, {ci.confidence_interval.high:.1f}]"
+    if low is None or math.isnan(low):
+        return f"{mean:.1f}"
+    return f"{mean:.1f} [{low:.1f}, {high:.1f}]"
+
+
+def grid_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Display tables of a runs table: ``runs`` (condition, seed, epochs, the Table 1 cells), ``Table 1`` and
+    ``batching`` (per condition: runs counted and, per cell, ours "mean [low, high]" beside the paper's).
+    Only runs that trained all their planned epochs are counted in the summaries; a summary without any such
+    run is left out."""
+    shown = runs[[c for c in RUN_COLUMNS if c in runs]].copy()
+    if "epochs" in shown:
+        shown["epochs"] = shown["epochs"].round(2)
+    for cell in CELLS:
+        if cell in shown:
+            shown[cell] = [_interval(v) for v in shown[cell]]
+    tables = {"runs": shown.rename(columns=CELL_LABELS)}
+    if counted_runs(runs).empty:  # batching_summary cannot filter an empty frame
+        return tables
+    for name, summary, keys in (
+        ("Table 1", table1_summary(runs), ["preset"]),
+        ("batching", batching_summary(runs), ["preset", "batching"]),
+    ):
+        if summary.empty:
+            continue
+        table = summary[[*keys, "n"]].rename(columns={"n": "runs"})
+        for cell in CELLS:
+            label = CELL_LABELS[cell]
+            table[label] = [_interval(*row) for row in summary[[cell, f"{cell}_low", f"{cell}_high"]].to_numpy()]
+            paper = [f"paper_{cell}"] + ([f"paper_{cell}_low", f"paper_{cell}_high"] if name == "batching" else [])
+            table[f"paper {label}"] = [_interval(*row) for row in summary[paper].to_numpy()]
+        tables[name] = table
+    return tables

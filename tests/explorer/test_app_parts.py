@@ -9,11 +9,12 @@ import pytest
 
 from lsa_interp.analysis.planted import planted_model
 from lsa_interp.data.task import Task
-from lsa_interp.explorer.catalogue import ModelCatalogue, discover_models, entries_for_path
+from lsa_interp.evaluation.paper_tables import CELLS
+from lsa_interp.explorer.catalogue import ModelCatalogue, ModelEntry, discover_models, entries_for_path
 from lsa_interp.explorer.draw import draw_tasks, filter_tasks, outcome_of
 from lsa_interp.explorer.render import ViewRenderer, export_html
 from lsa_interp.explorer.state import ViewState
-from lsa_interp.explorer.training import condition_intervals, epoch_history, history_figure, run_table
+from lsa_interp.explorer.training import grid_tables, history_figure, model_history, results_table_path
 from lsa_interp.model import save_model
 
 PRED = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > acd", "pred")
@@ -24,16 +25,20 @@ def model():
     return planted_model()
 
 
-def test_catalogue_reads_runs_replicates_and_checkpoints(tmp_path, model):
+def test_catalogue_reads_runs_replicates_sweeps_and_checkpoints(tmp_path, model):
     save_model(model, tmp_path / "run" / "model")
-    (tmp_path / "run" / "metrics.jsonl").write_text("")
     for i in (0, 1):
         save_model(model, tmp_path / "stack" / f"replicate-{i}" / "model")
     save_model(model, tmp_path / "ckpt")
-    found = discover_models([tmp_path / "run", tmp_path / "stack", tmp_path / "ckpt", tmp_path / "run"], shipped=False)
-    assert [e.name for e in found] == ["run", "stack/replicate-0", "stack/replicate-1", "ckpt"]
-    assert found[0].metrics_file == tmp_path / "run" / "metrics.jsonl" and found[2].replicate == 1
-    assert found[3].run_dir is None and found[3].metrics_file is None
+    save_model(model, tmp_path / "sweep" / "stacks" / "stack-000" / "replicate-1" / "model")
+    items = [tmp_path / "run", tmp_path / "stack", tmp_path / "ckpt", tmp_path / "run", tmp_path / "sweep"]
+    found = discover_models(items, shipped=False)
+    names = ["run", "stack/replicate-0", "stack/replicate-1", "ckpt", "sweep/stack-000/replicate-1"]
+    assert [e.name for e in found] == names
+    assert found[0].run_dir == tmp_path / "run" and found[2].replicate == 1 and found[2].run_dir == tmp_path / "stack"
+    assert found[3].run_dir is None
+    assert (found[4].run_dir, found[4].replicate) == (tmp_path / "sweep" / "stacks" / "stack-000", 1)
+    (tmp_path / "run" / "metrics.jsonl").write_text("")
     with pytest.raises(FileNotFoundError, match="holds no model"):
         entries_for_path(tmp_path / "run" / "metrics.jsonl")
     catalogue = ModelCatalogue(found, {"mem": model})
@@ -68,34 +73,72 @@ def test_draw_tasks_by_outcome(model):
         draw_tasks(model, tasks, "lucky")
 
 
-def test_epoch_history_and_run_table(tmp_path):
-    records = [
-        {"type": "step", "step": 1, "train_loss": 3.0},
-        {"type": "epoch", "epoch": 1, "val_acc": 0.5, "val_acc_by_transformation": {"succ": 0.4}, "replicate": 0},
-        {"type": "epoch", "epoch": 1, "val_acc": 0.7, "val_acc_by_transformation": {"succ": 0.6}, "replicate": 1},
-        {"type": "epoch", "epoch": 2, "val_acc": 0.9, "val_acc_by_transformation": {"succ": 0.8}, "replicate": 1},
-    ]
-    path = tmp_path / "metrics.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    history = epoch_history(path, replicate=1)
-    assert history["epoch"].tolist() == [1, 2] and history["acc:succ"].tolist() == [0.6, 0.8]
-    assert epoch_history(path, replicate=None).empty
-    fig = history_figure(history, "t")
-    assert [t.name for t in fig.data] == ["overall", "succ"] and list(fig.data[0].y) == [70.0, 90.0]
-    path.write_text("{not json\n")
-    with pytest.raises(ValueError, match="line 1 is not JSON"):
-        epoch_history(path)
+def _stack_run(run_dir, records):
+    run_dir.mkdir(parents=True)
+    (run_dir / "train_config.json").write_text(json.dumps({"preset": "copy-20", "batching": "random", "replicates": 2}))
+    (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
 
-    assert run_table(tmp_path / "absent") is None
-    (tmp_path / "results").mkdir()
-    table = pd.DataFrame({"condition": ["a", "a", "a", "b"], "seed": [0, 1, 2, 0], "acc": [90.0, 92.0, 94.0, 50.0]})
-    table.to_csv(tmp_path / "results" / "runs.csv", index=False)
-    summary = condition_intervals(run_table(tmp_path / "results"))
-    assert summary["runs"].tolist() == [3, 1] and "seed" not in summary
-    low, high = (float(x) for x in summary.loc[0, "acc"].split("[")[1].rstrip("]").split(","))
-    assert summary.loc[0, "acc"].startswith("92.0 [") and 90.0 <= low < 92.0 < high <= 94.0
-    assert summary.loc[1, "acc"] == "50.0"
-    assert condition_intervals(table.drop(columns="condition")) is None
+
+def test_training_history_of_a_replicate_and_why_there_is_none(tmp_path):
+    by_rule = lambda acc: {"succ": acc, "fix_pred_succ": acc / 2}
+    _stack_run(
+        tmp_path / "stack",
+        [
+            {"type": "step", "step": 1, "train_loss": 3.0},
+            {"type": "epoch", "epoch": 1, "val_acc": 0.5, "val_acc_by_transformation": by_rule(0.4), "replicate": 0},
+            {"type": "epoch", "epoch": 2, "val_acc": 0.9, "val_acc_by_transformation": by_rule(0.8), "replicate": 1,
+             "matching_score": 0.3},
+            {"type": "epoch", "epoch": 1, "val_acc": 0.7, "val_acc_by_transformation": by_rule(0.6), "replicate": 1,
+             "matching_score": 0.2},
+        ],
+    )  # fmt: skip
+    history = model_history(ModelEntry("stack/replicate-1", None, tmp_path / "stack", 1))
+    assert history["epoch"].tolist() == [1, 2] and history["acc_succ"].tolist() == [0.6, 0.8]
+    fig = history_figure(history, "t")
+    assert [(t.name, t.xaxis) for t in fig.data] == [
+        ("overall", "x"), ("matching-head score (x100)", "x"), ("succ", "x2"), ("fix_pred_succ", "x3")
+    ]  # fmt: skip
+    assert list(fig.data[0].y) == [70.0, 90.0] and list(fig.data[3].y) == [30.0, 40.0]
+    with pytest.raises(LookupError, match="checkpoint without its training run"):
+        model_history(ModelEntry("copy-200", tmp_path))
+    with pytest.raises(LookupError, match="recorded no epoch yet"):
+        model_history(ModelEntry("stack/replicate-2", None, tmp_path / "stack", 2))
+    with pytest.raises(LookupError, match="not a training run"):
+        model_history(ModelEntry("x", None, tmp_path))
+
+
+def test_grid_tables_from_the_results_layout(tmp_path, model):
+    cells = dict.fromkeys(CELLS, 0.0)
+    rows = [
+        {"run": f"r{seed}", "preset": "copy-200", "batching": batching, "condition": f"copy-200/{batching}",
+         "seed": seed, "epochs": 20, "epochs_planned": 20, "complete": True, **cells,
+         "seen_transformations_seen_alphabets": acc}
+        for seed, (batching, acc) in enumerate([("alphabet", 90.0), ("alphabet", 94.0), ("random", 92.0)])
+    ]  # fmt: skip
+    rows.append(
+        {**rows[0], "run": "partial", "complete": False, "epochs": 2.16275, "seen_transformations_seen_alphabets": 10.0}
+    )
+    tables = grid_tables(pd.DataFrame(rows))
+    assert len(tables["runs"]) == 4 and tables["runs"].loc[3, "seenT/seenA"] == "10.0"
+    assert tables["runs"].loc[3, "epochs"] == 2.16
+    table1 = tables["Table 1"].iloc[0]
+    assert table1["runs"] == 3 and table1["paper seenT/seenA"] == "96.7"
+    low, high = (float(x) for x in table1["seenT/seenA"].split("[")[1].rstrip("]").split(","))
+    assert table1["seenT/seenA"].startswith("92.0 [") and 90.0 <= low < 92.0 < high <= 94.0
+    batching = tables["batching"].set_index("batching")
+    assert batching.loc["random", "seenT/seenA"] == "92.0"  # one run: no interval
+    assert batching.loc["alphabet", "paper seenT/seenA"] == "95.8 [87.3, 100.0]"
+    assert set(grid_tables(pd.DataFrame([rows[3]]))) == {"runs"}  # no complete run: no summary
+
+    runs_csv = tmp_path / "analyses" / "runs.csv"
+    save_model(model, tmp_path / "sweep" / "stacks" / "stack-000" / "replicate-0" / "model")
+    (entry,) = entries_for_path(tmp_path / "sweep")
+    assert results_table_path(entry, runs_csv) is None
+    runs_csv.parent.mkdir()
+    runs_csv.write_text("run\n")
+    assert results_table_path(entry, runs_csv) == runs_csv
+    (tmp_path / "sweep" / "results.csv").write_text("run\n")
+    assert results_table_path(entry, runs_csv) == tmp_path / "sweep" / "results.csv"
 
 
 def test_render_shows_errors_inline_and_exports(model):

@@ -18,12 +18,15 @@ from lsa_interp.explorer.compute import (
     ablate_cells,
     ablate_heads,
     compare,
+    intervention_hooks,
     lens_top_k,
     patch_heads_from,
     reference_means,
     run_task,
 )
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.model.inputs import decoder_input_from_generated
+from lsa_interp.viz.attention_data import display_token
 
 TASK = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd")
 SHORT = Task.parse("abcdefghijklmnopqrstuvwxyz | ab > ac | bcd")
@@ -46,6 +49,25 @@ def test_clean_run_is_the_models_answer_with_top_k(planted):
     assert data.answer == planted.solve(TASK) == planted_answer(TASK) == "f"
     assert data.top_probs.shape == (2, 5) and torch.all(data.top_probs[:, :-1] >= data.top_probs[:, 1:])
     assert data.encoder_attn.shape == (3, 4, 39, 39) and data.cross_attn.shape == (1, 4, 2, 39)
+
+
+def test_one_pass_reads_what_a_teacher_forced_run_of_the_answer_reads(tiny):
+    ivs = Interventions(lens_layer=0, ablated_heads=(Head("decoder", 1, 2, "cross_attn"), Head("encoder", 1, 0)))
+    data = run_task(tiny, TASK, ivs, top_k=3, max_new_tokens=6)
+    assert data.decoder_attn.shape[-1] == 6  # no EOS in 6 steps: every step is recorded
+    with tiny.hooks(fwd_hooks=intervention_hooks(tiny, ivs)):
+        tgt = decoder_input_from_generated(tiny.generate(TASK, max_new_tokens=6))
+        logits, cache = tiny.run_with_cache(TASK, tgt)
+    expected = {
+        "encoder_attn": torch.stack([cache.pattern("encoder", layer, "attn")[0] for layer in range(2)]),
+        "decoder_attn": torch.stack([cache.pattern("decoder", layer, "attn")[0] for layer in range(2)]),
+        "cross_attn": torch.stack([cache.pattern("decoder", layer, "cross_attn")[0] for layer in range(2)]),
+        "resid": torch.stack([cache.resid("encoder", layer, "post")[0] for layer in range(2)]),
+        "top_probs": torch.softmax(logits[0], -1).topk(3, -1).values,
+    }
+    for name, tensor in expected.items():
+        torch.testing.assert_close(getattr(data, name), tensor, atol=1e-5, rtol=1e-4, msg=name)
+    assert tuple(data.tgt_tokens) == tuple(display_token(t) for t in tgt[0].tolist())
 
 
 def test_patching_matches_the_patching_api(planted):

@@ -16,6 +16,7 @@ from lsa_interp.viz.attention import attention_view
 from tests.viz.chromium import PageLog, launch, png_colours
 
 sync_api = pytest.importorskip("playwright.sync_api")
+pytestmark = pytest.mark.slow  # about 20 s: Chromium over four pages
 torch.set_num_threads(1)
 LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
 PLOTLY_READY = (
