@@ -77,7 +77,7 @@ def batching_summary(frame: pd.DataFrame, include_partial: bool = False) -> pd.D
     """The appendix's batching table: per (preset, batching) it lists, with ``paper_<cell>`` and
     ``paper_<cell>_low/_high`` columns (NaN where the paper has no such condition)."""
     runs = counted_runs(frame, include_partial)
-    runs = runs[[(p, b) in PAPER_BATCHING for p, b in zip(runs["preset"], runs["batching"])]]
+    runs = runs[np.array([(p, b) in PAPER_BATCHING for p, b in zip(runs["preset"], runs["batching"])], dtype=bool)]
     summary = summarize(runs, ["preset", "batching"])
     for i, cell in enumerate(CELLS):
         paper = [PAPER_BATCHING[(p, b)][i] for p, b in zip(summary["preset"], summary["batching"])]

@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 
 import lsa_interp
 from lsa_interp.data.transformations import NEW, SEEN
-from lsa_interp.evaluation.grid_summary import batching_summary, counted_runs, table1_summary
+from lsa_interp.evaluation.grid_summary import batching_summary, table1_summary
 from lsa_interp.evaluation.paper_tables import CELL_LABELS, CELLS
 from lsa_interp.evaluation.training_history import epoch_history
 from lsa_interp.explorer.catalogue import ModelEntry
@@ -114,8 +114,6 @@ def grid_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
         if cell in shown:
             shown[cell] = [_interval(v) for v in shown[cell]]
     tables = {"runs": shown.rename(columns=CELL_LABELS)}
-    if counted_runs(runs).empty:  # batching_summary cannot filter an empty frame
-        return tables
     for name, summary, keys in (
         ("Table 1", table1_summary(runs), ["preset"]),
         ("batching", batching_summary(runs), ["preset", "batching"]),

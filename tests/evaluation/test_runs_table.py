@@ -64,6 +64,13 @@ def test_partly_trained_runs_are_marked_and_left_out_of_the_means_unless_asked(t
     assert table1_summary(frame, include_partial=True)["seen_transformations_seen_alphabets"].tolist() == [65.0]
 
 
+def test_summaries_of_runs_none_of_which_counts_are_empty_tables(tmp_path):
+    make_run(tmp_path, "partial", "copy-20", "random", 0, 40.0, epochs=2.16)
+    frame = runs_table(find_runs([tmp_path]))
+    assert table1_summary(frame).empty and batching_summary(frame).empty and few_shot_summary(frame).empty
+    assert batching_summary(frame, include_partial=True)["n"].tolist() == [1]
+
+
 def test_find_runs_searches_nested_directories_and_skips_unevaluated_models(tmp_path):
     make_run(tmp_path / "grid" / "stack-0", "replicate-0", "copy-20", "random", 0, 90.0)
     save_model(HookedEncoderDecoder(TINY), tmp_path / "grid" / "unevaluated")
