@@ -28,6 +28,8 @@ def test_transformation_alphabet_keys_are_equal_exactly_when_both_attributes_are
     same_key = keys[:, None] == keys[None, :]
     same_pair = (alphabet[:, None] == alphabet[None, :]) & (rule[:, None] == rule[None, :])
     assert (same_key == same_pair).all()
+    empty = batch_keys("transformation_alphabet", np.zeros(0, np.int32), np.zeros(0, np.int16))
+    assert empty.shape == (0,)  # a split without rows has no keys (and no error)
     # large ids do not overflow the int16 rule column
     keys = batch_keys("transformation_alphabet", np.array([400, 401], np.int32), np.array([300, 0], np.int16))
     assert keys[0] != keys[1] and (keys >= 0).all()

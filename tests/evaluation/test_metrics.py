@@ -162,7 +162,12 @@ def test_alternate_rule_errors_classifies_in_order_and_skips_copy_and_other_rule
         "other": 0.0,
     }
     as_dict = counts["pred"].to_dict()
-    assert as_dict["other_rule"] == "succ" and as_dict["total"] == 4 and as_dict["percent"]["other"] == 25.0
+    assert (
+        as_dict["rule"] == "pred"
+        and as_dict["other_rule"] == "succ"
+        and as_dict["total"] == 4
+        and as_dict["percent"]["other"] == 25.0
+    )
     assert [as_dict[o] for o in OUTCOMES] == [1, 1, 1, 1]
     with pytest.raises(ValueError, match="predictions for"):
         alternate_rule_errors(tasks, [])
