@@ -53,6 +53,14 @@ def test_problems_do_not_depend_on_the_other_alphabets_or_rules_generated():
     assert other_stream.query != alone.query and other_stream.answer == alone.answer
 
 
+def test_the_problems_of_a_stream_never_change():
+    """Datasets are rebuilt from (preset, seed): the random choices of a stream are fixed across versions."""
+    table = build_problems([PERM], ("sort", "rr_interleave"), (4,), "problems/0")
+    assert table.query[:3] == ["yzxw", "yvwx", "xwuv"] and table.answer[:3] == ["zyxw", "yxwv", "xwvu"]
+    first_rr = int((table.transformation == 1).argmax())
+    assert table.query[first_rr] == "zryrxrwrw" and table.answer[first_rr] == "zryrxrw"
+
+
 def _table():
     return build_problems([STANDARD_ALPHABET, PERM], ("succ", "sort", "reverse"), (3, 4), "s")
 

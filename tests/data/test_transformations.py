@@ -106,11 +106,16 @@ def test_group_sizes_of_extend_group_are_two_or_three():
 def test_fix_interleave_never_replaces_a_letter_by_the_filler():
     """The misplaced letter differs from the filler, so the query keeps one filler between letters."""
     rng = random.Random(2)
+    offsets = set()
     for _ in range(500):
         query, answer = get_transformation("fix_interleave").build(10, 3, rng)
         filler = answer[1]
         assert query[1::2] == [filler, filler] and filler not in query[0::2]
         assert sum(a != b for a, b in zip(query, answer)) == 1
+        (misplaced,) = [q for q, a in zip(query, answer) if q != a]
+        assert not 10 <= misplaced < 13
+        offsets.add(misplaced - filler)
+    assert {-1, 1} <= offsets  # the filler's neighbours can be drawn: only the filler itself is excluded
 
 
 def test_unknown_rule_is_named():
