@@ -59,6 +59,9 @@ def test_padding_and_roles_of_a_mixed_batch():
 def test_tasks_without_answers_have_no_targets():
     batch = encode_tasks([Task.parse(f"{LETTERS} | ghi > fhi | bcd")])
     assert batch.tgt_in is None and batch.tgt_out is None and batch.tgt_pad_mask is None
+    answered = encode_tasks([Task.parse(f"{LETTERS} | ghi > fhi | bcd > acd")])
+    assert torch.equal(batch.src, answered.src) and torch.equal(batch.roles, answered.roles)
+    assert encode_tasks([PAPER], with_answers=False).tgt_in is None
     with pytest.raises(ValueError, match="some tasks have no answer"):
         encode_tasks([Task.parse(f"{LETTERS} | ghi > fhi | bcd")], with_answers=True)
     with pytest.raises(ValueError, match="empty list"):
