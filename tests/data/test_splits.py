@@ -69,3 +69,4 @@ def test_downsample_keeps_order_and_all_rows_when_not_more():
     assert len(set(small.query.tolist())) == 4 and set(small.query.tolist()) <= set(rows.query.tolist())
     picks = {tuple(downsample(rows, 9, np.random.default_rng(s)).query.tolist()) for s in range(20)}
     assert len(picks) > 3  # a random subset, not always the first rows
+    assert all(len(set(p)) == 9 for p in picks)  # drawn without replacement: no row twice
