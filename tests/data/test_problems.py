@@ -106,6 +106,21 @@ def test_copy_rows_follow_their_row_and_put_the_query_in_a_random_slot(shots):
     assert (copies[others] == originals[others]).all()  # the other examples are kept
 
 
+def test_the_pairing_of_a_seed_never_changes():
+    """Datasets are rebuilt from (preset, seed), and evaluation re-derives the val split: pairing is fixed."""
+    table = build_problems([STANDARD_ALPHABET], ("succ", "reverse"), (3,), "s")
+    rows = pair_examples(table, 1, 2, np.random.default_rng(0))
+    assert rows.query[:4].tolist() == [0, 1, 2, 3] and rows.examples[:4].tolist() == [
+        [11, 12],
+        [3, 6],
+        [20, 1],
+        [13, 15],
+    ]
+    copies = add_copy_rows(rows, np.random.default_rng(0))
+    assert copies.examples[:6].tolist() == [[11, 12], [11, 0], [3, 6], [3, 1], [20, 1], [20, 2]]
+    assert copies.is_copy.dtype == bool and copies.query.dtype == rows.query.dtype
+
+
 def test_rows_take_and_len():
     rows = Rows(np.array([5, 6, 7]), np.array([[1], [2], [3]]), np.array([False, True, False]))
     picked = rows.take(np.array([2, 0]))
