@@ -69,7 +69,7 @@ def _table():
 def test_examples_come_from_the_querys_group_and_never_repeat_a_problem(shots):
     table = _table()
     rows = pair_examples(table, 3, shots, np.random.default_rng(0))
-    assert rows.examples.shape == (len(rows), shots) and not rows.is_copy.any()
+    assert rows.examples.shape == (len(rows), shots) and rows.is_copy.dtype == bool and not rows.is_copy.any()
     assert (table.group[rows.examples] == table.group[rows.query][:, None]).all()
     assert (rows.examples != rows.query[:, None]).all()
     for i in range(shots):
