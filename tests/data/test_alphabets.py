@@ -66,3 +66,9 @@ def test_every_letter_of_a_full_permutation_moves():
         assert sorted(alphabet) == sorted(STANDARD_ALPHABET)
     with pytest.raises(ValueError, match="between 2 and 26"):
         permute_alphabet(27, random.Random(0))
+
+
+def test_permutation_level_refuses_an_alphabet_of_another_length():
+    assert permutation_level("bacdefghijklmnopqrstuvwxyz") == 2
+    with pytest.raises(ValueError):
+        permutation_level("bac")
