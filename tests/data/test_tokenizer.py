@@ -87,6 +87,11 @@ def test_unknown_symbols_are_named_exactly():
     task = Task(LETTERS, (("ab1", "abc"),), "aB#", "abd")
     with pytest.raises(ValueError, match=r"symbol\(s\) \['#', '1', 'B'\]; allowed"):
         encode_tasks([task])
+    accented = Task(LETTERS, (("abc", "abd"),), "abé", "abd")  # non-ASCII: named too, not a codec error
+    with pytest.raises(ValueError, match=r"symbol\(s\) \['é'\]; allowed"):
+        encode_tasks([accented])
+    with pytest.raises(ValueError, match=r"symbol\(s\) \['š'\]; allowed"):  # U+0161: its low byte is "a"
+        encode_tasks([Task(LETTERS, (("abc", "abd"),), "abc", "abš")])
 
 
 def test_select_and_to_carry_every_tensor_and_keep_missing_targets_missing():
