@@ -81,11 +81,29 @@ def test_inputs_of_every_kind(make_tasks):
     assert plain.tgt_in.tolist() == [[ARROW], [ARROW]] and plain.tgt_out is None and plain.tgt_in.dtype == torch.long
     ids = to_token_batch(encoded.src)
     assert ids.tgt_in.tolist() == [[ARROW], [ARROW]] and torch.equal(ids.roles, encoded.roles)
-    with pytest.raises(TypeError, match="int64 tensor"):
-        to_token_batch(encoded.src[0])
+    with pytest.raises(TypeError, match=r"int64 tensor, got \(5,\) torch.int64"):
+        to_token_batch(torch.zeros(5, dtype=torch.long))
+    unanswered = [t.with_answer(None) for t in tasks]
+    assert to_token_batch(unanswered, teacher_force=False).tgt_in.tolist() == [[ARROW], [ARROW]]
     with pytest.raises(TypeError):  # by the package, or first by the test suite's type checks
         to_token_batch("abc")
     with pytest.raises(TypeError):
         to_token_batch([tasks[0], "abc"])
     with pytest.raises(ValueError, match="empty list"):
         to_token_batch([])
+
+
+def test_masks_are_built_on_the_padding_masks_device():
+    pad = torch.tensor([[False, True]], device="meta")
+    assert key_mask(pad, torch.float32).device.type == "meta"
+    assert causal_mask(pad, torch.float32).device.type == "meta"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_inputs_stay_on_the_inputs_device(make_tasks):
+    src = encode_tasks(make_tasks(2)).src.cuda()
+    batch = to_token_batch(src)
+    assert batch.roles.is_cuda and batch.tgt_in.is_cuda
+    assert decoder_input_from_generated(torch.tensor([[1, EOS]], device="cuda")).is_cuda
+    pad = src == PAD
+    assert key_mask(pad, torch.float32).is_cuda and causal_mask(pad, torch.float32).is_cuda
