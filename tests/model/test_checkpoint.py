@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -107,3 +108,31 @@ def test_reduced_precision_storage_halves_the_file_and_loads_as_fp32(small_model
         assert torch.equal(got, expected), key
     with pytest.raises(ValueError, match="unknown storage dtype 'int8'"):
         save_model(small_model, tmp_path / "bad", storage="int8")
+
+
+def test_metadata_sets_and_objects_are_written_readably(small_model, tmp_path):
+    metadata = {"rules": {"succ", "pred"}, "mixed": frozenset({2, "a"}), "where": Path("runs/x")}
+    directory = save_model(small_model, tmp_path / "nested" / "deeper" / "run", metadata=metadata)
+    text = (directory / "config.json").read_text()
+    assert text.startswith('{\n  "format": "lsa-interp",\n') and text.endswith("}\n")  # indented, one key a line
+    written = json.loads(text)["metadata"]
+    assert written["rules"] == ["pred", "succ"] and written["mixed"] == [2, "a"] and written["where"] == "runs/x"
+    assert checkpoint.load_checkpoint_dir(directory).metadata["rules"] == ["pred", "succ"]  # default device: CPU
+
+
+def test_a_failed_save_leaves_no_staging_directory(small_model, tmp_path, monkeypatch):
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint, "save_file", fail)
+    with pytest.raises(OSError, match="disk full"):
+        save_model(small_model, tmp_path / "run")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_only_directories_with_a_config_are_shipped_models(small_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoint, "CHECKPOINTS_DIR", tmp_path)
+    save_model(small_model, tmp_path / "copy-20")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "README.md").write_text("x")
+    assert available_models() == ["copy-20"]
