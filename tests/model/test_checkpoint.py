@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 import lsa_interp.model.checkpoint as checkpoint
 from lsa_interp.model import CheckpointError, HookedEncoderDecoder, available_models, load_model, save_model
 from lsa_interp.model.reference import ReferenceTransformer, save_reference_checkpoint
+from lsa_interp.utils import sha256_file
 
 
 @pytest.fixture
@@ -136,3 +138,30 @@ def test_only_directories_with_a_config_are_shipped_models(small_model, tmp_path
     (tmp_path / "notes").mkdir()
     (tmp_path / "README.md").write_text("x")
     assert available_models() == ["copy-20"]
+
+
+def test_models_load_onto_the_device_asked_for(small_model, small_cfg, saved, tmp_path):
+    assert next(load_model(saved, device="meta").parameters()).device.type == "meta"
+    assert next(load_model(saved / "config.json", device="meta").parameters()).device.type == "meta"
+    save_reference_checkpoint(ReferenceTransformer(small_cfg), tmp_path / "ref.pt")
+    assert next(load_model(tmp_path / "ref.pt", device="meta").parameters()).device.type == "meta"
+
+
+def test_weights_that_do_not_fit_the_config_are_refused(small_model, saved):
+    state = load_file(saved / "model.safetensors")
+    state.pop(sorted(state)[0])
+    save_file(state, str(saved / "model.safetensors"))
+    config = json.loads((saved / "config.json").read_text())
+    config["weights_sha256"] = sha256_file(saved / "model.safetensors")
+    (saved / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="cannot load"):
+        load_model(saved)
+
+
+def test_a_path_with_a_separator_is_never_looked_up_among_shipped_names(small_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoint, "CHECKPOINTS_DIR", tmp_path)
+    save_model(small_model, tmp_path / "sub" / "copy-20")
+    save_model(small_model, tmp_path / "a\\b")
+    for name in ("sub/copy-20", "a\\b"):
+        with pytest.raises(FileNotFoundError, match="no checkpoint named or at"):
+            load_model(name)
