@@ -30,4 +30,11 @@ lint: $(BIN)/.installed
 test: $(BIN)/.installed chromium lint
 	$(BIN)/python -m pytest -n 2 -q
 
-.PHONY: install demo test lint chromium
+# Mutation testing (docs/testing.md): slow, not part of `make test`. Results are cached in mutants/ between runs;
+# MODULE=lsa_interp.data.batching re-runs the mutants of one module only.
+mutation: $(BIN)/.installed
+	$(BIN)/pip install -q -c constraints.txt -e '.[mutation]'
+	OMP_NUM_THREADS=1 $(BIN)/mutmut run --max-children 1 $(if $(MODULE),"$(MODULE).*")
+	$(BIN)/mutmut results
+
+.PHONY: install demo test lint chromium mutation

@@ -33,6 +33,7 @@ from lsa_interp.evaluation import (
     transformation_figure,
     write_report,
 )
+from lsa_interp.evaluation.result import NEW_ALPHABETS, SEEN_ALPHABETS, SPLIT_OF
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
 from tests.helpers import run
 
@@ -356,3 +357,26 @@ def test_cli_bad_input_is_one_line_and_exit_2(saved, args, message, capsys):
     assert code == 2 and message in err
     assert len(err.strip().splitlines()) == 1 and err.startswith("lsa-interp: error: ")
     assert "Traceback" not in err + out
+
+
+def _scored_task(rule: str, alphabet: str = PERM, copy: bool = False) -> Task:
+    example = ("bcd", "bce") if copy else ("mno", "nop")
+    return Task(alphabet, (example,), "bcd", "bce", rule)
+
+
+def test_score_predictions_uses_the_given_training_rules_and_writes_every_key():
+    seen = [_scored_task("succ"), _scored_task("reverse", STANDARD_ALPHABET), _scored_task("succ", copy=True)]
+    new = [_scored_task("succ"), _scored_task("reverse")]
+    result = score_predictions(seen, ["bce", "x", "bce"], new, ["x", "bce"], seen_transformations=("reverse",))
+    assert result.table1.seen_transformations_seen_alphabets == Accuracy(0, 1)  # reverse is the training rule here
+    assert result.table1.new_transformations_seen_alphabets == Accuracy(1, 1)
+    assert result.overall == {SEEN_ALPHABETS: Accuracy(2, 3), NEW_ALPHABETS: Accuracy(1, 2)}
+    data = json.loads(json.dumps(replace(result, limit=7, model="m").to_dict()))
+    assert data["limit"] == 7 and data["model"] == "m" and data["splits"] == SPLIT_OF
+    assert data["seen_transformations"] == ["reverse"]
+    assert data["overall"][SEEN_ALPHABETS] == {"correct": 2, "total": 3, "percent": 200 / 3}
+    assert data["copy_vs_non_copy"][SEEN_ALPHABETS]["copy"] == {"correct": 1, "total": 1, "percent": 100.0}
+    assert data["n_tasks"] == {SEEN_ALPHABETS: 3, NEW_ALPHABETS: 2}
+    assert data["by_transformation"][NEW_ALPHABETS]["reverse"]["correct"] == 1
+    assert data["alternate_rule"][SEEN_ALPHABETS]["succ"]["correct"] == 1  # the copy row is left out
+    assert data["table1"]["new_transformations_new_alphabets"]["total"] == 1 and len(data["notes"]) == 5

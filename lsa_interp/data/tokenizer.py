@@ -69,7 +69,8 @@ def source_text(task: Task) -> str:
 def _char_matrix(texts: Sequence[str], width: int | None = None) -> np.ndarray:
     """Map strings to a PAD-filled [n, width] id matrix in one vectorised pass."""
     width = width if width is not None else max((len(t) for t in texts), default=0)
-    joined = "".join(t.ljust(width, _PAD_CHAR) for t in texts).encode("ascii")
+    # A non-ASCII symbol becomes one "?" (not a token), so that it is named in the error below.
+    joined = "".join(t.ljust(width, _PAD_CHAR) for t in texts).encode("ascii", errors="replace")
     ids = _LUT[np.frombuffer(joined, dtype=np.uint8)].reshape(len(texts), width)
     if (ids < 0).any():
         bad = sorted({ch for t in texts for ch in t if _LUT[ord(ch) % 256] < 0 or ord(ch) > 255})

@@ -37,3 +37,44 @@ def test_exclusion_and_bad_counts():
     assert not set(fresh) & set(used) and STANDARD_ALPHABET not in fresh
     with pytest.raises(ValueError, match="multiple of 4"):
         make_alphabets(10, seed=0)
+
+
+def test_the_alphabets_of_a_seed_never_change():
+    """Datasets are rebuilt from (preset, seed): seed 0's alphabets are fixed across versions."""
+    assert make_alphabets(4, seed=0) == [
+        "abcdefghijklrnopqmstuvwxyz",
+        "abcdefghijklonvpqxstumwryz",
+        "obcdyfghitklmnzaqrsjxvweup",
+        "ujeprlzyiakngvotqfsdhcmxbw",
+        STANDARD_ALPHABET,
+    ]
+    assert [permutation_level(a) for a in make_alphabets(4, seed=0)] == [2, 5, 10, 20, 0]
+
+
+def test_no_permuted_alphabet_and_custom_levels():
+    assert make_alphabets(0, seed=0) == [STANDARD_ALPHABET] and make_alphabets(0, seed=0, include_standard=False) == []
+    three = make_alphabets(6, seed=0, levels=(3, 26), include_standard=False)
+    assert [permutation_level(a) for a in three] == [3, 3, 3, 26, 26, 26]
+    with pytest.raises(ValueError, match="multiple of 4"):
+        make_alphabets(-4, seed=0)
+
+
+def test_every_letter_of_a_full_permutation_moves():
+    for seed in range(20):
+        alphabet = permute_alphabet(26, random.Random(seed))
+        assert all(a != b for a, b in zip(alphabet, STANDARD_ALPHABET))
+        assert sorted(alphabet) == sorted(STANDARD_ALPHABET)
+    with pytest.raises(ValueError, match="between 2 and 26"):
+        permute_alphabet(27, random.Random(0))
+
+
+def test_permutation_level_refuses_an_alphabet_of_another_length():
+    assert permutation_level("bacdefghijklmnopqrstuvwxyz") == 2
+    with pytest.raises(ValueError):
+        permutation_level("bac")
+
+
+def test_alphabets_are_never_repeated():
+    """There are 325 alphabets with two letters swapped: asking for all of them gives each exactly once."""
+    every_swap = make_alphabets(325, seed=0, levels=(2,), include_standard=False)
+    assert len(set(every_swap)) == 325

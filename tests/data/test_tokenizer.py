@@ -59,6 +59,9 @@ def test_padding_and_roles_of_a_mixed_batch():
 def test_tasks_without_answers_have_no_targets():
     batch = encode_tasks([Task.parse(f"{LETTERS} | ghi > fhi | bcd")])
     assert batch.tgt_in is None and batch.tgt_out is None and batch.tgt_pad_mask is None
+    answered = encode_tasks([Task.parse(f"{LETTERS} | ghi > fhi | bcd > acd")])
+    assert torch.equal(batch.src, answered.src) and torch.equal(batch.roles, answered.roles)
+    assert encode_tasks([PAPER], with_answers=False).tgt_in is None
     with pytest.raises(ValueError, match="some tasks have no answer"):
         encode_tasks([Task.parse(f"{LETTERS} | ghi > fhi | bcd")], with_answers=True)
     with pytest.raises(ValueError, match="empty list"):
@@ -78,6 +81,33 @@ def test_batch_select_and_to():
     batch = encode_tasks([PAPER, PAPER.with_answer("acde")])
     one = batch.select(torch.tensor([1])).to("cpu")
     assert len(one) == 1 and one.tgt_out[0].tolist() == [0, 2, 3, 4, EOS]
+
+
+def test_unknown_symbols_are_named_exactly():
+    task = Task(LETTERS, (("ab1", "abc"),), "aB#", "abd")
+    with pytest.raises(ValueError, match=r"symbol\(s\) \['#', '1', 'B'\]; allowed"):
+        encode_tasks([task])
+    accented = Task(LETTERS, (("abc", "abd"),), "abé", "abd")  # non-ASCII: named too, not a codec error
+    with pytest.raises(ValueError, match=r"symbol\(s\) \['é'\]; allowed"):
+        encode_tasks([accented])
+    with pytest.raises(ValueError, match=r"symbol\(s\) \['š'\]; allowed"):  # U+0161: its low byte is "a"
+        encode_tasks([Task(LETTERS, (("abc", "abd"),), "abc", "abš")])
+
+
+def test_select_and_to_carry_every_tensor_and_keep_missing_targets_missing():
+    batch = encode_tasks([PAPER, PAPER.with_answer("acde")])
+    moved = batch.to("meta")
+    fields = ("src", "roles", "tgt_in", "tgt_out")
+    assert all(
+        getattr(moved, f).device.type == "meta" and getattr(moved, f).shape == getattr(batch, f).shape for f in fields
+    )
+    second = batch.select(slice(1, 2))
+    assert all(torch.equal(getattr(second, f), getattr(batch, f)[1:2]) for f in fields)
+    unanswered = encode_tasks([PAPER.with_answer(None)] * 3)
+    picked = unanswered.select(torch.tensor([True, False, True]))
+    assert len(picked) == 2 and picked.tgt_in is None and picked.tgt_out is None
+    assert torch.equal(picked.roles, unanswered.roles[[0, 2]])
+    assert unanswered.to("meta").tgt_in is None and unanswered.to("meta").roles.device.type == "meta"
 
 
 def test_shapes_are_checked_at_runtime():

@@ -69,6 +69,55 @@ def test_random_choices_cover_their_range():
     assert len(dups) == 4 and groups == {6, 9} and len(swaps) == 6
 
 
+MARGINS = {  # letters a rule needs before and after its window (the others need none)
+    "extend_sequence": (0, 1),
+    "succ": (0, 1),
+    "pred": (1, 0),
+    "rr_succ": (0, 1),
+    "fix_extend": (0, 1),
+    "extend_pred": (1, 1),
+    "extend_group": (0, 1),
+    "extend_extend_succ": (0, 3),
+    "fix_pred_succ": (1, 1),
+}
+
+
+@pytest.mark.parametrize("name", list(TRANSFORMATIONS))
+def test_exact_windows_per_rule_and_length(name):
+    """A rule builds a problem for exactly the windows with room for its margins (shift: n letters after)."""
+    build = get_transformation(name).build
+    for length in range(3, 8):
+        before, after = (0, length) if name == "shift" else MARGINS.get(name, (0, 0))
+        starts = [s for s in range(27 - length) if build(s, length, random.Random(s)) is not None]
+        assert starts == list(range(before, 27 - length - after)), (name, length)
+
+
+def test_group_sizes_of_extend_group_are_two_or_three():
+    rng = random.Random(1)
+    sizes = set()
+    for _ in range(100):
+        query, answer = get_transformation("extend_group").build(4, 3, rng)
+        k = len(query) // 3
+        assert answer == [p for p in range(4, 8) for _ in range(k)]
+        sizes.add(k)
+    assert sizes == {2, 3}
+
+
+def test_fix_interleave_never_replaces_a_letter_by_the_filler():
+    """The misplaced letter differs from the filler, so the query keeps one filler between letters."""
+    rng = random.Random(2)
+    offsets = set()
+    for _ in range(500):
+        query, answer = get_transformation("fix_interleave").build(10, 3, rng)
+        filler = answer[1]
+        assert query[1::2] == [filler, filler] and filler not in query[0::2]
+        assert sum(a != b for a, b in zip(query, answer)) == 1
+        (misplaced,) = [q for q, a in zip(query, answer) if q != a]
+        assert not 10 <= misplaced < 13
+        offsets.add(misplaced - filler)
+    assert {-1, 1} <= offsets  # the filler's neighbours can be drawn: only the filler itself is excluded
+
+
 def test_unknown_rule_is_named():
     with pytest.raises(ValueError, match="unknown transformation 'frob'"):
         get_transformation("frob")

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 import lsa_interp.model.checkpoint as checkpoint
 from lsa_interp.model import CheckpointError, HookedEncoderDecoder, available_models, load_model, save_model
 from lsa_interp.model.reference import ReferenceTransformer, save_reference_checkpoint
+from lsa_interp.utils import sha256_file
 
 
 @pytest.fixture
@@ -107,3 +110,58 @@ def test_reduced_precision_storage_halves_the_file_and_loads_as_fp32(small_model
         assert torch.equal(got, expected), key
     with pytest.raises(ValueError, match="unknown storage dtype 'int8'"):
         save_model(small_model, tmp_path / "bad", storage="int8")
+
+
+def test_metadata_sets_and_objects_are_written_readably(small_model, tmp_path):
+    metadata = {"rules": {"succ", "pred"}, "mixed": frozenset({2, "a"}), "where": Path("runs/x")}
+    directory = save_model(small_model, tmp_path / "nested" / "deeper" / "run", metadata=metadata)
+    text = (directory / "config.json").read_text()
+    assert text.startswith('{\n  "format": "lsa-interp",\n') and text.endswith("}\n")  # indented, one key a line
+    written = json.loads(text)["metadata"]
+    assert written["rules"] == ["pred", "succ"] and written["mixed"] == [2, "a"] and written["where"] == "runs/x"
+    assert checkpoint.load_checkpoint_dir(directory).metadata["rules"] == ["pred", "succ"]  # default device: CPU
+
+
+def test_a_failed_save_leaves_no_staging_directory(small_model, tmp_path, monkeypatch):
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint, "save_file", fail)
+    with pytest.raises(OSError, match="disk full"):
+        save_model(small_model, tmp_path / "run")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_only_directories_with_a_config_are_shipped_models(small_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoint, "CHECKPOINTS_DIR", tmp_path)
+    save_model(small_model, tmp_path / "copy-20")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "README.md").write_text("x")
+    assert available_models() == ["copy-20"]
+
+
+def test_models_load_onto_the_device_asked_for(small_model, small_cfg, saved, tmp_path):
+    assert next(load_model(saved, device="meta").parameters()).device.type == "meta"
+    assert next(load_model(saved / "config.json", device="meta").parameters()).device.type == "meta"
+    save_reference_checkpoint(ReferenceTransformer(small_cfg), tmp_path / "ref.pt")
+    assert next(load_model(tmp_path / "ref.pt", device="meta").parameters()).device.type == "meta"
+
+
+def test_weights_that_do_not_fit_the_config_are_refused(small_model, saved):
+    state = load_file(saved / "model.safetensors")
+    state.pop(sorted(state)[0])
+    save_file(state, str(saved / "model.safetensors"))
+    config = json.loads((saved / "config.json").read_text())
+    config["weights_sha256"] = sha256_file(saved / "model.safetensors")
+    (saved / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="cannot load"):
+        load_model(saved)
+
+
+def test_a_path_with_a_separator_is_never_looked_up_among_shipped_names(small_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoint, "CHECKPOINTS_DIR", tmp_path)
+    save_model(small_model, tmp_path / "sub" / "copy-20")
+    save_model(small_model, tmp_path / "a\\b")
+    for name in ("sub/copy-20", "a\\b"):
+        with pytest.raises(FileNotFoundError, match="no checkpoint named or at"):
+            load_model(name)

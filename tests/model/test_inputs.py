@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from lsa_interp.data.tokenizer import encode_tasks
-from lsa_interp.data.vocab import ARROW, ROLE_ID
-from lsa_interp.model.inputs import causal_mask, key_mask, to_token_batch
+from lsa_interp.data.vocab import ARROW, EOS, PAD, ROLE_ID
+from lsa_interp.model.inputs import causal_mask, decoder_input_from_generated, key_mask, to_token_batch
 
 
 def test_tasks_with_answers_are_teacher_forced(make_tasks):
@@ -43,3 +43,67 @@ def test_masks():
     causal = causal_mask(pad, torch.float32)[0, 0]
     inf = float("-inf")
     assert causal.tolist() == [[0.0, inf, inf], [0.0, 0.0, inf], [0.0, 0.0, inf]]
+
+
+def test_masks_follow_the_dtype_and_mask_each_rows_own_padding():
+    pad = torch.tensor([[False, False, False], [False, True, True]])
+    keys = key_mask(pad, torch.float16)
+    assert keys.dtype == torch.float16 and keys.shape == (2, 1, 1, 3)
+    assert torch.isinf(keys[:, 0, 0]).tolist() == pad.tolist()
+    causal = causal_mask(pad, torch.float64)
+    assert causal.dtype == torch.float64 and causal.shape == (2, 1, 3, 3)
+    future = torch.ones(3, 3, dtype=torch.bool).triu(1)
+    assert torch.isinf(causal[0, 0]).tolist() == future.tolist()
+    assert torch.isinf(causal[1, 0]).tolist() == (future | pad[1]).tolist()
+    assert (causal[~torch.isinf(causal)] == 0).all() and (causal[torch.isinf(causal)] < 0).all()
+
+
+def test_decoder_input_from_generated_shifts_right_and_drops_trailing_padding():
+    generated = torch.tensor([[1, EOS, PAD, PAD, PAD], [2, 3, EOS, PAD, PAD]])
+    assert decoder_input_from_generated(generated).tolist() == [[ARROW, 1, PAD], [ARROW, 2, 3]]
+    unfinished = torch.tensor([[4, 5]])  # no EOS yet: every token is fed back
+    assert decoder_input_from_generated(unfinished).tolist() == [[ARROW, 4]]
+    assert decoder_input_from_generated(torch.tensor([[EOS, PAD]])).tolist() == [[ARROW]]
+
+
+def test_inputs_of_every_kind(make_tasks):
+    tasks = make_tasks(2)
+    encoded = encode_tasks(tasks)
+    assert to_token_batch(encoded) is encoded  # a teacher-forced TokenBatch passes through
+    single = to_token_batch(tasks[0])
+    assert torch.equal(single.src, encoded.src[:1, : single.src.shape[1]]) and torch.equal(
+        single.tgt_out[0], encoded.tgt_out[0, : single.tgt_out.shape[1]]
+    )
+    tgt = torch.full((2, 3), ARROW)
+    forced = to_token_batch(encoded, tgt=tgt)
+    assert forced.tgt_in is tgt and forced.tgt_out is None and torch.equal(forced.src, encoded.src)
+    plain = to_token_batch(encoded, teacher_force=False)
+    assert plain.tgt_in.tolist() == [[ARROW], [ARROW]] and plain.tgt_out is None and plain.tgt_in.dtype == torch.long
+    ids = to_token_batch(encoded.src)
+    assert ids.tgt_in.tolist() == [[ARROW], [ARROW]] and torch.equal(ids.roles, encoded.roles)
+    with pytest.raises(TypeError, match=r"int64 tensor, got \(5,\) torch.int64"):
+        to_token_batch(torch.zeros(5, dtype=torch.long))
+    unanswered = [t.with_answer(None) for t in tasks]
+    assert to_token_batch(unanswered, teacher_force=False).tgt_in.tolist() == [[ARROW], [ARROW]]
+    with pytest.raises(TypeError):  # by the package, or first by the test suite's type checks
+        to_token_batch("abc")
+    with pytest.raises(TypeError):
+        to_token_batch([tasks[0], "abc"])
+    with pytest.raises(ValueError, match="empty list"):
+        to_token_batch([])
+
+
+def test_masks_are_built_on_the_padding_masks_device():
+    pad = torch.tensor([[False, True]], device="meta")
+    assert key_mask(pad, torch.float32).device.type == "meta"
+    assert causal_mask(pad, torch.float32).device.type == "meta"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_inputs_stay_on_the_inputs_device(make_tasks):
+    src = encode_tasks(make_tasks(2)).src.cuda()
+    batch = to_token_batch(src)
+    assert batch.roles.is_cuda and batch.tgt_in.is_cuda
+    assert decoder_input_from_generated(torch.tensor([[1, EOS]], device="cuda")).is_cuda
+    pad = src == PAD
+    assert key_mask(pad, torch.float32).is_cuda and causal_mask(pad, torch.float32).is_cuda

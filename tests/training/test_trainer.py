@@ -85,6 +85,7 @@ def test_bad_config_values():
         TrainConfig(data_dir="x", precision="fp8")
 
 
+@pytest.mark.slow
 def test_short_cpu_run_learns_and_writes_a_loadable_model(data_dir, tmp_path):
     config = TrainConfig(
         data_dir=str(data_dir), preset="tiny", epochs=4, batch_size=64, lr=3e-3, log_every=5, model=SMALL_MODEL
@@ -215,6 +216,25 @@ def test_length_bucketing_is_off_by_default_and_on_for_runs_saved_before_it_exis
     assert TrainConfig.from_dict(json.loads(json.dumps(asdict(config)))) == config
     saved_before = {k: v for k, v in asdict(config).items() if k != "length_bucketing"}
     assert TrainConfig.from_dict(saved_before).length_bucketing is True
+
+
+def test_optimizer_applies_the_scheduled_rate_at_the_first_and_last_steps(data_dir, tmp_path):
+    """The rate AdamW steps with is ``lr * lr_factor(step)`` of the step being taken, not of the one before."""
+    config = TrainConfig(data_dir=str(data_dir), epochs=3, batch_size=64, lr=3e-3, model=SMALL_MODEL)
+    trainer = Trainer.start(config, tmp_path / "run")
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train_step(trainer.epoch_plan(0)[0])
+    first = 3e-3 * 1e-4
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(first) and trainer.current_lr == pytest.approx(
+        first
+    )
+    # Adam's first update moves every parameter by about the rate (sign of the gradient), far less than 3e-3
+    moved = max(float((p.detach() - b).abs().max()) for p, b in zip(trainer.model.parameters(), before))
+    assert first / 2 < moved < 2 * first
+    trainer.step = trainer.total_steps - 1
+    trainer.train_step(trainer.epoch_plan(2)[-1])
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(3e-3 * 0.05)
+    assert trainer.step == trainer.total_steps == 3 * trainer.steps_per_epoch
 
 
 @pytest.mark.parametrize("bucketing", [False, True])
