@@ -66,9 +66,9 @@ def source_text(task: Task) -> str:
     return f"{task.alphabet}|{examples}|{task.query}{_EOS_CHAR}"
 
 
-def _char_matrix(texts: Sequence[str], width: int | None = None) -> np.ndarray:
-    """Map strings to a PAD-filled [n, width] id matrix in one vectorised pass."""
-    width = width if width is not None else max((len(t) for t in texts), default=0)
+def _char_matrix(texts: Sequence[str]) -> np.ndarray:
+    """Map strings to a PAD-filled [n, longest] id matrix in one vectorised pass."""
+    width = max((len(t) for t in texts), default=0)
     # A non-ASCII symbol becomes one "?" (not a token), so that it is named in the error below.
     joined = "".join(t.ljust(width, _PAD_CHAR) for t in texts).encode("ascii", errors="replace")
     ids = _LUT[np.frombuffer(joined, dtype=np.uint8)].reshape(len(texts), width)
