@@ -24,9 +24,9 @@ from lsa_interp.model.checkpoint import CONFIG_FILE as MODEL_CONFIG_FILE
 from lsa_interp.model.checkpoint import load_model
 from lsa_interp.sweep.analyses import analysis_function
 from lsa_interp.sweep.plan import EVALUATION_FILE
-from lsa_interp.training.run_dir import CONFIG_FILE, METRICS_FILE, MODEL_DIR, replicate_dir
+from lsa_interp.training.run_dir import CONFIG_FILE, DONE_FILE, METRICS_FILE, MODEL_DIR, replicate_dir
 from lsa_interp.training.stack_config import StackConfig
-from lsa_interp.training.stack_trainer import DONE_FILE, StackTrainer
+from lsa_interp.training.stack_trainer import StackTrainer
 from lsa_interp.utils import atomic_write
 
 GPU_EVAL_BATCH = 4096

@@ -7,13 +7,85 @@ latest resumable state) and, at the end, ``model/`` (a `save_model` checkpoint) 
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import torch
 
+from lsa_interp.utils import atomic_write
+
 STATE_FILE, METRICS_FILE, CONFIG_FILE, MODEL_DIR = "state.pt", "metrics.jsonl", "train_config.json", "model"
+DONE_FILE = "done"
+"""Written when every run of a stack has trained all its steps (a sweep skips such a stack)."""
+
+
+def prepare_run_dir(run_dir: str | os.PathLike, config: dict[str, Any], force: bool = False) -> Path:
+    """Make ``run_dir`` a fresh run of ``config``: earlier states, metrics and models go, the config is written.
+
+    Raises FileExistsError when ``run_dir`` is not empty and ``force`` is False.
+    """
+    run_dir = Path(run_dir)
+    if run_dir.exists() and any(run_dir.iterdir()) and not force:
+        raise FileExistsError(f"{run_dir} is not empty; pass --force to overwrite it or --resume to continue it")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name in (STATE_FILE, METRICS_FILE, DONE_FILE):
+        (run_dir / name).unlink(missing_ok=True)
+    for old in [run_dir / MODEL_DIR, *run_dir.glob("replicate-*")]:
+        shutil.rmtree(old, ignore_errors=True)
+    text = json.dumps(config, indent=2) + "\n"
+    atomic_write(run_dir / CONFIG_FILE, lambda tmp: tmp.write_text(text))
+    return run_dir
+
+
+def read_state(run_dir: Path) -> dict[str, Any] | None:
+    """The last saved resumable state of ``run_dir`` (on the CPU), or None when none was saved."""
+    path = run_dir / STATE_FILE
+    return torch.load(path, weights_only=False, map_location="cpu") if path.is_file() else None
+
+
+def write_state(run_dir: Path, state: dict[str, Any]) -> int:
+    """Save ``state`` atomically with the current length of ``metrics.jsonl`` (``metrics_offset``, where a
+    resumed run cuts the log); return that length."""
+    metrics = run_dir / METRICS_FILE
+    offset = metrics.stat().st_size if metrics.exists() else 0
+    state = {**state, "metrics_offset": offset}
+    atomic_write(run_dir / STATE_FILE, lambda tmp: torch.save(state, tmp))
+    return offset
+
+
+def cut_metrics(run_dir: Path, offset: int) -> None:
+    """Drop what ``metrics.jsonl`` gained after the state a run resumes from."""
+    metrics = run_dir / METRICS_FILE
+    if metrics.exists():
+        with metrics.open("r+b") as handle:
+            handle.truncate(offset)
+
+
+def append_record(run_dir: Path, record: dict[str, Any]) -> None:
+    """Append one JSON line to ``metrics.jsonl``."""
+    with (run_dir / METRICS_FILE).open("a") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """The random generators a resumed run must continue from."""
+    return {
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state() if device.type == "cuda" else None,
+    }
+
+
+def restore_rng(state: dict[str, Any], device: torch.device) -> None:
+    """Set the random generators saved by `rng_state`."""
+    torch.set_rng_state(state["torch_rng"])
+    if device.type == "cuda" and state.get("cuda_rng") is not None:
+        torch.cuda.set_rng_state(state["cuda_rng"])
 
 
 def replicate_dir(index: int) -> str:

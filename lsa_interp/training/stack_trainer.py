@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, fields
@@ -32,12 +31,18 @@ from lsa_interp.model.checkpoint import save_model
 from lsa_interp.training.config import TrainConfig
 from lsa_interp.training.run_dir import (
     CONFIG_FILE,
-    METRICS_FILE,
+    DONE_FILE,
     MODEL_DIR,
-    STATE_FILE,
+    append_record,
+    cut_metrics,
     pick_device,
+    prepare_run_dir,
+    read_state,
     replicate_dir,
+    restore_rng,
+    rng_state,
     stop_on_signals,
+    write_state,
 )
 from lsa_interp.training.stack_adamw import StackAdamW
 from lsa_interp.training.stack_config import RunSpec, StackConfig
@@ -47,8 +52,6 @@ from lsa_interp.training.stack_validation import matching_prompts, validate_stac
 from lsa_interp.training.stacked_model import StackedEncoderDecoder
 from lsa_interp.utils import atomic_write, hardware_description
 
-DONE_FILE = "done"
-"""Written (JSON: steps, replicates) when every run of the stack has trained all its steps."""
 STACK_KEY = "stack"
 """The key of ``train_config.json`` that marks a stacked run."""
 WINDOW_STEPS = 256
@@ -95,24 +98,13 @@ class StackTrainer:
             with torch.no_grad():
                 self.model.flat.copy_(state["flat"])
             self.optimizer.load_state_dict(state["optimizer"])
-            torch.set_rng_state(state["torch_rng"])
-            if self.device.type == "cuda" and state.get("cuda_rng") is not None:
-                torch.cuda.set_rng_state(state["cuda_rng"])
+            restore_rng(state, self.device)
             self.step, self.elapsed, self.metrics_offset = state["step"], state["elapsed"], state["metrics_offset"]
 
     @classmethod
     def start(cls, config: StackConfig, run_dir: str | os.PathLike, force: bool = False) -> StackTrainer:
         """A new stack; raises FileExistsError when ``run_dir`` is not empty and ``force`` is False."""
-        run_dir = Path(run_dir)
-        if run_dir.exists() and any(run_dir.iterdir()) and not force:
-            raise FileExistsError(f"{run_dir} is not empty; pass --force to overwrite it or --resume to continue it")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for name in (STATE_FILE, METRICS_FILE, DONE_FILE):
-            (run_dir / name).unlink(missing_ok=True)
-        for old in [run_dir / MODEL_DIR, *run_dir.glob("replicate-*")]:
-            shutil.rmtree(old, ignore_errors=True)
-        text = json.dumps({STACK_KEY: True, **config.to_dict()}, indent=2) + "\n"
-        atomic_write(run_dir / CONFIG_FILE, lambda tmp: tmp.write_text(text))
+        run_dir = prepare_run_dir(run_dir, {STACK_KEY: True, **config.to_dict()}, force)
         return cls(config, run_dir)
 
     @classmethod
@@ -129,13 +121,8 @@ class StackTrainer:
         data = json.loads((run_dir / CONFIG_FILE).read_text())
         data.pop(STACK_KEY)
         config = StackConfig.from_dict(data).with_bounds(max_steps, max_minutes)
-        state_path = run_dir / STATE_FILE
-        state = torch.load(state_path, weights_only=False, map_location="cpu") if state_path.is_file() else None
-        trainer = cls(config, run_dir, state)
-        metrics = run_dir / METRICS_FILE
-        if metrics.exists():
-            with metrics.open("r+b") as handle:
-                handle.truncate(trainer.metrics_offset)
+        trainer = cls(config, run_dir, read_state(run_dir))
+        cut_metrics(run_dir, trainer.metrics_offset)
         return trainer
 
     def _autocast(self):
@@ -145,23 +132,18 @@ class StackTrainer:
 
     def save_state(self) -> None:
         """Write the resumable state atomically."""
-        metrics = self.run_dir / METRICS_FILE
-        self.metrics_offset = metrics.stat().st_size if metrics.exists() else 0
         state = {
             "flat": self.model.flat.detach().cpu(),
             "optimizer": {k: v.cpu() for k, v in self.optimizer.state_dict().items()},
-            "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
+            **rng_state(self.device),
             "step": self.step,
             "elapsed": self.elapsed,
-            "metrics_offset": self.metrics_offset,
         }
-        atomic_write(self.run_dir / STATE_FILE, lambda tmp: torch.save(state, tmp))
+        self.metrics_offset = write_state(self.run_dir, state)
 
     def log(self, record: dict[str, Any]) -> None:
         """Append one JSON line to ``metrics.jsonl``."""
-        with (self.run_dir / METRICS_FILE).open("a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_record(self.run_dir, record)
 
     def run(self, progress: Callable[[dict[str, Any]], None] | None = None) -> Path:
         """Train until every run has finished, ``max_steps``, ``max_minutes`` or a signal; return the run dir.

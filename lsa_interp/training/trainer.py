@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -29,10 +28,22 @@ from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.checkpoint import save_model
 from lsa_interp.training.config import TrainConfig
 from lsa_interp.training.graph_step import GraphedStep
-from lsa_interp.training.run_dir import CONFIG_FILE, METRICS_FILE, MODEL_DIR, STATE_FILE, pick_device, stop_on_signals
+from lsa_interp.training.run_dir import (
+    CONFIG_FILE,
+    MODEL_DIR,
+    append_record,
+    cut_metrics,
+    pick_device,
+    prepare_run_dir,
+    read_state,
+    restore_rng,
+    rng_state,
+    stop_on_signals,
+    write_state,
+)
 from lsa_interp.training.schedule import lr_factor
 from lsa_interp.training.validation import ResidentSplit, loss_fn, validate_model
-from lsa_interp.utils import atomic_write, hardware_description
+from lsa_interp.utils import hardware_description
 
 
 class Trainer:
@@ -59,9 +70,7 @@ class Trainer:
             self._load_weights(state)
             self.optimizer.load_state_dict(state["optimizer"])
             self._settle_optimizer()
-            torch.set_rng_state(state["torch_rng"])
-            if self.device.type == "cuda" and state.get("cuda_rng") is not None:
-                torch.cuda.set_rng_state(state["cuda_rng"])
+            restore_rng(state, self.device)
             self.step, self.elapsed, self.metrics_offset = state["step"], state["elapsed"], state["metrics_offset"]
 
     def _build_models(self) -> None:
@@ -122,16 +131,7 @@ class Trainer:
     @classmethod
     def start(cls, config: TrainConfig, run_dir: str | os.PathLike, force: bool = False) -> Trainer:
         """A new run; raises FileExistsError when ``run_dir`` is not empty and ``force`` is False."""
-        run_dir = Path(run_dir)
-        if run_dir.exists() and any(run_dir.iterdir()) and not force:
-            raise FileExistsError(f"{run_dir} is not empty; pass --force to overwrite it or --resume to continue it")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for name in (STATE_FILE, METRICS_FILE):
-            (run_dir / name).unlink(missing_ok=True)
-        for old in [run_dir / MODEL_DIR, *run_dir.glob("replicate-*")]:
-            shutil.rmtree(old, ignore_errors=True)
-        (run_dir / CONFIG_FILE).write_text(json.dumps(asdict(config), indent=2) + "\n")
-        return cls(config, run_dir)
+        return cls(config, prepare_run_dir(run_dir, asdict(config), force))
 
     @classmethod
     def resume(
@@ -147,34 +147,24 @@ class Trainer:
         config = TrainConfig.from_dict(json.loads((run_dir / CONFIG_FILE).read_text()))
         bounds = {"max_steps": max_steps, "max_minutes": max_minutes}
         config = replace(config, **{k: v for k, v in bounds.items() if v is not None})
-        state_path = run_dir / STATE_FILE
-        state = torch.load(state_path, weights_only=False, map_location="cpu") if state_path.is_file() else None
-        trainer = cls(config, run_dir, state)
-        metrics = run_dir / METRICS_FILE
-        if metrics.exists():
-            with metrics.open("r+b") as handle:
-                handle.truncate(trainer.metrics_offset)
+        trainer = cls(config, run_dir, read_state(run_dir))
+        cut_metrics(run_dir, trainer.metrics_offset)
         return trainer
 
     def save_state(self) -> None:
         """Write the resumable state atomically."""
-        metrics = self.run_dir / METRICS_FILE
-        self.metrics_offset = metrics.stat().st_size if metrics.exists() else 0
         state = {
             **self._weights(),
             "optimizer": self.optimizer.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
+            **rng_state(self.device),
             "step": self.step,
             "elapsed": self.elapsed,
-            "metrics_offset": self.metrics_offset,
         }
-        atomic_write(self.run_dir / STATE_FILE, lambda tmp: torch.save(state, tmp))
+        self.metrics_offset = write_state(self.run_dir, state)
 
     def log(self, record: dict[str, Any]) -> None:
         """Append one JSON line to ``metrics.jsonl``."""
-        with (self.run_dir / METRICS_FILE).open("a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_record(self.run_dir, record)
 
     def _autocast(self):
         enabled = self.config.precision == "bf16"
