@@ -98,22 +98,3 @@ def generated_doc_main(render: Callable[[], str], description: str, argv: list[s
         sys.stdout.write(text)
     else:
         args.out.write_text(text)
-
-
-def check_writable_dir(path: str | os.PathLike) -> Path:
-    """Create directory ``path`` if needed and check that files can be written there; return it.
-
-    Raises ValueError (one line) when ``path`` is a file, cannot be created or is not writable, so that a
-    command can refuse its output directory before doing any work.
-    """
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"--out {path} is a file; give a directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-check.", dir=path)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        raise ValueError(f"--out {path} cannot be written ({err.strerror or err}); give a writable directory") from None
-    return path

@@ -11,17 +11,10 @@ import typer
 RESULTS_DIR = Path("analyses") / "results"
 
 
-def _cell(mean: float, low: float, high: float, n: int | None = None) -> str:
-    """``mean [low, high]`` (or just the mean where there is no interval), with the number of runs."""
-    if mean != mean:  # NaN: no run
-        return "-"
-    interval = "" if low != low else f" [{low:.1f}, {high:.1f}]"
-    return f"{mean:.1f}{interval}" + (f" (n={n})" if n is not None else "")
-
-
 def _print_summaries(table1, batching, console) -> None:
     from rich.table import Table
 
+    from lsa_interp.evaluation.grid_summary import format_interval
     from lsa_interp.evaluation.paper_tables import CELL_LABELS, CELLS
 
     for title, frame, keys in (("Table 1", table1, ["preset"]), ("Batching methods", batching, ["preset", "batching"])):
@@ -33,9 +26,9 @@ def _print_summaries(table1, batching, console) -> None:
         for _, row in frame.iterrows():
             cells = []
             for cell in CELLS:
-                ours = _cell(row[cell], row[f"{cell}_low"], row[f"{cell}_high"], int(row["n"]))
+                ours = f"{format_interval(row[cell], row[f'{cell}_low'], row[f'{cell}_high'])} (n={int(row['n'])})"
                 nan = float("nan")
-                paper = _cell(
+                paper = format_interval(
                     row[f"paper_{cell}"], row.get(f"paper_{cell}_low", nan), row.get(f"paper_{cell}_high", nan)
                 )
                 cells.append(f"{ours}\n[dim]paper {paper}")
@@ -70,14 +63,15 @@ def register(app: typer.Typer) -> None:
         interval over runs beside the paper's), and write figure4.html (and training_curves.html with --history)."""
         from rich.console import Console
 
+        from lsa_interp.commands.common import writable_out
         from lsa_interp.evaluation import grid_summary
         from lsa_interp.evaluation.runs_table import find_runs, runs_table, write_runs_table
         from lsa_interp.evaluation.training_history import histories
-        from lsa_interp.utils import atomic_write, check_writable_dir
+        from lsa_interp.utils import atomic_write
         from lsa_interp.viz.grid_figures import alphabets_figure, training_curves_figure
         from lsa_interp.viz.html import figures_page
 
-        check_writable_dir(out)
+        writable_out(out)
         model_dirs = find_runs(runs or [Path("checkpoints")])
         if not model_dirs:
             raise ValueError(f"no evaluated model under {', '.join(map(str, runs or ['checkpoints']))}")

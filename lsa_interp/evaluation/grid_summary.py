@@ -8,6 +8,8 @@ their planned epochs count unless ``include_partial`` is set.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -41,6 +43,17 @@ def bootstrap_interval(values: np.ndarray | list[float], seed: int = 0) -> tuple
         (data,), np.mean, n_resamples=RESAMPLES, confidence_level=0.95, method="percentile", random_state=seed
     )
     return mean, float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def format_interval(
+    mean: float | None, low: float | None = math.nan, high: float | None = math.nan, missing: str = "-"
+) -> str:
+    """``mean [low, high]`` with one decimal; the mean alone where there is no interval; ``missing`` without a mean."""
+    if mean is None or math.isnan(mean):
+        return missing
+    if low is None or math.isnan(low):
+        return f"{mean:.1f}"
+    return f"{mean:.1f} [{low:.1f}, {high:.1f}]"
 
 
 def counted_runs(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataFrame:

@@ -9,7 +9,6 @@ the model, else ``analyses/results/runs.csv``), summarised by `table1_summary` a
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +17,7 @@ from plotly.subplots import make_subplots
 
 import lsa_interp
 from lsa_interp.data.transformations import NEW, SEEN
-from lsa_interp.evaluation.grid_summary import batching_summary, table1_summary
+from lsa_interp.evaluation.grid_summary import batching_summary, format_interval, table1_summary
 from lsa_interp.evaluation.paper_tables import CELL_LABELS, CELLS
 from lsa_interp.evaluation.training_history import epoch_history
 from lsa_interp.explorer.catalogue import ModelEntry
@@ -94,14 +93,6 @@ def results_table_path(entry: ModelEntry, default: Path = RUNS_TABLE) -> Path | 
     return default if default.is_file() else None
 
 
-def _interval(mean: float, low: float = math.nan, high: float = math.nan) -> str:
-    if mean is None or math.isnan(mean):
-        return ""
-    if low is None or math.isnan(low):
-        return f"{mean:.1f}"
-    return f"{mean:.1f} [{low:.1f}, {high:.1f}]"
-
-
 def grid_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Display tables of a runs table: ``runs`` (condition, seed, epochs, the Table 1 cells), ``Table 1`` and
     ``batching`` (per condition: runs counted and, per cell, ours "mean [low, high]" beside the paper's).
@@ -112,7 +103,7 @@ def grid_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
         shown["epochs"] = shown["epochs"].round(2)
     for cell in CELLS:
         if cell in shown:
-            shown[cell] = [_interval(v) for v in shown[cell]]
+            shown[cell] = [format_interval(v, missing="") for v in shown[cell]]
     tables = {"runs": shown.rename(columns=CELL_LABELS)}
     for name, summary, keys in (
         ("Table 1", table1_summary(runs), ["preset"]),
@@ -123,8 +114,10 @@ def grid_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
         table = summary[[*keys, "n"]].rename(columns={"n": "runs"})
         for cell in CELLS:
             label = CELL_LABELS[cell]
-            table[label] = [_interval(*row) for row in summary[[cell, f"{cell}_low", f"{cell}_high"]].to_numpy()]
+            table[label] = [
+                format_interval(*row, missing="") for row in summary[[cell, f"{cell}_low", f"{cell}_high"]].to_numpy()
+            ]
             paper = [f"paper_{cell}"] + ([f"paper_{cell}_low", f"paper_{cell}_high"] if name == "batching" else [])
-            table[f"paper {label}"] = [_interval(*row) for row in summary[paper].to_numpy()]
+            table[f"paper {label}"] = [format_interval(*row, missing="") for row in summary[paper].to_numpy()]
         tables[name] = table
     return tables

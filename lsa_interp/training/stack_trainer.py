@@ -29,6 +29,7 @@ from lsa_interp.data.dataset import read_manifest
 from lsa_interp.model import ModelConfig
 from lsa_interp.model.checkpoint import save_model
 from lsa_interp.training.config import TrainConfig
+from lsa_interp.training.precision import precision_autocast, set_matmul_precision
 from lsa_interp.training.run_dir import (
     CONFIG_FILE,
     DONE_FILE,
@@ -70,8 +71,7 @@ class StackTrainer:
     def __init__(self, config: StackConfig, run_dir: Path, state: dict[str, Any] | None = None) -> None:
         self.config, self.run_dir = config, run_dir
         self.device = pick_device(config.device)
-        if config.precision == "tf32":
-            torch.set_float32_matmul_precision("high")
+        set_matmul_precision(config.precision)
         self.graphed = self.device.type == "cuda" and config.cuda_graph
         data_dirs = [run.data_dir for run in config.runs]
         self.train = StackSplit(data_dirs, "train", self.device)
@@ -125,10 +125,8 @@ class StackTrainer:
         cut_metrics(run_dir, trainer.metrics_offset)
         return trainer
 
-    def _autocast(self):
-        enabled = self.config.precision == "bf16"
-        # A CUDA graph must not capture autocast's cast cache (its tensors would be freed under it).
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled, cache_enabled=not self.graphed)
+    def _autocast(self) -> torch.autocast:
+        return precision_autocast(self.config.precision, self.device.type, self.graphed)
 
     def save_state(self) -> None:
         """Write the resumable state atomically."""

@@ -28,6 +28,7 @@ from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.checkpoint import save_model
 from lsa_interp.training.config import TrainConfig
 from lsa_interp.training.graph_step import GraphedStep
+from lsa_interp.training.precision import precision_autocast, set_matmul_precision
 from lsa_interp.training.run_dir import (
     CONFIG_FILE,
     MODEL_DIR,
@@ -52,8 +53,7 @@ class Trainer:
     def __init__(self, config: TrainConfig, run_dir: Path, state: dict[str, Any] | None = None) -> None:
         self.config, self.run_dir = config, run_dir
         self.device = pick_device(config.device)
-        if config.precision == "tf32":
-            torch.set_float32_matmul_precision("high")
+        set_matmul_precision(config.precision)
         self.graphed = self.device.type == "cuda" and config.cuda_graph
         self._graph: GraphedStep | None = None
         self._build_models()
@@ -166,10 +166,8 @@ class Trainer:
         """Append one JSON line to ``metrics.jsonl``."""
         append_record(self.run_dir, record)
 
-    def _autocast(self):
-        enabled = self.config.precision == "bf16"
-        # A CUDA graph must not capture autocast's cast cache (its tensors would be freed under it).
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled, cache_enabled=not self.graphed)
+    def _autocast(self) -> torch.autocast:
+        return precision_autocast(self.config.precision, self.device.type, self.graphed)
 
     def _set_lr(self) -> None:
         cfg = self.config
