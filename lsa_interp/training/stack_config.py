@@ -7,7 +7,7 @@ kernels needs: the model architecture, the batch size, the precision and the dev
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from lsa_interp.data.batching import BATCHING_METHODS
@@ -98,17 +98,11 @@ class StackConfig:
             RunSpec(config.data_dir, config.seed + i, config.batching, config.epochs, config.preset)
             for i in range(config.replicates)
         )
-        shared = {name: getattr(config, name) for name in _SHARED if hasattr(config, name)}
-        return cls(runs=runs, **shared)
+        # The recipe options a single run's config and a stack's config both have.
+        shared = {f.name for f in fields(cls)} & {f.name for f in fields(TrainConfig)}
+        return cls(runs=runs, **{name: getattr(config, name) for name in shared})
 
     def with_bounds(self, max_steps: int | None = None, max_minutes: float | None = None) -> StackConfig:
         """This config with new step / time bounds (None keeps the saved one)."""
         bounds = {"max_steps": max_steps, "max_minutes": max_minutes}
         return replace(self, **{k: v for k, v in bounds.items() if v is not None})
-
-
-_SHARED = (
-    "batch_size", "lr", "betas", "weight_decay", "warmup_start", "final_lr_factor", "precision", "device",
-    "max_steps", "max_minutes", "checkpoint_every", "log_every", "val_limit", "cuda_graph", "length_bucketing",
-    "model",
-)  # fmt: skip
