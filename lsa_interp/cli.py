@@ -178,6 +178,13 @@ def train(
             "but batches of similar tasks, unlike the reference's random batches."
         ),
     ] = False,
+    architecture: Annotated[
+        str,
+        typer.Option(
+            help="hooked (our model), or reference: the same network as a plain torch.nn.Transformer, trained by "
+            "the same loop (to check a result is not our model's doing); both save a hooked checkpoint."
+        ),
+    ] = "hooked",
     resume: Annotated[Path | None, typer.Option(help="Continue the run in this directory.")] = None,
     force: Annotated[bool, typer.Option(help="Overwrite a non-empty run directory.")] = False,
 ) -> None:
@@ -193,9 +200,8 @@ def train(
             raise UserError("give --out RUN_DIR for a new run (or --resume RUN_DIR to continue one)")
         if out.exists() and any(out.iterdir()) and not force:
             raise UserError(f"{out} is not empty; pass --force to overwrite it or --resume {out} to continue it")
-        data_dir = data if data is not None else _generate_into(preset, data_seed, out / "data")
         config = TrainConfig(
-            data_dir=str(data_dir),
+            data_dir=str(data if data is not None else out / "data"),
             preset=preset,
             seed=seed,
             epochs=epochs,
@@ -211,8 +217,11 @@ def train(
             replicates=replicates,
             cuda_graph=cuda_graph,
             length_bucketing=length_bucketing,
+            architecture=architecture,
             model=_parse_model_config(model_config),
         )
+        if data is None:
+            _generate_into(preset, data_seed, out / "data")
         trainer = start_run(config, out, force=True)
     with Progress(
         TextColumn("[bold]train"),
@@ -275,7 +284,7 @@ def _parse_model_config(text: str) -> dict:
     return overrides
 
 
-def _generate_into(preset: str, seed: int, out: Path) -> Path:
+def _generate_into(preset: str, seed: int, out: Path) -> None:
     """Generate ``preset`` into ``out`` unless a dataset of that preset and seed is already there."""
     from lsa_interp.data import generate_dataset, get_preset, read_manifest, save_dataset
 
@@ -283,10 +292,9 @@ def _generate_into(preset: str, seed: int, out: Path) -> Path:
     if (out / "manifest.json").is_file():
         manifest = read_manifest(out)
         if (manifest["preset"], manifest["seed"]) == (preset, seed):
-            return out
+            return
     console.print(f"generating {preset} (seed {seed}) into {out}")
     save_dataset(generate_dataset(config, seed=seed), out, force=True)
-    return out
 
 
 def _register_analysis_commands() -> None:

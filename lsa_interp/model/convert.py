@@ -19,6 +19,7 @@ from torch import Tensor
 
 from lsa_interp.model.config import ModelConfig
 from lsa_interp.model.hooked import HookedEncoderDecoder
+from lsa_interp.model.reference import ReferenceTransformer
 
 _FIRST_LINEAR = "transformer.encoder.layers.0.linear1.weight"
 _LAYER_RE = re.compile(r"^transformer\.(encoder|decoder)\.layers\.(\d+)\.")
@@ -125,6 +126,18 @@ def convert_reference_state_dict(state_dict: Mapping[str, Tensor], cfg: ModelCon
     if problems:
         raise ValueError("reference state dict does not match the model: " + "; ".join(problems))
     return {key: value.detach().clone().to(expected[key].dtype) for key, value in converted.items()}
+
+
+def hooked_from_reference(model: ReferenceTransformer, metadata: dict[str, Any] | None = None) -> HookedEncoderDecoder:
+    """Return a hooked model holding ``model``'s weights, on its device and in its train/eval mode.
+
+    Leaves the global torch random state as it was (building a model draws initial weights), so calling it
+    inside a training run does not shift the run's dropout stream.
+    """
+    with torch.random.fork_rng(devices=[]):
+        hooked = HookedEncoderDecoder(model.cfg, metadata=metadata)
+        hooked.load_state_dict(convert_reference_state_dict(model.state_dict(), model.cfg), strict=True)
+    return hooked.to(model.out.weight.device).train(model.training)
 
 
 def _config_value(metadata: dict[str, Any], key: str, default: float | int) -> Any:

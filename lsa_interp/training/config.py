@@ -10,6 +10,11 @@ from lsa_interp.data.batching import BATCHING_METHODS
 PRECISIONS = ("fp32", "tf32", "bf16")
 """fp32 (the recipe); tf32 matmuls; bf16 autocast."""
 
+ARCHITECTURES = ("hooked", "reference")
+"""hooked: `HookedEncoderDecoder` (the default); reference: the same network built from a plain
+``torch.nn.Transformer`` (`ReferenceTransformer`), trained by the same loop, to check that a result is not our
+model's doing. Both save a hooked checkpoint."""
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -36,6 +41,7 @@ class TrainConfig:
     replicates: int = 1
     cuda_graph: bool = True
     length_bucketing: bool = False
+    architecture: str = "hooked"
     model: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -47,6 +53,10 @@ class TrainConfig:
             raise ValueError("epochs and batch size must be positive")
         if self.replicates < 1:
             raise ValueError(f"replicates must be at least 1, got {self.replicates}")
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(f"unknown architecture {self.architecture!r}; choose one of: {', '.join(ARCHITECTURES)}")
+        if self.architecture == "reference" and self.replicates > 1:
+            raise ValueError("the reference architecture trains one model at a time: use replicates 1")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max steps must be positive, got {self.max_steps}")
 

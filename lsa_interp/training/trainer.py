@@ -26,6 +26,8 @@ from lsa_interp.data.dataset import read_manifest
 from lsa_interp.data.loaders import load_tokenized
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.checkpoint import save_model
+from lsa_interp.model.convert import hooked_from_reference
+from lsa_interp.model.reference import ReferenceTransformer
 from lsa_interp.training.config import TrainConfig
 from lsa_interp.training.graph_step import GraphedStep
 from lsa_interp.training.precision import precision_autocast, set_matmul_precision
@@ -74,10 +76,20 @@ class Trainer:
             self.step, self.elapsed, self.metrics_offset = state["step"], state["elapsed"], state["metrics_offset"]
 
     def _build_models(self) -> None:
-        """Create the model (seeded with the run's seed) and its optimizer."""
+        """Create the model of the config's architecture (seeded with the run's seed) and its optimizer."""
         torch.manual_seed(self.config.seed)
-        self.model = HookedEncoderDecoder(ModelConfig(**self.config.model)).to(self.device).train()
+        model_cfg = ModelConfig(**self.config.model)
+        reference = self.config.architecture == "reference"
+        net = ReferenceTransformer(model_cfg) if reference else HookedEncoderDecoder(model_cfg)
+        self.model = net.to(self.device).train()
         self.optimizer = self._adamw(self.model.parameters())
+
+    def hooked_model(self) -> HookedEncoderDecoder:
+        """The model being trained as a `HookedEncoderDecoder` (converted from a plain ``nn.Transformer``
+        under the reference architecture; the model itself otherwise)."""
+        if isinstance(self.model, ReferenceTransformer):
+            return hooked_from_reference(self.model)
+        return self.model
 
     def _adamw(self, params: Any) -> torch.optim.AdamW:
         cfg = self.config
@@ -291,7 +303,7 @@ class Trainer:
 
     def validate(self) -> dict[str, Any]:
         """Validation loss and greedy exact-match accuracy of the model (see `validate_model`)."""
-        return validate_model(self.model, self.val, self._autocast)
+        return validate_model(self.hooked_model(), self.val, self._autocast)
 
     def _metadata(self, seed: int) -> dict[str, Any]:
         cfg = self.config
@@ -311,5 +323,6 @@ class Trainer:
 
     def _save_final(self) -> None:
         self.model.eval()
-        save_model(self.model, self.run_dir / MODEL_DIR, metadata=self._metadata(self.config.seed), overwrite=True)
+        model = self.hooked_model()
+        save_model(model, self.run_dir / MODEL_DIR, metadata=self._metadata(self.config.seed), overwrite=True)
         self.model.train()

@@ -15,6 +15,7 @@ from lsa_interp.data.loaders import TokenizedSplit
 from lsa_interp.data.transformations import SEEN
 from lsa_interp.data.vocab import PAD
 from lsa_interp.model import HookedEncoderDecoder
+from lsa_interp.model.reference import ReferenceTransformer
 
 
 class ResidentSplit:
@@ -37,7 +38,10 @@ class ResidentSplit:
 
 
 def loss_fn(
-    model: HookedEncoderDecoder, src: Int[Tensor, "b s"], tgt_in: Int[Tensor, "b t"], tgt_out: Int[Tensor, "b t"]
+    model: HookedEncoderDecoder | ReferenceTransformer,
+    src: Int[Tensor, "b s"],
+    tgt_in: Int[Tensor, "b t"],
+    tgt_out: Int[Tensor, "b t"],
 ) -> Tensor:
     """Mean cross-entropy over the non-PAD targets (answer letters and EOS), teacher-forced."""
     logits = model.decode(tgt_in, model.encode(src), src == PAD)

@@ -7,7 +7,7 @@ import torch
 
 from lsa_interp.data.tokenizer import encode_tasks
 from lsa_interp.model import ModelConfig, convert_reference_state_dict, load_model
-from lsa_interp.model.convert import infer_reference_config, load_reference_checkpoint
+from lsa_interp.model.convert import hooked_from_reference, infer_reference_config, load_reference_checkpoint
 from lsa_interp.model.reference import ReferenceTransformer, save_reference_checkpoint
 
 CFG = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=3, d_mlp=48, max_len=64, dropout=0.0)
@@ -93,3 +93,18 @@ def test_pickled_objects_need_an_explicit_opt_in(reference, tmp_path):
     with pytest.raises(ValueError, match="weights_only=False"):
         load_model(path)
     assert load_reference_checkpoint(path, weights_only=False).cfg.n_decoder_layers == 3
+
+
+def test_hooked_from_reference_keeps_weights_device_mode_and_the_random_stream(reference, make_tasks):
+    """The hooked copy answers as the reference does, keeps its train/eval mode, and draws no random numbers."""
+    batch = encode_tasks(make_tasks(4, seed=2))
+    torch.manual_seed(7)
+    expected_next = torch.rand(3)
+    torch.manual_seed(7)
+    hooked = hooked_from_reference(reference.train())
+    assert torch.equal(torch.rand(3), expected_next)
+    assert hooked.training and hooked.device == reference.out.weight.device
+    hooked.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(hooked(batch), reference.eval()(batch.src, batch.tgt_in), atol=1e-5, rtol=0)
+    assert not hooked_from_reference(reference).training

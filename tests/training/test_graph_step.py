@@ -48,8 +48,11 @@ def test_an_eager_state_settles_into_the_other_step_kind(data_dir, tmp_path):
     assert resumed.step == 5
 
 
-def _trained(data_dir, run_dir, cuda_graph: bool, replicates: int = 1, steps: int = 12) -> list[torch.Tensor]:
+def _trained(
+    data_dir, run_dir, cuda_graph: bool, replicates: int = 1, steps: int = 12, architecture: str = "hooked"
+) -> list[torch.Tensor]:
     config = TrainConfig(
+        architecture=architecture,
         data_dir=str(data_dir),
         device="cuda",
         max_steps=steps,
@@ -74,6 +77,15 @@ def test_graph_replays_train_like_eager_steps(data_dir, tmp_path, replicates):
     moved = max(float((e - s).abs().max()) for e, s in zip(eager, start))
     gap = max(float((e - g).abs().max()) for e, g in zip(eager, graphed))
     assert moved > 1e-3 and gap < 1e-3 * max(moved, 1.0)
+
+
+@cuda
+def test_a_plain_nn_transformer_graphs_and_trains_like_eager_steps(data_dir, tmp_path):
+    """The reference architecture (``--architecture reference``) runs under the same CUDA-graph step."""
+    eager = _trained(data_dir, tmp_path / "eager", cuda_graph=False, architecture="reference")
+    graphed = _trained(data_dir, tmp_path / "graph", cuda_graph=True, architecture="reference")
+    gap = max(float((e - g).abs().max()) for e, g in zip(eager, graphed))
+    assert gap < 1e-3
 
 
 @cuda
