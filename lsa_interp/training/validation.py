@@ -55,18 +55,18 @@ def exact_match(generated: Int[Tensor, "b n"], tgt_out: Int[Tensor, "b t"]) -> T
     return (pad(generated) == pad(tgt_out)).all(dim=1)
 
 
-@torch.no_grad()
 def validate_model(model: HookedEncoderDecoder, val: ResidentSplit, autocast: Callable[[], Any]) -> dict[str, Any]:
     """Validation loss and greedy exact-match accuracy: overall, copy / non-copy, seen / new rules, per rule."""
     was_training = model.training
     model.eval()
     losses, correct = [], []
-    for start in range(0, len(val.src), 1024):
-        rows = np.arange(start, min(start + 1024, len(val.src)))
-        src, tgt_in, tgt_out = val.batch(rows)
-        with autocast():
-            losses.append(loss_fn(model, src, tgt_in, tgt_out) * (tgt_out != PAD).sum())
-        correct.append(exact_match(model.generate(src), tgt_out))
+    with torch.no_grad():
+        for start in range(0, len(val.src), 1024):
+            rows = np.arange(start, min(start + 1024, len(val.src)))
+            src, tgt_in, tgt_out = val.batch(rows)
+            with autocast():
+                losses.append(loss_fn(model, src, tgt_in, tgt_out) * (tgt_out != PAD).sum())
+            correct.append(exact_match(model.generate(src), tgt_out))
     model.train(was_training)
     val_loss = float(sum(losses)) / int((val.tgt_out != PAD).sum())
     return accuracy_record(torch.cat(correct).cpu(), val.split, val_loss)
