@@ -12,6 +12,7 @@ import torch
 from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
 from lsa_interp.training import TrainConfig, resume_run, start_run
 from lsa_interp.training.graph_step import padded_plan
+from lsa_interp.training.validation import loss_fn
 from lsa_interp.training.vmap_replicates import VmapReplicateTrainer
 
 SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
@@ -98,3 +99,34 @@ def test_a_graphed_run_resumes_where_it_stopped(data_dir, tmp_path):
     assert resumed.step == 60 and (tmp_path / "model").is_dir()
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert lines and all(np.isfinite(json.loads(line).get("train_loss", 0.0)) for line in lines)
+
+
+def test_the_optimizer_takes_the_flags_and_rate_type_of_the_step_kind_it_is_handed_to(data_dir, tmp_path):
+    """Eager -> graphed: fused, capturable, the rate as a tensor of the same value, float32 step counters on the
+    training device; graphed -> eager: foreach and a float rate again."""
+    config = TrainConfig(data_dir=str(data_dir), max_steps=2, val_limit=8, device="cpu", model=SMALL_MODEL)
+    trainer = start_run(config, tmp_path)
+    trainer.run()
+    group = trainer.optimizer.param_groups[0]
+    rate = group["lr"]
+    trainer.graphed = True
+    trainer._settle_optimizer()
+    assert (group["foreach"], group["fused"], group["capturable"]) == (False, True, True)
+    assert isinstance(group["lr"], torch.Tensor) and float(group["lr"]) == pytest.approx(rate)
+    assert all(s["step"].dtype == torch.float32 for s in trainer.optimizer.state.values())
+    trainer.graphed = False
+    trainer._settle_optimizer()
+    assert (group["foreach"], group["fused"], group["capturable"]) == (True, False, False)
+    assert type(group["lr"]) is float and group["lr"] == pytest.approx(rate)
+    assert all(s["step"].device.type == "cpu" for s in trainer.optimizer.state.values())
+
+
+def test_the_graph_step_trains_the_models_parameters_on_the_single_models_loss(data_dir, tmp_path):
+    """What the CUDA-graph step captures: the optimizer's parameters, and the loss of the one model's batch."""
+    config = TrainConfig(data_dir=str(data_dir), max_steps=1, val_limit=8, device="cpu", model=SMALL_MODEL)
+    trainer = start_run(config, tmp_path)
+    assert trainer.trainable_parameters() == list(trainer.model.parameters())
+    trainer.model.eval()
+    src, tgt_in, tgt_out = trainer.train.batch(trainer.epoch_plan(0)[0])
+    loss = trainer.stacked_loss(src[None], tgt_in[None], tgt_out[None])
+    assert loss.shape == (1,) and torch.equal(loss[0], loss_fn(trainer.model, src, tgt_in, tgt_out))

@@ -244,3 +244,84 @@ def test_trainer_plans_follow_the_length_bucketing_flag(data_dir, tmp_path, buck
     lengths = trainer.train.src_len if bucketing else None
     expected = epoch_batches(trainer.keys, lengths, 64, config.seed, 2)
     assert all((a == b).all() for a, b in zip(trainer.epoch_plan(2), expected, strict=True))
+
+
+def _quick_config(data_dir, **overrides):
+    """Batches of 32, at most 12 steps, a log line every 4 steps and a state every 6, validation on 16 rows."""
+    base = {
+        "data_dir": str(data_dir),
+        "preset": "tiny",
+        "epochs": 2,
+        "batch_size": 32,
+        "lr": 3e-3,
+        "max_steps": 12,
+        "log_every": 4,
+        "checkpoint_every": 6,
+        "val_limit": 16,
+        "model": SMALL_MODEL,
+    }
+    return TrainConfig(**{**base, **overrides})
+
+
+def _lines(run):
+    """The metric lines of ``run`` without the wall-clock rate."""
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k != "tasks_per_s"} for r in records]
+
+
+def test_a_run_stopped_by_a_signal_resumes_to_the_uninterrupted_weights_and_metrics(data_dir, tmp_path):
+    """SIGTERM saves the state (no model); resuming drops metric lines written after that state and ends with the
+    uninterrupted run's weights (dropout on), metric lines and step count."""
+    Trainer.start(_quick_config(data_dir), tmp_path / "whole").run()
+    cut = Trainer.start(_quick_config(data_dir), tmp_path / "cut")
+
+    def terminate_at_step_8(record):
+        if record["step"] == 8:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    cut.run(progress=terminate_at_step_8)
+    assert not (tmp_path / "cut" / "model").exists()
+    state = torch.load(tmp_path / "cut" / "state.pt", weights_only=False)
+    metrics = tmp_path / "cut" / "metrics.jsonl"
+    assert state["step"] == 8 and state["metrics_offset"] == metrics.stat().st_size and state["elapsed"] > 0
+    assert [r["step"] for r in _lines(tmp_path / "cut")] == [4, 8]
+    with metrics.open("a") as handle:  # a line logged after the last state, as by a run killed before its next save
+        handle.write('{"type": "step", "step": 9}\n')
+    resumed = Trainer.resume(tmp_path / "cut")
+    assert (resumed.step, resumed.elapsed) == (8, state["elapsed"])
+    assert resumed.run() == tmp_path / "cut"
+    assert _lines(tmp_path / "cut") == _lines(tmp_path / "whole")
+    whole = load_file(tmp_path / "whole" / "model" / "model.safetensors")
+    done = load_file(tmp_path / "cut" / "model" / "model.safetensors")
+    assert whole.keys() == done.keys() and all(torch.equal(whole[k], done[k]) for k in whole)
+    assert load_model(tmp_path / "cut" / "model").metadata["steps"] == 12
+
+
+def test_a_run_logs_steps_validates_at_epoch_ends_and_saves_states_on_schedule(data_dir, tmp_path):
+    """Step lines every ``log_every`` steps and at the last step; an epoch line (integer epoch) after each epoch's
+    last step; a state at every ``checkpoint_every`` steps, each epoch end and the last step; ``resume`` takes new
+    bounds."""
+    model = {**SMALL_MODEL, "dropout": 0.0}
+    config = _quick_config(data_dir, batch_size=256, max_steps=11, log_every=3, checkpoint_every=5, model=model)
+    trainer = Trainer.start(config, tmp_path / "run")
+    assert trainer.steps_per_epoch == 8  # 1,824 rows
+    saved = []
+    original = trainer.save_state
+    trainer.save_state = lambda: (saved.append(trainer.step), original())[1]
+    trainer.run()
+    lines = _lines(tmp_path / "run")
+    expected = [("step", 3), ("step", 6), ("epoch", 8), ("step", 9), ("step", 11)]
+    assert [(r["type"], r["step"]) for r in lines] == expected
+    assert saved == [5, 8, 10, 11]
+    epoch = lines[2]
+    assert epoch["epoch"] == 1 and isinstance(epoch["epoch"], int) and 0 <= epoch["val_acc"] <= 1
+    assert lines[1]["epoch"] == pytest.approx(6 / 8) and lines[4]["epoch"] == pytest.approx(11 / 8)
+    assert [r["lr"] for r in lines if r["type"] == "step"] == pytest.approx(
+        [3e-3 * lr_factor(s - 1, 8, 2) for s in (3, 6, 9, 11)]
+    )
+    metadata = load_model(tmp_path / "run" / "model").metadata
+    assert metadata["steps"] == 11 and metadata["epochs_completed"] == pytest.approx(11 / 8)
+    resumed = Trainer.resume(tmp_path / "run", max_steps=13)
+    assert resumed.config.max_steps == 13 and resumed.step == 11
+    resumed.run()
+    assert load_model(tmp_path / "run" / "model").metadata["steps"] == 13

@@ -1,0 +1,94 @@
+"""Run directories: a fresh start, the state file and its metrics offset, the generators, the device, signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+
+from lsa_interp.training import run_dir as rd
+
+
+def test_prepare_refuses_a_used_directory_and_with_force_clears_only_the_runs_own_files(tmp_path):
+    """A non-empty directory needs ``force``; then the state, metrics, done flag, model and replicate models go,
+    other files stay and the config is written as indented JSON."""
+    run = tmp_path / "run"
+    assert rd.prepare_run_dir(run, {"seed": 1}) == run
+    assert json.loads((run / rd.CONFIG_FILE).read_text()) == {"seed": 1}
+    assert (run / rd.CONFIG_FILE).read_text().endswith("}\n") and '\n  "seed": 1' in (run / rd.CONFIG_FILE).read_text()
+    for name in (rd.STATE_FILE, rd.METRICS_FILE, rd.DONE_FILE, "notes.txt"):
+        (run / name).write_text("x")
+    for sub in (rd.MODEL_DIR, rd.replicate_dir(0), rd.replicate_dir(11)):
+        (run / sub).mkdir()
+        (run / sub / "weights").write_text("x")
+    with pytest.raises(FileExistsError, match="not empty"):
+        rd.prepare_run_dir(run, {"seed": 2})
+    assert json.loads((run / rd.CONFIG_FILE).read_text()) == {"seed": 1}
+    rd.prepare_run_dir(run, {"seed": 2}, force=True)
+    assert sorted(p.name for p in run.iterdir()) == sorted([rd.CONFIG_FILE, "notes.txt"])
+    assert json.loads((run / rd.CONFIG_FILE).read_text()) == {"seed": 2}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rd.prepare_run_dir(empty, {})  # an existing empty directory needs no force
+
+
+def test_a_state_records_the_metrics_length_and_cut_metrics_returns_the_log_to_it(tmp_path):
+    """``write_state`` stores the length of metrics.jsonl at the save (0 before any line); ``read_state`` gives it
+    back on the CPU (None without a state); ``cut_metrics`` drops what was appended later."""
+    assert rd.read_state(tmp_path) is None
+    assert rd.write_state(tmp_path, {"step": 0}) == 0
+    rd.append_record(tmp_path, {"type": "step", "step": 1})
+    rd.append_record(tmp_path, {"type": "step", "step": 2})
+    text = (tmp_path / rd.METRICS_FILE).read_text()
+    assert text == '{"type": "step", "step": 1}\n{"type": "step", "step": 2}\n'
+    offset = rd.write_state(tmp_path, {"step": 2, "weights": torch.ones(3)})
+    assert offset == len(text.encode())
+    rd.append_record(tmp_path, {"type": "step", "step": 3})
+    state = rd.read_state(tmp_path)
+    assert state["step"] == 2 and state["metrics_offset"] == offset and state["weights"].device.type == "cpu"
+    rd.cut_metrics(tmp_path, state["metrics_offset"])
+    assert (tmp_path / rd.METRICS_FILE).read_text() == text
+    rd.cut_metrics(tmp_path / "elsewhere", 0)  # no metrics file: nothing to cut
+
+
+def test_restoring_generators_continues_the_saved_random_stream_and_leaves_cuda_alone_on_a_cpu(monkeypatch):
+    """The CPU generator continues where it was saved; a state saved on a GPU (with a CUDA generator state) resumed
+    on a CPU does not touch CUDA; on a CUDA device a saved CUDA state is restored."""
+    state = rd.rng_state(torch.device("cpu"))
+    assert state["cuda_rng"] is None
+    expected = torch.rand(4)
+    torch.rand(7)
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s: calls.append(s))
+    rd.restore_rng({**state, "cuda_rng": torch.zeros(8, dtype=torch.uint8)}, torch.device("cpu"))
+    assert torch.equal(torch.rand(4), expected) and calls == []
+    saved_on_gpu = torch.arange(8, dtype=torch.uint8)
+    rd.restore_rng({**state, "cuda_rng": saved_on_gpu}, torch.device("cuda"))
+    assert len(calls) == 1 and torch.equal(calls[0], saved_on_gpu)
+    rd.restore_rng(state, torch.device("cuda"))  # a state saved on a CPU has no CUDA generator to restore
+    assert len(calls) == 1
+
+
+def test_pick_device_resolves_auto_and_refuses_a_missing_gpu(monkeypatch):
+    """``auto`` is CUDA when there is one and the CPU otherwise; ``cuda`` without a GPU is a ValueError."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert rd.pick_device("auto") == torch.device("cpu") and rd.pick_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        rd.pick_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert rd.pick_device("auto") == torch.device("cuda") and rd.pick_device("cuda:0") == torch.device("cuda:0")
+
+
+def test_signals_become_a_flag_inside_the_context_and_handlers_are_restored_after():
+    """SIGTERM and SIGINT set the flag (the first signal wins) instead of ending the process; the previous
+    handlers are back afterwards."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    with rd.stop_on_signals() as flag:
+        assert flag == {}
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert flag == {"signal": signal.SIGTERM}
+    assert {sig: signal.getsignal(sig) for sig in before} == before
