@@ -1,0 +1,111 @@
+"""End-of-epoch validation: the greedy exact match, the accuracy record's groups, the token-weighted loss."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lsa_interp.data.loaders import tokenize_split
+from lsa_interp.data.task import Task
+from lsa_interp.data.vocab import EOS, PAD
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.training.validation import ResidentSplit, accuracy_record, exact_match, loss_fn, validate_model
+
+ALPHABET = "abcdefghijklmnopqrstuvwxyz"
+CPU = torch.device("cpu")
+
+
+def _task(rule: str, copy: bool, query: str = "ghi", answer: str = "ghj") -> Task:
+    example = (query, answer) if copy else ("abc", "abd")
+    return Task(ALPHABET, (example,), query, answer, transformation=rule)
+
+
+def test_exact_match_compares_whole_rows_whatever_their_widths():
+    """A row matches when answer, EOS and the PAD after it agree; a longer or shorter output, or a wrong EOS, does not.
+    The generated and target widths may differ either way."""
+    target = torch.tensor([[3, 4, EOS], [3, EOS, PAD], [3, EOS, PAD], [5, 6, EOS]])
+    generated = torch.tensor([[3, 4, EOS, PAD], [3, EOS, PAD, PAD], [3, 4, EOS, PAD], [5, 6, 7, EOS]])
+    assert exact_match(generated, target).tolist() == [True, True, False, False]
+    assert exact_match(target[:, :2], target).tolist() == [False, True, True, False]
+    assert exact_match(target, target[:, :2]).tolist() == [False, True, True, False]
+
+
+def test_accuracy_record_groups_rows_by_copy_seen_new_and_transformation():
+    """Rates over all rows, copy rows, non-copy rows, non-copy rows of seen and of new transformations, and per
+    transformation over its non-copy rows (NaN where a group is empty); the loss is passed through."""
+    rows = [
+        (_task("succ", True), 1),
+        (_task("succ", False), 1),
+        (_task("succ", False), 0),
+        (_task("pred", False), 1),
+        (_task("reverse", False), 0),
+        (_task("reverse", False), 1),
+        (_task("shift", True), 0),
+        (_task("reverse", True), 1),
+    ]
+    split = tokenize_split([t for t, _ in rows])
+    record = accuracy_record(torch.tensor([bool(h) for _, h in rows]), split, 0.25)
+    assert record["val_loss"] == 0.25
+    assert record["val_acc"] == pytest.approx(5 / 8)
+    assert record["val_acc_copy"] == pytest.approx(2 / 3)
+    assert record["val_acc_noncopy"] == pytest.approx(3 / 5)
+    assert record["val_acc_seen_transformations"] == pytest.approx(2 / 3)
+    assert record["val_acc_new_transformations"] == pytest.approx(1 / 2)
+    by_rule = record["val_acc_by_transformation"]
+    assert list(by_rule) == ["pred", "reverse", "shift", "succ"]
+    assert by_rule["pred"] == 1.0 and by_rule["reverse"] == 0.5 and by_rule["succ"] == 0.5
+    assert math.isnan(by_rule["shift"])  # only a copy row
+    only_seen = accuracy_record(torch.tensor([True, False]), tokenize_split([r[0] for r in rows[1:3]]), 0.0)
+    assert math.isnan(only_seen["val_acc_new_transformations"]) and math.isnan(only_seen["val_acc_copy"])
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> HookedEncoderDecoder:
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_mlp=64, max_len=64)
+    return HookedEncoderDecoder(cfg)
+
+
+def test_validation_loss_is_token_weighted_and_accuracy_is_the_greedy_exact_match(tiny_model):
+    """The loss is the mean cross-entropy over every non-PAD target token of the split (not a mean of row means);
+    accuracy counts rows whose greedy answer is the task's answer; the model's train/eval mode is restored."""
+    tasks = [_task("succ", False, "ghi", "ghj"), _task("pred", False, "mnopq", "mnopp"), _task("reverse", True)]
+    val = ResidentSplit(tokenize_split(tasks), CPU)
+    tiny_model.train()
+    record = validate_model(tiny_model, val, contextlib.nullcontext)
+    assert tiny_model.training
+    tiny_model.eval()
+    with torch.no_grad():
+        logits = tiny_model.decode(val.tgt_in, tiny_model.encode(val.src), val.src == PAD)
+    ce = F.cross_entropy(logits.flatten(0, 1), val.tgt_out.flatten(), ignore_index=PAD, reduction="sum")
+    tokens = int((val.tgt_out != PAD).sum())
+    assert tokens == 4 + 6 + 4
+    assert record["val_loss"] == pytest.approx(float(ce) / tokens, rel=1e-5)
+    assert float(loss_fn(tiny_model, val.src, val.tgt_in, val.tgt_out)) == pytest.approx(float(ce) / tokens, rel=1e-5)
+    hits = [answer == task.answer for answer, task in zip(tiny_model.solve(tasks), tasks)]
+    assert record["val_acc"] == pytest.approx(sum(hits) / 3)
+    record = validate_model(tiny_model, val, contextlib.nullcontext)
+    assert not tiny_model.training
+
+
+def test_a_resident_split_limit_keeps_a_fixed_sorted_sample_and_batches_are_cut_to_their_longest_row():
+    """``limit`` keeps that many rows, in split order, the same sample every time; a batch is cut to the longest
+    source and target of its rows."""
+    tasks = [_task("succ", False, "ab" + "c" * (i % 5), "ab" + "d" * (i % 5)) for i in range(30)]
+    split = tokenize_split(tasks)
+    kept = ResidentSplit(split, CPU, limit=12)
+    again = ResidentSplit(split, CPU, limit=12)
+    assert len(kept.src) == 12 and torch.equal(kept.src, again.src)
+    whole = ResidentSplit(split, CPU, limit=30)
+    assert len(whole.src) == 30 and torch.equal(whole.src, ResidentSplit(split, CPU).src)
+    assert kept.src_len.tolist() == (kept.src != PAD).sum(1).tolist()
+    assert kept.tgt_len.tolist() == (kept.tgt_in != PAD).sum(1).tolist()
+    rows = np.array([0, 3])
+    src, tgt_in, tgt_out = kept.batch(rows)
+    assert src.shape[1] == int(kept.src_len[rows].max()) and tgt_in.shape[1] == int(kept.tgt_len[rows].max())
+    assert torch.equal(tgt_out, kept.tgt_out[rows][:, : tgt_in.shape[1]])
