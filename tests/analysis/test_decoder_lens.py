@@ -7,7 +7,9 @@ import dataclasses
 import pytest
 import torch
 
+from lsa_interp.analysis import decoder_lens as decoder_lens_module
 from lsa_interp.analysis.decoder_lens import (
+    PAPER_EARLY_SHARE,
     PAPER_LENS,
     _findings,
     decoder_lens,
@@ -136,3 +138,84 @@ def test_bad_arguments():
         lens_predict(model, rule_tasks("pred", 2), 3)
     with pytest.raises(ValueError, match="has no answer"):
         decoder_lens(model, [dataclasses.replace(rule_tasks("pred", 1)[0], answer=None)])
+
+
+@pytest.mark.parametrize(
+    ("percent", "n", "z", "expected"),
+    [(50.0, 100, 1.96, 40.383), (10.0, 100, 1.96, 5.5229), (100.0, 10, 1.96, 72.246), (30.0, 10, 1.0, 17.882)],
+)
+def test_wilson_lower_bound_matches_the_textbook_values(percent, n, z, expected):
+    """The Wilson score interval's lower end, e.g. 50/100 -> 40.38 %, 10/10 -> 72.25 % (z = 1.96)."""
+    assert wilson_lower(percent, n, z) == pytest.approx(expected, abs=1e-3)
+
+
+def test_wilson_lower_bound_is_the_accuracy_itself_without_spread_and_never_negative():
+    assert wilson_lower(30.0, 10, z=0.0) == pytest.approx(30.0) and wilson_lower(0.0, 5) == 0.0
+
+
+def test_earlier_layers_verdict_is_inclusive_and_reads_the_best_earlier_layer():
+    """'Earlier layers decode nothing' holds when the best earlier layer's lower bound is <= the allowed share
+    of the last layer (0 <= 0 holds, with no ratio), judged on the best, not the first, earlier layer."""
+    zero = _findings({1: 0.0, 2: 0.0}, 0.0, True, 50)
+    assert zero[0].holds is True and zero[0].value is None
+    best = _findings({1: 10.0, 2: 0.0, 3: 60.0}, 60.0, True, 100)
+    assert best[0].holds is False and best[0].value == pytest.approx(10.0 / 60.0)
+    assert best[0].ours == "10.0 / 0.0 % vs 60.0 %"
+    assert [f.name for f in best] == [
+        "decoder lens: earlier encoder layers decode (almost) nothing",
+        "decoder lens: the last encoder layer (the model's own accuracy)",
+        "decoder lens: the last layer reproduces the model",
+    ]
+    assert best[1].ours == "layer 3: 60.0 %" and best[2].ours == "60.0 % vs 60.0 % plain greedy"
+    lower = wilson_lower(1.0, 1000)
+    assert _findings({1: 1.0, 2: (lower + 1e-9) / PAPER_EARLY_SHARE}, 50.0, True, 1000)[0].holds is True
+    assert _findings({1: 1.0, 2: (lower - 1e-9) / PAPER_EARLY_SHARE}, 50.0, True, 1000)[0].holds is False
+
+
+def test_a_one_layer_encoder_has_no_earlier_layer_finding():
+    findings = _findings({1: 40.0}, 40.0, False, 10)
+    assert [f.holds for f in findings] == [None, False] and findings[0].value == 40.0
+
+
+def test_scores_per_layer_and_group_from_given_predictions(monkeypatch):
+    """Exact match per layer, per transformation (copy rows and unlabelled tasks in their own groups), the plain
+    accuracy and whether the last layer's predictions equal the plain ones."""
+    pred = rule_tasks("pred", 2, seed=0)
+    copy = dataclasses.replace(pred[0], examples=((pred[0].query, pred[0].answer),))
+    unlabelled = dataclasses.replace(pred[1], transformation=None)
+    tasks = [*pred, copy, unlabelled]
+    assert copy.is_copy and not pred[0].is_copy
+    answers = [t.answer for t in tasks]
+    lens = {1: ["x", answers[1], "x", "x"], 2: [answers[0], answers[1], answers[2], "x"]}
+    monkeypatch.setattr(decoder_lens_module, "lens_predict", lambda model, ts, layer, batch_size: lens[layer])
+    monkeypatch.setattr(decoder_lens_module, "predict", lambda model, ts, batch_size: [*answers[:3], "y"])
+    result = decoder_lens(small_model(), tasks, model_name="tiny", source="val")
+    assert result.data["accuracy"] == {1: 25.0, 2: 75.0} and result.summary["model_accuracy"] == 75.0
+    assert result.summary == {
+        "tasks": 4,
+        "source": "val",
+        "layer_1_accuracy": 25.0,
+        "layer_2_accuracy": 75.0,
+        "model_accuracy": 75.0,
+    }
+    assert result.data["by_transformation"]["copy"] == {"n": 1, 1: 0.0, 2: 100.0}
+    assert result.data["by_transformation"]["unlabelled"] == {"n": 1, 1: 0.0, 2: 0.0}
+    assert result.data["by_transformation"]["pred"] == {"n": 2, 1: 50.0, 2: 100.0}
+    assert result.data["last_layer_reproduces_model"] is False and result.findings[-1].holds is False
+    assert result.data["paper"] == {1: 0.0, 2: 1.9, 3: 66.5} and result.name == "decoder_lens"
+    assert "source" not in decoder_lens(small_model(), tasks).summary
+
+
+def test_lens_predict_refuses_layer_zero_and_reads_layer_one():
+    model = small_model(n_encoder_layers=1)
+    tasks = rule_tasks("pred", 3)
+    assert lens_predict(model, tasks, 1) == predict(model, tasks)
+    with pytest.raises(ValueError, match="not in 1..1"):
+        lens_predict(model, tasks, 0)
+
+
+def test_lens_tasks_need_at_least_one():
+    model = small_model()
+    assert len(lens_tasks(model, 1, source="rules")) == 1
+    with pytest.raises(ValueError, match="positive"):
+        lens_tasks(model, 0, source="rules")
