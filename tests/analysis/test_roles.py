@@ -6,9 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from lsa_interp.analysis.activations import analysis_tasks
+from lsa_interp.analysis.activations import analysis_tasks, final_norm
 from lsa_interp.analysis.roles import (
+    AFTER,
+    BEFORE,
     KDE_ROLES,
+    balanced_sample,
     collect_residuals,
     overlaps,
     pca_hooks,
@@ -18,6 +21,7 @@ from lsa_interp.analysis.roles import (
     separator_attention,
     silhouette,
 )
+from lsa_interp.analysis.roles import _findings as role_findings
 from lsa_interp.data.tokenizer import source_text
 from lsa_interp.data.vocab import ROLE_ID
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
@@ -119,3 +123,184 @@ def test_role_assignment_result_findings_and_files(model, tasks, tmp_path):
 def test_role_assignment_needs_two_tasks(model, tasks):
     with pytest.raises(ValueError, match="at least 2 tasks"):
         role_assignment(model, tasks[:1])
+
+
+def test_pca_is_fit_on_every_layer_input_and_the_last_output():
+    assert pca_hooks(3) == [
+        "encoder.0.hook_resid_pre",
+        "encoder.1.hook_resid_pre",
+        "encoder.2.hook_resid_pre",
+        "encoder.2.hook_resid_post",
+    ]
+    assert pca_hooks(1) == ["encoder.0.hook_resid_pre", "encoder.0.hook_resid_post"]
+
+
+def test_balanced_sample_takes_at_most_n_distinct_tokens_of_each_plotted_role():
+    """At most ``max_per_role`` distinct tokens per `KDE_ROLES` role (all of a smaller role), none of the
+    others, as sorted indices; the seed picks which."""
+    a, i, q, sep = (ROLE_ID[r] for r in ("alphabet", "example_in", "query", "separator"))
+    roles = np.array([a, a, sep, a, i, a, q, a, i, q, sep, q])
+    picks = balanced_sample(roles, 3, seed=0)
+    assert list(picks) == sorted(set(picks.tolist())) and len(picks) == 3 + 2 + 3
+    assert (roles[picks] == a).sum() == 3 and list(picks[roles[picks] != a]) == [4, 6, 8, 9, 11]
+    assert len(balanced_sample(roles, 10)) == 10 and ROLE_ID["separator"] not in roles[balanced_sample(roles, 10)]
+    draws = {tuple(balanced_sample(roles, 1, seed=s)) for s in range(20)}
+    assert len(draws) > 1
+
+
+def test_silhouette_of_two_hand_placed_roles():
+    """Points 0, 1 (alphabet) and 10, 11 (query) on a line: mean of 1 - 1/10.5 and 1 - 1/9.5; tokens of
+    roles outside the plot are left out."""
+    a, q, sep = ROLE_ID["alphabet"], ROLE_ID["query"], ROLE_ID["separator"]
+    x = np.array([[0.0], [1.0], [10.0], [11.0], [5.0], [5.5]])
+    roles = np.array([a, a, q, q, sep, sep])
+    assert silhouette(x, roles) == pytest.approx((1 - 1 / 10.5 + 1 - 1 / 9.5) / 2)
+    with pytest.raises(ValueError):
+        silhouette(x, np.array([a, a, a, a, sep, sep]))
+
+
+def test_probe_accuracy_is_balanced_over_the_plotted_roles_of_the_test_tokens():
+    """Balanced accuracy: 90 correct alphabet tokens and 10 query tokens placed among them score 0.5, not 0.9;
+    test tokens of other roles are not scored."""
+    x, roles = clusters(50, 0.5)
+    alphabet = x[roles == ROLE_ID["alphabet"]]
+    x_test = np.concatenate([alphabet, alphabet[:40], alphabet[:10], alphabet[:5]])
+    y_test = np.repeat([ROLE_ID["alphabet"], ROLE_ID["query"], ROLE_ID["separator"]], [90, 10, 5])
+    assert probe_accuracy(x, roles, x_test, y_test) == pytest.approx(0.5)
+
+
+def test_role_densities_span_the_points_with_a_tenth_of_margin_on_a_y_by_x_grid():
+    """The grid runs from 10 % below the smallest to 10 % above the largest coordinate on each axis; densities
+    are indexed [y, x] and each sums to 1; a missing role raises."""
+    rng = np.random.default_rng(0)
+    points = np.concatenate([[-10.0, 0.0] + rng.standard_normal((30, 2)), [10.0, 0.0] + rng.standard_normal((90, 2))])
+    roles = np.repeat(ROLE_IDS, 30)
+    roles[30:] = np.repeat(ROLE_IDS[1:], 30)
+    roles[:30] = ROLE_ID["alphabet"]
+    xs, ys, densities = role_densities(points.astype(np.float32), roles)
+    lo, hi = points.min(0), points.max(0)
+    assert xs[0] == pytest.approx(lo[0] - 0.1 * (hi[0] - lo[0]), rel=1e-5)
+    assert xs[-1] == pytest.approx(hi[0] + 0.1 * (hi[0] - lo[0]), rel=1e-5)
+    assert ys[0] == pytest.approx(lo[1] - 0.1 * (hi[1] - lo[1]), rel=1e-5) and len(xs) == len(ys) == 60
+    peak_y, peak_x = np.unravel_index(densities["alphabet"].argmax(), densities["alphabet"].shape)
+    assert xs[peak_x] < -5.0 and abs(ys[peak_y]) < 2.0
+    assert all(d.sum() == pytest.approx(1.0) for d in densities.values())
+    with pytest.raises(ValueError, match="no query tokens"):
+        role_densities(points.astype(np.float32), np.where(roles == ROLE_ID["query"], ROLE_ID["separator"], roles))
+
+
+def test_overlaps_sum_the_pointwise_minimum_of_each_pair_once():
+    d = {"a": np.array([[0.5, 0.5], [0.0, 0.0]]), "b": np.array([[0.25, 0.25], [0.25, 0.25]]), "c": np.eye(2) / 2}
+    assert overlaps(d) == pytest.approx({("a", "b"): 0.5, ("a", "c"): 0.5, ("b", "c"): 0.5})
+    assert list(overlaps(d)) == [("a", "b"), ("a", "c"), ("b", "c")]
+    d["c"] = np.array([[0.0, 0.0], [1.0, 0.0]])
+    assert overlaps(d)[("a", "c")] == 0.0 and overlaps(d)[("b", "c")] == 0.25
+
+
+def test_normed_residuals_are_the_raw_ones_through_the_final_norm(model, tasks):
+    raw, _ = collect_residuals(model, tasks[:3], [BEFORE])
+    normed, _ = collect_residuals(model, tasks[:3], [BEFORE], normed=True)
+    assert np.allclose(normed[BEFORE], final_norm(model, torch.from_numpy(raw[BEFORE])).numpy(), atol=1e-6)
+
+
+def arrow_stripe(pattern, hook):
+    """Every token puts all its attention on the first ``>`` (position 30 of a 1-shot 3-letter task)."""
+    forced = torch.zeros_like(pattern)
+    forced[..., 30] = 1.0
+    return forced
+
+
+def test_separator_attention_reads_the_given_layer_and_the_arrow():
+    """``layer`` picks the encoder layer read; attention on ``>`` is counted as arrow mass."""
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(CFG).eval()
+    three = analysis_tasks(["pred"], 4, seed=0, lengths=(3,))
+    with model.hooks(fwd_hooks=[("encoder.1.attn.hook_pattern", arrow_stripe)]):
+        second = separator_attention(model, three, layer=1)
+        first = separator_attention(model, three)
+    assert np.allclose(second["arrow"], 1.0, atol=1e-6) and np.allclose(second["pipe"], 0.0)
+    assert (first["arrow"] < 0.5).all() and first["uniform"] == pytest.approx(3 / 39)
+
+
+def two_stripes(pattern, hook):
+    """Heads 1 and 2 of encoder layer 1 put everything on the first ``|`` (position 26); heads 3 and 4 on
+    position 0."""
+    forced = torch.zeros_like(pattern)
+    forced[:, :2, :, 26] = 1.0
+    forced[:, 2:, :, 0] = 1.0
+    return forced
+
+
+def test_role_assignment_summary_data_and_separator_heads(model):
+    """The tasks split alternately into a fit and a test half; two stripe heads out of four hold the finding."""
+    tasks = analysis_tasks(["pred", "sort"], 6, seed=2, lengths=(3, 4))
+    with model.hooks(fwd_hooks=[("encoder.0.attn.hook_pattern", two_stripes)]):
+        result = role_assignment(model, tasks, model_name="tiny", normed=False)
+    s, data = result.summary, result.data
+    plotted = [len(source_text(t)) - 1 - 3 for t in tasks[1::2]]  # all but EOS and the three separators
+    assert s["test_tokens"] == sum(plotted) and s["tasks"] == 6
+    assert s["separator_heads"] == 2 and data["separator_heads"] == ["1.1", "1.2"]
+    assert s["max_separator_mass"] == pytest.approx(1.0)
+    assert [row["pipe"] for row in data["separator_attention"]] == pytest.approx([1.0, 1.0, 0.0, 0.0])
+    assert result.findings[2].holds is True and "2/4 heads (1.1, 1.2)" in result.findings[2].ours
+    assert data["hooks"] == {"pca_fit": pca_hooks(2), "before": BEFORE, "after": AFTER, "final_norm": False}
+    assert data["transformations"] == ["pred", "sort"] and set(data["overlaps"]) == {"before", "after"}
+    assert 0.0 < s["pca_explained_variance"] <= 1.0
+    assert s["overlap_in_out_before"] == data["overlaps"]["before"][("example_in", "example_out")]
+    assert s["overlap_out_query_after"] == data["overlaps"]["after"][("example_out", "query")]
+    assert data["constants"] == {
+        "silhouette_margin": 0.05,
+        "probe_margin": 0.02,
+        "overlap_margin": 0.05,
+        "stripe_ratio": 2.0,
+    }
+    again = role_assignment(model, n_tasks=6, seed=2, transformations=["pred", "sort"], alphabets="both", normed=False)
+    assert again.summary["silhouette_pca_after"] == pytest.approx(
+        role_assignment(model, analysis_tasks(["pred", "sort"], 6, 2, "both"), normed=False).summary[
+            "silhouette_pca_after"
+        ]
+    )
+
+
+def role_summary(**overrides) -> dict:
+    s = {
+        f"{k}_{stage}": 0.5
+        for k in ("silhouette_pca", "silhouette_full", "probe_accuracy")
+        for stage in ("before", "after")
+    }
+    s |= {f"overlap_{n}_{stage}": 0.5 for n in ("in_out", "out_query") for stage in ("before", "after")}
+    s |= {"uniform_separator_mass": 0.1, "max_separator_mass": 0.5}
+    return s | overrides
+
+
+@pytest.mark.parametrize(
+    ("overrides", "holds"),
+    [
+        ({"silhouette_pca_before": 0.0, "silhouette_pca_after": 0.05}, True),
+        ({"silhouette_pca_before": 0.0, "silhouette_pca_after": 0.0499}, False),
+        ({"silhouette_pca_before": 0.0, "silhouette_pca_after": 0.3, "probe_accuracy_after": 0.48}, True),
+        ({"silhouette_pca_before": 0.0, "silhouette_pca_after": 0.3, "probe_accuracy_after": 0.4799}, False),
+    ],
+)
+def test_roles_separate_when_the_silhouette_rises_by_the_margin_and_the_probe_holds(overrides, holds):
+    """Silhouette up by >= 0.05 (exactly 0.05 holds) and probe accuracy down by at most 0.02 (exactly holds)."""
+    finding = role_findings(role_summary(**overrides), [], 4)[0]
+    assert finding.holds is holds and finding.name == "roles separate more after encoder layer 1"
+
+
+@pytest.mark.parametrize(
+    ("after", "holds"), [((0.0, 0.0), True), ((0.0, 1e-4), False), ((1e-4, 0.0), False), ((-0.5, -0.5), True)]
+)
+def test_example_out_is_apart_when_both_overlaps_fall_by_the_margin(after, holds):
+    """Both overlaps (in/out and out/query) must fall by >= 0.05 (exactly 0.05 holds)."""
+    overrides = {"overlap_in_out_before": 0.05, "overlap_out_query_before": 0.05}
+    overrides |= {"overlap_in_out_after": after[0], "overlap_out_query_after": after[1]}
+    finding = role_findings(role_summary(**overrides), [], 4)[1]
+    assert finding.holds is holds and finding.name == "example-out no longer overlaps example-in and query"
+
+
+def test_separator_finding_needs_at_least_two_heads():
+    assert role_findings(role_summary(), ["1.1", "1.3"], 4)[2].holds is True
+    one = role_findings(role_summary(), ["1.3"], 4)[2]
+    assert one.holds is False and one.name == "layer-1 heads attend to the separators"
+    assert one.ours.startswith("1/4 heads (1.3)") and "(none)" in role_findings(role_summary(), [], 4)[2].ours
