@@ -16,6 +16,7 @@ from lsa_interp.analysis.invariance import (
 )
 from lsa_interp.analysis.prompts import paper_prompts
 from lsa_interp.data.tokenizer import source_text
+from lsa_interp.data.transformations import SEEN
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 
 CFG = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64, max_len=128)
@@ -247,3 +248,38 @@ def test_the_layer_is_read_zero_based_and_from_the_end(model):
 def test_an_unknown_prompt_kind_raises(model):
     with pytest.raises(ValueError, match="unknown prompts"):
         mapping_invariance(model, "pred", prompts="mine")
+
+
+def test_defaults_are_ten_paper_predecessor_prompts_compared_with_every_seen_rule(model):
+    """By default: 10 paper prompts of pred (seed 0) against the seen rules, through the final norm."""
+    result = mapping_invariance(model)
+    assert result.model == "model" and result.data["transformation"] == "pred"
+    assert result.data["prompts"] == [str(t) for t in paper_prompts("pred", 10, 0)]
+    assert result.summary["pairs"] == 45 and result.data["between_transformations"]["rules"][0] == "pred"
+    assert set(result.data["by_transformation"]) == set(SEEN) and result.data["rules_without_enough_prompts"] == []
+    random = mapping_invariance(model, compare=[], prompts="random")
+    assert random.data["prompts"] == [str(t) for t in analysis_tasks(["pred"], 10, 0, "standard", (3,))]
+
+
+def test_cosines_are_read_through_the_final_norm_unless_raw(model):
+    """``normed`` (the default) takes the cosines of ``ln_final`` of the residual; ``normed=False`` of the raw one."""
+    tasks = paper_prompts("pred", 4, 0)
+    shift = [(LAST, lambda resid, hook: resid + 2.0)]  # a shared offset: raises raw cosines, not normed ones
+    with model.hooks(fwd_hooks=shift):
+        raw = first_token_vectors(model, tasks, LAST)["example_out"]
+        normed = mapping_invariance(model, "pred", n_prompts=4, compare=[])
+        unnormed = mapping_invariance(model, "pred", n_prompts=4, compare=[], normed=False)
+    assert torch.allclose(normed.data["cosines"], pairwise_cosine(final_norm(model, raw)), atol=1e-5)
+    assert torch.allclose(unnormed.data["cosines"], pairwise_cosine(raw), atol=1e-5)
+    assert not torch.allclose(normed.data["cosines"], unnormed.data["cosines"], atol=1e-3)
+
+
+def test_findings_state_the_paper_claim_our_numbers_and_the_rule():
+    """The findings table's texts: the paper's claim, our range and mean, and the threshold it is judged by."""
+    invariant, specific = _findings("succ", within(0.9604, mean=0.97), controls(0.5, 0.25))
+    assert invariant.paper == "pred: 45 pairwise cosines (10 prompts) all in 0.958..0.997"
+    assert invariant.ours == "succ: 45 cosines in 0.960..1.000 (mean 0.970)"
+    assert invariant.detail == "holds when the smallest cosine is >= 0.958 (the paper's minimum)"
+    assert specific.paper == "not reported; implied by the mapping being stored at this token"
+    assert specific.ours == "within-rule mean 0.970 vs highest control (control 0) 0.500"
+    assert specific.detail == "holds when the within-rule mean exceeds every control mean by >= 0.02"
