@@ -283,3 +283,20 @@ def test_findings_state_the_paper_claim_our_numbers_and_the_rule():
     assert specific.paper == "not reported; implied by the mapping being stored at this token"
     assert specific.ours == "within-rule mean 0.970 vs highest control (control 0) 0.500"
     assert specific.detail == "holds when the within-rule mean exceeds every control mean by >= 0.02"
+
+
+def test_figures_plot_the_cosine_tables_and_name_the_rule_and_hook(model):
+    """Three figures: the pairwise matrix (titled with the hook read), the between-rules table over the rules,
+    and the within-rule and control summaries; the findings name the rule judged."""
+    result = mapping_invariance(model, "succ", n_prompts=3, compare=["pred"])
+    assert list(result.figures) == [
+        "cosines at the first example-out token (succ)",
+        "mean cosine within and between transformations",
+        "within-rule cosines and controls",
+    ]
+    matrix, between, summary = result.figures.values()
+    assert "encoder.ln_final(encoder.1.hook_resid_post)" in matrix.layout.title.text
+    assert between.data[0].z.tolist() == result.data["between_transformations"]["mean_cosine"].tolist()
+    assert list(between.data[0].x) == ["succ", "pred"]
+    assert list(summary.data[0].x) == ["succ", "pred"] and "any two tokens" in summary.data[1].x
+    assert result.findings[0].ours.startswith("succ: 3 cosines in ")
