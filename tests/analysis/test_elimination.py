@@ -20,6 +20,7 @@ from lsa_interp.analysis.elimination import _findings as elimination_findings
 from lsa_interp.analysis.prompts import paper_prompts
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import encode_tasks, source_text
+from lsa_interp.data.transformations import SEEN
 from lsa_interp.data.vocab import ROLE_ID
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 
@@ -309,3 +310,67 @@ def test_default_prompts_are_succ_paper_prompts_with_the_query_varied_and_random
 def test_only_the_first_twenty_prompts_are_listed(model):
     result = elimination(model, n_tasks=21)
     assert len(result.data["prompts"]) == 20 and result.summary["tasks"] == 21
+
+
+def test_findings_state_the_paper_claim_our_numbers_and_the_rule():
+    """The findings table's texts: the paper's numbers, ours, and the threshold each is judged by."""
+    texts = [(f.paper, f.ours, f.detail) for f in elimination_findings(summary())]
+    assert texts == [
+        (
+            "most alphabet letters and separators put 0.4-0.59 of their attention on EOS",
+            "irrelevant tokens: mean 0.50; relevant tokens: mean 0.10",
+            "holds when their mean is >= 0.4 (the paper's lowest)",
+        ),
+        (
+            "EOS, 0.4-0.59",
+            "mean 0.50 on their top key, most often 38:EOS (eos); EOS is the top key in 100% of tasks",
+            "holds when the mean mass on their top key is >= 0.4; the sink is reported, not judged",
+        ),
+        (
+            "pairwise cosine of their outputs ~0.98",
+            "irrelevant letters: cosine 0.500 (layer input) -> 0.990 (output); with the separators 0.900; "
+            "other tokens 0.300",
+            "holds when the mean within-task cosine is >= 0.975 (rounds to the paper's 0.98)",
+        ),
+        (
+            "norms stay 4.5-6.0",
+            "norm 5.00 vs 5.00 for other tokens (ratio 1.00)",
+            "holds when the ratio is >= 0.75 (4.5 / 6)",
+        ),
+    ]
+
+
+def test_defaults_are_two_hundred_succ_paper_prompts_read_at_the_last_layer_through_the_norm(model):
+    """By default: 200 succ paper prompts (seed 0, query varied), the last encoder layer, normed residuals."""
+    result = elimination(model)
+    assert result.model == "model" and result.summary["tasks"] == 200 and result.summary["normed"] is True
+    assert result.data["prompts"] == [str(t) for t in paper_prompts("succ", 200, 0, fixed_query=False)[:20]]
+    assert result.data["layer"] == 2 and result.data["transformations"] == ["succ"]
+    random = elimination(model, n_tasks=4, prompts="random")
+    assert random.data["prompts"] == [str(t) for t in analysis_tasks(SEEN, 4, 0, "both")]
+
+
+def test_figures_show_the_paper_prompt_the_roles_and_the_group_cosines(model):
+    """Three figures: EOS attention per token of the paper's prompt (at the layer read), EOS attention by role,
+    and the within-task cosines of each group on the layer's input and output."""
+    with model.hooks(fwd_hooks=[("encoder.0.attn.hook_pattern", eos_attention(0.5))]):
+        result = elimination(model, ABCD, layer=0)
+    assert list(result.figures) == [
+        "EOS attention per token (the paper's prompt)",
+        "EOS attention by role",
+        "within-task cosine by group",
+    ]
+    per_token, by_role, cosines = result.figures.values()
+    assert per_token.data[0].y[:27].tolist() == pytest.approx([0.5] * 27) and len(per_token.data[0].y) == 38
+    assert per_token.data[0].x[0] == "0:a" and per_token.data[0].x[-1] == "37:d"
+    assert [trace.name for trace in by_role.data] == [
+        "alphabet",
+        "separator",
+        "example_in",
+        "arrow",
+        "example_out",
+        "query",
+    ]
+    s = result.summary
+    assert list(cosines.data[0].y) == [s["cosine_in_irrelevant"], s["cosine_in_other"], s["cosine_in_between"]]
+    assert list(cosines.data[1].y) == [s["cosine_out_irrelevant"], s["cosine_out_other"], s["cosine_out_between"]]
