@@ -257,3 +257,52 @@ def test_solved_tasks_are_those_whose_solution_equals_the_answer(model, monkeypa
     result = cross_attention_targets(model, tasks=tasks)
     assert result.summary["solved"] == 1 and result.summary["judged_tasks"] == 1 and result.summary["tasks"] == 2
     assert all(f.holds is not None for f in result.findings)
+
+
+def test_defaults_are_two_hundred_pred_paper_prompts_judged_on_the_solved_ones(model):
+    """By default: 200 pred paper prompts (seed 0, query varied), solved tasks only (none here: all judged,
+    no verdict)."""
+    result = cross_attention_targets(model)
+    assert result.model == "model" and result.data["transformations"] == ["pred"]
+    assert result.summary["tasks"] == 200 and result.summary["solved"] == 0 and result.summary["judged_tasks"] == 200
+    expected = cross_attention_targets(model, tasks=paper_prompts("pred", 200, 0, fixed_query=False), solved_only=False)
+    assert result.data["table"] == expected.data["table"] and all(f.holds is None for f in result.findings)
+    random = cross_attention_targets(model, n_tasks=5, prompts="random", solved_only=False)
+    assert (
+        random.data["table"]
+        == cross_attention_targets(model, tasks=analysis_tasks(["pred"], 5, 0, "both"), solved_only=False).data["table"]
+    )
+
+
+def test_findings_state_the_paper_claim_our_shares_and_the_rule():
+    """The findings table's texts: the paper's target, the head-mean and best head's shares, the threshold, and
+    why there is no verdict when nothing is solved."""
+    layer_share, head_share = torch.zeros(3, len(CATEGORIES)), torch.zeros(3, 2, len(CATEGORIES))
+    layer_share[2, CAT["answer_in_alphabet"]], head_share[2, 1, CAT["answer_in_alphabet"]] = 0.25, 0.75
+    finding = _finding(2, layer_share, head_share)
+    assert finding.name == "decoder layer 3 attends to the answer letter in the alphabet"
+    assert finding.paper == "layer 3 -> answer letter in the alphabet (predecessor, first decoding step)"
+    assert finding.ours == "argmax there in 25% of tasks (head mean), 75% for head cross:3.2"
+    rule = "holds when the head mean or one head has its argmax there in >= 50% of the solved tasks"
+    assert finding.detail == rule and finding.value == 0.75 and finding.holds is True
+    unjudged = _finding(2, layer_share, head_share, verdict=False)
+    assert unjudged.detail == rule + "; no verdict: the model solves none of the tasks" and unjudged.value == 0.75
+
+
+def test_figures_plot_the_argmax_shares_the_masses_and_the_heads(model):
+    """Three figures: per-layer argmax shares, per-layer masses with the uniform baseline, per-head shares."""
+    tasks = [SHORT, LONG]
+    with model.hooks(fwd_hooks=split_heads(torch.tensor([33, 39]), torch.tensor([27, 27]))):
+        result = cross_attention_targets(model, tasks=tasks, solved_only=False)
+    assert list(result.figures) == [
+        "argmax category of the head-mean cross-attention (first step)",
+        "mean cross-attention mass per category (first step)",
+        "argmax category per head",
+    ]
+    shares_fig, mass_fig, heads_fig = result.figures.values()
+    rows = {(r["layer"], r["category"]): r for r in result.data["table"]}
+    assert list(shares_fig.data[0].y) == [rows[1, c]["argmax_share"] for c in CATEGORIES]
+    assert shares_fig.layout.yaxis.title.text == "share of tasks" and len(shares_fig.data) == 2
+    assert list(mass_fig.data[0].y) == pytest.approx([rows[1, c]["mean_mass"] for c in CATEGORIES])
+    assert list(mass_fig.data[-1].y) == pytest.approx([rows[1, c]["uniform_mass"] for c in CATEGORIES])
+    assert heads_fig.data[0].z[0].tolist() == [result.data["heads"][0][f"{c}_share"] for c in CATEGORIES]
