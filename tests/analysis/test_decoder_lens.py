@@ -21,6 +21,7 @@ from lsa_interp.analysis.prompts import rule_tasks
 from lsa_interp.data.presets import PRESETS, DatasetConfig
 from lsa_interp.data.transformations import SEEN
 from lsa_interp.evaluation import predict
+from lsa_interp.evaluation.run import DEFAULT_BATCH_SIZE
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 
 torch.set_num_threads(1)
@@ -219,3 +220,37 @@ def test_lens_tasks_need_at_least_one():
     assert len(lens_tasks(model, 1, source="rules")) == 1
     with pytest.raises(ValueError, match="positive"):
         lens_tasks(model, 0, source="rules")
+
+
+def test_findings_state_the_paper_numbers_ours_and_the_rule():
+    """The findings table's texts: the paper's three numbers, ours, and the allowed share of the last layer."""
+    early, last, same = _findings({1: 0.0, 2: 1.5, 3: 60.0}, 61.25, True, 100)
+    assert (early.paper, early.ours) == ("layers 1/2: 0.0 / 1.9 % vs 66.5 % (layer 3)", "0.0 / 1.5 % vs 60.0 %")
+    assert early.detail == (
+        "holds when the best earlier layer (95 % lower bound) is at most 0.029 x the last layer = 1.7 %"
+    )
+    assert early.holds is True and early.value == pytest.approx(1.5 / 60.0)
+    assert (last.paper, last.ours, last.value) == ("layer 3: 66.5 %", "layer 3: 60.0 %", 60.0)
+    assert last.detail == "not a finding about the lens: the last layer's lens is the model"
+    assert (same.paper, same.ours) == ("by construction", "60.0 % vs 61.2 % plain greedy")
+    assert same.detail == "holds when every last-layer lens prediction equals the plain greedy prediction"
+
+
+def test_the_batch_size_reaches_every_decoding_run(monkeypatch):
+    """``batch_size`` (default `DEFAULT_BATCH_SIZE`) is passed to every lens run and to the plain run."""
+    seen = []
+    monkeypatch.setattr(decoder_lens_module, "predict", lambda model, ts, batch_size: seen.append(batch_size) or [""])
+    model, tasks = small_model(), rule_tasks("pred", 1)
+    decoder_lens(model, tasks, batch_size=7)
+    assert seen == [7, 7, 7]
+    seen.clear()
+    result = decoder_lens(model, tasks)
+    assert seen == [DEFAULT_BATCH_SIZE] * 3 and result.model == "" and "source" not in result.summary
+
+
+def test_lens_tasks_default_to_the_new_alphabets_with_seed_zero(monkeypatch):
+    model = small_model(metadata={"preset": "copy-20", "data_seed": 1})
+    tiny = DatasetConfig(name="copy-20", n_alphabets=4, window_lengths=(3,), n_reshuffle=2, n_new_alphabets=4)
+    monkeypatch.setitem(PRESETS, "copy-20", tiny)
+    assert lens_tasks(model, 10) == lens_tasks(model, 10, seed=0, source="new")
+    assert lens_tasks(model, 10, source="rules") == lens_tasks(model, 10, seed=0, source="rules")
