@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from lsa_interp.analysis import roles as roles_module
 from lsa_interp.analysis.activations import analysis_tasks, final_norm
 from lsa_interp.analysis.roles import (
     AFTER,
@@ -23,6 +24,7 @@ from lsa_interp.analysis.roles import (
 )
 from lsa_interp.analysis.roles import _findings as role_findings
 from lsa_interp.data.tokenizer import source_text
+from lsa_interp.data.transformations import SEEN
 from lsa_interp.data.vocab import ROLE_ID
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 
@@ -304,3 +306,65 @@ def test_separator_finding_needs_at_least_two_heads():
     one = role_findings(role_summary(), ["1.3"], 4)[2]
     assert one.holds is False and one.name == "layer-1 heads attend to the separators"
     assert one.ours.startswith("1/4 heads (1.3)") and "(none)" in role_findings(role_summary(), [], 4)[2].ours
+
+
+def test_findings_state_the_paper_claim_our_numbers_and_the_rule():
+    """The findings table's texts: the paper's claims, our before -> after numbers and each threshold."""
+    values = dict(
+        silhouette_pca_before=0.11,
+        silhouette_pca_after=0.22,
+        silhouette_full_before=0.33,
+        silhouette_full_after=0.44,
+        probe_accuracy_before=0.55,
+        probe_accuracy_after=0.66,
+        overlap_in_out_before=0.77,
+        overlap_in_out_after=0.12,
+        overlap_out_query_before=0.88,
+        overlap_out_query_after=0.13,
+        uniform_separator_mass=0.09,
+        max_separator_mass=0.95,
+    )
+    texts = [(f.paper, f.ours, f.detail) for f in role_findings(role_summary(**values), ["1.1", "1.3"], 4)]
+    assert texts == [
+        (
+            "roles cluster to some degree before layer 1, much more clearly after it (PCA(2) + KDE)",
+            "silhouette (PCA plane) 0.11 -> 0.22; full space 0.33 -> 0.44; role probe (balanced acc.) 0.55 -> 0.66",
+            "holds when the PCA-plane silhouette rises by >= 0.05 and the probe accuracy falls by < 0.02",
+        ),
+        (
+            "after layer 1 the example-out density is apart from example-in and query",
+            "density overlap in/out 0.77 -> 0.12, out/query 0.88 -> 0.13",
+            "holds when both overlap coefficients fall by >= 0.05",
+        ),
+        (
+            "multiple layer-1 heads put high attention on | and > (vertical stripes)",
+            "2/4 heads (1.1, 1.3) put >= 2x the uniform mass (0.09) on separators; max 0.95",
+            "holds when at least 2 heads reach 2x the uniform separator mass",
+        ),
+    ]
+
+
+def test_default_tasks_are_four_hundred_over_the_seen_rules_and_both_alphabet_kinds(model, tasks, monkeypatch):
+    """Without ``tasks``: `analysis_tasks(SEEN, 400, 0, "both")`, residuals through the final norm."""
+    calls = []
+    monkeypatch.setattr(roles_module, "analysis_tasks", lambda *args: calls.append(args) or tasks)
+    result = role_assignment(model)
+    assert calls == [(SEEN, 400, 0, "both")] and result.model == "model" and result.data["hooks"]["final_norm"] is True
+    assert result.summary["tasks"] == len(tasks)
+
+
+def test_figures_show_the_densities_the_separator_masses_and_the_layer_one_patterns(model):
+    """Three figures: the role densities before and after layer 1, each head's separator masses against the
+    uniform mass, and layer 1's patterns on the running example."""
+    tasks = analysis_tasks(["pred"], 4, seed=0, lengths=(3,))
+    with model.hooks(fwd_hooks=[("encoder.0.attn.hook_pattern", two_stripes)]):
+        result = role_assignment(model, tasks)
+    assert list(result.figures) == [
+        "role densities before and after encoder layer 1 (PCA plane)",
+        "layer-1 attention mass on the separators",
+        "layer-1 attention patterns (running example)",
+    ]
+    densities, separators, patterns = result.figures.values()
+    assert len(densities.data) == 2 * len(KDE_ROLES)
+    assert list(separators.data[0].y) == pytest.approx([1.0, 1.0, 0.0, 0.0]) and list(separators.data[0].x)[0] == "1.1"
+    assert len(patterns.data) == CFG.n_heads and patterns.data[0].z[0][26] == pytest.approx(1.0)
