@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from lsa_interp.analysis.activations import analysis_tasks, final_norm
 from lsa_interp.analysis.elimination import (
     SINK_MIN,
     _irrelevant,
+    _mean,
     elimination,
     group_cosines,
     token_statistics,
@@ -374,3 +376,32 @@ def test_figures_show_the_paper_prompt_the_roles_and_the_group_cosines(model):
     s = result.summary
     assert list(cosines.data[0].y) == [s["cosine_in_irrelevant"], s["cosine_in_other"], s["cosine_in_between"]]
     assert list(cosines.data[1].y) == [s["cosine_out_irrelevant"], s["cosine_out_other"], s["cosine_out_between"]]
+
+
+def test_the_mean_of_nothing_is_nan_without_a_warning():
+    """`_mean` of an empty selection is NaN, computed without numpy's empty-slice warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert math.isnan(_mean(np.array([1.0, 2.0]), np.array([False, False])))
+    assert _mean(np.array([1.0, 2.0, 4.0]), np.array([True, False, True])) == 2.5
+
+
+def test_a_task_using_every_letter_has_no_collapse_group(model):
+    """When the example and query use all 26 letters there are no irrelevant letters: the collapse cosine is
+    NaN (not judged as holding) and the separators still form the sink group."""
+    task = Task.parse("abcdefghijklmnopqrstuvwxyz | abcdefghijkl > abcdefghijkm | nopqrstuvwxy > nopqrstuvwxz")
+    result = elimination(model, [task])
+    s = result.summary
+    assert math.isnan(s["cosine_out_irrelevant"]) and math.isnan(s["cosine_in_between"])
+    assert result.findings[2].holds is False and not math.isnan(s["cosine_out_with_separators"])
+    assert result.data["transformations"] == ["?"] and result.data["by_role"]["alphabet"]["tokens"] == 26
+
+
+def test_elimination_reads_the_residuals_through_the_final_norm_by_default(model):
+    """Normed (the default), every hand-set vector has the final norm's length, so the norm ratio is 1; raw,
+    the irrelevant tokens are shorter than the others."""
+    with model.hooks(fwd_hooks=[("encoder.1.hook_resid_post", set_output)]):
+        normed = elimination(model, ABCD).summary
+        raw = elimination(model, ABCD, normed=False).summary
+    assert normed["norm_ratio"] == pytest.approx(1.0, abs=1e-4)
+    assert raw["norm_ratio"] == pytest.approx((22 * 2 + 3 * 2**0.5) / 25 / (43 / 13))
