@@ -405,3 +405,13 @@ def test_elimination_reads_the_residuals_through_the_final_norm_by_default(model
         raw = elimination(model, ABCD, normed=False).summary
     assert normed["norm_ratio"] == pytest.approx(1.0, abs=1e-4)
     assert raw["norm_ratio"] == pytest.approx((22 * 2 + 3 * 2**0.5) / 25 / (43 / 13))
+
+
+def test_the_role_figure_subsample_follows_the_seed(model):
+    """Past 2,000 tokens of a role the role figure shows a subsample drawn from ``seed``: the same seed, the
+    same figure."""
+    tasks = paper_prompts("succ", 80, 0, fixed_query=False)
+    first, again = (elimination(model, tasks, seed=3).figures["EOS attention by role"] for _ in range(2))
+    alphabet = first.data[0].y
+    assert first.data[0].name == "alphabet" and len(alphabet) == 2000
+    assert list(alphabet) == list(again.data[0].y)
