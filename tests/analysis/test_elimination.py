@@ -415,3 +415,18 @@ def test_the_role_figure_subsample_follows_the_seed(model):
     alphabet = first.data[0].y
     assert first.data[0].name == "alphabet" and len(alphabet) == 2000
     assert list(alphabet) == list(again.data[0].y)
+
+
+def test_token_statistics_read_normed_residuals_of_the_last_layer_by_default(model):
+    """Defaults: the last encoder layer, residuals through the final norm; layers count 0-based or from the end."""
+    with model.hooks(fwd_hooks=[("encoder.1.hook_resid_post", set_output)]):
+        default = token_statistics(model, ABCD[:1])
+        normed = token_statistics(model, ABCD[:1], layer=1, normed=True)
+    assert np.allclose(default["norm_out"], normed["norm_out"]) and default["norm_out"][0] == pytest.approx(
+        32**0.5, rel=1e-4
+    )
+    first = token_statistics(model, ABCD[:1], layer=-2)
+    assert np.allclose(first["norm_in"], token_statistics(model, ABCD[:1], layer=0)["norm_in"])
+    for layer in (2, -3):
+        with pytest.raises(ValueError, match="outside"):
+            token_statistics(model, ABCD[:1], layer=layer)
