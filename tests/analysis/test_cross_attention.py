@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
@@ -14,9 +15,11 @@ from lsa_interp.analysis.cross_attention import (
     _finding,
     category_matrix,
     cross_attention_targets,
+    first_step_attention,
     position_categories,
     shares,
 )
+from lsa_interp.analysis.planted import planted_answer, planted_model
 from lsa_interp.analysis.prompts import paper_prompts
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import source_text
@@ -306,3 +309,36 @@ def test_figures_plot_the_argmax_shares_the_masses_and_the_heads(model):
     assert list(mass_fig.data[0].y) == pytest.approx([rows[1, c]["mean_mass"] for c in CATEGORIES])
     assert list(mass_fig.data[-1].y) == pytest.approx([rows[1, c]["uniform_mass"] for c in CATEGORIES])
     assert heads_fig.data[0].z[0].tolist() == [result.data["heads"][0][f"{c}_share"] for c in CATEGORIES]
+
+
+def test_data_lists_the_categories_the_threshold_and_unlabelled_tasks():
+    """The JSON data names the categories, the verdict's threshold and '?' for a task without a rule."""
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(CFG).eval()
+    unlabelled = Task.parse("abcdefghijklmnopqrstuvwxyz | bc > ab | de > cd")
+    result = cross_attention_targets(model, tasks=[unlabelled, SHORT], solved_only=False)
+    assert result.data["categories"] == CATEGORIES and result.data["min_argmax_share"] == 0.5
+    assert result.data["transformations"] == ["?", "pred"]
+
+
+def test_first_letter_accuracy_scores_each_task_by_its_own_first_letter():
+    """The planted model answers each task with its example output's first letter: the first-letter accuracy is
+    the share of tasks whose answer starts with that letter."""
+    prompts = paper_prompts("pred", 200, 0, fixed_query=False)[::16][:12]  # example and query share no letter
+    tasks = [replace(t, answer=planted_answer(t) + t.answer[1:]) if i % 3 == 0 else t for i, t in enumerate(prompts)]
+    expected = 4 / 12
+    assert sum(planted_answer(t) == t.answer[0] for t in tasks) == 4 and len({planted_answer(t) for t in tasks}) > 3
+    result = cross_attention_targets(planted_model(), tasks=tasks, solved_only=False)
+    assert result.summary["first_letter_accuracy"] == pytest.approx(expected)
+
+
+def test_more_tasks_than_one_batch_are_joined_along_the_task_axis():
+    """Past one batch of 256 tasks, the per-task results of the batches are concatenated along the task axis."""
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(CFG).eval()
+    tasks = [SHORT, LONG] * 129
+    mass, head_cat, mean_cat, uniform, correct = first_step_attention(model, tasks)
+    assert mass.shape == (2, 258, 4, len(CATEGORIES)) and head_cat.shape == (2, 258, 4) and mean_cat.shape == (2, 258)
+    assert uniform.shape == (258, len(CATEGORIES)) and correct.shape == (258,)
+    pair = first_step_attention(model, [SHORT, LONG])
+    assert torch.allclose(mass[:, -2:], pair[0], atol=1e-6) and torch.equal(mean_cat[:, -2:], pair[2])
