@@ -308,6 +308,7 @@ def test_figures_plot_the_argmax_shares_the_masses_and_the_heads(model):
     assert shares_fig.layout.yaxis.title.text == "share of tasks" and len(shares_fig.data) == 2
     assert list(mass_fig.data[0].y) == pytest.approx([rows[1, c]["mean_mass"] for c in CATEGORIES])
     assert list(mass_fig.data[-1].y) == pytest.approx([rows[1, c]["uniform_mass"] for c in CATEGORIES])
+    assert mass_fig.layout.yaxis.title.text == "mean attention mass"
     assert heads_fig.data[0].z[0].tolist() == [result.data["heads"][0][f"{c}_share"] for c in CATEGORIES]
 
 
