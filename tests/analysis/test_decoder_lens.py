@@ -18,10 +18,11 @@ from lsa_interp.analysis.decoder_lens import (
     wilson_lower,
 )
 from lsa_interp.analysis.prompts import rule_tasks
+from lsa_interp.analysis.rasp import seen_rule_tasks
 from lsa_interp.data.presets import PRESETS, DatasetConfig
 from lsa_interp.data.transformations import SEEN
 from lsa_interp.evaluation import predict
-from lsa_interp.evaluation.run import DEFAULT_BATCH_SIZE
+from lsa_interp.evaluation.run import DEFAULT_BATCH_SIZE, evaluation_dataset
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 
 torch.set_num_threads(1)
@@ -254,3 +255,35 @@ def test_lens_tasks_default_to_the_new_alphabets_with_seed_zero(monkeypatch):
     monkeypatch.setitem(PRESETS, "copy-20", tiny)
     assert lens_tasks(model, 10) == lens_tasks(model, 10, seed=0, source="new")
     assert lens_tasks(model, 10, source="rules") == lens_tasks(model, 10, seed=0, source="rules")
+
+
+def test_wilson_lower_bound_defaults_to_95_percent():
+    assert wilson_lower(50.0, 100) == pytest.approx(40.383, abs=1e-3)
+
+
+def test_lens_task_sources_draw_from_their_own_split_and_seed(monkeypatch):
+    """``"new"`` draws from the new-alphabet test split, ``"val"`` from val, ``"rules"`` from `seen_rule_tasks`
+    with the seed."""
+    model = small_model(metadata={"preset": "copy-20", "data_seed": 1})
+    tiny = DatasetConfig(name="copy-20", n_alphabets=4, window_lengths=(3,), n_reshuffle=2, n_new_alphabets=4)
+    monkeypatch.setitem(PRESETS, "copy-20", tiny)
+    splits = evaluation_dataset(model).splits
+    new, val = lens_tasks(model, 20, source="new"), lens_tasks(model, 20, source="val")
+    assert {t.alphabet for t in new} <= {t.alphabet for t in splits["test_new_alphabets"]}
+    assert {t.alphabet for t in val} <= {t.alphabet for t in splits["val"]}
+    assert lens_tasks(model, 6, seed=4, source="rules") == seen_rule_tasks(6, 4) != seen_rule_tasks(6, 0)
+
+
+def test_the_last_layer_is_compared_with_the_plain_predictions(monkeypatch):
+    """With three encoder layers, 'the last layer reproduces the model' compares layer 3's predictions (not
+    layer 2's) with the plain ones; the overall figure names its bars after the model."""
+    tasks = rule_tasks("pred", 2, seed=0)
+    answers = [t.answer for t in tasks]
+    lens = {1: ["x", "x"], 2: ["x", answers[1]], 3: answers}
+    monkeypatch.setattr(decoder_lens_module, "lens_predict", lambda model, ts, layer, batch_size: lens[layer])
+    monkeypatch.setattr(decoder_lens_module, "predict", lambda model, ts, batch_size: answers)
+    result = decoder_lens(small_model(n_encoder_layers=3), tasks, model_name="tiny")
+    assert result.data["last_layer_reproduces_model"] is True and result.data["model_accuracy"] == 100.0
+    assert result.data["accuracy"] == {1: 0.0, 2: 50.0, 3: 100.0}
+    overall = result.figures["accuracy by encoder layer"]
+    assert overall.data[0].name == "tiny" and len(overall.data) == 2  # with the paper's three layers beside
