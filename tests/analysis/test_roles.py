@@ -282,6 +282,7 @@ def role_summary(**overrides) -> dict:
         ({"silhouette_pca_before": 0.0, "silhouette_pca_after": 0.0499}, False),
         ({"silhouette_pca_before": 0.0, "silhouette_pca_after": 0.3, "probe_accuracy_after": 0.48}, True),
         ({"silhouette_pca_before": 0.0, "silhouette_pca_after": 0.3, "probe_accuracy_after": 0.4799}, False),
+        ({"silhouette_pca_before": 0.5, "silhouette_pca_after": 0.52}, False),
     ],
 )
 def test_roles_separate_when_the_silhouette_rises_by_the_margin_and_the_probe_holds(overrides, holds):
@@ -368,3 +369,71 @@ def test_figures_show_the_densities_the_separator_masses_and_the_layer_one_patte
     assert len(densities.data) == 2 * len(KDE_ROLES)
     assert list(separators.data[0].y) == pytest.approx([1.0, 1.0, 0.0, 0.0]) and list(separators.data[0].x)[0] == "1.1"
     assert len(patterns.data) == CFG.n_heads and patterns.data[0].z[0][26] == pytest.approx(1.0)
+
+
+def noisy_roles(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` tokens per plotted role in 2-D, overlapping clusters (every measure depends on which are sampled)."""
+    rng = np.random.default_rng(seed)
+    roles = np.repeat(ROLE_IDS, n)
+    centres = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])[np.repeat(np.arange(4), n)]
+    return (centres + 0.6 * rng.standard_normal((len(roles), 2))).astype(np.float32), roles
+
+
+def test_balanced_sample_is_reproducible_and_seed_zero_by_default():
+    _, roles = noisy_roles(50)
+    assert list(balanced_sample(roles, 5)) == list(balanced_sample(roles, 5, seed=0))
+    assert list(balanced_sample(roles, 5, seed=7)) == list(balanced_sample(roles, 5, seed=7))
+    assert list(balanced_sample(roles, 5, seed=7)) != list(balanced_sample(roles, 5, seed=0))
+
+
+def test_sampled_measures_follow_the_seed(monkeypatch):
+    """Past ``MAX_PER_ROLE`` tokens of a role, the silhouette, the probe's training set and the densities use a
+    ``seed``-drawn sample: the same seed gives the same numbers, another seed other numbers, the default is 0."""
+    monkeypatch.setattr(roles_module, "MAX_PER_ROLE", 20)
+    x, roles = noisy_roles(60)
+    x_test, roles_test = noisy_roles(60, seed=1)
+    measures = {
+        "silhouette": lambda **kw: silhouette(x, roles, **kw),
+        "probe": lambda **kw: probe_accuracy(x, roles, x_test, roles_test, **kw),
+        "densities": lambda **kw: role_densities(x, roles, **kw)[2]["query"].round(12).tolist(),
+    }
+    for name, measure in measures.items():
+        assert measure(seed=3) == measure(seed=3), name
+        assert measure(seed=3) != measure(seed=0), name
+        assert measure() == measure(seed=0), name
+
+
+def test_the_probe_standardises_its_features():
+    """Roles told apart by a feature a million times smaller than a noise feature: with standardised features
+    the probe finds them, a probe on the raw features would not."""
+    rng = np.random.default_rng(0)
+    roles = np.repeat(ROLE_IDS, 100)
+    signal = np.repeat(np.arange(4.0), 100) * 1e-6 + 1e-8 * rng.standard_normal(400)
+    x = np.stack([signal, 1.0 * rng.standard_normal(400)], axis=1)
+    assert probe_accuracy(x, roles, x, roles) > 0.95
+
+
+def test_role_assignment_fits_on_the_even_tasks_and_measures_on_the_odd_ones(model):
+    """The PCA is fit on the normed residuals of tasks 0, 2, 4, ...; the silhouettes are those of tasks 1, 3, ...;
+    two tasks are enough."""
+    from sklearn.decomposition import PCA
+
+    tasks = analysis_tasks(["pred", "sort"], 6, seed=4, lengths=(5,))
+    result = role_assignment(model, tasks)
+    fit, _ = collect_residuals(model, tasks[0::2], pca_hooks(2), normed=True)
+    pca = PCA(2).fit(np.concatenate(list(fit.values())))
+    assert result.summary["pca_explained_variance"] == pytest.approx(float(pca.explained_variance_ratio_.sum()))
+    test, test_roles = collect_residuals(model, tasks[1::2], [BEFORE], normed=True)
+    assert result.summary["silhouette_full_before"] == pytest.approx(silhouette(test[BEFORE], test_roles))
+    assert role_assignment(model, tasks[:2]).summary["tasks"] == 2
+
+
+def test_role_assignment_draws_its_samples_from_the_seed(model, monkeypatch):
+    """With more tokens than ``MAX_PER_ROLE``, the same seed repeats every sampled measure and another seed
+    changes them."""
+    monkeypatch.setattr(roles_module, "MAX_PER_ROLE", 12)
+    tasks = analysis_tasks(["pred", "sort"], 8, seed=4, lengths=(5,))
+    keys = ["silhouette_pca_after", "silhouette_full_after", "overlap_in_out_after", "probe_accuracy_after"]
+    one, again, zero = (role_assignment(model, tasks, seed=s).summary for s in (1, 1, 0))
+    for key in keys:
+        assert one[key] == again[key] and one[key] != zero[key], key
