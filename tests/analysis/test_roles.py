@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -450,3 +452,30 @@ def test_the_pca_is_reproducible_when_sklearn_picks_its_randomized_solver(monkey
     one, again = (role_assignment(planted, tasks, seed=2).summary for _ in range(2))
     assert one["pca_explained_variance"] == again["pca_explained_variance"]
     assert one["overlap_in_out_after"] == again["overlap_in_out_after"]
+
+
+def at_the_ratio(pattern, hook):
+    """6-letter windows (48 positions, 3 separators: uniform mass 1/16). Head 1 puts exactly twice the uniform
+    mass (1/8) on the first ``|`` (26), head 2 half on that ``|`` and half on ``>`` (33); the rest goes to 0."""
+    forced = torch.zeros_like(pattern)
+    forced[:, :, :, 0] = 1.0
+    forced[:, 0, :, 26], forced[:, 0, :, 0] = 0.125, 0.875
+    forced[:, 1, :, 26], forced[:, 1, :, 33], forced[:, 1, :, 0] = 0.5, 0.5, 0.0
+    return forced
+
+
+def test_separator_heads_count_both_separators_and_include_the_exact_ratio(model):
+    """A head's separator mass is its mass on ``|`` plus on ``>``; a head at exactly 2x the uniform mass counts."""
+    tasks = analysis_tasks(["pred"], 4, seed=0, lengths=(6,))
+    tasks[0] = dataclasses.replace(tasks[0], transformation=None)
+    with model.hooks(fwd_hooks=[("encoder.0.attn.hook_pattern", at_the_ratio)]):
+        result = role_assignment(model, tasks, normed=False)
+    data = result.data
+    assert result.summary["uniform_separator_mass"] == 1 / 16
+    assert data["separator_heads"] == ["1.1", "1.2"] and result.summary["max_separator_mass"] == pytest.approx(1.0)
+    assert data["separator_attention"][:2] == [
+        {"head": "1.1", "pipe": 0.125, "arrow": 0.0},
+        {"head": "1.2", "pipe": 0.5, "arrow": 0.5},
+    ]
+    assert data["transformations"] == ["?", "pred"]
+    assert data["pca_explained_variance_ratio"].sum() == pytest.approx(result.summary["pca_explained_variance"])
