@@ -392,7 +392,7 @@ def test_balanced_sample_is_reproducible_and_seed_zero_by_default():
 def test_sampled_measures_follow_the_seed(monkeypatch):
     """Past ``MAX_PER_ROLE`` tokens of a role, the silhouette, the probe's training set and the densities use a
     ``seed``-drawn sample: the same seed gives the same numbers, another seed other numbers, the default is 0."""
-    monkeypatch.setattr(roles_module, "MAX_PER_ROLE", 20)
+    monkeypatch.setattr(roles_module, "MAX_PER_ROLE", 15)
     x, roles = noisy_roles(60)
     x_test, roles_test = noisy_roles(60, seed=1)
     measures = {
@@ -402,7 +402,7 @@ def test_sampled_measures_follow_the_seed(monkeypatch):
     }
     for name, measure in measures.items():
         assert measure(seed=3) == measure(seed=3), name
-        assert measure(seed=3) != measure(seed=0), name
+        assert measure(seed=3) != measure(seed=0) != measure(seed=1), name
         assert measure() == measure(seed=0), name
 
 
@@ -479,3 +479,19 @@ def test_separator_heads_count_both_separators_and_include_the_exact_ratio(model
     ]
     assert data["transformations"] == ["?", "pred"]
     assert data["pca_explained_variance_ratio"].sum() == pytest.approx(result.summary["pca_explained_variance"])
+
+
+def constant_stream(resid, hook):
+    """Every token's residual is 5 e0."""
+    out = torch.zeros_like(resid)
+    out[..., 0] = 5.0
+    return out
+
+
+def test_residuals_are_raw_by_default(model, tasks):
+    """`collect_residuals` returns the hook's values as they are unless ``normed``."""
+    with model.hooks(fwd_hooks=[(BEFORE, constant_stream)]):
+        raw, _ = collect_residuals(model, tasks[:2], [BEFORE])
+        normed, _ = collect_residuals(model, tasks[:2], [BEFORE], normed=True)
+    assert (raw[BEFORE][:, 0] == 5.0).all() and (raw[BEFORE][:, 1:] == 0.0).all()
+    assert np.allclose(np.linalg.norm(normed[BEFORE], axis=1), 32**0.5, rtol=1e-4)
