@@ -343,3 +343,13 @@ def test_more_tasks_than_one_batch_are_joined_along_the_task_axis():
     assert uniform.shape == (258, len(CATEGORIES)) and correct.shape == (258,)
     pair = first_step_attention(model, [SHORT, LONG])
     assert torch.allclose(mass[:, -2:], pair[0], atol=1e-6) and torch.equal(mean_cat[:, -2:], pair[2])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_first_step_attention_of_a_model_on_the_gpu_matches_the_cpu():
+    """The cached decoder output (on the CPU) is moved to the model's device before the unembedding."""
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(CFG).eval()
+    cpu = first_step_attention(model, [SHORT, LONG])
+    gpu = first_step_attention(model.to("cuda"), [SHORT, LONG])
+    assert all(torch.allclose(a.float(), b.float(), atol=1e-5) for a, b in zip(cpu, gpu))
