@@ -224,7 +224,7 @@ def _finding(layer: int, layer_share: Tensor, head_share: Tensor, verdict: bool 
     )
 
 
-def _layer_figure(values: Tensor, title: str, uniform: Tensor | None = None):
+def _layer_figure(values: Tensor, title: str, uniform: Tensor | None = None):  # pragma: no mutate block
     import plotly.graph_objects as go
 
     fig = go.Figure(
@@ -247,7 +247,7 @@ def _layer_figure(values: Tensor, title: str, uniform: Tensor | None = None):
     return fig
 
 
-def _head_figure(head_share: Tensor):
+def _head_figure(head_share: Tensor):  # pragma: no mutate block
     import plotly.graph_objects as go
 
     n_layers, n_heads = head_share.shape[:2]

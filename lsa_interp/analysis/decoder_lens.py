@@ -194,7 +194,9 @@ def _findings(accuracy: dict[int, float], model_accuracy: float, reproduces: boo
     return findings
 
 
-def _figures(accuracy: dict[int, float], by_transformation: dict[str, dict], model_name: str) -> dict:
+def _figures(
+    accuracy: dict[int, float], by_transformation: dict[str, dict], model_name: str
+) -> dict:  # pragma: no mutate block
     import plotly.graph_objects as go
 
     layers = sorted(accuracy)

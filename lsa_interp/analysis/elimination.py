@@ -262,7 +262,7 @@ def _findings(s: dict) -> list[Finding]:
     ]
 
 
-def _token_figure(eos_attention: np.ndarray):
+def _token_figure(eos_attention: np.ndarray):  # pragma: no mutate block
     import plotly.graph_objects as go
 
     labels = token_labels(PAPER_PROMPT)[: len(eos_attention)]
@@ -277,7 +277,7 @@ def _token_figure(eos_attention: np.ndarray):
     return fig
 
 
-def _role_figure(att: np.ndarray, roles: np.ndarray, seed: int, max_points: int = 2000):
+def _role_figure(att: np.ndarray, roles: np.ndarray, seed: int, max_points: int = 2000):  # pragma: no mutate block
     import plotly.graph_objects as go
 
     rng = np.random.default_rng(seed)
@@ -290,7 +290,7 @@ def _role_figure(att: np.ndarray, roles: np.ndarray, seed: int, max_points: int 
     return fig
 
 
-def _cosine_figure(summary: dict):
+def _cosine_figure(summary: dict):  # pragma: no mutate block
     import plotly.graph_objects as go
 
     fig = go.Figure(

@@ -205,7 +205,7 @@ def _findings(rule: str, within: dict[str, float], controls: dict[str, dict[str,
     ]
 
 
-def _matrix_figure(matrix: Float[Tensor, "n n"], tasks: list[Task], hook: str):
+def _matrix_figure(matrix: Float[Tensor, "n n"], tasks: list[Task], hook: str):  # pragma: no mutate block
     import plotly.graph_objects as go
 
     labels = [f"{i}: {t.examples[0][0]}>{t.examples[0][1]} | {t.query}" for i, t in enumerate(tasks)]
@@ -225,7 +225,7 @@ def _matrix_figure(matrix: Float[Tensor, "n n"], tasks: list[Task], hook: str):
     return fig
 
 
-def _between_figure(between: np.ndarray, rules: list[str]):
+def _between_figure(between: np.ndarray, rules: list[str]):  # pragma: no mutate block
     import plotly.graph_objects as go
 
     fig = go.Figure(
@@ -239,7 +239,7 @@ def _between_figure(between: np.ndarray, rules: list[str]):
     return fig
 
 
-def _summary_figure(by_rule: dict[str, dict], controls: dict[str, dict]):
+def _summary_figure(by_rule: dict[str, dict], controls: dict[str, dict]):  # pragma: no mutate block
     import plotly.graph_objects as go
 
     rows = [(name, c, "within rule") for name, c in by_rule.items()] + [(n, c, "control") for n, c in controls.items()]

@@ -292,7 +292,7 @@ def _findings(summary: dict, stripe_heads: list[str], n_heads: int) -> list[Find
     ]
 
 
-def _density_figure(stages: dict[str, dict]):
+def _density_figure(stages: dict[str, dict]):  # pragma: no mutate block
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -323,7 +323,7 @@ def _density_figure(stages: dict[str, dict]):
     return fig
 
 
-def _separator_figure(sep: dict):
+def _separator_figure(sep: dict):  # pragma: no mutate block
     import plotly.graph_objects as go
 
     labels = [Head("encoder", 0, h).label for h in range(len(sep["pipe"]))]
@@ -334,7 +334,7 @@ def _separator_figure(sep: dict):
     return fig
 
 
-def _pattern_figure(model: HookedEncoderDecoder):
+def _pattern_figure(model: HookedEncoderDecoder):  # pragma: no mutate block
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 

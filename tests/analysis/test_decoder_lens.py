@@ -7,7 +7,9 @@ import dataclasses
 import pytest
 import torch
 
+from lsa_interp.analysis import decoder_lens as decoder_lens_module
 from lsa_interp.analysis.decoder_lens import (
+    PAPER_EARLY_SHARE,
     PAPER_LENS,
     _findings,
     decoder_lens,
@@ -16,9 +18,11 @@ from lsa_interp.analysis.decoder_lens import (
     wilson_lower,
 )
 from lsa_interp.analysis.prompts import rule_tasks
+from lsa_interp.analysis.rasp import seen_rule_tasks
 from lsa_interp.data.presets import PRESETS, DatasetConfig
 from lsa_interp.data.transformations import SEEN
 from lsa_interp.evaluation import predict
+from lsa_interp.evaluation.run import DEFAULT_BATCH_SIZE, evaluation_dataset
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 
 torch.set_num_threads(1)
@@ -136,3 +140,150 @@ def test_bad_arguments():
         lens_predict(model, rule_tasks("pred", 2), 3)
     with pytest.raises(ValueError, match="has no answer"):
         decoder_lens(model, [dataclasses.replace(rule_tasks("pred", 1)[0], answer=None)])
+
+
+@pytest.mark.parametrize(
+    ("percent", "n", "z", "expected"),
+    [(50.0, 100, 1.96, 40.383), (10.0, 100, 1.96, 5.5229), (100.0, 10, 1.96, 72.246), (30.0, 10, 1.0, 17.882)],
+)
+def test_wilson_lower_bound_matches_the_textbook_values(percent, n, z, expected):
+    """The Wilson score interval's lower end, e.g. 50/100 -> 40.38 %, 10/10 -> 72.25 % (z = 1.96)."""
+    assert wilson_lower(percent, n, z) == pytest.approx(expected, abs=1e-3)
+
+
+def test_wilson_lower_bound_is_the_accuracy_itself_without_spread_and_never_negative():
+    assert wilson_lower(30.0, 10, z=0.0) == pytest.approx(30.0) and wilson_lower(0.0, 5) == 0.0
+
+
+def test_earlier_layers_verdict_is_inclusive_and_reads_the_best_earlier_layer():
+    """'Earlier layers decode nothing' holds when the best earlier layer's lower bound is <= the allowed share
+    of the last layer (0 <= 0 holds, with no ratio), judged on the best, not the first, earlier layer."""
+    zero = _findings({1: 0.0, 2: 0.0}, 0.0, True, 50)
+    assert zero[0].holds is True and zero[0].value is None
+    best = _findings({1: 10.0, 2: 0.0, 3: 60.0}, 60.0, True, 100)
+    assert best[0].holds is False and best[0].value == pytest.approx(10.0 / 60.0)
+    assert best[0].ours == "10.0 / 0.0 % vs 60.0 %"
+    assert [f.name for f in best] == [
+        "decoder lens: earlier encoder layers decode (almost) nothing",
+        "decoder lens: the last encoder layer (the model's own accuracy)",
+        "decoder lens: the last layer reproduces the model",
+    ]
+    assert best[1].ours == "layer 3: 60.0 %" and best[2].ours == "60.0 % vs 60.0 % plain greedy"
+    lower = wilson_lower(1.0, 1000)
+    assert _findings({1: 1.0, 2: (lower + 1e-9) / PAPER_EARLY_SHARE}, 50.0, True, 1000)[0].holds is True
+    assert _findings({1: 1.0, 2: (lower - 1e-9) / PAPER_EARLY_SHARE}, 50.0, True, 1000)[0].holds is False
+
+
+def test_a_one_layer_encoder_has_no_earlier_layer_finding():
+    findings = _findings({1: 40.0}, 40.0, False, 10)
+    assert [f.holds for f in findings] == [None, False] and findings[0].value == 40.0
+
+
+def test_scores_per_layer_and_group_from_given_predictions(monkeypatch):
+    """Exact match per layer, per transformation (copy rows and unlabelled tasks in their own groups), the plain
+    accuracy and whether the last layer's predictions equal the plain ones."""
+    pred = rule_tasks("pred", 2, seed=0)
+    copy = dataclasses.replace(pred[0], examples=((pred[0].query, pred[0].answer),))
+    unlabelled = dataclasses.replace(pred[1], transformation=None)
+    tasks = [*pred, copy, unlabelled]
+    assert copy.is_copy and not pred[0].is_copy
+    answers = [t.answer for t in tasks]
+    lens = {1: ["x", answers[1], "x", "x"], 2: [answers[0], answers[1], answers[2], "x"]}
+    monkeypatch.setattr(decoder_lens_module, "lens_predict", lambda model, ts, layer, batch_size: lens[layer])
+    monkeypatch.setattr(decoder_lens_module, "predict", lambda model, ts, batch_size: [*answers[:3], "y"])
+    result = decoder_lens(small_model(), tasks, model_name="tiny", source="val")
+    assert result.data["accuracy"] == {1: 25.0, 2: 75.0} and result.summary["model_accuracy"] == 75.0
+    assert result.summary == {
+        "tasks": 4,
+        "source": "val",
+        "layer_1_accuracy": 25.0,
+        "layer_2_accuracy": 75.0,
+        "model_accuracy": 75.0,
+    }
+    assert result.data["by_transformation"]["copy"] == {"n": 1, 1: 0.0, 2: 100.0}
+    assert result.data["by_transformation"]["unlabelled"] == {"n": 1, 1: 0.0, 2: 0.0}
+    assert result.data["by_transformation"]["pred"] == {"n": 2, 1: 50.0, 2: 100.0}
+    assert result.data["last_layer_reproduces_model"] is False and result.findings[-1].holds is False
+    assert result.data["paper"] == {1: 0.0, 2: 1.9, 3: 66.5} and result.name == "decoder_lens"
+    assert "source" not in decoder_lens(small_model(), tasks).summary
+
+
+def test_lens_predict_refuses_layer_zero_and_reads_layer_one():
+    model = small_model(n_encoder_layers=1)
+    tasks = rule_tasks("pred", 3)
+    assert lens_predict(model, tasks, 1) == predict(model, tasks)
+    with pytest.raises(ValueError, match="not in 1..1"):
+        lens_predict(model, tasks, 0)
+
+
+def test_lens_tasks_need_at_least_one():
+    model = small_model()
+    assert len(lens_tasks(model, 1, source="rules")) == 1
+    with pytest.raises(ValueError, match="positive"):
+        lens_tasks(model, 0, source="rules")
+
+
+def test_findings_state_the_paper_numbers_ours_and_the_rule():
+    """The findings table's texts: the paper's three numbers, ours, and the allowed share of the last layer."""
+    early, last, same = _findings({1: 0.0, 2: 1.5, 3: 60.0}, 61.25, True, 100)
+    assert (early.paper, early.ours) == ("layers 1/2: 0.0 / 1.9 % vs 66.5 % (layer 3)", "0.0 / 1.5 % vs 60.0 %")
+    assert early.detail == (
+        "holds when the best earlier layer (95 % lower bound) is at most 0.029 x the last layer = 1.7 %"
+    )
+    assert early.holds is True and early.value == pytest.approx(1.5 / 60.0)
+    assert (last.paper, last.ours, last.value) == ("layer 3: 66.5 %", "layer 3: 60.0 %", 60.0)
+    assert last.detail == "not a finding about the lens: the last layer's lens is the model"
+    assert (same.paper, same.ours) == ("by construction", "60.0 % vs 61.2 % plain greedy")
+    assert same.detail == "holds when every last-layer lens prediction equals the plain greedy prediction"
+
+
+def test_the_batch_size_reaches_every_decoding_run(monkeypatch):
+    """``batch_size`` (default `DEFAULT_BATCH_SIZE`) is passed to every lens run and to the plain run."""
+    seen = []
+    monkeypatch.setattr(decoder_lens_module, "predict", lambda model, ts, batch_size: seen.append(batch_size) or [""])
+    model, tasks = small_model(), rule_tasks("pred", 1)
+    decoder_lens(model, tasks, batch_size=7)
+    assert seen == [7, 7, 7]
+    seen.clear()
+    result = decoder_lens(model, tasks)
+    assert seen == [DEFAULT_BATCH_SIZE] * 3 and result.model == "" and "source" not in result.summary
+
+
+def test_lens_tasks_default_to_the_new_alphabets_with_seed_zero(monkeypatch):
+    model = small_model(metadata={"preset": "copy-20", "data_seed": 1})
+    tiny = DatasetConfig(name="copy-20", n_alphabets=4, window_lengths=(3,), n_reshuffle=2, n_new_alphabets=4)
+    monkeypatch.setitem(PRESETS, "copy-20", tiny)
+    assert lens_tasks(model, 10) == lens_tasks(model, 10, seed=0, source="new")
+    assert lens_tasks(model, 10, source="rules") == lens_tasks(model, 10, seed=0, source="rules")
+
+
+def test_wilson_lower_bound_defaults_to_95_percent():
+    assert wilson_lower(50.0, 100) == pytest.approx(40.383, abs=1e-3)
+
+
+def test_lens_task_sources_draw_from_their_own_split_and_seed(monkeypatch):
+    """``"new"`` draws from the new-alphabet test split, ``"val"`` from val, ``"rules"`` from `seen_rule_tasks`
+    with the seed."""
+    model = small_model(metadata={"preset": "copy-20", "data_seed": 1})
+    tiny = DatasetConfig(name="copy-20", n_alphabets=4, window_lengths=(3,), n_reshuffle=2, n_new_alphabets=4)
+    monkeypatch.setitem(PRESETS, "copy-20", tiny)
+    splits = evaluation_dataset(model).splits
+    new, val = lens_tasks(model, 20, source="new"), lens_tasks(model, 20, source="val")
+    assert {t.alphabet for t in new} <= {t.alphabet for t in splits["test_new_alphabets"]}
+    assert {t.alphabet for t in val} <= {t.alphabet for t in splits["val"]}
+    assert lens_tasks(model, 6, seed=4, source="rules") == seen_rule_tasks(6, 4) != seen_rule_tasks(6, 0)
+
+
+def test_the_last_layer_is_compared_with_the_plain_predictions(monkeypatch):
+    """With three encoder layers, 'the last layer reproduces the model' compares layer 3's predictions (not
+    layer 2's) with the plain ones; the overall figure names its bars after the model."""
+    tasks = rule_tasks("pred", 2, seed=0)
+    answers = [t.answer for t in tasks]
+    lens = {1: ["x", "x"], 2: ["x", answers[1]], 3: answers}
+    monkeypatch.setattr(decoder_lens_module, "lens_predict", lambda model, ts, layer, batch_size: lens[layer])
+    monkeypatch.setattr(decoder_lens_module, "predict", lambda model, ts, batch_size: answers)
+    result = decoder_lens(small_model(n_encoder_layers=3), tasks, model_name="tiny")
+    assert result.data["last_layer_reproduces_model"] is True and result.data["model_accuracy"] == 100.0
+    assert result.data["accuracy"] == {1: 0.0, 2: 50.0, 3: 100.0}
+    overall = result.figures["accuracy by encoder layer"]
+    assert overall.data[0].name == "tiny" and len(overall.data) == 2  # with the paper's three layers beside
