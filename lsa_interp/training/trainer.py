@@ -280,7 +280,7 @@ class Trainer:
                         self.save_state()
                         clock = time.perf_counter()
                         if epoch_end:
-                            window_start = clock  # tasks/s counts training time only
+                            window_start, window_tasks = clock, 0  # tasks/s counts training time only
                     if self.step >= limit or "signal" in stop or out_of_time:
                         break
                 if deadline is not None and time.monotonic() > deadline:
