@@ -325,3 +325,85 @@ def test_a_run_logs_steps_validates_at_epoch_ends_and_saves_states_on_schedule(d
     assert resumed.config.max_steps == 13 and resumed.step == 11
     resumed.run()
     assert load_model(tmp_path / "run" / "model").metadata["steps"] == 13
+
+
+class _Clock:
+    """A stand-in for ``time.perf_counter``/``time.monotonic`` that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _clocked(trainer, clock, step_seconds=None, epoch_seconds=None):
+    """Make each training step (or each step's entry of ``step_seconds``) and each validation advance ``clock``."""
+    train_step, epoch_records = trainer.train_step, trainer.epoch_records
+
+    def timed_step(rows):
+        loss = train_step(rows)
+        clock.now = step_seconds(trainer.step, clock.now)
+        return loss
+
+    def timed_epoch():
+        records = epoch_records()
+        clock.now = epoch_seconds(trainer.step, clock.now)
+        return records
+
+    trainer.train_step, trainer.epoch_records = timed_step, timed_epoch
+
+
+def test_logged_loss_rate_and_training_time_are_those_of_the_steps_since_the_last_line(data_dir, tmp_path, monkeypatch):
+    """A step line's train_loss is the mean loss of its window's steps, tasks_per_s its tasks over the training time
+    since the last line (validation not counted); progress gets each line with total_steps; train_seconds sums the
+    training time only."""
+    model = {**SMALL_MODEL, "dropout": 0.0}
+    config = _quick_config(data_dir, batch_size=256, max_steps=11, log_every=3, checkpoint_every=5, model=model)
+    trainer = Trainer.start(config, tmp_path / "run")
+    clock = _Clock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    _clocked(trainer, clock, step_seconds=lambda step, now: now + 0.5, epoch_seconds=lambda step, now: now + 100.0)
+    losses = []
+    train_step = trainer.train_step
+    trainer.train_step = lambda rows: losses.append(float(train_step(rows))) or torch.tensor(losses[-1])
+    seen = []
+    trainer.run(progress=seen.append)
+    monkeypatch.undo()
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in lines if r["type"] == "step"]
+    windows = [(0, 3), (3, 6), (6, 9), (9, 11)]  # steps 1-3, 4-6, 7-9 (the epoch ends at 8), 10-11
+    assert [r["step"] for r in steps] == [3, 6, 9, 11]
+    for record, (a, b) in zip(steps, windows):
+        assert record["train_loss"] == pytest.approx(np.mean(losses[a:b]), rel=1e-6)
+    # 0.5 s a step; the line after an epoch end counts the tasks and time since the end of its validation
+    sizes = [len(b) for b in trainer.epoch_plan(0) + trainer.epoch_plan(1)]
+    rates = [sum(sizes[0:3]) / 1.5, sum(sizes[3:6]) / 1.5, sizes[8] / 0.5, sum(sizes[9:11]) / 1.0]
+    assert [r["tasks_per_s"] for r in steps] == pytest.approx(rates)
+    assert [{k: v for k, v in p.items() if k != "total_steps"} for p in seen] == steps
+    assert all(p["total_steps"] == 11 for p in seen)
+    assert load_model(tmp_path / "run" / "model").metadata["train_seconds"] == 5.5
+
+
+def test_max_minutes_stops_at_the_first_step_or_epoch_end_past_the_deadline(data_dir, tmp_path, monkeypatch):
+    """The deadline is ``max_minutes`` after the start: a step that ends exactly on it goes on, the first past it
+    stops the run (state and model saved); a validation that runs past it stops the run at that epoch's end."""
+    model = {**SMALL_MODEL, "dropout": 0.0}
+    config = _quick_config(data_dir, batch_size=256, epochs=3, max_steps=None, max_minutes=0.25, model=model)
+    clock = _Clock()
+
+    def run(step_seconds, epoch_seconds):
+        trainer = Trainer.start(config, tmp_path / "run", force=True)
+        clock.now = 0.0
+        with monkeypatch.context() as patch:
+            patch.setattr(time, "monotonic", clock)
+            _clocked(trainer, clock, step_seconds, epoch_seconds)
+            trainer.run()
+        return load_model(tmp_path / "run" / "model").metadata["steps"]
+
+    # the deadline is 15 s: steps 1-7 at 0 s, step 8 (the epoch's last) at 14 s, its validation ends on 15 s,
+    # steps 9-16 at 15 s (not past it), the second validation ends at 15.2 s: the run stops after step 16 of 24
+    assert run(lambda step, now: 14.0 if step == 8 else now, lambda step, now: 15.0 if step == 8 else 15.2) == 16
+    # a step ending at 15.1 s is the first past the deadline
+    assert run(lambda step, now: 15.1 if step == 3 else now, lambda step, now: now) == 3
+    assert torch.load(tmp_path / "run" / "state.pt", weights_only=False)["step"] == 3
