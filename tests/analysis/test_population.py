@@ -9,7 +9,7 @@ import pytest
 
 from lsa_interp import cli
 from lsa_interp.analysis.planted import planted_model
-from lsa_interp.analysis.population import MATCHING, condition, run_population
+from lsa_interp.analysis.population import FIGURE5, MATCHING, Population, condition, run_population
 from lsa_interp.model.checkpoint import save_model
 
 STEPS = ("matching heads", "copy attention")
@@ -85,3 +85,75 @@ def test_an_unwritable_out_is_refused_before_any_work(tmp_path, capsys, monkeypa
             assert info.value.code == 2 and len(err.strip().splitlines()) == 1 and "cannot write to --out" in err
     finally:
         (tmp_path / "readonly").chmod(0o700)
+
+
+def _finding(name: str, holds: bool | None, value: float | None, paper: str = "p") -> dict:
+    return {"name": name, "paper": paper, "ours": "", "holds": holds, "detail": "", "value": value}
+
+
+OTHER = "another finding"
+"""Hand-made rows: m1 and m2 trained with copy tasks, m3 without; m3 has no Figure-5 finding and m2 no OTHER."""
+ROWS = [
+    {
+        "model": "m1",
+        "condition": "copy / alphabet",
+        "findings": [_finding(MATCHING, True, 0.9, "paper A"), _finding(FIGURE5, None, 0.2)],
+        "seconds": 1.0,
+    },
+    {
+        "model": "m2",
+        "condition": "copy / alphabet",
+        "findings": [_finding(MATCHING, False, 0.1, "paper B"), _finding(FIGURE5, None, 0.3), _finding(OTHER, None, 5)],
+        "seconds": 1.0,
+    },
+    {
+        "model": "m3",
+        "condition": "nocopy / alphabet",
+        "findings": [_finding(OTHER, True, 7), _finding(MATCHING, True, 0.5)],
+        "seconds": 1.0,
+    },
+]
+
+
+def test_table_counts_holding_and_judged_models_per_finding():
+    """k counts the models where a finding holds, judged the models with a verdict, models all of them."""
+    table = Population(ROWS).table()
+    assert [row["finding"] for row in table] == [MATCHING, FIGURE5, OTHER]  # first-seen order
+    matching, figure5, other = table
+    assert (matching["holds"], matching["judged"], matching["models"]) == (2, 3, 3)
+    assert matching["paper"] == "paper A"  # the first model's claim
+    assert matching["values"] == {"m1": 0.9, "m2": 0.1, "m3": 0.5}
+    assert (figure5["holds"], figure5["judged"], figure5["models"]) == (0, 0, 3)
+    assert figure5["values"] == {"m1": 0.2, "m2": 0.3, "m3": None}  # a model without the finding gives None
+    assert (other["holds"], other["judged"]) == (1, 1) and other["values"] == {"m1": None, "m2": 5, "m3": 7}
+    assert Population([]).table() == [] and Population(ROWS).finding_names() == [MATCHING, FIGURE5, OTHER]
+
+
+def test_by_condition_counts_matching_heads_and_averages_figure5_attention():
+    """Per condition: the number of models, k/N models with a matching head, the mean Figure-5 attention."""
+    conditions = Population(ROWS).by_condition()
+    assert list(conditions) == ["copy / alphabet", "nocopy / alphabet"]
+    copy, nocopy = conditions["copy / alphabet"], conditions["nocopy / alphabet"]
+    assert copy == {"models": 2, "matching_head": "1/2", "figure5_attention": pytest.approx(0.25)}
+    assert nocopy == {"models": 1, "matching_head": "1/1", "figure5_attention": None}
+    without = [{**ROWS[0], "findings": [_finding(FIGURE5, None, 0.4)]}]
+    assert Population(without).by_condition()["copy / alphabet"]["matching_head"] == "-"
+
+
+def test_written_population_holds_rows_table_conditions_and_the_page(tmp_path):
+    """population.json has the rows, the k/N table and the conditions; the page shows k/N and the attention."""
+    paths = Population(ROWS).write(tmp_path / "out")
+    doc = json.loads(paths["json"].read_text())
+    assert doc["models"] == ROWS and doc["table"][0]["holds"] == 2 and doc["table"][0]["judged"] == 3
+    assert doc["conditions"]["copy / alphabet"]["matching_head"] == "1/2"
+    page = paths["html"].read_text()
+    assert "over 3 models" in page and f"<td>{MATCHING}</td><td>paper A</td><td>2/3</td>" in page
+    assert "<td>copy / alphabet</td><td>2</td><td>1/2</td><td>0.250</td>" in page
+    assert "<td>nocopy / alphabet</td><td>1</td><td>1/1</td><td>-</td>" in page
+
+
+def test_condition_falls_back_to_the_training_config_preset():
+    """The metadata's own preset wins; else the training config's; missing parts read "unknown"."""
+    assert condition({"train_config": {"preset": "copy-20", "batching": "alphabet"}}) == "copy-20 / alphabet"
+    assert condition({"preset": "a", "train_config": {"preset": "b"}}) == "a / unknown"
+    assert condition({"preset": None, "train_config": None}) == "unknown / unknown"
