@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import Future
 
 import pytest
 
 from lsa_interp import cli
+from lsa_interp.analysis import population
 from lsa_interp.analysis.planted import planted_model
 from lsa_interp.analysis.population import FIGURE5, MATCHING, Population, condition, run_population
 from lsa_interp.model.checkpoint import save_model
@@ -157,3 +159,66 @@ def test_condition_falls_back_to_the_training_config_preset():
     assert condition({"train_config": {"preset": "copy-20", "batching": "alphabet"}}) == "copy-20 / alphabet"
     assert condition({"preset": "a", "train_config": {"preset": "b"}}) == "a / unknown"
     assert condition({"preset": None, "train_config": None}) == "unknown / unknown"
+
+
+class _InlineExecutor:
+    """Runs each submitted call at once in this process and records how the pool was asked for."""
+
+    made: list[_InlineExecutor] = []
+
+    def __init__(self, max_workers, mp_context=None):
+        self.max_workers, self.mp_context = max_workers, mp_context
+        _InlineExecutor.made.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def submit(self, fn, *args):
+        future = Future()
+        future.set_result(fn(*args))
+        return future
+
+
+@pytest.fixture
+def inline(monkeypatch):
+    """run_population with an in-process pool and a stub report that echoes its arguments."""
+    _InlineExecutor.made = []
+    monkeypatch.setattr(population, "ProcessPoolExecutor", _InlineExecutor)
+    stub = lambda path, seed, steps: {"model": path, "condition": "c", "findings": [], "seed": seed, "steps": steps}
+    monkeypatch.setattr(population, "_report_one", stub)
+    return _InlineExecutor.made
+
+
+def test_run_population_keeps_the_order_of_paths_and_passes_seed_and_steps(inline, tmp_path):
+    """Rows come back in the order of the paths, each made with the given seed and steps; progress per model."""
+    seen = []
+    result = run_population([tmp_path / "b", "a", "c"], seed=3, workers=2, steps=("x",), progress=seen.append)
+    assert [row["model"] for row in result.rows] == [str(tmp_path / "b"), "a", "c"]
+    assert all(row["seed"] == 3 and row["steps"] == ("x",) for row in result.rows)
+    assert sorted(seen) == sorted([str(tmp_path / "b"), "a", "c"])
+    assert inline[0].max_workers == 2 and inline[0].mp_context.get_start_method() == "spawn"
+
+
+def test_run_population_uses_at_most_one_worker_per_model_and_the_default_steps(inline, monkeypatch):
+    """Workers default to the CPU count (1 if unknown), capped at the number of models; steps to DEFAULT_STEPS."""
+    monkeypatch.setattr(population, "DEFAULT_STEPS", ("y",))
+    monkeypatch.setattr(population.os, "cpu_count", lambda: 3)
+    assert run_population(["a", "b"], workers=8).rows[0]["steps"] == ("y",)
+    run_population([str(i) for i in range(5)])
+    monkeypatch.setattr(population.os, "cpu_count", lambda: None)
+    run_population(["a", "b"])
+    assert [pool.max_workers for pool in inline] == [2, 3, 1]
+    with pytest.raises(ValueError, match="at least 1"):
+        run_population(["a"], workers=-1)
+
+
+def test_one_model_report_gives_its_condition_and_findings(tmp_path):
+    """A worker's row: the checkpoint path, its condition from the metadata, each finding as a dict."""
+    path = tmp_path / "m"
+    save_model(planted_model(), path, metadata={"preset": "copy-20", "train_config": {"batching": "random"}})
+    row = population._report_one(str(path), 0, ("copy attention",))
+    assert row["model"] == str(path) and row["condition"] == "copy-20 / random"
+    assert [f["name"] for f in row["findings"]] == [FIGURE5] and row["seconds"] >= 0
