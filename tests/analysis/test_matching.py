@@ -9,6 +9,8 @@ import torch
 
 from lsa_interp.analysis.matching import (
     MATCHING_THRESHOLD,
+    MatchingScores,
+    control_head,
     detect_matching_heads,
     example_pattern,
     expand_checkpoints,
@@ -144,3 +146,91 @@ def test_bad_inputs_raise(planted):
         matching_scores(planted, [])
     with pytest.raises(ValueError, match="group 'copy' has no checkpoints"):
         matching_occurrence({"copy": []})
+
+
+PADDED = [RUNNING_EXAMPLE, Task.parse("abcdefghijklmnopqrstuvwxyz | wxyz > wxya | mnop")]
+"""39 and 42 positions: the first prompt is padded by 3 in a batch of both."""
+
+
+def test_baseline_on_a_padded_batch_counts_each_prompts_own_keys(uniform):
+    """The uniform baseline divides each letter's partners by its own prompt's non-PAD keys, not the padded width."""
+    # Second prompt: wxyz -> alphabet + w,x,y in the output (7), wxya -> alphabet + w,x,y in the input (7),
+    # mnop -> alphabet (4) = 18 partners over 12 letters and 42 keys; the first has 13 over 9 letters and 39 keys.
+    expected = (13 / 39 + 18 / 42) / 21
+    for batch_size in (128, 1):
+        scores = matching_scores(uniform, PADDED, batch_size=batch_size)
+        assert scores.n_letters == 21
+        assert scores.baseline == pytest.approx(expected)
+        torch.testing.assert_close(scores.mass, torch.full_like(scores.mass, expected))
+
+
+def test_role_pairs_average_over_the_letters_that_have_a_partner_there(uniform):
+    """by_roles[(q, k)] is the mean mass on k-role partners over the q-role letters having one; absent if none."""
+    by_roles = matching_scores(uniform, PADDED).by_roles
+    expected = {
+        ("query", "alphabet"): (3 / 39 + 4 / 42) / 7,
+        ("example_in", "alphabet"): (3 / 39 + 4 / 42) / 7,
+        ("example_out", "example_in"): (2 / 39 + 3 / 42) / 5,  # h, i and w, x, y
+        ("example_in", "example_out"): (2 / 39 + 3 / 42) / 5,
+    }
+    for key, value in expected.items():
+        torch.testing.assert_close(by_roles[key], torch.full((3, 4), value))
+    assert ("query", "example_in") not in by_roles and ("example_in", "query") not in by_roles
+    assert all(q != k and q != "alphabet" for q, k in by_roles)
+
+
+def _scores(score: list[list[float]], baseline: float = 0.125) -> MatchingScores:
+    return MatchingScores(torch.tensor(score) + baseline, baseline, {}, 1)
+
+
+def test_heads_are_listed_best_first_and_the_threshold_is_inclusive():
+    """heads() keeps every head at or above the threshold, highest score first; best() is the argmax."""
+    scores = _scores([[0.375, 0.0, 0.5], [0.25, 0.875, -0.25]])  # exact in binary, baseline included
+    h = lambda layer, head: Head("encoder", layer, head)
+    assert scores.heads(0.25) == [h(1, 1), h(0, 2), h(0, 0), h(1, 0)]
+    assert scores.heads(0.375) == [h(1, 1), h(0, 2), h(0, 0)]
+    assert scores.heads() == scores.heads(MATCHING_THRESHOLD) and scores.heads(0.9) == []
+    assert scores.best() == (h(1, 1), 0.875)
+    assert _scores([[0.0, 0.125], [0.25, 0.75]]).best() == (h(1, 1), 0.75)  # flat index -> (layer, head)
+    assert _scores([[0.0, 0.75, 0.0], [0.25, 0.5, 0.0]]).best() == (h(0, 1), 0.75)
+
+
+def test_control_head_is_the_lowest_scoring_head_of_the_same_layer():
+    """The control head shares the layer of the patched head and has that layer's lowest score."""
+    score = torch.tensor([[0.5, -1.0, 0.2], [0.3, 0.9, 0.1]])
+    assert control_head(score, Head("encoder", 1, 1)) == Head("encoder", 1, 2)
+    assert control_head(score, Head("encoder", 0, 0)) == Head("encoder", 0, 1)
+
+
+def test_no_head_found_shows_the_best_head_and_does_not_hold(plain, tasks):
+    """Without a matching head the finding fails, names no head and shows the best head's example pattern."""
+    result = matching_analysis(plain, "plain", tasks=tasks, threshold=0.3)
+    scores = matching_scores(plain, tasks)
+    best, best_score = scores.best()
+    finding = result.findings[0]
+    assert finding.holds is False and finding.value == pytest.approx(best_score) and "0.3" in finding.detail
+    assert result.summary["matching_heads"] == "none" and result.summary["best_head"] == best.label
+    assert result.summary["threshold"] == 0.3 and result.summary["letters_scored"] == scores.n_letters
+    assert result.summary["baseline"] == pytest.approx(scores.baseline)
+    assert result.data["example_pattern"]["head"] == best.label and result.data["example_pattern"]["rule"] == "pred"
+    torch.testing.assert_close(result.data["score"], scores.score)
+
+
+def test_a_lower_threshold_lists_every_head_reaching_it(planted, tasks):
+    """The analysis lists all heads at or above its threshold, best first, and holds."""
+    result = matching_analysis(planted, "planted", threshold=-1.0, tasks=tasks)
+    labels = result.summary["matching_heads"].split(", ")
+    assert len(labels) == 12 and labels[0] == "2.3" and result.findings[0].holds is True
+
+
+def test_occurrence_verdict_needs_more_copy_runs_than_nocopy_runs(planted, plain, tasks):
+    """copy must beat no-copy strictly; groups other than copy/no-copy give no verdict."""
+    tie = matching_occurrence({"copy": [plain, planted], "nocopy": [planted, plain]}, tasks=tasks)
+    assert tie.findings[0].holds is False and tie.data["rates"] == {"copy": 0.5, "nocopy": 0.5}
+    assert matching_occurrence({"nocopy": [planted], "copy": [plain]}, tasks=tasks).findings[0].holds is False
+    other = matching_occurrence({"copy": [planted], "other": [plain]}, threshold=0.5, tasks=tasks)
+    assert other.findings[0].holds is None and other.summary == {"copy": "1/1", "other": "0/1", "threshold": 0.5}
+    run = other.data["runs"]["copy"][0]
+    assert run["model"] == "copy[0]" and run["heads"] == ["2.3"] and run["best_head"] == "2.3"
+    assert run["best_score"] > 0.9
+    assert "copy 1/1, other 0/1" in other.findings[0].ours
