@@ -295,7 +295,7 @@ def test_only_heads_inside_the_model_can_be_patched(planted):
 
 
 def test_head_specs_ignore_case_and_surrounding_spaces(planted):
-    """ " All ", "AUTO " and "2.3" name every head, the matching head and one head; lists must hold Heads."""
+    """The spec " All " (any case, spaces around) names every head; a Head or a list of Heads names those."""
     assert len(resolve_heads(planted, " All ")) == 12
     assert resolve_heads(planted, PLANTED_HEAD) == [PLANTED_HEAD]
     assert resolve_heads(planted, [PLANTED_HEAD, Head("encoder", 0, 0)]) == [PLANTED_HEAD, Head("encoder", 0, 0)]
