@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from lsa_interp.analysis import matching
 from lsa_interp.analysis.matching import (
     MATCHING_THRESHOLD,
     MatchingScores,
@@ -234,3 +235,20 @@ def test_occurrence_verdict_needs_more_copy_runs_than_nocopy_runs(planted, plain
     assert run["model"] == "copy[0]" and run["heads"] == ["2.3"] and run["best_head"] == "2.3"
     assert run["best_score"] > 0.9
     assert "copy 1/1, other 0/1" in other.findings[0].ours
+
+
+def test_given_tasks_are_scored_and_the_defaults_only_without_them(planted, monkeypatch):
+    """Every entry point scores the tasks it is given; matching_tasks() is the default only when none are."""
+    mine = [RUNNING_EXAMPLE]
+
+    def no_defaults(*args, **kwargs):
+        raise AssertionError("the default tasks were used although tasks were given")
+
+    monkeypatch.setattr(matching, "matching_tasks", no_defaults)
+    assert detect_matching_heads(planted, tasks=mine) == [PLANTED_HEAD]
+    assert matching_head(planted, tasks=mine) == PLANTED_HEAD
+    assert matching_occurrence({"copy": [planted]}, tasks=mine).summary["copy"] == "1/1"
+    assert matching_analysis(planted, "planted", tasks=mine).summary["letters_scored"] == 9
+    monkeypatch.setattr(matching, "matching_tasks", lambda: mine)
+    assert matching_scores(planted).n_letters == 9
+    assert matching_occurrence({"copy": [planted]}).summary["copy"] == "1/1"
