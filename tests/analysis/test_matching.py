@@ -138,6 +138,7 @@ def test_occurrence_reads_checkpoints_and_run_directories(planted, plain, tasks,
     ]
     result = matching_occurrence({"copy": paths}, tasks=tasks)
     assert result.summary["copy"] == "2/3"
+    assert [row["model"] for row in result.data["runs"]["copy"]] == [str(p) for p in paths]  # named by path
     with pytest.raises(ValueError, match="no checkpoint matches"):
         expand_checkpoints(str(tmp_path / "nocopy-*"))
 
