@@ -358,3 +358,14 @@ def test_analysis_records_each_pair_with_its_answers_and_logit_differences(plant
     assert [(r["source"], r["target"]) for r in rows] == [(str(p.source), str(p.target)) for p in pairs]
     assert all(r["clean"] == planted_answer(p.target) for r, p in zip(rows, pairs))
     assert analysis.summary["pairs"] == 3 and analysis.summary["head"] == "2.3"
+
+
+def test_finding_text_states_the_rate_the_heads_and_the_clean_accuracy(planted, monkeypatch):
+    """The finding's own line gives the flip rate of the pairs, the head (or heads) and the clean accuracy."""
+    pair_of_heads = (Head("encoder", 0, 0), Head("encoder", 1, 2))
+    for heads, named in (((PLANTED_HEAD,), "head 2.3;"), (pair_of_heads, "heads 1.1+2.3;")):
+        result = _result(3, 1, 4, clean_target=2, heads=heads)
+        monkeypatch.setattr(patching, "patch_pairs", lambda *args, result=result: result)
+        finding = patching_analysis(planted, "planted", head="2.3", n_pairs=4).findings[0]
+        assert finding.ours == f"75% of 4 pred outputs switch to the succ answer ({named} clean pred accuracy 50%)"
+        assert "10/10" in finding.paper and "74%" in finding.detail
