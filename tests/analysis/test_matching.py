@@ -235,7 +235,7 @@ def test_occurrence_verdict_needs_more_copy_runs_than_nocopy_runs(planted, plain
     run = other.data["runs"]["copy"][0]
     assert run["model"] == "copy[0]" and run["heads"] == ["2.3"] and run["best_head"] == "2.3"
     assert run["best_score"] > 0.9
-    assert "copy 1/1, other 0/1" in other.findings[0].ours
+    assert "copy 1/1, other 0/1" in other.findings[0].ours and other.model == "copy, other"  # the groups
 
 
 def test_given_tasks_are_scored_and_the_defaults_only_without_them(planted, monkeypatch):
