@@ -6,8 +6,12 @@ import pytest
 import torch
 
 from lsa_interp.analysis.rasp import (
+    MATCH_THRESHOLD,
     RUNNING_EXAMPLE,
     SELECTORS,
+    _average_scores,
+    _best_in_layer,
+    _findings,
     paper_rasp_tasks,
     rasp_comparison,
     scored_rows,
@@ -16,6 +20,7 @@ from lsa_interp.analysis.rasp import (
     selector_patterns,
     selector_scores,
 )
+from lsa_interp.analysis.types import all_heads
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import encode_tasks
 from lsa_interp.data.transformations import SEEN
@@ -173,3 +178,53 @@ def test_paper_rasp_tasks_are_the_paper_pred_prompts():
     assert all(t.query == "bcd" and t.transformation == "pred" for t in tasks)
     with pytest.raises(ValueError, match="19"):
         paper_rasp_tasks(20)
+
+
+def _row(mass: float, **extra) -> dict:
+    return {"head": "2.4", "mass": mass, "correlation": 0.9, "chance": 0.03, **extra}
+
+
+def test_a_selector_holds_from_half_the_attention_on_its_keys():
+    """The verdict is mass >= MATCH_THRESHOLD (0.5): exactly half holds, just below does not."""
+    findings = _findings({"pipe": _row(0.5), "arrow": _row(0.4999), "same_as": _row(0.75)})
+    assert [(f.name, f.holds, f.value) for f in findings] == [
+        ("RASP pipe selector", True, 0.5),
+        ("RASP arrow selector", False, 0.4999),
+        ("RASP same_as selector", True, 0.75),
+    ]
+    assert MATCH_THRESHOLD == 0.5
+
+
+def test_finding_lines_name_the_best_head_and_the_paper_layers_best():
+    """The line gives the best head's mass, chance and r, and the paper layer's best head when there is one."""
+    pipe, same = _findings({"pipe": _row(0.6), "same_as": _row(0.6, paper_layer_head="2.1", paper_layer_mass=0.4)})
+    assert pipe.ours == "best head 2.4: mass 0.60 (chance 0.03), r 0.90"
+    assert same.ours == "best head 2.4: mass 0.60 (chance 0.03), r 0.90; best of layer 2: 2.1 0.40"
+    assert pipe.paper == "layer-1 heads resemble the pipe selector"
+    assert same.paper == "the matching head (2.7, layer 2) resembles same-as"
+
+
+def test_best_in_layer_looks_only_at_the_paper_layer():
+    """The paper layer's best head and its mass; nothing when the model has no such layer."""
+    heads = all_heads(ModelConfig(d_model=32, n_heads=2, n_encoder_layers=2, d_mlp=64))  # 1.1 1.2 2.1 2.2
+    mass = torch.tensor([0.9, 0.1, 0.2, 0.3])
+    assert _best_in_layer(mass, heads, 2) == {"paper_layer_head": "2.2", "paper_layer_mass": pytest.approx(0.3)}
+    assert _best_in_layer(mass, heads, 1) == {"paper_layer_head": "1.1", "paper_layer_mass": pytest.approx(0.9)}
+    assert _best_in_layer(mass, heads, 3) == {}
+
+
+def test_chance_is_uniform_attention_over_each_prompts_own_keys():
+    """Chance per selector is the mass of uniform attention over the non-PAD keys, per prompt, averaged; the
+    batch size does not change any score."""
+    torch.manual_seed(2)
+    model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=2, n_encoder_layers=2, n_decoder_layers=1, d_mlp=32))
+    tasks = [Task.parse(RUNNING_EXAMPLE), Task.parse(RUNNING_EXAMPLE + "efg")]  # 39 and 42 positions
+    mass, correlation, chance = _average_scores(model.eval(), tasks, 128)
+    assert chance[1] == pytest.approx((1 / 39 + 1 / 42) / 2)  # arrow: one key per prompt
+    one = _average_scores(model, tasks[:1], 128)[2]
+    # running example: pipe rows (36 others 2 keys, the 2 pipes 1 other), same-as 24 partners over 18 rows
+    assert one[0] == pytest.approx((36 * 2 + 2) / (38 * 39)) and one[2] == pytest.approx(24 / (18 * 39))
+    split = _average_scores(model, tasks, 1)
+    for whole, part in zip((mass, correlation, chance), split):
+        torch.testing.assert_close(part, whole)
+    assert mass.shape == correlation.shape == (4, 3) and chance.shape == (3,)
