@@ -253,3 +253,18 @@ def test_given_tasks_are_scored_and_the_defaults_only_without_them(planted, monk
     monkeypatch.setattr(matching, "matching_tasks", lambda: mine)
     assert matching_scores(planted).n_letters == 9
     assert matching_occurrence({"copy": [planted]}).summary["copy"] == "1/1"
+
+
+def test_analysis_shows_the_example_pattern_of_the_requested_rule(planted):
+    """The example-out x example-in block is averaged over tasks of the given rule (extend_sequence: 6 x 5)."""
+    result = matching_analysis(planted, "planted", rule="extend_sequence", tasks=[RUNNING_EXAMPLE])
+    shown = result.data["example_pattern"]
+    assert shown["rule"] == "extend_sequence" and tuple(shown["matrix"].shape) == (6, 5)
+    assert "example-out -> example-in (extend_sequence)" in " ".join(result.figures)
+
+
+def test_occurrence_finding_compares_with_the_papers_counts(planted):
+    """The occurrence finding is named for it and states the paper's 20/20 vs 5/20."""
+    finding = matching_occurrence({"copy": [planted]}, tasks=[RUNNING_EXAMPLE]).findings[0]
+    assert finding.name == "matching-head occurrence"
+    assert finding.paper == "20/20 copy runs vs 5/20 no-copy runs (20 alphabets)"
