@@ -86,6 +86,13 @@ def test_analysis_counts_outcomes_per_case(planted):
     row = result.data["pairs"][0]
     assert row["clean"] == planted_answer(Task.parse(row["target"])) == row["alphabet 8-25"]
     assert row["arrow only"] == planted_answer(Task.parse(row["donor"]))
+    spliced, alphabet = result.findings
+    assert spliced.paper == (
+        "succ prompt decoded from positions 0-31 of the pred prompt: the output becomes the donor's answer (acd)"
+    )
+    assert alphabet.paper == "succ prompt decoded from alphabet 8-25 of the pred prompt: no change"
+    assert alphabet.ours == "donor's answer 0%, own answer 0%, neither 100%; unchanged 100%"
+    assert "more than 50%" in alphabet.detail
 
 
 @pytest.mark.parametrize(("hits", "holds"), [(3, True), (2, False)])
