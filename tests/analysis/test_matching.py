@@ -216,6 +216,12 @@ def test_no_head_found_shows_the_best_head_and_does_not_hold(plain, tasks):
     assert result.summary["baseline"] == pytest.approx(scores.baseline)
     assert result.data["example_pattern"]["head"] == best.label and result.data["example_pattern"]["rule"] == "pred"
     torch.testing.assert_close(result.data["score"], scores.score)
+    torch.testing.assert_close(result.data["mass"], scores.mass)
+    assert result.data["baseline"] == result.summary["baseline"] and result.summary["best_score"] == best_score
+    torch.testing.assert_close(result.data["by_roles"]["query->alphabet"], scores.by_roles["query", "alphabet"])
+    assert result.model == "plain" and result.name == "matching_heads"
+    heatmap = result.figures["matching score per encoder head"]
+    assert heatmap.layout.title.text == "matching score (threshold 0.3)"
 
 
 def test_a_lower_threshold_lists_every_head_reaching_it(planted, tasks):
