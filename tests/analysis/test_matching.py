@@ -22,9 +22,10 @@ from lsa_interp.analysis.matching import (
     matching_tasks,
 )
 from lsa_interp.analysis.planted import PLANTED_HEAD, planted_model
+from lsa_interp.analysis.prompts import rule_tasks
 from lsa_interp.analysis.types import Head
 from lsa_interp.data.task import Task
-from lsa_interp.model import save_model
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
 
 torch.set_num_threads(1)
 
@@ -276,3 +277,33 @@ def test_occurrence_finding_compares_with_the_papers_counts(planted):
     finding = matching_occurrence({"copy": [planted]}, tasks=[RUNNING_EXAMPLE]).findings[0]
     assert finding.name == "matching-head occurrence"
     assert finding.paper == "20/20 copy runs vs 5/20 no-copy runs (20 alphabets)"
+
+
+@pytest.fixture(scope="module")
+def random_model():
+    torch.manual_seed(5)
+    cfg = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=1, d_mlp=32, dropout=0.0, max_len=64)
+    return HookedEncoderDecoder(cfg).eval()
+
+
+def test_example_pattern_defaults_are_20_pred_tasks_of_5_letters_seed_0(random_model, monkeypatch):
+    """By default the block averages 20 pred tasks of 5-letter windows on permuted alphabets, seed 0."""
+    head = Head("encoder", 1, 1)
+    calls = []
+    monkeypatch.setattr(matching, "rule_tasks", lambda *a, **k: calls.append((a, k)) or rule_tasks(*a, **k))
+    block = example_pattern(random_model, head)
+    assert calls == [(("pred", 20), {"seed": 0, "alphabets": "permuted", "lengths": (5,)})]
+    assert block.shape == (5, 5)
+    torch.testing.assert_close(block, example_pattern(random_model, head, "pred", 20, 5, 0), rtol=0, atol=0)
+    assert calls[1] == (("pred", 20), {"seed": 0, "alphabets": "permuted", "lengths": (5,)})
+    example_pattern(random_model, head, "succ", 7, 4, 3)
+    assert calls[2] == (("succ", 7), {"seed": 3, "alphabets": "permuted", "lengths": (4,)})
+
+
+def test_example_pattern_averages_the_most_common_shape(uniform):
+    """When example lengths vary (sort_group), only the tasks of the most common block shape are averaged."""
+    # 40 sort_group tasks of 3-letter groups: 22 have 6-letter examples, 18 have 9-letter ones.
+    block = example_pattern(uniform, Head("encoder", 0, 0), "sort_group", n=40, length=3)
+    assert block.shape == (6, 6)
+    with pytest.raises(ValueError, match="not an encoder self-attention head"):
+        example_pattern(uniform, Head("decoder", 0, 0))
