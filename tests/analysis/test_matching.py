@@ -9,6 +9,7 @@ import torch
 
 from lsa_interp.analysis import matching
 from lsa_interp.analysis.matching import (
+    MATCHING_RULES,
     MATCHING_THRESHOLD,
     MatchingScores,
     control_head,
@@ -170,6 +171,10 @@ def test_baseline_on_a_padded_batch_counts_each_prompts_own_keys(uniform):
 def test_role_pairs_average_over_the_letters_that_have_a_partner_there(uniform):
     """by_roles[(q, k)] is the mean mass on k-role partners over the q-role letters having one; absent if none."""
     by_roles = matching_scores(uniform, PADDED).by_roles
+    split = matching_scores(uniform, PADDED, batch_size=1).by_roles  # summed over batches
+    assert split.keys() == by_roles.keys()
+    for key, value in split.items():
+        torch.testing.assert_close(value, by_roles[key])
     expected = {
         ("query", "alphabet"): (3 / 39 + 4 / 42) / 7,
         ("example_in", "alphabet"): (3 / 39 + 4 / 42) / 7,
@@ -307,3 +312,25 @@ def test_example_pattern_averages_the_most_common_shape(uniform):
     assert block.shape == (6, 6)
     with pytest.raises(ValueError, match="not an encoder self-attention head"):
         example_pattern(uniform, Head("decoder", 0, 0))
+
+
+def test_role_pairs_count_letters_not_keys(uniform):
+    """A pair's mean is over the scoring letters: two query b's share one alphabet b but count twice."""
+    by_roles = matching_scores(uniform, [Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bbc")]).by_roles
+    torch.testing.assert_close(by_roles["query", "alphabet"], torch.full((3, 4), 1 / 39))
+
+
+def test_default_tasks_are_20_per_rule_on_standard_and_permuted_alphabets(monkeypatch):
+    """matching_tasks draws n_per_rule tasks per rule on the standard alphabet, then as many on permuted ones."""
+    calls = []
+    monkeypatch.setattr(matching, "rule_tasks", lambda *a, **k: calls.append((a, k)) or [RUNNING_EXAMPLE])
+    assert matching_tasks() == [RUNNING_EXAMPLE] * 2 * len(MATCHING_RULES)
+    assert calls == [
+        ((rule, 20), {"seed": 0, "alphabets": kind}) for rule in MATCHING_RULES for kind in ("standard", "permuted")
+    ]
+    calls.clear()
+    matching_tasks(3, seed=4, rules=("sort",))
+    assert calls == [
+        (("sort", 3), {"seed": 4, "alphabets": "standard"}),
+        (("sort", 3), {"seed": 4, "alphabets": "permuted"}),
+    ]
