@@ -334,20 +334,44 @@ def test_patching_verdict_at_the_flip_threshold(planted, monkeypatch, flips, cle
 
 
 def test_sweep_verdict_is_on_the_head_with_the_highest_flip_rate(planted, monkeypatch):
-    """With "all" the finding and summary describe the head that flips most; the grid holds every head."""
+    """With "all" the finding and summary describe the head that flips most (not the last or highest-numbered
+    one); the grid holds every head."""
     results = {
         Head("encoder", 0, 0): _result(2, 8, 10, heads=[Head("encoder", 0, 0)]),
-        Head("encoder", 2, 1): _result(8, 2, 10, heads=[Head("encoder", 2, 1)]),
-        Head("encoder", 1, 3): _result(5, 5, 10, heads=[Head("encoder", 1, 3)]),
+        Head("encoder", 1, 3): _result(8, 2, 10, heads=[Head("encoder", 1, 3)]),
+        Head("encoder", 2, 1): _result(5, 5, 10, heads=[Head("encoder", 2, 1)]),
     }
     monkeypatch.setattr(patching, "patch_sweep", lambda model, pairs, head, engine: results)
     analysis = patching_analysis(planted, "planted", head=" all", n_pairs=2)
     finding = analysis.findings[0]
     assert finding.holds is True and finding.value == 0.8 and finding.name.endswith("(best single head)")
-    assert analysis.summary["best_head"] == "3.2" and analysis.summary["head"] == "3.2"
-    assert analysis.data["flip_rate"][2, 1] == 0.8 and analysis.data["flip_rate"][1, 3] == 0.5
+    assert analysis.summary["best_head"] == "2.4" and analysis.summary["head"] == "2.4"
+    assert analysis.data["flip_rate"][1, 3] == 0.8 and analysis.data["flip_rate"][2, 1] == 0.5
     assert set(analysis.data["heads"]) == {"1.1", "3.2", "2.4"}
     assert len(analysis.figures) == 2
+
+
+def test_analysis_defaults_are_200_standard_3_letter_pairs_and_the_matching_head(planted, monkeypatch):
+    """By default: 200 succ -> pred minimal pairs of 3-letter windows on the standard alphabet, seed 0, the
+    detected matching head, the hooks engine; the outcome figure names both rules' answers."""
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append((args, kwargs))
+        return minimal_pairs("succ", "pred", 2, lengths=(3,))
+
+    seen = {}
+    monkeypatch.setattr(patching, "minimal_pairs", spy)
+    monkeypatch.setattr(
+        patching, "patch_pairs", lambda model, pairs, head, engine: seen.update(head=head) or _result(1, 1, 2)
+    )
+    analysis = patching_analysis(planted, "planted")
+    assert calls == [(("succ", "pred", 200), {"seed": 0, "alphabets": "standard", "lengths": (3,)})]
+    assert seen == {"head": "auto"} and analysis.summary["engine"] == "hooks"
+    patching_analysis(planted, "planted", "pred", "succ", n_pairs=5, seed=2, alphabets="permuted", lengths=(4,))
+    assert calls[1] == (("pred", "succ", 5), {"seed": 2, "alphabets": "permuted", "lengths": (4,)})
+    (figure,) = analysis.figures.values()
+    assert list(figure.data[0].x) == ["succ answer", "pred answer", "neither"]
 
 
 def test_analysis_records_each_pair_with_its_answers_and_logit_differences(planted):
@@ -369,3 +393,13 @@ def test_finding_text_states_the_rate_the_heads_and_the_clean_accuracy(planted, 
         finding = patching_analysis(planted, "planted", head="2.3", n_pairs=4).findings[0]
         assert finding.ours == f"75% of 4 pred outputs switch to the succ answer ({named} clean pred accuracy 50%)"
         assert "10/10" in finding.paper and "74%" in finding.detail
+
+
+def test_a_tokenized_pair_batch_is_accepted_as_is(planted, planted_pairs):
+    """patch_sweep and patch_pairs take a PairBatch as well as the pairs it was made from, with the same result."""
+    batch = pair_batch(planted_pairs[:4])
+    swept = patch_sweep(planted, batch, PLANTED_HEAD)[PLANTED_HEAD]
+    together = patch_pairs(planted, batch, PLANTED_HEAD)
+    expected = [p.source_answer for p in planted_pairs[:4]]
+    assert swept.patched == together.patched == expected
+    assert patch_pairs(planted, planted_pairs[:4], PLANTED_HEAD).patched == expected
