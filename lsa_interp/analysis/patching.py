@@ -337,7 +337,8 @@ def patching_analysis(
         from lsa_interp.analysis.matching import head_heatmap
 
         grid = flip_matrix(model, results)
-        figures = {f"flip rate per head ({source} -> {target})": head_heatmap(grid, "flip rate", 0.0, 1.0), **figures}
+        heatmap = head_heatmap(grid, "flip rate", 0.0, 1.0)  # pragma: no mutate
+        figures = {f"flip rate per head ({source} -> {target})": heatmap, **figures}
         data["flip_rate"] = grid
         data["heads"] = {h.label: r.summary() for h, r in results.items()}
         summary["best_head"] = top.label
