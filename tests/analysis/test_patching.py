@@ -381,7 +381,11 @@ def test_analysis_records_each_pair_with_its_answers_and_logit_differences(plant
     rows = analysis.data["pairs"]
     assert [(r["source"], r["target"]) for r in rows] == [(str(p.source), str(p.target)) for p in pairs]
     assert all(r["clean"] == planted_answer(p.target) for r, p in zip(rows, pairs))
-    assert analysis.summary["pairs"] == 3 and analysis.summary["head"] == "2.3"
+    assert analysis.summary["pairs"] == 3 and analysis.summary["head"] == "2.3" and analysis.model == "planted"
+    result = patch_pairs(planted, pairs, PLANTED_HEAD)
+    assert [r["patched"] for r in rows] == result.patched
+    assert [r["logit_diff_clean"] for r in rows] == result.logit_diff_clean.tolist()
+    assert [r["logit_diff_patched"] for r in rows] == result.logit_diff_patched.tolist()
 
 
 def test_finding_text_states_the_rate_the_heads_and_the_clean_accuracy(planted, monkeypatch):
