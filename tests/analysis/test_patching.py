@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from lsa_interp.analysis import patching
+from lsa_interp.analysis import matching, patching
 from lsa_interp.analysis.pair_batch import PairBatch
 from lsa_interp.analysis.patching import (
     HookEngine,
@@ -407,3 +407,10 @@ def test_a_tokenized_pair_batch_is_accepted_as_is(planted, planted_pairs):
     expected = [p.source_answer for p in planted_pairs[:4]]
     assert swept.patched == together.patched == expected
     assert patch_pairs(planted, planted_pairs[:4], PLANTED_HEAD).patched == expected
+
+
+def test_patch_pairs_patches_the_detected_matching_head_by_default(planted, planted_pairs, monkeypatch):
+    """Without a head, patch_pairs patches every detected matching head (here the planted one)."""
+    monkeypatch.setattr(matching, "matching_tasks", lambda: [planted_pairs[0].target])  # a quick detection
+    result = patch_pairs(planted, planted_pairs[:2])
+    assert result.heads == (PLANTED_HEAD,) and result.patched == [p.source_answer for p in planted_pairs[:2]]
