@@ -65,6 +65,10 @@ def test_positions_must_lie_in_every_prompt(planted, pairs):
     with pytest.raises(ValueError, match="padding"):
         splice_decode(planted, [longer, targets[0]], [longer, donors[0]], [40])
     assert splice_decode(planted, [longer], [longer], [41]) == [planted_answer(longer)]  # width 42: 41 is inside
+    with pytest.raises(ValueError, match="must lie in 0..38"):  # the narrower batch sets the range
+        splice_decode(planted, targets[:2], [donors[0], longer], [40])
+    with pytest.raises(ValueError, match="must lie in 0..38"):
+        splice_decode(planted, [targets[0], longer], donors[:2], [40])
     with pytest.raises(ValueError, match="as many donors as targets"):
         splice_decode(planted, targets, donors[:-1], [ARROW_AT])
     with pytest.raises(ValueError, match="as many donors as targets"):
