@@ -7,6 +7,7 @@ import os
 from concurrent.futures import Future
 
 import pytest
+import torch
 
 from lsa_interp import cli
 from lsa_interp.analysis import population
@@ -225,6 +226,11 @@ def test_one_model_report_gives_its_condition_and_findings(tmp_path):
     """A worker's row: the checkpoint path, its condition from the metadata, each finding as a dict."""
     path = tmp_path / "m"
     save_model(planted_model(), path, metadata={"preset": "copy-20", "train_config": {"batching": "random"}})
-    row = population._report_one(str(path), 0, ("copy attention",))
+    torch.set_num_threads(2)
+    try:
+        row = population._report_one(str(path), 0, ("copy attention",))
+        assert torch.get_num_threads() == 1  # each worker runs torch on one thread
+    finally:
+        torch.set_num_threads(1)
     assert row["model"] == str(path) and row["condition"] == "copy-20 / random"
     assert [f["name"] for f in row["findings"]] == [FIGURE5] and row["seconds"] >= 0
