@@ -16,6 +16,7 @@ from lsa_interp.analysis.patching import (
     _logit_diff,
     check_heads,
     flip_matrix,
+    make_engine,
     pair_batch,
     patch_pairs,
     patch_sweep,
@@ -414,3 +415,12 @@ def test_patch_pairs_patches_the_detected_matching_head_by_default(planted, plan
     monkeypatch.setattr(matching, "matching_tasks", lambda: [planted_pairs[0].target])  # a quick detection
     result = patch_pairs(planted, planted_pairs[:2])
     assert result.heads == (PLANTED_HEAD,) and result.patched == [p.source_answer for p in planted_pairs[:2]]
+
+
+def test_make_engine_builds_the_named_engine(random_model):
+    """ "hooks" gives the hook engine and "nnsight" the nnsight engine, each with the token limit it is given."""
+    from lsa_interp.analysis.nnsight_engine import NNsightEngine
+
+    hooks, nnsight = make_engine(random_model, "hooks", 7), make_engine(random_model, "nnsight", 9)
+    assert type(hooks) is HookEngine and hooks.max_new_tokens == 7
+    assert type(nnsight) is NNsightEngine and nnsight.max_new_tokens == 9
