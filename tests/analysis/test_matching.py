@@ -226,7 +226,8 @@ def test_no_head_found_shows_the_best_head_and_does_not_hold(plain, tasks):
     assert result.data["baseline"] == result.summary["baseline"] and result.summary["best_score"] == best_score
     torch.testing.assert_close(result.data["by_roles"]["query->alphabet"], scores.by_roles["query", "alphabet"])
     assert result.model == "plain" and result.name == "matching_heads"
-    assert finding.name == "matching head" and "one encoder head (2.7) matches each letter" in finding.paper
+    assert finding.name == "matching head"
+    assert finding.paper == "one encoder head (2.7) matches each letter to the same letter in another role"
     assert finding.ours == f"none (best {best.label}: {best_score:.2f} above uniform)"
     heatmap = result.figures["matching score per encoder head"]
     assert heatmap.layout.title.text == "matching score (threshold 0.3)"
