@@ -118,3 +118,18 @@ def test_a_case_holds_when_more_than_half_the_pairs_give_the_papers_outcome(plan
     row = result.data["cases"]["positions 0-31"]
     assert (row["donor"], row["own"], row["neither"]) == (hits / 4, 1 - hits / 4, 0.0)
     assert result.data["cases"]["alphabet 8-25"]["neither"] == 1.0 and MAJORITY == 0.5
+
+
+def test_analysis_defaults_are_100_pred_into_succ_pairs_of_3_letters_seed_0(planted, monkeypatch):
+    """By default 100 pred (donor) / succ (target) minimal pairs of 3-letter windows, seed 0, are spliced."""
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append((args, kwargs))
+        return minimal_pairs("pred", "succ", 2, lengths=(3,), at_most=True)
+
+    monkeypatch.setattr(splice, "minimal_pairs", spy)
+    splice_analysis(planted)
+    assert calls == [(("pred", "succ", 100), {"seed": 0, "lengths": (3,), "at_most": True})]
+    splice_analysis(planted, "succ", "pred", n_pairs=7, seed=3)
+    assert calls[1] == (("succ", "pred", 7), {"seed": 3, "lengths": (3,), "at_most": True})
