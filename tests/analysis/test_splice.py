@@ -40,6 +40,14 @@ def test_splicing_the_arrow_position_gives_the_donors_answer(planted, pairs):
     assert own != [planted_answer(d) for d in donors]
 
 
+def test_prompts_without_answers_can_be_spliced(planted):
+    """Targets and donors need no answers: they are encoded as prompts."""
+    target = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > efh | rst")
+    donor = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > dfg | rst")
+    assert target.answer is None and donor.answer is None
+    assert splice_decode(planted, [target], [donor], [ARROW_AT]) == ["d"]
+
+
 def test_splicing_restores_the_training_mode(planted, pairs):
     """The model comes back in the mode (train or eval) it was in."""
     donors, targets = pairs
@@ -65,6 +73,10 @@ def test_positions_must_lie_in_every_prompt(planted, pairs):
     with pytest.raises(ValueError, match="padding"):
         splice_decode(planted, [longer, targets[0]], [longer, donors[0]], [40])
     assert splice_decode(planted, [longer], [longer], [41]) == [planted_answer(longer)]  # width 42: 41 is inside
+    with pytest.raises(ValueError, match="padding"):  # padding in the targets only
+        splice_decode(planted, [targets[0], longer], [longer, longer], [40])
+    with pytest.raises(ValueError, match="padding"):  # padding in the donors only
+        splice_decode(planted, [longer, longer], [donors[0], longer], [40])
     with pytest.raises(ValueError, match="must lie in 0..38"):  # the narrower batch sets the range
         splice_decode(planted, targets[:2], [donors[0], longer], [40])
     with pytest.raises(ValueError, match="must lie in 0..38"):
@@ -79,6 +91,10 @@ def test_analysis_counts_outcomes_per_case(planted):
     """With the planted model's own answers, the alphabet case leaves every output unchanged (its finding holds)
     and splicing 0-31 changes every one (neither the tasks' answers: its finding fails)."""
     result = splice_analysis(planted, n_pairs=4, cases={**CASES, "arrow only": (ARROW_AT,)})
+    assert result.name == "splice" and result.model == "model"  # the default name
+    (figure,) = result.figures.values()
+    assert list(result.figures) == ["outcomes per splice"]
+    assert [bar.name for bar in figure.data] == ["pred answer (donor)", "succ answer (own)", "neither"]
     cases = result.data["cases"]
     assert cases["alphabet 8-25"]["unchanged"] == 1.0 and cases["positions 0-31"]["unchanged"] == 0.0
     assert cases["positions 0-31"]["positions"] == "0-31" and cases["arrow only"]["positions"] == "30-30"
@@ -108,16 +124,18 @@ def test_a_case_holds_when_more_than_half_the_pairs_give_the_papers_outcome(plan
         calls.append(tuple(positions))
         if tuple(positions) == CASES["positions 0-31"]:
             return [d.answer for d in donors[:hits]] + [t.answer for t in targets[hits:]]
-        return model.solve(targets)[:hits] + ["zz"] * (len(targets) - hits)
+        return model.solve(targets)[:hits] + ["yy"] * (len(targets) - hits)
 
     monkeypatch.setattr(splice, "splice_decode", fake)
-    result = splice_analysis(planted, n_pairs=4)
+    monkeypatch.setattr(planted, "solve", lambda targets: [t.answer for t in targets[:3]] + ["zz"] * (len(targets) - 3))
+    result = splice_analysis(planted, n_pairs=4, model_name="planted")
+    assert result.model == "planted" and result.summary["clean_own_answer"] == 0.75
     assert calls == [CASES["positions 0-31"], CASES["alphabet 8-25"]]
     spliced, alphabet = result.findings
     assert (spliced.holds, spliced.value) == (holds, hits / 4) and (alphabet.holds, alphabet.value) == (holds, hits / 4)
     row = result.data["cases"]["positions 0-31"]
     assert (row["donor"], row["own"], row["neither"]) == (hits / 4, 1 - hits / 4, 0.0)
-    assert result.data["cases"]["alphabet 8-25"]["neither"] == 1.0 and MAJORITY == 0.5
+    assert result.data["cases"]["alphabet 8-25"]["own"] == hits / 4 and MAJORITY == 0.5
 
 
 def test_analysis_defaults_are_100_pred_into_succ_pairs_of_3_letters_seed_0(planted, monkeypatch):
