@@ -82,3 +82,16 @@ def test_analysis_reports_the_number_without_a_verdict(fake_patterns):
     assert finding.name == "Figure 5: layer-2 attention example-out -> same example-in letter"
     ((_, tasks),) = fake_patterns
     assert tasks == rule_tasks("succ", 50, seed=5, alphabets="standard")
+
+
+def test_defaults_are_50_succ_tasks_on_the_standard_alphabet_seed_0(fake_patterns):
+    """Without arguments: 50 successor tasks on the standard alphabet, seed 0; the result is named "model"."""
+    model = _model()
+    example_match_attention(model)
+    result = copy_attention_analysis(model)
+    expected = rule_tasks("succ", 50, seed=0, alphabets="standard")
+    assert fake_patterns[0][1] == expected and fake_patterns[1][1] == expected
+    assert result.model == "model"
+    (finding,) = result.findings
+    assert finding.paper == "~0.23 with copy tasks, ~0.015 without (head average, succ, standard alphabet)"
+    assert finding.detail == "compared across models by `lsa-interp report --models`"
