@@ -11,9 +11,10 @@ import torch
 
 from lsa_interp import cli
 from lsa_interp.analysis import population
+from lsa_interp.analysis.copy_attention import example_match_attention
 from lsa_interp.analysis.planted import planted_model
 from lsa_interp.analysis.population import FIGURE5, MATCHING, Population, condition, run_population
-from lsa_interp.model.checkpoint import save_model
+from lsa_interp.model.checkpoint import load_model, save_model
 
 STEPS = ("matching heads", "copy attention")
 
@@ -157,6 +158,9 @@ def test_written_population_holds_rows_table_conditions_and_the_page(tmp_path):
     assert "over 3 models" in page and f"<td>{MATCHING}</td><td>paper A</td><td>2/3</td>" in page
     assert "<td>copy / alphabet</td><td>2</td><td>1/2</td><td>0.250</td>" in page
     assert "<td>nocopy / alphabet</td><td>1</td><td>1/1</td><td>-</td>" in page
+    assert "<table><tr><th>finding</th><th>paper</th><th>holds in (k/N judged)</th></tr><tr><td>" in page
+    assert f"<td>0/0</td></tr><tr><td>{OTHER}</td>" in page  # one table row per finding
+    assert "<td>0.250</td></tr><tr><td>nocopy / alphabet</td>" in page  # one table row per condition
     with pytest.raises(ValueError, match="Out of range float"):  # strict JSON: no NaN
         Population([{**ROWS[0], "seconds": float("nan")}]).write(tmp_path / "nan")
 
@@ -214,10 +218,11 @@ def test_run_population_uses_at_most_one_worker_per_model_and_the_default_steps(
     monkeypatch.setattr(population, "DEFAULT_STEPS", ("y",))
     monkeypatch.setattr(population.os, "cpu_count", lambda: 3)
     assert run_population(["a", "b"], workers=8).rows[0]["steps"] == ("y",)
+    assert run_population(["a"], workers=1).rows[0]["seed"] == 0  # the default seed
     run_population([str(i) for i in range(5)])
     monkeypatch.setattr(population.os, "cpu_count", lambda: None)
     run_population(["a", "b"])
-    assert [pool.max_workers for pool in inline] == [2, 3, 1]
+    assert [pool.max_workers for pool in inline] == [2, 1, 3, 1]
     with pytest.raises(ValueError, match="at least 1"):
         run_population(["a"], workers=-1)
 
@@ -228,9 +233,10 @@ def test_one_model_report_gives_its_condition_and_findings(tmp_path):
     save_model(planted_model(), path, metadata={"preset": "copy-20", "train_config": {"batching": "random"}})
     torch.set_num_threads(2)
     try:
-        row = population._report_one(str(path), 0, ("copy attention",))
+        row = population._report_one(str(path), 1, ("copy attention",))
         assert torch.get_num_threads() == 1  # each worker runs torch on one thread
     finally:
         torch.set_num_threads(1)
     assert row["model"] == str(path) and row["condition"] == "copy-20 / random"
     assert [f["name"] for f in row["findings"]] == [FIGURE5] and row["seconds"] >= 0
+    assert row["findings"][0]["value"] == pytest.approx(example_match_attention(load_model(path), seed=1))
