@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lsa_interp.analysis.prompts import paper_prompts
 from lsa_interp.analysis.rasp import (
     MATCH_THRESHOLD,
     RUNNING_EXAMPLE,
@@ -228,3 +229,33 @@ def test_chance_is_uniform_attention_over_each_prompts_own_keys():
     for whole, part in zip((mass, correlation, chance), split):
         torch.testing.assert_close(part, whole)
     assert mass.shape == correlation.shape == (4, 3) and chance.shape == (3,)
+
+
+def test_task_helpers_take_their_seed_and_accept_one_task():
+    """seen_rule_tasks and paper_rasp_tasks use seed 0 by default, pass the seed on, and accept n = 1."""
+    standard = "abcdefghijklmnopqrstuvwxyz"
+    assert seen_rule_tasks(6) == seen_rule_tasks(6, seed=0) != seen_rule_tasks(6, seed=1)
+    assert len(seen_rule_tasks(1)) == 1 and all("".join(t.alphabet) == standard for t in seen_rule_tasks(6, 3))
+    assert paper_rasp_tasks(3) == paper_prompts("pred", 3, 0) and paper_rasp_tasks(3, 1) == paper_prompts("pred", 3, 1)
+    assert paper_prompts("pred", 3, 0) != paper_prompts("pred", 3, 1) and len(paper_rasp_tasks(1)) == 1
+
+
+def test_comparison_result_records_its_tables_example_and_figures():
+    """The result carries the selectors, both score tables, the example and its tokens, titled heat maps, the
+    model name (empty by default) and each finding's criterion."""
+    torch.manual_seed(3)
+    model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=2, n_encoder_layers=2, n_decoder_layers=1, d_mlp=32))
+    result = rasp_comparison(model.eval(), [Task.parse(RUNNING_EXAMPLE)])
+    assert result.model == "" and result.name == "rasp"
+    data = result.data
+    assert data["selectors"] == list(SELECTORS) and set(data["correlation"]) == {"1.1", "1.2", "2.1", "2.2"}
+    assert data["example"] == RUNNING_EXAMPLE and len(data["example_tokens"]) == N
+    assert data["example_tokens"][ARROW_AT] == "> (30)" and data["example_tokens"][EOS_AT] == "<eos> (38)"
+    titles = {name: figure.layout.title.text for name, figure in result.figures.items()}
+    assert titles["attention mass on the selector's keys"] == "Encoder heads vs RASP-L selectors: mass on selected keys"
+    assert titles["correlation with the selector"] == "Encoder heads vs RASP-L selectors: Pearson correlation"
+    assert result.findings[0].detail == (
+        "holds when some head puts >= 0.5 of its attention on the selected keys, in any layer "
+        "(head numbers and layers belong to one checkpoint)"
+    )
+    assert rasp_comparison(model, [Task.parse(RUNNING_EXAMPLE)], model_name="tiny").model == "tiny"
