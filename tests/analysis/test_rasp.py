@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -259,3 +260,19 @@ def test_comparison_result_records_its_tables_example_and_figures():
         "(head numbers and layers belong to one checkpoint)"
     )
     assert rasp_comparison(model, [Task.parse(RUNNING_EXAMPLE)], model_name="tiny").model == "tiny"
+
+
+def test_correlation_is_pearson_over_the_scored_off_diagonal_entries():
+    """For a non-selector pattern, the correlation equals numpy's Pearson r over the scored rows' off-diagonal,
+    non-PAD entries (here of the arrow and same-as selectors on the running example)."""
+    src = running_src()
+    generator = torch.Generator().manual_seed(0)
+    pattern = torch.softmax(torch.randn(N, N, generator=generator, dtype=torch.float64), -1).float()
+    _, correlation = selector_scores(pattern[None, None], src)
+    target = selector_patterns(src, include_self=False)[0]
+    rows = scored_rows(src)[0]
+    off_diagonal = ~torch.eye(N, dtype=torch.bool)
+    for index in (1, 2):
+        entries = rows[index][:, None] & off_diagonal
+        expected = np.corrcoef(pattern[entries].double().numpy(), target[index][entries].double().numpy())[0, 1]
+        assert correlation[0, 0, index].item() == pytest.approx(expected, rel=1e-4)
