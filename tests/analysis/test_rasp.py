@@ -26,6 +26,7 @@ from lsa_interp.analysis.types import all_heads
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import encode_tasks
 from lsa_interp.data.transformations import SEEN
+from lsa_interp.data.vocab import LETTERS, SEP
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 
 torch.set_num_threads(1)
@@ -276,3 +277,10 @@ def test_correlation_is_pearson_over_the_scored_off_diagonal_entries():
         entries = rows[index][:, None] & off_diagonal
         expected = np.corrcoef(pattern[entries].double().numpy(), target[index][entries].double().numpy())[0, 1]
         assert correlation[0, 0, index].item() == pytest.approx(expected, rel=1e-4)
+
+
+def test_a_single_scored_row_or_entry_is_not_averaged_away():
+    """With one scored row the mass is that row's mass; with one scored entry the correlation is undefined (NaN)."""
+    src = torch.tensor([[LETTERS.index("a"), SEP]])  # "a |": only row a selects the pipe (one key)
+    mass, correlation = selector_scores(torch.full((1, 1, 2, 2), 0.5), src)
+    assert mass[0, 0, 0].item() == 0.5 and torch.isnan(correlation[0, 0, 0])
