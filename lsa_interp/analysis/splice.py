@@ -143,7 +143,7 @@ def _finding(name: str, row: dict, donor_rule: str, target_rule: str) -> Finding
     )
 
 
-def _figure(table: dict[str, dict], donor_rule: str, target_rule: str):
+def _figure(table: dict[str, dict], donor_rule: str, target_rule: str):  # pragma: no mutate block
     import plotly.graph_objects as go
 
     names = {"donor": f"{donor_rule} answer (donor)", "own": f"{target_rule} answer (own)", "neither": "neither"}

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
+from lsa_interp.analysis.prompts import paper_prompts
 from lsa_interp.analysis.rasp import (
+    MATCH_THRESHOLD,
     RUNNING_EXAMPLE,
     SELECTORS,
+    _average_scores,
+    _best_in_layer,
+    _findings,
     paper_rasp_tasks,
     rasp_comparison,
     scored_rows,
@@ -16,9 +22,11 @@ from lsa_interp.analysis.rasp import (
     selector_patterns,
     selector_scores,
 )
+from lsa_interp.analysis.types import all_heads
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import encode_tasks
 from lsa_interp.data.transformations import SEEN
+from lsa_interp.data.vocab import LETTERS, SEP
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 
 torch.set_num_threads(1)
@@ -173,3 +181,106 @@ def test_paper_rasp_tasks_are_the_paper_pred_prompts():
     assert all(t.query == "bcd" and t.transformation == "pred" for t in tasks)
     with pytest.raises(ValueError, match="19"):
         paper_rasp_tasks(20)
+
+
+def _row(mass: float, **extra) -> dict:
+    return {"head": "2.4", "mass": mass, "correlation": 0.9, "chance": 0.03, **extra}
+
+
+def test_a_selector_holds_from_half_the_attention_on_its_keys():
+    """The verdict is mass >= MATCH_THRESHOLD (0.5): exactly half holds, just below does not."""
+    findings = _findings({"pipe": _row(0.5), "arrow": _row(0.4999), "same_as": _row(0.75)})
+    assert [(f.name, f.holds, f.value) for f in findings] == [
+        ("RASP pipe selector", True, 0.5),
+        ("RASP arrow selector", False, 0.4999),
+        ("RASP same_as selector", True, 0.75),
+    ]
+    assert MATCH_THRESHOLD == 0.5
+
+
+def test_finding_lines_name_the_best_head_and_the_paper_layers_best():
+    """The line gives the best head's mass, chance and r, and the paper layer's best head when there is one."""
+    pipe, same = _findings({"pipe": _row(0.6), "same_as": _row(0.6, paper_layer_head="2.1", paper_layer_mass=0.4)})
+    assert pipe.ours == "best head 2.4: mass 0.60 (chance 0.03), r 0.90"
+    assert same.ours == "best head 2.4: mass 0.60 (chance 0.03), r 0.90; best of layer 2: 2.1 0.40"
+    assert pipe.paper == "layer-1 heads resemble the pipe selector"
+    assert same.paper == "the matching head (2.7, layer 2) resembles same-as"
+
+
+def test_best_in_layer_looks_only_at_the_paper_layer():
+    """The paper layer's best head and its mass; nothing when the model has no such layer."""
+    heads = all_heads(ModelConfig(d_model=32, n_heads=2, n_encoder_layers=2, d_mlp=64))  # 1.1 1.2 2.1 2.2
+    mass = torch.tensor([0.9, 0.1, 0.2, 0.3])
+    assert _best_in_layer(mass, heads, 2) == {"paper_layer_head": "2.2", "paper_layer_mass": pytest.approx(0.3)}
+    assert _best_in_layer(mass, heads, 1) == {"paper_layer_head": "1.1", "paper_layer_mass": pytest.approx(0.9)}
+    assert _best_in_layer(mass, heads, 3) == {}
+
+
+def test_chance_is_uniform_attention_over_each_prompts_own_keys():
+    """Chance per selector is the mass of uniform attention over the non-PAD keys, per prompt, averaged; the
+    batch size does not change any score."""
+    torch.manual_seed(2)
+    model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=2, n_encoder_layers=2, n_decoder_layers=1, d_mlp=32))
+    tasks = [Task.parse(RUNNING_EXAMPLE), Task.parse(RUNNING_EXAMPLE + "efg")]  # 39 and 42 positions
+    mass, correlation, chance = _average_scores(model.eval(), tasks, 128)
+    assert chance[1] == pytest.approx((1 / 39 + 1 / 42) / 2)  # arrow: one key per prompt
+    one = _average_scores(model, tasks[:1], 128)[2]
+    # running example: pipe rows (36 others 2 keys, the 2 pipes 1 other), same-as 24 partners over 18 rows
+    assert one[0] == pytest.approx((36 * 2 + 2) / (38 * 39)) and one[2] == pytest.approx(24 / (18 * 39))
+    split = _average_scores(model, tasks, 1)
+    for whole, part in zip((mass, correlation, chance), split):
+        torch.testing.assert_close(part, whole)
+    assert mass.shape == correlation.shape == (4, 3) and chance.shape == (3,)
+
+
+def test_task_helpers_take_their_seed_and_accept_one_task():
+    """seen_rule_tasks and paper_rasp_tasks use seed 0 by default, pass the seed on, and accept n = 1."""
+    standard = "abcdefghijklmnopqrstuvwxyz"
+    assert seen_rule_tasks(6) == seen_rule_tasks(6, seed=0) != seen_rule_tasks(6, seed=1)
+    assert len(seen_rule_tasks(1)) == 1 and all("".join(t.alphabet) == standard for t in seen_rule_tasks(6, 3))
+    assert paper_rasp_tasks(3) == paper_prompts("pred", 3, 0) and paper_rasp_tasks(3, 1) == paper_prompts("pred", 3, 1)
+    assert paper_prompts("pred", 3, 0) != paper_prompts("pred", 3, 1) and len(paper_rasp_tasks(1)) == 1
+
+
+def test_comparison_result_records_its_tables_example_and_figures():
+    """The result carries the selectors, both score tables, the example and its tokens, titled heat maps, the
+    model name (empty by default) and each finding's criterion."""
+    torch.manual_seed(3)
+    model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=2, n_encoder_layers=2, n_decoder_layers=1, d_mlp=32))
+    result = rasp_comparison(model.eval(), [Task.parse(RUNNING_EXAMPLE)])
+    assert result.model == "" and result.name == "rasp"
+    data = result.data
+    assert data["selectors"] == list(SELECTORS) and set(data["correlation"]) == {"1.1", "1.2", "2.1", "2.2"}
+    assert data["example"] == RUNNING_EXAMPLE and len(data["example_tokens"]) == N
+    assert data["example_tokens"][ARROW_AT] == "> (30)" and data["example_tokens"][EOS_AT] == "<eos> (38)"
+    titles = {name: figure.layout.title.text for name, figure in result.figures.items()}
+    assert titles["attention mass on the selector's keys"] == "Encoder heads vs RASP-L selectors: mass on selected keys"
+    assert titles["correlation with the selector"] == "Encoder heads vs RASP-L selectors: Pearson correlation"
+    assert result.findings[0].detail == (
+        "holds when some head puts >= 0.5 of its attention on the selected keys, in any layer "
+        "(head numbers and layers belong to one checkpoint)"
+    )
+    assert rasp_comparison(model, [Task.parse(RUNNING_EXAMPLE)], model_name="tiny").model == "tiny"
+
+
+def test_correlation_is_pearson_over_the_scored_off_diagonal_entries():
+    """For a non-selector pattern, the correlation equals numpy's Pearson r over the scored rows' off-diagonal,
+    non-PAD entries (here of the arrow and same-as selectors on the running example)."""
+    src = running_src()
+    generator = torch.Generator().manual_seed(0)
+    pattern = torch.softmax(torch.randn(N, N, generator=generator, dtype=torch.float64), -1).float()
+    _, correlation = selector_scores(pattern[None, None], src)
+    target = selector_patterns(src, include_self=False)[0]
+    rows = scored_rows(src)[0]
+    off_diagonal = ~torch.eye(N, dtype=torch.bool)
+    for index in (1, 2):
+        entries = rows[index][:, None] & off_diagonal
+        expected = np.corrcoef(pattern[entries].double().numpy(), target[index][entries].double().numpy())[0, 1]
+        assert correlation[0, 0, index].item() == pytest.approx(expected, rel=1e-4)
+
+
+def test_a_single_scored_row_or_entry_is_not_averaged_away():
+    """With one scored row the mass is that row's mass; with one scored entry the correlation is undefined (NaN)."""
+    src = torch.tensor([[LETTERS.index("a"), SEP]])  # "a |": only row a selects the pipe (one key)
+    mass, correlation = selector_scores(torch.full((1, 1, 2, 2), 0.5), src)
+    assert mass[0, 0, 0].item() == 0.5 and torch.isnan(correlation[0, 0, 0])

@@ -1,0 +1,153 @@
+"""Memory splicing on the planted model (the answer is read from the memory at ``>``) and the case verdicts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lsa_interp.analysis import splice
+from lsa_interp.analysis.planted import planted_answer, planted_model
+from lsa_interp.analysis.prompts import minimal_pairs
+from lsa_interp.analysis.splice import CASES, MAJORITY, splice_analysis, splice_decode
+from lsa_interp.data.task import Task
+
+torch.set_num_threads(1)
+
+ARROW_AT = 30
+"""Position of ``>`` in a 3-letter prompt (alphabet 0-25, | 26, example input 27-29); the planted decoder reads
+its answer (the first example-output letter) from the memory there."""
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return planted_model()
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    found = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
+    return [p.source for p in found], [p.target for p in found]
+
+
+def test_splicing_the_arrow_position_gives_the_donors_answer(planted, pairs):
+    """The spliced positions come from the donor at the same index; other positions stay the target's own."""
+    donors, targets = pairs
+    assert splice_decode(planted, targets, donors, [ARROW_AT]) == [planted_answer(d) for d in donors]
+    assert splice_decode(planted, targets, donors, range(0, 32)) == [planted_answer(d) for d in donors]
+    own = [planted_answer(t) for t in targets]
+    assert splice_decode(planted, targets, donors, range(8, 26)) == own
+    assert splice_decode(planted, targets, donors, [ARROW_AT + 1, 38]) == own  # 38: the last position (EOS)
+    assert own != [planted_answer(d) for d in donors]
+
+
+def test_prompts_without_answers_can_be_spliced(planted):
+    """Targets and donors need no answers: they are encoded as prompts."""
+    target = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > efh | rst")
+    donor = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > dfg | rst")
+    assert target.answer is None and donor.answer is None
+    assert splice_decode(planted, [target], [donor], [ARROW_AT]) == ["d"]
+
+
+def test_splicing_restores_the_training_mode(planted, pairs):
+    """The model comes back in the mode (train or eval) it was in."""
+    donors, targets = pairs
+    planted.train()
+    try:
+        splice_decode(planted, targets[:1], donors[:1], [ARROW_AT])
+        assert planted.training is True
+    finally:
+        planted.eval()
+    splice_decode(planted, targets[:1], donors[:1], [ARROW_AT])
+    assert planted.training is False
+
+
+def test_positions_must_lie_in_every_prompt(planted, pairs):
+    """Positions outside 0..width-1, none at all, or on padding of a target or a donor are refused."""
+    donors, targets = pairs
+    for positions in ([39], [-1], [], [0, 39]):
+        with pytest.raises(ValueError, match="must lie in 0..38"):
+            splice_decode(planted, targets, donors, positions)
+    longer = Task.parse("abcdefghijklmnopqrstuvwxyz | efgh > dfgh | rstu > qstu")  # 42 positions
+    with pytest.raises(ValueError, match="padding"):
+        splice_decode(planted, [targets[0], longer], [donors[0], longer], [40])
+    with pytest.raises(ValueError, match="padding"):
+        splice_decode(planted, [longer, targets[0]], [longer, donors[0]], [40])
+    assert splice_decode(planted, [longer], [longer], [41]) == [planted_answer(longer)]  # width 42: 41 is inside
+    with pytest.raises(ValueError, match="padding"):  # padding in the targets only
+        splice_decode(planted, [targets[0], longer], [longer, longer], [40])
+    with pytest.raises(ValueError, match="padding"):  # padding in the donors only
+        splice_decode(planted, [longer, longer], [donors[0], longer], [40])
+    with pytest.raises(ValueError, match="must lie in 0..38"):  # the narrower batch sets the range
+        splice_decode(planted, targets[:2], [donors[0], longer], [40])
+    with pytest.raises(ValueError, match="must lie in 0..38"):
+        splice_decode(planted, [targets[0], longer], donors[:2], [40])
+    with pytest.raises(ValueError, match="as many donors as targets"):
+        splice_decode(planted, targets, donors[:-1], [ARROW_AT])
+    with pytest.raises(ValueError, match="as many donors as targets"):
+        splice_decode(planted, [], [], [ARROW_AT])
+
+
+def test_analysis_counts_outcomes_per_case(planted):
+    """With the planted model's own answers, the alphabet case leaves every output unchanged (its finding holds)
+    and splicing 0-31 changes every one (neither the tasks' answers: its finding fails)."""
+    result = splice_analysis(planted, n_pairs=4, cases={**CASES, "arrow only": (ARROW_AT,)})
+    assert result.name == "splice" and result.model == "model"  # the default name
+    (figure,) = result.figures.values()
+    assert list(result.figures) == ["outcomes per splice"]
+    assert [bar.name for bar in figure.data] == ["pred answer (donor)", "succ answer (own)", "neither"]
+    cases = result.data["cases"]
+    assert cases["alphabet 8-25"]["unchanged"] == 1.0 and cases["positions 0-31"]["unchanged"] == 0.0
+    assert cases["positions 0-31"]["positions"] == "0-31" and cases["arrow only"]["positions"] == "30-30"
+    assert cases["positions 0-31"]["neither"] == 1.0  # the planted answers are one letter, the tasks' three
+    verdicts = {f.name: (f.holds, f.value) for f in result.findings}
+    assert verdicts == {"memory splicing, positions 0-31": (False, 0.0), "memory splicing, alphabet 8-25": (True, 1.0)}
+    assert result.summary["pairs"] == 4 and result.summary["clean_own_answer"] == 0.0
+    assert result.data["donor_rule"] == "pred" and result.data["target_rule"] == "succ"
+    row = result.data["pairs"][0]
+    assert row["clean"] == planted_answer(Task.parse(row["target"])) == row["alphabet 8-25"]
+    assert row["arrow only"] == planted_answer(Task.parse(row["donor"]))
+    spliced, alphabet = result.findings
+    assert spliced.paper == (
+        "succ prompt decoded from positions 0-31 of the pred prompt: the output becomes the donor's answer (acd)"
+    )
+    assert alphabet.paper == "succ prompt decoded from alphabet 8-25 of the pred prompt: no change"
+    assert alphabet.ours == "donor's answer 0%, own answer 0%, neither 100%; unchanged 100%"
+    assert "more than 50%" in alphabet.detail
+
+
+@pytest.mark.parametrize(("hits", "holds"), [(3, True), (2, False)])
+def test_a_case_holds_when_more_than_half_the_pairs_give_the_papers_outcome(planted, monkeypatch, hits, holds):
+    """The 0-31 case counts donor answers, the alphabet case unchanged answers; exactly half does not hold."""
+    calls = []
+
+    def fake(model, targets, donors, positions):
+        calls.append(tuple(positions))
+        if tuple(positions) == CASES["positions 0-31"]:
+            return [d.answer for d in donors[:hits]] + [t.answer for t in targets[hits:]]
+        return model.solve(targets)[:hits] + ["yy"] * (len(targets) - hits)
+
+    monkeypatch.setattr(splice, "splice_decode", fake)
+    monkeypatch.setattr(planted, "solve", lambda targets: [t.answer for t in targets[:3]] + ["zz"] * (len(targets) - 3))
+    result = splice_analysis(planted, n_pairs=4, model_name="planted")
+    assert result.model == "planted" and result.summary["clean_own_answer"] == 0.75
+    assert calls == [CASES["positions 0-31"], CASES["alphabet 8-25"]]
+    spliced, alphabet = result.findings
+    assert (spliced.holds, spliced.value) == (holds, hits / 4) and (alphabet.holds, alphabet.value) == (holds, hits / 4)
+    row = result.data["cases"]["positions 0-31"]
+    assert (row["donor"], row["own"], row["neither"]) == (hits / 4, 1 - hits / 4, 0.0)
+    assert result.data["cases"]["alphabet 8-25"]["own"] == hits / 4 and MAJORITY == 0.5
+
+
+def test_analysis_defaults_are_100_pred_into_succ_pairs_of_3_letters_seed_0(planted, monkeypatch):
+    """By default 100 pred (donor) / succ (target) minimal pairs of 3-letter windows, seed 0, are spliced."""
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append((args, kwargs))
+        return minimal_pairs("pred", "succ", 2, lengths=(3,), at_most=True)
+
+    monkeypatch.setattr(splice, "minimal_pairs", spy)
+    splice_analysis(planted)
+    assert calls == [(("pred", "succ", 100), {"seed": 0, "lengths": (3,), "at_most": True})]
+    splice_analysis(planted, "succ", "pred", n_pairs=7, seed=3)
+    assert calls[1] == (("succ", "pred", 7), {"seed": 3, "lengths": (3,), "at_most": True})
