@@ -21,6 +21,7 @@ from lsa_interp.data.batching import BATCHING_METHODS, batch_keys, epoch_batches
 from lsa_interp.data.vocab import EOS, PAD
 from lsa_interp.model.checkpoint import load_model
 from lsa_interp.training import TrainConfig, Trainer, exact_match, lr_factor
+from lsa_interp.utils import hardware_description
 
 SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
 
@@ -321,6 +322,10 @@ def test_a_run_logs_steps_validates_at_epoch_ends_and_saves_states_on_schedule(d
     )
     metadata = load_model(tmp_path / "run" / "model").metadata
     assert metadata["steps"] == 11 and metadata["epochs_completed"] == pytest.approx(11 / 8)
+    assert (metadata["preset"], metadata["seed"], metadata["data_seed"]) == ("tiny", 0, 3)
+    assert metadata["train_config"] == json.loads(json.dumps(asdict(config)))
+    assert metadata["device"] == "cpu" and metadata["hardware"] == hardware_description("cpu")
+    assert metadata["torch"] == torch.__version__ and metadata["train_seconds"] >= 0
     resumed = Trainer.resume(tmp_path / "run", max_steps=13)
     assert resumed.config.max_steps == 13 and resumed.step == 11
     resumed.run()
@@ -359,7 +364,9 @@ def test_logged_loss_rate_and_training_time_are_those_of_the_steps_since_the_las
     since the last line (validation not counted); progress gets each line with total_steps; train_seconds sums the
     training time only."""
     model = {**SMALL_MODEL, "dropout": 0.0}
-    config = _quick_config(data_dir, batch_size=256, max_steps=11, log_every=3, checkpoint_every=5, model=model)
+    config = _quick_config(
+        data_dir, preset="a-label", seed=2, batch_size=256, max_steps=11, log_every=3, checkpoint_every=5, model=model
+    )
     trainer = Trainer.start(config, tmp_path / "run")
     clock = _Clock()
     monkeypatch.setattr(time, "perf_counter", clock)
@@ -382,7 +389,8 @@ def test_logged_loss_rate_and_training_time_are_those_of_the_steps_since_the_las
     assert [r["tasks_per_s"] for r in steps] == pytest.approx(rates)
     assert [{k: v for k, v in p.items() if k != "total_steps"} for p in seen] == steps
     assert all(p["total_steps"] == 11 for p in seen)
-    assert load_model(tmp_path / "run" / "model").metadata["train_seconds"] == 5.5
+    metadata = load_model(tmp_path / "run" / "model").metadata
+    assert metadata["train_seconds"] == 5.5 and (metadata["preset"], metadata["seed"]) == ("a-label", 2)
 
 
 def test_max_minutes_stops_at_the_first_step_or_epoch_end_past_the_deadline(data_dir, tmp_path, monkeypatch):
