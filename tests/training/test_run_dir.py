@@ -33,6 +33,7 @@ def test_prepare_refuses_a_used_directory_and_with_force_clears_only_the_runs_ow
     empty = tmp_path / "empty"
     empty.mkdir()
     rd.prepare_run_dir(empty, {})  # an existing empty directory needs no force
+    assert (rd.prepare_run_dir(tmp_path / "a" / "b" / "run", {}) / rd.CONFIG_FILE).is_file()  # parents made
 
 
 def test_a_state_records_the_metrics_length_and_cut_metrics_returns_the_log_to_it(tmp_path):
@@ -59,6 +60,8 @@ def test_restoring_generators_continues_the_saved_random_stream_and_leaves_cuda_
     on a CPU does not touch CUDA; on a CUDA device a saved CUDA state is restored."""
     state = rd.rng_state(torch.device("cpu"))
     assert state["cuda_rng"] is None
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda: torch.full((8,), 7, dtype=torch.uint8))
+    assert torch.equal(rd.rng_state(torch.device("cuda"))["cuda_rng"], torch.full((8,), 7, dtype=torch.uint8))
     expected = torch.rand(4)
     torch.rand(7)
     calls = []

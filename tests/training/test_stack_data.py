@@ -81,7 +81,8 @@ def test_each_replicate_follows_its_own_epoch_plan_steps_and_schedule(plan):
     start, count = spe[0] - 2, 4 + spe[1] - spe[0]
     window = plan.window(start, count)
     assert window.start == start and window.count == count
-    assert window.rows.dtype == np.int64 and window.valid.dtype == bool
+    assert window.rows.dtype == np.int64 and window.valid.dtype == bool  # the dtypes of the device buffers
+    assert window.lr.dtype == np.float32 and window.active.dtype == np.float32
     assert window.rows.shape == window.valid.shape == (count, 2, 64) and window.lr.shape == (count, 2)
     for r in (0, 1):
         for i, step in enumerate(range(start, start + count)):

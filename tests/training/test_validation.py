@@ -39,19 +39,19 @@ def test_accuracy_record_groups_rows_by_copy_seen_new_and_transformation():
     """Rates over all rows, copy rows, non-copy rows, non-copy rows of seen and of new transformations, and per
     transformation over its non-copy rows (NaN where a group is empty); the loss is passed through."""
     rows = [
-        (_task("succ", True), 1),
+        (_task("succ", True), 0),
         (_task("succ", False), 1),
         (_task("succ", False), 0),
         (_task("pred", False), 1),
         (_task("reverse", False), 0),
         (_task("reverse", False), 1),
-        (_task("shift", True), 0),
+        (_task("shift", True), 1),
         (_task("reverse", True), 1),
     ]
     split = tokenize_split([t for t, _ in rows])
     record = accuracy_record(torch.tensor([bool(h) for _, h in rows]), split, 0.25)
     assert record["val_loss"] == 0.25
-    assert record["val_acc"] == pytest.approx(5 / 8)
+    assert record["val_acc"] == pytest.approx(5 / 8)  # 0+1+0+1+0+1+1+1
     assert record["val_acc_copy"] == pytest.approx(2 / 3)
     assert record["val_acc_noncopy"] == pytest.approx(3 / 5)
     assert record["val_acc_seen_transformations"] == pytest.approx(2 / 3)
@@ -92,6 +92,11 @@ def test_validation_loss_is_token_weighted_and_accuracy_is_the_greedy_exact_matc
     assert record["val_acc"] == pytest.approx(sum(hits) / 3)
     record = validate_model(tiny_model, val, contextlib.nullcontext)
     assert not tiny_model.training
+    many = ResidentSplit(tokenize_split(tasks * 350), CPU)  # 1,050 rows: more than one chunk of 1,024
+    again = validate_model(tiny_model, many, contextlib.nullcontext)
+    assert again["val_acc"] == pytest.approx(record["val_acc"]) and again["val_loss"] == pytest.approx(
+        record["val_loss"]
+    )
 
 
 def test_a_resident_split_limit_keeps_a_fixed_sorted_sample_and_batches_are_cut_to_their_longest_row():
@@ -102,6 +107,8 @@ def test_a_resident_split_limit_keeps_a_fixed_sorted_sample_and_batches_are_cut_
     kept = ResidentSplit(split, CPU, limit=12)
     again = ResidentSplit(split, CPU, limit=12)
     assert len(kept.src) == 12 and torch.equal(kept.src, again.src)
+    sample = np.sort(np.random.default_rng(0).permutation(30)[:12])  # the seed-0 sample, in every run
+    assert torch.equal(kept.src, split.tokens.src[torch.from_numpy(sample)][:, : kept.src.shape[1]])
     whole = ResidentSplit(split, CPU, limit=30)
     assert len(whole.src) == 30 and torch.equal(whole.src, ResidentSplit(split, CPU).src)
     assert kept.src_len.tolist() == (kept.src != PAD).sum(1).tolist()
