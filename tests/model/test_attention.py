@@ -90,3 +90,73 @@ def test_shapes_are_checked_at_runtime(attn):
     """The test suite runs lsa_interp.model under jaxtyping + beartype: a wrong shape raises."""
     with pytest.raises(TypeCheckError):
         attn(torch.randn(2, 5, 16), mask=torch.zeros(3, 1, 1, 5))
+
+
+@pytest.mark.parametrize(
+    "register",
+    [
+        lambda hp: hp.register_forward_pre_hook(lambda *args: None),
+        lambda hp: hp.register_full_backward_hook(lambda *args: None),
+        lambda hp: hp.register_full_backward_pre_hook(lambda *args: None),
+    ],
+    ids=["forward_pre", "backward", "backward_pre"],
+)
+def test_is_hooked_sees_pre_and_backward_hooks_on_one_point(attn, register):
+    """A forward-pre, backward or backward-pre hook on any single hook point marks the module as hooked."""
+    points = attn._hook_points
+    handle = register(attn.hook_v)
+    assert is_hooked(points) and is_hooked([attn.hook_v]) and not is_hooked([attn.hook_q])
+    handle.remove()
+    assert not is_hooked(points)
+
+
+@pytest.mark.parametrize(
+    "register",
+    [
+        lambda: torch.nn.modules.module.register_module_forward_pre_hook(lambda *args: None),
+        lambda: torch.nn.modules.module.register_module_full_backward_hook(lambda *args: None),
+        lambda: torch.nn.modules.module.register_module_full_backward_pre_hook(lambda *args: None),
+    ],
+    ids=["forward_pre", "backward", "backward_pre"],
+)
+def test_is_hooked_sees_global_pre_and_backward_hooks(register):
+    """Global module hooks of every kind (they run on every module) count as hooks, even with no hook points."""
+    assert not is_hooked([])
+    handle = register()
+    try:
+        assert is_hooked([])
+    finally:
+        handle.remove()
+    assert not is_hooked([])
+
+
+def test_new_attention_has_xavier_weights_and_zero_biases():
+    """A fresh module is initialised as nn.MultiheadAttention: Xavier-uniform in_proj, zero in/out biases."""
+    torch.manual_seed(3)
+    module = Attention(ModelConfig(d_model=64, n_heads=4))
+    bound = (6 / (64 + 3 * 64)) ** 0.5
+    weight = module.in_proj_weight
+    assert weight.abs().max() <= bound and weight.abs().max() > 0.95 * bound
+    assert abs(weight.std().item() - bound / 3**0.5) < 0.05 * bound
+    assert torch.equal(module.in_proj_bias, torch.zeros(3 * 64))
+    assert torch.equal(module.out_proj.bias, torch.zeros(64))
+
+
+def test_one_query_position_skips_the_fused_kernel_and_several_use_it(attn, monkeypatch):
+    """Without hooks, a single query position (a decoding step) is computed explicitly; longer queries are fused."""
+    calls = []
+    original = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(
+        torch.nn.functional,
+        "scaled_dot_product_attention",
+        lambda *a, **k: calls.append(a[0].shape) or original(*a, **k),
+    )
+    one, two = torch.randn(2, 1, 16), torch.randn(2, 2, 16)
+    with torch.no_grad():
+        attn(one)
+        assert calls == []
+        attn(two)
+        assert len(calls) == 1
+        attn.train()
+        attn(two)
+    assert len(calls) == 1

@@ -34,6 +34,7 @@ def _lengths(tokens: torch.Tensor) -> torch.Tensor:
     return ((tokens == EOS).long().cumsum(1) == 0).sum(1) + (tokens == EOS).any(1).long()
 
 
+@pytest.mark.slow
 def test_cached_decoding_equals_full_recomputation_on_1000_tasks(stopping_pair, thousand):
     reference, model = stopping_pair
     cached = model.generate(thousand, batch_size=250)
@@ -104,3 +105,93 @@ def test_generate_rejects_bad_lengths(stopping_pair, make_tasks):
         model.generate(make_tasks(1), max_new_tokens=0)
     with pytest.raises(ValueError, match="max_new_tokens"):
         model.generate(make_tasks(1), max_new_tokens=model.cfg.max_len + 1)
+
+
+@pytest.fixture(scope="module")
+def forty(make_tasks):
+    return encode_tasks(make_tasks(40, seed=5))
+
+
+def test_cached_chunked_decoding_equals_full_recomputation_and_the_reference(stopping_pair, forty):
+    """Cached decoding in chunks of 7 rows gives the tokens of re-running the whole decoder, row by row."""
+    reference, model = stopping_pair
+    cached = model.generate(forty, batch_size=7)
+    full = model.generate(forty, batch_size=40, use_cache=False)
+    lengths = _lengths(cached)
+    assert len(set(lengths.tolist())) >= 5 and lengths.max() == cached.shape[1]
+    assert torch.equal(cached, full)
+    expected = reference_greedy_decode(reference, forty.src, n_steps=cached.shape[1])
+    assert torch.equal(cached, expected)
+
+
+def test_chunks_keep_the_input_order(stopping_pair, make_tasks):
+    """Decoding by chunks of rows grouped by length puts every row's answer back at its input position."""
+    _, model = stopping_pair
+    tasks = make_tasks(7, seed=6)
+    together = model.generate(tasks, batch_size=2)
+    for i, task in enumerate(tasks):
+        alone = model.generate([task])
+        assert torch.equal(together[i, : alone.shape[1]], alone[0])
+        assert (together[i, alone.shape[1] :] == PAD).all()
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("max_new_tokens", [1, 3])
+def test_decoding_stops_after_max_new_tokens(stopping_pair, forty, use_cache, max_new_tokens):
+    """Rows that have not emitted EOS are cut after ``max_new_tokens`` tokens (the reference's first tokens)."""
+    reference, model = stopping_pair
+    tokens = model.generate(forty, max_new_tokens=max_new_tokens, use_cache=use_cache)
+    assert tokens.shape == (40, max_new_tokens) and (tokens != PAD).all()
+    assert torch.equal(tokens, reference_greedy_decode(reference, forty.src, n_steps=max_new_tokens))
+
+
+@pytest.fixture(scope="module")
+def never_stopping(make_pair, small_cfg):
+    """The small hooked model with the EOS logit pushed down: no row ever ends."""
+    _, model = make_pair(small_cfg, seed=0)
+    with torch.no_grad():
+        model.unembed.bias[EOS] -= 100.0
+    return model
+
+
+def test_default_length_is_32_tokens_and_the_position_table_is_the_limit(never_stopping, make_tasks):
+    """Without EOS, generate returns DEFAULT_MAX_NEW_TOKENS (32) tokens, and up to max_len when asked."""
+    tasks = make_tasks(2, seed=7)
+    assert _shape_without_eos(never_stopping.generate(tasks)) == (2, 32)
+    limit = never_stopping.cfg.max_len
+    assert _shape_without_eos(never_stopping.generate(tasks, max_new_tokens=limit)) == (2, limit)
+
+
+def _shape_without_eos(tokens: torch.Tensor) -> tuple[int, ...]:
+    assert not (tokens == EOS).any()
+    return tuple(tokens.shape)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_rows_all_ending_at_the_first_step_give_one_column(make_pair, small_cfg, make_tasks, use_cache):
+    """When every row emits EOS first, decoding stops after one step: a single EOS column."""
+    _, model = make_pair(small_cfg, seed=0)
+    with torch.no_grad():
+        model.unembed.bias[EOS] += 100.0
+    tokens = model.generate(make_tasks(3, seed=8), use_cache=use_cache)
+    assert torch.equal(tokens, torch.full((3, 1), EOS))
+
+
+def test_finished_rows_leave_the_batch_once_a_quarter_is_done(stopping_pair, make_tasks, monkeypatch):
+    """Cached decoding drops finished rows as soon as at least a quarter of the rows still decoded are done."""
+    _, model = stopping_pair
+    batch = encode_tasks(make_tasks(30, seed=9))
+    lengths = _lengths(model.generate(batch)).tolist()
+    picked: dict[int, int] = {}
+    for row, length in enumerate(lengths):
+        picked.setdefault(length, row)
+    (a, b, c, d), rows = sorted(picked)[:4], [picked[n] for n in sorted(picked)[:4]]
+    sizes = []
+    step = model.decode_step
+    monkeypatch.setattr(model, "decode_step", lambda tokens, *args: sizes.append(len(tokens)) or step(tokens, *args))
+    tokens = model.greedy_decode(batch.src[rows], max_new_tokens=32)
+    assert _lengths(tokens).tolist() == [a, b, c, d]
+    assert sizes == [4] * a + [3] * (b - a) + [2] * (c - b) + [1] * (d - c)
+    sizes.clear()
+    kept = model.greedy_decode(batch.src[rows], max_new_tokens=32, drop_finished=False)
+    assert torch.equal(kept, tokens) and sizes == [4] * d
