@@ -108,3 +108,39 @@ def test_hooked_from_reference_keeps_weights_device_mode_and_the_random_stream(r
     with torch.no_grad():
         torch.testing.assert_close(hooked(batch), reference.eval()(batch.src, batch.tgt_in), atol=1e-5, rtol=0)
     assert not hooked_from_reference(reference).training
+
+
+def test_checkpoint_without_configs_defaults_to_8_heads_and_dropout_0_1(tmp_path):
+    """Heads and dropout are not in the weights: without mlc/train configs they default to 8 and 0.1."""
+    torch.manual_seed(0)
+    reference = ReferenceTransformer(ModelConfig(d_model=16, n_heads=8, n_encoder_layers=1, n_decoder_layers=1))
+    path = tmp_path / "bare.pt"
+    torch.save({"net_state_dict": reference.state_dict()}, path)
+    model = load_reference_checkpoint(path)
+    assert model.cfg.n_heads == 8 and model.cfg.dropout == 0.1
+    assert load_reference_checkpoint(path, n_heads=2).cfg.n_heads == 2
+
+
+def test_heads_and_dropout_are_read_from_the_train_config_too(reference, tmp_path):
+    """``nhead`` and ``dropout`` are taken from ``mlc_config`` first, else from ``train_config``."""
+    path = tmp_path / "train_config.pt"
+    save_reference_checkpoint(reference, path, mlc_config={"emb_size": 32}, train_config={"nhead": 2, "dropout": 0.25})
+    cfg = load_reference_checkpoint(path).cfg
+    assert cfg.n_heads == 2 and cfg.dropout == 0.25
+    save_reference_checkpoint(reference, path, mlc_config={"nhead": 4, "dropout": 0.0}, train_config={"nhead": 2})
+    cfg = load_reference_checkpoint(path).cfg
+    assert cfg.n_heads == 4 and cfg.dropout == 0.0
+
+
+def test_loaded_checkpoint_metadata_names_its_source_and_path(reference, tmp_path):
+    """The loaded model's metadata records the source format and file path next to the checkpoint's entries."""
+    path = tmp_path / "run.pt"
+    save_reference_checkpoint(reference, path, val_acc_hist=[0.5])
+    metadata = load_reference_checkpoint(path).metadata
+    assert metadata["source"] == "reference checkpoint" and metadata["path"] == str(path)
+    assert metadata["val_acc_hist"] == [0.5] and "net_state_dict" not in metadata
+
+
+def test_hooked_from_reference_keeps_the_given_metadata(reference):
+    """The hooked copy carries the metadata it was given."""
+    assert hooked_from_reference(reference, metadata={"step": 3}).metadata == {"step": 3}
