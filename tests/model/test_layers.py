@@ -51,3 +51,32 @@ def test_embedding_beyond_the_position_table_raises():
     assert stack.embed_tokens(torch.zeros(1, 10, dtype=torch.long), table).shape == (1, 10, 16)
     with pytest.raises(ValueError, match="exceeds the position table"):
         stack.embed_tokens(torch.zeros(1, 3, dtype=torch.long), table, start=8)
+
+
+def test_negative_layer_indices_count_from_the_end_down_to_minus_n():
+    """``stack[-n]`` is the first layer; ``stack[-n - 1]`` raises IndexError."""
+    stack = Stack(ModelConfig(d_model=16, n_heads=2, n_encoder_layers=3, d_mlp=8), decoder=False)
+    assert stack[-3] is stack[0] and stack[-2] is stack[1]
+    with pytest.raises(IndexError, match="out of range"):
+        stack[-4]
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_hook_editing_the_position_embedding_in_place_leaves_the_table_alone(batch):
+    """``hook_pos_embed`` gets a fresh tensor: editing it in place changes neither the table nor other rows."""
+    cfg = ModelConfig(d_model=16, n_heads=2, d_mlp=8, max_len=10)
+    stack = Stack(cfg, decoder=False).eval()
+    table = sinusoidal_table(cfg.max_len, cfg.d_model)
+    original = table.clone()
+
+    def zero(tensor, hook):
+        tensor[0].zero_()
+        return tensor
+
+    stack.hook_pos_embed.add_hook(zero)
+    with torch.no_grad():
+        out = stack.embed_tokens(torch.zeros(batch, 4, dtype=torch.long), table, start=2)
+    assert torch.equal(table, original)
+    torch.testing.assert_close(out[0], stack.embed.weight[0].expand(4, -1))
+    if batch > 1:
+        torch.testing.assert_close(out[1], stack.embed.weight[0] + table[2:6])
