@@ -195,3 +195,17 @@ def test_finished_rows_leave_the_batch_once_a_quarter_is_done(stopping_pair, mak
     sizes.clear()
     kept = model.greedy_decode(batch.src[rows], max_new_tokens=32, drop_finished=False)
     assert torch.equal(kept, tokens) and sizes == [4] * d
+
+
+def test_pad_tokens_the_model_emits_stay_visible_to_later_steps(make_pair, small_cfg, forty):
+    """A PAD the model emits is fed back like any token (not masked as a key), with or without the cache."""
+    reference, model = make_pair(small_cfg, seed=0)
+    with torch.no_grad():
+        for bias in (reference.out.bias, model.unembed.bias):
+            bias[PAD] += 1.0
+            bias[EOS] += 0.3
+    src = forty.src[:20]
+    expected = reference_greedy_decode(reference, src, n_steps=12)
+    assert (expected == PAD).float().mean() > 0.1
+    assert torch.equal(model.greedy_decode(src, 12, use_cache=False), expected)
+    assert torch.equal(model.greedy_decode(src, 12), expected)
