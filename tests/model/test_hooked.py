@@ -240,3 +240,18 @@ def test_nnsight_can_replace_an_attention_pattern(make_pair, small_cfg, make_tas
     assert pattern.shape == (2, small_cfg.n_heads, src_pos, src_pos)
     assert not torch.allclose(patched, clean)
     torch.testing.assert_close(untouched, clean, atol=1e-5, rtol=0)
+
+
+def test_initialisation_is_xavier_in_the_layers_and_normal_in_the_embeddings():
+    """As nn.Transformer inside the reference: layer matrices Xavier-uniform, embeddings N(0, 1), norms 1 and 0."""
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(ModelConfig(d_model=64, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_mlp=128))
+    fc_in = model.encoder[0].mlp.fc_in.weight
+    bound = (6 / (64 + 128)) ** 0.5
+    assert fc_in.abs().max() <= bound and abs(fc_in.std().item() - bound / 3**0.5) < 0.05 * bound
+    out_proj = model.decoder[0].cross_attn.out_proj.weight
+    assert out_proj.abs().max() <= (6 / 128) ** 0.5
+    for embed in (model.encoder.embed.weight, model.decoder.embed.weight):
+        assert abs(embed.std().item() - 1.0) < 0.1 and embed.abs().max() > 2.0
+    assert torch.equal(model.decoder[0].ln3.weight, torch.ones(64))
+    assert torch.equal(model.decoder[0].ln3.bias, torch.zeros(64))

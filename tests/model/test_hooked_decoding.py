@@ -209,3 +209,21 @@ def test_pad_tokens_the_model_emits_stay_visible_to_later_steps(make_pair, small
     assert (expected == PAD).float().mean() > 0.1
     assert torch.equal(model.greedy_decode(src, 12, use_cache=False), expected)
     assert torch.equal(model.greedy_decode(src, 12), expected)
+
+
+def test_cross_attention_key_and_value_hooks_fire_once_and_can_edit_decoding(stopping_pair, make_tasks):
+    """With hooks, cached decoding computes cross-attention keys/values once, through hook_k/hook_v."""
+    _, model = stopping_pair
+    tasks = make_tasks(3, seed=10)
+    src_pos = encode_tasks(tasks).src.shape[1]
+    shapes = []
+    record = lambda tensor, hook: shapes.append((hook.name, tuple(tensor.shape)))
+    names = ["decoder.1.cross_attn.hook_k", "decoder.1.cross_attn.hook_v"]
+    plain = model.generate(tasks)
+    with model.hooks(fwd_hooks=[(name, record) for name in names]):
+        assert torch.equal(model.generate(tasks), plain)
+    assert shapes == [(name, (3, src_pos, 4, 8)) for name in names]
+    zero = lambda tensor, hook: torch.zeros_like(tensor)
+    with model.hooks(fwd_hooks=[("decoder.0.cross_attn.hook_v", zero), ("decoder.1.cross_attn.hook_v", zero)]):
+        edited = model.generate(tasks)
+    assert not torch.equal(edited, plain)
