@@ -160,3 +160,15 @@ def test_one_query_position_skips_the_fused_kernel_and_several_use_it(attn, monk
         attn.train()
         attn(two)
     assert len(calls) == 1
+
+
+def test_filled_and_selected_caches_report_their_length():
+    """A cache filled from k/v holds all their positions; selecting rows keeps the length."""
+    torch.manual_seed(4)
+    cross = Attention(CFG, cross=True).eval()
+    cache = cross.precompute_kv(torch.randn(3, 7, 16))
+    assert cache.length == 7 and cache.keys.shape == (3, 4, 7, 4)
+    assert cache.select(torch.tensor([True, False, True])).length == 7
+    grown = KVCache.empty(2, 4, 5, 4, like=torch.zeros(1))
+    grown.append(torch.zeros(2, 4, 2, 4), torch.zeros(2, 4, 2, 4))
+    assert grown.select(torch.tensor([1])).length == 2
