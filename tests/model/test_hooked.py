@@ -255,3 +255,18 @@ def test_initialisation_is_xavier_in_the_layers_and_normal_in_the_embeddings():
         assert abs(embed.std().item() - 1.0) < 0.1 and embed.abs().max() > 2.0
     assert torch.equal(model.decoder[0].ln3.weight, torch.ones(64))
     assert torch.equal(model.decoder[0].ln3.bias, torch.zeros(64))
+
+
+def test_decode_masks_pad_keys_of_the_decoder_input_by_default(small_model, make_tasks):
+    """``decode`` masks PAD decoder-input keys unless ``mask_tgt_pad=False`` (seen at the PAD query positions)."""
+    batch = encode_tasks(make_tasks(3, seed=16, answer_len=(2, 6)))
+    assert (batch.tgt_in == PAD).any()
+    with torch.no_grad():
+        memory = small_model.encode(batch.src)
+        default = small_model.decode(batch.tgt_in, memory, batch.src_pad_mask)
+        masked = small_model.decode(batch.tgt_in, memory, batch.src_pad_mask, mask_tgt_pad=True)
+        unmasked = small_model.decode(batch.tgt_in, memory, batch.src_pad_mask, mask_tgt_pad=False)
+    assert torch.equal(default, masked)
+    pad = batch.tgt_in == PAD
+    torch.testing.assert_close(unmasked[~pad], masked[~pad], atol=1e-5, rtol=0)
+    assert not torch.allclose(unmasked[pad], masked[pad])

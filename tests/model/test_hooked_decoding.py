@@ -227,3 +227,25 @@ def test_cross_attention_key_and_value_hooks_fire_once_and_can_edit_decoding(sto
     with model.hooks(fwd_hooks=[("decoder.0.cross_attn.hook_v", zero), ("decoder.1.cross_attn.hook_v", zero)]):
         edited = model.generate(tasks)
     assert not torch.equal(edited, plain)
+
+
+def test_rows_are_decoded_with_the_cache_in_chunks_of_batch_size(stopping_pair, make_tasks, monkeypatch):
+    """generate and solve decode 256 rows at a time by default (or ``batch_size``), cached, to max_new_tokens."""
+    _, model = stopping_pair
+    tasks = make_tasks(300, seed=11, answer_len=None)
+    calls = []
+    decode = model.greedy_decode
+
+    def spy(src, max_new_tokens, use_cache=True, drop_finished=True):
+        calls.append((src.shape[0], max_new_tokens, use_cache, drop_finished))
+        return decode(src, max_new_tokens, use_cache, drop_finished)
+
+    monkeypatch.setattr(model, "greedy_decode", spy)
+    assert model.generate(tasks, max_new_tokens=1).shape == (300, 1)
+    assert calls == [(256, 1, True, True), (44, 1, True, True)]
+    calls.clear()
+    assert len(model.solve(tasks, max_new_tokens=2)) == 300
+    assert calls == [(256, 2, True, True), (44, 2, True, True)]
+    calls.clear()
+    model.solve(tasks[:5], max_new_tokens=1, batch_size=2)
+    assert calls == [(2, 1, True, True), (2, 1, True, True), (1, 1, True, True)]
