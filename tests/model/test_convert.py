@@ -7,7 +7,12 @@ import torch
 
 from lsa_interp.data.tokenizer import encode_tasks
 from lsa_interp.model import ModelConfig, convert_reference_state_dict, load_model
-from lsa_interp.model.convert import hooked_from_reference, infer_reference_config, load_reference_checkpoint
+from lsa_interp.model.convert import (
+    _rename,
+    hooked_from_reference,
+    infer_reference_config,
+    load_reference_checkpoint,
+)
 from lsa_interp.model.reference import ReferenceTransformer, save_reference_checkpoint
 
 CFG = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=3, d_mlp=48, max_len=64, dropout=0.0)
@@ -144,3 +149,37 @@ def test_loaded_checkpoint_metadata_names_its_source_and_path(reference, tmp_pat
 def test_hooked_from_reference_keeps_the_given_metadata(reference):
     """The hooked copy carries the metadata it was given."""
     assert hooked_from_reference(reference, metadata={"step": 3}).metadata == {"step": 3}
+
+
+def test_encoder_layers_have_no_cross_attention_or_third_norm():
+    """Reference names of encoder cross-attention or a third encoder norm have no hooked name."""
+    assert _rename("transformer.encoder.layers.0.multihead_attn.in_proj_weight") is None
+    assert _rename("transformer.encoder.layers.1.norm3.bias") is None
+    assert (
+        _rename("transformer.decoder.layers.1.multihead_attn.in_proj_weight") == "decoder.1.cross_attn.in_proj_weight"
+    )
+    assert _rename("transformer.decoder.layers.0.norm3.bias") == "decoder.0.ln3.bias"
+    assert _rename("transformer.encoder.layers.2.self_attn.out_proj.weight") == "encoder.2.attn.out_proj.weight"
+
+
+def test_an_unknown_key_does_not_stop_the_conversion_of_the_others(reference):
+    """Every key is converted even after an unknown one: the error lists only the unknown key."""
+    state = {"transformer.encoder.layers.0.extra.weight": torch.zeros(1), **reference.state_dict()}
+    with pytest.raises(ValueError, match="unknown keys") as error:
+        convert_reference_state_dict(state, CFG)
+    assert "missing keys" not in str(error.value) and "shape mismatches" not in str(error.value)
+
+
+def test_a_position_table_of_the_wrong_width_is_rejected(reference):
+    """A 2-D table whose width is not d_model is rejected when the config is inferred."""
+    state = dict(reference.state_dict())
+    state["positional_encoding.pos_embedding"] = torch.zeros(64, 16)
+    with pytest.raises(ValueError, match=r"expected \[max_len, 32\]"):
+        infer_reference_config(state)
+
+
+def test_a_reference_without_decoder_layers_is_rejected(reference):
+    """Layer counts come from the keys: no decoder layer keys means zero decoder layers, which is invalid."""
+    state = {key: value for key, value in reference.state_dict().items() if ".decoder.layers." not in key}
+    with pytest.raises(ValueError, match="at least one"):
+        infer_reference_config(state, n_heads=4)
