@@ -72,3 +72,14 @@ def test_a_field_equal_to_the_threshold_is_kept():
     at_threshold = fields == 9830
     assert at_threshold.any() and (out[at_threshold] != 0).all()
     assert torch.equal(out != 0, fields >= 9830)
+
+
+def test_the_mask_depends_on_the_shape_not_the_memory_layout():
+    """A transposed (non-contiguous) input and a 3-D input get the documented row-major mask of their shape."""
+    transposed = torch.ones(8, 3).t()
+    assert not transposed.is_contiguous()
+    for x in (transposed, torch.ones(2, 3, 8)):
+        torch.manual_seed(12)
+        out = dropout(x, 0.5, training=True)
+        torch.manual_seed(12)
+        assert torch.equal(out != 0, _spec_keep(tuple(x.shape), 0.5))
