@@ -80,3 +80,15 @@ def test_a_hook_editing_the_position_embedding_in_place_leaves_the_table_alone(b
     torch.testing.assert_close(out[0], stack.embed.weight[0].expand(4, -1))
     if batch > 1:
         torch.testing.assert_close(out[1], stack.embed.weight[0] + table[2:6])
+
+
+def test_sinusoidal_table_is_the_double_precision_formula_rounded_to_float32():
+    """Every entry is sin/cos(pos / 10000^(2i/d)) computed in float64, then rounded once to float32."""
+    table = sinusoidal_table(64, 128)
+    assert table.dtype == torch.float32
+    expected = torch.zeros(64, 128, dtype=torch.float64)
+    for pos in range(64):
+        for i in range(64):
+            angle = pos * math.exp(2 * i * -math.log(10000.0) / 128)
+            expected[pos, 2 * i], expected[pos, 2 * i + 1] = math.sin(angle), math.cos(angle)
+    assert torch.equal(table, expected.float())
