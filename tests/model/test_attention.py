@@ -172,3 +172,35 @@ def test_filled_and_selected_caches_report_their_length():
     grown = KVCache.empty(2, 4, 5, 4, like=torch.zeros(1))
     grown.append(torch.zeros(2, 4, 2, 4), torch.zeros(2, 4, 2, 4))
     assert grown.select(torch.tensor([1])).length == 2
+
+
+def _with_result_hook_and_random_biases() -> Attention:
+    torch.manual_seed(5)
+    module = Attention(ModelConfig(d_model=16, n_heads=4, d_mlp=32, dropout=0.0, use_hook_result=True)).eval()
+    torch.nn.init.normal_(module.in_proj_bias)
+    torch.nn.init.normal_(module.out_proj.bias)
+    return module
+
+
+def test_per_head_results_plus_the_output_bias_give_the_output():
+    """With ``use_hook_result`` and a hook attached, hook_result summed over heads plus out_proj.bias is the output."""
+    module = _with_result_hook_and_random_biases()
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        plain = module(x)
+        seen = {}
+        module.hook_result.add_hook(lambda tensor, hook: seen.setdefault("result", tensor))
+        hooked = module(x)
+    assert seen["result"].shape == (2, 5, 4, 16)
+    torch.testing.assert_close(hooked, plain, atol=1e-5, rtol=0)
+    torch.testing.assert_close(seen["result"].sum(dim=2) + module.out_proj.bias, plain, atol=1e-5, rtol=0)
+
+
+def test_use_hook_result_costs_nothing_without_hooks():
+    """Without hooks, ``use_hook_result`` leaves the explicit path's output bit-identical (no per-head split)."""
+    module = _with_result_hook_and_random_biases()
+    plain = Attention(ModelConfig(d_model=16, n_heads=4, d_mlp=32, dropout=0.0)).eval()
+    plain.load_state_dict(module.state_dict())
+    one = torch.randn(3, 1, 16)
+    with torch.no_grad():
+        assert torch.equal(module(one), plain(one))
