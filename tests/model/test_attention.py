@@ -204,3 +204,17 @@ def test_use_hook_result_costs_nothing_without_hooks():
     one = torch.randn(3, 1, 16)
     with torch.no_grad():
         assert torch.equal(module(one), plain(one))
+
+
+def test_attention_weights_are_dropped_in_training_only():
+    """In training, dropout (cfg.dropout) applies to the attention pattern; in eval mode it does not."""
+    torch.manual_seed(6)
+    module = Attention(ModelConfig(d_model=16, n_heads=4, d_mlp=32, dropout=0.5))
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        evaluated = module.eval()(x)
+        trained = module.train()(x)
+        module.dropout_p = 0.0
+        undropped = module(x)
+    assert not torch.allclose(trained, evaluated, atol=1e-3)
+    torch.testing.assert_close(undropped, evaluated, atol=1e-5, rtol=0)
