@@ -270,3 +270,12 @@ def test_decode_masks_pad_keys_of_the_decoder_input_by_default(small_model, make
     pad = batch.tgt_in == PAD
     torch.testing.assert_close(unmasked[~pad], masked[~pad], atol=1e-5, rtol=0)
     assert not torch.allclose(unmasked[pad], masked[pad])
+
+
+def test_run_with_cache_moves_cached_tensors_to_the_given_device(small_model, make_tasks):
+    """``device`` places every cached tensor there (``meta`` here, so it runs without a GPU); logits stay put."""
+    names = ["encoder.hook_embed", "decoder.1.hook_resid_post"]
+    logits, cache = small_model.run_with_cache(make_tasks(2, seed=17), names_filter=names, device="meta")
+    assert list(cache.keys()) == names
+    assert all(tensor.device.type == "meta" for tensor in cache.values())
+    assert logits.device.type == "cpu"

@@ -249,3 +249,6 @@ def test_rows_are_decoded_with_the_cache_in_chunks_of_batch_size(stopping_pair, 
     calls.clear()
     model.solve(tasks[:5], max_new_tokens=1, batch_size=2)
     assert calls == [(2, 1, True, True), (2, 1, True, True), (1, 1, True, True)]
+    calls.clear()
+    model.generate(tasks[:3], max_new_tokens=1, use_cache=False)
+    assert calls == [(3, 1, False, True)]
