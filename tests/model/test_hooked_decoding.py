@@ -252,3 +252,25 @@ def test_rows_are_decoded_with_the_cache_in_chunks_of_batch_size(stopping_pair, 
     calls.clear()
     model.generate(tasks[:3], max_new_tokens=1, use_cache=False)
     assert calls == [(3, 1, False, True)]
+
+
+def test_hooked_generate_without_cache_reruns_the_whole_decoder(stopping_pair, make_tasks):
+    """With hooks and ``use_cache=False``, step i re-runs the decoder on i+1 positions (cached: one position)."""
+    _, model = stopping_pair
+    tasks = make_tasks(3, seed=12)
+    widths = []
+    record = lambda tensor, hook: widths.append(tensor.shape[1])
+    with model.hooks(fwd_hooks=[("decoder.0.hook_resid_pre", record)]):
+        full = model.generate(tasks, use_cache=False)
+        assert widths == list(range(1, full.shape[1] + 1))
+        widths.clear()
+        assert torch.equal(model.generate(tasks), full)
+    assert widths == [1] * full.shape[1]
+
+
+def test_generate_return_cache_keeps_only_the_filtered_hooks(stopping_pair, make_tasks):
+    """``names_filter`` selects the hooks of the cache that generate returns."""
+    _, model = stopping_pair
+    names = ["encoder.0.hook_resid_post", "decoder.1.cross_attn.hook_pattern"]
+    _, cache = model.generate(make_tasks(2, seed=13), return_cache=True, names_filter=names)
+    assert list(cache.keys()) == names
