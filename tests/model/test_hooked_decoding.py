@@ -274,3 +274,13 @@ def test_generate_return_cache_keeps_only_the_filtered_hooks(stopping_pair, make
     names = ["encoder.0.hook_resid_post", "decoder.1.cross_attn.hook_pattern"]
     _, cache = model.generate(make_tasks(2, seed=13), return_cache=True, names_filter=names)
     assert list(cache.keys()) == names
+
+
+def test_cached_decoding_runs_in_bfloat16(make_pair, small_cfg, make_tasks):
+    """The decoding masks take the model's dtype, so a bfloat16 model decodes (cached = full recomputation)."""
+    _, model = make_pair(small_cfg, seed=0)
+    model = model.to(torch.bfloat16)
+    tasks = make_tasks(4, seed=14)
+    cached = model.generate(tasks, max_new_tokens=4)
+    assert cached.shape == (4, 4)
+    assert torch.equal(cached, model.generate(tasks, max_new_tokens=4, use_cache=False))
