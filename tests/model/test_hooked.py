@@ -279,3 +279,11 @@ def test_run_with_cache_moves_cached_tensors_to_the_given_device(small_model, ma
     assert list(cache.keys()) == names
     assert all(tensor.device.type == "meta" for tensor in cache.values())
     assert logits.device.type == "cpu"
+
+
+def test_a_bfloat16_model_runs_with_hooks(make_pair, small_cfg, make_tasks):
+    """The encoder and decoder masks take the model's dtype: the hooked (explicit) path works in bfloat16."""
+    _, model = make_pair(small_cfg, seed=0)
+    model = model.to(torch.bfloat16)
+    logits, cache = model.run_with_cache(make_tasks(2, seed=18), names_filter=["encoder.1.attn.hook_pattern"])
+    assert logits.dtype == cache["encoder.1.attn.hook_pattern"].dtype == torch.bfloat16
