@@ -183,3 +183,28 @@ def test_a_reference_without_decoder_layers_is_rejected(reference):
     state = {key: value for key, value in reference.state_dict().items() if ".decoder.layers." not in key}
     with pytest.raises(ValueError, match="at least one"):
         infer_reference_config(state, n_heads=4)
+
+
+def test_inferred_config_defaults_to_8_heads_and_dropout_0_1_and_reads_the_vocabulary_size():
+    """Without heads/dropout, infer_reference_config assumes 8 and 0.1; the vocabulary size comes from the weights."""
+    torch.manual_seed(0)
+    small = ReferenceTransformer(
+        ModelConfig(d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, vocab_size=40)
+    )
+    cfg = infer_reference_config(small.state_dict())
+    assert (cfg.n_heads, cfg.dropout, cfg.vocab_size, cfg.d_model) == (8, 0.1, 40, 16)
+
+
+def test_a_layer_the_config_does_not_have_is_an_unknown_key(reference):
+    """A reference key naming a layer beyond the config is reported by name as unknown."""
+    state = dict(reference.state_dict())
+    state["transformer.decoder.layers.7.norm1.weight"] = torch.ones(32)
+    with pytest.raises(ValueError, match=r"unknown keys \['transformer.decoder.layers.7.norm1.weight'\]"):
+        convert_reference_state_dict(state, CFG)
+
+
+def test_converted_weights_take_the_model_dtype(reference):
+    """A half-precision reference state dict converts to the hooked model's float32 tensors."""
+    state = {key: value.half() for key, value in reference.state_dict().items()}
+    converted = convert_reference_state_dict(state, CFG)
+    assert {value.dtype for value in converted.values()} == {torch.float32}
