@@ -208,3 +208,10 @@ def test_converted_weights_take_the_model_dtype(reference):
     state = {key: value.half() for key, value in reference.state_dict().items()}
     converted = convert_reference_state_dict(state, CFG)
     assert {value.dtype for value in converted.values()} == {torch.float32}
+
+
+def test_a_two_dimensional_table_is_used_as_is_even_with_one_row(reference):
+    """A [max_len, d_model] table is not squeezed: a one-row table gives max_len 1."""
+    state = dict(reference.state_dict())
+    state["positional_encoding.pos_embedding"] = torch.zeros(1, 32)
+    assert infer_reference_config(state, n_heads=4).max_len == 1
