@@ -92,3 +92,12 @@ def test_sinusoidal_table_is_the_double_precision_formula_rounded_to_float32():
             angle = pos * math.exp(2 * i * -math.log(10000.0) / 128)
             expected[pos, 2 * i], expected[pos, 2 * i + 1] = math.sin(angle), math.cos(angle)
     assert torch.equal(table, expected.float())
+
+
+def test_norm_uses_the_configured_epsilon():
+    """``cfg.ln_eps`` is the LayerNorm epsilon, for input-hooked and output-hooked norms alike."""
+    cfg = ModelConfig(d_model=8, n_heads=2, ln_eps=1.0)
+    x = torch.randn(2, 3, 8) * 0.1
+    expected = torch.nn.functional.layer_norm(x, (8,), eps=1.0)
+    torch.testing.assert_close(Norm(cfg)(x), expected)
+    torch.testing.assert_close(Norm(cfg, hook_in=False)(x), expected)
