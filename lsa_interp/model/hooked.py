@@ -170,7 +170,6 @@ class HookedEncoderDecoder(HookedRootModule):
             raise ValueError(f"unknown hook name(s) {unknown}; see model.hook_names() or docs/hooks.md")
         return [name for name in self.hook_dict if name in set(wanted)]
 
-    @torch.no_grad()
     def generate(
         self,
         inputs: ModelInput,
@@ -191,17 +190,17 @@ class HookedEncoderDecoder(HookedRootModule):
         also returns the `ActivationCache` of the decoded sequence (the decoder inputs that produced it,
         teacher-forced in one pass; see ``decoder_input_from_generated``).
         """
-        batch = to_token_batch(inputs, teacher_force=False).to(self.device)
-        if is_hooked(list(self.hook_points())):
-            tokens = self.greedy_decode(batch.src, max_new_tokens, use_cache, drop_finished=False)
-        else:
-            tokens = self._decode_by_length(batch.src, max_new_tokens, batch_size, use_cache)
-        if not return_cache:
-            return tokens
-        _, cache = self.run_with_cache(batch, decoder_input_from_generated(tokens), names_filter=names_filter)
-        return tokens, cache
+        with torch.no_grad():
+            batch = to_token_batch(inputs, teacher_force=False).to(self.device)
+            if is_hooked(list(self.hook_points())):
+                tokens = self.greedy_decode(batch.src, max_new_tokens, use_cache, drop_finished=False)
+            else:
+                tokens = self._decode_by_length(batch.src, max_new_tokens, batch_size, use_cache)
+            if not return_cache:
+                return tokens
+            _, cache = self.run_with_cache(batch, decoder_input_from_generated(tokens), names_filter=names_filter)
+            return tokens, cache
 
-    @torch.no_grad()
     def greedy_decode(
         self,
         src: Int[Tensor, "batch src_pos"],
@@ -217,35 +216,36 @@ class HookedEncoderDecoder(HookedRootModule):
         the whole decoder is re-run on all tokens so far at every step and no row is dropped.
         Raises ValueError when ``max_new_tokens`` is not positive or exceeds the position table.
         """
-        if not 0 < max_new_tokens <= self.cfg.max_len:
-            raise ValueError(f"max_new_tokens must be in 1..{self.cfg.max_len}, got {max_new_tokens}")
-        src_pad = src == PAD
-        memory = self.encode(src)
-        batch, device = src.shape[0], src.device
-        outputs = torch.full((batch, max_new_tokens), PAD, dtype=torch.long, device=device)
-        rows = torch.arange(batch, device=device)
-        fed = torch.full((batch, max_new_tokens), ARROW, dtype=torch.long, device=device)
-        done = torch.zeros(batch, dtype=torch.bool, device=device)
-        if use_cache:
-            cross_mask = key_mask(src_pad, memory.dtype)
-            caches = self.new_decoder_caches(memory, max_new_tokens)
-        for step in range(max_new_tokens):
+        with torch.no_grad():
+            if not 0 < max_new_tokens <= self.cfg.max_len:
+                raise ValueError(f"max_new_tokens must be in 1..{self.cfg.max_len}, got {max_new_tokens}")
+            src_pad = src == PAD
+            memory = self.encode(src)
+            batch, device = src.shape[0], src.device
+            outputs = torch.full((batch, max_new_tokens), PAD, dtype=torch.long, device=device)
+            rows = torch.arange(batch, device=device)
+            fed = torch.full((batch, max_new_tokens), ARROW, dtype=torch.long, device=device)
+            done = torch.zeros(batch, dtype=torch.bool, device=device)
             if use_cache:
-                logits = self.decode_step(fed[:, step], step, cross_mask, caches)
-            else:
-                logits = self.decode(fed[:, : step + 1], memory, src_pad, mask_tgt_pad=False)[:, -1]
-            token = logits.argmax(-1)
-            outputs[rows, step] = token.masked_fill(done, PAD)
-            done |= token == EOS
-            if bool(done.all()):
-                return outputs[:, : step + 1]
-            if step + 1 < max_new_tokens:
-                fed[:, step + 1] = token
-            if use_cache and drop_finished and done.float().mean() >= _COMPACT_FRACTION:
-                keep = ~done
-                rows, fed, done, cross_mask = rows[keep], fed[keep], done[keep], cross_mask[keep]
-                caches = [(self_cache.select(keep), cross_cache.select(keep)) for self_cache, cross_cache in caches]
-        return outputs
+                cross_mask = key_mask(src_pad, memory.dtype)
+                caches = self.new_decoder_caches(memory, max_new_tokens)
+            for step in range(max_new_tokens):
+                if use_cache:
+                    logits = self.decode_step(fed[:, step], step, cross_mask, caches)
+                else:
+                    logits = self.decode(fed[:, : step + 1], memory, src_pad, mask_tgt_pad=False)[:, -1]
+                token = logits.argmax(-1)
+                outputs[rows, step] = token.masked_fill(done, PAD)
+                done |= token == EOS
+                if bool(done.all()):
+                    return outputs[:, : step + 1]
+                if step + 1 < max_new_tokens:
+                    fed[:, step + 1] = token
+                if use_cache and drop_finished and done.float().mean() >= _COMPACT_FRACTION:
+                    keep = ~done
+                    rows, fed, done, cross_mask = rows[keep], fed[keep], done[keep], cross_mask[keep]
+                    caches = [(self_cache.select(keep), cross_cache.select(keep)) for self_cache, cross_cache in caches]
+            return outputs
 
     def _decode_by_length(
         self, src: Int[Tensor, "batch src_pos"], max_new_tokens: int, batch_size: int, use_cache: bool

@@ -180,6 +180,11 @@ class Stack(nn.Module):
         if start + n_pos > pos_table.shape[0]:
             raise ValueError(f"position {start + n_pos - 1} exceeds the position table ({pos_table.shape[0]} rows)")
         embed = self.hook_embed(self.embed(tokens))
-        pos = pos_table[start : start + n_pos].expand(tokens.shape[0], n_pos, -1).contiguous()  # never the buffer
+        # A copy, never a view of the table (`.contiguous()` would return the view itself for a batch of one).
+        pos = (
+            pos_table[start : start + n_pos]
+            .expand(tokens.shape[0], n_pos, -1)
+            .clone(memory_format=torch.contiguous_format)
+        )
         pos = self.hook_pos_embed(pos)
         return self.dropout(embed + pos)

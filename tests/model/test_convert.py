@@ -7,7 +7,12 @@ import torch
 
 from lsa_interp.data.tokenizer import encode_tasks
 from lsa_interp.model import ModelConfig, convert_reference_state_dict, load_model
-from lsa_interp.model.convert import hooked_from_reference, infer_reference_config, load_reference_checkpoint
+from lsa_interp.model.convert import (
+    _rename,
+    hooked_from_reference,
+    infer_reference_config,
+    load_reference_checkpoint,
+)
 from lsa_interp.model.reference import ReferenceTransformer, save_reference_checkpoint
 
 CFG = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=3, d_mlp=48, max_len=64, dropout=0.0)
@@ -108,3 +113,105 @@ def test_hooked_from_reference_keeps_weights_device_mode_and_the_random_stream(r
     with torch.no_grad():
         torch.testing.assert_close(hooked(batch), reference.eval()(batch.src, batch.tgt_in), atol=1e-5, rtol=0)
     assert not hooked_from_reference(reference).training
+
+
+def test_checkpoint_without_configs_defaults_to_8_heads_and_dropout_0_1(tmp_path):
+    """Heads and dropout are not in the weights: without mlc/train configs they default to 8 and 0.1."""
+    torch.manual_seed(0)
+    reference = ReferenceTransformer(ModelConfig(d_model=16, n_heads=8, n_encoder_layers=1, n_decoder_layers=1))
+    path = tmp_path / "bare.pt"
+    torch.save({"net_state_dict": reference.state_dict()}, path)
+    model = load_reference_checkpoint(path)
+    assert model.cfg.n_heads == 8 and model.cfg.dropout == 0.1
+    assert load_reference_checkpoint(path, n_heads=2).cfg.n_heads == 2
+
+
+def test_heads_and_dropout_are_read_from_the_train_config_too(reference, tmp_path):
+    """``nhead`` and ``dropout`` are taken from ``mlc_config`` first, else from ``train_config``."""
+    path = tmp_path / "train_config.pt"
+    save_reference_checkpoint(reference, path, mlc_config={"emb_size": 32}, train_config={"nhead": 2, "dropout": 0.25})
+    cfg = load_reference_checkpoint(path).cfg
+    assert cfg.n_heads == 2 and cfg.dropout == 0.25
+    save_reference_checkpoint(reference, path, mlc_config={"nhead": 4, "dropout": 0.0}, train_config={"nhead": 2})
+    cfg = load_reference_checkpoint(path).cfg
+    assert cfg.n_heads == 4 and cfg.dropout == 0.0
+
+
+def test_loaded_checkpoint_metadata_names_its_source_and_path(reference, tmp_path):
+    """The loaded model's metadata records the source format and file path next to the checkpoint's entries."""
+    path = tmp_path / "run.pt"
+    save_reference_checkpoint(reference, path, val_acc_hist=[0.5])
+    metadata = load_reference_checkpoint(path).metadata
+    assert metadata["source"] == "reference checkpoint" and metadata["path"] == str(path)
+    assert metadata["val_acc_hist"] == [0.5] and "net_state_dict" not in metadata
+
+
+def test_hooked_from_reference_keeps_the_given_metadata(reference):
+    """The hooked copy carries the metadata it was given."""
+    assert hooked_from_reference(reference, metadata={"step": 3}).metadata == {"step": 3}
+
+
+def test_encoder_layers_have_no_cross_attention_or_third_norm():
+    """Reference names of encoder cross-attention or a third encoder norm have no hooked name."""
+    assert _rename("transformer.encoder.layers.0.multihead_attn.in_proj_weight") is None
+    assert _rename("transformer.encoder.layers.1.norm3.bias") is None
+    assert (
+        _rename("transformer.decoder.layers.1.multihead_attn.in_proj_weight") == "decoder.1.cross_attn.in_proj_weight"
+    )
+    assert _rename("transformer.decoder.layers.0.norm3.bias") == "decoder.0.ln3.bias"
+    assert _rename("transformer.encoder.layers.2.self_attn.out_proj.weight") == "encoder.2.attn.out_proj.weight"
+
+
+def test_an_unknown_key_does_not_stop_the_conversion_of_the_others(reference):
+    """Every key is converted even after an unknown one: the error lists only the unknown key."""
+    state = {"transformer.encoder.layers.0.extra.weight": torch.zeros(1), **reference.state_dict()}
+    with pytest.raises(ValueError, match="unknown keys") as error:
+        convert_reference_state_dict(state, CFG)
+    assert "missing keys" not in str(error.value) and "shape mismatches" not in str(error.value)
+
+
+def test_a_position_table_of_the_wrong_width_is_rejected(reference):
+    """A 2-D table whose width is not d_model is rejected when the config is inferred."""
+    state = dict(reference.state_dict())
+    state["positional_encoding.pos_embedding"] = torch.zeros(64, 16)
+    with pytest.raises(ValueError, match=r"expected \[max_len, 32\]"):
+        infer_reference_config(state)
+
+
+def test_a_reference_without_decoder_layers_is_rejected(reference):
+    """Layer counts come from the keys: no decoder layer keys means zero decoder layers, which is invalid."""
+    state = {key: value for key, value in reference.state_dict().items() if ".decoder.layers." not in key}
+    with pytest.raises(ValueError, match="at least one"):
+        infer_reference_config(state, n_heads=4)
+
+
+def test_inferred_config_defaults_to_8_heads_and_dropout_0_1_and_reads_the_vocabulary_size():
+    """Without heads/dropout, infer_reference_config assumes 8 and 0.1; the vocabulary size comes from the weights."""
+    torch.manual_seed(0)
+    small = ReferenceTransformer(
+        ModelConfig(d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, vocab_size=40)
+    )
+    cfg = infer_reference_config(small.state_dict())
+    assert (cfg.n_heads, cfg.dropout, cfg.vocab_size, cfg.d_model) == (8, 0.1, 40, 16)
+
+
+def test_a_layer_the_config_does_not_have_is_an_unknown_key(reference):
+    """A reference key naming a layer beyond the config is reported by name as unknown."""
+    state = dict(reference.state_dict())
+    state["transformer.decoder.layers.7.norm1.weight"] = torch.ones(32)
+    with pytest.raises(ValueError, match=r"unknown keys \['transformer.decoder.layers.7.norm1.weight'\]"):
+        convert_reference_state_dict(state, CFG)
+
+
+def test_converted_weights_take_the_model_dtype(reference):
+    """A half-precision reference state dict converts to the hooked model's float32 tensors."""
+    state = {key: value.half() for key, value in reference.state_dict().items()}
+    converted = convert_reference_state_dict(state, CFG)
+    assert {value.dtype for value in converted.values()} == {torch.float32}
+
+
+def test_a_two_dimensional_table_is_used_as_is_even_with_one_row(reference):
+    """A [max_len, d_model] table is not squeezed: a one-row table gives max_len 1."""
+    state = dict(reference.state_dict())
+    state["positional_encoding.pos_embedding"] = torch.zeros(1, 32)
+    assert infer_reference_config(state, n_heads=4).max_len == 1

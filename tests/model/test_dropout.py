@@ -36,3 +36,50 @@ def test_vmapped_members_get_their_own_masks():
     masks = out == 0
     assert out.shape == x.shape and 0.3 < masks.float().mean() < 0.7
     assert not torch.equal(masks[0], masks[1]) and not torch.equal(masks[1], masks[2])
+
+
+def _spec_keep(shape: tuple[int, ...], p: float) -> torch.Tensor:
+    """The documented mask: one random int64 word per 4 elements of a row; element j reads the word's j%4-th
+    16-bit field (from the low bits), keeps its low 15 bits and survives when they are >= round(p * 2^15)."""
+    last = shape[-1]
+    words = torch.empty(*shape[:-1], (last + 3) // 4, dtype=torch.int64).random_()
+    j = torch.arange(last)
+    fields = (words[..., j // 4] >> (16 * (j % 4))) & 0x7FFF
+    return fields >= round(p * 32768)
+
+
+def test_mask_is_read_from_four_15_bit_fields_of_each_random_word():
+    """Each element's keep decision is the documented function of the generator's int64 words, draw after draw."""
+    x = torch.ones(3, 8)
+    torch.manual_seed(11)
+    outputs = [dropout(x, 0.5, training=True) for _ in range(2)]
+    torch.manual_seed(11)
+    expected = [_spec_keep(x.shape, 0.5) for _ in range(2)]
+    for out, keep in zip(outputs, expected, strict=True):
+        assert torch.equal(out != 0, keep)
+        assert torch.equal(out[keep], torch.full_like(out[keep], 2.0))
+
+
+def test_a_field_equal_to_the_threshold_is_kept():
+    """The threshold is round(p * 2^15) and a field equal to it survives (p=0.3: fields >= 9830 are kept)."""
+    x = torch.ones(2, 32770)
+    torch.manual_seed(2)
+    out = dropout(x, 0.3, training=True)
+    torch.manual_seed(2)
+    words = torch.empty(2, 8193, dtype=torch.int64).random_()
+    j = torch.arange(32770)
+    fields = (words[..., j // 4] >> (16 * (j % 4))) & 0x7FFF
+    at_threshold = fields == 9830
+    assert at_threshold.any() and (out[at_threshold] != 0).all()
+    assert torch.equal(out != 0, fields >= 9830)
+
+
+def test_the_mask_depends_on_the_shape_not_the_memory_layout():
+    """A transposed (non-contiguous) input and a 3-D input get the documented row-major mask of their shape."""
+    transposed = torch.ones(8, 3).t()
+    assert not transposed.is_contiguous()
+    for x in (transposed, torch.ones(2, 3, 8)):
+        torch.manual_seed(12)
+        out = dropout(x, 0.5, training=True)
+        torch.manual_seed(12)
+        assert torch.equal(out != 0, _spec_keep(tuple(x.shape), 0.5))

@@ -240,3 +240,50 @@ def test_nnsight_can_replace_an_attention_pattern(make_pair, small_cfg, make_tas
     assert pattern.shape == (2, small_cfg.n_heads, src_pos, src_pos)
     assert not torch.allclose(patched, clean)
     torch.testing.assert_close(untouched, clean, atol=1e-5, rtol=0)
+
+
+def test_initialisation_is_xavier_in_the_layers_and_normal_in_the_embeddings():
+    """As nn.Transformer inside the reference: layer matrices Xavier-uniform, embeddings N(0, 1), norms 1 and 0."""
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(ModelConfig(d_model=64, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_mlp=128))
+    fc_in = model.encoder[0].mlp.fc_in.weight
+    bound = (6 / (64 + 128)) ** 0.5
+    assert fc_in.abs().max() <= bound and abs(fc_in.std().item() - bound / 3**0.5) < 0.05 * bound
+    out_proj = model.decoder[0].cross_attn.out_proj.weight
+    assert out_proj.abs().max() <= (6 / 128) ** 0.5
+    for embed in (model.encoder.embed.weight, model.decoder.embed.weight):
+        assert abs(embed.std().item() - 1.0) < 0.1 and embed.abs().max() > 2.0
+    assert torch.equal(model.decoder[0].ln3.weight, torch.ones(64))
+    assert torch.equal(model.decoder[0].ln3.bias, torch.zeros(64))
+
+
+def test_decode_masks_pad_keys_of_the_decoder_input_by_default(small_model, make_tasks):
+    """``decode`` masks PAD decoder-input keys unless ``mask_tgt_pad=False`` (seen at the PAD query positions)."""
+    batch = encode_tasks(make_tasks(3, seed=16, answer_len=(2, 6)))
+    assert (batch.tgt_in == PAD).any()
+    with torch.no_grad():
+        memory = small_model.encode(batch.src)
+        default = small_model.decode(batch.tgt_in, memory, batch.src_pad_mask)
+        masked = small_model.decode(batch.tgt_in, memory, batch.src_pad_mask, mask_tgt_pad=True)
+        unmasked = small_model.decode(batch.tgt_in, memory, batch.src_pad_mask, mask_tgt_pad=False)
+    assert torch.equal(default, masked)
+    pad = batch.tgt_in == PAD
+    torch.testing.assert_close(unmasked[~pad], masked[~pad], atol=1e-5, rtol=0)
+    assert not torch.allclose(unmasked[pad], masked[pad])
+
+
+def test_run_with_cache_moves_cached_tensors_to_the_given_device(small_model, make_tasks):
+    """``device`` places every cached tensor there (``meta`` here, so it runs without a GPU); logits stay put."""
+    names = ["encoder.hook_embed", "decoder.1.hook_resid_post"]
+    logits, cache = small_model.run_with_cache(make_tasks(2, seed=17), names_filter=names, device="meta")
+    assert list(cache.keys()) == names
+    assert all(tensor.device.type == "meta" for tensor in cache.values())
+    assert logits.device.type == "cpu"
+
+
+def test_a_bfloat16_model_runs_with_hooks(make_pair, small_cfg, make_tasks):
+    """The encoder and decoder masks take the model's dtype: the hooked (explicit) path works in bfloat16."""
+    _, model = make_pair(small_cfg, seed=0)
+    model = model.to(torch.bfloat16)
+    logits, cache = model.run_with_cache(make_tasks(2, seed=18), names_filter=["encoder.1.attn.hook_pattern"])
+    assert logits.dtype == cache["encoder.1.attn.hook_pattern"].dtype == torch.bfloat16

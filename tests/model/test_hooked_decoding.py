@@ -34,6 +34,7 @@ def _lengths(tokens: torch.Tensor) -> torch.Tensor:
     return ((tokens == EOS).long().cumsum(1) == 0).sum(1) + (tokens == EOS).any(1).long()
 
 
+@pytest.mark.slow
 def test_cached_decoding_equals_full_recomputation_on_1000_tasks(stopping_pair, thousand):
     reference, model = stopping_pair
     cached = model.generate(thousand, batch_size=250)
@@ -104,3 +105,182 @@ def test_generate_rejects_bad_lengths(stopping_pair, make_tasks):
         model.generate(make_tasks(1), max_new_tokens=0)
     with pytest.raises(ValueError, match="max_new_tokens"):
         model.generate(make_tasks(1), max_new_tokens=model.cfg.max_len + 1)
+
+
+@pytest.fixture(scope="module")
+def forty(make_tasks):
+    return encode_tasks(make_tasks(40, seed=5))
+
+
+def test_cached_chunked_decoding_equals_full_recomputation_and_the_reference(stopping_pair, forty):
+    """Cached decoding in chunks of 7 rows gives the tokens of re-running the whole decoder, row by row."""
+    reference, model = stopping_pair
+    cached = model.generate(forty, batch_size=7)
+    full = model.generate(forty, batch_size=40, use_cache=False)
+    lengths = _lengths(cached)
+    assert len(set(lengths.tolist())) >= 5 and lengths.max() == cached.shape[1]
+    assert torch.equal(cached, full)
+    expected = reference_greedy_decode(reference, forty.src, n_steps=cached.shape[1])
+    assert torch.equal(cached, expected)
+
+
+def test_chunks_keep_the_input_order(stopping_pair, make_tasks):
+    """Decoding by chunks of rows grouped by length puts every row's answer back at its input position."""
+    _, model = stopping_pair
+    tasks = make_tasks(7, seed=6)
+    together = model.generate(tasks, batch_size=2)
+    for i, task in enumerate(tasks):
+        alone = model.generate([task])
+        assert torch.equal(together[i, : alone.shape[1]], alone[0])
+        assert (together[i, alone.shape[1] :] == PAD).all()
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("max_new_tokens", [1, 3])
+def test_decoding_stops_after_max_new_tokens(stopping_pair, forty, use_cache, max_new_tokens):
+    """Rows that have not emitted EOS are cut after ``max_new_tokens`` tokens (the reference's first tokens)."""
+    reference, model = stopping_pair
+    tokens = model.generate(forty, max_new_tokens=max_new_tokens, use_cache=use_cache)
+    assert tokens.shape == (40, max_new_tokens) and (tokens != PAD).all()
+    assert torch.equal(tokens, reference_greedy_decode(reference, forty.src, n_steps=max_new_tokens))
+
+
+@pytest.fixture(scope="module")
+def never_stopping(make_pair, small_cfg):
+    """The small hooked model with the EOS logit pushed down: no row ever ends."""
+    _, model = make_pair(small_cfg, seed=0)
+    with torch.no_grad():
+        model.unembed.bias[EOS] -= 100.0
+    return model
+
+
+def test_default_length_is_32_tokens_and_the_position_table_is_the_limit(never_stopping, make_tasks):
+    """Without EOS, generate returns DEFAULT_MAX_NEW_TOKENS (32) tokens, and up to max_len when asked."""
+    tasks = make_tasks(2, seed=7)
+    assert _shape_without_eos(never_stopping.generate(tasks)) == (2, 32)
+    limit = never_stopping.cfg.max_len
+    assert _shape_without_eos(never_stopping.generate(tasks, max_new_tokens=limit)) == (2, limit)
+
+
+def _shape_without_eos(tokens: torch.Tensor) -> tuple[int, ...]:
+    assert not (tokens == EOS).any()
+    return tuple(tokens.shape)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_rows_all_ending_at_the_first_step_give_one_column(make_pair, small_cfg, make_tasks, use_cache):
+    """When every row emits EOS first, decoding stops after one step: a single EOS column."""
+    _, model = make_pair(small_cfg, seed=0)
+    with torch.no_grad():
+        model.unembed.bias[EOS] += 100.0
+    tokens = model.generate(make_tasks(3, seed=8), use_cache=use_cache)
+    assert torch.equal(tokens, torch.full((3, 1), EOS))
+
+
+def test_finished_rows_leave_the_batch_once_a_quarter_is_done(stopping_pair, make_tasks, monkeypatch):
+    """Cached decoding drops finished rows as soon as at least a quarter of the rows still decoded are done."""
+    _, model = stopping_pair
+    batch = encode_tasks(make_tasks(30, seed=9))
+    lengths = _lengths(model.generate(batch)).tolist()
+    picked: dict[int, int] = {}
+    for row, length in enumerate(lengths):
+        picked.setdefault(length, row)
+    (a, b, c, d), rows = sorted(picked)[:4], [picked[n] for n in sorted(picked)[:4]]
+    sizes = []
+    step = model.decode_step
+    monkeypatch.setattr(model, "decode_step", lambda tokens, *args: sizes.append(len(tokens)) or step(tokens, *args))
+    tokens = model.greedy_decode(batch.src[rows], max_new_tokens=32)
+    assert _lengths(tokens).tolist() == [a, b, c, d]
+    assert sizes == [4] * a + [3] * (b - a) + [2] * (c - b) + [1] * (d - c)
+    sizes.clear()
+    kept = model.greedy_decode(batch.src[rows], max_new_tokens=32, drop_finished=False)
+    assert torch.equal(kept, tokens) and sizes == [4] * d
+
+
+def test_pad_tokens_the_model_emits_stay_visible_to_later_steps(make_pair, small_cfg, forty):
+    """A PAD the model emits is fed back like any token (not masked as a key), with or without the cache."""
+    reference, model = make_pair(small_cfg, seed=0)
+    with torch.no_grad():
+        for bias in (reference.out.bias, model.unembed.bias):
+            bias[PAD] += 1.0
+            bias[EOS] += 0.3
+    src = forty.src[:20]
+    expected = reference_greedy_decode(reference, src, n_steps=12)
+    assert (expected == PAD).float().mean() > 0.1
+    assert torch.equal(model.greedy_decode(src, 12, use_cache=False), expected)
+    assert torch.equal(model.greedy_decode(src, 12), expected)
+
+
+def test_cross_attention_key_and_value_hooks_fire_once_and_can_edit_decoding(stopping_pair, make_tasks):
+    """With hooks, cached decoding computes cross-attention keys/values once, through hook_k/hook_v."""
+    _, model = stopping_pair
+    tasks = make_tasks(3, seed=10)
+    src_pos = encode_tasks(tasks).src.shape[1]
+    shapes = []
+    record = lambda tensor, hook: shapes.append((hook.name, tuple(tensor.shape)))
+    names = ["decoder.1.cross_attn.hook_k", "decoder.1.cross_attn.hook_v"]
+    plain = model.generate(tasks)
+    with model.hooks(fwd_hooks=[(name, record) for name in names]):
+        assert torch.equal(model.generate(tasks), plain)
+    assert shapes == [(name, (3, src_pos, 4, 8)) for name in names]
+    zero = lambda tensor, hook: torch.zeros_like(tensor)
+    with model.hooks(fwd_hooks=[("decoder.0.cross_attn.hook_v", zero), ("decoder.1.cross_attn.hook_v", zero)]):
+        edited = model.generate(tasks)
+    assert not torch.equal(edited, plain)
+
+
+def test_rows_are_decoded_with_the_cache_in_chunks_of_batch_size(stopping_pair, make_tasks, monkeypatch):
+    """generate and solve decode 256 rows at a time by default (or ``batch_size``), cached, to max_new_tokens."""
+    _, model = stopping_pair
+    tasks = make_tasks(300, seed=11, answer_len=None)
+    calls = []
+    decode = model.greedy_decode
+
+    def spy(src, max_new_tokens, use_cache=True, drop_finished=True):
+        calls.append((src.shape[0], max_new_tokens, use_cache, drop_finished))
+        return decode(src, max_new_tokens, use_cache, drop_finished)
+
+    monkeypatch.setattr(model, "greedy_decode", spy)
+    assert model.generate(tasks, max_new_tokens=1).shape == (300, 1)
+    assert calls == [(256, 1, True, True), (44, 1, True, True)]
+    calls.clear()
+    assert len(model.solve(tasks, max_new_tokens=2)) == 300
+    assert calls == [(256, 2, True, True), (44, 2, True, True)]
+    calls.clear()
+    model.solve(tasks[:5], max_new_tokens=1, batch_size=2)
+    assert calls == [(2, 1, True, True), (2, 1, True, True), (1, 1, True, True)]
+    calls.clear()
+    model.generate(tasks[:3], max_new_tokens=1, use_cache=False)
+    assert calls == [(3, 1, False, True)]
+
+
+def test_hooked_generate_without_cache_reruns_the_whole_decoder(stopping_pair, make_tasks):
+    """With hooks and ``use_cache=False``, step i re-runs the decoder on i+1 positions (cached: one position)."""
+    _, model = stopping_pair
+    tasks = make_tasks(3, seed=12)
+    widths = []
+    record = lambda tensor, hook: widths.append(tensor.shape[1])
+    with model.hooks(fwd_hooks=[("decoder.0.hook_resid_pre", record)]):
+        full = model.generate(tasks, use_cache=False)
+        assert widths == list(range(1, full.shape[1] + 1))
+        widths.clear()
+        assert torch.equal(model.generate(tasks), full)
+    assert widths == [1] * full.shape[1]
+
+
+def test_generate_return_cache_keeps_only_the_filtered_hooks(stopping_pair, make_tasks):
+    """``names_filter`` selects the hooks of the cache that generate returns."""
+    _, model = stopping_pair
+    names = ["encoder.0.hook_resid_post", "decoder.1.cross_attn.hook_pattern"]
+    _, cache = model.generate(make_tasks(2, seed=13), return_cache=True, names_filter=names)
+    assert list(cache.keys()) == names
+
+
+def test_cached_decoding_runs_in_bfloat16(make_pair, small_cfg, make_tasks):
+    """The decoding masks take the model's dtype, so a bfloat16 model decodes (cached = full recomputation)."""
+    _, model = make_pair(small_cfg, seed=0)
+    model = model.to(torch.bfloat16)
+    tasks = make_tasks(4, seed=14)
+    cached = model.generate(tasks, max_new_tokens=4)
+    assert cached.shape == (4, 4)
+    assert torch.equal(cached, model.generate(tasks, max_new_tokens=4, use_cache=False))
