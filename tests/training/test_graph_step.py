@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
+from lsa_interp.data.batching import batch_keys
 from lsa_interp.training import TrainConfig, resume_run, start_run
 from lsa_interp.training.graph_step import padded_plan
 from lsa_interp.training.validation import loss_fn
@@ -130,3 +131,26 @@ def test_the_graph_step_trains_the_models_parameters_on_the_single_models_loss(d
     src, tgt_in, tgt_out = trainer.train.batch(trainer.epoch_plan(0)[0])
     loss = trainer.stacked_loss(src[None], tgt_in[None], tgt_out[None])
     assert loss.shape == (1,) and torch.equal(loss[0], loss_fn(trainer.model, src, tgt_in, tgt_out))
+
+
+def test_the_recipes_adamw_and_bounds_reach_the_trainer(data_dir, tmp_path):
+    """AdamW with the recipe's rate, betas and weight decay; the configured batching keys and validation sample;
+    ``resume`` overrides ``max_minutes`` too; a graphed optimizer's tensor rate stays a tensor when settled again."""
+    config = TrainConfig(
+        data_dir=str(data_dir), max_steps=1, val_limit=8, device="cpu", batching="transformation", model=SMALL_MODEL
+    )
+    trainer = start_run(config, tmp_path)
+    group = trainer.optimizer.param_groups[0]
+    assert isinstance(trainer.optimizer, torch.optim.AdamW) and group["lr"] == config.lr
+    assert group["betas"] == (0.9, 0.95) and group["weight_decay"] == 0.01 and group["foreach"] is True
+    split = trainer.train.split
+    assert np.array_equal(
+        trainer.keys, batch_keys("transformation", split.alphabet.numpy(), split.transformation.numpy())
+    )
+    assert len(trainer.val.src) == 8
+    trainer.run()
+    assert resume_run(tmp_path, max_minutes=7.5).config.max_minutes == 7.5
+    trainer.graphed = True
+    trainer._settle_optimizer()
+    trainer._settle_optimizer()
+    assert isinstance(group["lr"], torch.Tensor)
