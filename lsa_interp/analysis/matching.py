@@ -158,8 +158,7 @@ def matching_heads(
 
 def control_head(score: Float[Tensor, "layer head"], head: Head) -> Head:
     """The control for ``head`` in patching: the head of the same encoder layer with the lowest matching score."""
-    with torch.no_grad():
-        return Head("encoder", head.layer, int(score[head.layer].argmin()))
+    return Head("encoder", head.layer, int(score[head.layer].argmin()))
 
 
 def example_pattern(

@@ -216,9 +216,9 @@ class HookedEncoderDecoder(HookedRootModule):
         the whole decoder is re-run on all tokens so far at every step and no row is dropped.
         Raises ValueError when ``max_new_tokens`` is not positive or exceeds the position table.
         """
+        if not 0 < max_new_tokens <= self.cfg.max_len:
+            raise ValueError(f"max_new_tokens must be in 1..{self.cfg.max_len}, got {max_new_tokens}")
         with torch.no_grad():
-            if not 0 < max_new_tokens <= self.cfg.max_len:
-                raise ValueError(f"max_new_tokens must be in 1..{self.cfg.max_len}, got {max_new_tokens}")
             src_pad = src == PAD
             memory = self.encode(src)
             batch, device = src.shape[0], src.device
