@@ -171,6 +171,13 @@ def train(
     cuda_graph: Annotated[
         bool, typer.Option(help="On CUDA, capture the training step once as a CUDA graph and replay it.")
     ] = True,
+    compile: Annotated[
+        bool,
+        typer.Option(
+            help="Run torch.compile inside the stacked step (trains as a stack, also of one model; "
+            "measure first: benchmarks/train_throughput.py --compile).",
+        ),
+    ] = False,
     length_bucketing: Annotated[
         bool,
         typer.Option(
@@ -216,6 +223,7 @@ def train(
             val_limit=val_limit,
             replicates=replicates,
             cuda_graph=cuda_graph,
+            compile=compile,
             length_bucketing=length_bucketing,
             architecture=architecture,
             model=_parse_model_config(model_config),

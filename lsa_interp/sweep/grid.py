@@ -19,11 +19,11 @@ from lsa_interp.data.batching import BATCHING_METHODS
 from lsa_interp.data.presets import PRESETS, DatasetConfig
 from lsa_interp.model.config import ModelConfig
 from lsa_interp.sweep.analyses import ANALYSIS_NAMES
-from lsa_interp.training.config import PRECISIONS
+from lsa_interp.training.config import PRECISIONS, Recipe
 from lsa_interp.training.stack_config import RunSpec, StackConfig
 
-RECIPE_KEYS = tuple(f.name for f in fields(StackConfig) if f.name not in ("runs", "precision", "model", "max_minutes"))
-"""The `StackConfig` options a grid's ``[recipe]`` table may set (shared by every run of the grid)."""
+RECIPE_KEYS = tuple(f.name for f in fields(Recipe) if f.name not in ("precision", "model", "max_minutes"))
+"""The `Recipe` options a grid's ``[recipe]`` table may set (shared by every run of the grid)."""
 CELL_DEFAULTS = ("seeds", "epochs", "precision", "data_seed")
 """Settings given at the top level as defaults and overridable per cell."""
 TOP_LEVEL = (*CELL_DEFAULTS, "replicates", "analyses", "eval_limit", "max_minutes", "recipe", "model", "datasets")
@@ -173,11 +173,11 @@ def _cell(data: dict[str, Any], defaults: dict[str, Any], names: tuple[str, ...]
 
 
 def _recipe(data: Any) -> dict[str, Any]:
-    """The ``[recipe]`` table, type-checked against `StackConfig`'s defaults and checked by building one."""
+    """The ``[recipe]`` table, type-checked against `Recipe`'s defaults and checked by building a stack."""
     if not isinstance(data, dict):
         raise ValueError("recipe: must be a table of training options")
     _no_unknown(data, RECIPE_KEYS, "recipe")
-    defaults = {f.name: f.default for f in fields(StackConfig) if f.default is not MISSING}
+    defaults = {f.name: f.default for f in fields(Recipe) if f.default is not MISSING}
     recipe: dict[str, Any] = {}
     for key, value in data.items():
         default, name = defaults[key], f"recipe.{key}"

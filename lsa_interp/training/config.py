@@ -1,4 +1,4 @@
-"""`TrainConfig`: the training recipe (defaults: the paper's) and the bounds of one run."""
+"""`Recipe`: the training recipe (defaults: the paper's) and bounds; `TrainConfig`: one run of it."""
 
 from __future__ import annotations
 
@@ -16,16 +16,12 @@ ARCHITECTURES = ("hooked", "reference")
 model's doing. Both save a hooked checkpoint."""
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """The recipe (defaults: the paper's) and the run's bounds. ``data_dir`` holds a saved dataset."""
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    """What one run and a stack of runs share: the optimizer, schedule, precision, model and bounds (defaults:
+    the paper's recipe). Raises ValueError for an unknown precision or a non-positive batch size or step bound."""
 
-    data_dir: str
-    preset: str | None = None
-    seed: int = 0
-    epochs: int = 20
     batch_size: int = 32
-    batching: str = "random"
     lr: float = 1e-3
     betas: tuple[float, float] = (0.9, 0.95)
     weight_decay: float = 0.01
@@ -38,27 +34,49 @@ class TrainConfig:
     checkpoint_every: int = 2000
     log_every: int = 100
     val_limit: int | None = None
-    replicates: int = 1
     cuda_graph: bool = True
+    compile: bool = False
     length_bucketing: bool = False
-    architecture: str = "hooked"
     model: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.batching not in BATCHING_METHODS:
-            raise ValueError(f"unknown batching {self.batching!r}; choose one of: {', '.join(BATCHING_METHODS)}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}")
-        if self.epochs < 1 or self.batch_size < 1:
-            raise ValueError("epochs and batch size must be positive")
+        if self.batch_size < 1:
+            raise ValueError(f"batch size must be positive, got {self.batch_size}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max steps must be positive, got {self.max_steps}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(Recipe):
+    """One run: its dataset (``data_dir`` holds a saved dataset), seed, epochs and batching, and the `Recipe`.
+
+    ``replicates > 1`` trains seeds ``seed .. seed + replicates - 1`` as one stack; ``compile`` runs
+    ``torch.compile`` inside the stacked step, so a compiled run is a stack (of one model, if need be). Raises
+    ValueError for an unknown batching method, precision or architecture, or a combination no trainer runs.
+    """
+
+    data_dir: str
+    preset: str | None = None
+    seed: int = 0
+    epochs: int = 20
+    batching: str = "random"
+    replicates: int = 1
+    architecture: str = "hooked"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.batching not in BATCHING_METHODS:
+            raise ValueError(f"unknown batching {self.batching!r}; choose one of: {', '.join(BATCHING_METHODS)}")
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be positive, got {self.epochs}")
         if self.replicates < 1:
             raise ValueError(f"replicates must be at least 1, got {self.replicates}")
         if self.architecture not in ARCHITECTURES:
             raise ValueError(f"unknown architecture {self.architecture!r}; choose one of: {', '.join(ARCHITECTURES)}")
-        if self.architecture == "reference" and self.replicates > 1:
-            raise ValueError("the reference architecture trains one model at a time: use replicates 1")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max steps must be positive, got {self.max_steps}")
+        if self.architecture == "reference" and (self.replicates > 1 or self.compile):
+            raise ValueError("the reference architecture trains one model at a time: use replicates 1, no compile")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:

@@ -44,9 +44,12 @@ def prepare_run_dir(run_dir: str | os.PathLike, config: dict[str, Any], force: b
 
 
 def read_state(run_dir: Path) -> dict[str, Any] | None:
-    """The last saved resumable state of ``run_dir`` (on the CPU), or None when none was saved."""
+    """The last saved resumable state of ``run_dir`` (on the CPU), or None when none was saved.
+
+    Loaded with ``weights_only=True``: a state holds tensors, dicts, lists and numbers, nothing to unpickle.
+    """
     path = run_dir / STATE_FILE
-    return torch.load(path, weights_only=False, map_location="cpu") if path.is_file() else None
+    return torch.load(path, weights_only=True, map_location="cpu") if path.is_file() else None
 
 
 def write_state(run_dir: Path, state: dict[str, Any]) -> int:

@@ -7,11 +7,11 @@ kernels needs: the model architecture, the batch size, the precision and the dev
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from lsa_interp.data.batching import BATCHING_METHODS
-from lsa_interp.training.config import PRECISIONS, TrainConfig
+from lsa_interp.training.config import Recipe, TrainConfig
 
 
 @dataclass(frozen=True)
@@ -40,41 +40,22 @@ class RunSpec:
             object.__setattr__(self, "name", f"{self.preset or 'data'}-{self.batching}-s{self.seed}")
 
 
-@dataclass(frozen=True)
-class StackConfig:
-    """The runs of one stack and the recipe they share (defaults: the paper's)."""
+@dataclass(frozen=True, kw_only=True)
+class StackConfig(Recipe):
+    """The runs of one stack and the `Recipe` they share (defaults: the paper's).
+
+    Raises ValueError for no runs, two runs of one name, or a bad recipe value.
+    """
 
     runs: tuple[RunSpec, ...]
-    batch_size: int = 32
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.95)
-    weight_decay: float = 0.01
-    warmup_start: float = 1e-4
-    final_lr_factor: float = 0.05
-    precision: str = "fp32"
-    device: str = "auto"
-    max_steps: int | None = None
-    max_minutes: float | None = None
-    checkpoint_every: int = 2000
-    log_every: int = 100
-    val_limit: int | None = None
-    cuda_graph: bool = True
-    compile: bool = False
-    length_bucketing: bool = False
-    model: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.runs:
             raise ValueError("a stack needs at least one run")
         names = [run.name for run in self.runs]
         if len(set(names)) != len(names):
             raise ValueError(f"run names in a stack must differ, got {names}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch size must be positive, got {self.batch_size}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max steps must be positive, got {self.max_steps}")
 
     @property
     def replicates(self) -> int:
@@ -98,9 +79,7 @@ class StackConfig:
             RunSpec(config.data_dir, config.seed + i, config.batching, config.epochs, config.preset)
             for i in range(config.replicates)
         )
-        # The recipe options a single run's config and a stack's config both have.
-        shared = {f.name for f in fields(cls)} & {f.name for f in fields(TrainConfig)}
-        return cls(runs=runs, **{name: getattr(config, name) for name in shared})
+        return cls(runs=runs, **{f.name: getattr(config, f.name) for f in fields(Recipe)})
 
     def with_bounds(self, max_steps: int | None = None, max_minutes: float | None = None) -> StackConfig:
         """This config with new step / time bounds (None keeps the saved one)."""

@@ -28,7 +28,7 @@ import torch
 from lsa_interp.data.dataset import read_manifest
 from lsa_interp.model import ModelConfig
 from lsa_interp.model.checkpoint import save_model
-from lsa_interp.training.config import TrainConfig
+from lsa_interp.training.config import Recipe, TrainConfig
 from lsa_interp.training.precision import precision_autocast, set_matmul_precision
 from lsa_interp.training.run_dir import (
     CONFIG_FILE,
@@ -283,8 +283,5 @@ def run_train_config(config: StackConfig, run: RunSpec) -> TrainConfig:
         "epochs": run.epochs,
         "batching": run.batching,
     }
-    skip = {*own, "replicates"}
-    shared = {
-        f.name: getattr(config, f.name) for f in fields(TrainConfig) if f.name not in skip and hasattr(config, f.name)
-    }
-    return TrainConfig(**own, **shared)
+    recipe = {f.name: getattr(config, f.name) for f in fields(Recipe)}
+    return TrainConfig(**own, **recipe)

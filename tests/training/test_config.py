@@ -1,0 +1,95 @@
+"""The recipe one run and a stack share, and how a run's config picks its trainer."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+
+from lsa_interp.training import Recipe, RunSpec, StackConfig, StackTrainer, TrainConfig, start_run
+from lsa_interp.training.stack_trainer import run_train_config
+
+CHANGED_RECIPE = {
+    "batch_size": 7,
+    "lr": 0.5,
+    "betas": (0.8, 0.9),
+    "weight_decay": 0.2,
+    "warmup_start": 0.3,
+    "final_lr_factor": 0.4,
+    "precision": "bf16",
+    "device": "cpu",
+    "max_steps": 9,
+    "max_minutes": 1.5,
+    "checkpoint_every": 11,
+    "log_every": 13,
+    "val_limit": 17,
+    "cuda_graph": False,
+    "compile": True,
+    "length_bucketing": True,
+    "model": {"d_model": 32},
+}
+
+
+def test_the_changed_recipe_sets_every_recipe_field_to_a_non_default():
+    defaults = Recipe()
+    assert set(CHANGED_RECIPE) == {f.name for f in fields(Recipe)}
+    assert all(getattr(defaults, name) != value for name, value in CHANGED_RECIPE.items())
+
+
+def test_a_stack_of_a_train_config_and_its_runs_carry_every_recipe_field():
+    own = dict(data_dir="d", preset="p", seed=4, epochs=3, batching="alphabet", replicates=2)
+    config = TrainConfig(**own, **CHANGED_RECIPE)
+    stack = StackConfig.from_train_config(config)
+    runs = [(run.seed, run.epochs, run.batching, run.preset) for run in stack.runs]
+    assert runs == [(4, 3, "alphabet", "p"), (5, 3, "alphabet", "p")]
+    assert {name: getattr(stack, name) for name in CHANGED_RECIPE} == CHANGED_RECIPE
+    per_run = run_train_config(stack, stack.runs[1])
+    assert {name: getattr(per_run, name) for name in CHANGED_RECIPE} == CHANGED_RECIPE
+    assert (per_run.seed, per_run.replicates, per_run.data_dir) == (5, 1, "d")
+
+
+def test_recipe_values_are_checked_for_a_run_and_for_a_stack():
+    for make in (lambda **kw: TrainConfig(data_dir="d", **kw), lambda **kw: StackConfig(runs=(RunSpec("d"),), **kw)):
+        with pytest.raises(ValueError, match="unknown precision 'fp8'"):
+            make(precision="fp8")
+        with pytest.raises(ValueError, match="batch size must be positive, got 0"):
+            make(batch_size=0)
+        with pytest.raises(ValueError, match="max steps must be positive, got 0"):
+            make(max_steps=0)
+    with pytest.raises(ValueError, match="epochs must be positive, got 0"):
+        TrainConfig(data_dir="d", epochs=0)
+    with pytest.raises(ValueError, match="one model at a time: use replicates 1, no compile"):
+        TrainConfig(data_dir="d", architecture="reference", compile=True)
+
+
+def test_a_compiled_run_of_one_model_trains_as_a_stack_of_one(tmp_path):
+    from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
+    from lsa_interp.data.transformations import SEEN
+
+    data = DatasetConfig(name="t", n_alphabets=4, window_lengths=(3,), n_reshuffle=1, n_new_alphabets=4,
+                         train_transformations=SEEN[:2])  # fmt: skip
+    data_dir = save_dataset(generate_dataset(data, seed=1), tmp_path / "data")
+    small = {"d_model": 16, "n_heads": 2, "d_mlp": 32, "n_encoder_layers": 1, "n_decoder_layers": 1}
+    trainer = start_run(TrainConfig(data_dir=str(data_dir), compile=True, device="cpu", model=small), tmp_path / "run")
+    assert isinstance(trainer, StackTrainer)
+    assert trainer.config.replicates == 1 and trainer.config.compile
+    plain = start_run(TrainConfig(data_dir=str(data_dir), device="cpu", model=small), tmp_path / "plain")
+    assert not isinstance(plain, StackTrainer)
+
+
+def test_the_train_command_passes_compile_to_the_run(tmp_path, monkeypatch):
+    import lsa_interp.training
+    from lsa_interp import cli
+
+    seen = []
+
+    def fake_start_run(config, run_dir, force=False):
+        seen.append(config)
+        raise ValueError("stopped by the test")
+
+    monkeypatch.setattr(lsa_interp.training, "start_run", fake_start_run)
+    for flag in ("--compile", "--no-compile"):
+        with pytest.raises(SystemExit) as info:
+            cli.main(["train", "--data", str(tmp_path), "--out", str(tmp_path / flag), flag])
+        assert info.value.code == 2
+    assert [config.compile for config in seen] == [True, False]
