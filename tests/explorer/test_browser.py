@@ -238,6 +238,20 @@ def _training(page) -> None:
     assert "tab=training" in page.url
 
 
+_TITLE_OVERFLOW = """() => [...document.querySelectorAll('.js-plotly-plot')].flatMap(plot => {
+  const box = plot.getBoundingClientRect();
+  return [...plot.querySelectorAll('.gtitle')].map(title => [title.textContent, title.getBoundingClientRect()])
+    .filter(([, t]) => t.left < box.left - 1 || t.right > box.right + 1).map(([text]) => text);
+})"""
+
+
+def _titles_fit(page) -> None:
+    """Every figure's title lies within its figure (plotly clips a longer title at both ends)."""
+    titles = page.evaluate("() => [...document.querySelectorAll('.gtitle')].map(t => t.textContent)")
+    assert any("self-attention (causal), head average" in title for title in titles), titles
+    assert page.evaluate(_TITLE_OVERFLOW) == []
+
+
 def test_explorer_in_chromium(served, browser, tiny, tmp_path):
     """Every scenario in one test, so that pytest-xdist runs them on one worker with one browser."""
     base, model = served
@@ -245,6 +259,7 @@ def test_explorer_in_chromium(served, browser, tiny, tmp_path):
     log = PageLog().watch(page)
     page.goto(base + "/", timeout=TIMEOUT_MS)
     _summary_has(page, "model's answer")
+    _titles_fit(page)
     for name, scenario in (
         ("patch, ablate, reset", lambda: _patch_ablate_reset(page, base, model)),
         ("box drag", lambda: _drag_box(page, model)),
