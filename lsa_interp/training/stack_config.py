@@ -18,8 +18,10 @@ from lsa_interp.training.config import Recipe, TrainConfig
 class RunSpec:
     """One replicate of a stack: trained on ``data_dir`` (a saved dataset) with ``seed`` and ``batching``.
 
-    ``seed`` seeds the initial weights, the batch order and the dropout stream, exactly as a single run with
-    that seed. ``name`` labels the run in logs and tables (default: ``{preset}-{batching}-s{seed}``).
+    ``seed`` seeds the initial weights and the batch order, exactly as a single run with that seed. Dropout
+    masks come from the stack's one random stream (seeded with its first run's seed), so with dropout a run's
+    trajectory also depends on the stack it trains in. ``name`` labels the run in logs and tables (default:
+    ``{preset}-{batching}-s{seed}``).
     """
 
     data_dir: str
