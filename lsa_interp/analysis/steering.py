@@ -18,7 +18,7 @@ from torch import Tensor
 from lsa_interp.analysis.pair_batch import PairBatch, pair_batch
 from lsa_interp.analysis.patching import patch_pairs, resolve_heads
 from lsa_interp.analysis.pattern_patches import check_engine
-from lsa_interp.analysis.prompts import minimal_pairs
+from lsa_interp.analysis.prompts import WINDOW_LENGTHS, minimal_pairs
 from lsa_interp.analysis.types import AnalysisResult, Finding, Head
 from lsa_interp.data.transformations import PAPER, get_transformation
 from lsa_interp.model.hooked import HookedEncoderDecoder
@@ -46,12 +46,13 @@ class SteeringMatrix:
         return "+".join(head.label for head in self.heads)
 
 
-def _pairs(source: str, target: str, n: int, seed: int, alphabets) -> PairBatch | str:
+def _pairs(source: str, target: str, n: int, seed: int, alphabets, lengths) -> PairBatch | str:
     """Up to ``n`` aligned minimal pairs, or why there are none (a cheap one-pair probe first: most rule pairs have
     none; some, like ``extend_sequence`` and ``succ``, have example outputs of different lengths)."""
+    options = {"seed": seed, "alphabets": alphabets, "lengths": lengths}
     try:
-        minimal_pairs(source, target, 1, seed=seed, alphabets=alphabets)
-        return pair_batch(minimal_pairs(source, target, n, seed=seed, alphabets=alphabets, at_most=True))
+        minimal_pairs(source, target, 1, **options)
+        return pair_batch(minimal_pairs(source, target, n, at_most=True, **options))
     except ValueError as err:
         return str(err)
 
@@ -64,9 +65,11 @@ def steering_matrix(
     seed: int = 0,
     engine: str = "hooks",
     alphabets: str | Sequence[str] = "standard",
+    lengths: Sequence[int] = WINDOW_LENGTHS,
 ) -> SteeringMatrix:
     """Patch ``head`` (a `Head`, a list, a 1-based label, labels joined by ``+`` or ``"auto"``: the heads are
-    patched together) for every ordered pair of ``rules``.
+    patched together) for every ordered pair of ``rules``, on minimal pairs in ``alphabets`` of windows of
+    ``lengths`` letters (default every training length: many rule pairs have no 3-letter pairs).
 
     Raises ValueError for unknown rules or engine, fewer than two rules, ``"all"`` or a head that is not an
     encoder head.
@@ -88,7 +91,7 @@ def steering_matrix(
         for j, target in enumerate(rules):
             if source == target:
                 continue
-            pairs = _pairs(source, target, n_pairs, seed, alphabets)
+            pairs = _pairs(source, target, n_pairs, seed, alphabets, lengths)
             if isinstance(pairs, str):
                 missing[source, target] = pairs
                 continue
@@ -106,11 +109,13 @@ def steering_analysis(
     n_pairs: int = 50,
     seed: int = 0,
     engine: str = "hooks",
+    alphabets: str | Sequence[str] = "standard",
+    lengths: Sequence[int] = WINDOW_LENGTHS,
 ) -> AnalysisResult:
     """`steering_matrix` as a result: a source x target heat map of flip rates and the missing cells."""
     import plotly.graph_objects as go
 
-    matrix = steering_matrix(model, head, rules, n_pairs, seed, engine)
+    matrix = steering_matrix(model, head, rules, n_pairs, seed, engine, alphabets, lengths)
     measured = ~torch.isnan(matrix.flip)
     mean_flip = float(matrix.flip[measured].mean()) if measured.any() else float("nan")
     figure = go.Figure(
@@ -139,6 +144,8 @@ def steering_analysis(
             "cells_missing": len(matrix.missing),
             "mean_flip_rate": mean_flip,
             "pairs_per_cell": n_pairs,
+            "alphabets": alphabets if isinstance(alphabets, str) else ",".join(alphabets),
+            "window_lengths": ",".join(map(str, lengths)),
         },
         data={
             "rules": list(matrix.rules),

@@ -118,14 +118,14 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 help="Comma-separated window lengths of the minimal pairs; default 3 (the paper's: padding-free "
-                "pairs of equal length), or e.g. 3,4,5,6,7 for every training length. Not with --matrix."
+                "pairs of equal length), or e.g. 3,4,5,6,7 for every training length (the --matrix default: "
+                "many rule pairs have no 3-letter pairs)."
             ),
         ] = None,
         alphabets: Annotated[
             str | None,
             typer.Option(
-                help="Alphabets of the minimal pairs: standard (a..z, the paper's; default) or permuted (unseen ones). "
-                "Not with --matrix."
+                help="Alphabets of the minimal pairs: standard (a..z, the paper's; default) or permuted (unseen ones)."
             ),
         ] = None,
         seed: SeedOption = 0,
@@ -139,12 +139,10 @@ def register(app: typer.Typer) -> None:
             raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(_ENGINES)}")
         if matrix and head.strip().lower() == "all":
             raise ValueError("--matrix patches the heads it is given together; give --head L.H, L.H+L.H or auto")
-        if matrix and (lengths or alphabets):
-            raise ValueError("--lengths and --alphabets apply to one pair of rules, not to --matrix")
         if alphabets is not None and alphabets not in _ALPHABETS:
             raise ValueError(f"unknown --alphabets {alphabets!r}; choose one of {', '.join(_ALPHABETS)}")
         names = [name.strip() for name in rules.split(",") if name.strip()] if rules else list(PAPER)
-        windows = parse_lengths(lengths or "3")
+        windows = parse_lengths(lengths or ("3,4,5,6,7" if matrix else "3"))
         for name in (source, target, *names):
             get_transformation(name)
         target_dir = out_dir(out, model)
@@ -152,7 +150,9 @@ def register(app: typer.Typer) -> None:
         if matrix:
             from lsa_interp.analysis.steering import steering_analysis
 
-            result = steering_analysis(net, model, head, names, n_pairs=pairs, seed=seed, engine=engine)
+            result = steering_analysis(
+                net, model, head, names, pairs, seed, engine, alphabets=alphabets or "standard", lengths=windows
+            )
             finish(result, target_dir, model)
             return
         from lsa_interp.analysis.patching import patching_analysis

@@ -117,6 +117,7 @@ class StackPlan:
         lr = np.zeros((count, reps), dtype=np.float32)
         for r, run in enumerate(self.runs):
             spe = int(self.steps_per_epoch[r])
+            warmup = int(self.train.size[r]) // self.batch_size  # the reference's: whole batches of the split
             step, end = start, min(start + count, int(self.total_steps[r]))
             while step < end:
                 epoch, offset = divmod(step, spe)
@@ -126,7 +127,7 @@ class StackPlan:
                 valid[step - start : step - start + n, r] = epoch_valid[offset : offset + n]
                 step += n
             for step in range(start, end):
-                factor = lr_factor(step, spe, run.epochs, self.warmup_start, self.final_lr_factor)
+                factor = lr_factor(step, spe, run.epochs, self.warmup_start, self.final_lr_factor, warmup)
                 lr[step - start, r] = self.lr * factor
         active = (np.arange(start, start + count)[:, None] < self.total_steps[None, :]).astype(np.float32)
         return StepWindow(start, rows, valid, lr, active)

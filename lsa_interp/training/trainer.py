@@ -64,6 +64,7 @@ class Trainer:
             config.batching, self.train.split.alphabet.numpy(), self.train.split.transformation.numpy()
         )
         self.steps_per_epoch = len(self.epoch_plan(0))
+        self.warmup_steps = len(self.train.src) // config.batch_size  # the reference's: whole batches of the split
         self.val = ResidentSplit(load_tokenized(config.data_dir, "val"), self.device, config.val_limit)
         self.total_steps = self.steps_per_epoch * config.epochs
         self.step, self.elapsed, self.metrics_offset = 0, 0.0, 0
@@ -183,7 +184,9 @@ class Trainer:
 
     def _set_lr(self) -> None:
         cfg = self.config
-        factor = lr_factor(self.step, self.steps_per_epoch, cfg.epochs, cfg.warmup_start, cfg.final_lr_factor)
+        factor = lr_factor(
+            self.step, self.steps_per_epoch, cfg.epochs, cfg.warmup_start, cfg.final_lr_factor, self.warmup_steps
+        )
         lr = cfg.lr * factor
         changed, self.current_lr = lr != self.current_lr, lr
         for group in self.optimizer.param_groups:

@@ -81,6 +81,19 @@ def _spy(monkeypatch, module: str, function: str) -> dict:
             {"alphabets": "permuted", "lengths": (3,)},
         ),
         (
+            ["patch", "--head", "1.1", "--matrix", "--rules", "succ,pred", "--pairs", "2"],
+            "lsa_interp.analysis.steering",
+            "steering_analysis",
+            {"alphabets": "standard", "lengths": (3, 4, 5, 6, 7)},
+        ),
+        (
+            ["patch", "--head", "1.1", "--matrix", "--rules", "succ,pred", "--pairs", "2", "--lengths", "4"]
+            + ["--alphabets", "permuted"],
+            "lsa_interp.analysis.steering",
+            "steering_analysis",
+            {"alphabets": "permuted", "lengths": (4,)},
+        ),
+        (
             ["splice", "--pairs", "3", "--positions", "8-25", "--positions", "0-3,9"],
             "lsa_interp.analysis.splice",
             "splice_analysis",
@@ -114,7 +127,6 @@ def test_elimination_raw_last_layer_is_recorded(checkpoint, tmp_path, capsys):
         (["elimination", "--layer", "3"], "--layer 3 is beyond the model's 2 encoder layers"),
         (["decoder-lens", "--source", "train"], "unknown task source 'train'"),
         (["patch", "--alphabets", "both"], "unknown --alphabets 'both'; choose one of standard, permuted"),
-        (["patch", "--matrix", "--lengths", "3,4"], "--lengths and --alphabets apply to one pair of rules"),
         (["splice", "--positions", "31-0"], "bad --positions '31-0'"),
         (["rasp", "--out", "/proc/no-such-dir"], "cannot write to --out /proc/no-such-dir"),
     ],

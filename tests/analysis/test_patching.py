@@ -159,6 +159,24 @@ def test_outcomes_and_logit_differences_of_a_result(random_model, pairs):
     assert result.summary()["logit_diff_pairs"] == len(pairs)  # succ and pred answers start differently
 
 
+def test_steering_matrix_draws_its_pairs_from_the_given_alphabets_and_window_lengths(planted, monkeypatch):
+    import lsa_interp.analysis.steering as steering
+
+    real, seen = steering.minimal_pairs, []
+
+    def spy(*args, **kwargs):
+        pairs = real(*args, **kwargs)
+        seen.extend((kwargs["alphabets"], len(pair.target.query)) for pair in pairs)
+        return pairs
+
+    monkeypatch.setattr(steering, "minimal_pairs", spy)
+    matrix = steering_matrix(
+        planted, PLANTED_HEAD, rules=("succ", "pred"), n_pairs=6, alphabets="permuted", lengths=(5,)
+    )
+    assert matrix.n_pairs == {("succ", "pred"): 6, ("pred", "succ"): 6}
+    assert set(seen) == {("permuted", 5)}
+
+
 def test_steering_matrix_measures_aligned_rule_pairs_and_records_the_rest(planted):
     matrix = steering_matrix(planted, PLANTED_HEAD, rules=("succ", "pred", "extend_sequence", "sort"), n_pairs=4)
     assert set(matrix.n_pairs) == {("succ", "pred"), ("pred", "succ")}

@@ -96,7 +96,8 @@ def test_each_replicate_follows_its_own_epoch_plan_steps_and_schedule(plan):
             assert (window.rows[i, r, n:] == batch[0] + plan.train.offset[r]).all()
             assert window.valid[i, r].tolist() == [True] * n + [False] * (64 - n)
             assert window.active[i, r] == 1
-            expected = 3e-3 * lr_factor(step, spe[r], plan.runs[r].epochs, 1e-4, 0.05)
+            warmup = int(plan.train.size[r]) // 64
+            expected = 3e-3 * lr_factor(step, spe[r], plan.runs[r].epochs, 1e-4, 0.05, warmup)
             assert window.lr[i, r] == pytest.approx(expected, rel=1e-6)
 
 

@@ -36,8 +36,9 @@ def data_dir(tmp_path_factory):
 def test_schedule_warms_up_per_step_then_decays_per_epoch():
     assert lr_factor(0, 100, 20) == pytest.approx(1e-4)
     assert lr_factor(50, 100, 20) == pytest.approx(1e-4 + (1 - 1e-4) * 0.5)
-    assert lr_factor(100, 100, 20) == pytest.approx(1 - 0.95 / 19)
-    assert lr_factor(150, 100, 20) == lr_factor(100, 100, 20)
+    assert lr_factor(100, 100, 20) == 1.0
+    assert lr_factor(200, 100, 20) == pytest.approx(1 - 0.95 / 18)
+    assert lr_factor(250, 100, 20) == lr_factor(200, 100, 20)
     assert lr_factor(1999, 100, 20) == pytest.approx(0.05)
 
 
@@ -318,7 +319,7 @@ def test_a_run_logs_steps_validates_at_epoch_ends_and_saves_states_on_schedule(d
     assert epoch["epoch"] == 1 and isinstance(epoch["epoch"], int) and 0 <= epoch["val_acc"] <= 1
     assert lines[1]["epoch"] == pytest.approx(6 / 8) and lines[4]["epoch"] == pytest.approx(11 / 8)
     assert [r["lr"] for r in lines if r["type"] == "step"] == pytest.approx(
-        [3e-3 * lr_factor(s - 1, 8, 2) for s in (3, 6, 9, 11)]
+        [3e-3 * lr_factor(s - 1, 8, 2, warmup_steps=1824 // 256) for s in (3, 6, 9, 11)]
     )
     metadata = load_model(tmp_path / "run" / "model").metadata
     assert metadata["steps"] == 11 and metadata["epochs_completed"] == pytest.approx(11 / 8)
