@@ -118,14 +118,16 @@ def encode_tasks(tasks: Sequence[Task], with_answers: bool | None = None) -> Tok
     return TokenBatch(torch.from_numpy(src), roles, torch.from_numpy(tgt_in), torch.from_numpy(tgt_out))
 
 
-def decode(ids: Sequence[int] | Tensor) -> str:
-    """Turn decoder ids into an answer string: a leading ``>`` is skipped and EOS ends it.
+def decode(ids: Sequence[int] | Tensor, skip_start: bool = False) -> str:
+    """Turn decoder ids into an answer string: EOS ends it. A model's generated tokens hold no start symbol, so
+    a ``>`` the model emitted stays in the answer (and is scored wrong); ``skip_start=True`` drops a leading
+    ``>`` (a decoder input row: ``>`` then the answer).
 
     Tokens other than letters are kept as their symbols (``|``, ``>``, ``<pad>``), so a malformed output
     never equals a letter-only answer.
     """
     tokens = ids.tolist() if isinstance(ids, Tensor) else list(ids)
-    if tokens and tokens[0] == ARROW:
+    if skip_start and tokens and tokens[0] == ARROW:
         tokens = tokens[1:]
     out = []
     for token in tokens:
@@ -135,6 +137,6 @@ def decode(ids: Sequence[int] | Tensor) -> str:
     return "".join(out)
 
 
-def decode_batch(ids: Int[Tensor, "batch pos"]) -> list[str]:
+def decode_batch(ids: Int[Tensor, "batch pos"], skip_start: bool = False) -> list[str]:
     """``decode`` every row of a batch of decoder ids."""
-    return [decode(row) for row in ids.tolist()]
+    return [decode(row, skip_start) for row in ids.tolist()]

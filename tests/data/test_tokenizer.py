@@ -69,9 +69,17 @@ def test_tasks_without_answers_have_no_targets():
 
 
 def test_decode():
-    assert decode([ARROW, 0, 2, 3, EOS, PAD]) == "acd"
+    assert decode([0, 2, 3, EOS, PAD]) == "acd"
     assert decode(torch.tensor([0, SEP, EOS])) == "a|"
-    assert decode_batch(torch.tensor([[ARROW, 1, EOS, 5], [2, 3, 4, PAD]])) == ["b", "cde<pad>"]
+    assert decode_batch(torch.tensor([[1, EOS, 5, PAD], [2, 3, 4, PAD]])) == ["b", "cde<pad>"]
+
+
+def test_a_generated_arrow_stays_in_the_answer_and_only_a_decoder_input_drops_its_start_symbol():
+    """Generated tokens hold no start symbol: an output ``> a c d`` is not the answer ``acd``."""
+    assert decode([ARROW, 0, 2, 3, EOS, PAD]) == ">acd"
+    assert decode_batch(torch.tensor([[ARROW, 1, EOS, 5], [ARROW, ARROW, 4, PAD]])) == [">b", ">>e<pad>"]
+    assert decode([ARROW, 0, 2, 3, EOS, PAD], skip_start=True) == "acd"
+    assert decode_batch(torch.tensor([[ARROW, 1, EOS, 5], [2, 3, 4, PAD]]), skip_start=True) == ["b", "cde<pad>"]
     assert token_str(ARROW) == ">" and token_str(VOCAB_SIZE - 1) == ">"
     with pytest.raises(IndexError):
         token_str(30)

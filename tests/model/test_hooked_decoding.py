@@ -90,6 +90,19 @@ def test_decoder_input_from_generated():
     assert torch.equal(decoder_input_from_generated(generated), expected)
 
 
+def test_a_generated_arrow_makes_an_answer_wrong_in_solve_and_in_evaluation(small_model, monkeypatch):
+    """A model that emits ``>`` before the right letters has not answered ``acd``: neither ``solve`` nor the
+    evaluation's ``predict`` may drop the generated ``>`` as if it were the decoder's start symbol."""
+    from lsa_interp.data import Task
+    from lsa_interp.evaluation.run import predict
+
+    task = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > acd")
+    emitted = torch.tensor([[ARROW, 0, 2, 3, EOS]])
+    monkeypatch.setattr(small_model, "generate", lambda tasks, **kwargs: emitted)
+    assert small_model.solve(task) == ">acd"
+    assert predict(small_model, [task]) == [">acd"]
+
+
 def test_solve_returns_strings(stopping_pair, make_tasks):
     _, model = stopping_pair
     tasks = make_tasks(5, seed=4)
