@@ -90,3 +90,20 @@ def test_a_graphed_stack_resumes_where_it_stopped(data_dirs, tmp_path):
     resumed.run()
     assert resumed.step == 30 and (tmp_path / "cut" / "replicate-2" / "model").is_dir()
     assert _gap(resumed.model.flat.detach().cpu(), whole) < 1e-3
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_each_graph_replay_draws_fresh_dropout_masks(data_dirs, tmp_path, dropout):
+    """The same step replayed from the same weights (lr 0): with dropout its losses differ at every replay (the
+    graph advances the CUDA generator's offset), without dropout they agree."""
+    config = _config(data_dirs, lr=0.0, model={**SMALL_MODEL, "dropout": dropout})
+    trainer = StackTrainer.start(config, tmp_path / "run")
+    trainer.train_step()  # loads the first window, captures the graph and replays step 0
+    trainer.stepper.take_losses()
+    replays = []
+    for _ in range(3):
+        trainer.stepper.cursor.zero_()
+        trainer.stepper.run(0)
+        replays.append(trainer.stepper.take_losses())
+    gaps = [float((a - b).abs().max()) for a, b in ((replays[0], replays[1]), (replays[1], replays[2]))]
+    assert all(gap > 1e-4 for gap in gaps) if dropout else all(gap < 1e-6 for gap in gaps)
