@@ -23,6 +23,7 @@ def test_a_shorter_warm_up_reaches_the_full_rate_and_holds_it_to_the_epoch_end()
     assert lr_factor(7, 10, 5, warmup_steps=4) == lr_factor(4, 10, 5, warmup_steps=4) == pytest.approx(1.0)
     assert lr_factor(5, 10, 5, warmup_steps=50) == lr_factor(5, 10, 5)  # never longer than the epoch
     assert lr_factor(0, 10, 5, warmup_steps=0) == pytest.approx(1e-4)  # never divides by zero
+    assert lr_factor(0, 10, 5, warmup_steps=1) == pytest.approx(1e-4) and lr_factor(1, 10, 5, warmup_steps=1) == 1.0
 
 
 def test_epoch_2_runs_at_the_full_rate_and_the_decay_reaches_final_in_the_last_epoch():
