@@ -83,17 +83,15 @@ def reference_stepper(tasks: list[Task], device: torch.device):
     return step
 
 
+def _bench_config(data_dir: str, device: torch.device, **options) -> TrainConfig:
+    """The recipe on ``device``, never logging and validating on one row (the benchmark times steps only)."""
+    return TrainConfig(data_dir=data_dir, device=device.type, log_every=10**9, val_limit=1, **options)
+
+
 def our_stepper(data_dir: str, device: torch.device, cuda_graph: bool = True, length_bucketing: bool = False):
     """A function that runs our next training step (resident tensors, random batches, length-bucketed ones
     with ``length_bucketing``; on CUDA a graph replay unless ``cuda_graph`` is False)."""
-    config = TrainConfig(
-        data_dir=data_dir,
-        device=device.type,
-        log_every=10**9,
-        val_limit=1,
-        cuda_graph=cuda_graph,
-        length_bucketing=length_bucketing,
-    )
+    config = _bench_config(data_dir, device, cuda_graph=cuda_graph, length_bucketing=length_bucketing)
     trainer = start_run(config, tempfile.mkdtemp(), force=True)
     batches = iter(trainer.epoch_plan(1))
     return lambda: trainer.train_step(next(batches))
@@ -127,14 +125,8 @@ def _sync(device: torch.device) -> None:
 
 def stack_stepper(data_dir: str, device: torch.device, stacking: str, replicates: int, precision: str):
     """A function that runs the next step of ``replicates`` models stacked by ``stacking`` and returns its tasks."""
-    config = TrainConfig(
-        data_dir=data_dir,
-        device=device.type,
-        log_every=10**9,
-        val_limit=1,
-        replicates=replicates,
-        precision=precision,
-        compile=stacking == "native-compile",
+    config = _bench_config(
+        data_dir, device, replicates=replicates, precision=precision, compile=stacking == "native-compile"
     )
     if stacking != "vmap":
         trainer = StackTrainer.start(StackConfig.from_train_config(config), tempfile.mkdtemp(), force=True)
