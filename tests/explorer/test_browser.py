@@ -218,6 +218,7 @@ def _draw(page, model, tiny) -> None:
     allowed = {str(t.with_answer(None)) for t in pool if outcome_of(t, model.solve(t)) == "wrong"}
     assert page.inner_text("#draw-message").startswith(f"{min(20, len(allowed))} of {len(pool)} matching")
     page.click("#drawn")
+    page.wait_for_selector(".dash-dropdown-option input", timeout=TIMEOUT_MS)  # the options render after the click
     values = page.eval_on_selector_all(".dash-dropdown-option input", "inputs => inputs.map(i => i.value)")
     assert values and set(values) <= allowed
     page.click(f".dash-dropdown-option:has(input[value='{values[0]}'])")
@@ -247,8 +248,10 @@ _TITLE_OVERFLOW = """() => [...document.querySelectorAll('.js-plotly-plot')].fla
 
 def _titles_fit(page) -> None:
     """Every figure's title lies within its figure (plotly clips a longer title at both ends)."""
-    titles = page.evaluate("() => [...document.querySelectorAll('.gtitle')].map(t => t.textContent)")
-    assert any("self-attention (causal), head average" in title for title in titles), titles
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.gtitle')].some(t => t.textContent.includes('(causal), head average'))",
+        timeout=TIMEOUT_MS,
+    )
     assert page.evaluate(_TITLE_OVERFLOW) == []
 
 
