@@ -175,7 +175,7 @@ def train(
         bool,
         typer.Option(
             help="Run torch.compile inside the stacked step (trains as a stack, also of one model; "
-            "measure first: benchmarks/train_throughput.py --compile).",
+            "measure first: benchmarks/train_throughput.py --stacking native-compile).",
         ),
     ] = False,
     length_bucketing: Annotated[

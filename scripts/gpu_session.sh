@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # First command of a GPU session for the native stack (issue 13). On an H100, at most 9.5 minutes in all
-# (each part has its own timeout): the GPU-only tests of tests/training (CUDA-graph stack = eager stack, compiled = plain,
-# bf16 with dropout trains to the end, a graphed stack resumes; the single-model graph step), then the
+# (each part has its own timeout): the GPU-only tests of tests/training (CUDA-graph stack = eager stack,
+# compiled = plain, fresh dropout masks at every replay, bf16 with dropout trains to the end, a graphed stack
+# resumes; the single-model graph step), then the
 # stacking benchmark matrix (native first, bf16 first; configurations past the budget are listed as
 # skipped in the JSON). Everything it prints is also written under $OUT:
 #   $OUT/gpu.txt         the GPU (nvidia-smi)

@@ -133,6 +133,8 @@ def register(app: typer.Typer) -> None:
         device: DeviceOption = "cpu",
     ) -> None:
         """Patch heads' attention patterns from --from prompts into --to prompts (or --matrix)."""
+        from lsa_interp.analysis.patching import PAPER_LENGTHS
+        from lsa_interp.analysis.prompts import WINDOW_LENGTHS
         from lsa_interp.data.transformations import PAPER, get_transformation
 
         if engine not in _ENGINES:
@@ -142,7 +144,7 @@ def register(app: typer.Typer) -> None:
         if alphabets is not None and alphabets not in _ALPHABETS:
             raise ValueError(f"unknown --alphabets {alphabets!r}; choose one of {', '.join(_ALPHABETS)}")
         names = [name.strip() for name in rules.split(",") if name.strip()] if rules else list(PAPER)
-        windows = parse_lengths(lengths or ("3,4,5,6,7" if matrix else "3"))
+        windows = parse_lengths(lengths) if lengths else (WINDOW_LENGTHS if matrix else PAPER_LENGTHS)
         for name in (source, target, *names):
             get_transformation(name)
         target_dir = out_dir(out, model)

@@ -26,3 +26,8 @@ def lr_factor(
     if epoch >= epochs:
         return final
     return 1.0 - (1.0 - final) * (epoch - 1) / max(epochs - 2, 1)
+
+
+def reference_warmup_steps(train_rows: int, batch_size: int) -> int:
+    """The reference's warm-up length: the whole batches of the train split, ``floor(train_rows / batch_size)``."""
+    return train_rows // batch_size

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from lsa_interp.data.batching import batch_keys, epoch_batches
 from lsa_interp.data.loaders import load_tokenized
 from lsa_interp.data.vocab import PAD
-from lsa_interp.training.schedule import lr_factor
+from lsa_interp.training.schedule import lr_factor, reference_warmup_steps
 from lsa_interp.training.stack_config import RunSpec
 from lsa_interp.training.validation import ResidentSplit
 
@@ -117,7 +117,7 @@ class StackPlan:
         lr = np.zeros((count, reps), dtype=np.float32)
         for r, run in enumerate(self.runs):
             spe = int(self.steps_per_epoch[r])
-            warmup = int(self.train.size[r]) // self.batch_size  # the reference's: whole batches of the split
+            warmup = reference_warmup_steps(int(self.train.size[r]), self.batch_size)
             step, end = start, min(start + count, int(self.total_steps[r]))
             while step < end:
                 epoch, offset = divmod(step, spe)

@@ -44,7 +44,7 @@ from lsa_interp.training.run_dir import (
     stop_on_signals,
     write_state,
 )
-from lsa_interp.training.schedule import lr_factor
+from lsa_interp.training.schedule import lr_factor, reference_warmup_steps
 from lsa_interp.training.validation import ResidentSplit, loss_fn, validate_model
 from lsa_interp.utils import hardware_description
 
@@ -64,7 +64,7 @@ class Trainer:
             config.batching, self.train.split.alphabet.numpy(), self.train.split.transformation.numpy()
         )
         self.steps_per_epoch = len(self.epoch_plan(0))
-        self.warmup_steps = len(self.train.src) // config.batch_size  # the reference's: whole batches of the split
+        self.warmup_steps = reference_warmup_steps(len(self.train.src), config.batch_size)
         self.val = ResidentSplit(load_tokenized(config.data_dir, "val"), self.device, config.val_limit)
         self.total_steps = self.steps_per_epoch * config.epochs
         self.step, self.elapsed, self.metrics_offset = 0, 0.0, 0
