@@ -49,8 +49,9 @@ from lsa_interp.training.stack_adamw import StackAdamW
 from lsa_interp.training.stack_config import RunSpec, StackConfig
 from lsa_interp.training.stack_data import StackPlan, StackSplit, StepWindow
 from lsa_interp.training.stack_step import StackStep
-from lsa_interp.training.stack_validation import matching_prompts, validate_stack
+from lsa_interp.training.stack_validation import validate_stack
 from lsa_interp.training.stacked_model import StackedEncoderDecoder
+from lsa_interp.training.validation import matching_prompts
 from lsa_interp.utils import atomic_write, hardware_description
 
 STACK_KEY = "stack"

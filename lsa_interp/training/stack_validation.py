@@ -4,7 +4,7 @@ Each replicate is validated on its own val split: the splits are walked in chunk
 of rows for every replicate; a shorter split repeats its first row, ignored), each chunk scored with one
 teacher-forced stacked forward pass (loss) and one cached greedy decode of all replicates (exact match).
 The records have the keys of `validate_model`; `matching_score` adds each replicate's best matching-head
-score (`lsa_interp.analysis.matching`) on a small fixed set of pred prompts.
+score on ``prompts`` (`lsa_interp.training.validation.matching_prompts`).
 """
 
 from __future__ import annotations
@@ -16,22 +16,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lsa_interp.analysis.matching import matching_scores, matching_tasks
 from lsa_interp.data.task import Task
 from lsa_interp.data.vocab import PAD
 from lsa_interp.training.stack_data import StackSplit
 from lsa_interp.training.stacked_model import StackedEncoderDecoder
-from lsa_interp.training.validation import accuracy_record
+from lsa_interp.training.validation import accuracy_record, matching_score
 
 ROWS_PER_CHUNK = 16384
 """Rows decoded together, summed over the replicates (a chunk holds ``ROWS_PER_CHUNK // R`` per replicate)."""
-MATCHING_PROMPTS_PER_ALPHABET_KIND = 8
-"""pred tasks per alphabet kind (standard, permuted) behind ``matching_score``: 16 prompts, a few ms."""
-
-
-def matching_prompts() -> list[Task]:
-    """The fixed pred prompts on which every replicate's matching score is measured."""
-    return matching_tasks(MATCHING_PROMPTS_PER_ALPHABET_KIND, seed=0, rules=("pred",))
 
 
 @torch.no_grad()
@@ -76,6 +68,6 @@ def validate_stack(
             hit[r, : val.size[r]], part.split, float(loss_sum[r]) / int((part.tgt_out != PAD).sum())
         )
         if prompts is not None:
-            record["matching_score"] = matching_scores(model.write_replicate(r, probe), prompts).best()[1]
+            record["matching_score"] = matching_score(model.write_replicate(r, probe), prompts)
         records.append(record)
     return records

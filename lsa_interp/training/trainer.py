@@ -45,7 +45,7 @@ from lsa_interp.training.run_dir import (
     write_state,
 )
 from lsa_interp.training.schedule import lr_factor, reference_warmup_steps
-from lsa_interp.training.validation import ResidentSplit, loss_fn, validate_model
+from lsa_interp.training.validation import ResidentSplit, loss_fn, matching_prompts, matching_score, validate_model
 from lsa_interp.utils import hardware_description
 
 
@@ -66,6 +66,7 @@ class Trainer:
         self.steps_per_epoch = len(self.epoch_plan(0))
         self.warmup_steps = reference_warmup_steps(len(self.train.src), config.batch_size)
         self.val = ResidentSplit(load_tokenized(config.data_dir, "val"), self.device, config.val_limit)
+        self.prompts = matching_prompts()
         self.total_steps = self.steps_per_epoch * config.epochs
         self.step, self.elapsed, self.metrics_offset = 0, 0.0, 0
         self.current_lr = config.lr
@@ -305,8 +306,14 @@ class Trainer:
         return [self.validate()]
 
     def validate(self) -> dict[str, Any]:
-        """Validation loss and greedy exact-match accuracy of the model (see `validate_model`)."""
-        return validate_model(self.hooked_model(), self.val, self._autocast)
+        """The validation record of the model being trained (see `validated`)."""
+        return self.validated(self.hooked_model())
+
+    def validated(self, model: HookedEncoderDecoder) -> dict[str, Any]:
+        """Validation loss and greedy exact-match accuracy of ``model`` (see `validate_model`) and its best
+        matching-head score (``matching_score``, see `matching_score`)."""
+        record = validate_model(model, self.val, self._autocast)
+        return {**record, "matching_score": matching_score(model, self.prompts)}
 
     def _metadata(self, seed: int) -> dict[str, Any]:
         cfg = self.config

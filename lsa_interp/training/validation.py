@@ -1,4 +1,9 @@
-"""Device-resident splits, the training loss and the end-of-epoch validation of one model."""
+"""Device-resident splits, the training loss and the end-of-epoch validation of one model.
+
+Every epoch record also carries ``matching_score``: the model's best matching-head score
+(`lsa_interp.analysis.matching`) on `matching_prompts`, a small fixed set of pred prompts, so that a run's
+history shows when its matching head forms (paper Appendix B).
+"""
 
 from __future__ import annotations
 
@@ -11,11 +16,30 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Int
 from torch import Tensor
 
+from lsa_interp.analysis.matching import matching_scores, matching_tasks
 from lsa_interp.data.loaders import TokenizedSplit
+from lsa_interp.data.task import Task
 from lsa_interp.data.transformations import SEEN
 from lsa_interp.data.vocab import PAD
 from lsa_interp.model import HookedEncoderDecoder
 from lsa_interp.model.reference import ReferenceTransformer
+
+MATCHING_PROMPTS_PER_ALPHABET_KIND = 8
+"""pred tasks per alphabet kind (standard, permuted) behind ``matching_score``: 16 prompts, a few ms."""
+
+
+def matching_prompts() -> list[Task]:
+    """The fixed pred prompts on which every run's per-epoch matching score is measured."""
+    return matching_tasks(MATCHING_PROMPTS_PER_ALPHABET_KIND, seed=0, rules=("pred",))
+
+
+def matching_score(model: HookedEncoderDecoder, prompts: list[Task]) -> float:
+    """The best matching-head score of ``model`` (in eval mode: no dropout, no random numbers) on ``prompts``."""
+    was_training = model.training
+    model.eval()
+    score = matching_scores(model, prompts).best()[1]
+    model.train(was_training)
+    return score
 
 
 class ResidentSplit:

@@ -34,7 +34,6 @@ from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.checkpoint import save_model
 from lsa_interp.training.run_dir import MODEL_DIR, replicate_dir
 from lsa_interp.training.trainer import Trainer
-from lsa_interp.training.validation import validate_model
 
 
 class _TeacherForcedLoss(nn.Module):
@@ -141,14 +140,11 @@ class VmapReplicateTrainer(Trainer):
 
     def epoch_records(self) -> list[dict[str, Any]]:
         """One validation record per replicate."""
-        return [
-            {"replicate": i, **validate_model(self.replicate_model(i), self.val, self._autocast)}
-            for i in range(self.config.replicates)
-        ]
+        return [{"replicate": i, **self.validated(self.replicate_model(i))} for i in range(self.config.replicates)]
 
     def validate(self) -> dict[str, Any]:
         """Validation of replicate 0 (`epoch_records` has all of them)."""
-        return validate_model(self.replicate_model(0), self.val, self._autocast)
+        return self.validated(self.replicate_model(0))
 
     def _save_final(self) -> None:
         for index in range(self.config.replicates):

@@ -100,6 +100,7 @@ def test_short_cpu_run_learns_and_writes_a_loadable_model(data_dir, tmp_path):
     steps = [r for r in records if r["type"] == "step"]
     epochs = [r for r in records if r["type"] == "epoch"]
     assert len(epochs) == 4 and {"val_loss", "val_acc", "val_acc_copy", "val_acc_by_transformation"} <= set(epochs[0])
+    assert all(-1.0 <= r["matching_score"] <= 1.0 for r in epochs)
     assert steps[-1]["train_loss"] < steps[0]["train_loss"] - 0.5
     assert epochs[-1]["val_loss"] < epochs[0]["val_loss"]
     model = load_model(tmp_path / "run" / "model")

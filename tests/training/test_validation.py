@@ -14,7 +14,16 @@ from lsa_interp.data.loaders import tokenize_split
 from lsa_interp.data.task import Task
 from lsa_interp.data.vocab import EOS, PAD
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
-from lsa_interp.training.validation import ResidentSplit, accuracy_record, exact_match, loss_fn, validate_model
+from lsa_interp.analysis.matching import matching_scores
+from lsa_interp.training.validation import (
+    ResidentSplit,
+    accuracy_record,
+    exact_match,
+    loss_fn,
+    matching_prompts,
+    matching_score,
+    validate_model,
+)
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 CPU = torch.device("cpu")
@@ -117,3 +126,19 @@ def test_a_resident_split_limit_keeps_a_fixed_sorted_sample_and_batches_are_cut_
     src, tgt_in, tgt_out = kept.batch(rows)
     assert src.shape[1] == int(kept.src_len[rows].max()) and tgt_in.shape[1] == int(kept.tgt_len[rows].max())
     assert torch.equal(tgt_out, kept.tgt_out[rows][:, : tgt_in.shape[1]])
+
+
+def test_matching_score_is_the_eval_mode_best_head_score_and_leaves_mode_and_rng_alone():
+    """The per-epoch ``matching_score`` is `matching_scores(...).best()` of the model without dropout, on 16 fixed
+    pred prompts; a model in training mode stays in it and draws no random numbers (resumed runs stay exact)."""
+    torch.manual_seed(1)
+    cfg = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=1, d_mlp=64, dropout=0.5)
+    model = HookedEncoderDecoder(cfg).train()
+    prompts = matching_prompts()
+    assert len(prompts) == 16 and {t.transformation for t in prompts} == {"pred"}
+    assert [t.query for t in prompts] == [t.query for t in matching_prompts()]
+    rng = torch.get_rng_state()
+    score = matching_score(model, prompts)
+    assert model.training and torch.equal(torch.get_rng_state(), rng)
+    expected = matching_scores(model.eval(), prompts).best()[1]
+    assert score == expected and score == matching_score(model.train(), prompts)
