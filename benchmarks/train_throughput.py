@@ -6,7 +6,7 @@ random order. Ours: pre-tokenized tensors resident on the device, the same rando
 the same batch size), the hooked model without hooks. Both use AdamW with the reference's
 hyper-parameters, fp32. The two alternate in three rounds (so that load on a shared machine hits both);
 the medians and their ratio are printed, on CPU and (if present) CUDA. Our step with opt-in length
-bucketing is timed the same way against our default step.
+bucketing, and on CPU in 2 and 4 micro-batches, is timed the same way against our default step.
 
 Stacking mode (``--stacking native,vmap``): for every (stacking, replicates, precision) configuration, the
 step of R models trained together (``native``: `StackTrainer`; ``native-compile``: the same with
@@ -88,10 +88,10 @@ def _bench_config(data_dir: str, device: torch.device, **options) -> TrainConfig
     return TrainConfig(data_dir=data_dir, device=device.type, log_every=10**9, val_limit=1, **options)
 
 
-def our_stepper(data_dir: str, device: torch.device, cuda_graph: bool = True, length_bucketing: bool = False):
-    """A function that runs our next training step (resident tensors, random batches, length-bucketed ones
-    with ``length_bucketing``; on CUDA a graph replay unless ``cuda_graph`` is False)."""
-    config = _bench_config(data_dir, device, cuda_graph=cuda_graph, length_bucketing=length_bucketing)
+def our_stepper(data_dir: str, device: torch.device, **options):
+    """A function that runs our next training step (resident tensors, the reference's random batches; on CUDA
+    a graph replay); ``options`` are `TrainConfig` fields (``length_bucketing``, ``micro_batches``, ...)."""
+    config = _bench_config(data_dir, device, **options)
     trainer = start_run(config, tempfile.mkdtemp(), force=True)
     batches = iter(trainer.epoch_plan(1))
     return lambda: trainer.train_step(next(batches))
@@ -283,6 +283,13 @@ def compare_with_reference(data_dir: str, dataset, device: torch.device, steps: 
         f"{device.type}: our step with length bucketing {bucketed:,.0f} tasks/s | "
         f"{bucketed / default:.2f}x our default step | {bucketed / ref_rate:.2f}x the reference"
     )
+    if device.type == "cpu":
+        for parts in (2, 4):
+            split, default, _ = alternate(our_stepper(data_dir, device, micro_batches=parts), ours, steps, device)
+            print(
+                f"cpu: our step in {parts} micro-batches {split:,.0f} tasks/s | {split / default:.2f}x our default "
+                f"step | {split / ref_rate:.2f}x the reference"
+            )
     if device.type == "cuda":
         eager, graph, _ = alternate(our_stepper(data_dir, device, cuda_graph=False), ours, steps, device)
         print(f"cuda: our step without the CUDA graph {eager:,.0f} tasks/s | graph {graph / eager:.2f}x faster")

@@ -185,6 +185,14 @@ def train(
             "but batches of similar tasks, unlike the reference's random batches."
         ),
     ] = False,
+    micro_batches: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Cut each batch into N length-sorted parts whose gradients add up before the one optimizer step: "
+            "the same batches and updates, less padding (1.2-1.4x faster on CPU with 4; eager step only).",
+        ),
+    ] = 1,
     architecture: Annotated[
         str,
         typer.Option(
@@ -225,6 +233,7 @@ def train(
             cuda_graph=cuda_graph,
             compile=compile,
             length_bucketing=length_bucketing,
+            micro_batches=micro_batches,
             architecture=architecture,
             model=_parse_model_config(model_config),
         )

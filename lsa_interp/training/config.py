@@ -53,8 +53,12 @@ class TrainConfig(Recipe):
     """One run: its dataset (``data_dir`` holds a saved dataset), seed, epochs and batching, and the `Recipe`.
 
     ``replicates > 1`` trains seeds ``seed .. seed + replicates - 1`` as one stack; ``compile`` runs
-    ``torch.compile`` inside the stacked step, so a compiled run is a stack (of one model, if need be). Raises
-    ValueError for an unknown batching method, precision or architecture, or a combination no trainer runs.
+    ``torch.compile`` inside the stacked step, so a compiled run is a stack (of one model, if need be).
+    ``micro_batches > 1`` sorts each batch by source length and cuts it into that many parts, each padded to
+    its own longest row, whose token-weighted gradients add up to the batch's before the one optimizer step:
+    the same batches and updates up to rounding, less padding (faster on CPU; one model's eager step only).
+    Raises ValueError for an unknown batching method, precision or architecture, or a combination no trainer
+    runs.
     """
 
     data_dir: str
@@ -64,6 +68,7 @@ class TrainConfig(Recipe):
     batching: str = "random"
     replicates: int = 1
     architecture: str = "hooked"
+    micro_batches: int = 1
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -77,6 +82,12 @@ class TrainConfig(Recipe):
             raise ValueError(f"unknown architecture {self.architecture!r}; choose one of: {', '.join(ARCHITECTURES)}")
         if self.architecture == "reference" and (self.replicates > 1 or self.compile):
             raise ValueError("the reference architecture trains one model at a time: use replicates 1, no compile")
+        if not 1 <= self.micro_batches <= self.batch_size:
+            raise ValueError(
+                f"micro-batches must be between 1 and the batch size {self.batch_size}, got {self.micro_batches}"
+            )
+        if self.micro_batches > 1 and (self.replicates > 1 or self.compile):
+            raise ValueError("micro-batches split one model's eager step: use replicates 1, no compile")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:

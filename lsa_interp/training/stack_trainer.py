@@ -104,9 +104,11 @@ class StackTrainer:
 
     @classmethod
     def start(cls, config: StackConfig, run_dir: str | os.PathLike, force: bool = False) -> StackTrainer:
-        """A new stack; raises FileExistsError when ``run_dir`` is not empty and ``force`` is False."""
-        run_dir = prepare_run_dir(run_dir, {STACK_KEY: True, **config.to_dict()}, force)
-        return cls(config, run_dir)
+        """A new stack; raises FileExistsError when ``run_dir`` is not empty and ``force`` is False, and
+        ValueError for a config it cannot run (then nothing is written)."""
+        trainer = cls(config, Path(run_dir))
+        prepare_run_dir(run_dir, {STACK_KEY: True, **config.to_dict()}, force)
+        return trainer
 
     @classmethod
     def resume(

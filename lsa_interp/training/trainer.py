@@ -57,6 +57,11 @@ class Trainer:
         self.device = pick_device(config.device)
         set_matmul_precision(config.precision)
         self.graphed = self.device.type == "cuda" and config.cuda_graph
+        if self.graphed and config.micro_batches > 1:
+            raise ValueError(
+                "micro-batches need the eager step (--no-cuda-graph): the CUDA-graph step pads every "
+                "batch to full width"
+            )
         self._graph: GraphedStep | None = None
         self._build_models()
         self.train = ResidentSplit(load_tokenized(config.data_dir, "train"), self.device)
@@ -144,8 +149,11 @@ class Trainer:
 
     @classmethod
     def start(cls, config: TrainConfig, run_dir: str | os.PathLike, force: bool = False) -> Trainer:
-        """A new run; raises FileExistsError when ``run_dir`` is not empty and ``force`` is False."""
-        return cls(config, prepare_run_dir(run_dir, asdict(config), force))
+        """A new run; raises FileExistsError when ``run_dir`` is not empty and ``force`` is False, and ValueError
+        for a config this trainer cannot run on this machine (then nothing is written)."""
+        trainer = cls(config, Path(run_dir))
+        prepare_run_dir(run_dir, asdict(config), force)
+        return trainer
 
     @classmethod
     def resume(
@@ -210,10 +218,13 @@ class Trainer:
             loss = self._graph.replay(self.step)
             self.step += 1
             return loss[0] if self.config.replicates == 1 else loss
-        with self._autocast():
-            loss = loss_fn(self.model, *self.train.batch(rows))
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = torch.zeros((), device=self.device)
+        for part, share in self.train.micro_batches(rows, self.config.micro_batches):
+            with self._autocast():
+                part_loss = loss_fn(self.model, *self.train.batch(part)) * share
+            part_loss.backward()
+            loss = loss + part_loss.detach()
         self.optimizer.step()
         self.step += 1
         return loss.detach()

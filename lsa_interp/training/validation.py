@@ -60,6 +60,17 @@ class ResidentSplit:
         src_len, tgt_len = int(self.src_len[rows].max()), int(self.tgt_len[rows].max())
         return self.src[index, :src_len], self.tgt_in[index, :tgt_len], self.tgt_out[index, :tgt_len]
 
+    def micro_batches(self, rows: np.ndarray, parts: int) -> list[tuple[np.ndarray, float]]:
+        """``rows`` sorted by source length (stable) and cut into ``parts`` near-equal runs (none empty), each
+        with its share of the batch's target tokens: the weights under which the parts' mean losses add up to
+        the batch's token-weighted mean loss. One part is ``rows`` as they are, with share 1."""
+        if parts == 1:
+            return [(rows, 1.0)]
+        order = rows[np.argsort(self.src_len[rows], kind="stable")]
+        total = int(self.tgt_len[rows].sum())
+        chunks = [chunk for chunk in np.array_split(order, min(parts, len(rows))) if len(chunk)]
+        return [(chunk, int(self.tgt_len[chunk].sum()) / total) for chunk in chunks]
+
 
 def loss_fn(
     model: HookedEncoderDecoder | ReferenceTransformer,

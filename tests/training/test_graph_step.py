@@ -170,3 +170,15 @@ def test_each_graph_replay_draws_fresh_dropout_masks(data_dir, tmp_path, dropout
     losses = [float(trainer.train_step(batch)) for _ in range(5)][2:]  # past the eager warm-up and the capture
     gaps = [abs(a - b) for a, b in zip(losses, losses[1:])]
     assert all(gap > 1e-5 for gap in gaps) if dropout else all(gap < 1e-6 for gap in gaps)
+
+
+@cuda
+def test_micro_batches_are_refused_under_the_cuda_graph_and_run_without_it(data_dir, tmp_path):
+    """The graphed step pads every batch to full width, so micro-batches there are an error; eager steps on
+    CUDA take them."""
+    config = TrainConfig(data_dir=str(data_dir), device="cuda", micro_batches=2, max_steps=2, model=SMALL_MODEL)
+    with pytest.raises(ValueError, match="micro-batches need the eager step"):
+        start_run(config, tmp_path / "graphed")
+    trainer = start_run(TrainConfig(**{**config.__dict__, "cuda_graph": False}), tmp_path / "eager")
+    trainer.run()
+    assert trainer.step == 2

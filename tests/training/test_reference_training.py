@@ -15,6 +15,7 @@ from lsa_interp.model import ModelConfig, convert_reference_state_dict
 from lsa_interp.model.checkpoint import load_model
 from lsa_interp.model.reference import ReferenceTransformer
 from lsa_interp.training import TrainConfig, Trainer
+from tests.helpers import assert_same_weights
 
 SMALL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
 
@@ -47,11 +48,8 @@ def test_reference_run_trains_an_nn_transformer_and_saves_the_same_function_as_a
 
 def test_the_loop_trains_both_architectures_alike_from_the_same_weights(data_dir, tmp_path):
     """Without dropout, a plain ``nn.Transformer`` and the hooked model started from the same weights end 12
-    steps of the same batches as the same function with the same weights, except the attention key biases.
-
-    A key bias adds the same number to every score of a query, so its true gradient is zero; AdamW divides
-    the rounding noise left in it by its own tiny magnitude, and that noise differs between implementations.
-    """
+    steps of the same batches as the same function with the same weights, except the attention key biases
+    (see `assert_same_weights`)."""
     model = {**SMALL, "dropout": 0.0}
     runs = {}
     for architecture in ("reference", "hooked"):
@@ -67,13 +65,7 @@ def test_the_loop_trains_both_architectures_alike_from_the_same_weights(data_dir
         trainer.run()
     assert runs["reference"].step == runs["hooked"].step == 12
     after = convert_reference_state_dict(reference.state_dict(), cfg)
-    drop_key_bias = lambda name, value: (
-        torch.cat([value[: cfg.d_model], value[2 * cfg.d_model :]]) if name.endswith("in_proj_bias") else value
-    )
-    for name, value in hooked.state_dict().items():
-        torch.testing.assert_close(
-            drop_key_bias(name, value), drop_key_bias(name, after[name]), atol=1e-5, rtol=0, msg=name
-        )
+    assert_same_weights(hooked.state_dict(), after, cfg.d_model)
     moved = (after["encoder.0.attn.in_proj_weight"] - start["encoder.0.attn.in_proj_weight"]).abs().max()
     assert moved > 1e-3, "12 steps should move the weights"
     src, tgt_in, _ = runs["hooked"].val.batch(torch.arange(32).numpy())

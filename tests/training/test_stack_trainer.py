@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from lsa_interp.model import card
 from lsa_interp.model.checkpoint import load_model
 from lsa_interp.training import RunSpec, StackConfig, StackTrainer, TrainConfig, Trainer, resume_run, start_run
 from lsa_interp.training.validation import ResidentSplit, validate_model
+from tests.helpers import assert_same_weights
 
 SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
 NO_DROPOUT = {**SMALL_MODEL, "dropout": 0.0}
@@ -62,12 +64,7 @@ def _replicate(run_dir, index):
 
 
 def _assert_close(stacked, single, d_model=SMALL_MODEL["d_model"]):
-    assert stacked.keys() == single.keys()
-    for name in single:
-        a, b = stacked[name], single[name]
-        if name.endswith("in_proj_bias"):  # key biases get a zero gradient up to rounding, which AdamW scales
-            a, b = torch.cat([a[:d_model], a[2 * d_model :]]), torch.cat([b[:d_model], b[2 * d_model :]])  # up
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)
+    assert_same_weights(stacked, single, d_model, rtol=1e-4)
 
 
 @pytest.mark.slow
@@ -162,6 +159,9 @@ def test_start_and_resume_refuse_what_they_cannot_use(data_dir, tmp_path):
         StackTrainer.start(config, tmp_path / "used")
     with pytest.raises(FileNotFoundError, match="not a stacked training run"):
         StackTrainer.resume(tmp_path / "used")
+    with pytest.raises(ValueError, match="not divisible"):
+        StackTrainer.start(replace(config, model={**SMALL_MODEL, "d_model": 30}), tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()  # nothing written for a stack that cannot start
     single = TrainConfig(data_dir=str(data_dir), max_steps=1, val_limit=8, model=SMALL_MODEL)
     Trainer.start(single, tmp_path / "single").run()
     with pytest.raises(FileNotFoundError, match="not a stacked training run"):

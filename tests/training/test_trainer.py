@@ -22,6 +22,7 @@ from lsa_interp.data.vocab import EOS, PAD
 from lsa_interp.model.checkpoint import load_model
 from lsa_interp.training import TrainConfig, Trainer, exact_match, lr_factor
 from lsa_interp.utils import hardware_description
+from tests.helpers import assert_same_weights
 
 SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
 
@@ -197,6 +198,8 @@ def run_cli(args, capsys):
         (["train", "--out", "R", "--data", "D", "--model-config", '{"d_model": 30}'], "not divisible"),
         (["train", "--out", "R", "--max-steps", "0"], "Invalid value for '--max-steps'"),
         (["train", "--out", "R", "--replicates", "0"], "Invalid value for '--replicates'"),
+        (["train", "--out", "R", "--data", "D", "--micro-batches", "40"], "micro-batches must be between 1 and"),
+        (["train", "--out", "R", "--data", "D", "--micro-batches", "2", "--replicates", "2"], "one model's eager"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path, capsys, monkeypatch, data_dir):
@@ -204,6 +207,7 @@ def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path, capsys, mon
     args = [str(data_dir) if a == "D" else a for a in args]
     code, err = run_cli(args, capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "R").exists()  # nothing half-written
 
 
 def test_cli_refuses_a_used_run_directory(tmp_path, capsys, data_dir):
@@ -417,3 +421,37 @@ def test_max_minutes_stops_at_the_first_step_or_epoch_end_past_the_deadline(data
     # a step ending at 15.1 s is the first past the deadline
     assert run(lambda step, now: 15.1 if step == 3 else now, lambda step, now: now) == 3
     assert torch.load(tmp_path / "run" / "state.pt", weights_only=False)["step"] == 3
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_micro_batches_take_the_same_steps_as_whole_batches(data_dir, tmp_path, parts):
+    """Without dropout, micro-batched steps end 8 steps with the losses and weights (but the key biases, see
+    `assert_same_weights`) of whole-batch steps, up to rounding; the parts are sorted by length and padded less."""
+    model = {**SMALL_MODEL, "dropout": 0.0}
+    runs = {
+        k: Trainer.start(_quick_config(data_dir, micro_batches=k, model=model), tmp_path / str(k)) for k in (1, parts)
+    }
+    losses = {k: [float(run.train_step(b)) for b in run.epoch_plan(0)[:8]] for k, run in runs.items()}
+    assert losses[parts] == pytest.approx(losses[1], rel=1e-5)
+    assert_same_weights(runs[1].model.state_dict(), runs[parts].model.state_dict(), SMALL_MODEL["d_model"])
+    rows = runs[parts].epoch_plan(0)[0]
+    pieces = runs[parts].train.micro_batches(rows, parts)
+    widths = [runs[parts].train.batch(piece)[0].shape[1] for piece, _ in pieces]
+    assert widths == sorted(widths) and widths[0] < runs[parts].train.batch(rows)[0].shape[1]
+
+
+def test_micro_batches_are_refused_where_no_eager_single_model_step_runs():
+    with pytest.raises(ValueError, match="between 1 and the batch size 32, got 0"):
+        TrainConfig(data_dir="x", micro_batches=0)
+    with pytest.raises(ValueError, match="one model's eager step"):
+        TrainConfig(data_dir="x", micro_batches=2, compile=True)
+    assert TrainConfig.from_dict(
+        {k: v for k, v in asdict(TrainConfig(data_dir="d")).items() if k != "micro_batches"}
+    ) == TrainConfig(data_dir="d", length_bucketing=False)
+
+
+def test_a_run_the_trainer_refuses_leaves_no_run_directory(data_dir, tmp_path):
+    config = TrainConfig(data_dir=str(data_dir), model={**SMALL_MODEL, "d_model": 30})
+    with pytest.raises(ValueError, match="not divisible"):
+        Trainer.start(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -10,11 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lsa_interp.analysis.matching import matching_scores
 from lsa_interp.data.loaders import tokenize_split
 from lsa_interp.data.task import Task
 from lsa_interp.data.vocab import EOS, PAD
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
-from lsa_interp.analysis.matching import matching_scores
 from lsa_interp.training.validation import (
     ResidentSplit,
     accuracy_record,
@@ -142,3 +142,20 @@ def test_matching_score_is_the_eval_mode_best_head_score_and_leaves_mode_and_rng
     assert model.training and torch.equal(torch.get_rng_state(), rng)
     expected = matching_scores(model.eval(), prompts).best()[1]
     assert score == expected and score == matching_score(model.train(), prompts)
+
+
+def test_micro_batches_cover_the_rows_once_sorted_by_source_length_with_token_shares():
+    """Parts are runs of the rows sorted by source length (ties keep their order), never empty, and weighted by
+    their share of the batch's target tokens; one part is the batch itself."""
+    tasks = [_task("succ", False, "ab" + "c" * (i % 4), "ab" + "d" * (i % 4)) for i in range(10)]
+    split = ResidentSplit(tokenize_split(tasks), CPU)
+    rows = np.array([9, 2, 5, 0, 7, 3])
+    assert split.micro_batches(rows, 1) == [(rows, 1.0)]
+    parts = split.micro_batches(rows, 4)
+    order = np.concatenate([part for part, _ in parts])
+    assert sorted(order.tolist()) == sorted(rows.tolist()) and [len(p) for p, _ in parts] == [2, 2, 1, 1]
+    assert (np.diff(split.src_len[order]) >= 0).all() and order.tolist() == [0, 9, 5, 2, 7, 3]
+    shares = [share for _, share in parts]
+    assert sum(shares) == pytest.approx(1.0)
+    assert shares == pytest.approx([split.tgt_len[p].sum() / split.tgt_len[rows].sum() for p, _ in parts])
+    assert len(split.micro_batches(rows[:2], 4)) == 2
