@@ -21,9 +21,9 @@ import torch
 
 from lsa_interp.analysis.patching import HookEngine, pair_batch, patch_sweep
 from lsa_interp.analysis.prompts import minimal_pairs
-from lsa_interp.analysis.types import all_heads
 from lsa_interp.data.tokenizer import decode_batch
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, load_model
+from lsa_interp.model.heads import all_heads
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS
 
 

@@ -1,8 +1,7 @@
 """lsa-interp: letter-string analogy transformers, their datasets, training and interpretability."""
 
 from lsa_interp.data.task import Task
-
-__version__ = "0.1.0"
+from lsa_interp.utils import PACKAGE_VERSION as __version__
 
 __all__ = ["Task", "__version__", "load_model"]
 

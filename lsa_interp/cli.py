@@ -278,7 +278,7 @@ def ship(
     limit: Annotated[int | None, typer.Option(min=1, help="Evaluate a subset of N rows per split.")] = None,
 ) -> None:
     """Copy a finished run's model into checkpoints/NAME with a model card (card.md) and evaluation.json."""
-    from lsa_interp.model.card import ship_run
+    from lsa_interp.evaluation.card import ship_run
     from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, STORAGE_DTYPES
 
     if storage not in STORAGE_DTYPES:

@@ -10,6 +10,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+PACKAGE_VERSION = "0.1.0"
+"""The package's version (``lsa_interp.__version__``; recorded in dataset manifests)."""
+
 
 @contextmanager
 def no_cyclic_gc() -> Iterator[None]:

@@ -13,9 +13,9 @@ from lsa_interp.analysis.matching import control_head, matching_scores
 from lsa_interp.analysis.patching import patch_pairs
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.evaluation import predict
+from lsa_interp.evaluation.card import EVALUATION_FILE
 from lsa_interp.evaluation.metrics import accuracy
 from lsa_interp.evaluation.run import subsample
-from lsa_interp.model.card import EVALUATION_FILE
 from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, available_models, load_model
 
 SUBSET = 4000

@@ -25,9 +25,10 @@ from torch import Tensor
 
 from lsa_interp.analysis.activations import analysis_tasks, map_cached
 from lsa_interp.analysis.prompts import paper_prompts
-from lsa_interp.analysis.types import AnalysisResult, Finding, Head
+from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.task import Task
 from lsa_interp.model.cache import ActivationCache
+from lsa_interp.model.heads import Head
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 CATEGORIES: tuple[str, ...] = (

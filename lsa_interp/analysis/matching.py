@@ -20,11 +20,12 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from lsa_interp.analysis.prompts import rule_tasks
-from lsa_interp.analysis.types import AnalysisResult, Finding, Head
+from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import TokenBatch, encode_tasks
 from lsa_interp.data.vocab import PAD, ROLE_ID
 from lsa_interp.model.checkpoint import load_model
+from lsa_interp.model.heads import Head
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 MATCHING_THRESHOLD = 0.25

@@ -28,9 +28,10 @@ from torch import Tensor
 from lsa_interp.analysis.pair_batch import PairBatch, pair_batch
 from lsa_interp.analysis.pattern_patches import Engine, LayerPatches, check_engine, replace_heads
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
-from lsa_interp.analysis.types import AnalysisResult, Finding, Head, all_heads, parse_head
+from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.tokenizer import TokenBatch, decode_batch
 from lsa_interp.data.vocab import ARROW, LETTERS
+from lsa_interp.model.heads import Head, all_heads, parse_head
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
 
 OUTCOMES: tuple[str, ...] = ("source", "target", "neither")

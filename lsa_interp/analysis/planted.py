@@ -31,10 +31,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from lsa_interp.analysis.types import Head
 from lsa_interp.data.task import Task
 from lsa_interp.data.vocab import ARROW, EOS, N_LETTERS, PAD, SEP, VOCAB_SIZE
 from lsa_interp.model.config import ModelConfig
+from lsa_interp.model.heads import Head
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 PLANTED_CONFIG = ModelConfig(

@@ -44,12 +44,13 @@ from torch import Tensor
 
 from lsa_interp.analysis.activations import analysis_tasks
 from lsa_interp.analysis.prompts import paper_prompts
-from lsa_interp.analysis.types import AnalysisResult, Finding, Head, all_heads
+from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import encode_tasks
 from lsa_interp.data.transformations import SEEN
 from lsa_interp.data.vocab import ARROW, EOS, PAD, SEP, TOKEN_STRINGS
 from lsa_interp.model import HookedEncoderDecoder
+from lsa_interp.model.heads import Head, all_heads
 
 SELECTORS: tuple[str, ...] = ("pipe", "arrow", "same_as")
 RUNNING_EXAMPLE = "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd"

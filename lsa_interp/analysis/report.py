@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from lsa_interp.analysis.matching import control_head
-from lsa_interp.analysis.types import AnalysisResult, Finding, parse_head
+from lsa_interp.analysis.types import AnalysisResult, Finding
+from lsa_interp.model.heads import parse_head
 from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.utils import atomic_write
 

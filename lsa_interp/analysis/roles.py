@@ -22,11 +22,12 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from lsa_interp.analysis.activations import RUNNING_EXAMPLE, analysis_tasks, final_norm, map_cached, token_labels
-from lsa_interp.analysis.types import AnalysisResult, Finding, Head
+from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.task import Task
 from lsa_interp.data.transformations import SEEN
 from lsa_interp.data.vocab import ROLE_ID
 from lsa_interp.model.cache import ActivationCache
+from lsa_interp.model.heads import Head
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 KDE_ROLES: tuple[str, ...] = ("alphabet", "example_in", "example_out", "query")

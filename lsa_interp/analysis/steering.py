@@ -19,8 +19,9 @@ from lsa_interp.analysis.pair_batch import PairBatch, pair_batch
 from lsa_interp.analysis.patching import patch_pairs, resolve_heads
 from lsa_interp.analysis.pattern_patches import check_engine
 from lsa_interp.analysis.prompts import WINDOW_LENGTHS, minimal_pairs
-from lsa_interp.analysis.types import AnalysisResult, Finding, Head
+from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.transformations import PAPER, get_transformation
+from lsa_interp.model.heads import Head
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from lsa_interp.data.presets import DatasetConfig
 from lsa_interp.data.task import Task
-from lsa_interp.utils import make_staging_dir, no_cyclic_gc, sha256_file
+from lsa_interp.utils import PACKAGE_VERSION, make_staging_dir, no_cyclic_gc, sha256_file
 
 FORMAT = "lsa-interp-dataset"
 FORMAT_VERSION = 1
@@ -118,8 +118,6 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike, force: bool = Fal
 
     Raises FileExistsError when ``out_dir`` exists and is not empty, unless ``force``.
     """
-    from lsa_interp import __version__
-
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise FileExistsError(f"{out} exists and is not empty; pass force=True (CLI: --force) to overwrite it")
@@ -136,7 +134,7 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike, force: bool = Fal
             "format_version": FORMAT_VERSION,
             "preset": dataset.config.name,
             "seed": dataset.seed,
-            "package_version": __version__,
+            "package_version": PACKAGE_VERSION,
             "config": dataset.config.to_dict(),
             "sizes": dataset.sizes(),
             "splits": list(dataset.splits),

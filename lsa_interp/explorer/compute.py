@@ -31,10 +31,10 @@ from torch import Tensor
 from lsa_interp.analysis.patching import check_heads
 from lsa_interp.analysis.pattern_patches import replace_heads
 from lsa_interp.analysis.rasp import seen_rule_tasks
-from lsa_interp.analysis.types import Head
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import decode, encode_tasks
 from lsa_interp.data.vocab import PAD, ROLES
+from lsa_interp.model.heads import Head
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
 from lsa_interp.model.inputs import decoder_input_from_generated
 from lsa_interp.viz.attention_data import AttentionData, display_token

@@ -13,11 +13,11 @@ from dataclasses import asdict, dataclass, fields, replace
 from urllib.parse import parse_qs, urlencode
 
 from lsa_interp.analysis.prompts import minimal_pairs
-from lsa_interp.analysis.types import Head, parse_head
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import encode_tasks
 from lsa_interp.explorer.compute import ABLATION_MODES, CellBox, Interventions
 from lsa_interp.model.config import ModelConfig
+from lsa_interp.model.heads import Head, parse_head
 
 DEFAULT_TASK = "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd"
 DEFAULT_SOURCE = "abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcd"

@@ -16,7 +16,6 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-import lsa_interp
 from lsa_interp.model.config import ModelConfig
 from lsa_interp.model.convert import load_reference_checkpoint
 from lsa_interp.model.hooked import HookedEncoderDecoder
@@ -26,7 +25,7 @@ FORMAT_NAME = "lsa-interp"
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
-CHECKPOINTS_DIR = Path(lsa_interp.__file__).resolve().parent.parent / "checkpoints"
+CHECKPOINTS_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
 """Shipped checkpoints: ``checkpoints/<name>/`` (our format) or ``checkpoints/<name>.pt`` (reference format)."""
 
 

@@ -13,8 +13,8 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lsa_interp.analysis.types import Head
 from lsa_interp.data.task import Task
+from lsa_interp.model.heads import Head
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
 from lsa_interp.utils import atomic_write
 from lsa_interp.viz.attention_data import AttentionData, collect_attention, display_token

@@ -24,9 +24,9 @@ from lsa_interp.analysis.matching import (
 )
 from lsa_interp.analysis.planted import PLANTED_HEAD, planted_model
 from lsa_interp.analysis.prompts import rule_tasks
-from lsa_interp.analysis.types import Head
 from lsa_interp.data.task import Task
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
+from lsa_interp.model.heads import Head
 
 torch.set_num_threads(1)
 

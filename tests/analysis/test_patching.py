@@ -27,11 +27,11 @@ from lsa_interp.analysis.patching import (
 from lsa_interp.analysis.planted import PLANTED_HEAD, planted_answer, planted_model
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs, rule_tasks
 from lsa_interp.analysis.steering import steering_matrix
-from lsa_interp.analysis.types import Head, all_heads
 from lsa_interp.data.tokenizer import decode_batch
 from lsa_interp.data.vocab import LETTERS, ROLE_ID, VOCAB_SIZE
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, load_model, save_model
 from lsa_interp.model.attention import is_hooked
+from lsa_interp.model.heads import Head, all_heads
 
 torch.set_num_threads(1)
 

@@ -22,12 +22,12 @@ from lsa_interp.analysis.rasp import (
     selector_patterns,
     selector_scores,
 )
-from lsa_interp.analysis.types import all_heads
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import encode_tasks
 from lsa_interp.data.transformations import SEEN
 from lsa_interp.data.vocab import LETTERS, SEP
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.model.heads import all_heads
 
 torch.set_num_threads(1)
 

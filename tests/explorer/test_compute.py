@@ -9,7 +9,6 @@ from lsa_interp.analysis.decoder_lens import lens_predict
 from lsa_interp.analysis.patching import patch_pairs
 from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_answer, planted_model
 from lsa_interp.analysis.prompts import minimal_pairs
-from lsa_interp.analysis.types import Head
 from lsa_interp.data.task import Task
 from lsa_interp.explorer.compute import (
     CellBox,
@@ -25,6 +24,7 @@ from lsa_interp.explorer.compute import (
     run_task,
 )
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.model.heads import Head
 from lsa_interp.model.inputs import decoder_input_from_generated
 from lsa_interp.viz.attention_data import display_token
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from lsa_interp.analysis.types import Head
 from lsa_interp.explorer.compute import CellBox
 from lsa_interp.explorer.state import (
     ViewState,
@@ -17,6 +16,7 @@ from lsa_interp.explorer.state import (
     with_selection,
 )
 from lsa_interp.model import ModelConfig
+from lsa_interp.model.heads import Head
 
 CFG = ModelConfig()
 

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from lsa_interp.data import DatasetConfig, generate_dataset, load_dataset, save_dataset
 from lsa_interp.data.transformations import SEEN
-from lsa_interp.model import card
+from lsa_interp.evaluation import card
 from lsa_interp.model.checkpoint import load_model
 from lsa_interp.training import RunSpec, StackConfig, StackTrainer, TrainConfig, Trainer, resume_run, start_run
 from lsa_interp.training.validation import ResidentSplit, validate_model

@@ -14,8 +14,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lsa_interp.evaluation import evaluate_model, evaluation_dataset, markdown_report, predict
+from lsa_interp.evaluation.report import markdown_report
 from lsa_interp.evaluation.result import EvaluationResult
+from lsa_interp.evaluation.run import evaluate_model, evaluation_dataset, predict
 from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, load_model, save_model
 from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.utils import atomic_write

@@ -8,8 +8,8 @@ import pytest
 
 from lsa_interp import cli
 from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
+from lsa_interp.evaluation.card import _partial_warning, ship_run
 from lsa_interp.model import load_model
-from lsa_interp.model.card import _partial_warning, ship_run
 from lsa_interp.training import TrainConfig, Trainer
 
 SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}

@@ -1,0 +1,50 @@
+"""Head labels (1-based, the paper's) against 0-based heads, hook names and the order of a sweep."""
+
+from __future__ import annotations
+
+import pytest
+
+from lsa_interp.model import ModelConfig
+from lsa_interp.model.heads import Head, all_heads, parse_head
+
+CFG = ModelConfig()
+
+
+@pytest.mark.parametrize(
+    ("text", "head"),
+    [
+        ("2.7", Head("encoder", 1, 6)),
+        ("enc:1.1", Head("encoder", 0, 0)),
+        ("dec:3.8", Head("decoder", 2, 7)),
+        ("cross:1.2", Head("decoder", 0, 1, "cross_attn")),
+        (" 3.8 ", Head("encoder", 2, 7)),
+    ],
+)
+def test_labels_parse_to_zero_based_heads_and_back(text, head):
+    assert parse_head(text, CFG) == head
+    assert parse_head(head.label, CFG) == head
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("3.9", "no head '3.9'"),
+        ("4.1", "no head '4.1'"),
+        ("0.1", "no head"),
+        ("x", "bad head 'x'"),
+        ("2", "bad head"),
+        ("2.x", "bad head"),
+        ("foo:1.1", "prefix must be one of"),
+    ],
+)
+def test_bad_labels_name_the_allowed_range(text, message):
+    with pytest.raises(ValueError, match=message) as info:
+        parse_head(text, CFG)
+    assert "\n" not in str(info.value)
+
+
+def test_hook_names_and_sweep_order():
+    assert Head("encoder", 1, 6).hook() == "encoder.1.attn.hook_pattern"
+    assert Head("decoder", 2, 0, "cross_attn").hook("z") == "decoder.2.cross_attn.hook_z"
+    heads = all_heads(CFG)
+    assert len(heads) == 24 and heads[0].label == "1.1" and heads[-1].label == "3.8" and heads == sorted(heads)
