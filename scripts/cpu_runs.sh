@@ -1,0 +1,29 @@
+#!/bin/bash
+# Start, or resume, long training runs on this project's CPUs: one thread and the lowest priority each, so
+# that a session's own work keeps the cores it needs. A session's background jobs end with it; run this
+# again in the next session and every run continues from its last state (saved every 1,000 steps).
+#   bash scripts/cpu_runs.sh            # start or resume every run below
+#   tail -n 2 runs/cpu-grid/*/metrics.jsonl
+# Runs: NAME PRESET BATCHING (seed 0, the reference's batches in 4 micro-batches, 5,000 val rows per epoch).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=runs/cpu-grid
+LSA=${LSA:-.venv/bin/lsa-interp}
+mkdir -p "$RUNS"
+run() {
+  local name=$1 preset=$2 batching=$3 out=$RUNS/$1 args
+  if [ -f "$out/model/model.safetensors" ]; then echo "$name: finished"; return; fi
+  if pgrep -f "lsa-interp train .*$out( |$)" > /dev/null; then echo "$name: running"; return; fi
+  if [ ! -d "$RUNS/data-$preset" ]; then "$LSA" data generate --preset "$preset" --seed 0 --out "$RUNS/data-$preset"; fi
+  if [ -f "$out/state.pt" ]; then
+    args=(--resume "$out")
+  else
+    args=(--out "$out" --preset "$preset" --data "$RUNS/data-$preset" --batching "$batching" --seed 0 --device cpu
+          --val-limit 5000 --checkpoint-every 1000 --micro-batches 4)
+  fi
+  OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 setsid nohup nice -n 19 "$LSA" train "${args[@]}" \
+    >> "$RUNS/$name.log" 2>&1 < /dev/null &
+  echo "$name: started (pid $!)"
+}
+run copy-200-alphabet-s0 copy-200 alphabet
+run copy-20-random-s0 copy-20 random
