@@ -155,6 +155,9 @@ def test_micro_batches_cover_the_rows_once_sorted_by_source_length_with_token_sh
     order = np.concatenate([part for part, _ in parts])
     assert sorted(order.tolist()) == sorted(rows.tolist()) and [len(p) for p, _ in parts] == [2, 2, 1, 1]
     assert (np.diff(split.src_len[order]) >= 0).all() and order.tolist() == [0, 9, 5, 2, 7, 3]
+    many = np.random.default_rng(0).permutation(10).repeat(4)  # 40 rows, ties kept in their order (stable)
+    sorted_rows = np.concatenate([part for part, _ in split.micro_batches(many, 3)])
+    assert sorted_rows.tolist() == sorted(many.tolist(), key=lambda row: split.src_len[row])
     shares = [share for _, share in parts]
     assert sum(shares) == pytest.approx(1.0)
     assert shares == pytest.approx([split.tgt_len[p].sum() / split.tgt_len[rows].sum() for p, _ in parts])
