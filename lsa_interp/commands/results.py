@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Collect every evaluated run into runs.csv, print Table 1 and the batching table (mean and bootstrap 95%
-        interval over runs beside the paper's), and write figure4.html (and training_curves.html with --history)."""
+        interval over runs beside the paper's), and write figures.html: Figure 4, and training curves with --history."""
         from rich.console import Console
 
         from lsa_interp.commands.common import writable_out
