@@ -2,13 +2,16 @@
 # Start, or resume, long training runs on this project's CPUs: one thread and the lowest priority each, so
 # that a session's own work keeps the cores it needs. A session's background jobs end with it; run this
 # again in the next session and every run continues from its last state (saved every 1,000 steps).
+# The runs live outside the checkout (each session gets its work tree laid anew; the machine itself may be
+# kept), in $LSA_CPU_RUNS (default ~/.local/share/lsa-interp/cpu-grid). A machine that was shut down
+# keeps nothing: then every run starts again from step 0 (same seed, same weights).
 #   bash scripts/cpu_runs.sh            # start or resume every run below
-#   tail -n 2 runs/cpu-grid/*/metrics.jsonl
+#   tail -n 2 ~/.local/share/lsa-interp/cpu-grid/*/metrics.jsonl
 # Runs: NAME PRESET BATCHING (seed 0, the reference's batches in 4 micro-batches, 5,000 val rows per epoch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUNS=runs/cpu-grid
-LSA=${LSA:-.venv/bin/lsa-interp}
+RUNS=${LSA_CPU_RUNS:-$HOME/.local/share/lsa-interp/cpu-grid}
+LSA=${LSA:-$PWD/.venv/bin/lsa-interp}
 mkdir -p "$RUNS"
 run() {
   local name=$1 preset=$2 batching=$3 out=$RUNS/$1 args

@@ -29,3 +29,6 @@ timeout 280 python3 -m benchmarks.train_throughput --device cuda --replicates 1,
   tee "$OUT/benchmark.txt"
 timeout 120 python3 -m benchmarks.train_throughput --device cuda --replicates 8,64 --stacking native-compile \
   --precision bf16 --steps 20 --budget-minutes 1 --json "$OUT/compile.json" 2>&1 | tee -a "$OUT/benchmark.txt"
+# Keep the step times on the machine for scripts/gpu_train.sh (the device tool empties $OUT before each command).
+mkdir -p runs/gpu-session && cp "$OUT"/stacking.json "$OUT"/compile.json runs/gpu-session/ 2>/dev/null
+true

@@ -9,6 +9,7 @@ into a folder on the GPU machine, then copy at most 4 chunks (and the checksum) 
     python scripts/pack_results.py pack runs/grid --out /tmp/bundle        # fp32 models: about 5.6 MB each
     cp /tmp/bundle/bundle.sha256 /tmp/bundle/bundle.tar.part0[0-3] "$OUT"/  # next command: part0[4-7] ...
     python scripts/pack_results.py unpack FETCHED_DIR [FETCHED_DIR ...] --into runs/   # here, afterwards
+    python scripts/pack_results.py records runs/grid --into analyses/runs/2026-12-01-h100   # what is committed
 """
 
 from __future__ import annotations
@@ -24,15 +25,19 @@ KEEP_NAMES = {
     "config.json", "model.safetensors", "evaluation.json", "card.md", "train_config.json", "metrics.jsonl",
     "results.csv", "plan.json", "grid.toml", "done", "manifest.json",
 }  # fmt: skip
-KEEP_SUFFIXES = (".json", ".csv", ".md", ".html", ".log")
+KEEP_SUFFIXES = (".json", ".csv", ".md", ".log")
 SKIP_PARTS = {"data", "__pycache__"}
+WEIGHTS = "model.safetensors"
 
 
-def wanted(path: Path, root: Path) -> bool:
-    """Keep small result files and final models; skip datasets, resumable states and temporary files."""
+def wanted(path: Path, root: Path, weights: bool = True) -> bool:
+    """Keep small result files and (with ``weights``) final models; skip datasets, resumable states, temporary
+    files and HTML pages (each inlines plotly.js, about 4.8 MB: make them again here from the JSON or model)."""
     parts = path.relative_to(root).parts
     if any(part in SKIP_PARTS or part.startswith(".") for part in parts) or path.name == "state.pt":
         return False
+    if path.name == WEIGHTS:
+        return weights
     return path.name in KEEP_NAMES or path.suffix in KEEP_SUFFIXES
 
 
@@ -80,6 +85,22 @@ def unpack(sources: list[Path], into: Path) -> None:
     print(f"unpacked {len(data) / 2**20:.1f} MiB into {into}")
 
 
+def records(source: Path, into: Path) -> int:
+    """Copy the run records under ``source`` (configs, evaluations, metrics, tables, analysis JSON; no weights)
+    into ``into``, the form in which every trained run is kept in the repository; returns the files copied."""
+    if not source.is_dir():
+        raise SystemExit(f"not a directory: {source}")
+    files = sorted(p for p in source.rglob("*") if p.is_file() and wanted(p, source, weights=False))
+    for path in files:
+        target = into / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".{target.name}.tmp")
+        temporary.write_bytes(path.read_bytes())
+        temporary.replace(target)
+    print(f"copied {len(files)} record files from {source} into {into}")
+    return len(files)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -90,9 +111,14 @@ def main(argv: list[str] | None = None) -> None:
     unpacking = commands.add_parser("unpack", help="join, check and extract a bundle")
     unpacking.add_argument("sources", nargs="+", type=Path)
     unpacking.add_argument("--into", type=Path, required=True)
+    keeping = commands.add_parser("records", help="copy a sweep's run records, without weights, for the repository")
+    keeping.add_argument("source", type=Path)
+    keeping.add_argument("--into", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "pack":
         pack(args.roots, args.out, args.chunk_mib)
+    elif args.command == "records":
+        records(args.source, args.into)
     else:
         unpack(args.sources, args.into)
 

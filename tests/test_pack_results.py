@@ -41,3 +41,34 @@ def test_chunks_from_several_fetches_rebuild_the_results_without_states_or_data(
     (second / chunks[-1].name).unlink()
     with pytest.raises(SystemExit, match="checksum"):
         pack_results.unpack([first, second], tmp_path / "again")
+
+
+def test_html_pages_stay_behind_and_records_keep_everything_but_the_weights(tmp_path):
+    sweep = tmp_path / "grid"
+    replicate = sweep / "stacks" / "stack-0" / "replicate-0"
+    (replicate / "model").mkdir(parents=True)
+    (replicate / "analysis" / "matching").mkdir(parents=True)
+    (replicate / "model" / "model.safetensors").write_bytes(os.urandom(1000))
+    (replicate / "model" / "config.json").write_text('{"metadata": {}}')
+    (replicate / "model" / "evaluation.json").write_text('{"table1": {}}')
+    (replicate / "analysis" / "matching" / "matching.json").write_text("{}")
+    (replicate / "analysis" / "matching" / "matching.html").write_text("<html>" + "x" * 1000)
+    (sweep / "stacks" / "stack-0" / "metrics.jsonl").write_text("{}\n")
+    (sweep / "stacks" / "stack-0" / "state.pt").write_bytes(b"x")
+    pack_results.pack([sweep], tmp_path / "bundle", chunk_mib=1)
+    pack_results.unpack([tmp_path / "bundle"], tmp_path / "back")
+    back = tmp_path / "back" / "grid" / "stacks" / "stack-0" / "replicate-0"
+    assert (back / "model" / "model.safetensors").is_file() and (
+        back / "analysis" / "matching" / "matching.json"
+    ).is_file()
+    assert not (back / "analysis" / "matching" / "matching.html").exists()
+    assert pack_results.records(sweep, tmp_path / "kept") == 4
+    kept = sorted(str(p.relative_to(tmp_path / "kept")) for p in (tmp_path / "kept").rglob("*") if p.is_file())
+    assert kept == [
+        "stacks/stack-0/metrics.jsonl",
+        "stacks/stack-0/replicate-0/analysis/matching/matching.json",
+        "stacks/stack-0/replicate-0/model/config.json",
+        "stacks/stack-0/replicate-0/model/evaluation.json",
+    ]
+    with pytest.raises(SystemExit, match="not a directory"):
+        pack_results.records(tmp_path / "missing", tmp_path / "kept")

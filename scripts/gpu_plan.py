@@ -1,0 +1,245 @@
+"""Plan one GPU session's training: the next runs of a queue grid that one stack can finish in the time left.
+
+A stack's resumable state (about 17 MB per run) cannot travel between this project's GPU sessions, so a
+stack must finish in the session that starts it. This takes the queue (a grid file whose run order is the
+order to train in, e.g. grids/queue.toml), the runs already finished (evaluated run directories kept under
+``--done``: a run counts when its ``config.json`` names it and it trained all its epochs; a finished fp32
+run also stands for the same run in a lower precision, unless the queue asks for both), and the stack step
+times that ``benchmarks/train_throughput.py --json`` measured on this kind of GPU. It picks the largest
+stack of the next runs (one precision: the first unfinished run's) whose estimated time fits ``--minutes``,
+and writes a grid file of exactly those runs for ``lsa-interp sweep``:
+
+    python3 scripts/gpu_plan.py --queue grids/queue.toml --done analyses/runs \\
+        --bench benchmarks/results/stacking-h100.json --minutes 18 --out runs/session.toml
+
+The estimate: the stack's longest run (``epochs x`` its steps per epoch, bounded above by
+``ceil(rows / batch) + groups``) times the step time at that stack size (interpolated linearly between the
+measured sizes, extrapolated from the two largest beyond them), plus ``--overhead`` for validation, plus a
+fixed start-up time, plus ``--eval-seconds`` per run for evaluation and the queue's analyses. It prints the
+plan as JSON. Exit code 2 with one line when nothing fits or an input is bad.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from lsa_interp.sweep.grid import Grid, load_grid
+from lsa_interp.sweep.plan import SweepRun, expand
+
+TRAIN_ROWS = 359_804
+"""Training rows of every paper preset: each is matched to copy-20's size (docs/data.md)."""
+TRANSFORMATION_GROUPS = 11
+"""Batch groups of transformation batching: the 10 seen transformations and copy (an upper bound)."""
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    """The runs of one stack, its size, and the estimate behind the choice."""
+
+    runs: tuple[SweepRun, ...]
+    precision: str
+    step_ms: float
+    steps: int
+    minutes: float
+    remaining: int
+    batch_size: int = 32
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-serialisable description of the plan."""
+        return {
+            "replicates": len(self.runs),
+            "runs": [run.name for run in self.runs],
+            "precision": self.precision,
+            "step_ms": round(self.step_ms, 3),
+            "steps": self.steps,
+            "batch_size": self.batch_size,
+            "estimated_minutes": round(self.minutes, 2),
+            "runs_left_after": self.remaining - len(self.runs),
+        }
+
+
+def step_times(bench: dict[str, Any], stacking: str, precision: str) -> dict[int, float]:
+    """Stack size -> milliseconds per step of ``stacking`` at ``precision`` in a benchmark document.
+
+    Raises ValueError when the document measured no such configuration.
+    """
+    table = {
+        int(result["replicates"]): float(result["step_ms"])
+        for result in bench.get("results", [])
+        if result.get("stacking") == stacking and result.get("precision") == precision
+    }
+    if not table:
+        raise ValueError(f"the benchmark measured no {stacking} stack at {precision}; run it with those options")
+    return table
+
+
+def step_ms_at(table: dict[int, float], replicates: int) -> float:
+    """The step time of a stack of ``replicates``: measured, interpolated, or extrapolated linearly."""
+    if replicates in table:
+        return table[replicates]
+    sizes = sorted(table)
+    if len(sizes) == 1:
+        return table[sizes[0]] * max(1.0, replicates / sizes[0])
+    below = [size for size in sizes if size < replicates]
+    above = [size for size in sizes if size > replicates]
+    if below and above:
+        low, high = below[-1], above[0]
+    elif above:
+        low, high = sizes[0], sizes[1]
+    else:
+        low, high = sizes[-2], sizes[-1]
+    slope = (table[high] - table[low]) / (high - low)
+    return max(table[low] + slope * (replicates - low), min(table.values()))
+
+
+def steps_per_epoch(run: SweepRun, grid: Grid, batch_size: int) -> int:
+    """An upper bound on the run's steps per epoch: a full batch per ``batch_size`` rows plus one per group."""
+    n_alphabets = grid.dataset_config(run.dataset).n_alphabets + 1
+    groups = {
+        "random": 1,
+        "alphabet": n_alphabets,
+        "transformation": TRANSFORMATION_GROUPS,
+        "transformation_alphabet": n_alphabets * TRANSFORMATION_GROUPS,
+    }[run.batching]
+    return math.ceil(TRAIN_ROWS / batch_size) + groups - 1
+
+
+def finished_runs(roots: list[Path]) -> set[str]:
+    """Names of the runs under ``roots`` that trained all their epochs and were evaluated."""
+    names = set()
+    for root in roots:
+        for config in root.rglob("config.json"):
+            if not (config.parent / "evaluation.json").is_file():
+                continue
+            meta = json.loads(config.read_text()).get("metadata", {})
+            done = meta.get("epochs_completed")
+            planned = meta.get("epochs") or meta.get("train_config", {}).get("epochs")
+            if meta.get("run") and done is not None and planned is not None and done >= planned - 1e-6:
+                names.add(meta["run"])
+    return names
+
+
+def _finished(run: SweepRun, done: set[str], queued: set[str]) -> bool:
+    """Whether ``run`` is done: by name, or by its fp32 twin (the recipe's precision) unless the queue asks for
+    both, as the precision check does."""
+    twin = replace(run, precision="fp32").name
+    return run.name in done or (twin in done and twin not in queued)
+
+
+def plan_session(
+    grid: Grid,
+    done: set[str],
+    bench: dict[str, Any],
+    minutes: float,
+    stacking: str = "native",
+    max_replicates: int = 64,
+    overhead: float = 0.05,
+    startup_seconds: float = 90.0,
+    eval_seconds: float = 30.0,
+) -> SessionPlan:
+    """The largest stack of the queue's next unfinished runs that fits in ``minutes``: the first unfinished
+    run's precision, and the later unfinished runs of that precision in queue order.
+
+    Raises ValueError when every run is finished or not even one run fits.
+    """
+    queue = expand(grid)
+    left = [run for run in queue if not _finished(run, done, {run.name for run in queue})]
+    if not left:
+        raise ValueError("every run of the queue is finished")
+    precision = left[0].precision
+    candidates = [run for run in left if run.precision == precision][:max_replicates]
+    table = step_times(bench, stacking, precision)
+    batch = int(grid.recipe.get("batch_size", 32))
+    best = None
+    for size in range(1, len(candidates) + 1):
+        runs = tuple(candidates[:size])
+        steps = max(run.epochs * steps_per_epoch(run, grid, batch) for run in runs)
+        steps = min(steps, grid.recipe.get("max_steps") or steps)
+        ms = step_ms_at(table, size)
+        total = (steps * ms / 1000 * (1 + overhead) + startup_seconds + eval_seconds * size) / 60
+        if total <= minutes:
+            best = SessionPlan(runs, precision, ms, steps, total, len(left), batch)
+    if best is None:
+        raise ValueError(f"not even one {precision} run fits in {minutes:g} minutes at this benchmark's step times")
+    return best
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    raise TypeError(f"cannot write {value!r} to TOML")
+
+
+def session_grid(grid: Grid, plan: SessionPlan, stacking: str = "native") -> str:
+    """A grid file with exactly the plan's runs in one stack, and the queue's recipe, model and analyses."""
+    recipe = {**grid.recipe, **({"compile": True} if stacking == "native-compile" else {})}
+    lines = [f"# Written by scripts/gpu_plan.py: {len(plan.runs)} runs, about {plan.minutes:.1f} minutes."]
+    lines.append(f"replicates = {len(plan.runs)}")
+    lines.append(f"analyses = {_toml_value(list(grid.analyses))}")
+    if grid.eval_limit is not None:
+        lines.append(f"eval_limit = {grid.eval_limit}")
+    for table, values in (("recipe", recipe), ("model", grid.model)):
+        if values:
+            lines += ["", f"[{table}]"] + [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+    for name in dict.fromkeys(run.dataset for run in plan.runs if run.dataset in grid.datasets):
+        options = {k: v for k, v in grid.datasets[name].to_dict().items() if k != "name" and v is not None}
+        lines += ["", f"[datasets.{name}]"] + [f"{key} = {_toml_value(value)}" for key, value in options.items()]
+    for run in plan.runs:
+        cell = {**asdict(run), "presets": [run.dataset], "batching": [run.batching], "seeds": [run.seed]}
+        del cell["dataset"], cell["seed"]
+        lines += ["", "[[cells]]"] + [f"{key} = {_toml_value(value)}" for key, value in cell.items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queue", type=Path, required=True, help="grid file listing the runs in training order")
+    parser.add_argument("--done", type=Path, action="append", default=[], help="directory of finished runs")
+    parser.add_argument("--bench", type=Path, required=True, help="train_throughput.py --json output")
+    parser.add_argument("--minutes", type=float, required=True, help="minutes the stack may take, evaluation included")
+    parser.add_argument("--stacking", default="native", choices=["native", "native-compile"])
+    parser.add_argument("--max-replicates", type=int, default=64)
+    parser.add_argument("--eval-seconds", type=float, default=30.0, help="evaluation and analyses per run")
+    parser.add_argument("--out", type=Path, required=True, help="where to write the session's grid file")
+    args = parser.parse_args(argv)
+    try:
+        grid = load_grid(args.queue)
+        bench = json.loads(args.bench.read_text())
+        missing = [str(root) for root in args.done if not root.is_dir()]
+        if missing:
+            raise ValueError(f"--done: not a directory: {', '.join(missing)}")
+        plan = plan_session(
+            grid,
+            finished_runs(args.done),
+            bench,
+            args.minutes,
+            stacking=args.stacking,
+            max_replicates=args.max_replicates,
+            eval_seconds=args.eval_seconds,
+        )
+        text = session_grid(grid, plan, args.stacking)
+    except (OSError, ValueError) as error:
+        print(f"gpu_plan: error: {error}", file=sys.stderr)
+        return 2
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    temporary = args.out.with_name(f".{args.out.name}.tmp")
+    temporary.write_text(text)
+    temporary.replace(args.out)
+    print(json.dumps({**plan.summary(), "grid": str(args.out)}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# A GPU session's training (issue 14), run from the repository root on the device machine, carrying .whl:
+#   bash scripts/gpu_train.sh start MINUTES [BENCH_JSON]
+#       plans the largest stack of grids/queue.toml's next unfinished runs (analyses/runs holds the finished
+#       ones) that trains, evaluates and analyses in MINUTES (scripts/gpu_plan.py), starts its sweep detached
+#       (it outlives the command while the machine stays warm) and watches it to about 9.5 minutes in all.
+#       BENCH_JSON: the stack step times; default benchmarks/results/stacking-KIND.json (KIND from nvidia-smi:
+#       h100, h200), else runs/gpu-session/stacking.json (scripts/gpu_session.sh), else a 3-minute probe.
+#   bash scripts/gpu_train.sh watch [SECONDS]
+#       prints each stack's last step line every 30 s for SECONDS (default 540) or until the sweep has ended.
+#   bash scripts/gpu_train.sh pack PART
+#       bundles runs/grid and runs/session (models, evaluations, metrics, plan; no datasets or states) once,
+#       and copies chunk group PART (0: parts 00-03, 1: parts 04-07, ...) with the checksum to $OUT.
+# MINUTES: the device minutes left (device status: budget_left_s / 60) less about 5 (start-up, packing, the
+# transfers back). Each command returns well inside the device tool's 10 minutes; the next must follow
+# within 30 s, or the machine (and the sweep on it) is given back.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+case ${1:-} in
+start | watch | pack) ;;
+*)
+  echo "usage: gpu_train.sh start MINUTES [BENCH_JSON] | watch [SECONDS] | pack PART" >&2
+  exit 2
+  ;;
+esac
+if [[ -d .whl && ! -d /tmp/site ]]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}:/tmp/site PYTHONUNBUFFERED=1
+# Overridable for a dry run (tests/test_gpu_train.py runs it on a CPU with a tiny queue).
+QUEUE=${QUEUE:-grids/queue.toml}
+DONE=${DONE:-analyses/runs}
+WORK=${GPU_TRAIN_DIR:-runs}
+BUNDLE=${BUNDLE:-/tmp/bundle}
+WATCH_EVERY=${WATCH_EVERY:-30}
+STACKING=${STACKING:-native} # native-compile: torch.compile inside the step (BENCH_JSON must have measured it)
+SESSION=$WORK/session
+SWEEP=$WORK/grid
+OUT=${OUT:-$SESSION/out}
+mkdir -p "$OUT" "$SESSION"
+began=$(date +%s)
+
+PROGRESS='
+import json, sys
+line = sys.stdin.read().strip()
+if line:
+    record, plan = json.loads(line), json.load(open(sys.argv[2]))
+    step, loss, rate, total = record["step"], record["train_loss"], record["tasks_per_s"], plan["steps"]
+    eta = (total - step) * plan["batch_size"] * plan["replicates"] / rate / 60
+    print(f"{sys.argv[1]}: step {step:,}/{total:,} ({100 * step / total:.1f}%), loss {loss:.3f}, "
+          f"{rate:,.0f} tasks/s, about {eta:.1f} min of training left")'
+
+sweep_running() { pgrep -f "lsa_interp sweep $SESSION/grid.toml" >/dev/null; }
+
+watch_sweep() {
+  local until=$(($(date +%s) + $1))
+  while (($(date +%s) < until)); do
+    date +%T
+    for metrics in "$SWEEP"/stacks/*/metrics.jsonl; do
+      [[ -f $metrics ]] && grep '"type": "step"' "$metrics" | tail -n 1 | python3 -c "$PROGRESS" "$metrics" "$SESSION/plan.json"
+    done
+    echo "models evaluated: $(find "$SWEEP" -name evaluation.json 2>/dev/null | wc -l)"
+    if ! sweep_running; then
+      echo "the sweep is not running; its log ends:"
+      tail -n 15 "$SESSION/sweep.log"
+      return
+    fi
+    sleep "$WATCH_EVERY"
+  done
+}
+
+case ${1:-} in
+start)
+  minutes=${2:?usage: gpu_train.sh start MINUTES [BENCH_JSON]}
+  kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o 'H[0-9]*' | tr H h)
+  bench=${3:-benchmarks/results/stacking-$kind.json}
+  [[ -f $bench ]] || bench=runs/gpu-session/stacking.json
+  if [[ ! -f $bench ]]; then
+    bench=$SESSION/probe.json
+    timeout 200 python3 -m benchmarks.train_throughput --device cuda --replicates 1,4,8,16,32 --stacking native \
+      --precision fp32,bf16 --steps 20 --budget-minutes 2.5 --json "$bench"
+  fi
+  minutes=$(awk -v m="$minutes" -v s="$(($(date +%s) - began))" 'BEGIN { print m - s / 60 }')
+  done_args=()
+  [[ -d $DONE ]] && done_args=(--done "$DONE")
+  python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" --bench "$bench" --stacking "$STACKING" \
+    --minutes "$minutes" --out "$SESSION/grid.toml" | tee "$SESSION/plan.json" || exit 2
+  cp "$bench" "$SESSION/bench.json" 2>/dev/null
+  cp "$SESSION/plan.json" "$SESSION/grid.toml" "$OUT/"
+  setsid nohup python3 -m lsa_interp sweep "$SESSION/grid.toml" --out "$SWEEP" >"$SESSION/sweep.log" 2>&1 </dev/null &
+  sleep 5
+  watch_sweep $((560 - ($(date +%s) - began)))
+  ;;
+watch)
+  watch_sweep "${2:-540}"
+  ;;
+pack)
+  part=${2:?usage: gpu_train.sh pack PART}
+  if [[ ! -f $BUNDLE/bundle.sha256 ]]; then
+    python3 scripts/pack_results.py pack "$SWEEP" "$SESSION" --out "$BUNDLE" || exit 1
+  fi
+  cp "$BUNDLE/bundle.sha256" "$OUT/"
+  for index in 0 1 2 3; do
+    chunk=$(printf '%s/bundle.tar.part%02d' "$BUNDLE" $((4 * part + index)))
+    [[ -f $chunk ]] && cp "$chunk" "$OUT/"
+  done
+  ls -l "$OUT"
+  ;;
+esac

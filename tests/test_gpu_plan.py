@@ -1,0 +1,184 @@
+"""scripts/gpu_plan.py: a GPU session trains the queue's next runs in the largest stack that finishes in time."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from lsa_interp.sweep.grid import load_grid, parse_grid
+from lsa_interp.sweep.plan import expand, plan_stacks
+
+ROOT = Path(__file__).parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_plan.py"
+spec = importlib.util.spec_from_file_location("gpu_plan", SCRIPT)
+gpu_plan = importlib.util.module_from_spec(spec)
+sys.modules["gpu_plan"] = gpu_plan  # dataclasses look their module up there
+spec.loader.exec_module(gpu_plan)
+
+STEPS_RANDOM = 20 * math.ceil(359_804 / 32)  # 224,880: a 20-epoch random-batching run
+
+
+def bench(table: dict[int, float], precision: str = "fp32", stacking: str = "native") -> dict:
+    results = [
+        {"stacking": stacking, "precision": precision, "replicates": r, "step_ms": ms} for r, ms in table.items()
+    ]
+    return {"results": results + [{"stacking": "vmap", "precision": precision, "replicates": 8, "step_ms": 1.0}]}
+
+
+def queue(cells: str, top: str = "") -> object:
+    import tomllib
+
+    return parse_grid(tomllib.loads(f"seeds = [0, 1, 2, 3, 4]\nanalyses = ['matching']\n{top}\n{cells}"))
+
+
+COPY20 = "[[cells]]\npresets = ['copy-20']\nbatching = ['random']\n"
+
+
+def finished_run(root: Path, name: str, epochs_completed: float = 20.0, evaluated: bool = True) -> None:
+    model = root / name / "model"
+    model.mkdir(parents=True)
+    meta = {"run": name, "epochs_completed": epochs_completed, "train_config": {"epochs": 20}}
+    (model / "config.json").write_text(json.dumps({"metadata": meta}))
+    if evaluated:
+        (model / "evaluation.json").write_text("{}")
+
+
+def test_step_time_is_measured_interpolated_or_extrapolated_from_the_two_largest_sizes():
+    table = {1: 4.0, 8: 6.0, 32: 12.0}
+    assert gpu_plan.step_ms_at(table, 8) == 6.0
+    assert gpu_plan.step_ms_at(table, 20) == pytest.approx(9.0)
+    assert gpu_plan.step_ms_at(table, 4) == pytest.approx(4.0 + 3 * 2 / 7)
+    assert gpu_plan.step_ms_at(table, 64) == pytest.approx(20.0)
+    assert gpu_plan.step_ms_at({8: 6.0}, 16) == pytest.approx(12.0)
+    assert gpu_plan.step_ms_at({8: 6.0}, 2) == 6.0
+
+
+def test_steps_per_epoch_bound_adds_one_batch_per_extra_group():
+    grid = queue(COPY20)
+    run = expand(grid)[0]
+    full = math.ceil(359_804 / 32)
+    assert gpu_plan.steps_per_epoch(run, grid, 32) == full
+    alphabet = type(run)("copy-200", "alphabet", 0)
+    assert gpu_plan.steps_per_epoch(alphabet, grid, 32) == full + 200
+    both = type(run)("copy-20", "transformation_alphabet", 0)
+    assert gpu_plan.steps_per_epoch(both, grid, 32) == full + 21 * 11 - 1
+
+
+def test_the_plan_is_the_largest_stack_whose_estimate_fits():
+    grid = queue(COPY20 + "[[cells]]\npresets = ['nocopy-20']\nbatching = ['random']\n")
+    table = {1: 4.0, 8: 4.0, 16: 6.0}
+    # R <= 8 at 4 ms: 224,880 steps x 4 ms x 1.05 = 944.5 s, + 90 s start-up + 30 s per run.
+    minutes_for = lambda r: (STEPS_RANDOM * 0.004 * 1.05 + 90 + 30 * r) / 60
+    plan = gpu_plan.plan_session(grid, set(), bench(table), minutes_for(8) + 0.01)
+    assert [run.name for run in plan.runs] == [f"copy-20-random-s{s}" for s in range(5)] + [
+        f"nocopy-20-random-s{s}" for s in range(3)
+    ]
+    assert plan.minutes == pytest.approx(minutes_for(8))
+    assert plan.summary()["runs_left_after"] == 2
+    assert len(gpu_plan.plan_session(grid, set(), bench(table), minutes_for(8) - 0.01).runs) == 7
+    assert len(gpu_plan.plan_session(grid, set(), bench(table), 600).runs) == 10
+    assert len(gpu_plan.plan_session(grid, set(), bench(table), 600, max_replicates=6).runs) == 6
+    with pytest.raises(ValueError, match="not even one fp32 run fits in 10 minutes"):
+        gpu_plan.plan_session(grid, set(), bench(table), 10)
+
+
+def test_finished_runs_are_skipped_and_the_stack_keeps_the_first_unfinished_runs_precision():
+    grid = queue(
+        COPY20 + COPY20 + "precision = 'bf16'\n" + "[[cells]]\npresets = ['copy-200']\nbatching = ['alphabet']\n"
+    )
+    done = {f"copy-20-random-s{s}" for s in range(5)} | {"copy-200-alphabet-s0"}
+    both = {"results": bench({1: 1.0}, "bf16")["results"] + bench({1: 1.0})["results"]}
+    plan = gpu_plan.plan_session(grid, done, both, 600)
+    assert plan.precision == "bf16"
+    assert [run.name for run in plan.runs] == [f"copy-20-random-s{s}-bf16" for s in range(5)]
+    plan = gpu_plan.plan_session(grid, done | {run.name for run in plan.runs}, bench({1: 1.0}), 600)
+    assert [run.name for run in plan.runs] == [f"copy-200-alphabet-s{s}" for s in range(1, 5)]
+    with pytest.raises(ValueError, match="every run of the queue is finished"):
+        gpu_plan.plan_session(grid, {run.name for run in expand(grid)}, bench({1: 1.0}), 600)
+
+
+def test_a_finished_fp32_run_stands_for_the_bf16_run_unless_the_queue_compares_the_two():
+    grid = queue("[[cells]]\npresets = ['copy-200']\nbatching = ['alphabet']\n", top="precision = 'bf16'")
+    plan = gpu_plan.plan_session(grid, {"copy-200-alphabet-s0"}, bench({1: 1.0}, "bf16"), 600)
+    assert [run.name for run in plan.runs] == [f"copy-200-alphabet-s{s}-bf16" for s in range(1, 5)]
+    check = queue(COPY20 + COPY20 + "precision = 'bf16'\n")
+    done = {f"copy-20-random-s{s}" for s in range(5)}
+    plan = gpu_plan.plan_session(check, done, bench({1: 1.0}, "bf16"), 600)
+    assert [run.name for run in plan.runs] == [f"copy-20-random-s{s}-bf16" for s in range(5)]
+
+
+def test_missing_benchmark_configuration_is_named():
+    with pytest.raises(ValueError, match="no native stack at bf16"):
+        gpu_plan.plan_session(queue(COPY20, top="precision = 'bf16'"), set(), bench({1: 1.0}), 600)
+
+
+def test_finished_runs_need_an_evaluation_and_every_epoch(tmp_path):
+    finished_run(tmp_path, "copy-20-random-s0")
+    finished_run(tmp_path, "copy-20-random-s1", epochs_completed=19.5)
+    finished_run(tmp_path, "copy-20-random-s2", evaluated=False)
+    finished_run(tmp_path / "other", "nocopy-20-random-s0")
+    assert gpu_plan.finished_runs([tmp_path]) == {"copy-20-random-s0", "nocopy-20-random-s0"}
+
+
+def test_the_session_grid_reads_back_as_one_stack_of_exactly_the_planned_runs(tmp_path):
+    grid = queue(
+        "[[cells]]\npresets = ['copy-200', 'nocopy-20']\nbatching = ['alphabet']\ndata_seed = 3\nepochs = 12\n",
+        top="eval_limit = 500\n[recipe]\nbatch_size = 32\nval_limit = 2000\nbetas = [0.9, 0.95]\n[model]\nd_model = 64",
+    )
+    plan = gpu_plan.plan_session(grid, {"copy-200-alphabet-s0-d3"}, bench({1: 1.0, 8: 2.0}), 600)
+    path = tmp_path / "session.toml"
+    path.write_text(gpu_plan.session_grid(grid, plan, "native-compile"))
+    session = load_grid(path)
+    assert expand(session) == list(plan.runs)
+    assert (session.replicates, session.analyses, session.eval_limit) == (9, ("matching",), 500)
+    assert session.recipe == {**grid.recipe, "compile": True}
+    assert session.model == {"d_model": 64}
+    (stack,) = plan_stacks(session, tmp_path / "sweep")
+    assert stack.runs == plan.runs
+
+
+def test_cli_writes_the_grid_and_prints_the_plan(tmp_path, capsys):
+    (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8, 8: 4.2})))
+    finished_run(tmp_path / "done", "copy-20-random-s0")
+    out = tmp_path / "plans" / "session.toml"
+    args = ["--queue", str(ROOT / "grids" / "queue.toml"), "--done", str(tmp_path / "done")]
+    code = gpu_plan.main([*args, "--bench", str(tmp_path / "bench.json"), "--minutes", "20", "--out", str(out)])
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["runs"][0] == "copy-20-random-s1" and printed["replicates"] == len(expand(load_grid(out)))
+    assert printed["estimated_minutes"] <= 20
+    assert [p.name for p in out.parent.iterdir()] == ["session.toml"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"--minutes": "5"}, "not even one fp32 run fits in 5 minutes"),
+        ({"--bench": "missing.json"}, "missing.json"),
+        ({"--done": "nowhere"}, "--done: not a directory"),
+    ],
+)
+def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys, change, message):
+    (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8})))
+    options = {"--queue": str(ROOT / "grids" / "queue.toml"), "--bench": str(tmp_path / "bench.json")}
+    options |= {"--minutes": "20", "--out": str(tmp_path / "session.toml"), "--done": str(tmp_path)}
+    options |= {key: str(tmp_path / value) if key != "--minutes" else value for key, value in change.items()}
+    assert gpu_plan.main([item for pair in options.items() for item in pair]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpu_plan: error:") and message in err and "\n" not in err
+    assert not (tmp_path / "session.toml").exists()
+
+
+def test_the_queue_starts_with_the_precision_check_and_covers_the_paper_grid():
+    runs = expand(load_grid(ROOT / "grids" / "queue.toml"))
+    assert [run.name for run in runs[:10]] == [f"copy-20-random-s{s}" for s in range(5)] + [
+        f"copy-20-random-s{s}-bf16" for s in range(5)
+    ]
+    paper = {(r.dataset, r.batching, r.seed) for r in expand(load_grid(ROOT / "grids" / "paper.toml"))}
+    assert {(r.dataset, r.batching, r.seed) for r in runs} == paper
+    assert runs[10].name == "copy-200-alphabet-s0" and runs[-1].name == "copy-20-5shot-alphabet-s4"

@@ -1,0 +1,97 @@
+"""scripts/gpu_train.sh, dry-run on a CPU: plan, detached sweep, watch, pack, and the records kept afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+TINY_QUEUE = """
+seeds = [0, 1, 2]
+epochs = 1
+replicates = 8
+eval_limit = 16
+
+[recipe]
+batch_size = 8
+max_steps = 4
+checkpoint_every = 2
+log_every = 2
+val_limit = 16
+device = "cpu"
+
+[model]
+d_model = 32
+n_heads = 4
+d_mlp = 64
+n_encoder_layers = 2
+n_decoder_layers = 2
+
+[datasets.tiny]
+n_alphabets = 4
+window_lengths = [3, 4]
+n_reshuffle = 2
+n_new_alphabets = 4
+
+[[cells]]
+presets = ["tiny"]
+batching = ["random"]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_dry_run_trains_the_planned_runs_and_packs_them(tmp_path):
+    (tmp_path / "bin").mkdir()
+    fake_smi = tmp_path / "bin" / "nvidia-smi"
+    fake_smi.write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\n")
+    fake_smi.chmod(0o755)
+    (tmp_path / "queue.toml").write_text(TINY_QUEUE)
+    # Two of the three seeds fit: 4 steps x 1 ms, 90 s start-up and 30 s per run in 2.75 minutes.
+    bench = {"results": [{"stacking": "native", "precision": "fp32", "replicates": 1, "step_ms": 1.0}]}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    done = tmp_path / "done" / "model"
+    done.mkdir(parents=True)
+    (done / "config.json").write_text(json.dumps({"metadata": {"run": "tiny-random-s0", "epochs_completed": 1.0,
+                                                               "epochs": 1}}))  # fmt: skip
+    (done / "evaluation.json").write_text("{}")
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "QUEUE": str(tmp_path / "queue.toml"),
+        "DONE": str(tmp_path / "done"),
+        "GPU_TRAIN_DIR": str(tmp_path / "work"),
+        "BUNDLE": str(tmp_path / "bundle"),
+        "OUT": str(tmp_path / "out"),
+        "WATCH_EVERY": "1",
+        "PYTHONPATH": str(ROOT),
+    }
+    script = ["bash", str(ROOT / "scripts" / "gpu_train.sh")]
+    started = subprocess.run([*script, "start", "2.75", str(tmp_path / "bench.json")], env=env, capture_output=True,
+                             text=True, timeout=400)  # fmt: skip
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert "the sweep is not running" in started.stdout
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert plan["runs"] == ["tiny-random-s1", "tiny-random-s2"]
+    models = sorted((tmp_path / "work" / "grid").rglob("evaluation.json"))
+    assert len(models) == 2
+    packed = subprocess.run([*script, "pack", "0"], env=env, capture_output=True, text=True, timeout=120)
+    assert packed.returncode == 0, packed.stderr[-2000:]
+    assert {p.name for p in (tmp_path / "out").iterdir()} >= {"bundle.sha256", "bundle.tar.part00"}
+    unpack = [sys.executable, str(ROOT / "scripts" / "pack_results.py"), "unpack", str(tmp_path / "out")]
+    subprocess.run([*unpack, "--into", str(tmp_path / "back")], check=True, capture_output=True, timeout=60)
+    back = tmp_path / "back"
+    assert len(list((back / "grid").rglob("model.safetensors"))) == 2
+    assert (back / "session" / "grid.toml").is_file() and (back / "session" / "sweep.log").is_file()
+    assert not list(back.rglob("state.pt")) and not (back / "grid" / "data").exists()
+
+
+def test_an_unknown_subcommand_is_a_usage_error():
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_train.sh"), "train"], capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.startswith("usage: gpu_train.sh start MINUTES")
