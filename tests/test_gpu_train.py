@@ -11,38 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.sweep.tiny_grid import write_tiny_grid
+
 ROOT = Path(__file__).parents[1]
-TINY_QUEUE = """
-seeds = [0, 1, 2]
-epochs = 1
-replicates = 8
-eval_limit = 16
-
-[recipe]
-batch_size = 8
-max_steps = 4
-checkpoint_every = 2
-log_every = 2
-val_limit = 16
-device = "cpu"
-
-[model]
-d_model = 32
-n_heads = 4
-d_mlp = 64
-n_encoder_layers = 2
-n_decoder_layers = 2
-
-[datasets.tiny]
-n_alphabets = 4
-window_lengths = [3, 4]
-n_reshuffle = 2
-n_new_alphabets = 4
-
-[[cells]]
-presets = ["tiny"]
-batching = ["random"]
-"""
 
 
 @pytest.mark.slow
@@ -52,8 +23,8 @@ def test_a_dry_run_trains_the_planned_runs_and_packs_them(tmp_path):
     fake_smi = tmp_path / "bin" / "nvidia-smi"
     fake_smi.write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\n")
     fake_smi.chmod(0o755)
-    (tmp_path / "queue.toml").write_text(TINY_QUEUE)
-    # Two of the three seeds fit: 4 steps x 1 ms, 90 s start-up and 30 s per run in 2.75 minutes.
+    write_tiny_grid(tmp_path / "queue.toml", max_steps=4)
+    # Two of the three runs left fit: 4 steps x 1 ms, 90 s start-up and 30 s per run in 2.75 minutes.
     bench = {"results": [{"stacking": "native", "precision": "fp32", "replicates": 1, "step_ms": 1.0}]}
     (tmp_path / "bench.json").write_text(json.dumps(bench))
     done = tmp_path / "done" / "model"
@@ -78,7 +49,7 @@ def test_a_dry_run_trains_the_planned_runs_and_packs_them(tmp_path):
     assert started.returncode == 0, started.stderr[-2000:]
     assert "the sweep is not running" in started.stdout
     plan = json.loads((tmp_path / "out" / "plan.json").read_text())
-    assert plan["runs"] == ["tiny-random-s1", "tiny-random-s2"]
+    assert plan["runs"] == ["tiny-random-s1", "tiny-nocopy-random-s0"]
     models = sorted((tmp_path / "work" / "grid").rglob("evaluation.json"))
     assert len(models) == 2
     packed = subprocess.run([*script, "pack", "0"], env=env, capture_output=True, text=True, timeout=120)
