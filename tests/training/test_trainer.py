@@ -21,6 +21,7 @@ from lsa_interp.data.batching import BATCHING_METHODS, batch_keys, epoch_batches
 from lsa_interp.data.vocab import EOS, PAD
 from lsa_interp.model.checkpoint import load_model
 from lsa_interp.training import TrainConfig, Trainer, exact_match, lr_factor
+from lsa_interp.training.validation import loss_fn, matching_prompts, matching_score
 from lsa_interp.utils import hardware_description
 from tests.helpers import assert_same_weights
 
@@ -322,6 +323,9 @@ def test_a_run_logs_steps_validates_at_epoch_ends_and_saves_states_on_schedule(d
     assert saved == [5, 8, 10, 11]
     epoch = lines[2]
     assert epoch["epoch"] == 1 and isinstance(epoch["epoch"], int) and 0 <= epoch["val_acc"] <= 1
+    assert -1.0 <= epoch["matching_score"] <= 1.0
+    model = trainer.hooked_model()  # the score of every epoch line is on the fixed prompts: comparable across runs
+    assert trainer.validated(model)["matching_score"] == matching_score(model, matching_prompts())
     assert lines[1]["epoch"] == pytest.approx(6 / 8) and lines[4]["epoch"] == pytest.approx(11 / 8)
     assert [r["lr"] for r in lines if r["type"] == "step"] == pytest.approx(
         [3e-3 * lr_factor(s - 1, 8, 2, warmup_steps=1824 // 256) for s in (3, 6, 9, 11)]
@@ -431,7 +435,10 @@ def test_micro_batches_take_the_same_steps_as_whole_batches(data_dir, tmp_path, 
     runs = {
         k: Trainer.start(_quick_config(data_dir, micro_batches=k, model=model), tmp_path / str(k)) for k in (1, parts)
     }
+    first = runs[1].epoch_plan(0)[0]
+    before = float(loss_fn(runs[1].model, *runs[1].train.batch(first)))
     losses = {k: [float(run.train_step(b)) for b in run.epoch_plan(0)[:8]] for k, run in runs.items()}
+    assert losses[1][0] == pytest.approx(before, rel=1e-6)  # a step returns its batch's loss before the update
     assert losses[parts] == pytest.approx(losses[1], rel=1e-5)
     assert_same_weights(runs[1].model.state_dict(), runs[parts].model.state_dict(), SMALL_MODEL["d_model"])
     rows = runs[parts].epoch_plan(0)[0]
