@@ -1,5 +1,6 @@
 """CLI command ``results``: the table of every evaluated run, our Table 1 and batching table with bootstrap
-intervals beside the paper's, and Figure 4 (accuracy by number of training alphabets) as an offline page."""
+intervals beside the paper's, the precision check, and Figure 4 (accuracy by number of training alphabets) as an
+offline page."""
 
 from __future__ import annotations
 
@@ -38,6 +39,22 @@ def _print_summaries(table1, batching, console) -> None:
         console.print(table)
 
 
+def _print_precision_check(summary, console) -> None:
+    from rich.table import Table
+
+    table = Table(title="Precision check: seen transformations, seen alphabets, per precision")
+    for column in ("preset", "batching", "precision", "runs", "mean", "sd", "vs fp32", "within the spread"):
+        table.add_column(column, justify="right" if column in ("runs", "mean", "sd", "vs fp32") else "left")
+    show = lambda value, sign="": "-" if value != value else f"{value:{sign}.1f}"
+    for _, row in summary.iterrows():
+        verdict = {True: "yes", False: "no"}.get(row["within_spread"], "-")
+        table.add_row(
+            row["preset"], row["batching"], row["precision"], str(int(row["n"])), show(row["mean"]),
+            show(row["sd"]), show(row["difference"], "+"), verdict,
+        )  # fmt: skip
+    console.print(table)
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``results`` command to ``app``."""
 
@@ -60,7 +77,9 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Collect every evaluated run into runs.csv, print Table 1 and the batching table (mean and bootstrap 95%
-        interval over runs beside the paper's), and write figures.html: Figure 4, and training curves with --history."""
+        interval over runs beside the paper's; a seed trained in several precisions counts once, in fp32) and the
+        precision check where a condition was trained in several precisions, and write figures.html: Figure 4, and
+        training curves with --history."""
         from rich.console import Console
 
         from lsa_interp.commands.common import writable_out
@@ -79,12 +98,14 @@ def register(app: typer.Typer) -> None:
         write_runs_table(frame, out / "runs.csv")
         summaries = {
             name: getattr(grid_summary, f"{name}_summary")(frame, include_partial)
-            for name in ("table1", "batching", "alphabets", "few_shot")
+            for name in ("table1", "batching", "alphabets", "few_shot", "precision")
         }
         for name, summary in summaries.items():
             write_runs_table(summary, out / f"{name}.csv")
         console = Console(width=160)
         _print_summaries(summaries["table1"], summaries["batching"], console)
+        if not summaries["precision"].empty:
+            _print_precision_check(summaries["precision"], console)
         figures = {"Figure 4": alphabets_figure(summaries["alphabets"])}
         if history:
             figures["Training curves"] = training_curves_figure(histories(history))

@@ -1,9 +1,9 @@
 """Means over replicate runs with bootstrap 95% intervals, beside the paper's: Table 1, the batching table,
-accuracy by number of training alphabets (Figure 4) and the few-shot presets.
+accuracy by number of training alphabets (Figure 4) and the few-shot presets; and the precision check.
 
 Intervals are percentile bootstrap intervals of the mean over run-level accuracies (scipy.stats.bootstrap,
 10,000 resamples, as the paper did); a condition with one run has none (NaN). Only runs that trained all
-their planned epochs count unless ``include_partial`` is set.
+their planned epochs count unless ``include_partial`` is set, and each seed once (`counted_runs`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from lsa_interp.evaluation.paper_tables import (
 )
 
 RESAMPLES = 10_000
+RECIPE_PRECISION = "fp32"
+"""The recipe's precision: where a seed was trained in several precisions, its run in this one counts."""
 
 
 def bootstrap_interval(values: np.ndarray | list[float], seed: int = 0) -> tuple[float, float, float]:
@@ -56,11 +58,49 @@ def format_interval(
     return f"{mean:.1f} [{low:.1f}, {high:.1f}]"
 
 
-def counted_runs(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataFrame:
-    """The runs that count: complete ones only, unless ``include_partial``."""
+def complete_runs(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataFrame:
+    """The runs that trained all their planned epochs (every run with ``include_partial``)."""
     if include_partial or frame.empty:
         return frame
     return frame[frame["complete"].astype(bool)]
+
+
+def counted_runs(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataFrame:
+    """The runs that count in the means: complete ones only, unless ``include_partial``, and one run per preset,
+    batching method and seed: where a seed was trained in several precisions (the precision check), the run in
+    the recipe's fp32, so that no seed counts twice."""
+    runs = complete_runs(frame, include_partial)
+    if runs.empty:
+        return runs
+    rank = (runs["precision"] != RECIPE_PRECISION).astype(int)
+    first = runs.assign(_rank=rank).sort_values("_rank", kind="stable")
+    return first.drop_duplicates(["preset", "batching", "seed"]).drop(columns="_rank").sort_index()
+
+
+def precision_summary(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataFrame:
+    """The precision check: per preset and batching method trained in more than one precision, per precision its
+    runs (``n``), the ``mean`` and sample standard deviation ``sd`` of seen-transformation seen-alphabet accuracy,
+    and, beside fp32, the ``difference`` of the means and ``within_spread``: whether that difference is smaller
+    than the larger of the two standard deviations (then the faster precision may train the rest of a grid;
+    None where neither has two runs)."""
+    columns = ["preset", "batching", "precision", "n", "mean", "sd", "difference", "within_spread"]
+    runs, rows = complete_runs(frame, include_partial), []
+    for (preset, batching), group in runs.groupby(["preset", "batching"], sort=True):
+        if group["precision"].nunique() < 2:
+            continue
+        stats_of = {
+            precision: (len(values), float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else math.nan)
+            for precision, values in group.groupby("precision")[CELLS[0]]
+        }
+        reference = stats_of.get(RECIPE_PRECISION)
+        for precision, (n, mean, sd) in stats_of.items():
+            difference, within = math.nan, None
+            if reference is not None and precision != RECIPE_PRECISION:
+                difference = mean - reference[1]
+                spreads = [value for value in (sd, reference[2]) if not math.isnan(value)]
+                within = bool(abs(difference) < max(spreads)) if spreads else None
+            rows.append([preset, batching, precision, n, mean, sd, difference, within])
+    return pd.DataFrame(rows, columns=columns)
 
 
 def summarize(frame: pd.DataFrame, by: list[str], columns: tuple[str, ...] = CELLS) -> pd.DataFrame:

@@ -17,6 +17,7 @@ from lsa_interp.evaluation.grid_summary import (
     batching_summary,
     bootstrap_interval,
     few_shot_summary,
+    precision_summary,
     table1_summary,
 )
 from lsa_interp.evaluation.paper_tables import CELLS, PAPER_BATCHING, PAPER_TABLE1
@@ -28,11 +29,13 @@ SHIPPED_EVALUATION = Path(__file__).parents[2] / "checkpoints" / "copy-20" / "ev
 TINY = ModelConfig(d_model=16, n_heads=2, d_mlp=32, n_encoder_layers=1, n_decoder_layers=1)
 
 
-def make_run(root: Path, name: str, preset: str, batching: str, seed: int, seen: float, epochs: float = 20) -> Path:
+def make_run(
+    root: Path, name: str, preset: str, batching: str, seed: int, seen: float, epochs: float = 20, precision="bf16"
+) -> Path:
     """A saved tiny model with training metadata and an evaluation whose seenT/seenA cell is ``seen`` %."""
     directory = root / name
     metadata = {
-        "preset": preset, "seed": seed, "batching": batching, "precision": "bf16", "epochs": 20,
+        "preset": preset, "seed": seed, "batching": batching, "precision": precision, "epochs": 20,
         "epochs_completed": epochs, "train_seconds": 60.0, "hardware": "test",
     }  # fmt: skip
     save_model(HookedEncoderDecoder(TINY), directory, metadata=metadata)
@@ -110,6 +113,39 @@ def test_batching_and_table1_summaries_pool_the_right_runs_beside_the_paper(tmp_
     assert few_shot_summary(frame)["n_shots"].tolist() == [1]
 
 
+def test_a_seed_trained_in_two_precisions_counts_once_in_fp32_and_the_precision_check_compares_them(tmp_path):
+    fp32, bf16 = [90.0, 92.0, 91.0, 93.0, 89.0], [89.5, 93.0, 90.0, 92.5, 88.0]  # sd 1.58 and 2.09
+    for seed, (a, b) in enumerate(zip(fp32, bf16)):
+        make_run(tmp_path, f"f{seed}", "copy-20", "random", seed, a, precision="fp32")
+        make_run(tmp_path, f"b{seed}", "copy-20", "random", seed, b)
+    make_run(tmp_path, "b5", "copy-20", "random", 5, 70.0)  # a seed in bf16 only counts
+    make_run(tmp_path, "n0", "nocopy-20", "random", 0, 60.0)  # one precision only: no check
+    frame = runs_table(find_runs([tmp_path]))
+    batching = batching_summary(frame).set_index(["preset", "batching"])
+    assert batching.loc[("copy-20", "random"), "n"] == 6
+    assert batching.loc[("copy-20", "random"), CELLS[0]] == pytest.approx((sum(fp32) + 70.0) / 6)
+    check = precision_summary(frame).set_index("precision")
+    assert list(check.index) == ["bf16", "fp32"] and set(check["preset"]) == {"copy-20"}
+    assert check.loc["bf16", "n"] == 6 and check.loc["fp32", "n"] == 5
+    assert check.loc["fp32", "sd"] == pytest.approx(np.std(fp32, ddof=1))
+    difference = np.mean([*bf16, 70.0]) - np.mean(fp32)
+    assert check.loc["bf16", "difference"] == pytest.approx(difference)
+    assert check.loc["bf16", "within_spread"] == (abs(difference) < np.std([*bf16, 70.0], ddof=1))
+    assert check.loc["fp32", "within_spread"] is None and math.isnan(check.loc["fp32", "difference"])
+
+
+def test_the_precision_check_says_whether_the_difference_is_within_the_larger_spread(tmp_path):
+    for seed, (a, b) in enumerate([(90.0, 89.0), (92.0, 91.0), (91.0, 90.5)]):
+        make_run(tmp_path, f"f{seed}", "copy-20", "random", seed, a, precision="fp32")
+        make_run(tmp_path, f"b{seed}", "copy-20", "random", seed, b)
+    row = precision_summary(runs_table(find_runs([tmp_path]))).set_index("precision").loc["bf16"]
+    assert row["difference"] == pytest.approx(-2.5 / 3) and row["within_spread"]  # sd 1.0 and 0.76
+    make_run(tmp_path, "b3", "copy-20", "random", 3, 86.0)
+    make_run(tmp_path, "f3", "copy-20", "random", 3, 93.0, precision="fp32")
+    row = precision_summary(runs_table(find_runs([tmp_path]))).set_index("precision").loc["bf16"]
+    assert row["difference"] == pytest.approx(-2.375) and not row["within_spread"]  # sd 1.29 and 2.25
+
+
 def test_results_command_writes_the_tables_and_figures(tmp_path, capsys):
     make_run(tmp_path / "runs", "a", "copy-200", "alphabet", 0, 95.0)
     make_run(tmp_path / "runs", "b", "copy-200", "alphabet", 1, 97.0)
@@ -122,7 +158,15 @@ def test_results_command_writes_the_tables_and_figures(tmp_path, capsys):
     assert alphabets[["n_alphabets", "batching", "n"]].values.tolist() == [[200, "alphabet", 2]]
     page = (out / "figures.html").read_text()
     assert "Figure 4" in page and "plotly" in page and not re.search(r"<script[^>]*\bsrc=", page)
-    assert "96.0 [95.0, 97.0] (n=2)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "96.0 [95.0, 97.0] (n=2)" in printed and "Precision check" not in printed
+    assert pd.read_csv(out / "precision.csv").empty
+    make_run(tmp_path / "runs", "c", "copy-200", "alphabet", 0, 91.0, precision="fp32")
+    with pytest.raises(SystemExit):
+        cli.main(["results", "--runs", str(tmp_path / "runs"), "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "Precision check" in printed and "94.0 [91.0, 97.0] (n=2)" in printed
+    assert pd.read_csv(out / "precision.csv")["precision"].tolist() == ["bf16", "fp32"]
 
 
 @pytest.mark.parametrize("out", ["/proc/lsa-results", "FILE"])
