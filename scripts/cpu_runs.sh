@@ -12,6 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${LSA_CPU_RUNS:-$HOME/.local/share/lsa-interp/cpu-grid}
 LSA=${LSA:-$PWD/.venv/bin/lsa-interp}
+[ -x "$LSA" ] || { echo "cpu_runs.sh: $LSA is missing: run 'make install' first" >&2; exit 2; }
 mkdir -p "$RUNS"
 run() {
   local name=$1 preset=$2 batching=$3 out=$RUNS/$1 args
