@@ -1,6 +1,6 @@
 """CLI command ``results``: the table of every evaluated run, our Table 1 and batching table with bootstrap
-intervals beside the paper's, the precision check, and Figure 4 (accuracy by number of training alphabets) as an
-offline page."""
+intervals beside the paper's, the precision check, the matching head's occurrence, and Figure 4 (accuracy by
+number of training alphabets) as an offline page."""
 
 from __future__ import annotations
 
@@ -55,6 +55,18 @@ def _print_precision_check(summary, console) -> None:
     console.print(table)
 
 
+def _print_occurrence(summary, console) -> None:
+    from rich.table import Table
+
+    table = Table(title="Matching-head occurrence: runs with a matching head / runs analysed (paper, Appendix B)")
+    for column in ("preset", "batching", "ours", "paper"):
+        table.add_column(column, justify="right" if column in ("ours", "paper") else "left")
+    for _, row in summary.iterrows():
+        paper = "-" if row["paper_n"] != row["paper_n"] else f"{int(row['paper_with_head'])}/{int(row['paper_n'])}"
+        table.add_row(row["preset"], row["batching"], f"{int(row['with_head'])}/{int(row['n'])}", paper)
+    console.print(table)
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``results`` command to ``app``."""
 
@@ -78,8 +90,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Collect every evaluated run into runs.csv, print Table 1 and the batching table (mean and bootstrap 95%
         interval over runs beside the paper's; a seed trained in several precisions counts once, in fp32) and the
-        precision check where a condition was trained in several precisions, and write figures.html: Figure 4, and
-        training curves with --history."""
+        precision check where a condition was trained in several precisions, and the matching head's occurrence over
+        the runs a sweep analysed; write figures.html: Figure 4, and training curves with --history."""
         from rich.console import Console
 
         from lsa_interp.commands.common import writable_out
@@ -98,7 +110,7 @@ def register(app: typer.Typer) -> None:
         write_runs_table(frame, out / "runs.csv")
         summaries = {
             name: getattr(grid_summary, f"{name}_summary")(frame, include_partial)
-            for name in ("table1", "batching", "alphabets", "few_shot", "precision")
+            for name in ("table1", "batching", "alphabets", "few_shot", "precision", "occurrence")
         }
         for name, summary in summaries.items():
             write_runs_table(summary, out / f"{name}.csv")
@@ -106,6 +118,8 @@ def register(app: typer.Typer) -> None:
         _print_summaries(summaries["table1"], summaries["batching"], console)
         if not summaries["precision"].empty:
             _print_precision_check(summaries["precision"], console)
+        if not summaries["occurrence"].empty:
+            _print_occurrence(summaries["occurrence"], console)
         figures = {"Figure 4": alphabets_figure(summaries["alphabets"])}
         if history:
             figures["Training curves"] = training_curves_figure(histories(history))

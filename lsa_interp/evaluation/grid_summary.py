@@ -1,5 +1,6 @@
 """Means over replicate runs with bootstrap 95% intervals, beside the paper's: Table 1, the batching table,
-accuracy by number of training alphabets (Figure 4) and the few-shot presets; and the precision check.
+accuracy by number of training alphabets (Figure 4), the few-shot presets and the matching head's occurrence;
+and the precision check.
 
 Intervals are percentile bootstrap intervals of the mean over run-level accuracies (scipy.stats.bootstrap,
 10,000 resamples, as the paper did); a condition with one run has none (NaN). Only runs that trained all
@@ -19,6 +20,7 @@ from lsa_interp.evaluation.paper_tables import (
     PAPER_ALPHABETS,
     PAPER_BATCHING,
     PAPER_FEW_SHOT,
+    PAPER_MATCHING_OCCURRENCE,
     PAPER_TABLE1,
     TABLE1_BATCHING,
 )
@@ -158,3 +160,21 @@ def few_shot_summary(frame: pd.DataFrame, include_partial: bool = False) -> pd.D
     summary = summarize(runs[mask], ["n_shots"], columns=("overall_seen_alphabets",))
     summary["paper_overall_seen_alphabets"] = [PAPER_FEW_SHOT[int(k)] for k in summary["n_shots"]]
     return summary
+
+
+def occurrence_summary(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataFrame:
+    """Matching-head occurrence (Appendix B): per preset of the paper's occurrence table, per batching method and
+    over all of them (``"all"``), the counted runs with a matching-head analysis (``n``), how many have a
+    matching head (``with_head``), and the paper's counts (``paper_with_head`` of ``paper_n``; NaN where the
+    paper gives none)."""
+    columns = ["preset", "batching", "n", "with_head", "paper_with_head", "paper_n"]
+    runs = counted_runs(frame, include_partial)
+    if runs.empty or "matching_head" not in runs:
+        return pd.DataFrame(columns=columns)
+    runs = runs[runs["preset"].isin(list(PAPER_MATCHING_OCCURRENCE)) & runs["matching_head"].notna()]
+    rows = []
+    for preset, group in runs.groupby("preset", sort=True):
+        for batching, part in [*group.groupby("batching", sort=True), ("all", group)]:
+            paper = PAPER_MATCHING_OCCURRENCE[preset].get(batching, (math.nan, math.nan))
+            rows.append([preset, batching, len(part), int(part["matching_head"].astype(bool).sum()), *paper])
+    return pd.DataFrame(rows, columns=columns)

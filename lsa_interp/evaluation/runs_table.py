@@ -11,12 +11,15 @@ The table has one row per run and flat columns, so it reads back with ``pandas.r
   included: the few-shot measure), ``acc_seen_<rule>`` / ``acc_new_<rule>`` per transformation;
 - ``<rule>_<outcome>`` counts of the alternate-rule analysis on seen alphabets (``pred_applied_other_rule``
   counts pred tasks answered with the succ answer);
-- ``n_val`` / ``n_new``: how many tasks were evaluated.
+- ``n_val`` / ``n_new``: how many tasks were evaluated;
+- ``matching_head``, ``matching_heads``, ``matching_best_head``, ``matching_best_score``: the sweep's
+  matching-head analysis of the run (`matching_record`; empty for a run without one).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,6 +33,8 @@ from lsa_interp.evaluation.paper_tables import CELLS
 from lsa_interp.utils import atomic_write
 
 EVALUATION_FILE, CONFIG_FILE = "evaluation.json", "config.json"
+MATCHING_FILE = Path("analysis") / "matching" / "matching_heads.json"
+"""Where a sweep keeps a run's matching-head analysis, relative to the folder that holds its model directory."""
 
 
 def _percent(cell: dict[str, Any] | None) -> float:
@@ -80,7 +85,29 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
             row[prefix + rule] = _percent(cell)
     for rule, counts in evaluation.get("alternate_rule", {}).get("seen_alphabets", {}).items():
         row.update({f"{rule}_{outcome}": counts[outcome] for outcome in OUTCOMES if outcome in counts})
+    row.update(matching_record(model_dir))
     return row
+
+
+def matching_record(model_dir: str | os.PathLike) -> dict[str, Any]:
+    """The run's matching-head columns from the sweep's analysis beside its model (None / NaN without one):
+    ``matching_head`` (a head reached the threshold), ``matching_heads`` (their labels), ``matching_best_head``
+    and ``matching_best_score``."""
+    path = Path(model_dir).parent / MATCHING_FILE
+    if not path.is_file():
+        return {
+            "matching_head": None,
+            "matching_heads": None,
+            "matching_best_head": None,
+            "matching_best_score": math.nan,
+        }
+    summary = json.loads(path.read_text())["summary"]
+    return {
+        "matching_head": summary["matching_heads"] != "none",
+        "matching_heads": summary["matching_heads"],
+        "matching_best_head": summary["best_head"],
+        "matching_best_score": float(summary["best_score"]),
+    }
 
 
 def find_runs(roots: Iterable[str | os.PathLike]) -> list[Path]:

@@ -17,6 +17,7 @@ from lsa_interp.evaluation.grid_summary import (
     batching_summary,
     bootstrap_interval,
     few_shot_summary,
+    occurrence_summary,
     precision_summary,
     table1_summary,
 )
@@ -146,6 +147,40 @@ def test_the_precision_check_says_whether_the_difference_is_within_the_larger_sp
     assert row["difference"] == pytest.approx(-2.375) and not row["within_spread"]  # sd 1.29 and 2.25
 
 
+def analysed_run(root: Path, name: str, preset: str, batching: str, seed: int, heads: str, precision="bf16") -> Path:
+    """A run laid out as a sweep's replicate: ``name/model`` and its matching analysis beside it."""
+    model = make_run(root / name, "model", preset, batching, seed, 90.0, precision=precision)
+    analysis = root / name / "analysis" / "matching"
+    analysis.mkdir(parents=True)
+    summary = {"matching_heads": heads, "best_head": "2.7" if heads != "none" else "1.1", "best_score": 0.4}
+    (analysis / "matching_heads.json").write_text(json.dumps({"analysis": "matching_heads", "summary": summary}))
+    return model
+
+
+def test_occurrence_counts_the_analysed_runs_with_a_matching_head_beside_the_paper(tmp_path):
+    for seed, heads in enumerate(["2.7", "2.7, 1.3", "none"]):
+        analysed_run(tmp_path, f"nr{seed}", "nocopy-20", "random", seed, heads)
+    analysed_run(tmp_path, "nr0-fp32", "nocopy-20", "random", 0, "none", precision="fp32")  # counts for seed 0
+    analysed_run(tmp_path, "na0", "nocopy-20", "alphabet", 0, "1.2")
+    analysed_run(tmp_path, "c0", "copy-20", "transformation", 0, "2.7")
+    analysed_run(tmp_path, "c200", "copy-200", "alphabet", 0, "2.7")  # not in the paper's occurrence table
+    make_run(tmp_path, "unanalysed", "copy-20", "random", 1, 90.0)
+    frame = runs_table(find_runs([tmp_path]))
+    row = frame.set_index("run").loc[str(tmp_path / "nr1" / "model")]
+    assert row["matching_head"] and (row["matching_heads"], row["matching_best_score"]) == ("2.7, 1.3", 0.4)
+    assert frame.set_index("run").loc[str(tmp_path / "unanalysed"), "matching_head"] is None
+    table = occurrence_summary(frame).set_index(["preset", "batching"])
+    assert list(table.index) == [
+        ("copy-20", "transformation"), ("copy-20", "all"),
+        ("nocopy-20", "alphabet"), ("nocopy-20", "random"), ("nocopy-20", "all"),
+    ]  # fmt: skip
+    assert table.loc[("nocopy-20", "random"), ["n", "with_head", "paper_with_head", "paper_n"]].tolist() == [3, 1, 1, 5]
+    assert table.loc[("nocopy-20", "all"), ["n", "with_head", "paper_with_head", "paper_n"]].tolist() == [4, 2, 5, 20]
+    assert table.loc[("copy-20", "all"), ["n", "with_head"]].tolist() == [1, 1]
+    assert math.isnan(table.loc[("copy-20", "transformation"), "paper_n"])
+    assert occurrence_summary(runs_table(find_runs([tmp_path / "unanalysed"]))).empty
+
+
 def test_results_command_writes_the_tables_and_figures(tmp_path, capsys):
     make_run(tmp_path / "runs", "a", "copy-200", "alphabet", 0, 95.0)
     make_run(tmp_path / "runs", "b", "copy-200", "alphabet", 1, 97.0)
@@ -167,6 +202,11 @@ def test_results_command_writes_the_tables_and_figures(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "Precision check" in printed and "94.0 [91.0, 97.0] (n=2)" in printed
     assert pd.read_csv(out / "precision.csv")["precision"].tolist() == ["bf16", "fp32"]
+    assert "Matching-head occurrence" not in printed and pd.read_csv(out / "occurrence.csv").empty
+    analysed_run(tmp_path / "runs", "n", "nocopy-20", "random", 0, "none")
+    with pytest.raises(SystemExit):
+        cli.main(["results", "--runs", str(tmp_path / "runs"), "--out", str(out)])
+    assert re.search(r"nocopy-20 .* random .* 0/1 .* 1/5", capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("out", ["/proc/lsa-results", "FILE"])
