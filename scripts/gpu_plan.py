@@ -149,7 +149,8 @@ def plan_session(
     Raises ValueError when every run is finished or not even one run fits.
     """
     queue = expand(grid)
-    left = [run for run in queue if not _finished(run, done, {run.name for run in queue})]
+    queued = {run.name for run in queue}
+    left = [run for run in queue if not _finished(run, done, queued)]
     if not left:
         raise ValueError("every run of the queue is finished")
     precision = left[0].precision
