@@ -13,7 +13,7 @@
 # The image lacks transformer-lens, datasets, plotly and beartype: run scripts/gpu_wheels.sh here first and
 # carry .whl; they are installed into /tmp/site once per machine.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 if [[ -d .whl && ! -d /tmp/site ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi

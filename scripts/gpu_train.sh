@@ -15,7 +15,7 @@
 # transfers back). Each command returns well inside the device tool's 10 minutes; the next must follow
 # within 30 s, or the machine (and the sweep on it) is given back.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 case ${1:-} in
 start | watch | pack) ;;
 *)
