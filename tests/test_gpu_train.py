@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.sweep.tiny_grid import write_tiny_grid
@@ -18,13 +19,16 @@ ROOT = Path(__file__).parents[1]
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-def test_a_dry_run_trains_the_planned_runs_and_packs_them(tmp_path):
+def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_them(tmp_path):
+    """One GPU session on a CPU (fake nvidia-smi, tiny queue), then what happens here afterwards: unpack, keep the
+    weightless records, plan the next session from them, and tabulate them with their matching analyses."""
     (tmp_path / "bin").mkdir()
     fake_smi = tmp_path / "bin" / "nvidia-smi"
     fake_smi.write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\n")
     fake_smi.chmod(0o755)
-    write_tiny_grid(tmp_path / "queue.toml", max_steps=4)
-    # Two of the three runs left fit: 4 steps x 1 ms, 90 s start-up and 30 s per run in 2.75 minutes.
+    queue = {"max_steps": 1000, "analyses": ("matching",), "batch_size": 256, "checkpoint_every": 1000}
+    write_tiny_grid(tmp_path / "queue.toml", **queue)  # an epoch of 29 steps, a state at its end
+    # Two of the three runs left fit: at most 1,000 steps x 1 ms, 90 s start-up and 30 s per run in 2.75 minutes.
     bench = {"results": [{"stacking": "native", "precision": "fp32", "replicates": 1, "step_ms": 1.0}]}
     (tmp_path / "bench.json").write_text(json.dumps(bench))
     done = tmp_path / "done" / "model"
@@ -41,6 +45,7 @@ def test_a_dry_run_trains_the_planned_runs_and_packs_them(tmp_path):
         "BUNDLE": str(tmp_path / "bundle"),
         "OUT": str(tmp_path / "out"),
         "WATCH_EVERY": "1",
+        "OMP_NUM_THREADS": "1",  # one core per test worker
         "PYTHONPATH": str(ROOT),
     }
     script = ["bash", str(ROOT / "scripts" / "gpu_train.sh")]
@@ -61,6 +66,19 @@ def test_a_dry_run_trains_the_planned_runs_and_packs_them(tmp_path):
     assert len(list((back / "grid").rglob("model.safetensors"))) == 2
     assert (back / "session" / "grid.toml").is_file() and (back / "session" / "sweep.log").is_file()
     assert not list(back.rglob("state.pt")) and not (back / "grid" / "data").exists()
+    records = [sys.executable, str(ROOT / "scripts" / "pack_results.py"), "records", str(back / "grid")]
+    subprocess.run([*records, "--into", str(tmp_path / "records")], check=True, capture_output=True, timeout=60)
+    assert not list((tmp_path / "records").rglob("model.safetensors"))
+    plan_next = [sys.executable, str(ROOT / "scripts" / "gpu_plan.py"), "--queue", str(tmp_path / "queue.toml")]
+    plan_next += ["--done", str(tmp_path / "done"), "--done", str(tmp_path / "records"), "--minutes", "2.75"]
+    plan_next += ["--bench", str(tmp_path / "bench.json"), "--out", str(tmp_path / "next.toml")]
+    planned = subprocess.run(plan_next, env=env, capture_output=True, text=True, timeout=120)
+    assert json.loads(planned.stdout)["runs"] == ["tiny-nocopy-random-s1"], planned.stderr[-2000:]
+    results = [sys.executable, "-m", "lsa_interp", "results", "--runs", str(tmp_path / "records")]
+    shown = subprocess.run([*results, "--out", str(tmp_path / "results")], env=env, capture_output=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    table = pd.read_csv(tmp_path / "results" / "runs.csv")
+    assert len(table) == 2 and table["matching_best_head"].notna().all() and table["complete"].all()
 
 
 def test_an_unknown_subcommand_is_a_usage_error():

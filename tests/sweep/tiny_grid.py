@@ -16,9 +16,9 @@ eval_limit = 40
 analyses = {analyses}
 
 [recipe]
-batch_size = 8
+batch_size = {batch_size}
 max_steps = {max_steps}
-checkpoint_every = 2
+checkpoint_every = {checkpoint_every}
 log_every = 2
 val_limit = 16
 device = "cpu"
@@ -49,9 +49,12 @@ batching = ["random"]
 """
 
 
-def write_tiny_grid(path: Path, max_steps: int = 6, analyses: tuple[str, ...] = ()) -> Path:
+def write_tiny_grid(
+    path: Path, max_steps: int = 6, analyses: tuple[str, ...] = (), batch_size: int = 8, checkpoint_every: int = 2
+) -> Path:
     """Write the tiny grid to ``path`` and return it."""
-    path.write_text(TINY_GRID.format(max_steps=max_steps, analyses=json.dumps(list(analyses))))
+    options = {"max_steps": max_steps, "batch_size": batch_size, "checkpoint_every": checkpoint_every}
+    path.write_text(TINY_GRID.format(analyses=json.dumps(list(analyses)), **options))
     return path
 
 
