@@ -70,9 +70,9 @@ def complete_runs(frame: pd.DataFrame, include_partial: bool = False) -> pd.Data
 def counted_runs(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataFrame:
     """The runs that count in the means: complete ones only, unless ``include_partial``, and one run per preset,
     batching method and seed: where a seed was trained in several precisions (the precision check), the run in
-    the recipe's fp32, so that no seed counts twice."""
+    the recipe's fp32, so that no seed counts twice (a table without a ``precision`` column keeps every run)."""
     runs = complete_runs(frame, include_partial)
-    if runs.empty:
+    if runs.empty or "precision" not in runs:
         return runs
     rank = (runs["precision"] != RECIPE_PRECISION).astype(int)
     first = runs.assign(_rank=rank).sort_values("_rank", kind="stable")
@@ -87,6 +87,8 @@ def precision_summary(frame: pd.DataFrame, include_partial: bool = False) -> pd.
     None where neither has two runs)."""
     columns = ["preset", "batching", "precision", "n", "mean", "sd", "difference", "within_spread"]
     runs, rows = complete_runs(frame, include_partial), []
+    if runs.empty or "precision" not in runs:
+        return pd.DataFrame(rows, columns=columns)
     for (preset, batching), group in runs.groupby(["preset", "batching"], sort=True):
         if group["precision"].nunique() < 2:
             continue

@@ -133,6 +133,7 @@ def test_a_seed_trained_in_two_precisions_counts_once_in_fp32_and_the_precision_
     assert check.loc["bf16", "difference"] == pytest.approx(difference)
     assert check.loc["bf16", "within_spread"] == (abs(difference) < np.std([*bf16, 70.0], ddof=1))
     assert check.loc["fp32", "within_spread"] is None and math.isnan(check.loc["fp32", "difference"])
+    assert precision_summary(frame.drop(columns="precision")).empty  # a table from before precisions were kept
 
 
 def test_the_precision_check_says_whether_the_difference_is_within_the_larger_spread(tmp_path):
