@@ -29,8 +29,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from lsa_interp.evaluation.grid_summary import RECIPE_PRECISION
+from lsa_interp.evaluation.runs_table import CONFIG_FILE, find_runs, training_progress
 from lsa_interp.sweep.grid import Grid, load_grid
 from lsa_interp.sweep.plan import SweepRun, expand
+from lsa_interp.utils import atomic_write
 
 TRAIN_ROWS = 359_804
 """Training rows of every paper preset: each is matched to copy-20's size (docs/data.md)."""
@@ -113,22 +116,17 @@ def steps_per_epoch(run: SweepRun, grid: Grid, batch_size: int) -> int:
 def finished_runs(roots: list[Path]) -> set[str]:
     """Names of the runs under ``roots`` that trained all their epochs and were evaluated."""
     names = set()
-    for root in roots:
-        for config in root.rglob("config.json"):
-            if not (config.parent / "evaluation.json").is_file():
-                continue
-            meta = json.loads(config.read_text()).get("metadata", {})
-            done = meta.get("epochs_completed")
-            planned = meta.get("epochs") or meta.get("train_config", {}).get("epochs")
-            if meta.get("run") and done is not None and planned is not None and done >= planned - 1e-6:
-                names.add(meta["run"])
+    for model_dir in find_runs(roots):
+        meta = json.loads((model_dir / CONFIG_FILE).read_text()).get("metadata", {})
+        if meta.get("run") and training_progress(meta)[2]:
+            names.add(meta["run"])
     return names
 
 
 def _finished(run: SweepRun, done: set[str], queued: set[str]) -> bool:
     """Whether ``run`` is done: by name, or by its fp32 twin (the recipe's precision) unless the queue asks for
     both, as the precision check does."""
-    twin = replace(run, precision="fp32").name
+    twin = replace(run, precision=RECIPE_PRECISION).name
     return run.name in done or (twin in done and twin not in queued)
 
 
@@ -235,9 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_plan: error: {error}", file=sys.stderr)
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = args.out.with_name(f".{args.out.name}.tmp")
-    temporary.write_text(text)
-    temporary.replace(args.out)
+    atomic_write(args.out, lambda tmp: tmp.write_text(text))
     print(json.dumps({**plan.summary(), "grid": str(args.out)}, indent=2))
     return 0
 

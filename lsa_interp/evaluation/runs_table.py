@@ -58,7 +58,7 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
     preset = meta.get("preset") or evaluation.get("training_preset") or evaluation.get("preset")
     batching = meta.get("batching") or recipe.get("batching", "unknown")
     dataset = PRESETS.get(preset)
-    epochs, planned = meta.get("epochs_completed"), meta.get("epochs") or recipe.get("epochs")
+    epochs, planned, complete = training_progress(meta)
     row: dict[str, Any] = {
         "run": str(model_dir),
         "preset": preset,
@@ -72,7 +72,7 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
         "hardware": meta.get("hardware", meta.get("device")),
         "epochs": epochs,
         "epochs_planned": planned,
-        "complete": epochs is not None and planned is not None and epochs >= planned - 1e-6,
+        "complete": complete,
         "train_seconds": meta.get("train_seconds"),
         "n_val": evaluation["n_tasks"]["seen_alphabets"],
         "n_new": evaluation["n_tasks"]["new_alphabets"],
@@ -87,6 +87,13 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
         row.update({f"{rule}_{outcome}": counts[outcome] for outcome in OUTCOMES if outcome in counts})
     row.update(matching_record(model_dir))
     return row
+
+
+def training_progress(meta: dict[str, Any]) -> tuple[float | int | None, int | None, bool]:
+    """(epochs trained, epochs planned, whether all were trained) from a checkpoint's training metadata."""
+    epochs = meta.get("epochs_completed")
+    planned = meta.get("epochs") or meta.get("train_config", {}).get("epochs")
+    return epochs, planned, epochs is not None and planned is not None and epochs >= planned - 1e-6
 
 
 def matching_record(model_dir: str | os.PathLike) -> dict[str, Any]:
