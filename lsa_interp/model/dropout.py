@@ -10,7 +10,7 @@ are drawn in a tensor shaped like ``x`` (last dimension a quarter), so that unde
 from __future__ import annotations
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 
@@ -21,10 +21,19 @@ def dropout(x: Float[Tensor, ...], p: float, training: bool) -> Float[Tensor, ..
     last = x.shape[-1]
     words = torch.empty_like(x[..., : (last + 3) // 4], dtype=torch.int64, memory_format=torch.contiguous_format)
     words.random_()
-    # The four 16-bit fields of each word (a free view), low 15 bits: random_ leaves the top bit of a word 0.
-    uniform15 = (words.view(torch.int16) & 0x7FFF)[..., :last]
+    uniform15 = _fields15(words)[..., :last]
     scale = (uniform15 >= round(p * 32768)).to(x.dtype).mul_(1.0 / (1.0 - p))
     return x * scale  # a float multiplier: on CPU, mul (and its backward) costs a third of torch.where
+
+
+def _fields15(words: Int[Tensor, "*batch words"]) -> Int[Tensor, "*batch fields"]:
+    """The four 16-bit fields of each word, from the low bits, with their low 15 bits (``random_`` leaves a
+    word's top bit 0): a free int16 view, or under ``torch.func.vmap`` the same fields shifted out (torch 2.11,
+    the GPU machine's, has no vmap rule for a dtype view; 2.13 has)."""
+    if torch._C._functorch.is_batchedtensor(words):
+        shifts = torch.arange(0, 64, 16, device=words.device)
+        return ((words.unsqueeze(-1) >> shifts) & 0x7FFF).flatten(-2)
+    return words.view(torch.int16) & 0x7FFF
 
 
 class Dropout(nn.Dropout):
