@@ -9,14 +9,14 @@ the medians and their ratio are printed, on CPU and (if present) CUDA. Our step 
 bucketing, and on CPU in 2 and 4 micro-batches, is timed the same way against our default step.
 
 Stacking mode (``--stacking native,vmap``): for every (stacking, replicates, precision) configuration, the
-step of R models trained together (``native``: `StackTrainer`; ``native-compile``: the same with
-``torch.compile`` of the model's loss inside the step, compile time excluded from the rounds; ``vmap``: the
-older ``torch.func`` stack)
-alternates in three rounds with the single-model step (fp32, a CUDA graph on CUDA) built once for the whole
-run; per configuration: step time (CUDA events on CUDA), tasks/s over all replicates, the ratio to the
-single model's tasks/s in the same rounds, peak GPU memory, and TFLOP/s counted at 245 MFLOP per task
-(SPEC section 4). ``--json OUT`` writes every number and the hardware. Configurations that do not fit in
-``--budget-minutes`` are listed as skipped.
+step of R models trained together (``native``: `StackTrainer`, a CUDA graph on CUDA; ``native-compile``: the
+same with ``torch.compile`` of the model's loss inside the step, compile time excluded from the rounds;
+``native-eager``: the same without the CUDA graph; ``vmap``: the older ``torch.func`` stack) alternates in
+three rounds with the single-model step (fp32, a CUDA graph on CUDA) built once for the whole run; per
+configuration: step time (CUDA events on CUDA), tasks/s over all replicates, the ratio to the single model's
+tasks/s in the same rounds, peak GPU memory, and TFLOP/s counted at 245 MFLOP per task (SPEC section 4).
+``--json OUT`` writes every number and the hardware. Configurations that do not fit in ``--budget-minutes``
+are listed as skipped.
 
     python benchmarks/train_throughput.py [--steps 30] [--device cpu|cuda|all]
     python benchmarks/train_throughput.py --device cuda --replicates 1,8,32,64 --stacking native,vmap \
@@ -126,7 +126,12 @@ def _sync(device: torch.device) -> None:
 def stack_stepper(data_dir: str, device: torch.device, stacking: str, replicates: int, precision: str):
     """A function that runs the next step of ``replicates`` models stacked by ``stacking`` and returns its tasks."""
     config = _bench_config(
-        data_dir, device, replicates=replicates, precision=precision, compile=stacking == "native-compile"
+        data_dir,
+        device,
+        replicates=replicates,
+        precision=precision,
+        compile=stacking == "native-compile",
+        cuda_graph=stacking != "native-eager",
     )
     if stacking != "vmap":
         trainer = StackTrainer.start(StackConfig.from_train_config(config), tempfile.mkdtemp(), force=True)
@@ -246,7 +251,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="steps per round")
     parser.add_argument("--device", default="all", choices=["cpu", "cuda", "all"])
-    parser.add_argument("--stacking", default=None, help="stacking mode: native,native-compile,vmap (comma-separated)")
+    parser.add_argument(
+        "--stacking", default=None, help="stacking mode: native,native-compile,native-eager,vmap (comma-separated)"
+    )
     parser.add_argument("--replicates", default="1,8,32,64", help="stacking mode: replicate counts")
     parser.add_argument("--precision", default="fp32", help="stacking mode: fp32,tf32,bf16")
     parser.add_argument("--budget-minutes", type=float, default=7.0, help="stacking mode: skip configurations after")

@@ -67,14 +67,27 @@ class SessionPlan:
         }
 
 
-def step_times(bench: dict[str, Any], stacking: str, precision: str) -> dict[int, float]:
-    """Stack size -> milliseconds per step of ``stacking`` at ``precision`` in a benchmark document.
+STACKING_RECIPE: dict[str, dict[str, bool]] = {
+    "native": {},
+    "native-compile": {"compile": True},
+    "native-eager": {"cuda_graph": False},
+}
+"""The benchmark's stacking modes that train a grid, and what each adds to the queue's recipe."""
 
-    Raises ValueError when the document measured no such configuration.
+
+def step_times(bench: dict[str, Any], stacking: str, precision: str) -> dict[int, float]:
+    """Stack size -> milliseconds per step of ``stacking`` at ``precision`` in a ``train_throughput.py --json``
+    document (``{"runs": [{"device": ..., "results": [...]}, ...]}``: its CUDA run where it has one).
+
+    Raises ValueError for another document, or when it measured no such configuration.
     """
+    runs = bench.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise ValueError("not a benchmarks/train_throughput.py --json document: it has no 'runs'")
+    run = next((run for run in runs if run.get("device") == "cuda"), runs[0])
     table = {
         int(result["replicates"]): float(result["step_ms"])
-        for result in bench.get("results", [])
+        for result in run.get("results", [])
         if result.get("stacking") == stacking and result.get("precision") == precision
     }
     if not table:
@@ -183,7 +196,7 @@ def _toml_value(value: Any) -> str:
 
 def session_grid(grid: Grid, plan: SessionPlan, stacking: str = "native") -> str:
     """A grid file with exactly the plan's runs in one stack, and the queue's recipe, model and analyses."""
-    recipe = {**grid.recipe, **({"compile": True} if stacking == "native-compile" else {})}
+    recipe = {**grid.recipe, **STACKING_RECIPE[stacking]}
     lines = [f"# Written by scripts/gpu_plan.py: {len(plan.runs)} runs, about {plan.minutes:.1f} minutes."]
     lines.append(f"replicates = {len(plan.runs)}")
     lines.append(f"analyses = {_toml_value(list(grid.analyses))}")
@@ -208,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--done", type=Path, action="append", default=[], help="directory of finished runs")
     parser.add_argument("--bench", type=Path, required=True, help="train_throughput.py --json output")
     parser.add_argument("--minutes", type=float, required=True, help="minutes the stack may take, evaluation included")
-    parser.add_argument("--stacking", default="native", choices=["native", "native-compile"])
+    parser.add_argument("--stacking", default="native", choices=list(STACKING_RECIPE))
     parser.add_argument("--max-replicates", type=int, default=64)
     parser.add_argument("--eval-seconds", type=float, default=30.0, help="evaluation and analyses per run")
     parser.add_argument("--out", type=Path, required=True, help="where to write the session's grid file")

@@ -33,7 +33,9 @@ DONE=${DONE:-analyses/runs}
 WORK=${GPU_TRAIN_DIR:-runs}
 BUNDLE=${BUNDLE:-/tmp/bundle}
 WATCH_EVERY=${WATCH_EVERY:-30}
-STACKING=${STACKING:-native} # native-compile: torch.compile inside the step (BENCH_JSON must have measured it)
+# native-compile: torch.compile inside the step; native-eager: no CUDA graph (if the graphed stack's GPU tests
+# fail). Where BENCH_JSON has no step times of STACKING, they are probed first.
+STACKING=${STACKING:-native}
 SESSION=$WORK/session
 SWEEP=$WORK/grid
 OUT=${OUT:-$SESSION/out}
@@ -49,6 +51,13 @@ if line:
     eta = (total - step) * plan["batch_size"] * plan["replicates"] / rate / 60
     print(f"{sys.argv[1]}: step {step:,}/{total:,} ({100 * step / total:.1f}%), loss {loss:.3f}, "
           f"{rate:,.0f} tasks/s, about {eta:.1f} min of training left")'
+
+# Whether benchmark document $1 has step times of STACKING.
+measured() {
+  python3 -c 'import json, sys
+runs = json.load(open(sys.argv[1])).get("runs", [])
+sys.exit(not any(r.get("stacking") == sys.argv[2] for run in runs for r in run.get("results", [])))' "$1" "$STACKING" 2>/dev/null
+}
 
 sweep_running() { pgrep -f "lsa_interp sweep $SESSION/grid.toml" >/dev/null; }
 
@@ -75,9 +84,9 @@ start)
   kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o 'H[0-9]*' | tr H h)
   bench=${3:-benchmarks/results/stacking-$kind.json}
   [[ -f $bench ]] || bench=runs/gpu-session/stacking.json
-  if [[ ! -f $bench ]]; then
+  if [[ ! -f $bench ]] || ! measured "$bench"; then
     bench=$SESSION/probe.json
-    timeout 200 python3 -m benchmarks.train_throughput --device cuda --replicates 1,4,8,16,32 --stacking native \
+    timeout 200 python3 -m benchmarks.train_throughput --device cuda --replicates 1,4,8,16,32 --stacking "$STACKING" \
       --precision fp32,bf16 --steps 20 --budget-minutes 2.5 --json "$bench"
   fi
   minutes=$(awk -v m="$minutes" -v s="$(($(date +%s) - began))" 'BEGIN { print m - s / 60 }')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import math
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from lsa_interp.sweep.grid import load_grid, parse_grid
 from lsa_interp.sweep.plan import expand, plan_stacks
@@ -27,7 +29,8 @@ def bench(table: dict[int, float], precision: str = "fp32", stacking: str = "nat
     results = [
         {"stacking": stacking, "precision": precision, "replicates": r, "step_ms": ms} for r, ms in table.items()
     ]
-    return {"results": results + [{"stacking": "vmap", "precision": precision, "replicates": 8, "step_ms": 1.0}]}
+    vmap = {"stacking": "vmap", "precision": precision, "replicates": 8, "step_ms": 1.0}
+    return {"runs": [{"device": "cuda", "results": [*results, vmap]}]}
 
 
 def queue(cells: str, top: str = "") -> object:
@@ -92,7 +95,8 @@ def test_finished_runs_are_skipped_and_the_stack_keeps_the_first_unfinished_runs
         COPY20 + COPY20 + "precision = 'bf16'\n" + "[[cells]]\npresets = ['copy-200']\nbatching = ['alphabet']\n"
     )
     done = {f"copy-20-random-s{s}" for s in range(5)} | {"copy-200-alphabet-s0"}
-    both = {"results": bench({1: 1.0}, "bf16")["results"] + bench({1: 1.0})["results"]}
+    results = [bench({1: 1.0}, precision)["runs"][0]["results"] for precision in ("bf16", "fp32")]
+    both = {"runs": [{"device": "cuda", "results": results[0] + results[1]}]}
     plan = gpu_plan.plan_session(grid, done, both, 600)
     assert plan.precision == "bf16"
     assert [run.name for run in plan.runs] == [f"copy-20-random-s{s}-bf16" for s in range(5)]
@@ -117,6 +121,23 @@ def test_missing_benchmark_configuration_is_named():
         gpu_plan.plan_session(queue(COPY20, top="precision = 'bf16'"), set(), bench({1: 1.0}), 600)
 
 
+def test_the_planner_reads_the_document_the_benchmark_writes(monkeypatch):
+    """The step times come from the CUDA run of the document `train_throughput.py --json` writes (here with
+    instant stand-in steps), not from its CPU run; anything else is named as the wrong document."""
+    import benchmarks.train_throughput as throughput
+
+    monkeypatch.setattr(throughput, "our_stepper", lambda *args, **options: lambda: None)
+    monkeypatch.setattr(throughput, "stack_stepper", lambda data, device, stacking, r, precision: lambda: 32 * r)
+    args = argparse.Namespace(stacking="native,vmap", precision="fp32", replicates="1,8", steps=1, budget_minutes=5)
+    cpu = throughput.stacking_matrix(args, "unused", torch.device("cpu"))
+    cuda = {**cpu, "device": "cuda", "results": [{**r, "step_ms": 3.0} for r in cpu["results"]]}
+    document = json.loads(json.dumps({"runs": [cpu, cuda]}))
+    assert gpu_plan.step_times(document, "native", "fp32") == {1: 3.0, 8: 3.0}
+    assert set(gpu_plan.step_times({"runs": [cpu]}, "vmap", "fp32")) == {8}
+    with pytest.raises(ValueError, match="not a benchmarks/train_throughput.py --json document"):
+        gpu_plan.step_times({"results": cpu["results"]}, "native", "fp32")
+
+
 def test_finished_runs_need_an_evaluation_and_every_epoch(tmp_path):
     finished_run(tmp_path, "copy-20-random-s0")
     finished_run(tmp_path, "copy-20-random-s1", epochs_completed=19.5)
@@ -138,6 +159,8 @@ def test_the_session_grid_reads_back_as_one_stack_of_exactly_the_planned_runs(tm
     assert (session.replicates, session.analyses, session.eval_limit) == (9, ("matching",), 500)
     assert session.recipe == {**grid.recipe, "compile": True}
     assert session.model == {"d_model": 64}
+    path.write_text(gpu_plan.session_grid(grid, plan, "native-eager"))
+    assert load_grid(path).recipe == {**grid.recipe, "cuda_graph": False}
     (stack,) = plan_stacks(session, tmp_path / "sweep")
     assert stack.runs == plan.runs
 

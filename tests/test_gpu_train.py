@@ -29,7 +29,8 @@ def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_th
     queue = {"max_steps": 1000, "analyses": ("matching",), "batch_size": 256, "checkpoint_every": 1000}
     write_tiny_grid(tmp_path / "queue.toml", **queue)  # an epoch of 29 steps, a state at its end
     # Two of the three runs left fit: at most 1,000 steps x 1 ms, 90 s start-up and 30 s per run in 2.75 minutes.
-    bench = {"results": [{"stacking": "native", "precision": "fp32", "replicates": 1, "step_ms": 1.0}]}
+    bench = {"runs": [{"device": "cuda", "results": [{"stacking": "native", "precision": "fp32", "replicates": 1,
+                                                      "step_ms": 1.0}]}]}  # fmt: skip
     (tmp_path / "bench.json").write_text(json.dumps(bench))
     done = tmp_path / "done" / "model"
     done.mkdir(parents=True)
