@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,7 @@ def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_th
                              text=True, timeout=400)  # fmt: skip
     assert started.returncode == 0, started.stderr[-2000:]
     assert "the sweep is not running" in started.stdout
+    assert re.search(r"stack-000/metrics.jsonl: step \d+/1,000 \(.*loss \d.*tasks/s, about .* min", started.stdout)
     plan = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert plan["runs"] == ["tiny-random-s1", "tiny-nocopy-random-s0"]
     models = sorted((tmp_path / "work" / "grid").rglob("evaluation.json"))
