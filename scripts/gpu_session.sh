@@ -1,34 +1,57 @@
 #!/usr/bin/env bash
-# First command of a GPU session for the native stack (issue 13). On an H100, at most 9.5 minutes in all
-# (each part has its own timeout): the GPU-only tests of tests/training (CUDA-graph stack = eager stack,
-# compiled = plain, fresh dropout masks at every replay, bf16 with dropout trains to the end, a graphed stack
-# resumes; the single-model graph step), then the
-# stacking benchmark matrix (native first, bf16 first; configurations past the budget are listed as
-# skipped in the JSON). Everything it prints is also written under $OUT:
-#   $OUT/gpu.txt         the GPU (nvidia-smi)
+# First command of the first GPU session on a kind (issue 13), kept short so that the same session still
+# trains a stack after it (one recipe run is 225k sequential steps: at least 14 minutes whatever the stack).
+#   bash scripts/gpu_session.sh          at most 6 minutes: the GPU-only tests of tests/training (CUDA-graph
+#                                        stack = eager stack, compiled = plain, fresh dropout masks at every
+#                                        replay, bf16 with dropout trains to the end, a graphed stack resumes;
+#                                        the single-model graph step), then the native stack's step times:
+#                                        bf16 and fp32 at R = 1, 2, 4, 8, 32, 64 (issue 13's acceptance
+#                                        numbers, and what scripts/gpu_plan.py plans with)
+#   bash scripts/gpu_session.sh extra    at most 6.5 minutes, for a session with time left after its stack:
+#                                        the comparisons the acceptance does not need (the vmap stack, tf32,
+#                                        the native stack with torch.compile inside the step)
+# Everything it prints is also written under $OUT:
+#   $OUT/gpu.txt         the GPU (nvidia-smi) and torch
 #   $OUT/gpu_tests.txt   the pytest report
-#   $OUT/stacking.json   every benchmark number and the hardware; $OUT/benchmark.txt its table
-#   $OUT/compile.json    the native stack with torch.compile inside the step (bf16, R=8 and 64)
-# Usage, from the repository root on the device machine: bash scripts/gpu_session.sh
-# The image lacks transformer-lens, datasets, plotly and beartype: run scripts/gpu_wheels.sh here first and
-# carry .whl; they are installed into /tmp/site once per machine.
+#   $OUT/stacking.json   the native stack's numbers and the hardware; $OUT/benchmark.txt its table
+#   extra: $OUT/vmap.json (R = 8, 32, 64), $OUT/tf32.json (native), $OUT/compile.json (native-compile, bf16,
+#          R = 8 and 64) and benchmark.txt
+# Usage, from the repository root on the device machine. The image lacks transformer-lens, datasets, plotly
+# and beartype: run scripts/gpu_wheels.sh here first and carry .whl; they are installed into /tmp/site once
+# per machine.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
+case ${1:-} in
+'' | extra) ;;
+*)
+  echo "usage: gpu_session.sh [extra]" >&2
+  exit 2
+  ;;
+esac
 if [[ -d .whl && ! -d /tmp/site ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}:/tmp/site
 OUT=${OUT:-runs/gpu-session}
-mkdir -p "$OUT"
+mkdir -p "$OUT" runs/gpu-session
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/gpu.txt"
+BENCH=(python3 -m benchmarks.train_throughput --device cuda --steps 20)
+if [[ ${1:-} == extra ]]; then
+  timeout 160 "${BENCH[@]}" --replicates 8,32,64 --stacking vmap --precision bf16,fp32,tf32 --budget-minutes 2 \
+    --json "$OUT/vmap.json" 2>&1 | tee "$OUT/benchmark.txt"
+  timeout 100 "${BENCH[@]}" --replicates 8,32,64 --stacking native --precision tf32 --budget-minutes 1 \
+    --json "$OUT/tf32.json" 2>&1 | tee -a "$OUT/benchmark.txt"
+  timeout 120 "${BENCH[@]}" --replicates 8,64 --stacking native-compile --precision bf16 --budget-minutes 1 \
+    --json "$OUT/compile.json" 2>&1 | tee -a "$OUT/benchmark.txt"
+  # Kept on the machine for `STACKING=native-compile scripts/gpu_train.sh start MINUTES runs/gpu-session/compile.json`.
+  cp "$OUT/compile.json" runs/gpu-session/ 2>/dev/null
+  exit 0
+fi
 timeout 150 python3 -m pytest -q -p no:cacheprovider -rs tests/training/test_stack_graph.py \
   tests/training/test_graph_step.py 2>&1 | tee "$OUT/gpu_tests.txt" | tail -20
-timeout 280 python3 -m benchmarks.train_throughput --device cuda --replicates 1,8,32,64 --stacking native,vmap \
-  --precision bf16,fp32,tf32 --steps 20 --budget-minutes 3.5 --json "$OUT/stacking.json" 2>&1 |
-  tee "$OUT/benchmark.txt"
-timeout 120 python3 -m benchmarks.train_throughput --device cuda --replicates 8,64 --stacking native-compile \
-  --precision bf16 --steps 20 --budget-minutes 1 --json "$OUT/compile.json" 2>&1 | tee -a "$OUT/benchmark.txt"
-# Keep the step times on the machine for scripts/gpu_train.sh (the device tool empties $OUT before each command).
-mkdir -p runs/gpu-session && cp "$OUT"/stacking.json "$OUT"/compile.json runs/gpu-session/ 2>/dev/null
+timeout 200 "${BENCH[@]}" --replicates 1,2,4,8,32,64 --stacking native --precision bf16,fp32 --budget-minutes 2.5 \
+  --json "$OUT/stacking.json" 2>&1 | tee "$OUT/benchmark.txt"
+# Kept on the machine for scripts/gpu_train.sh (the device tool empties $OUT before each command).
+cp "$OUT/stacking.json" runs/gpu-session/ 2>/dev/null
 true

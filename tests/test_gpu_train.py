@@ -87,3 +87,8 @@ def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_th
 def test_an_unknown_subcommand_is_a_usage_error():
     result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_train.sh"), "train"], capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.startswith("usage: gpu_train.sh start MINUTES")
+
+
+def test_gpu_session_names_its_one_optional_part():
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_session.sh"), "all"], capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr == "usage: gpu_session.sh [extra]\n"
