@@ -15,8 +15,8 @@ same with ``torch.compile`` of the model's loss inside the step, compile time ex
 three rounds with the single-model step (fp32, a CUDA graph on CUDA) built once for the whole run; per
 configuration: step time (CUDA events on CUDA), tasks/s over all replicates, the ratio to the single model's
 tasks/s in the same rounds, peak GPU memory, and TFLOP/s counted at 245 MFLOP per task (SPEC section 4).
-``--json OUT`` writes every number and the hardware. Configurations that do not fit in ``--budget-minutes``
-are listed as skipped.
+``--json OUT`` writes every number and the hardware, after every configuration (a run cut short by a timeout
+keeps what it measured). Configurations that do not fit in ``--budget-minutes`` are listed as skipped.
 
     python benchmarks/train_throughput.py [--steps 30] [--device cpu|cuda|all]
     python benchmarks/train_throughput.py --device cuda --replicates 1,8,32,64 --stacking native,vmap \
@@ -181,9 +181,23 @@ def measure_config(contender, baseline, steps: int, device: torch.device) -> dic
     }
 
 
-def stacking_matrix(args, data_dir: str, device: torch.device) -> dict:
-    """Every configuration of the matrix against the single-model step; see the module doc."""
+def stacking_matrix(args, data_dir: str, device: torch.device, save=None) -> dict:
+    """Every configuration of the matrix against the single-model step; see the module doc. ``save`` (if given)
+    receives the report so far after every configuration, so that a run cut short keeps what it measured."""
     started = time.monotonic()
+    results, skipped = [], []
+    report = {
+        "device": device.type,
+        "hardware": hardware_description(device.type),
+        "torch": torch.__version__,
+        "steps_per_round": args.steps,
+        "batch_size": BATCH,
+        "mflop_per_task": MFLOP_PER_TASK,
+        "baseline": "one model, fp32, CUDA-graph step on CUDA (eager on CPU)",
+        "results": results,
+        "skipped": skipped,
+        "seconds": 0.0,
+    }
     baseline_step = our_stepper(data_dir, device)
 
     def single() -> int:
@@ -196,7 +210,6 @@ def stacking_matrix(args, data_dir: str, device: torch.device) -> dict:
         for precision in args.precision.split(",")
         for replicates in (int(r) for r in args.replicates.split(","))
     ]
-    results, skipped = [], []
     for stacking, replicates, precision in configs:
         name = {"stacking": stacking, "replicates": replicates, "precision": precision}
         if stacking == "vmap" and replicates == 1:
@@ -214,6 +227,7 @@ def stacking_matrix(args, data_dir: str, device: torch.device) -> dict:
         except torch.cuda.OutOfMemoryError as error:
             skipped.append({**name, "why": f"out of memory: {str(error).splitlines()[0][:200]}"})
             torch.set_float32_matmul_precision("highest")
+            _report_progress(report, started, save)
             continue
         if device.type == "cuda":
             result["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
@@ -226,18 +240,20 @@ def stacking_matrix(args, data_dir: str, device: torch.device) -> dict:
             + (f"  peak {result['peak_memory_gb']:.1f} GB" if "peak_memory_gb" in result else ""),
             flush=True,
         )
-    return {
-        "device": device.type,
-        "hardware": hardware_description(device.type),
-        "torch": torch.__version__,
-        "steps_per_round": args.steps,
-        "batch_size": BATCH,
-        "mflop_per_task": MFLOP_PER_TASK,
-        "baseline": "one model, fp32, CUDA-graph step on CUDA (eager on CPU)",
-        "results": results,
-        "skipped": skipped,
-        "seconds": time.monotonic() - started,
-    }
+        _report_progress(report, started, save)
+    return _report_progress(report, started, save)
+
+
+def _report_progress(report: dict, started: float, save) -> dict:
+    report["seconds"] = time.monotonic() - started
+    if save is not None:
+        save(report)
+    return report
+
+
+def _write_json(path: Path, document: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(document, indent=2) + "\n"))
 
 
 def _release(device: torch.device) -> None:
@@ -265,10 +281,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = str(save_dataset(dataset, f"{tmp}/copy-20"))
         if args.stacking:
-            report = {"runs": [stacking_matrix(args, data_dir, device) for device in devices]}
+            runs: list[dict] = []
+            save = None if args.json is None else lambda run: _write_json(args.json, {"runs": [*runs, run]})
+            for device in devices:
+                runs.append(stacking_matrix(args, data_dir, device, save))
             if args.json is not None:
-                args.json.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write(args.json, lambda path: path.write_text(json.dumps(report, indent=2) + "\n"))
+                _write_json(args.json, {"runs": runs})
                 print(f"wrote {args.json}")
             return
         for device in devices:

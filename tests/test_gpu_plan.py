@@ -129,7 +129,10 @@ def test_the_planner_reads_the_document_the_benchmark_writes(monkeypatch):
     monkeypatch.setattr(throughput, "our_stepper", lambda *args, **options: lambda: None)
     monkeypatch.setattr(throughput, "stack_stepper", lambda data, device, stacking, r, precision: lambda: 32 * r)
     args = argparse.Namespace(stacking="native,vmap", precision="fp32", replicates="1,8", steps=1, budget_minutes=5)
-    cpu = throughput.stacking_matrix(args, "unused", torch.device("cpu"))
+    saved = []
+    cpu = throughput.stacking_matrix(args, "unused", torch.device("cpu"), lambda run: saved.append(json.dumps(run)))
+    first = json.loads(saved[0])  # saved after each configuration: a run cut short keeps what it measured
+    assert gpu_plan.step_times({"runs": [first]}, "native", "fp32") == {1: first["results"][0]["step_ms"]}
     cuda = {**cpu, "device": "cuda", "results": [{**r, "step_ms": 3.0} for r in cpu["results"]]}
     document = json.loads(json.dumps({"runs": [cpu, cuda]}))
     assert gpu_plan.step_times(document, "native", "fp32") == {1: 3.0, 8: 3.0}
