@@ -5,12 +5,15 @@ stack must finish in the session that starts it. This takes the queue (a grid fi
 order to train in, e.g. grids/queue.toml), the runs already finished (evaluated run directories kept under
 ``--done``: a run counts when its ``config.json`` names it and it trained all its epochs; a finished fp32
 run also stands for the same run in a lower precision, unless the queue asks for both), and the stack step
-times that ``benchmarks/train_throughput.py --json`` measured on this kind of GPU. It picks the largest
-stack of the next runs (one precision: the first unfinished run's) whose estimated time fits ``--minutes``,
-and writes a grid file of exactly those runs for ``lsa-interp sweep``:
+times that ``benchmarks/train_throughput.py --json`` measured on this kind of GPU (``--bench`` repeats: the
+native stack's and the compiled stack's documents). It picks the largest stack of the next runs (one
+precision: the first unfinished run's) whose estimated time fits ``--minutes`` (with ``--stacking auto``, in
+whichever of the native and the compiled stack trains more runs), and writes a grid file of exactly those
+runs for ``lsa-interp sweep``:
 
-    python3 scripts/gpu_plan.py --queue grids/queue.toml --done analyses/runs \\
-        --bench benchmarks/results/stacking-h100.json --minutes 18 --out runs/session.toml
+    python3 scripts/gpu_plan.py --queue grids/queue.toml --done analyses/runs --stacking auto \\
+        --bench runs/gpu-session/stacking.json --bench runs/gpu-session/compile.json --minutes 18 \\
+        --out runs/session.toml
 
 The estimate: the stack's longest run (``epochs x`` its steps per epoch, bounded above by
 ``ceil(rows / batch) + groups``) times the step time at that stack size (interpolated linearly between the
@@ -52,6 +55,7 @@ class SessionPlan:
     minutes: float
     remaining: int
     batch_size: int = 32
+    stacking: str = "native"
 
     def summary(self) -> dict[str, Any]:
         """A JSON-serialisable description of the plan."""
@@ -59,6 +63,7 @@ class SessionPlan:
             "replicates": len(self.runs),
             "runs": [run.name for run in self.runs],
             "precision": self.precision,
+            "stacking": self.stacking,
             "step_ms": round(self.step_ms, 3),
             "steps": self.steps,
             "batch_size": self.batch_size,
@@ -73,6 +78,8 @@ STACKING_RECIPE: dict[str, dict[str, bool]] = {
     "native-eager": {"cuda_graph": False},
 }
 """The benchmark's stacking modes that train a grid, and what each adds to the queue's recipe."""
+AUTO_STACKINGS = ("native", "native-compile")
+"""What ``stacking="auto"`` chooses from (those the benchmark measured): the one that trains the most runs."""
 
 
 def step_times(bench: dict[str, Any], stacking: str, precision: str) -> dict[int, float]:
@@ -81,18 +88,28 @@ def step_times(bench: dict[str, Any], stacking: str, precision: str) -> dict[int
 
     Raises ValueError for another document, or when it measured no such configuration.
     """
-    runs = bench.get("runs")
-    if not isinstance(runs, list) or not runs:
-        raise ValueError("not a benchmarks/train_throughput.py --json document: it has no 'runs'")
-    run = next((run for run in runs if run.get("device") == "cuda"), runs[0])
     table = {
         int(result["replicates"]): float(result["step_ms"])
-        for result in run.get("results", [])
+        for result in merge_benchmarks([bench])["runs"][0]["results"]
         if result.get("stacking") == stacking and result.get("precision") == precision
     }
     if not table:
         raise ValueError(f"the benchmark measured no {stacking} stack at {precision}; run it with those options")
     return table
+
+
+def merge_benchmarks(documents: list[dict[str, Any]]) -> dict[str, Any]:
+    """One benchmark document with the results of every document's CUDA run (else its first run), in order.
+
+    Raises ValueError for a document that is not a ``train_throughput.py --json`` document.
+    """
+    results = []
+    for document in documents:
+        runs = document.get("runs")
+        if not isinstance(runs, list) or not runs:
+            raise ValueError("not a benchmarks/train_throughput.py --json document: it has no 'runs'")
+        results += next((run for run in runs if run.get("device") == "cuda"), runs[0]).get("results", [])
+    return {"runs": [{"device": "cuda", "results": results}]}
 
 
 def step_ms_at(table: dict[int, float], replicates: int) -> float:
@@ -155,10 +172,23 @@ def plan_session(
     eval_seconds: float = 30.0,
 ) -> SessionPlan:
     """The largest stack of the queue's next unfinished runs that fits in ``minutes``: the first unfinished
-    run's precision, and the later unfinished runs of that precision in queue order.
+    run's precision, and the later unfinished runs of that precision in queue order. ``stacking="auto"``
+    plans with each of `AUTO_STACKINGS` that ``bench`` measured at that precision and keeps the plan with the
+    most runs (the shorter one on a tie, native first).
 
     Raises ValueError when every run is finished or not even one run fits.
     """
+    if stacking == "auto":
+        options = dict(max_replicates=max_replicates, overhead=overhead, startup_seconds=startup_seconds)
+        plans, errors = [], []
+        for mode in AUTO_STACKINGS:
+            try:
+                plans.append(plan_session(grid, done, bench, minutes, mode, eval_seconds=eval_seconds, **options))
+            except ValueError as error:
+                errors.append(error)
+        if not plans:
+            raise errors[0]
+        return max(plans, key=lambda plan: (len(plan.runs), -plan.minutes))
     queue = expand(grid)
     queued = {run.name for run in queue}
     left = [run for run in queue if not _finished(run, done, queued)]
@@ -176,7 +206,7 @@ def plan_session(
         ms = step_ms_at(table, size)
         total = (steps * ms / 1000 * (1 + overhead) + startup_seconds + eval_seconds * size) / 60
         if total <= minutes:
-            best = SessionPlan(runs, precision, ms, steps, total, len(left), batch)
+            best = SessionPlan(runs, precision, ms, steps, total, len(left), batch, stacking)
     if best is None:
         raise ValueError(f"not even one {precision} run fits in {minutes:g} minutes at this benchmark's step times")
     return best
@@ -194,9 +224,10 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"cannot write {value!r} to TOML")
 
 
-def session_grid(grid: Grid, plan: SessionPlan, stacking: str = "native") -> str:
-    """A grid file with exactly the plan's runs in one stack, and the queue's recipe, model and analyses."""
-    recipe = {**grid.recipe, **STACKING_RECIPE[stacking]}
+def session_grid(grid: Grid, plan: SessionPlan) -> str:
+    """A grid file with exactly the plan's runs in one stack, the queue's recipe with what the plan's stacking
+    adds to it, and the queue's model and analyses."""
+    recipe = {**grid.recipe, **STACKING_RECIPE[plan.stacking]}
     lines = [f"# Written by scripts/gpu_plan.py: {len(plan.runs)} runs, about {plan.minutes:.1f} minutes."]
     lines.append(f"replicates = {len(plan.runs)}")
     lines.append(f"analyses = {_toml_value(list(grid.analyses))}")
@@ -219,16 +250,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queue", type=Path, required=True, help="grid file listing the runs in training order")
     parser.add_argument("--done", type=Path, action="append", default=[], help="directory of finished runs")
-    parser.add_argument("--bench", type=Path, required=True, help="train_throughput.py --json output")
+    parser.add_argument(
+        "--bench", type=Path, action="append", required=True, help="train_throughput.py --json output (repeatable)"
+    )
     parser.add_argument("--minutes", type=float, required=True, help="minutes the stack may take, evaluation included")
-    parser.add_argument("--stacking", default="native", choices=list(STACKING_RECIPE))
+    parser.add_argument("--stacking", default="native", choices=[*STACKING_RECIPE, "auto"])
     parser.add_argument("--max-replicates", type=int, default=64)
     parser.add_argument("--eval-seconds", type=float, default=30.0, help="evaluation and analyses per run")
     parser.add_argument("--out", type=Path, required=True, help="where to write the session's grid file")
     args = parser.parse_args(argv)
     try:
         grid = load_grid(args.queue)
-        bench = json.loads(args.bench.read_text())
+        bench = merge_benchmarks([json.loads(path.read_text()) for path in args.bench])
         missing = [str(root) for root in args.done if not root.is_dir()]
         if missing:
             raise ValueError(f"--done: not a directory: {', '.join(missing)}")
@@ -241,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             max_replicates=args.max_replicates,
             eval_seconds=args.eval_seconds,
         )
-        text = session_grid(grid, plan, args.stacking)
+        text = session_grid(grid, plan)
     except (OSError, ValueError) as error:
         print(f"gpu_plan: error: {error}", file=sys.stderr)
         return 2

@@ -33,9 +33,11 @@ DONE=${DONE:-analyses/runs}
 WORK=${GPU_TRAIN_DIR:-runs}
 BUNDLE=${BUNDLE:-/tmp/bundle}
 WATCH_EVERY=${WATCH_EVERY:-30}
-# native-compile: torch.compile inside the step; native-eager: no CUDA graph (if the graphed stack's GPU tests
-# fail). Where BENCH_JSON has no step times of STACKING, they are probed first.
-STACKING=${STACKING:-native}
+# auto: the native or the compiled stack, whichever trains more runs by the step times measured (the compiled
+# stack's from compile-KIND.json or runs/gpu-session/compile.json beside the native stack's, when there);
+# native, native-compile (torch.compile inside the step), native-eager (no CUDA graph: if the graphed stack's
+# GPU tests fail). Where BENCH_JSON has no step times of STACKING (auto: of the native stack), they are probed.
+STACKING=${STACKING:-auto}
 SESSION=$WORK/session
 SWEEP=$WORK/grid
 OUT=${OUT:-$SESSION/out}
@@ -52,11 +54,11 @@ if line:
     print(f"{sys.argv[1]}: step {step:,}/{total:,} ({100 * step / total:.1f}%), loss {loss:.3f}, "
           f"{rate:,.0f} tasks/s, about {eta:.1f} min of training left")'
 
-# Whether benchmark document $1 has step times of STACKING.
+# Whether benchmark document $1 has step times of stacking $2.
 measured() {
   python3 -c 'import json, sys
 runs = json.load(open(sys.argv[1])).get("runs", [])
-sys.exit(not any(r.get("stacking") == sys.argv[2] for run in runs for r in run.get("results", [])))' "$1" "$STACKING" 2>/dev/null
+sys.exit(not any(r.get("stacking") == sys.argv[2] for run in runs for r in run.get("results", [])))' "$1" "$2" 2>/dev/null
 }
 
 sweep_running() { pgrep -f "lsa_interp sweep $SESSION/grid.toml" >/dev/null; }
@@ -84,15 +86,23 @@ start)
   kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o 'H[0-9]*' | tr H h)
   bench=${3:-benchmarks/results/stacking-$kind.json}
   [[ -f $bench ]] || bench=runs/gpu-session/stacking.json
-  if [[ ! -f $bench ]] || ! measured "$bench"; then
+  probe=${STACKING/auto/native}
+  if [[ ! -f $bench ]] || ! measured "$bench" "$probe"; then
     bench=$SESSION/probe.json
-    timeout 200 python3 -m benchmarks.train_throughput --device cuda --replicates 1,4,8,16,32 --stacking "$STACKING" \
+    timeout 200 python3 -m benchmarks.train_throughput --device cuda --replicates 1,4,8,16,32 --stacking "$probe" \
       --precision fp32,bf16 --steps 20 --budget-minutes 2.5 --json "$bench"
   fi
+  benches=(--bench "$bench")
+  for compiled in "benchmarks/results/compile-$kind.json" runs/gpu-session/compile.json; do
+    if [[ -z ${3:-} && $STACKING == auto && -f $compiled ]]; then
+      benches+=(--bench "$compiled")
+      break
+    fi
+  done
   minutes=$(awk -v m="$minutes" -v s="$(($(date +%s) - began))" 'BEGIN { print m - s / 60 }')
   done_args=()
   [[ -d $DONE ]] && done_args=(--done "$DONE")
-  python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" --bench "$bench" --stacking "$STACKING" \
+  python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" "${benches[@]}" --stacking "$STACKING" \
     --minutes "$minutes" --out "$SESSION/grid.toml" | tee "$SESSION/plan.json" || exit 2
   cp "$bench" "$SESSION/bench.json" 2>/dev/null
   cp "$SESSION/plan.json" "$SESSION/grid.toml" "$OUT/"

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -156,16 +157,33 @@ def test_the_session_grid_reads_back_as_one_stack_of_exactly_the_planned_runs(tm
     )
     plan = gpu_plan.plan_session(grid, {"copy-200-alphabet-s0-d3"}, bench({1: 1.0, 8: 2.0}), 600)
     path = tmp_path / "session.toml"
-    path.write_text(gpu_plan.session_grid(grid, plan, "native-compile"))
+    path.write_text(gpu_plan.session_grid(grid, replace(plan, stacking="native-compile")))
     session = load_grid(path)
     assert expand(session) == list(plan.runs)
     assert (session.replicates, session.analyses, session.eval_limit) == (9, ("matching",), 500)
     assert session.recipe == {**grid.recipe, "compile": True}
     assert session.model == {"d_model": 64}
-    path.write_text(gpu_plan.session_grid(grid, plan, "native-eager"))
+    path.write_text(gpu_plan.session_grid(grid, replace(plan, stacking="native-eager")))
     assert load_grid(path).recipe == {**grid.recipe, "cuda_graph": False}
     (stack,) = plan_stacks(session, tmp_path / "sweep")
     assert stack.runs == plan.runs
+
+
+def test_auto_stacking_plans_with_whichever_measured_stack_trains_more_runs():
+    """Five copy-20 runs of 224,880 steps in 20 minutes: the native stack (3.8 ms, 4.4 ms at R=2) fits two, the
+    compiled one at 2 ms (R <= 4) four; where both fit as many, the shorter plan wins; unmeasured modes are left
+    out."""
+    grid = queue(COPY20)
+    native = bench({1: 3.8, 8: 8.0})
+    compiled = bench({1: 2.0, 4: 2.0, 8: 14.0}, stacking="native-compile")
+    plan = gpu_plan.plan_session(grid, set(), gpu_plan.merge_benchmarks([native, compiled]), 20, "auto")
+    assert (plan.stacking, len(plan.runs), plan.step_ms) == ("native-compile", 4, 2.0)
+    assert gpu_plan.plan_session(grid, set(), native, 20, "auto").stacking == "native"
+    slower = bench({1: 3.9, 2: 4.42, 8: 10.0}, stacking="native-compile")
+    tie = gpu_plan.plan_session(grid, set(), gpu_plan.merge_benchmarks([native, slower]), 20, "auto")
+    assert (tie.stacking, len(tie.runs), tie.step_ms) == ("native", 2, pytest.approx(4.4))
+    with pytest.raises(ValueError, match="not even one fp32 run fits in 5 minutes"):
+        gpu_plan.plan_session(grid, set(), native, 5, "auto")
 
 
 def test_cli_writes_the_grid_and_prints_the_plan(tmp_path, capsys):
@@ -179,6 +197,11 @@ def test_cli_writes_the_grid_and_prints_the_plan(tmp_path, capsys):
     assert printed["runs"][0] == "copy-20-random-s1" and printed["replicates"] == len(expand(load_grid(out)))
     assert printed["estimated_minutes"] <= 20
     assert [p.name for p in out.parent.iterdir()] == ["session.toml"]
+    (tmp_path / "compile.json").write_text(json.dumps(bench({1: 1.0, 8: 1.0}, stacking="native-compile")))
+    benches = ["--bench", str(tmp_path / "bench.json"), "--bench", str(tmp_path / "compile.json")]
+    assert gpu_plan.main([*args, *benches, "--stacking", "auto", "--minutes", "20", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["stacking"] == "native-compile" and load_grid(out).recipe["compile"] is True
 
 
 @pytest.mark.parametrize(
