@@ -179,11 +179,10 @@ def plan_session(
     Raises ValueError when every run is finished or not even one run fits.
     """
     if stacking == "auto":
-        options = dict(max_replicates=max_replicates, overhead=overhead, startup_seconds=startup_seconds)
-        plans, errors = [], []
+        plans, errors, limits = [], [], (max_replicates, overhead, startup_seconds, eval_seconds)
         for mode in AUTO_STACKINGS:
             try:
-                plans.append(plan_session(grid, done, bench, minutes, mode, eval_seconds=eval_seconds, **options))
+                plans.append(plan_session(grid, done, bench, minutes, mode, *limits))
             except ValueError as error:
                 errors.append(error)
         if not plans:
