@@ -54,13 +54,12 @@ if line:
     print(f"{sys.argv[1]}: step {step:,}/{total:,} ({100 * step / total:.1f}%), loss {loss:.3f}, "
           f"{rate:,.0f} tasks/s, about {eta:.1f} min of training left")'
 
-# Whether benchmark document $1 has step times of stacking $2 (read as the planner reads it).
+# Whether benchmark document $1 has step times of stacking $2 (a cheap look: importing the planner here would
+# cost seconds of the session's start-up, and the planner itself names a document it cannot read).
 measured() {
   python3 -c 'import json, sys
-sys.path.insert(0, "scripts")
-from gpu_plan import merge_benchmarks
-results = merge_benchmarks([json.load(open(sys.argv[1]))])["runs"][0]["results"]
-sys.exit(not any(result.get("stacking") == sys.argv[2] for result in results))' "$1" "$2" 2>/dev/null
+runs = json.load(open(sys.argv[1])).get("runs", [])
+sys.exit(not any(r.get("stacking") == sys.argv[2] for run in runs for r in run.get("results", [])))' "$1" "$2" 2>/dev/null
 }
 
 sweep_running() { pgrep -f "lsa_interp sweep $SESSION/grid.toml" >/dev/null; }
