@@ -160,14 +160,19 @@ def test_the_recipes_adamw_and_bounds_reach_the_trainer(data_dir, tmp_path):
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
 def test_each_graph_replay_draws_fresh_dropout_masks(data_dir, tmp_path, dropout):
     """One batch replayed from the same weights (lr 0): with dropout the loss differs at every replay (the graph
-    advances the CUDA generator's offset), without dropout it stays the same."""
+    advances the CUDA generator's offset), without dropout it stays the same. The graph reads the batch of the
+    trainer's step count, so the count is set back before each replay."""
     config = TrainConfig(
         data_dir=str(data_dir), device="cuda", lr=0.0, val_limit=8, batch_size=16,
         model={**SMALL_MODEL, "dropout": dropout},
     )  # fmt: skip
     trainer = start_run(config, tmp_path)
     batch = trainer.epoch_plan(0)[0]
-    losses = [float(trainer.train_step(batch)) for _ in range(5)][2:]  # past the eager warm-up and the capture
+    losses = []
+    for _ in range(5):
+        trainer.step = 0
+        losses.append(float(trainer.train_step(batch)))
+    losses = losses[2:]  # past the eager warm-up and the capture
     gaps = [abs(a - b) for a, b in zip(losses, losses[1:])]
     assert all(gap > 1e-5 for gap in gaps) if dropout else all(gap < 1e-6 for gap in gaps)
 
