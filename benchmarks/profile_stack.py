@@ -1,12 +1,15 @@
 """Where a stacked training step spends its time: a kernel profile and a few one-change timings.
 
-For each ``--replicates`` and ``--precision``: the top kernels of the eager stacked step (torch.profiler,
+For each ``--replicates`` and ``--precision``: the top kernels of the stacked step (eager; graphed with
+``--compile``, whose eager steps would recompile at every new width; torch.profiler,
 self device time per step, calls per step), the step's device time against its wall time (launch-bound or
 not), and the padding of the graphed batches (full tensor width against the mean row length). Then, for the
-largest stack, the graphed step's time with one change each: no dropout, and each attention backend of
-``scaled_dot_product_attention`` forced. ``--json OUT`` writes every number (rewritten after each part).
+largest stack (``--one-change``), the graphed step's time with one change each: no dropout, and each
+attention backend of ``scaled_dot_product_attention`` forced. ``--compile`` profiles and times the stack
+with ``torch.compile`` inside the step. ``--json OUT`` writes every number (rewritten after each part).
 
-    python benchmarks/profile_stack.py --device cuda --replicates 1,64 --precision bf16,fp32 --json OUT
+    python benchmarks/profile_stack.py --device cuda --replicates 1,64 --precision bf16,fp32 --one-change --json OUT
+    python benchmarks/profile_stack.py --device cuda --replicates 1,8 --precision bf16 --compile --json OUT
 """
 
 from __future__ import annotations
@@ -70,7 +73,9 @@ def kernel_profile(trainer: StackTrainer, device: torch.device, steps: int, top:
     }
 
 
-def one_change_timings(data_dir: str, device: torch.device, replicates: int, precision: str, steps: int) -> dict:
+def one_change_timings(
+    data_dir: str, device: torch.device, replicates: int, precision: str, steps: int, compile: bool = False
+) -> dict:
     """The graphed step's ms with nothing changed, without dropout, and with each attention backend forced."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -83,7 +88,7 @@ def one_change_timings(data_dir: str, device: torch.device, replicates: int, pre
         scope = sdpa_kernel([backend]) if backend is not None else contextlib.nullcontext()
         try:
             with scope:
-                trainer = stack_trainer(data_dir, device, replicates, precision, **options)
+                trainer = stack_trainer(data_dir, device, replicates, precision, compile=compile, **options)
                 timed(lambda t=trainer: t.train_step() or 1, 3, device)
             timings[name] = timed(lambda t=trainer: t.train_step() or 1, steps, device)[0] * 1000
         except (RuntimeError, ValueError) as error:
@@ -99,18 +104,24 @@ def main() -> None:
     parser.add_argument("--precision", default="bf16,fp32")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--compile", action="store_true", help="torch.compile inside the step")
+    parser.add_argument("--one-change", action="store_true", help="time one-change variants of the largest stack")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
     reps = [int(r) for r in args.replicates.split(",")]
-    report: dict = {"torch": torch.__version__, "profiles": [], "one_change": {}}
+    report: dict = {"torch": torch.__version__, "compile": args.compile, "profiles": [], "one_change": {}}
     save = (lambda: _write_json(args.json, report)) if args.json else (lambda: None)
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = str(save_dataset(generate_dataset(PRESETS["copy-20"], seed=0), f"{tmp}/copy-20"))
         for precision in args.precision.split(","):
             for replicates in reps:
                 _release(device)
-                trainer = stack_trainer(data_dir, device, replicates, precision, cuda_graph=False)
+                # Compiled: graphed (fixed widths; eager steps would recompile at every new width).
+                graphed = args.compile and device.type == "cuda"
+                trainer = stack_trainer(
+                    data_dir, device, replicates, precision, cuda_graph=graphed, compile=args.compile
+                )
                 result = {"replicates": replicates, "precision": precision, **padding(trainer)}
                 result.update(kernel_profile(trainer, device, args.steps, args.top))
                 report["profiles"].append(result)
@@ -118,9 +129,9 @@ def main() -> None:
                 for row in result["top"]:
                     print(f"  {row['ms_per_step']:8.3f} ms  {row['calls_per_step']:6.1f}x  {row['name']}", flush=True)
                 save()
-        if device.type == "cuda":
+        if args.one_change and device.type == "cuda":
             precision = args.precision.split(",")[0]
-            report["one_change"] = one_change_timings(data_dir, device, max(reps), precision, args.steps)
+            report["one_change"] = one_change_timings(data_dir, device, max(reps), precision, args.steps, args.compile)
             save()
 
 
