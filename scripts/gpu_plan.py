@@ -1,25 +1,29 @@
 """Plan one GPU session's training: the next runs of a queue grid that one stack can finish in the time left.
 
-A stack's resumable state (about 17 MB per run) cannot travel between this project's GPU sessions, so a
-stack must finish in the session that starts it. This takes the queue (a grid file whose run order is the
-order to train in, e.g. grids/queue.toml), the runs already finished (evaluated run directories kept under
-``--done``: a run counts when its ``config.json`` names it and it trained all its epochs; a finished fp32
-run also stands for the same run in a lower precision, unless the queue asks for both), and the stack step
-times that ``benchmarks/train_throughput.py --json`` measured on this kind of GPU (``--bench`` repeats: the
-native stack's and the compiled stack's documents). It picks the largest stack of the next runs (one
-precision: the first unfinished run's) whose estimated time fits ``--minutes`` (with ``--stacking auto``, in
-whichever of the native and the compiled stack trains more runs), and writes a grid file of exactly those
-runs for ``lsa-interp sweep``:
+This takes the queue (a grid file whose run order is the order to train in, e.g. grids/queue.toml), the runs
+already finished (evaluated run directories kept under ``--done``: a run counts when its ``config.json``
+names it and it trained all its epochs; a finished fp32 run also stands for the same run in a lower
+precision, unless the queue asks for both), and the stack step times that ``benchmarks/train_throughput.py
+--json`` measured on this kind of GPU (``--bench`` repeats: the native stack's and the compiled stack's
+documents). It picks the largest stack of the next runs (one precision: the first unfinished run's) whose
+estimated time fits ``--minutes`` (with ``--stacking auto``, in whichever of the native and the compiled
+stack trains more runs), and writes a grid file of exactly those runs for ``lsa-interp sweep``:
 
-    python3 scripts/gpu_plan.py --queue grids/queue.toml --done analyses/runs --stacking auto \\
-        --bench runs/gpu-session/stacking.json --bench runs/gpu-session/compile.json --minutes 18 \\
+    python3 scripts/gpu_plan.py --queue grids/queue.toml --done analyses/runs --stacking auto \
+        --bench runs/gpu-session/stacking.json --bench runs/gpu-session/compile.json --minutes 18 \
         --out runs/session.toml
+
+When not even one run fits, ``--carry-mib M`` plans a stack that continues over several sessions: a GPU
+session can carry up at most M MiB of resumable state (12 bytes per parameter and run: the fp32 weights and
+AdamW's two moments, about 16 MiB per run of the paper's model), so the stack holds at most that many runs,
+as many as train the most runs per minute; its ``sessions`` says how many sessions it needs. Without
+``--carry-mib`` (0) a stack must finish in the session that starts it.
 
 The estimate: the stack's longest run (``epochs x`` its steps per epoch, bounded above by
 ``ceil(rows / batch) + groups``) times the step time at that stack size (interpolated linearly between the
 measured sizes, extrapolated from the two largest beyond them), plus ``--overhead`` for validation, plus a
-fixed start-up time, plus ``--eval-seconds`` per run for evaluation and the queue's analyses. It prints the
-plan as JSON. Exit code 2 with one line when nothing fits or an input is bad.
+fixed start-up time (every session), plus ``--eval-seconds`` per run for evaluation and the queue's
+analyses. It prints the plan as JSON. Exit code 2 with one line when nothing fits or an input is bad.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Any
 
 from lsa_interp.evaluation.grid_summary import RECIPE_PRECISION
 from lsa_interp.evaluation.runs_table import CONFIG_FILE, find_runs, training_progress
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.sweep.grid import Grid, load_grid
 from lsa_interp.sweep.plan import SweepRun, expand
 from lsa_interp.utils import atomic_write
@@ -42,6 +47,8 @@ TRAIN_ROWS = 359_804
 """Training rows of every paper preset: each is matched to copy-20's size (docs/data.md)."""
 TRANSFORMATION_GROUPS = 11
 """Batch groups of transformation batching: the 10 seen transformations and copy (an upper bound)."""
+STATE_BYTES_PER_PARAMETER = 12
+"""Resumable state of one run per parameter: fp32 weights and AdamW's two fp32 moments."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class SessionPlan:
     remaining: int
     batch_size: int = 32
     stacking: str = "native"
+    sessions: int = 1
 
     def summary(self) -> dict[str, Any]:
         """A JSON-serialisable description of the plan."""
@@ -68,6 +76,7 @@ class SessionPlan:
             "steps": self.steps,
             "batch_size": self.batch_size,
             "estimated_minutes": round(self.minutes, 2),
+            "sessions": self.sessions,
             "runs_left_after": self.remaining - len(self.runs),
         }
 
@@ -143,6 +152,12 @@ def steps_per_epoch(run: SweepRun, grid: Grid, batch_size: int) -> int:
     return math.ceil(TRAIN_ROWS / batch_size) + groups - 1
 
 
+def state_mib(grid: Grid) -> float:
+    """MiB of resumable state per run of the queue's model (`STATE_BYTES_PER_PARAMETER` per parameter)."""
+    parameters = sum(p.numel() for p in HookedEncoderDecoder(ModelConfig(**grid.model)).parameters())
+    return parameters * STATE_BYTES_PER_PARAMETER / 2**20
+
+
 def finished_runs(roots: list[Path]) -> set[str]:
     """Names of the runs under ``roots`` that trained all their epochs and were evaluated."""
     names = set()
@@ -170,16 +185,20 @@ def plan_session(
     overhead: float = 0.05,
     startup_seconds: float = 90.0,
     eval_seconds: float = 30.0,
+    carry_mib: float = 0.0,
 ) -> SessionPlan:
     """The largest stack of the queue's next unfinished runs that fits in ``minutes``: the first unfinished
-    run's precision, and the later unfinished runs of that precision in queue order. ``stacking="auto"``
-    plans with each of `AUTO_STACKINGS` that ``bench`` measured at that precision and keeps the plan with the
-    most runs (the shorter one on a tie, native first).
+    run's precision, and the later unfinished runs of that precision in queue order. When none fits and
+    ``carry_mib`` is positive, the stack of at most ``carry_mib`` MiB of state that trains the most runs per
+    minute, over as many sessions as it needs (see the module doc). ``stacking="auto"`` plans with each of
+    `AUTO_STACKINGS` that ``bench`` measured at that precision and keeps the plan that finishes in this
+    session with the most runs, else the one with the most runs per minute (the shorter one on a tie, native
+    first).
 
     Raises ValueError when every run is finished or not even one run fits.
     """
     if stacking == "auto":
-        plans, errors, limits = [], [], (max_replicates, overhead, startup_seconds, eval_seconds)
+        plans, errors, limits = [], [], (max_replicates, overhead, startup_seconds, eval_seconds, carry_mib)
         for mode in AUTO_STACKINGS:
             try:
                 plans.append(plan_session(grid, done, bench, minutes, mode, *limits))
@@ -187,7 +206,7 @@ def plan_session(
                 errors.append(error)
         if not plans:
             raise errors[0]
-        return max(plans, key=lambda plan: (len(plan.runs), -plan.minutes))
+        return max(plans, key=_preference)
     queue = expand(grid)
     queued = {run.name for run in queue}
     left = [run for run in queue if not _finished(run, done, queued)]
@@ -206,8 +225,46 @@ def plan_session(
         total = (steps * ms / 1000 * (1 + overhead) + startup_seconds + eval_seconds * size) / 60
         if total <= minutes:
             best = SessionPlan(runs, precision, ms, steps, total, len(left), batch, stacking)
-    if best is None:
+    if best is not None:
+        return best
+    if carry_mib <= 0:
         raise ValueError(f"not even one {precision} run fits in {minutes:g} minutes at this benchmark's step times")
+    plan = _continued_plan(candidates, grid, table, minutes, carry_mib, (overhead, startup_seconds, eval_seconds))
+    return replace(plan, remaining=len(left), stacking=stacking)
+
+
+def _preference(plan: SessionPlan) -> tuple:
+    """How `plan_session` ranks plans: finishing in this session, then runs (or runs per minute), then speed."""
+    finishes = plan.sessions == 1
+    return finishes, len(plan.runs) if finishes else len(plan.runs) / plan.minutes, -plan.minutes
+
+
+def _continued_plan(
+    candidates: list[SweepRun], grid: Grid, table: dict[int, float], minutes: float, carry_mib: float, costs: tuple
+) -> SessionPlan:
+    """The stack of at most ``carry_mib`` MiB of state that trains the most runs per minute, over sessions of
+    ``minutes`` that each start up again. Raises ValueError when a run's state or the start-up does not fit."""
+    overhead, startup_seconds, eval_seconds = costs
+    per_run = state_mib(grid)
+    usable = minutes - startup_seconds / 60
+    if per_run > carry_mib or usable <= 0:
+        raise ValueError(
+            f"not even one run fits in {minutes:g} minutes, and a stack cannot continue: one run's state is "
+            f"{per_run:.1f} MiB of the {carry_mib:g} MiB a session carries, start-up {startup_seconds:g} s"
+        )
+    batch = int(grid.recipe.get("batch_size", 32))
+    best = None
+    for size in range(1, min(len(candidates), int(carry_mib // per_run)) + 1):
+        runs = tuple(candidates[:size])
+        steps = max(run.epochs * steps_per_epoch(run, grid, batch) for run in runs)
+        steps = min(steps, grid.recipe.get("max_steps") or steps)
+        ms = step_ms_at(table, size)
+        work = (steps * ms / 1000 * (1 + overhead) + eval_seconds * size) / 60
+        sessions = math.ceil(work / usable)
+        total = work + sessions * startup_seconds / 60
+        plan = SessionPlan(runs, candidates[0].precision, ms, steps, total, len(candidates), batch, sessions=sessions)
+        if best is None or size / plan.minutes > len(best.runs) / best.minutes:
+            best = plan
     return best
 
 
@@ -255,7 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, required=True, help="minutes the stack may take, evaluation included")
     parser.add_argument("--stacking", default="native", choices=[*STACKING_RECIPE, "auto"])
     parser.add_argument("--max-replicates", type=int, default=64)
+    parser.add_argument("--startup-seconds", type=float, default=90.0, help="a session's start-up before training")
     parser.add_argument("--eval-seconds", type=float, default=30.0, help="evaluation and analyses per run")
+    parser.add_argument(
+        "--carry-mib", type=float, default=0.0, help="state a session carries up: plan a stack over sessions (0: no)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="where to write the session's grid file")
     args = parser.parse_args(argv)
     try:
@@ -271,7 +332,9 @@ def main(argv: list[str] | None = None) -> int:
             args.minutes,
             stacking=args.stacking,
             max_replicates=args.max_replicates,
+            startup_seconds=args.startup_seconds,
             eval_seconds=args.eval_seconds,
+            carry_mib=args.carry_mib,
         )
         text = session_grid(grid, plan)
     except (OSError, ValueError) as error:

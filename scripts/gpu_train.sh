@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # A GPU session's training (issue 14), run from the repository root on the device machine, carrying .whl:
 #   bash scripts/gpu_train.sh start MINUTES [BENCH_JSON]
-#       plans the largest stack of grids/queue.toml's next unfinished runs (analyses/runs holds the finished
-#       ones) that trains, evaluates and analyses in MINUTES (scripts/gpu_plan.py), starts its sweep detached
-#       (it outlives the command while the machine stays warm) and watches it to about 9.5 minutes in all.
+#       continues the stack that an earlier session left unfinished, when it was carried up as runs/carry
+#       (scripts/pack_results.py carry); else plans the largest stack of grids/queue.toml's next unfinished
+#       runs (analyses/runs holds the finished ones) that trains, evaluates and analyses in MINUTES, or, when
+#       none does, a stack of at most CARRY_MIB MiB of state that continues over sessions (scripts/gpu_plan.py).
+#       Starts its sweep detached (it outlives the command while the machine stays warm), bounded to stop
+#       training when MINUTES are up (saving the stack's state), and watches it to about 9.5 minutes in all.
 #       BENCH_JSON: the stack step times; default benchmarks/results/stacking-KIND.json (KIND from nvidia-smi:
 #       h100, h200), else runs/gpu-session/stacking.json (scripts/gpu_session.sh), else a 3-minute probe.
 #   bash scripts/gpu_train.sh watch [SECONDS]
 #       prints each stack's last step line every 30 s for SECONDS (default 540) or until the sweep has ended.
 #   bash scripts/gpu_train.sh pack PART
-#       bundles runs/grid and runs/session (models, evaluations, metrics, plan; no datasets or states) once,
-#       and copies chunk group PART (0: parts 00-03, 1: parts 04-07, ...) with the checksum to $OUT.
+#       bundles runs/grid and runs/session (models, evaluations, metrics, plan, the states of unfinished
+#       stacks; no datasets) once, and copies chunk group PART (0: parts 00-03, 1: parts 04-07, ...) with the
+#       checksum to $OUT.
 # MINUTES: the device minutes left (device status: budget_left_s / 60) less about 5 (start-up, packing, the
 # transfers back). Each command returns well inside the device tool's 10 minutes; the next must follow
 # within 30 s, or the machine (and the sweep on it) is given back.
@@ -38,6 +42,11 @@ WATCH_EVERY=${WATCH_EVERY:-30}
 # native, native-compile (torch.compile inside the step), native-eager (no CUDA graph: if the graphed stack's
 # GPU tests fail). Where BENCH_JSON has no step times of STACKING (auto: of the native stack), they are probed.
 STACKING=${STACKING:-auto}
+# The state a session can carry up: 64 MiB of working tree less the checkout (about 20 MB) and .whl (14 MB).
+CARRY=${CARRY:-runs/carry}
+CARRY_MIB=${CARRY_MIB:-28}
+# The planner's guess of a session's start-up before the first step (dataset, model, compile and capture).
+STARTUP_SECONDS=${STARTUP_SECONDS:-90}
 SESSION=$WORK/session
 SWEEP=$WORK/grid
 OUT=${OUT:-$SESSION/out}
@@ -81,9 +90,30 @@ watch_sweep() {
   done
 }
 
+# Start the session's sweep detached, bounded to stop training when MINUTES ($1, counted from this script's
+# start) are up, and watch it.
+launch() {
+  local sweep_minutes
+  sweep_minutes=$(awk -v m="$1" -v s="$(($(date +%s) - began))" 'BEGIN { left = m - s / 60; print (left > 0 ? left : 0) }')
+  cp "$SESSION/plan.json" "$SESSION/grid.toml" "$OUT/" 2>/dev/null
+  echo "the sweep trains for at most $sweep_minutes minutes"
+  setsid nohup python3 -m lsa_interp sweep "$SESSION/grid.toml" --out "$SWEEP" --max-minutes "$sweep_minutes" \
+    >>"$SESSION/sweep.log" 2>&1 </dev/null &
+  sleep 5
+  watch_sweep $((560 - ($(date +%s) - began)))
+}
+
 case ${1:-} in
 start)
   minutes=${2:?usage: gpu_train.sh start MINUTES [BENCH_JSON]}
+  if compgen -G "$CARRY/grid/stacks/*/state.pt" >/dev/null; then
+    echo "continuing the stack carried up in $CARRY:"
+    mkdir -p "$SWEEP"
+    cp -r "$CARRY/grid/." "$SWEEP/"
+    cp -r "$CARRY/session/." "$SESSION/"
+    launch "$minutes"
+    exit 0
+  fi
   kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o 'H[0-9]*' | tr H h)
   bench=${3:-benchmarks/results/stacking-$kind.json}
   [[ -f $bench ]] || bench=runs/gpu-session/stacking.json
@@ -104,12 +134,10 @@ start)
   done_args=()
   [[ -d $DONE ]] && done_args=(--done "$DONE")
   python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" "${benches[@]}" --stacking "$STACKING" \
-    --minutes "$minutes" --out "$SESSION/grid.toml" | tee "$SESSION/plan.json" || exit 2
+    --minutes "$minutes" --carry-mib "$CARRY_MIB" --startup-seconds "$STARTUP_SECONDS" --out "$SESSION/grid.toml" |
+    tee "$SESSION/plan.json" || exit 2
   cp "$bench" "$SESSION/bench.json" 2>/dev/null
-  cp "$SESSION/plan.json" "$SESSION/grid.toml" "$OUT/"
-  setsid nohup python3 -m lsa_interp sweep "$SESSION/grid.toml" --out "$SWEEP" >"$SESSION/sweep.log" 2>&1 </dev/null &
-  sleep 5
-  watch_sweep $((560 - ($(date +%s) - began)))
+  launch "$2"
   ;;
 watch)
   watch_sweep "${2:-540}"
@@ -117,7 +145,7 @@ watch)
 pack)
   part=${2:?usage: gpu_train.sh pack PART}
   if [[ ! -f $BUNDLE/bundle.sha256 ]]; then
-    python3 scripts/pack_results.py pack "$SWEEP" "$SESSION" --out "$BUNDLE" || exit 1
+    python3 scripts/pack_results.py pack "$SWEEP" "$SESSION" --states --out "$BUNDLE" || exit 1
   fi
   cp "$BUNDLE/bundle.sha256" "$OUT/"
   for index in 0 1 2 3; do

@@ -2,14 +2,21 @@
 
 A lent GPU machine hands back at most 8 files of 16 MiB, 64 MiB in all, per command. This bundles the
 parts of one or more run or sweep directories that are worth keeping (final models with their evaluations
-and cards, configs, metrics, result tables, plans and benchmark JSON; never datasets or resumable
-``state.pt``) into ``bundle.tar.partNN`` chunks of at most ``--chunk-mib`` MiB plus ``bundle.sha256``. Pack
-into a folder on the GPU machine, then copy at most 4 chunks (and the checksum) to ``$OUT`` per command:
+and cards, configs, metrics, result tables, plans and benchmark JSON; never datasets, and resumable
+``state.pt`` only with ``--states``, of stacks that have not finished) into ``bundle.tar.partNN`` chunks of
+at most ``--chunk-mib`` MiB plus ``bundle.sha256``. Pack into a folder on the GPU machine, then copy at
+most 4 chunks (and the checksum) to ``$OUT`` per command:
 
-    python scripts/pack_results.py pack runs/grid --out /tmp/bundle        # fp32 models: about 5.6 MB each
+    python scripts/pack_results.py pack runs/grid runs/session --states --out /tmp/bundle   # fp32 model 5.6 MB
     cp /tmp/bundle/bundle.sha256 /tmp/bundle/bundle.tar.part0[0-3] "$OUT"/  # next command: part0[4-7] ...
     python scripts/pack_results.py unpack FETCHED_DIR [FETCHED_DIR ...] --into runs/   # here, afterwards
     python scripts/pack_results.py records runs/grid --into analyses/runs/2026-12-01-h100   # what is committed
+    python scripts/pack_results.py carry runs --into ~/.local/share/lsa-interp/gpu-carry   # what continues
+
+``carry`` keeps, of an unpacked session (``grid/`` the sweep, ``session/`` its plan), only what the next GPU
+session needs to continue its unfinished stacks (their config, metrics and state, the sweep's plan and the
+session's grid file: about 17 MB per fp32 run); it replaces ``--into`` and empties it when every stack
+finished. The next session carries that folder up as ``runs/carry`` (scripts/gpu_train.sh).
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
+import json
+import shutil
 import sys
 import tarfile
 from pathlib import Path
@@ -27,36 +36,67 @@ KEEP_NAMES = {
 }  # fmt: skip
 KEEP_SUFFIXES = (".json", ".csv", ".md", ".log")
 SKIP_PARTS = {"data", "__pycache__"}
-WEIGHTS = "model.safetensors"
+WEIGHTS, STATE, DONE = "model.safetensors", "state.pt", "done"
+CONTINUES = ("config.json", "train_config.json", "metrics.jsonl", STATE)
+"""What continues an unfinished stack in its run directory (datasets are made again from their seeds)."""
 
 
-def wanted(path: Path, root: Path, weights: bool = True) -> bool:
-    """Keep small result files and (with ``weights``) final models; skip datasets, resumable states, temporary
-    files and HTML pages (each inlines plotly.js, about 4.8 MB: make them again here from the JSON or model)."""
+def wanted(path: Path, root: Path, weights: bool = True, states: bool = False) -> bool:
+    """Keep small result files and (with ``weights``) final models; of a stack that has not finished, only
+    what continues it (`CONTINUES`; its resumable state only with ``states``). Skip datasets, other states,
+    temporary files and HTML pages (each inlines plotly.js, about 4.8 MB: make them again here from the JSON
+    or model)."""
     parts = path.relative_to(root).parts
-    if any(part in SKIP_PARTS or part.startswith(".") for part in parts) or path.name == "state.pt":
+    if any(part in SKIP_PARTS or part.startswith(".") for part in parts):
+        return False
+    stack = stack_of(path, root)
+    if stack is not None and not stack_finished(stack):
+        return path.parent == stack and path.name in CONTINUES and (states or path.name != STATE)
+    if path.name == STATE:
         return False
     if path.name == WEIGHTS:
         return weights
     return path.name in KEEP_NAMES or path.suffix in KEEP_SUFFIXES
 
 
-def bundle_bytes(roots: list[Path]) -> bytes:
+def stack_of(path: Path, root: Path) -> Path | None:
+    """The stack run directory (``.../stacks/NAME``) that holds ``path``, if any."""
+    parts = path.relative_to(root).parts
+    if "stacks" not in parts[:-2]:
+        return None
+    index = parts.index("stacks")
+    return root.joinpath(*parts[: index + 2])
+
+
+def stack_finished(stack: Path) -> bool:
+    """Whether the stack trained all it will: its ``done`` marker, or its recipe's ``max_steps`` reached by
+    the replicates' final models (the sweep's test, read from the files alone)."""
+    if (stack / DONE).is_file():
+        return True
+    config = stack / "train_config.json"
+    max_steps = json.loads(config.read_text()).get("max_steps") if config.is_file() else None
+    models = list(stack.glob("replicate-*/model/config.json"))
+    if not max_steps or not models:
+        return False
+    return max(json.loads(m.read_text()).get("metadata", {}).get("steps", 0) for m in models) >= max_steps
+
+
+def bundle_bytes(roots: list[Path], states: bool = False) -> bytes:
     """A gzip-compressed tar of the wanted files under ``roots``, named by each root's last component."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for root in roots:
-            for path in sorted(p for p in root.rglob("*") if p.is_file() and wanted(p, root)):
+            for path in sorted(p for p in root.rglob("*") if p.is_file() and wanted(p, root, states=states)):
                 tar.add(path, arcname=str(Path(root.name) / path.relative_to(root)))
     return buffer.getvalue()
 
 
-def pack(roots: list[Path], out: Path, chunk_mib: float) -> list[Path]:
+def pack(roots: list[Path], out: Path, chunk_mib: float, states: bool = False) -> list[Path]:
     """Write ``bundle.tar.partNN`` chunks and ``bundle.sha256`` (of the whole bundle) into ``out``."""
     missing = [str(root) for root in roots if not root.is_dir()]
     if missing:
         raise SystemExit(f"not a directory: {', '.join(missing)}")
-    data = bundle_bytes(roots)
+    data = bundle_bytes(roots, states)
     size = int(chunk_mib * 2**20)
     out.mkdir(parents=True, exist_ok=True)
     chunks = []
@@ -101,6 +141,32 @@ def records(source: Path, into: Path) -> int:
     return len(files)
 
 
+def carry(source: Path, into: Path) -> int:
+    """Replace ``into`` with what continues the unfinished stacks of the session unpacked in ``source``
+    (``source/grid``: the sweep, ``source/session``: its grid file and plan); returns the stacks kept.
+
+    ``into`` ends empty when every stack finished. Raises SystemExit when ``source/grid`` is missing.
+    """
+    sweep, session = source / "grid", source / "session"
+    if not sweep.is_dir():
+        raise SystemExit(f"not a sweep directory: {sweep}")
+    unfinished = sorted(state.parent for state in sweep.glob("stacks/*/" + STATE) if not stack_finished(state.parent))
+    staging = into.with_name(f".{into.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    files = [sweep / "plan.json", sweep / "grid.toml", session / "grid.toml", session / "plan.json"]
+    files += [stack / name for stack in unfinished for name in CONTINUES]
+    for path in (p for p in files if unfinished and p.is_file()):
+        target = staging / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    staging.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(into, ignore_errors=True)
+    staging.rename(into)
+    size = sum(p.stat().st_size for p in into.rglob("*") if p.is_file())
+    print(f"kept {len(unfinished)} unfinished stack(s) to continue, {size / 2**20:.1f} MiB, in {into}")
+    return len(unfinished)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -108,17 +174,23 @@ def main(argv: list[str] | None = None) -> None:
     packing.add_argument("roots", nargs="+", type=Path)
     packing.add_argument("--out", type=Path, required=True)
     packing.add_argument("--chunk-mib", type=float, default=15.0)
+    packing.add_argument("--states", action="store_true", help="include the states of stacks that did not finish")
     unpacking = commands.add_parser("unpack", help="join, check and extract a bundle")
     unpacking.add_argument("sources", nargs="+", type=Path)
     unpacking.add_argument("--into", type=Path, required=True)
     keeping = commands.add_parser("records", help="copy a sweep's run records, without weights, for the repository")
     keeping.add_argument("source", type=Path)
     keeping.add_argument("--into", type=Path, required=True)
+    carrying = commands.add_parser("carry", help="keep what continues a session's unfinished stacks")
+    carrying.add_argument("source", type=Path, help="an unpacked session (with grid/ and session/)")
+    carrying.add_argument("--into", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "pack":
-        pack(args.roots, args.out, args.chunk_mib)
+        pack(args.roots, args.out, args.chunk_mib, args.states)
     elif args.command == "records":
         records(args.source, args.into)
+    elif args.command == "carry":
+        carry(args.source, args.into)
     else:
         unpack(args.sources, args.into)
 

@@ -186,6 +186,29 @@ def test_auto_stacking_plans_with_whichever_measured_stack_trains_more_runs():
         gpu_plan.plan_session(grid, set(), native, 5, "auto")
 
 
+def test_when_nothing_finishes_a_stack_continues_over_sessions_within_the_state_a_session_carries():
+    """10 minutes a session, 90 s of each for start-up: 8.5 of training. 224,880 steps at 2.6 ms (R=1) or 3 ms
+    (R=2) or 3.3 ms (R=3) finish in no session; R=3 trains the most runs a minute but needs 3 x 16 MiB of
+    state."""
+    grid = queue(COPY20)
+    table = bench({1: 2.6, 2: 3.0, 3: 3.3, 8: 9.0})
+    assert gpu_plan.state_mib(grid) == pytest.approx(1_400_606 * 12 / 2**20)
+    with pytest.raises(ValueError, match="not even one fp32 run fits in 10 minutes"):
+        gpu_plan.plan_session(grid, set(), table, 10)
+    plan = gpu_plan.plan_session(grid, set(), table, 10, carry_mib=50)
+    work = (STEPS_RANDOM * 0.0033 * 1.05 + 3 * 30) / 60
+    assert (len(plan.runs), plan.sessions) == (3, math.ceil(work / 8.5))
+    assert plan.minutes == pytest.approx(work + plan.sessions * 1.5)
+    assert plan.summary()["sessions"] == plan.sessions and plan.summary()["runs_left_after"] == 2
+    assert len(gpu_plan.plan_session(grid, set(), table, 10, carry_mib=33).runs) == 2
+    assert gpu_plan.plan_session(grid, set(), table, 60, carry_mib=50).sessions == 1
+    with pytest.raises(ValueError, match="one run's state is 16.0 MiB of the 10 MiB a session carries"):
+        gpu_plan.plan_session(grid, set(), table, 10, carry_mib=10)
+    compiled = bench({1: 1.5, 8: 20.0}, stacking="native-compile")
+    auto = gpu_plan.plan_session(grid, set(), gpu_plan.merge_benchmarks([table, compiled]), 10, "auto", carry_mib=50)
+    assert (auto.stacking, len(auto.runs), auto.sessions) == ("native-compile", 1, 1)
+
+
 def test_cli_writes_the_grid_and_prints_the_plan(tmp_path, capsys):
     (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8, 8: 4.2})))
     finished_run(tmp_path / "done", "copy-20-random-s0")

@@ -84,6 +84,55 @@ def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_th
     assert len(table) == 2 and table["matching_best_head"].notna().all() and table["complete"].all()
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_its_carried_state(tmp_path):
+    """Two sessions on a CPU, each of about 25 s of training: the first plans a stack that continues over
+    sessions and packs its state; here that state is kept (pack_results.py carry); the second session, on a
+    fresh machine, carries it up and goes on from the step where the first stopped."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\n")
+    (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
+    grid = write_tiny_grid(tmp_path / "queue.toml", max_steps=10**6, batch_size=8, checkpoint_every=10**6)
+    grid.write_text(grid.read_text().replace("epochs = 1", "epochs = 50"))  # about 46,000 steps: minutes on a CPU
+    measured = [{"stacking": "native", "precision": "fp32", "replicates": r, "step_ms": 1.0} for r in (1, 4)]
+    (tmp_path / "bench.json").write_text(json.dumps({"runs": [{"device": "cuda", "results": measured}]}))
+    base = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "QUEUE": str(grid),
+        "DONE": str(tmp_path / "none"),
+        "CARRY": str(tmp_path / "carry"),
+        "STARTUP_SECONDS": "3",
+        "WATCH_EVERY": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+    }
+    script = ["bash", str(ROOT / "scripts" / "gpu_train.sh")]
+    pack_script = [sys.executable, str(ROOT / "scripts" / "pack_results.py")]
+    steps = []
+    for session in ("one", "two"):
+        env = {**base, "GPU_TRAIN_DIR": str(tmp_path / session), "BUNDLE": str(tmp_path / session / "bundle")}
+        env["OUT"] = str(tmp_path / session / "out")
+        started = subprocess.run([*script, "start", "0.6", str(tmp_path / "bench.json")], env=env,
+                                 capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert started.returncode == 0, started.stderr[-2000:]
+        assert ("continuing the stack carried up" in started.stdout) == (session == "two")
+        packed = subprocess.run([*script, "pack", "0"], env=env, capture_output=True, text=True, timeout=120)
+        assert packed.returncode == 0, packed.stderr[-2000:]
+        back = tmp_path / session / "back"
+        subprocess.run([*pack_script, "unpack", env["OUT"], "--into", str(back)], check=True, timeout=60)
+        subprocess.run([*pack_script, "carry", str(back), "--into", str(tmp_path / "carry")], check=True, timeout=60)
+        stack = tmp_path / "carry" / "grid" / "stacks" / "stack-000"
+        records = [json.loads(line) for line in (stack / "metrics.jsonl").read_text().splitlines()]
+        steps.append([r["step"] for r in records if r.get("type") == "step"])
+        assert (stack / "state.pt").is_file() and not list(back.rglob("model.safetensors"))
+    plan = json.loads((tmp_path / "one" / "out" / "plan.json").read_text())
+    assert plan["sessions"] > 1 and plan["replicates"] == 4
+    first, both = steps
+    assert first and both[: len(first)] == first and both[-1] > first[-1]
+
+
 def test_an_unknown_subcommand_is_a_usage_error():
     result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_train.sh"), "train"], capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.startswith("usage: gpu_train.sh start MINUTES")

@@ -21,6 +21,7 @@ def test_chunks_from_several_fetches_rebuild_the_results_without_states_or_data(
     (model / "model.safetensors").write_bytes(os.urandom(300_000))  # weights hardly compress
     (model / "evaluation.json").write_text('{"table1": {}}')
     (sweep / "stacks" / "stack-0" / "state.pt").write_bytes(b"x" * 1000)
+    (sweep / "stacks" / "stack-0" / "done").write_text("{}")  # finished: its models travel, its state not
     (sweep / "data" / "copy-20-d0").mkdir(parents=True)
     (sweep / "data" / "copy-20-d0" / "manifest.json").write_text("{}")
     (sweep / "results.csv").write_text("run\n")
@@ -55,6 +56,7 @@ def test_html_pages_stay_behind_and_records_keep_everything_but_the_weights(tmp_
     (replicate / "analysis" / "matching" / "matching.html").write_text("<html>" + "x" * 1000)
     (sweep / "stacks" / "stack-0" / "metrics.jsonl").write_text("{}\n")
     (sweep / "stacks" / "stack-0" / "state.pt").write_bytes(b"x")
+    (sweep / "stacks" / "stack-0" / "done").write_text("{}")
     pack_results.pack([sweep], tmp_path / "bundle", chunk_mib=1)
     pack_results.unpack([tmp_path / "bundle"], tmp_path / "back")
     back = tmp_path / "back" / "grid" / "stacks" / "stack-0" / "replicate-0"
@@ -62,9 +64,10 @@ def test_html_pages_stay_behind_and_records_keep_everything_but_the_weights(tmp_
         back / "analysis" / "matching" / "matching.json"
     ).is_file()
     assert not (back / "analysis" / "matching" / "matching.html").exists()
-    assert pack_results.records(sweep, tmp_path / "kept") == 4
+    assert pack_results.records(sweep, tmp_path / "kept") == 5
     kept = sorted(str(p.relative_to(tmp_path / "kept")) for p in (tmp_path / "kept").rglob("*") if p.is_file())
     assert kept == [
+        "stacks/stack-0/done",
         "stacks/stack-0/metrics.jsonl",
         "stacks/stack-0/replicate-0/analysis/matching/matching.json",
         "stacks/stack-0/replicate-0/model/config.json",
@@ -72,3 +75,68 @@ def test_html_pages_stay_behind_and_records_keep_everything_but_the_weights(tmp_
     ]
     with pytest.raises(SystemExit, match="not a directory"):
         pack_results.records(tmp_path / "missing", tmp_path / "kept")
+
+
+def _session_with_two_stacks(root: Path) -> Path:
+    """An unpacked session: stack-000 finished (done, a model), stack-001 stopped with its state."""
+    sweep = root / "grid"
+    for name, finished in (("stack-000", True), ("stack-001", False)):
+        stack = sweep / "stacks" / name
+        (stack / "replicate-0" / "model").mkdir(parents=True)
+        (stack / "replicate-0" / "model" / "model.safetensors").write_bytes(os.urandom(1000))
+        (stack / "train_config.json").write_text('{"stack": true}')
+        (stack / "metrics.jsonl").write_text(f'{{"step": {name}}}\n')
+        (stack / "state.pt").write_bytes(name.encode() * 100)
+        if finished:
+            (stack / "done").write_text("{}")
+    (sweep / "data" / "tiny-d0").mkdir(parents=True)
+    (sweep / "data" / "tiny-d0" / "manifest.json").write_text("{}")
+    (sweep / "plan.json").write_text('{"stacks": []}')
+    (sweep / "grid.toml").write_text("replicates = 1\n")
+    (root / "session").mkdir()
+    (root / "session" / "grid.toml").write_text("replicates = 1\n")
+    (root / "session" / "sweep.log").write_text("log\n")
+    return sweep
+
+
+def test_states_travel_only_when_asked_and_only_for_stacks_that_did_not_finish(tmp_path):
+    sweep = _session_with_two_stacks(tmp_path / "machine")
+    for states, expected in ((False, set()), (True, {"stack-001"})):
+        out = tmp_path / f"bundle-{states}"
+        pack_results.pack([sweep], out, chunk_mib=1, states=states)
+        pack_results.unpack([out], tmp_path / f"back-{states}")
+        kept = {p.parent.name for p in (tmp_path / f"back-{states}").rglob("state.pt")}
+        assert kept == expected
+
+
+def test_carry_keeps_what_continues_the_unfinished_stack_and_empties_when_all_finished(tmp_path):
+    source = tmp_path / "runs"
+    sweep = _session_with_two_stacks(source)
+    into = tmp_path / "carry"
+    (into / "stale").mkdir(parents=True)
+    assert pack_results.carry(source, into) == 1
+    kept = {str(p.relative_to(into)) for p in into.rglob("*") if p.is_file()}
+    assert kept == {
+        "grid/plan.json", "grid/grid.toml", "session/grid.toml", "grid/stacks/stack-001/train_config.json",
+        "grid/stacks/stack-001/metrics.jsonl", "grid/stacks/stack-001/state.pt",
+    }  # fmt: skip
+    assert (into / "grid/stacks/stack-001/state.pt").read_bytes() == b"stack-001" * 100
+    (sweep / "stacks" / "stack-001" / "done").write_text("{}")
+    assert pack_results.carry(source, into) == 0
+    assert into.is_dir() and not any(into.iterdir())
+    with pytest.raises(SystemExit, match="not a sweep directory"):
+        pack_results.carry(tmp_path / "nowhere", into)
+
+
+def test_a_stack_stopped_by_its_step_bound_counts_as_finished_and_an_unfinished_ones_models_stay_behind(tmp_path):
+    sweep = _session_with_two_stacks(tmp_path / "machine")
+    bounded = sweep / "stacks" / "stack-001"
+    (bounded / "train_config.json").write_text('{"max_steps": 50}')
+    (bounded / "replicate-0" / "model" / "config.json").write_text('{"metadata": {"steps": 40}}')
+    assert not pack_results.stack_finished(bounded)
+    assert not pack_results.wanted(bounded / "replicate-0" / "model" / "model.safetensors", sweep)
+    assert pack_results.wanted(bounded / "metrics.jsonl", sweep)
+    (bounded / "replicate-0" / "model" / "config.json").write_text('{"metadata": {"steps": 50}}')
+    assert pack_results.stack_finished(bounded)
+    assert pack_results.wanted(bounded / "replicate-0" / "model" / "model.safetensors", sweep)
+    assert not pack_results.wanted(bounded / "state.pt", sweep, states=True)
