@@ -126,11 +126,13 @@ def unpack(sources: list[Path], into: Path) -> None:
 
 
 def records(source: Path, into: Path) -> int:
-    """Copy the run records under ``source`` (configs, evaluations, metrics, tables, analysis JSON; no weights)
-    into ``into``, the form in which every trained run is kept in the repository; returns the files copied."""
+    """Copy the run records under ``source`` (configs, evaluations, metrics, tables, analysis JSON; no weights;
+    nothing of a stack that has not finished) into ``into``, the form in which every trained run is kept in the
+    repository; returns the files copied."""
     if not source.is_dir():
         raise SystemExit(f"not a directory: {source}")
     files = sorted(p for p in source.rglob("*") if p.is_file() and wanted(p, source, weights=False))
+    files = [p for p in files if (stack := stack_of(p, source)) is None or stack_finished(stack)]
     for path in files:
         target = into / path.relative_to(source)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -140,3 +140,6 @@ def test_a_stack_stopped_by_its_step_bound_counts_as_finished_and_an_unfinished_
     assert pack_results.stack_finished(bounded)
     assert pack_results.wanted(bounded / "replicate-0" / "model" / "model.safetensors", sweep)
     assert not pack_results.wanted(bounded / "state.pt", sweep, states=True)
+    (bounded / "replicate-0" / "model" / "config.json").write_text('{"metadata": {"steps": 40}}')
+    pack_results.records(sweep, tmp_path / "kept")
+    assert [p.name for p in (tmp_path / "kept" / "stacks").iterdir()] == ["stack-000"]
