@@ -4,7 +4,8 @@
 #       continues the stack that an earlier session left unfinished, when it was carried up as runs/carry
 #       (scripts/pack_results.py carry); else plans the largest stack of grids/queue.toml's next unfinished
 #       runs (analyses/runs holds the finished ones) that trains, evaluates and analyses in MINUTES, or, when
-#       none does, a stack of at most CARRY_MIB MiB of state that continues over sessions (scripts/gpu_plan.py).
+#       none does, a stack of at most CARRY_MIB MiB of state that continues over sessions (scripts/gpu_plan.py);
+#       a compiled stack only after its GPU test passed here (fresh dropout masks at every replay; else plain).
 #       Starts its sweep detached (it outlives the command while the machine stays warm), bounded to stop
 #       training when MINUTES are up (saving the stack's state), and watches it to about 9.5 minutes in all.
 #       BENCH_JSON: the stack step times; default benchmarks/results/stacking-KIND.json (KIND from nvidia-smi:
@@ -90,6 +91,25 @@ watch_sweep() {
   done
 }
 
+# Plan the session's stack with the minutes left of $1, stacking $2, and the benchmark arguments after them.
+plan() {
+  local minutes=$1 stacking=$2 done_args=()
+  shift 2
+  minutes=$(awk -v m="$minutes" -v s="$(($(date +%s) - began))" 'BEGIN { print m - s / 60 }')
+  [[ -d $DONE ]] && done_args=(--done "$DONE")
+  python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" "$@" --stacking "$stacking" --minutes "$minutes" \
+    --carry-mib "$CARRY_MIB" --startup-seconds "$STARTUP_SECONDS" --out "$SESSION/grid.toml" | tee "$SESSION/plan.json"
+}
+
+# Whether the compiled stack draws fresh dropout masks at every graph replay on this machine (its GPU test,
+# about 40 s; it must pass, not skip): a compiled stack whose masks froze would train a different recipe.
+compiled_masks_are_fresh() {
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -rA \
+    "tests/training/test_stack_graph.py::test_each_graph_replay_draws_fresh_dropout_masks[0.1-compiled]" \
+    >"$SESSION/preflight.txt" 2>&1
+  grep -q '^PASSED' "$SESSION/preflight.txt"
+}
+
 # Start the session's sweep detached, bounded to stop training when MINUTES ($1, counted from this script's
 # start) are up, and watch it.
 launch() {
@@ -130,12 +150,11 @@ start)
       break
     fi
   done
-  minutes=$(awk -v m="$minutes" -v s="$(($(date +%s) - began))" 'BEGIN { print m - s / 60 }')
-  done_args=()
-  [[ -d $DONE ]] && done_args=(--done "$DONE")
-  python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" "${benches[@]}" --stacking "$STACKING" \
-    --minutes "$minutes" --carry-mib "$CARRY_MIB" --startup-seconds "$STARTUP_SECONDS" --out "$SESSION/grid.toml" |
-    tee "$SESSION/plan.json" || exit 2
+  plan "$2" "$STACKING" "${benches[@]}" || exit 2
+  if grep -q '^compile = true' "$SESSION/grid.toml" && ! compiled_masks_are_fresh; then
+    echo "the compiled stack failed its check on this GPU ($SESSION/preflight.txt): planning the plain stack"
+    plan "$2" native "${benches[@]}" || exit 2
+  fi
   cp "$bench" "$SESSION/bench.json" 2>/dev/null
   launch "$2"
   ;;

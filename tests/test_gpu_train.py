@@ -29,10 +29,12 @@ def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_th
     fake_smi.chmod(0o755)
     queue = {"max_steps": 1000, "analyses": ("matching",), "batch_size": 256, "checkpoint_every": 1000}
     write_tiny_grid(tmp_path / "queue.toml", **queue)  # an epoch of 29 steps, a state at its end
-    # Two of the three runs left fit: at most 1,000 steps x 1 ms, 90 s start-up and 30 s per run in 2.75 minutes.
-    bench = {"runs": [{"device": "cuda", "results": [{"stacking": "native", "precision": "fp32", "replicates": 1,
-                                                      "step_ms": 1.0}]}]}  # fmt: skip
-    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    # In 4 minutes the compiled stack (0.01 ms a step) would train the three runs left, but its GPU check cannot
+    # pass here, so the plain stack is planned: two runs fit (at most 1,000 steps x 30.5 ms, 90 s start-up and
+    # 30 s per run: 3.03 minutes), three do not (at 60 ms: 4.05), whatever the check's seconds before the plan.
+    steps = {("native", 1): 1.0, ("native", 3): 60.0, ("native-compile", 1): 0.01}
+    measured = [{"stacking": k, "precision": "fp32", "replicates": r, "step_ms": ms} for (k, r), ms in steps.items()]
+    (tmp_path / "bench.json").write_text(json.dumps({"runs": [{"device": "cuda", "results": measured}]}))
     done = tmp_path / "done" / "model"
     done.mkdir(parents=True)
     (done / "config.json").write_text(json.dumps({"metadata": {"run": "tiny-random-s0", "epochs_completed": 1.0,
@@ -51,9 +53,10 @@ def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_th
         "PYTHONPATH": str(ROOT),
     }
     script = ["bash", str(ROOT / "scripts" / "gpu_train.sh")]
-    started = subprocess.run([*script, "start", "2.75", str(tmp_path / "bench.json")], env=env, capture_output=True,
+    started = subprocess.run([*script, "start", "4", str(tmp_path / "bench.json")], env=env, capture_output=True,
                              text=True, timeout=400)  # fmt: skip
     assert started.returncode == 0, started.stderr[-2000:]
+    assert "the compiled stack failed its check on this GPU" in started.stdout
     assert "the sweep is not running" in started.stdout
     assert re.search(r"stack-000/metrics.jsonl: step \d+/1,000 \(.*loss \d.*tasks/s, about .* min", started.stdout)
     plan = json.loads((tmp_path / "out" / "plan.json").read_text())
@@ -73,7 +76,7 @@ def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_th
     subprocess.run([*records, "--into", str(tmp_path / "records")], check=True, capture_output=True, timeout=60)
     assert not list((tmp_path / "records").rglob("model.safetensors"))
     plan_next = [sys.executable, str(ROOT / "scripts" / "gpu_plan.py"), "--queue", str(tmp_path / "queue.toml")]
-    plan_next += ["--done", str(tmp_path / "done"), "--done", str(tmp_path / "records"), "--minutes", "2.75"]
+    plan_next += ["--done", str(tmp_path / "done"), "--done", str(tmp_path / "records"), "--minutes", "3"]
     plan_next += ["--bench", str(tmp_path / "bench.json"), "--out", str(tmp_path / "next.toml")]
     planned = subprocess.run(plan_next, env=env, capture_output=True, text=True, timeout=120)
     assert json.loads(planned.stdout)["runs"] == ["tiny-nocopy-random-s1"], planned.stderr[-2000:]

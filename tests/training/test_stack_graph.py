@@ -96,11 +96,14 @@ def test_a_graphed_stack_resumes_where_it_stopped(data_dirs, tmp_path):
     assert _gap(resumed.model.flat.detach().cpu(), whole) < 1e-3
 
 
+@pytest.mark.parametrize("compile", [False, True], ids=["plain", "compiled"])
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
-def test_each_graph_replay_draws_fresh_dropout_masks(data_dirs, tmp_path, dropout):
+def test_each_graph_replay_draws_fresh_dropout_masks(data_dirs, tmp_path, monkeypatch, dropout, compile):
     """The same step replayed from the same weights (lr 0): with dropout its losses differ at every replay (the
-    graph advances the CUDA generator's offset), without dropout they agree."""
-    config = _config(data_dirs, lr=0.0, model={**SMALL_MODEL, "dropout": dropout})
+    graph advances the CUDA generator's offset; compiled, inductor's own random numbers must too), without
+    dropout they agree. scripts/gpu_train.sh runs the compiled case before it trains a compiled stack."""
+    monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", compile)  # see the test above
+    config = _config(data_dirs, lr=0.0, model={**SMALL_MODEL, "dropout": dropout}, compile=compile)
     trainer = StackTrainer.start(config, tmp_path / "run")
     trainer.train_step()  # loads the first window, captures the graph and replays step 0
     trainer.stepper.take_losses()
