@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.train_throughput import _bench_config, _release, _write_json, timed
@@ -55,9 +56,9 @@ def kernel_profile(trainer: StackTrainer, device: torch.device, steps: int, top:
             trainer.train_step()
         if device.type == "cuda":
             torch.cuda.synchronize()
-    events = [e for e in prof.key_averages() if e.device_type.name == device.type.upper()]
-    if device.type == "cpu":
-        events = list(prof.key_averages())
+    events = list(prof.key_averages())
+    if device.type == "cuda":
+        events = [e for e in events if e.device_type.name == "CUDA"]
     self_us = lambda e: e.self_device_time_total if device.type == "cuda" else e.self_cpu_time_total
     kernels = sorted(events, key=self_us, reverse=True)
     device_us = sum(self_us(e) for e in kernels) / steps
@@ -77,8 +78,6 @@ def one_change_timings(
     data_dir: str, device: torch.device, replicates: int, precision: str, steps: int, compile: bool = False
 ) -> dict:
     """The graphed step's ms with nothing changed, without dropout, and with each attention backend forced."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     variants = {"as is": ({}, None), "dropout 0": ({"model": {"dropout": 0.0}}, None)}
     for backend in ("EFFICIENT_ATTENTION", "FLASH_ATTENTION", "CUDNN_ATTENTION", "MATH"):
         variants[f"sdpa {backend.lower()}"] = ({}, getattr(SDPBackend, backend))
