@@ -16,8 +16,8 @@
 #       bundles runs/grid and runs/session (models, evaluations, metrics, plan, the states of unfinished
 #       stacks; no datasets) once, and copies chunk group PART (0: parts 00-03, 1: parts 04-07, ...) with the
 #       checksum to $OUT.
-# MINUTES: the device minutes left (device status: budget_left_s / 60) less about 5 (start-up, packing, the
-# transfers back). Each command returns well inside the device tool's 10 minutes; the next must follow
+# MINUTES: the device minutes left (device status: budget_left_s / 60) less about 3 (the machine's start, the
+# seconds between calls, the pack call). Each command returns well inside the device tool's 10 minutes; the next must follow
 # within 30 s, or the machine (and the sweep on it) is given back.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2

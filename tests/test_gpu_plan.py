@@ -254,3 +254,17 @@ def test_the_queue_starts_with_the_precision_check_and_covers_the_paper_grid():
     paper = {(r.dataset, r.batching, r.seed) for r in expand(load_grid(ROOT / "grids" / "paper.toml"))}
     assert {(r.dataset, r.batching, r.seed) for r in runs} == paper
     assert runs[10].name == "copy-200-alphabet-s0" and runs[-1].name == "copy-20-5shot-alphabet-s4"
+
+
+def test_the_next_h100_session_continues_the_first_fp32_run_of_the_queue_from_the_committed_step_times():
+    """What `gpu_train.sh start` plans on an H100 with 15 minutes of device time (MINUTES = 12, less the seconds
+    before the planner runs) and its default carry budget: not even one fp32 run finishes in a session, so the
+    queue's first run trains compiled (2.65 ms a step against 3.9 plain) over two sessions."""
+    documents = [json.loads((ROOT / "benchmarks" / "results" / f"{name}-h100.json").read_text())
+                 for name in ("stacking", "compile")]  # fmt: skip
+    bench, grid = gpu_plan.merge_benchmarks(documents), load_grid(ROOT / "grids" / "queue.toml")
+    with pytest.raises(ValueError, match="not even one fp32 run fits"):
+        gpu_plan.plan_session(grid, set(), bench, 11.8, "auto")
+    plan = gpu_plan.plan_session(grid, set(), bench, 11.8, "auto", carry_mib=28)
+    assert [run.name for run in plan.runs] == ["copy-20-random-s0"]
+    assert (plan.stacking, plan.sessions, plan.step_ms) == ("native-compile", 2, pytest.approx(2.653, abs=1e-3))
