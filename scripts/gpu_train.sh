@@ -6,23 +6,26 @@
 #       runs (analyses/runs holds the finished ones) that trains, evaluates and analyses in MINUTES, or, when
 #       none does, a stack of at most CARRY_MIB MiB of state that continues over sessions (scripts/gpu_plan.py);
 #       a compiled stack only after its GPU test passed here (fresh dropout masks at every replay; else plain).
-#       Starts its sweep detached (it outlives the command while the machine stays warm), bounded to stop
-#       training when MINUTES are up (saving the stack's state), and watches it to about 9.5 minutes in all.
+#       Trains it detached (it outlives the command while the machine stays warm) until MINUTES are up (saving
+#       the state of a stack that has not finished); a sweep whose stacks all finished early is moved to
+#       runs/done-K and followed by the queue's next stack while FOLLOW_MINUTES are left. Watches to about
+#       9.5 minutes in all.
 #       BENCH_JSON: the stack step times; default benchmarks/results/stacking-KIND.json (KIND from nvidia-smi:
 #       h100, h200), else runs/gpu-session/stacking.json (scripts/gpu_session.sh), else a 3-minute probe.
 #   bash scripts/gpu_train.sh watch [SECONDS]
 #       prints each stack's last step line every 30 s for SECONDS (default 540) or until the sweep has ended.
 #   bash scripts/gpu_train.sh pack PART
-#       bundles runs/grid and runs/session (models, evaluations, metrics, plan, the states of unfinished
-#       stacks; no datasets) once, and copies chunk group PART (0: parts 00-03, 1: parts 04-07, ...) with the
-#       checksum to $OUT.
+#       bundles runs/grid, runs/session and runs/done-* (models, evaluations, metrics, plans, the drive log, the
+#       states of unfinished stacks; no datasets) once, and copies chunk group PART (0: parts 00-03, 1: parts
+#       04-07, ...) with the checksum to $OUT.
 # MINUTES: the device minutes left (device status: budget_left_s / 60) less about 3 (the machine's start, the
-# seconds between calls, the pack call). Each command returns well inside the device tool's 10 minutes; the next must follow
-# within 30 s, or the machine (and the sweep on it) is given back.
+# seconds between calls, the pack call). Each command returns well inside the device tool's 10 minutes; the
+# next must follow within 30 s, or the machine (and the sweep on it) is given back.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
+SCRIPT=$PWD/scripts/gpu_train.sh
 case ${1:-} in
-start | watch | pack) ;;
+start | watch | pack | drive) ;;
 *)
   echo "usage: gpu_train.sh start MINUTES [BENCH_JSON] | watch [SECONDS] | pack PART" >&2
   exit 2
@@ -48,9 +51,11 @@ CARRY=${CARRY:-runs/carry}
 CARRY_MIB=${CARRY_MIB:-28}
 # The planner's guess of a session's start-up before the first step (dataset, model, compile and capture).
 STARTUP_SECONDS=${STARTUP_SECONDS:-90}
+# After a sweep whose stacks all finished, the driver plans the queue's next stack if this many minutes remain.
+FOLLOW_MINUTES=${FOLLOW_MINUTES:-3}
 SESSION=$WORK/session
 SWEEP=$WORK/grid
-OUT=${OUT:-$SESSION/out}
+OUT=${OUT:-$WORK/out}
 mkdir -p "$OUT" "$SESSION"
 began=$(date +%s)
 
@@ -72,7 +77,8 @@ runs = json.load(open(sys.argv[1])).get("runs", [])
 sys.exit(not any(r.get("stacking") == sys.argv[2] for run in runs for r in run.get("results", [])))' "$1" "$2" 2>/dev/null
 }
 
-sweep_running() { pgrep -f "lsa_interp sweep $SESSION/grid.toml" >/dev/null; }
+# Whether this work directory's driver (`drive`: it runs the session's sweeps one after another) is running.
+sweep_running() { pgrep -f "gpu_train.sh drive [0-9]+ $WORK\$" >/dev/null; }
 
 watch_sweep() {
   local until=$(($(date +%s) + $1))
@@ -81,23 +87,30 @@ watch_sweep() {
     for metrics in "$SWEEP"/stacks/*/metrics.jsonl; do
       [[ -f $metrics ]] && grep '"type": "step"' "$metrics" | tail -n 1 | python3 -c "$PROGRESS" "$metrics" "$SESSION/plan.json"
     done
-    echo "models evaluated: $(find "$SWEEP" -name evaluation.json 2>/dev/null | wc -l)"
+    echo "models evaluated: $(find "$SWEEP" "$WORK"/done-* -name evaluation.json 2>/dev/null | wc -l)"
     if ! sweep_running; then
       echo "the sweep is not running; its log ends:"
       tail -n 15 "$SESSION/sweep.log"
+      tail -n 5 "$WORK/drive.log"
       return
     fi
     sleep "$WATCH_EVERY"
   done
 }
 
-# Plan the session's stack with the minutes left of $1, stacking $2, and the benchmark arguments after them.
+# Minutes from now until epoch second $1 (0 once it has passed).
+minutes_until() { awk -v d="$1" -v n="$(date +%s)" 'BEGIN { left = (d - n) / 60; print (left > 0 ? left : 0) }'; }
+
+# Plan the session's stack in $1 minutes with stacking $2 from the benchmark arguments in $WORK/benches; the
+# runs finished in this session's earlier sweeps (WORK/done-K) count as finished.
 plan() {
-  local minutes=$1 stacking=$2 done_args=()
-  shift 2
-  minutes=$(awk -v m="$minutes" -v s="$(($(date +%s) - began))" 'BEGIN { print m - s / 60 }')
+  local done_args=() benches=() root
+  mapfile -t benches <"$WORK/benches"
   [[ -d $DONE ]] && done_args=(--done "$DONE")
-  python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" "$@" --stacking "$stacking" --minutes "$minutes" \
+  for root in "$WORK"/done-*/grid; do
+    [[ -d $root ]] && done_args+=(--done "$root")
+  done
+  python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" "${benches[@]}" --stacking "$2" --minutes "$1" \
     --carry-mib "$CARRY_MIB" --startup-seconds "$STARTUP_SECONDS" --out "$SESSION/grid.toml" | tee "$SESSION/plan.json"
 }
 
@@ -110,15 +123,40 @@ compiled_masks_are_fresh() {
   grep -q '^PASSED' "$SESSION/preflight.txt"
 }
 
-# Start the session's sweep detached, bounded to stop training when MINUTES ($1, counted from this script's
-# start) are up, and watch it.
+# Plan the stack that trains until epoch second $1: compiled only where its check passes on this machine.
+plan_stack() {
+  plan "$(minutes_until "$1")" "$STACKING" || return 1
+  if grep -q '^compile = true' "$SESSION/grid.toml" && ! compiled_masks_are_fresh; then
+    echo "the compiled stack failed its check on this GPU ($SESSION/preflight.txt): planning the plain stack"
+    plan "$(minutes_until "$1")" native || return 1
+  fi
+}
+
+# The detached driver (`drive DEADLINE WORK`): the session's sweep, training until DEADLINE (epoch seconds);
+# then, while every stack of it finished without an error and FOLLOW_MINUTES remain, the queue's next stack
+# in a new sweep (the finished sweep and its session move to WORK/done-K).
+drive() {
+  local deadline=$1 k
+  while :; do
+    python3 -m lsa_interp sweep "$SESSION/grid.toml" --out "$SWEEP" --max-minutes "$(minutes_until "$deadline")" \
+      >>"$SESSION/sweep.log" 2>&1 || return
+    [[ -z $(python3 scripts/pack_results.py unfinished "$SWEEP") ]] || return
+    awk -v left="$(minutes_until "$deadline")" -v need="$FOLLOW_MINUTES" 'BEGIN { exit !(left >= need) }' || return
+    k=1
+    while [[ -e $WORK/done-$k ]]; do k=$((k + 1)); done
+    mkdir -p "$WORK/done-$k" && mv "$SWEEP" "$SESSION" "$WORK/done-$k/" && mkdir -p "$SESSION" || return
+    echo "$(date +%T) every stack finished, $(minutes_until "$deadline") minutes left: planning the next stack"
+    plan_stack "$deadline" || return
+  done
+}
+
+# Start the driver detached, training until MINUTES ($1) after this script's start, and watch it.
 launch() {
-  local sweep_minutes
-  sweep_minutes=$(awk -v m="$1" -v s="$(($(date +%s) - began))" 'BEGIN { left = m - s / 60; print (left > 0 ? left : 0) }')
+  local deadline
+  deadline=$(awk -v b="$began" -v m="$1" 'BEGIN { printf "%d", b + 60 * m }')
   cp "$SESSION/plan.json" "$SESSION/grid.toml" "$OUT/" 2>/dev/null
-  echo "the sweep trains for at most $sweep_minutes minutes"
-  setsid nohup python3 -m lsa_interp sweep "$SESSION/grid.toml" --out "$SWEEP" --max-minutes "$sweep_minutes" \
-    >>"$SESSION/sweep.log" 2>&1 </dev/null &
+  echo "training until $(date -d "@$deadline" +%T), then the queue's next stacks while time is left"
+  setsid nohup bash "$SCRIPT" drive "$deadline" "$WORK" >>"$WORK/drive.log" 2>&1 </dev/null &
   sleep 5
   watch_sweep $((560 - ($(date +%s) - began)))
 }
@@ -126,14 +164,6 @@ launch() {
 case ${1:-} in
 start)
   minutes=${2:?usage: gpu_train.sh start MINUTES [BENCH_JSON]}
-  if compgen -G "$CARRY/grid/stacks/*/state.pt" >/dev/null; then
-    echo "continuing the stack carried up in $CARRY:"
-    mkdir -p "$SWEEP"
-    cp -r "$CARRY/grid/." "$SWEEP/"
-    cp -r "$CARRY/session/." "$SESSION/"
-    launch "$minutes"
-    exit 0
-  fi
   kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o 'H[0-9]*' | tr H h)
   bench=${3:-benchmarks/results/stacking-$kind.json}
   [[ -f $bench ]] || bench=runs/gpu-session/stacking.json
@@ -150,13 +180,20 @@ start)
       break
     fi
   done
-  plan "$2" "$STACKING" "${benches[@]}" || exit 2
-  if grep -q '^compile = true' "$SESSION/grid.toml" && ! compiled_masks_are_fresh; then
-    echo "the compiled stack failed its check on this GPU ($SESSION/preflight.txt): planning the plain stack"
-    plan "$2" native "${benches[@]}" || exit 2
-  fi
+  printf '%s\n' "${benches[@]}" >"$WORK/benches"
   cp "$bench" "$SESSION/bench.json" 2>/dev/null
-  launch "$2"
+  if compgen -G "$CARRY/grid/stacks/*/state.pt" >/dev/null; then
+    echo "continuing the stack carried up in $CARRY:"
+    mkdir -p "$SWEEP"
+    cp -r "$CARRY/grid/." "$SWEEP/"
+    cp -r "$CARRY/session/." "$SESSION/"
+  else
+    plan_stack "$(awk -v b="$began" -v m="$minutes" 'BEGIN { printf "%d", b + 60 * m }')" || exit 2
+  fi
+  launch "$minutes"
+  ;;
+drive)
+  drive "$2"
   ;;
 watch)
   watch_sweep "${2:-540}"
@@ -164,7 +201,12 @@ watch)
 pack)
   part=${2:?usage: gpu_train.sh pack PART}
   if [[ ! -f $BUNDLE/bundle.sha256 ]]; then
-    python3 scripts/pack_results.py pack "$SWEEP" "$SESSION" --states --out "$BUNDLE" || exit 1
+    cp "$WORK/drive.log" "$SESSION/" 2>/dev/null
+    roots=()
+    for root in "$SWEEP" "$SESSION" "$WORK"/done-*; do
+      [[ -d $root ]] && roots+=("$root")
+    done
+    python3 scripts/pack_results.py pack "${roots[@]}" --states --out "$BUNDLE" || exit 1
   fi
   cp "$BUNDLE/bundle.sha256" "$OUT/"
   for index in 0 1 2 3; do

@@ -13,10 +13,11 @@ most 4 chunks (and the checksum) to ``$OUT`` per command:
     python scripts/pack_results.py records runs/grid --into analyses/runs/2026-12-01-h100   # what is committed
     python scripts/pack_results.py carry runs --into ~/.local/share/lsa-interp/gpu-carry   # what continues
 
-``carry`` keeps, of an unpacked session (``grid/`` the sweep, ``session/`` its plan), only what the next GPU
-session needs to continue its unfinished stacks (their config, metrics and state, the sweep's plan and the
-session's grid file: about 17 MB per fp32 run); it replaces ``--into`` and empties it when every stack
-finished. The next session carries that folder up as ``runs/carry`` (scripts/gpu_train.sh).
+``unfinished SWEEP`` prints the stacks of a sweep that have not finished. ``carry`` keeps, of an unpacked
+session (``grid/`` the sweep, ``session/`` its plan), only what the next GPU session needs to continue its
+unfinished stacks (their config, metrics and state, the sweep's plan and the session's grid file: about
+17 MB per fp32 run); it replaces ``--into`` and empties it when every stack finished. The next session
+carries that folder up as ``runs/carry`` (scripts/gpu_train.sh).
 """
 
 from __future__ import annotations
@@ -143,16 +144,22 @@ def records(source: Path, into: Path) -> int:
     return len(files)
 
 
+def unfinished_stacks(sweep: Path) -> list[Path]:
+    """The stack directories of ``sweep`` that saved a state and have not finished, in name order."""
+    return sorted(state.parent for state in sweep.glob("stacks/*/" + STATE) if not stack_finished(state.parent))
+
+
 def carry(source: Path, into: Path) -> int:
     """Replace ``into`` with what continues the unfinished stacks of the session unpacked in ``source``
     (``source/grid``: the sweep, ``source/session``: its grid file and plan); returns the stacks kept.
 
-    ``into`` ends empty when every stack finished. Raises SystemExit when ``source/grid`` is missing.
+    ``into`` ends empty when every stack finished or there is no ``source/grid``. Raises SystemExit when
+    ``source`` is not a directory.
     """
     sweep, session = source / "grid", source / "session"
-    if not sweep.is_dir():
-        raise SystemExit(f"not a sweep directory: {sweep}")
-    unfinished = sorted(state.parent for state in sweep.glob("stacks/*/" + STATE) if not stack_finished(state.parent))
+    if not source.is_dir():
+        raise SystemExit(f"not a directory: {source}")
+    unfinished = unfinished_stacks(sweep)
     staging = into.with_name(f".{into.name}.staging")
     shutil.rmtree(staging, ignore_errors=True)
     files = [sweep / "plan.json", sweep / "grid.toml", session / "grid.toml", session / "plan.json"]
@@ -183,6 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     keeping = commands.add_parser("records", help="copy a sweep's run records, without weights, for the repository")
     keeping.add_argument("source", type=Path)
     keeping.add_argument("--into", type=Path, required=True)
+    listing = commands.add_parser("unfinished", help="print the stacks of a sweep that have not finished")
+    listing.add_argument("sweep", type=Path)
     carrying = commands.add_parser("carry", help="keep what continues a session's unfinished stacks")
     carrying.add_argument("source", type=Path, help="an unpacked session (with grid/ and session/)")
     carrying.add_argument("--into", type=Path, required=True)
@@ -193,6 +202,8 @@ def main(argv: list[str] | None = None) -> None:
         records(args.source, args.into)
     elif args.command == "carry":
         carry(args.source, args.into)
+    elif args.command == "unfinished":
+        print("\n".join(map(str, unfinished_stacks(args.sweep))))
     else:
         unpack(args.sources, args.into)
 

@@ -13,6 +13,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from lsa_interp.sweep.grid import load_grid
+from lsa_interp.sweep.plan import plan_stacks, stack_config, stack_dir
+from lsa_interp.sweep.runner import run_sweep
+from lsa_interp.training import StackTrainer
 from tests.sweep.tiny_grid import write_tiny_grid
 
 ROOT = Path(__file__).parents[1]
@@ -49,6 +53,7 @@ def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_th
         "BUNDLE": str(tmp_path / "bundle"),
         "OUT": str(tmp_path / "out"),
         "WATCH_EVERY": "1",
+        "FOLLOW_MINUTES": "99",  # one sweep: what follows a finished sweep is the next test's
         "OMP_NUM_THREADS": "1",  # one core per test worker
         "PYTHONPATH": str(ROOT),
     }
@@ -134,6 +139,61 @@ def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_i
     assert plan["sessions"] > 1 and plan["replicates"] == 4
     first, both = steps
     assert first and both[: len(first)] == first and both[-1] > first[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_after_the_carried_stack_finishes_the_session_trains_the_queues_next_stacks(tmp_path):
+    """A session that continues a carried stack 100 steps into a run of about 900 finishes it early, moves that
+    sweep to done-1 and plans and trains the queue's next stack in the time left; pack brings back both."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\n")
+    (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
+    grid = write_tiny_grid(tmp_path / "queue.toml", max_steps=10**6, analyses=("matching",), checkpoint_every=10**6)
+    grid.write_text(grid.read_text().replace("max_steps = 1000000\n", ""))  # each run: one epoch at batch 8
+    # One run a stack (a second would cost 100 ms a step), continued over sessions (no session fits a run).
+    measured = [
+        {"stacking": "native", "precision": "fp32", "replicates": r, "step_ms": ms} for r, ms in ((1, 1), (2, 100))
+    ]
+    (tmp_path / "bench.json").write_text(json.dumps({"runs": [{"device": "cuda", "results": measured}]}))
+    carried = tmp_path / "earlier"
+    (carried / "session").mkdir(parents=True)
+    plan = [sys.executable, str(ROOT / "scripts" / "gpu_plan.py"), "--queue", str(grid), "--minutes", "0.1"]
+    plan += ["--bench", str(tmp_path / "bench.json"), "--carry-mib", "99", "--startup-seconds", "1"]
+    planned = subprocess.run([*plan, "--out", str(carried / "session" / "grid.toml")], check=True,
+                             capture_output=True, text=True)  # fmt: skip
+    carried_runs = json.loads(planned.stdout)["runs"]
+    session_grid = load_grid(carried / "session" / "grid.toml")
+    run_sweep(carried / "session" / "grid.toml", carried / "grid", max_minutes=0, progress=False)  # plan and data
+    stack = plan_stacks(session_grid, carried / "grid")[0]
+    StackTrainer.start(stack_config(session_grid, carried / "grid", stack), stack_dir(carried / "grid", stack))
+    StackTrainer.resume(stack_dir(carried / "grid", stack), max_steps=100).run()
+    pack = [sys.executable, str(ROOT / "scripts" / "pack_results.py")]
+    subprocess.run([*pack, "carry", str(carried), "--into", str(tmp_path / "carry")], check=True, capture_output=True)
+    work = tmp_path / "work"
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "QUEUE": str(grid), "DONE": str(tmp_path / "none"), "CARRY": str(tmp_path / "carry"),
+        "GPU_TRAIN_DIR": str(work), "BUNDLE": str(tmp_path / "bundle"), "OUT": str(tmp_path / "out"),
+        "STARTUP_SECONDS": "1", "FOLLOW_MINUTES": "0.1", "WATCH_EVERY": "1", "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+    }  # fmt: skip
+    script = ["bash", str(ROOT / "scripts" / "gpu_train.sh")]
+    started = subprocess.run([*script, "start", "1.2", str(tmp_path / "bench.json")], env=env, capture_output=True,
+                             text=True, timeout=300)  # fmt: skip
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert "continuing the stack carried up" in started.stdout and "the sweep is not running" in started.stdout
+    finished = sorted((work / "done-1" / "grid").rglob("evaluation.json"))
+    assert len(finished) == 1 and (work / "done-1" / "grid" / "stacks" / "stack-000" / "done").is_file()
+    follow = json.loads((work / "session" / "plan.json").read_text())["runs"]
+    assert len(carried_runs) == 1 and follow and carried_runs[0] not in follow
+    assert "planning the next stack" in (work / "drive.log").read_text()
+    packed = subprocess.run([*script, "pack", "0"], env=env, capture_output=True, text=True, timeout=120)
+    assert packed.returncode == 0, packed.stderr[-2000:]
+    subprocess.run([*pack, "unpack", str(tmp_path / "out"), "--into", str(tmp_path / "back")], check=True)
+    assert len(list((tmp_path / "back" / "done-1" / "grid").rglob("model.safetensors"))) == 1
+    assert (tmp_path / "back" / "session" / "drive.log").is_file()
 
 
 def test_an_unknown_subcommand_is_a_usage_error():

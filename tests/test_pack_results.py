@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,7 @@ def test_carry_keeps_what_continues_the_unfinished_stack_and_empties_when_all_fi
     into = tmp_path / "carry"
     (into / "stale").mkdir(parents=True)
     assert pack_results.carry(source, into) == 1
+    assert pack_results.unfinished_stacks(sweep) == [sweep / "stacks" / "stack-001"]
     kept = {str(p.relative_to(into)) for p in into.rglob("*") if p.is_file()}
     assert kept == {
         "grid/plan.json", "grid/grid.toml", "session/grid.toml", "grid/stacks/stack-001/train_config.json",
@@ -124,7 +126,9 @@ def test_carry_keeps_what_continues_the_unfinished_stack_and_empties_when_all_fi
     (sweep / "stacks" / "stack-001" / "done").write_text("{}")
     assert pack_results.carry(source, into) == 0
     assert into.is_dir() and not any(into.iterdir())
-    with pytest.raises(SystemExit, match="not a sweep directory"):
+    shutil.rmtree(sweep)
+    assert pack_results.carry(source, into) == 0 and not any(into.iterdir())
+    with pytest.raises(SystemExit, match="not a directory"):
         pack_results.carry(tmp_path / "nowhere", into)
 
 
