@@ -152,6 +152,12 @@ def steps_per_epoch(run: SweepRun, grid: Grid, batch_size: int) -> int:
     return math.ceil(TRAIN_ROWS / batch_size) + groups - 1
 
 
+def stack_steps(runs: tuple[SweepRun, ...], grid: Grid, batch_size: int) -> int:
+    """Steps of a stack of ``runs``: its longest run's (an upper bound), or the recipe's ``max_steps`` if fewer."""
+    steps = max(run.epochs * steps_per_epoch(run, grid, batch_size) for run in runs)
+    return min(steps, grid.recipe.get("max_steps") or steps)
+
+
 def state_mib(grid: Grid) -> float:
     """MiB of resumable state per run of the queue's model (`STATE_BYTES_PER_PARAMETER` per parameter)."""
     parameters = sum(p.numel() for p in HookedEncoderDecoder(ModelConfig(**grid.model)).parameters())
@@ -219,9 +225,7 @@ def plan_session(
     best = None
     for size in range(1, len(candidates) + 1):
         runs = tuple(candidates[:size])
-        steps = max(run.epochs * steps_per_epoch(run, grid, batch) for run in runs)
-        steps = min(steps, grid.recipe.get("max_steps") or steps)
-        ms = step_ms_at(table, size)
+        steps, ms = stack_steps(runs, grid, batch), step_ms_at(table, size)
         total = (steps * ms / 1000 * (1 + overhead) + startup_seconds + eval_seconds * size) / 60
         if total <= minutes:
             best = SessionPlan(runs, precision, ms, steps, total, len(left), batch, stacking)
@@ -229,8 +233,8 @@ def plan_session(
         return best
     if carry_mib <= 0:
         raise ValueError(f"not even one {precision} run fits in {minutes:g} minutes at this benchmark's step times")
-    plan = _continued_plan(candidates, grid, table, minutes, carry_mib, (overhead, startup_seconds, eval_seconds))
-    return replace(plan, remaining=len(left), stacking=stacking)
+    costs = (overhead, startup_seconds, eval_seconds)
+    return _continued_plan(candidates, grid, table, minutes, carry_mib, costs, len(left), stacking)
 
 
 def _preference(plan: SessionPlan) -> tuple:
@@ -240,10 +244,18 @@ def _preference(plan: SessionPlan) -> tuple:
 
 
 def _continued_plan(
-    candidates: list[SweepRun], grid: Grid, table: dict[int, float], minutes: float, carry_mib: float, costs: tuple
+    candidates: list[SweepRun],
+    grid: Grid,
+    table: dict[int, float],
+    minutes: float,
+    carry_mib: float,
+    costs: tuple,
+    remaining: int,
+    stacking: str,
 ) -> SessionPlan:
     """The stack of at most ``carry_mib`` MiB of state that trains the most runs per minute, over sessions of
-    ``minutes`` that each start up again. Raises ValueError when a run's state or the start-up does not fit."""
+    ``minutes`` that each start up again (``costs``: overhead, start-up and evaluation seconds as in
+    `plan_session`). Raises ValueError when a run's state or the start-up does not fit."""
     overhead, startup_seconds, eval_seconds = costs
     per_run = state_mib(grid)
     usable = minutes - startup_seconds / 60
@@ -256,13 +268,11 @@ def _continued_plan(
     best = None
     for size in range(1, min(len(candidates), int(carry_mib // per_run)) + 1):
         runs = tuple(candidates[:size])
-        steps = max(run.epochs * steps_per_epoch(run, grid, batch) for run in runs)
-        steps = min(steps, grid.recipe.get("max_steps") or steps)
-        ms = step_ms_at(table, size)
+        steps, ms = stack_steps(runs, grid, batch), step_ms_at(table, size)
         work = (steps * ms / 1000 * (1 + overhead) + eval_seconds * size) / 60
         sessions = math.ceil(work / usable)
         total = work + sessions * startup_seconds / 60
-        plan = SessionPlan(runs, candidates[0].precision, ms, steps, total, len(candidates), batch, sessions=sessions)
+        plan = SessionPlan(runs, candidates[0].precision, ms, steps, total, remaining, batch, stacking, sessions)
         if best is None or size / plan.minutes > len(best.runs) / best.minutes:
             best = plan
     return best

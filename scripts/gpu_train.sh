@@ -115,19 +115,20 @@ plan() {
 }
 
 # Whether the compiled stack draws fresh dropout masks at every graph replay on this machine (its GPU test,
-# about 40 s; it must pass, not skip): a compiled stack whose masks froze would train a different recipe.
+# about 40 s, run once per machine; it must pass, not skip): a compiled stack whose masks froze would train a
+# different recipe.
 compiled_masks_are_fresh() {
-  timeout 150 python3 -m pytest -q -p no:cacheprovider -rA \
+  [[ -f $WORK/preflight.txt ]] || timeout 150 python3 -m pytest -q -p no:cacheprovider -rA \
     "tests/training/test_stack_graph.py::test_each_graph_replay_draws_fresh_dropout_masks[0.1-compiled]" \
-    >"$SESSION/preflight.txt" 2>&1
-  grep -q '^PASSED' "$SESSION/preflight.txt"
+    >"$WORK/preflight.txt" 2>&1
+  grep -q '^PASSED' "$WORK/preflight.txt"
 }
 
 # Plan the stack that trains until epoch second $1: compiled only where its check passes on this machine.
 plan_stack() {
   plan "$(minutes_until "$1")" "$STACKING" || return 1
   if grep -q '^compile = true' "$SESSION/grid.toml" && ! compiled_masks_are_fresh; then
-    echo "the compiled stack failed its check on this GPU ($SESSION/preflight.txt): planning the plain stack"
+    echo "the compiled stack failed its check on this GPU ($WORK/preflight.txt): planning the plain stack"
     plan "$(minutes_until "$1")" native || return 1
   fi
 }
@@ -150,10 +151,9 @@ drive() {
   done
 }
 
-# Start the driver detached, training until MINUTES ($1) after this script's start, and watch it.
+# Start the driver detached, training until epoch second $1, and watch it.
 launch() {
-  local deadline
-  deadline=$(awk -v b="$began" -v m="$1" 'BEGIN { printf "%d", b + 60 * m }')
+  local deadline=$1
   cp "$SESSION/plan.json" "$SESSION/grid.toml" "$OUT/" 2>/dev/null
   echo "training until $(date -d "@$deadline" +%T), then the queue's next stacks while time is left"
   setsid nohup bash "$SCRIPT" drive "$deadline" "$WORK" >>"$WORK/drive.log" 2>&1 </dev/null &
@@ -164,6 +164,7 @@ launch() {
 case ${1:-} in
 start)
   minutes=${2:?usage: gpu_train.sh start MINUTES [BENCH_JSON]}
+  deadline=$(awk -v b="$began" -v m="$minutes" 'BEGIN { printf "%d", b + 60 * m }')
   kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o 'H[0-9]*' | tr H h)
   bench=${3:-benchmarks/results/stacking-$kind.json}
   [[ -f $bench ]] || bench=runs/gpu-session/stacking.json
@@ -188,9 +189,9 @@ start)
     cp -r "$CARRY/grid/." "$SWEEP/"
     cp -r "$CARRY/session/." "$SESSION/"
   else
-    plan_stack "$(awk -v b="$began" -v m="$minutes" 'BEGIN { printf "%d", b + 60 * m }')" || exit 2
+    plan_stack "$deadline" || exit 2
   fi
-  launch "$minutes"
+  launch "$deadline"
   ;;
 drive)
   drive "$2"
@@ -201,7 +202,7 @@ watch)
 pack)
   part=${2:?usage: gpu_train.sh pack PART}
   if [[ ! -f $BUNDLE/bundle.sha256 ]]; then
-    cp "$WORK/drive.log" "$SESSION/" 2>/dev/null
+    cp "$WORK/drive.log" "$WORK/preflight.txt" "$SESSION/" 2>/dev/null
     roots=()
     for root in "$SWEEP" "$SESSION" "$WORK"/done-*; do
       [[ -d $root ]] && roots+=("$root")

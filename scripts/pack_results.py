@@ -23,12 +23,14 @@ carries that folder up as ``runs/carry`` (scripts/gpu_train.sh).
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import io
 import json
 import shutil
 import sys
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 KEEP_NAMES = {
@@ -42,16 +44,18 @@ CONTINUES = ("config.json", "train_config.json", "metrics.jsonl", STATE)
 """What continues an unfinished stack in its run directory (datasets are made again from their seeds)."""
 
 
-def wanted(path: Path, root: Path, weights: bool = True, states: bool = False) -> bool:
+def wanted(
+    path: Path, root: Path, weights: bool = True, states: bool = False, finished: Callable[[Path], bool] | None = None
+) -> bool:
     """Keep small result files and (with ``weights``) final models; of a stack that has not finished, only
     what continues it (`CONTINUES`; its resumable state only with ``states``). Skip datasets, other states,
     temporary files and HTML pages (each inlines plotly.js, about 4.8 MB: make them again here from the JSON
-    or model)."""
+    or model). ``finished``: `stack_finished`, or a cached copy of it when many files are asked about."""
     parts = path.relative_to(root).parts
     if any(part in SKIP_PARTS or part.startswith(".") for part in parts):
         return False
     stack = stack_of(path, root)
-    if stack is not None and not stack_finished(stack):
+    if stack is not None and not (finished or stack_finished)(stack):
         return path.parent == stack and path.name in CONTINUES and (states or path.name != STATE)
     if path.name == STATE:
         return False
@@ -76,18 +80,19 @@ def stack_finished(stack: Path) -> bool:
         return True
     config = stack / "train_config.json"
     max_steps = json.loads(config.read_text()).get("max_steps") if config.is_file() else None
-    models = list(stack.glob("replicate-*/model/config.json"))
-    if not max_steps or not models:
+    models = list(stack.glob("replicate-*/model/config.json")) if max_steps else []
+    if not models:
         return False
     return max(json.loads(m.read_text()).get("metadata", {}).get("steps", 0) for m in models) >= max_steps
 
 
 def bundle_bytes(roots: list[Path], states: bool = False) -> bytes:
     """A gzip-compressed tar of the wanted files under ``roots``, named by each root's last component."""
-    buffer = io.BytesIO()
+    buffer, finished = io.BytesIO(), functools.cache(stack_finished)
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for root in roots:
-            for path in sorted(p for p in root.rglob("*") if p.is_file() and wanted(p, root, states=states)):
+            kept = (p for p in root.rglob("*") if p.is_file() and wanted(p, root, states=states, finished=finished))
+            for path in sorted(kept):
                 tar.add(path, arcname=str(Path(root.name) / path.relative_to(root)))
     return buffer.getvalue()
 
@@ -132,8 +137,9 @@ def records(source: Path, into: Path) -> int:
     repository; returns the files copied."""
     if not source.is_dir():
         raise SystemExit(f"not a directory: {source}")
-    files = sorted(p for p in source.rglob("*") if p.is_file() and wanted(p, source, weights=False))
-    files = [p for p in files if (stack := stack_of(p, source)) is None or stack_finished(stack)]
+    finished = functools.cache(stack_finished)
+    files = sorted(p for p in source.rglob("*") if p.is_file() and wanted(p, source, weights=False, finished=finished))
+    files = [p for p in files if (stack := stack_of(p, source)) is None or finished(stack)]
     for path in files:
         target = into / path.relative_to(source)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -162,9 +168,11 @@ def carry(source: Path, into: Path) -> int:
     unfinished = unfinished_stacks(sweep)
     staging = into.with_name(f".{into.name}.staging")
     shutil.rmtree(staging, ignore_errors=True)
-    files = [sweep / "plan.json", sweep / "grid.toml", session / "grid.toml", session / "plan.json"]
+    files = (
+        [sweep / "plan.json", sweep / "grid.toml", session / "grid.toml", session / "plan.json"] if unfinished else []
+    )
     files += [stack / name for stack in unfinished for name in CONTINUES]
-    for path in (p for p in files if unfinished and p.is_file()):
+    for path in (p for p in files if p.is_file()):
         target = staging / path.relative_to(source)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
