@@ -102,7 +102,8 @@ watch_sweep() {
 minutes_until() { awk -v d="$1" -v n="$(date +%s)" 'BEGIN { left = (d - n) / 60; print (left > 0 ? left : 0) }'; }
 
 # Plan the session's stack in $1 minutes with stacking $2 from the benchmark arguments in $WORK/benches; the
-# runs finished in this session's earlier sweeps (WORK/done-K) count as finished.
+# runs finished in this session's earlier sweeps (WORK/done-K) count as finished. A plan that fails (the queue
+# is finished, nothing fits) leaves no plan.json: the planner's error goes to standard error.
 plan() {
   local done_args=() benches=() root
   mapfile -t benches <"$WORK/benches"
@@ -111,7 +112,9 @@ plan() {
     [[ -d $root ]] && done_args+=(--done "$root")
   done
   python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" "${benches[@]}" --stacking "$2" --minutes "$1" \
-    --carry-mib "$CARRY_MIB" --startup-seconds "$STARTUP_SECONDS" --out "$SESSION/grid.toml" | tee "$SESSION/plan.json"
+    --carry-mib "$CARRY_MIB" --startup-seconds "$STARTUP_SECONDS" --out "$SESSION/grid.toml" >"$SESSION/plan.part" ||
+    { rm -f "$SESSION/plan.part" && return 1; }
+  mv "$SESSION/plan.part" "$SESSION/plan.json" && cat "$SESSION/plan.json"
 }
 
 # Whether the compiled stack draws fresh dropout masks at every graph replay on this machine (its GPU test,
