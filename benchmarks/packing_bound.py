@@ -143,11 +143,13 @@ def measure(
 
 def project(result: dict, profile: dict, baseline: dict) -> dict | None:
     """The profiled bf16 step at ``result``'s R with attention scaled by the tile ratio and every other kernel
-    by the token ratio, and its ratio to the single-model step of ``baseline`` (None without both at that R)."""
+    by the token ratio, and its ratio to the single-model step of ``baseline`` (its step of the profiled
+    stacking: compiled or not). None without both at that R."""
     reps = result["replicates"]
     entries = [p for p in profile.get("profiles", []) if p["replicates"] == reps and p["precision"] == "bf16"]
+    stacking = "native-compile" if profile.get("compile") else "native"
     steps = [r for run in baseline.get("runs", []) for r in run["results"] if r["replicates"] == reps]
-    steps = [r for r in steps if r["precision"] == "bf16"]
+    steps = [r for r in steps if r["precision"] == "bf16" and r["stacking"] == stacking]
     if not entries or not steps:
         return None
     kernels = entries[0]["top"]

@@ -38,13 +38,17 @@ def test_the_projection_scales_attention_by_tiles_and_the_rest_by_tokens():
         {"name": "cudnn_generated_fort_native_sdpa_fprop", "ms_per_step": 3.0},
         {"name": "gemm", "ms_per_step": 1},
     ]
-    profile = {"profiles": [{"replicates": 8, "precision": "bf16", "device_ms_per_step": 7.0, "top": kernels}]}
-    step = {"replicates": 8, "precision": "bf16", "step_ms": 7.5, "baseline_step_ms": 3.0}
-    projected = packing_bound.project(result, profile, {"runs": [{"results": [step]}]})
+    entry = {"replicates": 8, "precision": "bf16", "device_ms_per_step": 7.0, "top": kernels}
+    profile = {"compile": True, "profiles": [entry]}
+    step = {"stacking": "native-compile", "replicates": 8, "precision": "bf16", "step_ms": 7.5, "baseline_step_ms": 3.0}
+    native = {**step, "stacking": "native", "baseline_step_ms": 9.0}
+    projected = packing_bound.project(result, profile, {"runs": [{"results": [native, step]}]})
     assert projected["attention_ms"] == 3.0 and projected["other_ms"] == 4.0
     assert projected["projected_ms"] == pytest.approx(3.0 / 2.0 + 4.0 / 1.6)
     assert projected["projected_ratio"] == pytest.approx(8 * 3.0 / projected["projected_ms"])
+    assert projected["profiled_ratio"] == pytest.approx(8 * 3.0 / 7.5)
     assert packing_bound.project({**result, "replicates": 4}, profile, {"runs": [{"results": [step]}]}) is None
+    assert packing_bound.project(result, {**profile, "compile": False}, {"runs": [{"results": [step]}]}) is None
 
 
 def test_the_script_writes_every_stack_size_on_a_real_dataset(tmp_path, tiny, capsys):
