@@ -37,7 +37,7 @@ from lsa_interp.data.loaders import load_tokenized
 from lsa_interp.data.vocab import PAD
 from lsa_interp.utils import atomic_write
 
-ATTENTION_KERNELS = ("sdpa", "cudnn::fusion", "unpack_cudnn", "attention")
+ATTENTION_KERNELS = ("sdpa", "cudnn::fusion", "unpack_cudnn", "fmha", "flash", "attention")
 """Substrings of the kernel names that `project` counts as attention."""
 
 
