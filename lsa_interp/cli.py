@@ -178,6 +178,14 @@ def train(
             "measure first: benchmarks/train_throughput.py --stacking native-compile).",
         ),
     ] = False,
+    attention: Annotated[
+        str,
+        typer.Option(
+            help="sdpa (torch's scaled_dot_product_attention) or triton: the stacked step's own kernel for short "
+            "rows and 16-wide heads (trains as a stack; needs a CUDA GPU and the triton package; measure first: "
+            "benchmarks/train_throughput.py --stacking native-triton).",
+        ),
+    ] = "sdpa",
     length_bucketing: Annotated[
         bool,
         typer.Option(
@@ -232,6 +240,7 @@ def train(
             replicates=replicates,
             cuda_graph=cuda_graph,
             compile=compile,
+            attention=attention,
             length_bucketing=length_bucketing,
             micro_batches=micro_batches,
             architecture=architecture,

@@ -13,6 +13,9 @@
 #   bash scripts/gpu_session.sh extra    at most 6.5 minutes, for a session with time left after its stack:
 #                                        the comparisons the acceptance does not need (the vmap stack, tf32,
 #                                        the compiled stack in bf16)
+#   bash scripts/gpu_session.sh triton   at most 5.5 minutes: the stack's own attention kernel (--attention
+#                                        triton; never run on a GPU before): its GPU tests, then the compiled
+#                                        stack with and without it, bf16 at R = 8 and 64
 # Everything it prints is also written under $OUT:
 #   $OUT/gpu.txt         the GPU (nvidia-smi) and torch
 #   $OUT/gpu_tests.txt   the pytest report
@@ -20,15 +23,16 @@
 #                        $OUT/benchmark.txt their table
 #   extra: $OUT/vmap.json (R = 8, 32, 64), $OUT/tf32.json (native), $OUT/compile-bf16.json (R = 1, 4, 8, 64)
 #          and benchmark.txt
+#   triton: $OUT/triton_tests.txt, $OUT/triton.json and benchmark.txt
 # Usage, from the repository root on the device machine. The image lacks transformer-lens, datasets, plotly
 # and beartype: run scripts/gpu_wheels.sh here first and carry .whl; they are installed into /tmp/site once
 # per machine.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 case ${1:-} in
-'' | extra) ;;
+'' | extra | triton) ;;
 *)
-  echo "usage: gpu_session.sh [extra]" >&2
+  echo "usage: gpu_session.sh [extra | triton]" >&2
   exit 2
   ;;
 esac
@@ -48,6 +52,18 @@ if [[ ${1:-} == extra ]]; then
     --json "$OUT/tf32.json" 2>&1 | tee -a "$OUT/benchmark.txt"
   timeout 120 "${BENCH[@]}" --replicates 1,4,8,64 --stacking native-compile --precision bf16 --budget-minutes 1.5 \
     --json "$OUT/compile-bf16.json" 2>&1 | tee -a "$OUT/benchmark.txt"
+  exit 0
+fi
+if [[ ${1:-} == triton ]]; then
+  timeout 120 python3 -m pytest -q -p no:cacheprovider -rA tests/training/test_small_attention.py \
+    tests/training/test_stack_graph.py -k "triton or small_attention" 2>&1 | tee "$OUT/triton_tests.txt" |
+    grep -v '^PASSED' | tail -20
+  if grep -q -E '^(FAILED|ERROR)' "$OUT/triton_tests.txt"; then
+    echo "the triton attention failed its GPU tests: not timed" | tee "$OUT/benchmark.txt"
+    exit 0
+  fi
+  timeout 190 "${BENCH[@]}" --replicates 8,64 --stacking native-compile,native-compile-triton --precision bf16 \
+    --budget-minutes 2.5 --json "$OUT/triton.json" 2>&1 | tee "$OUT/benchmark.txt"
   exit 0
 fi
 timeout 150 python3 -m pytest -q -p no:cacheprovider -rA tests/training/test_stack_graph.py \

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -10,6 +12,12 @@ from lsa_interp.data import PRESETS, DatasetConfig, generate_dataset
 # The suite runs in two xdist workers on two cores: one torch thread each avoids oversubscription, under
 # which OpenMP-parallel small ops become tens of times slower.
 torch.set_num_threads(1)
+
+# Without a GPU, Triton kernels (the stack's own attention, where the triton package is installed) run under
+# Triton's interpreter. It must be chosen before anything imports triton.language, whose own functions are
+# kernels too: by the time a test module runs, earlier imports may have loaded it (seen with torch 2.11).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")

@@ -206,6 +206,6 @@ def test_an_unknown_subcommand_is_a_usage_error():
     assert result.returncode == 2 and result.stderr.startswith("usage: gpu_train.sh start MINUTES")
 
 
-def test_gpu_session_names_its_one_optional_part():
+def test_gpu_session_names_its_optional_parts():
     result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_session.sh"), "all"], capture_output=True, text=True)
-    assert result.returncode == 2 and result.stderr == "usage: gpu_session.sh [extra]\n"
+    assert result.returncode == 2 and result.stderr == "usage: gpu_session.sh [extra | triton]\n"

@@ -10,6 +10,10 @@ from lsa_interp.data.batching import BATCHING_METHODS
 PRECISIONS = ("fp32", "tf32", "bf16")
 """fp32 (the recipe); tf32 matmuls; bf16 autocast."""
 
+ATTENTIONS = ("sdpa", "triton")
+"""sdpa: ``scaled_dot_product_attention`` (the default); triton: the stacked step's own kernel for short rows and
+16-wide heads (`lsa_interp.training.small_attention`; needs the ``triton`` package and a CUDA device)."""
+
 ARCHITECTURES = ("hooked", "reference")
 """hooked: `HookedEncoderDecoder` (the default); reference: the same network built from a plain
 ``torch.nn.Transformer`` (`ReferenceTransformer`), trained by the same loop, to check that a result is not our
@@ -36,12 +40,15 @@ class Recipe:
     val_limit: int | None = None
     cuda_graph: bool = True
     compile: bool = False
+    attention: str = "sdpa"
     length_bucketing: bool = False
     model: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"unknown attention {self.attention!r}; choose one of: {', '.join(ATTENTIONS)}")
         if self.batch_size < 1:
             raise ValueError(f"batch size must be positive, got {self.batch_size}")
         if self.max_steps is not None and self.max_steps < 1:
@@ -53,7 +60,8 @@ class TrainConfig(Recipe):
     """One run: its dataset (``data_dir`` holds a saved dataset), seed, epochs and batching, and the `Recipe`.
 
     ``replicates > 1`` trains seeds ``seed .. seed + replicates - 1`` as one stack; ``compile`` runs
-    ``torch.compile`` inside the stacked step, so a compiled run is a stack (of one model, if need be).
+    ``torch.compile`` inside the stacked step, and ``attention="triton"`` its own attention kernel, so such a
+    run is a stack (of one model, if need be).
     ``micro_batches > 1`` sorts each batch by source length and cuts it into that many parts, each padded to
     its own longest row, whose token-weighted gradients add up to the batch's before the one optimizer step:
     the same batches and updates up to rounding, less padding (faster on CPU; one model's eager step only).
@@ -80,14 +88,21 @@ class TrainConfig(Recipe):
             raise ValueError(f"replicates must be at least 1, got {self.replicates}")
         if self.architecture not in ARCHITECTURES:
             raise ValueError(f"unknown architecture {self.architecture!r}; choose one of: {', '.join(ARCHITECTURES)}")
-        if self.architecture == "reference" and (self.replicates > 1 or self.compile):
-            raise ValueError("the reference architecture trains one model at a time: use replicates 1, no compile")
+        if self.architecture == "reference" and self.stacked:
+            raise ValueError(
+                "the reference architecture trains one model at a time: use replicates 1, no compile, sdpa attention"
+            )
         if not 1 <= self.micro_batches <= self.batch_size:
             raise ValueError(
                 f"micro-batches must be between 1 and the batch size {self.batch_size}, got {self.micro_batches}"
             )
-        if self.micro_batches > 1 and (self.replicates > 1 or self.compile):
-            raise ValueError("micro-batches split one model's eager step: use replicates 1, no compile")
+        if self.micro_batches > 1 and self.stacked:
+            raise ValueError("micro-batches split one model's eager step: use replicates 1, no compile, sdpa attention")
+
+    @property
+    def stacked(self) -> bool:
+        """Whether the stacked trainer runs this config (several replicates, compile, or the triton attention)."""
+        return self.replicates > 1 or self.compile or self.attention != "sdpa"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:

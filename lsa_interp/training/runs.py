@@ -15,9 +15,9 @@ from lsa_interp.training.trainer import Trainer
 
 def start_run(config: TrainConfig, run_dir: str | os.PathLike, force: bool = False) -> Trainer | StackTrainer:
     """A new run of ``config`` in ``run_dir``: `Trainer` for one model, `StackTrainer` (seeds ``seed ..
-    seed + replicates - 1``) for ``config.replicates > 1`` or ``config.compile``. Raises FileExistsError when
-    ``run_dir`` is not empty and not ``force``."""
-    if config.replicates == 1 and not config.compile:
+    seed + replicates - 1``) when ``config.stacked``. Raises FileExistsError when ``run_dir`` is not empty and
+    not ``force``."""
+    if not config.stacked:
         return Trainer.start(config, run_dir, force=force)
     return StackTrainer.start(StackConfig.from_train_config(config), run_dir, force=force)
 

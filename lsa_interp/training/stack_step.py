@@ -117,6 +117,7 @@ class StackStep:
         """Warm up on a side stream, capture one step, then restore everything the warm-up changed."""
         opt = self.optimizer
         tensors = [self.model.flat, opt.exp_avg, opt.exp_avg_sq, opt.steps, self.cursor, self.loss_sum, self.loss_count]
+        tensors.append(self.model.attention_step)
         saved = [t.detach().clone() for t in tensors]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

@@ -72,6 +72,8 @@ class StackTrainer:
     def __init__(self, config: StackConfig, run_dir: Path, state: dict[str, Any] | None = None) -> None:
         self.config, self.run_dir = config, run_dir
         self.device = pick_device(config.device)
+        if config.attention == "triton" and self.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError("the triton attention needs a CUDA device (on a CPU, only under TRITON_INTERPRET=1)")
         set_matmul_precision(config.precision)
         self.graphed = self.device.type == "cuda" and config.cuda_graph
         data_dirs = [run.data_dir for run in config.runs]
@@ -85,7 +87,9 @@ class StackTrainer:
         self.longest = int(self.plan.total_steps.argmax())
         self.steps_per_epoch = int(self.plan.steps_per_epoch[self.longest])
         seeds = [run.seed for run in config.runs]
-        self.model = StackedEncoderDecoder.from_seeds(ModelConfig(**config.model), seeds, self.device).train()
+        self.model = StackedEncoderDecoder.from_seeds(
+            ModelConfig(**config.model), seeds, self.device, config.attention
+        ).train()
         torch.manual_seed(seeds[0])
         self.optimizer = StackAdamW(self.model.flat, config.betas, config.weight_decay)
         self.stepper = StackStep(
@@ -98,6 +102,8 @@ class StackTrainer:
         if state is not None:
             with torch.no_grad():
                 self.model.flat.copy_(state["flat"])
+                if "attention_step" in state:
+                    self.model.attention_step.copy_(state["attention_step"])
             self.optimizer.load_state_dict(state["optimizer"])
             restore_rng(state, self.device)
             self.step, self.elapsed, self.metrics_offset = state["step"], state["elapsed"], state["metrics_offset"]
@@ -135,6 +141,7 @@ class StackTrainer:
         """Write the resumable state atomically."""
         state = {
             "flat": self.model.flat.detach().cpu(),
+            "attention_step": self.model.attention_step.cpu(),
             "optimizer": {k: v.cpu() for k, v in self.optimizer.state_dict().items()},
             **rng_state(self.device),
             "step": self.step,

@@ -6,13 +6,17 @@ of it, made by ``flat.split`` so that backward writes the whole gradient with on
 optimizer updates the stack with a handful of element-wise kernels. The forward pass is the post-LN
 encoder-decoder of ``lsa_interp.model.layers`` for all replicates at once: batched matrix products
 (``baddbmm``) with the replicate as batch, and attention through ``scaled_dot_product_attention`` with the
-replicates folded into its batch dimension (key-padding and causal masks, attention dropout). The
-per-replicate loss is the mean cross-entropy over non-PAD targets, as `lsa_interp.training.validation.loss_fn`.
+replicates folded into its batch dimension (key-padding and causal masks, attention dropout); with
+``attention="triton"``, training steps use `lsa_interp.training.small_attention` instead (one program per
+row and head, for 16-wide heads and short rows; seeded by the ``attention_step`` buffer, which each training
+forward advances). The per-replicate loss is the mean cross-entropy over non-PAD targets, as
+`lsa_interp.training.validation.loss_fn`.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -24,9 +28,28 @@ from lsa_interp.data.vocab import ARROW, EOS, PAD
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.dropout import dropout as cpu_dropout
 from lsa_interp.model.layers import sinusoidal_table
+from lsa_interp.training.config import ATTENTIONS
 
 Params = dict[str, Tensor]
 """Parameter name -> stacked view ``[R, *shape]``."""
+
+ATTENTION_SEED_SHIFT = 32
+"""The ``attention_step`` buffer starts at ``seeds[0] << ATTENTION_SEED_SHIFT``: each stack its own stream."""
+
+SELF_CALLS, CROSS_CALLS = 16, 32
+"""The dropout streams (`Keys.call`) of a step: encoder layer l is l, decoder layer l's self-attention
+``SELF_CALLS + l`` and its cross-attention ``CROSS_CALLS + l`` (so at most 16 layers a stack)."""
+
+
+class Keys(NamedTuple):
+    """The keys one attention may see: a boolean mask for ``scaled_dot_product_attention`` (``[(rep batch), 1,
+    q or 1, k]``, None for all), and for `small_attention` each row's key count ``[(rep batch)]`` and whether
+    later keys are masked. ``call`` numbers the attention within a step (its dropout stream)."""
+
+    mask: Tensor | None
+    lengths: Tensor | None
+    causal: bool
+    call: int
 
 
 def stacked_linear(
@@ -46,27 +69,39 @@ class StackedEncoderDecoder(nn.Module):
     `HookedEncoderDecoder`.
     """
 
-    def __init__(self, cfg: ModelConfig, replicates: int) -> None:
+    def __init__(self, cfg: ModelConfig, replicates: int, attention: str = "sdpa") -> None:
         super().__init__()
         if replicates < 1:
             raise ValueError(f"a stack needs at least one replicate, got {replicates}")
-        self.cfg, self.replicates = cfg, replicates
+        if attention not in ATTENTIONS:
+            raise ValueError(f"unknown attention {attention!r}; choose one of: {', '.join(ATTENTIONS)}")
+        self.cfg, self.replicates, self.attention = cfg, replicates, attention
         template = _unseeded_model(cfg)
         self.names = [name for name, _ in template.named_parameters()]
         self.shapes = [tuple(param.shape) for _, param in template.named_parameters()]
         self.sizes = [math.prod(shape) for shape in self.shapes]
         self.flat = nn.Parameter(torch.zeros(replicates, sum(self.sizes)))
         self.register_buffer("pos_embedding", sinusoidal_table(cfg.max_len, cfg.d_model))
+        self.register_buffer("attention_step", torch.zeros(1, dtype=torch.long))
+        if attention == "triton":
+            if max(cfg.n_encoder_layers, cfg.n_decoder_layers) > SELF_CALLS:
+                raise ValueError(f"the triton attention numbers the calls of at most {SELF_CALLS} layers a stack")
+            try:
+                from lsa_interp.training.small_attention import small_attention
+            except ImportError as error:
+                raise ValueError(f"the triton attention needs the triton package ({error})") from None
+            self._small_attention = small_attention
 
     @classmethod
     def from_seeds(
-        cls, cfg: ModelConfig, seeds: list[int], device: torch.device | str = "cpu"
+        cls, cfg: ModelConfig, seeds: list[int], device: torch.device | str = "cpu", attention: str = "sdpa"
     ) -> StackedEncoderDecoder:
         """The stack whose replicate i is initialised exactly as a single model seeded with ``seeds[i]``."""
-        stack = cls(cfg, len(seeds))
+        stack = cls(cfg, len(seeds), attention)
         for index, seed in enumerate(seeds):
             torch.manual_seed(seed)
             stack.load_replicate(index, HookedEncoderDecoder(cfg))
+        stack.attention_step.fill_(seeds[0] << ATTENTION_SEED_SHIFT)
         return stack.to(device)
 
     @torch.no_grad()
@@ -127,9 +162,12 @@ class StackedEncoderDecoder(nn.Module):
         out = stacked_linear(x, p[prefix + "in_proj_weight"][:, cols], p[prefix + "in_proj_bias"][:, cols])
         return rearrange(out, "r b s (n h e) -> n (r b) h s e", n=count, h=self.cfg.n_heads).unbind(0)
 
-    def _attend(self, p: Params, prefix: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    def _attend(self, p: Params, prefix: str, q: Tensor, k: Tensor, v: Tensor, keys: Keys) -> Tensor:
         drop = self.cfg.dropout if self.training else 0.0
-        z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+        if self.attention == "triton" and self.training:
+            z = self._small_attention(q, k, v, keys.lengths, self.attention_step, keys.causal, drop, keys.call)
+        else:
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=keys.mask, dropout_p=drop)
         z = rearrange(z, "(r b) h s e -> r b s (h e)", r=self.replicates)
         return stacked_linear(z, p[prefix + "out_proj.weight"], p[prefix + "out_proj.bias"])
 
@@ -142,24 +180,27 @@ class StackedEncoderDecoder(nn.Module):
 
     def encode(self, p: Params, src: Int[Tensor, "rep batch src_pos"]) -> Float[Tensor, "rep batch src_pos d_model"]:
         """The encoder output of every replicate's batch (PAD keys masked)."""
-        keys = rearrange(src != PAD, "r b k -> (r b) 1 1 k")
+        lengths = (src != PAD).sum(-1).flatten()
+        mask = rearrange(src != PAD, "r b k -> (r b) 1 1 k")
         x = self._embed(p["encoder.embed.weight"], src)
         for layer in range(self.cfg.n_encoder_layers):
-            pre = f"encoder.{layer}."
+            pre, keys = f"encoder.{layer}.", Keys(mask, lengths, False, layer)
             x = self._sublayer(
                 p, pre + "ln1.", x, self._attend(p, pre + "attn.", *self._project(p, pre + "attn.", x, 0, 3), keys)
             )
             x = self._sublayer(p, pre + "ln2.", x, self._mlp(p, pre + "mlp.", x))
         return self._norm(p, "encoder.ln_final.", x)
 
-    def _decoder_layer(self, p: Params, layer: int, x: Tensor, cross_kv: tuple, masks: tuple, cache=None) -> Tensor:
+    def _decoder_layer(self, p: Params, layer: int, x: Tensor, cross_kv: tuple, keys: tuple, cache=None) -> Tensor:
+        """``keys``: the self-attention's and the cross-attention's `Keys`, their calls offset here by ``layer``."""
         pre = f"decoder.{layer}."
+        own, cross = (k._replace(call=k.call + layer) for k in keys)
         q, k, v = self._project(p, pre + "attn.", x, 0, 3)
         if cache is not None:
             k, v = cache.append(layer, k, v)
-        x = self._sublayer(p, pre + "ln1.", x, self._attend(p, pre + "attn.", q, k, v, masks[0]))
+        x = self._sublayer(p, pre + "ln1.", x, self._attend(p, pre + "attn.", q, k, v, own))
         (q,) = self._project(p, pre + "cross_attn.", x, 0, 1)
-        x = self._sublayer(p, pre + "ln2.", x, self._attend(p, pre + "cross_attn.", q, *cross_kv, masks[1]))
+        x = self._sublayer(p, pre + "ln2.", x, self._attend(p, pre + "cross_attn.", q, *cross_kv, cross))
         return self._sublayer(p, pre + "ln3.", x, self._mlp(p, pre + "mlp.", x))
 
     def _cross_kv(self, p: Params, memory: Tensor) -> list[tuple[Tensor, ...]]:
@@ -175,10 +216,18 @@ class StackedEncoderDecoder(nn.Module):
         """Teacher-forced decoder logits (causal self-attention; PAD keys masked in both attentions)."""
         n = tgt_in.shape[-1]
         causal = torch.ones(n, n, dtype=torch.bool, device=tgt_in.device).tril_()
-        masks = (rearrange(tgt_in != PAD, "r b k -> (r b) 1 1 k") & causal, rearrange(src_keep, "r b k -> (r b) 1 1 k"))
+        keys = (
+            Keys(
+                rearrange(tgt_in != PAD, "r b k -> (r b) 1 1 k") & causal,
+                (tgt_in != PAD).sum(-1).flatten(),
+                True,
+                SELF_CALLS,
+            ),
+            Keys(rearrange(src_keep, "r b k -> (r b) 1 1 k"), src_keep.sum(-1).flatten(), False, CROSS_CALLS),
+        )
         x = self._embed(p["decoder.embed.weight"], tgt_in)
         for layer, kv in enumerate(self._cross_kv(p, memory)):
-            x = self._decoder_layer(p, layer, x, kv, masks)
+            x = self._decoder_layer(p, layer, x, kv, keys)
         return stacked_linear(self._norm(p, "decoder.ln_final.", x), p["unembed.weight"], p["unembed.bias"])
 
     def token_losses(
@@ -188,6 +237,8 @@ class StackedEncoderDecoder(nn.Module):
         tgt_out: Int[Tensor, "rep batch tgt_pos"],
     ) -> tuple[Float[Tensor, " rep"], Int[Tensor, " rep"]]:
         """Per replicate: the summed cross-entropy over non-PAD targets, and how many targets there are."""
+        if self.training and self.attention == "triton":
+            self.attention_step.add_(1)
         p = self.views()
         logits = self.decode(p, tgt_in, self.encode(p, src), src != PAD)
         flat_loss = F.cross_entropy(logits.float().flatten(0, 2), tgt_out.flatten(), ignore_index=PAD, reduction="none")
@@ -215,7 +266,8 @@ class StackedEncoderDecoder(nn.Module):
         p = self.views()
         memory = self.encode(p, src)
         cross_kv = self._cross_kv(p, memory)
-        masks = (None, rearrange(src != PAD, "r b k -> (r b) 1 1 k"))
+        cross = Keys(rearrange(src != PAD, "r b k -> (r b) 1 1 k"), None, False, CROSS_CALLS)
+        keys = (Keys(None, None, False, SELF_CALLS), cross)
         cache = _SelfAttentionCache(max_new_tokens)
         token = torch.full(src.shape[:2], ARROW, dtype=torch.long, device=src.device)
         outputs = torch.full((*src.shape[:2], max_new_tokens), PAD, dtype=torch.long, device=src.device)
@@ -223,7 +275,7 @@ class StackedEncoderDecoder(nn.Module):
         for step in range(max_new_tokens):
             x = self._embed(p["decoder.embed.weight"], token[..., None], start=step)
             for layer, kv in enumerate(cross_kv):
-                x = self._decoder_layer(p, layer, x, kv, masks, cache)
+                x = self._decoder_layer(p, layer, x, kv, keys, cache)
             logits = stacked_linear(self._norm(p, "decoder.ln_final.", x), p["unembed.weight"], p["unembed.bias"])
             token = logits[:, :, 0].argmax(-1)
             outputs[:, :, step] = token.masked_fill(done, PAD)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 import pytest
+import torch
 
 from lsa_interp.training import Recipe, RunSpec, StackConfig, StackTrainer, TrainConfig, start_run
 from lsa_interp.training.stack_trainer import run_train_config
@@ -25,6 +26,7 @@ CHANGED_RECIPE = {
     "val_limit": 17,
     "cuda_graph": False,
     "compile": True,
+    "attention": "triton",
     "length_bucketing": True,
     "model": {"d_model": 32},
 }
@@ -56,6 +58,8 @@ def test_recipe_values_are_checked_for_a_run_and_for_a_stack():
             make(batch_size=0)
         with pytest.raises(ValueError, match="max steps must be positive, got 0"):
             make(max_steps=0)
+        with pytest.raises(ValueError, match="unknown attention 'flash'; choose one of: sdpa, triton"):
+            make(attention="flash")
     with pytest.raises(ValueError, match="epochs must be positive, got 0"):
         TrainConfig(data_dir="d", epochs=0)
     with pytest.raises(ValueError, match="one model at a time: use replicates 1, no compile"):
@@ -77,6 +81,18 @@ def test_a_compiled_run_of_one_model_trains_as_a_stack_of_one(tmp_path):
     assert not isinstance(plain, StackTrainer)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_a_run_with_the_triton_attention_is_a_stack_that_needs_a_gpu(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    config = TrainConfig(data_dir=str(tmp_path), device="cpu", attention="triton")
+    assert config.stacked and not TrainConfig(data_dir="d").stacked
+    with pytest.raises(ValueError, match="the triton attention needs a CUDA device"):
+        start_run(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="one model at a time: use replicates 1, no compile, sdpa attention"):
+        TrainConfig(data_dir="d", architecture="reference", attention="triton")
+
+
 def test_the_train_command_passes_compile_to_the_run(tmp_path, monkeypatch):
     import lsa_interp.training
     from lsa_interp import cli
@@ -93,3 +109,7 @@ def test_the_train_command_passes_compile_to_the_run(tmp_path, monkeypatch):
             cli.main(["train", "--data", str(tmp_path), "--out", str(tmp_path / flag), flag])
         assert info.value.code == 2
     assert [config.compile for config in seen] == [True, False]
+    for attention in ("triton", "sdpa"):
+        with pytest.raises(SystemExit):
+            cli.main(["train", "--data", str(tmp_path), "--out", str(tmp_path / attention), "--attention", attention])
+    assert [config.attention for config in seen[2:]] == ["triton", "sdpa"]

@@ -96,14 +96,47 @@ def test_a_graphed_stack_resumes_where_it_stopped(data_dirs, tmp_path):
     assert _gap(resumed.model.flat.detach().cpu(), whole) < 1e-3
 
 
+TWO_HEADS = {**SMALL_MODEL, "n_heads": 2}
+"""16-wide heads, as the paper's model has: what the triton attention computes."""
+
+
+def _has_triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _has_triton(), reason="needs the triton package")
 @pytest.mark.parametrize("compile", [False, True], ids=["plain", "compiled"])
-@pytest.mark.parametrize("dropout", [0.0, 0.1])
-def test_each_graph_replay_draws_fresh_dropout_masks(data_dirs, tmp_path, monkeypatch, dropout, compile):
-    """The same step replayed from the same weights (lr 0): with dropout its losses differ at every replay (the
-    graph advances the CUDA generator's offset; compiled, inductor's own random numbers must too), without
-    dropout they agree. scripts/gpu_train.sh runs the compiled case before it trains a compiled stack."""
+def test_the_triton_attention_trains_like_sdpa_in_the_graph(data_dirs, tmp_path, monkeypatch, compile):
     monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", compile)  # see the test above
-    config = _config(data_dirs, lr=0.0, model={**SMALL_MODEL, "dropout": dropout}, compile=compile)
+    start = _trained(data_dirs, tmp_path / "one", max_steps=1, model={**TWO_HEADS, "dropout": 0.0})
+    sdpa = _trained(data_dirs, tmp_path / "sdpa", max_steps=12, model={**TWO_HEADS, "dropout": 0.0})
+    ours = _trained(
+        data_dirs, tmp_path / "triton", max_steps=12, model={**TWO_HEADS, "dropout": 0.0}, attention="triton",
+        compile=compile,
+    )  # fmt: skip
+    moved = _gap(sdpa, start)
+    assert moved > 1e-3 and _gap(sdpa, ours) < 1e-3 * max(moved, 1.0)
+
+
+@pytest.mark.parametrize(
+    "compile, attention", [(False, "sdpa"), (True, "sdpa"), (False, "triton"), (True, "triton")],
+    ids=["plain", "compiled", "triton", "triton-compiled"],
+)  # fmt: skip
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_each_graph_replay_draws_fresh_dropout_masks(data_dirs, tmp_path, monkeypatch, dropout, compile, attention):
+    """The same step replayed from the same weights (lr 0): with dropout its losses differ at every replay (the
+    graph advances the CUDA generator's offset; compiled, inductor's own random numbers must too; the triton
+    attention's seed advances in the graph), without dropout they agree. scripts/gpu_train.sh runs the compiled
+    case before it trains a compiled stack."""
+    if attention == "triton" and not _has_triton():
+        pytest.skip("needs the triton package")
+    monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", compile)  # see the test above
+    model = {**(TWO_HEADS if attention == "triton" else SMALL_MODEL), "dropout": dropout}
+    config = _config(data_dirs, lr=0.0, model=model, compile=compile, attention=attention)
     trainer = StackTrainer.start(config, tmp_path / "run")
     trainer.train_step()  # loads the first window, captures the graph and replays step 0
     trainer.stepper.take_losses()

@@ -118,3 +118,16 @@ def test_dropout_keeps_one_minus_p_with_masks_per_replicate_and_per_step():
     assert not torch.equal(first[0], first[1]) and not torch.equal(first[1], first[2])
     assert not torch.equal(first, second)
     assert torch.equal(stack.eval()._dropout(ones), ones)
+
+
+def test_an_unknown_attention_or_a_missing_triton_is_named():
+    cfg = ModelConfig(d_model=32, n_heads=2, d_mlp=64, n_encoder_layers=1, n_decoder_layers=1)
+    with pytest.raises(ValueError, match="unknown attention 'flash'; choose one of: sdpa, triton"):
+        StackedEncoderDecoder(cfg, 2, attention="flash")
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        with pytest.raises(ValueError, match="the triton attention needs the triton package"):
+            StackedEncoderDecoder(cfg, 2, attention="triton")
+    else:
+        assert StackedEncoderDecoder(cfg, 2, attention="triton").attention == "triton"

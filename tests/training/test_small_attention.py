@@ -1,0 +1,171 @@
+"""The stack's own attention kernel (`small_attention`) against explicit attention, and in the stack.
+
+Runs on a CUDA GPU, or on a CPU under Triton's interpreter where the ``triton`` package is installed (the
+project does not depend on it: ``pip install triton``, then ``pytest tests/training/test_small_attention.py``);
+skipped elsewhere.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lsa_interp.data import save_dataset
+from lsa_interp.data.vocab import PAD
+from lsa_interp.model import ModelConfig
+from lsa_interp.training import StackConfig, StackTrainer, TrainConfig
+from lsa_interp.training.stacked_model import StackedEncoderDecoder
+
+pytest.importorskip("triton")  # without a GPU, run under Triton's interpreter (tests/conftest.py)
+from lsa_interp.training.small_attention import small_attention
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TOLERANCE = 1e-5 if DEVICE == "cpu" else 2e-3  # CUDA: fp32 dots on tensor cores (tf32 in torch's reference)
+
+
+def reference(q, k, v, key_len, causal=False, keep=None, p=0.0):
+    """Explicit attention over the first ``key_len`` keys, with a given dropout mask."""
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    valid = (torch.arange(k.shape[2], device=q.device)[None, :] < key_len[:, None])[:, None, None, :]
+    if causal:
+        valid = valid & torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+    weights = scores.masked_fill(~valid, float("-inf")).softmax(-1)
+    if keep is not None:
+        weights = torch.where(keep, weights / (1 - p), 0.0)
+    return weights @ v
+
+
+def _inputs(rows, heads, lq, lk, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    make = lambda n: torch.randn(rows, heads, n, 16, generator=generator).to(DEVICE).requires_grad_()
+    return make(lq), make(lk), make(lk)
+
+
+def _grads(out, tensors, grad):
+    for tensor in tensors:
+        tensor.grad = None
+    out.backward(grad)
+    return [tensor.grad.clone() for tensor in tensors]
+
+
+@pytest.mark.parametrize(
+    "lq, lk, causal", [(93, 93, False), (22, 22, True), (22, 93, False), (7, 30, False)],
+    ids=["encoder", "decoder-self", "cross", "short"],
+)  # fmt: skip
+def test_without_dropout_it_is_explicit_attention_forward_and_backward(lq, lk, causal):
+    q, k, v = _inputs(3, 2, lq, lk)
+    key_len = torch.tensor([lk, 5, lk // 2 + 1], device=DEVICE)
+    seed = torch.tensor([7], device=DEVICE)
+    out = small_attention(q, k, v, key_len, seed, causal=causal)
+    grad = torch.randn_like(out)
+    ours = _grads(out, (q, k, v), grad)
+    expected = reference(q, k, v, key_len, causal)
+    theirs = _grads(expected, (q, k, v), grad)
+    assert (out - expected).abs().max() < TOLERANCE
+    assert all((a - b).abs().max() < TOLERANCE for a, b in zip(ours, theirs))
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="Triton's interpreter multiplies bf16 matrices wrongly")
+def test_in_bf16_it_is_explicit_attention_within_bf16_rounding():
+    q, k, v = _inputs(3, 2, 22, 93)
+    key_len = torch.tensor([93, 5, 40], device=DEVICE)
+    seed = torch.tensor([7], device=DEVICE)
+    half = [t.detach().bfloat16().requires_grad_() for t in (q, k, v)]
+    out = small_attention(*half, key_len, seed)
+    grad = torch.randn_like(out)
+    ours = _grads(out, half, grad)
+    expected = reference(q, k, v, key_len)
+    theirs = _grads(expected, (q, k, v), grad.float())
+    assert out.dtype == torch.bfloat16 and (out.float() - expected).abs().max() < 3e-2
+    assert all((a.float() - b).abs().max() < 5e-2 * max(1.0, b.abs().max().item()) for a, b in zip(ours, theirs))
+
+
+def _dropped_weights(seed, call, p, key_len, rows=4, heads=4, length=16):
+    """The kernel's attention weights after dropout, read through values that are the identity."""
+    q, k, _ = _inputs(rows, heads, length, length)
+    v = torch.eye(length, 16, device=DEVICE).expand(rows, heads, length, 16)
+    return small_attention(q, k, v, key_len, torch.tensor([seed], device=DEVICE), dropout_p=p, call=call).detach()
+
+
+def test_dropout_keeps_about_1_minus_p_rescaled_and_repeats_from_the_same_seed_and_call():
+    key_len = torch.full((4,), 16, device=DEVICE)
+    dropped = _dropped_weights(3, 5, 0.25, key_len)
+    plain = _dropped_weights(3, 5, 0.0, key_len)
+    kept = dropped != 0
+    assert abs(kept.float().mean().item() - 0.75) < 0.03
+    assert torch.allclose(dropped[kept], plain[kept] / 0.75, atol=1e-6)
+    assert torch.equal(dropped, _dropped_weights(3, 5, 0.25, key_len))
+    for other in (_dropped_weights(4, 5, 0.25, key_len), _dropped_weights(3, 6, 0.25, key_len)):
+        assert (kept != (other != 0)).float().mean() > 0.2
+    assert (kept[0] != kept[1]).float().mean() > 0.2  # rows draw their own masks
+
+
+def test_with_dropout_the_gradients_are_those_of_the_mask_it_drew():
+    key_len = torch.tensor([16, 9, 3, 16], device=DEVICE)
+    keep = _dropped_weights(11, 2, 0.3, key_len) != 0
+    q, k, v = _inputs(4, 4, 16, 16, seed=1)
+    out = small_attention(q, k, v, key_len, torch.tensor([11], device=DEVICE), dropout_p=0.3, call=2)
+    grad = torch.randn_like(out)
+    ours = _grads(out, (q, k, v), grad)
+    expected = reference(q, k, v, key_len, keep=keep, p=0.3)
+    theirs = _grads(expected, (q, k, v), grad)
+    assert (out - expected).abs().max() < TOLERANCE
+    assert all((a - b).abs().max() < TOLERANCE for a, b in zip(ours, theirs))
+
+
+@pytest.mark.parametrize(
+    "shape, options, message",
+    [
+        ((2, 2, 8, 8), {}, "power of two of at least 16"),
+        ((2, 2, 129, 16), {}, "at most 128 positions"),
+        ((2, 2, 8, 16), {"call": 64}, "call must be in 0..63"),
+        ((2, 2, 8, 16), {"dropout_p": 1.0}, r"dropout probability must be in \[0, 1\)"),
+    ],
+)
+def test_what_it_cannot_compute_is_named(shape, options, message):
+    x = torch.zeros(shape, device=DEVICE)
+    with pytest.raises(ValueError, match=message):
+        small_attention(x, x, x, torch.ones(2, dtype=torch.long), torch.zeros(1, dtype=torch.long), **options)
+
+
+TWO_HEADS = {"d_model": 32, "n_heads": 2, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
+
+
+def test_a_stack_with_the_kernel_computes_what_the_sdpa_stack_does():
+    torch.manual_seed(0)
+    src = torch.randint(4, 20, (2, 3, 12))
+    src[0, 1, 7:], src[1, 2, 4:] = PAD, PAD
+    tgt_in, tgt_out = torch.randint(4, 20, (2, 3, 5)), torch.randint(4, 20, (2, 3, 5))
+    tgt_in[0, 0, 3:], tgt_out[0, 0, 3:] = PAD, PAD
+    batch = [t.to(DEVICE) for t in (src, tgt_in, tgt_out)]
+    cfg = ModelConfig(**TWO_HEADS, dropout=0.0)
+    sdpa = StackedEncoderDecoder.from_seeds(cfg, [3, 4], DEVICE).train()
+    ours = StackedEncoderDecoder.from_seeds(cfg, [3, 4], DEVICE, attention="triton").train()
+    start = int(ours.attention_step)
+    expected, losses = sdpa.losses(*batch), ours.losses(*batch)
+    expected.sum().backward()
+    losses.sum().backward()
+    assert (losses - expected).abs().max() < TOLERANCE
+    assert (ours.flat.grad - sdpa.flat.grad).abs().max() < TOLERANCE
+    assert start == 3 << 32 and int(ours.attention_step) == start + 1  # one step of dropout streams per forward
+    with torch.no_grad():
+        ours.eval().losses(*batch)
+    assert int(ours.attention_step) == start + 1
+
+
+def test_a_stack_with_the_kernel_and_dropout_resumes_bit_for_bit(tiny, tmp_path):
+    data = save_dataset(tiny, tmp_path / "data")
+    model = {**TWO_HEADS, "n_encoder_layers": 1, "n_decoder_layers": 1, "dropout": 0.2}
+    config = TrainConfig(
+        data_dir=str(data), seed=2, device=DEVICE, batch_size=8, max_steps=4, val_limit=8, checkpoint_every=2,
+        attention="triton", cuda_graph=False, model=model,
+    )  # fmt: skip
+    assert config.stacked
+    stack = StackConfig.from_train_config(config)
+    whole = StackTrainer.start(stack, tmp_path / "whole")
+    whole.run()
+    StackTrainer.start(stack.with_bounds(max_steps=2), tmp_path / "cut").run()
+    resumed = StackTrainer.resume(tmp_path / "cut", max_steps=4)
+    resumed.run()
+    assert resumed.step == 4 and torch.equal(resumed.model.flat, whole.model.flat)
+    assert int(resumed.model.attention_step) == int(whole.model.attention_step) == (2 << 32) + 4
