@@ -5,9 +5,10 @@ already finished (evaluated run directories kept under ``--done``: a run counts 
 names it and it trained all its epochs; a finished fp32 run also stands for the same run in a lower
 precision, unless the queue asks for both), and the stack step times that ``benchmarks/train_throughput.py
 --json`` measured on this kind of GPU (``--bench`` repeats: the native stack's and the compiled stack's
-documents). It picks the largest stack of the next runs (one precision: the first unfinished run's) whose
-estimated time fits ``--minutes`` (with ``--stacking auto``, in whichever of the native and the compiled
-stack trains more runs), and writes a grid file of exactly those runs for ``lsa-interp sweep``:
+documents, and the triton attention's where it was timed). It picks the largest stack of the next runs (one
+precision: the first unfinished run's) whose estimated time fits ``--minutes`` (with ``--stacking auto``, in
+whichever measured stacking trains more runs), and writes a grid file of exactly those runs for
+``lsa-interp sweep``:
 
     python3 scripts/gpu_plan.py --queue grids/queue.toml --done analyses/runs --stacking auto \
         --bench runs/gpu-session/stacking.json --bench runs/gpu-session/compile.json --minutes 18 \
@@ -81,13 +82,15 @@ class SessionPlan:
         }
 
 
-STACKING_RECIPE: dict[str, dict[str, bool]] = {
+STACKING_RECIPE: dict[str, dict[str, bool | str]] = {
     "native": {},
     "native-compile": {"compile": True},
     "native-eager": {"cuda_graph": False},
+    "native-triton": {"attention": "triton"},
+    "native-compile-triton": {"compile": True, "attention": "triton"},
 }
 """The benchmark's stacking modes that train a grid, and what each adds to the queue's recipe."""
-AUTO_STACKINGS = ("native", "native-compile")
+AUTO_STACKINGS = ("native", "native-compile", "native-triton", "native-compile-triton")
 """What ``stacking="auto"`` chooses from (those the benchmark measured): the one that trains the most runs."""
 
 

@@ -64,6 +64,8 @@ if [[ ${1:-} == triton ]]; then
   fi
   timeout 190 "${BENCH[@]}" --replicates 8,64 --stacking native-compile,native-compile-triton --precision bf16 \
     --budget-minutes 2.5 --json "$OUT/triton.json" 2>&1 | tee "$OUT/benchmark.txt"
+  # Kept on the machine: gpu_train.sh plans with it (STACKING=auto), after the triton stack's own check.
+  cp "$OUT/triton.json" runs/gpu-session/ 2>/dev/null
   exit 0
 fi
 timeout 150 python3 -m pytest -q -p no:cacheprovider -rA tests/training/test_stack_graph.py \

@@ -5,7 +5,8 @@
 #       (scripts/pack_results.py carry); else plans the largest stack of grids/queue.toml's next unfinished
 #       runs (analyses/runs holds the finished ones) that trains, evaluates and analyses in MINUTES, or, when
 #       none does, a stack of at most CARRY_MIB MiB of state that continues over sessions (scripts/gpu_plan.py);
-#       a compiled stack only after its GPU test passed here (fresh dropout masks at every replay; else plain).
+#       a compiled stack, or one with the triton attention, only after its GPU test passed here (fresh dropout
+#       masks at every replay; else the plain stack).
 #       Trains it detached (it outlives the command while the machine stays warm) until MINUTES are up (saving
 #       the state of a stack that has not finished); a sweep whose stacks all finished early is moved to
 #       runs/done-K and followed by the queue's next stack while FOLLOW_MINUTES are left. Watches to about
@@ -41,10 +42,12 @@ DONE=${DONE:-analyses/runs}
 WORK=${GPU_TRAIN_DIR:-runs}
 BUNDLE=${BUNDLE:-/tmp/bundle}
 WATCH_EVERY=${WATCH_EVERY:-30}
-# auto: the native or the compiled stack, whichever trains more runs by the step times measured (the compiled
-# stack's from compile-KIND.json or runs/gpu-session/compile.json beside the native stack's, when there);
-# native, native-compile (torch.compile inside the step), native-eager (no CUDA graph: if the graphed stack's
-# GPU tests fail). Where BENCH_JSON has no step times of STACKING (auto: of the native stack), they are probed.
+# auto: whichever measured stack trains more runs: the native stack, the compiled one (its step times from
+# compile-KIND.json or runs/gpu-session/compile.json beside the native stack's, when there), and the triton
+# attention's (triton-KIND.json or runs/gpu-session/triton.json: `gpu_session.sh triton`); native,
+# native-compile (torch.compile inside the step), native-triton, native-compile-triton, native-eager (no CUDA
+# graph: if the graphed stack's GPU tests fail). Where BENCH_JSON has no step times of STACKING (auto: of the
+# native stack), they are probed.
 STACKING=${STACKING:-auto}
 # The state a session can carry up: 64 MiB of working tree less the checkout (about 20 MB) and .whl (14 MB).
 CARRY=${CARRY:-runs/carry}
@@ -117,21 +120,25 @@ plan() {
   mv "$SESSION/plan.part" "$SESSION/plan.json" && cat "$SESSION/plan.json"
 }
 
-# Whether the compiled stack draws fresh dropout masks at every graph replay on this machine (its GPU test,
-# about 40 s, run once per machine; it must pass, not skip): a compiled stack whose masks froze would train a
-# different recipe.
-compiled_masks_are_fresh() {
-  [[ -f $WORK/preflight.txt ]] || timeout 150 python3 -m pytest -q -p no:cacheprovider -rA \
-    "tests/training/test_stack_graph.py::test_each_graph_replay_draws_fresh_dropout_masks[0.1-compiled]" \
-    >"$WORK/preflight.txt" 2>&1
-  grep -q '^PASSED' "$WORK/preflight.txt"
+# Whether the stack of kind $1 (compiled, triton) draws fresh dropout masks at every graph replay on this
+# machine (its GPU test, about 40 s, run once per machine into $WORK/preflight-$1.txt; it must pass, not skip):
+# a stack whose masks froze would train a different recipe.
+masks_are_fresh() {
+  [[ -f $WORK/preflight-$1.txt ]] || timeout 150 python3 -m pytest -q -p no:cacheprovider -rA \
+    "tests/training/test_stack_graph.py::test_each_graph_replay_draws_fresh_dropout_masks[0.1-$1]" \
+    >"$WORK/preflight-$1.txt" 2>&1
+  grep -q '^PASSED' "$WORK/preflight-$1.txt"
 }
 
-# Plan the stack that trains until epoch second $1: compiled only where its check passes on this machine.
+# Plan the stack that trains until epoch second $1: compiled, or with the triton attention, only where its
+# check passes on this machine (else the plain stack).
 plan_stack() {
   plan "$(minutes_until "$1")" "$STACKING" || return 1
-  if grep -q '^compile = true' "$SESSION/grid.toml" && ! compiled_masks_are_fresh; then
-    echo "the compiled stack failed its check on this GPU ($WORK/preflight.txt): planning the plain stack"
+  local kind=
+  grep -q '^compile = true' "$SESSION/grid.toml" && kind=compiled
+  grep -q '^attention = "triton"' "$SESSION/grid.toml" && kind=triton${kind:+-compiled}
+  if [[ -n $kind ]] && ! masks_are_fresh "$kind"; then
+    echo "the $kind stack failed its check on this GPU ($WORK/preflight-$kind.txt): planning the plain stack"
     plan "$(minutes_until "$1")" native || return 1
   fi
 }
@@ -178,11 +185,13 @@ start)
       --precision fp32,bf16 --steps 20 --budget-minutes 2.5 --json "$bench"
   fi
   benches=(--bench "$bench")
-  for compiled in "benchmarks/results/compile-$kind.json" runs/gpu-session/compile.json; do
-    if [[ -z ${3:-} && $STACKING == auto && -f $compiled ]]; then
-      benches+=(--bench "$compiled")
-      break
-    fi
+  for measured_too in compile triton; do
+    for document in "benchmarks/results/$measured_too-$kind.json" "runs/gpu-session/$measured_too.json"; do
+      if [[ -z ${3:-} && $STACKING == auto && -f $document ]]; then
+        benches+=(--bench "$document")
+        break
+      fi
+    done
   done
   printf '%s\n' "${benches[@]}" >"$WORK/benches"
   cp "$bench" "$SESSION/bench.json" 2>/dev/null
@@ -205,7 +214,7 @@ watch)
 pack)
   part=${2:?usage: gpu_train.sh pack PART}
   if [[ ! -f $BUNDLE/bundle.sha256 ]]; then
-    cp "$WORK/drive.log" "$WORK/preflight.txt" "$SESSION/" 2>/dev/null
+    cp "$WORK/drive.log" "$WORK"/preflight-*.txt "$SESSION/" 2>/dev/null
     roots=()
     for root in "$SWEEP" "$SESSION" "$WORK"/done-*; do
       [[ -d $root ]] && roots+=("$root")

@@ -165,14 +165,16 @@ def test_the_session_grid_reads_back_as_one_stack_of_exactly_the_planned_runs(tm
     assert session.model == {"d_model": 64}
     path.write_text(gpu_plan.session_grid(grid, replace(plan, stacking="native-eager")))
     assert load_grid(path).recipe == {**grid.recipe, "cuda_graph": False}
+    path.write_text(gpu_plan.session_grid(grid, replace(plan, stacking="native-compile-triton")))
+    assert load_grid(path).recipe == {**grid.recipe, "compile": True, "attention": "triton"}
     (stack,) = plan_stacks(session, tmp_path / "sweep")
     assert stack.runs == plan.runs
 
 
 def test_auto_stacking_plans_with_whichever_measured_stack_trains_more_runs():
     """Five copy-20 runs of 224,880 steps in 20 minutes: the native stack (3.8 ms, 4.4 ms at R=2) fits two, the
-    compiled one at 2 ms (R <= 4) four; where both fit as many, the shorter plan wins; unmeasured modes are left
-    out."""
+    compiled one at 2 ms (R <= 4) four, a triton one at 1.3 ms (R=5) all five; where two fit as many, the
+    shorter plan wins; unmeasured modes are left out."""
     grid = queue(COPY20)
     native = bench({1: 3.8, 8: 8.0})
     compiled = bench({1: 2.0, 4: 2.0, 8: 14.0}, stacking="native-compile")
@@ -184,6 +186,9 @@ def test_auto_stacking_plans_with_whichever_measured_stack_trains_more_runs():
     assert (tie.stacking, len(tie.runs), tie.step_ms) == ("native", 2, pytest.approx(4.4))
     with pytest.raises(ValueError, match="not even one fp32 run fits in 5 minutes"):
         gpu_plan.plan_session(grid, set(), native, 5, "auto")
+    triton = bench({1: 1.0, 4: 1.2, 8: 1.5}, stacking="native-compile-triton")
+    fastest = gpu_plan.plan_session(grid, set(), gpu_plan.merge_benchmarks([native, compiled, triton]), 20, "auto")
+    assert (fastest.stacking, len(fastest.runs)) == ("native-compile-triton", 5)
 
 
 def test_when_nothing_finishes_a_stack_continues_over_sessions_within_the_state_a_session_carries():
