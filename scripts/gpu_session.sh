@@ -13,9 +13,10 @@
 #   bash scripts/gpu_session.sh extra    at most 6.5 minutes, for a session with time left after its stack:
 #                                        the comparisons the acceptance does not need (the vmap stack, tf32,
 #                                        the compiled stack in bf16)
-#   bash scripts/gpu_session.sh triton   at most 5.5 minutes: the stack's own attention kernel (--attention
-#                                        triton; never run on a GPU before): its GPU tests, then the compiled
-#                                        stack with and without it, bf16 at R = 8 and 64
+#   bash scripts/gpu_session.sh triton   at most 6.5 minutes: the stack's own attention kernel (--attention
+#                                        triton; never run on a GPU before): its GPU tests, the kernel alone
+#                                        against SDPA, then the compiled stack with and without it, bf16 at
+#                                        R = 8 and 64
 # Everything it prints is also written under $OUT:
 #   $OUT/gpu.txt         the GPU (nvidia-smi) and torch
 #   $OUT/gpu_tests.txt   the pytest report
@@ -23,7 +24,7 @@
 #                        $OUT/benchmark.txt their table
 #   extra: $OUT/vmap.json (R = 8, 32, 64), $OUT/tf32.json (native), $OUT/compile-bf16.json (R = 1, 4, 8, 64)
 #          and benchmark.txt
-#   triton: $OUT/triton_tests.txt, $OUT/triton.json and benchmark.txt
+#   triton: $OUT/triton_tests.txt, $OUT/attention.json (the kernel alone), $OUT/triton.json and benchmark.txt
 # Usage, from the repository root on the device machine. The image lacks transformer-lens, datasets, plotly
 # and beartype: run scripts/gpu_wheels.sh here first and carry .whl; they are installed into /tmp/site once
 # per machine.
@@ -62,8 +63,10 @@ if [[ ${1:-} == triton ]]; then
     echo "the triton attention failed its GPU tests: not timed" | tee "$OUT/benchmark.txt"
     exit 0
   fi
+  timeout 60 python3 -m benchmarks.attention_kernel --replicates 8,64 --precision bf16 \
+    --json "$OUT/attention.json" 2>&1 | tee "$OUT/benchmark.txt"
   timeout 190 "${BENCH[@]}" --replicates 8,64 --stacking native-compile,native-compile-triton --precision bf16 \
-    --budget-minutes 2.5 --json "$OUT/triton.json" 2>&1 | tee "$OUT/benchmark.txt"
+    --budget-minutes 2.5 --json "$OUT/triton.json" 2>&1 | tee -a "$OUT/benchmark.txt"
   # Kept on the machine: gpu_train.sh plans with it (STACKING=auto), after the triton stack's own check.
   cp "$OUT/triton.json" runs/gpu-session/ 2>/dev/null
   exit 0

@@ -1,0 +1,126 @@
+"""The stack's attention alone: `small_attention` against ``scaled_dot_product_attention`` at the stack's shapes.
+
+For each ``--replicates`` R, the three attentions of the paper's model over R x 32 rows of 8 heads of 16
+(encoder self-attention 93 x 93, decoder self-attention 22 x 22 causal, cross-attention 22 x 93), with the
+real key-length mix (each row's keys: its own length, drawn from ``--mean-len``), forward and backward, with
+attention dropout ``--dropout``, in ``--precision``. Times come from CUDA events (medians of ``--rounds``);
+each attention's ratio is SDPA's time over the kernel's (above 1: the kernel is faster). ``--json OUT``
+writes every number. It tells a slow stack with the kernel apart from a slow kernel.
+
+    python benchmarks/attention_kernel.py --replicates 8,64 --precision bf16 --json runs/bench/attention.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from lsa_interp.utils import atomic_write
+
+SHAPES = {"encoder": (93, 93, False, 49.2), "decoder-self": (22, 22, True, 7.25), "cross": (22, 93, False, 49.2)}
+"""Attention -> (query width, key width, causal, mean key length of the paper's rows)."""
+
+
+def attention_inputs(rows: int, q_width: int, k_width: int, mean_len: float, dtype, device, heads: int = 8):
+    """Queries, keys and values ``[rows, heads, width, 16]`` and each row's key count (about ``mean_len``)."""
+    make = lambda width: torch.randn(rows, heads, width, 16, device=device, dtype=dtype, requires_grad=True)
+    spread = torch.randint(-int(mean_len) // 2, int(mean_len) // 2 + 1, (rows,), device=device)
+    key_len = (round(mean_len) + spread).clamp(1, k_width)
+    return make(q_width), make(k_width), make(k_width), key_len
+
+
+def sdpa(q, k, v, key_len, causal: bool, dropout: float):
+    """``scaled_dot_product_attention`` with the stack's boolean mask of valid (and, causal, earlier) keys."""
+    mask = torch.arange(k.shape[2], device=k.device)[None, :] < key_len[:, None]
+    mask = mask[:, None, None, :]
+    if causal:
+        mask = mask & torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+
+
+def _forward_backward(attend, grad) -> None:
+    torch.autograd.backward(attend(), grad)
+
+
+def timed(step, rounds: int, device: torch.device) -> float:
+    """Median milliseconds of ``step`` (forward and backward) over ``rounds``, after two warm-up calls."""
+    for _ in range(2):
+        step()
+    times = []
+    for _ in range(rounds):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            began = time.perf_counter()
+            step()
+            times.append(1000 * (time.perf_counter() - began))
+    return statistics.median(times)
+
+
+def compare(replicates: int, batch: int, precision: str, dropout: float, rounds: int, device: torch.device) -> list:
+    """Each attention's milliseconds with SDPA and with the kernel, and their ratio, for R x ``batch`` rows."""
+    from lsa_interp.training.small_attention import small_attention
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    seed = torch.zeros(1, dtype=torch.long, device=device)
+    results = []
+    for name, (q_width, k_width, causal, mean_len) in SHAPES.items():
+        q, k, v, key_len = attention_inputs(replicates * batch, q_width, k_width, mean_len, dtype, device)
+        calls = {
+            "sdpa_ms": partial(sdpa, q, k, v, key_len, causal, dropout),
+            "kernel_ms": partial(small_attention, q, k, v, key_len, seed, causal, dropout),
+        }
+        grad = torch.randn_like(q)
+        times = {who: timed(partial(_forward_backward, call, grad), rounds, device) for who, call in calls.items()}
+        results.append({"attention": name, **times, "ratio": times["sdpa_ms"] / times["kernel_ms"]})
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replicates", default="8,64", help="stack sizes, comma-separated (32 rows each)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
+    parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
+    parser.add_argument("--json", type=Path, help="write the numbers here")
+    args = parser.parse_args(argv)
+    try:
+        sizes = [int(r) for r in args.replicates.split(",")]
+        if min(sizes) < 1 or args.batch_size < 1 or args.rounds < 1 or not 0 <= args.dropout < 1:
+            raise ValueError
+    except ValueError:
+        parser.error("--replicates, --batch-size and --rounds take positive integers, --dropout a value in [0, 1)")
+    device = torch.device(args.device)
+    document = {"device": str(device), "torch": torch.__version__, "precision": args.precision, "runs": []}
+    if device.type == "cuda":
+        document["hardware"] = torch.cuda.get_device_name()
+    for reps in sizes:
+        results = compare(reps, args.batch_size, args.precision, args.dropout, args.rounds, device)
+        document["runs"].append({"replicates": reps, "results": results})
+        for r in results:
+            print(
+                f"R={reps:>3} {r['attention']:<13} sdpa {r['sdpa_ms']:8.3f} ms  kernel {r['kernel_ms']:8.3f} ms  "
+                f"{r['ratio']:.2f}x",
+                flush=True,
+            )
+        if args.json:
+            atomic_write(args.json, lambda tmp: tmp.write_text(json.dumps(document, indent=2) + "\n"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
