@@ -144,6 +144,10 @@ class StackedEncoderDecoder(nn.Module):
             return x
         return F.dropout(x, self.cfg.dropout, True) if x.is_cuda else cpu_dropout(x, self.cfg.dropout, True)
 
+    def _key_lengths(self, keep: Tensor) -> Tensor | None:
+        """Each row's key count ``[(rep batch)]`` where `small_attention` will run (else None: no kernel spent)."""
+        return keep.sum(-1).flatten() if self.attention == "triton" and self.training else None
+
     def _embed(self, weight: Tensor, tokens: Int[Tensor, "rep batch pos"], start: int = 0) -> Tensor:
         reps, vocab = weight.shape[:2]
         offset = torch.arange(reps, device=tokens.device).view(reps, 1, 1) * vocab
@@ -180,7 +184,7 @@ class StackedEncoderDecoder(nn.Module):
 
     def encode(self, p: Params, src: Int[Tensor, "rep batch src_pos"]) -> Float[Tensor, "rep batch src_pos d_model"]:
         """The encoder output of every replicate's batch (PAD keys masked)."""
-        lengths = (src != PAD).sum(-1).flatten()
+        lengths = self._key_lengths(src != PAD)
         mask = rearrange(src != PAD, "r b k -> (r b) 1 1 k")
         x = self._embed(p["encoder.embed.weight"], src)
         for layer in range(self.cfg.n_encoder_layers):
@@ -219,11 +223,11 @@ class StackedEncoderDecoder(nn.Module):
         keys = (
             Keys(
                 rearrange(tgt_in != PAD, "r b k -> (r b) 1 1 k") & causal,
-                (tgt_in != PAD).sum(-1).flatten(),
+                self._key_lengths(tgt_in != PAD),
                 True,
                 SELF_CALLS,
             ),
-            Keys(rearrange(src_keep, "r b k -> (r b) 1 1 k"), src_keep.sum(-1).flatten(), False, CROSS_CALLS),
+            Keys(rearrange(src_keep, "r b k -> (r b) 1 1 k"), self._key_lengths(src_keep), False, CROSS_CALLS),
         )
         x = self._embed(p["decoder.embed.weight"], tgt_in)
         for layer, kv in enumerate(self._cross_kv(p, memory)):
