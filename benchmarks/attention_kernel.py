@@ -2,9 +2,11 @@
 
 For each ``--replicates`` R, the three attentions of the paper's model over R x 32 rows of 8 heads of 16
 (encoder self-attention 93 x 93, decoder self-attention 22 x 22 causal, cross-attention 22 x 93), with the
-real key-length mix (each row's keys: its own length, drawn from ``--mean-len``), forward and backward, with
-attention dropout ``--dropout``, in ``--precision``. Times come from CUDA events (medians of ``--rounds``);
-each attention's ratio is SDPA's time over the kernel's (above 1: the kernel is faster). ``--json OUT``
+real length mix (each row's queries and keys: its own lengths, spread around the paper's means), forward and
+backward, with attention dropout ``--dropout``, in ``--precision``. SDPA computes every query of the padded
+rows, as the stack's SDPA path does; the kernel only each row's own. Times come from CUDA events (medians of
+``--rounds``); each attention's ratio is SDPA's time over the kernel's (above 1: the kernel is faster), and
+``kernel_no_dropout_ms`` times the kernel without dropout (what its random numbers cost). ``--json OUT``
 writes every number. It tells a slow stack with the kernel apart from a slow kernel.
 
     python benchmarks/attention_kernel.py --replicates 8,64 --precision bf16 --json runs/bench/attention.json
@@ -24,16 +26,24 @@ import torch.nn.functional as F
 
 from lsa_interp.utils import atomic_write
 
-SHAPES = {"encoder": (93, 93, False, 49.2), "decoder-self": (22, 22, True, 7.25), "cross": (22, 93, False, 49.2)}
-"""Attention -> (query width, key width, causal, mean key length of the paper's rows)."""
+SOURCE, TARGET = (93, 49.2), (22, 7.25)
+"""(width, mean length) of the paper's source and target rows."""
+
+SHAPES = {"encoder": (SOURCE, None, False), "decoder-self": (TARGET, None, True), "cross": (SOURCE, TARGET, False)}
+"""Attention -> (keys' (width, mean length), queries' for cross-attention (None: the keys'), causal)."""
+
+
+def row_lengths(rows: int, width: int, mean_len: float, device) -> torch.Tensor:
+    """``rows`` lengths spread evenly around ``mean_len`` (half of it either way), within 1..``width``."""
+    half = int(mean_len) // 2
+    spread = torch.randint(-half, half + 1, (rows,), device=device)
+    return (round(mean_len) + spread).clamp(1, width)
 
 
 def attention_inputs(rows: int, q_width: int, k_width: int, mean_len: float, dtype, device, heads: int = 8):
     """Queries, keys and values ``[rows, heads, width, 16]`` and each row's key count (about ``mean_len``)."""
     make = lambda width: torch.randn(rows, heads, width, 16, device=device, dtype=dtype, requires_grad=True)
-    spread = torch.randint(-int(mean_len) // 2, int(mean_len) // 2 + 1, (rows,), device=device)
-    key_len = (round(mean_len) + spread).clamp(1, k_width)
-    return make(q_width), make(k_width), make(k_width), key_len
+    return make(q_width), make(k_width), make(k_width), row_lengths(rows, k_width, mean_len, device)
 
 
 def sdpa(q, k, v, key_len, causal: bool, dropout: float):
@@ -76,12 +86,14 @@ def compare(replicates: int, batch: int, precision: str, dropout: float, rounds:
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
     seed = torch.zeros(1, dtype=torch.long, device=device)
     results = []
-    for name, (q_width, k_width, causal, mean_len) in SHAPES.items():
-        q, k, v, key_len = attention_inputs(replicates * batch, q_width, k_width, mean_len, dtype, device)
-        calls = {
-            "sdpa_ms": partial(sdpa, q, k, v, key_len, causal, dropout),
-            "kernel_ms": partial(small_attention, q, k, v, key_len, seed, causal, dropout),
-        }
+    for name, ((k_width, k_mean), queries, causal) in SHAPES.items():
+        q_width = k_width if queries is None else queries[0]
+        q, k, v, key_len = attention_inputs(replicates * batch, q_width, k_width, k_mean, dtype, device)
+        query_len = None if queries is None else row_lengths(replicates * batch, *queries, device)
+        kernel = partial(small_attention, q, k, v, key_len, seed, causal, query_len=query_len)
+        calls = {"sdpa_ms": partial(sdpa, q, k, v, key_len, causal, dropout), "kernel_ms": partial(kernel, dropout)}
+        if dropout > 0:
+            calls["kernel_no_dropout_ms"] = partial(kernel, 0.0)
         grad = torch.randn_like(q)
         times = {who: timed(partial(_forward_backward, call, grad), rounds, device) for who, call in calls.items()}
         results.append({"attention": name, **times, "ratio": times["sdpa_ms"] / times["kernel_ms"]})
@@ -112,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         results = compare(reps, args.batch_size, args.precision, args.dropout, args.rounds, device)
         document["runs"].append({"replicates": reps, "results": results})
         for r in results:
+            plain = f"  (no dropout {r['kernel_no_dropout_ms']:8.3f} ms)" if "kernel_no_dropout_ms" in r else ""
             print(
                 f"R={reps:>3} {r['attention']:<13} sdpa {r['sdpa_ms']:8.3f} ms  kernel {r['kernel_ms']:8.3f} ms  "
-                f"{r['ratio']:.2f}x",
+                f"{r['ratio']:.2f}x{plain}",
                 flush=True,
             )
         if args.json:

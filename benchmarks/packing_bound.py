@@ -11,6 +11,9 @@ for each stack size R:
   99% of them), against the padded ``batch * width``;
 - ``attention``: the score-matrix elements of the three attentions at each row's own length against the padded
   ones, and the attention tiles (``--tile Q,K``, default the profiled cuDNN kernel's 64x128) per row-head;
+- ``class_tile_ratio``: the score elements `small_attention` computes with one tile per full-width row
+  (the next power of two of the width, as its first version did) against one tile per row's own length class
+  (the next power of two of its length, at least 16: what it computes now);
 - ``slots``: rows paired two to a full-width row where both fit (longest with shortest), the slots a replicate
   must hold to cover every sampled step: the fixed-width alternative to a token buffer.
 
@@ -97,6 +100,13 @@ def tiles(q_len: np.ndarray, k_len: np.ndarray, tile: tuple[int, int]) -> np.nda
     return np.ceil(q_len / tile[0]) * np.ceil(k_len / tile[1])
 
 
+def class_tile(length: np.ndarray) -> np.ndarray:
+    """The side of `small_attention`'s tile for rows of ``length`` (the next power of two, at least 16; 0 for none)."""
+    length = np.asarray(length, dtype=np.float64)
+    side = np.maximum(16.0, 2.0 ** np.ceil(np.log2(np.maximum(length, 1.0))))
+    return np.where(length > 0, side, 0.0)
+
+
 def measure(
     src_len: np.ndarray,
     tgt_len: np.ndarray,
@@ -125,6 +135,9 @@ def measure(
     src_width, tgt_width = (np.float64(w) for w in widths)
     per_padded_row = tiles(src_width, src_width, tile) + tiles(tgt_width, tgt_width, tile)
     padded_tiles = present.sum() * (per_padded_row + tiles(tgt_width, src_width, tile))
+    class_elements = class_tile(src) ** 2 + class_tile(tgt) ** 2 + class_tile(tgt) * class_tile(src)
+    full_src, full_tgt = class_tile(widths[0]), class_tile(widths[1])
+    full_elements = present.sum() * (full_src**2 + full_tgt**2 + full_tgt * full_src)
     slots = paired_slots(src, tgt, *widths).max(-1)
     return {
         "replicates": replicates,
@@ -136,6 +149,7 @@ def measure(
         "token_ratio_p99": padded_tokens / (capacity["src_p99"] + capacity["tgt_p99"]),
         "score_ratio": float(padded_scores.sum() / scores.sum()),
         "tile_ratio": float(padded_tiles / row_tiles.sum()),
+        "class_tile_ratio": float(full_elements / class_elements.sum()),
         "slots_max": int(slots.max()),
         "slot_ratio": batch / int(slots.max()),
     }
@@ -202,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             f"R={reps:>3}: capacity {cap['src_max']}+{cap['tgt_max']} tokens of {result['padded_tokens']['src']}"
             f"+{result['padded_tokens']['tgt']} padded ({result['token_ratio']:.2f}x; 99% of steps "
             f"{result['token_ratio_p99']:.2f}x), scores {result['score_ratio']:.2f}x, "
-            f"tiles {result['tile_ratio']:.2f}x, "
+            f"tiles {result['tile_ratio']:.2f}x, class tiles {result['class_tile_ratio']:.2f}x, "
             f"paired slots {result['slots_max']} ({result['slot_ratio']:.2f}x)"
         )
         if result["projection"]:

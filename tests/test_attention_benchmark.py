@@ -41,3 +41,10 @@ def test_it_times_the_three_attentions_against_sdpa(tmp_path):
     (run,) = json.loads(out.read_text())["runs"]
     assert [r["attention"] for r in run["results"]] == ["encoder", "decoder-self", "cross"]
     assert all(r["sdpa_ms"] > 0 and r["ratio"] == pytest.approx(r["sdpa_ms"] / r["kernel_ms"]) for r in run["results"])
+    assert all(r["kernel_no_dropout_ms"] > 0 for r in run["results"])  # the default dropout 0.1: both timed
+
+
+def test_row_lengths_spread_around_the_mean_within_the_width():
+    lengths = attention_kernel.row_lengths(2000, 22, 7.25, torch.device("cpu"))
+    assert lengths.min() >= 1 and lengths.max() <= 22 and abs(lengths.float().mean().item() - 7.25) < 0.5
+    assert lengths.min() <= 4 and lengths.max() >= 10

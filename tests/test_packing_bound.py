@@ -30,6 +30,15 @@ def test_capacity_is_the_largest_batch_of_any_replicate_and_step():
     # take 1 + 1 + 1, and the 93-long row 2 + 1 + 1.
     assert one["tile_ratio"] == pytest.approx(4 * 4 / (3 + 3 + 3 + 4))
     assert two["slots_max"] == 2 and one["slots_max"] == 2
+    # small_attention's class tiles: sources 10, 20, 64, 93 -> 16, 32, 64, 128; targets 3, 4, 6 -> 16, 22 -> 32.
+    # Per row source self + target self + cross: 768, 1792, 5376 and 21504 elements; full width 21504 each.
+    assert one["class_tile_ratio"] == pytest.approx(4 * 21504 / (768 + 1792 + 5376 + 21504))
+
+
+def test_class_tiles_are_the_next_power_of_two_of_at_least_16():
+    assert packing_bound.class_tile(np.array([0, 1, 16, 17, 33, 64, 65, 93])).tolist() == [
+        0, 16, 16, 32, 64, 64, 128, 128,
+    ]  # fmt: skip
 
 
 def test_the_projection_scales_attention_by_tiles_and_the_rest_by_tokens():

@@ -1,22 +1,28 @@
-"""Attention for short rows and narrow heads, with dropout: one Triton program per (row, head).
+"""Attention for short rows and narrow heads, with dropout: one Triton program per (row, head), sized to the row.
 
-The paper's model has 16-wide heads and rows of at most 93 source and 22 target tokens. cuDNN's fused
-attention tiles such heads for 64 and took 45% of a compiled R=64 stacked step on an H100
-(docs/performance.md). Here one program holds a whole (row, head) in registers. It does:
+The paper's model has 16-wide heads and rows of at most 93 source and 22 target tokens (49 and 7 on
+average). cuDNN's fused attention tiles such heads for 64 and took 45% of a compiled R=64 stacked step on an
+H100 (docs/performance.md), most of it on padding. Here one program holds a whole (row, head) in registers,
+in a tile that fits that row: the rows are sorted into length classes (tiles of 16, 32, 64 and 128
+positions), one launch per class, and a program whose row belongs to another class does nothing. It does:
 - scores ``q k^T * scale`` for the row's keys (key padding: ``key_len``; ``causal`` masks later keys);
 - the softmax, and attention dropout with keep probability ``1 - p`` and survivors scaled by ``1 / (1 - p)``;
-- the weighted values, and the log-sum-exp for the backward pass.
+- the weighted values for the row's first ``query_len`` queries (later queries get zeros), and the
+  log-sum-exp for the backward pass.
 
-The backward program recomputes the scores and draws the same dropout mask from the same (seed, offset).
-The mask is a function of ``seed`` (a device tensor, read at launch, so a CUDA graph replays fresh masks when
-the seed tensor changes), ``call`` (one per attention call of a step) and each element's position. This is
-the same computation as ``scaled_dot_product_attention`` with a boolean mask of the valid keys. Only the
-random numbers differ.
+The backward program recomputes the scores and draws the same dropout mask. The mask is a function of
+``seed`` (a device tensor, read at launch, so a CUDA graph replays fresh masks when the seed tensor changes),
+``call`` (one per attention call of a step) and each element's position at the full width, so a row draws
+the same mask whatever its class. Each element's random number is a keyed integer hash of its position (two
+rounds of a 32-bit mixer, about a tenth of the arithmetic of the Philox draw behind ``tl.rand``). On the
+queries it computes, this is ``scaled_dot_product_attention`` with a boolean mask of the valid keys; only
+the random numbers differ.
 
 Runs on CUDA, or on the CPU under Triton's interpreter (``TRITON_INTERPRET=1`` before Triton is imported:
 slow, for tests).
 """
 
+import itertools
 import math
 from typing import no_type_check
 
@@ -29,20 +35,49 @@ from torch import Tensor
 CALLS_PER_STEP = 64
 """Seeds a step reserves for its attention calls: the kernel's seed is ``seed * CALLS_PER_STEP + call``."""
 
+SMALLEST_TILE = 16
+"""The smallest tile side (``tl.dot`` needs 16); each larger class doubles it, up to 128."""
+
 
 @triton.jit
 @no_type_check  # the test run's jaxtyping hook must leave Triton's source alone
-def _scores(Q, K, KLEN, n, h, q_n, q_h, q_l, k_n, k_h, k_l, lq, lk, scale, CAUSAL: tl.constexpr, BQ: tl.constexpr,
-            BK: tl.constexpr, D: tl.constexpr, IEEE: tl.constexpr):  # fmt: skip
-    """Scaled scores ``[BQ, BK]`` of one (row, head), -inf where a key is padding or (causal) later."""
-    rq, rk, rd = tl.arange(0, BQ), tl.arange(0, BK), tl.arange(0, D)
+def _mix(x):
+    """A 32-bit integer mixer (xor-shift-multiply, the "lowbias32" constants)."""
+    x = x ^ (x >> 16)
+    x = x * 0x7FEB352D
+    x = x ^ (x >> 15)
+    x = x * 0x846CA68B
+    return x ^ (x >> 16)
+
+
+@triton.jit
+@no_type_check  # the test run's jaxtyping hook must leave Triton's source alone
+def _keep(SEED, call, pid, p_drop, TQ: tl.constexpr, TK: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr,
+          CALLS: tl.constexpr):  # fmt: skip
+    """The dropout mask ``[TQ, TK]`` of program ``pid``: True where an element survives. Elements are numbered
+    at the full ``[BQ, BK]`` width, so the mask does not depend on the tile."""
+    seed = tl.load(SEED) * CALLS + call
+    first = _mix((seed & 0xFFFFFFFF).to(tl.uint32) ^ _mix((seed >> 32).to(tl.uint32) ^ 0x9E3779B9))
+    second = _mix(first ^ 0x85EBCA6B)
+    rq, rk = tl.arange(0, TQ).to(tl.uint32), tl.arange(0, TK).to(tl.uint32)
+    element = (pid.to(tl.uint32) * BQ + rq[:, None]) * BK + rk[None, :]
+    bits = _mix(_mix(element + first) ^ second)
+    return (bits >> 8).to(tl.float32) * (1.0 / 16777216.0) >= p_drop
+
+
+@triton.jit
+@no_type_check  # the test run's jaxtyping hook must leave Triton's source alone
+def _scores(Q, K, n, h, q_n, q_h, q_l, k_n, k_h, k_l, lq, lk, scale, CAUSAL: tl.constexpr, TQ: tl.constexpr,
+            TK: tl.constexpr, D: tl.constexpr, IEEE: tl.constexpr):  # fmt: skip
+    """Scaled scores ``[TQ, TK]`` of one (row, head), -inf where a key is padding or (causal) later."""
+    rq, rk, rd = tl.arange(0, TQ), tl.arange(0, TK), tl.arange(0, D)
     q = tl.load(Q + n * q_n + h * q_h + rq[:, None] * q_l + rd[None, :], mask=rq[:, None] < lq, other=0.0)
     k = tl.load(K + n * k_n + h * k_h + rk[:, None] * k_l + rd[None, :], mask=rk[:, None] < lk, other=0.0)
     if IEEE:
         s = tl.dot(q, tl.trans(k), input_precision="ieee")
     else:
         s = tl.dot(q, tl.trans(k))
-    valid = rk[None, :] < tl.load(KLEN + n)
+    valid = rk[None, :] < lk
     if CAUSAL:
         valid = valid & (rk[None, :] <= rq[:, None])
     return tl.where(valid, s * scale, float("-inf")), q, k
@@ -50,77 +85,84 @@ def _scores(Q, K, KLEN, n, h, q_n, q_h, q_l, k_n, k_h, k_l, lq, lk, scale, CAUSA
 
 @triton.jit
 @no_type_check  # the test run's jaxtyping hook must leave Triton's source alone
-def _keep(seed, pid, p_drop, BQ: tl.constexpr, BK: tl.constexpr):
-    """The dropout mask ``[BQ, BK]`` of program ``pid``: True where an element survives."""
-    rq, rk = tl.arange(0, BQ), tl.arange(0, BK)
-    return tl.rand(seed, (pid * BQ + rq[:, None]) * BK + rk[None, :]) >= p_drop
+def _row_lengths(QLEN, KLEN, n, width_q, width_k, Q_LO: tl.constexpr, TQ: tl.constexpr, K_LO: tl.constexpr,
+                 TK: tl.constexpr):  # fmt: skip
+    """Row ``n``'s query and key counts (at most the widths), and whether the row is in this launch's class."""
+    lq = tl.minimum(tl.load(QLEN + n), width_q)
+    lk = tl.minimum(tl.load(KLEN + n), width_k)
+    return lq, lk, (lq > Q_LO) & (lq <= TQ) & (lk > K_LO) & (lk <= TK)
 
 
 @triton.jit
 @no_type_check  # the test run's jaxtyping hook must leave Triton's source alone
-def _forward(Q, K, V, OUT, LSE, KLEN, SEED, q_n, q_h, q_l, k_n, k_h, k_l, v_n, v_h, v_l, o_n, o_h, o_l, H, lq, lk,
-             scale, p_drop, call, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr,
-             D: tl.constexpr, IEEE: tl.constexpr, CALLS: tl.constexpr):  # fmt: skip
-    pid = tl.program_id(0)
-    n, h = pid // H, pid % H
-    s, q, k = _scores(Q, K, KLEN, n, h, q_n, q_h, q_l, k_n, k_h, k_l, lq, lk, scale, CAUSAL, BQ, BK, D, IEEE)
-    rq, rk, rd = tl.arange(0, BQ), tl.arange(0, BK), tl.arange(0, D)
-    v = tl.load(V + n * v_n + h * v_h + rk[:, None] * v_l + rd[None, :], mask=rk[:, None] < lk, other=0.0)
-    top = tl.max(s, 1)
-    top = tl.where(top == float("-inf"), 0.0, top)
-    e = tl.exp(s - top[:, None])
-    total = tl.sum(e, 1)
-    total = tl.where(total == 0.0, 1.0, total)
-    p = e / total[:, None]
-    if DROPOUT:
-        seed = tl.load(SEED) * CALLS + call
-        p = tl.where(_keep(seed, pid, p_drop, BQ, BK), p / (1.0 - p_drop), 0.0)
-    if IEEE:
-        o = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-    else:
-        o = tl.dot(p.to(v.dtype), v)
-    out = OUT + n * o_n + h * o_h + rq[:, None] * o_l + rd[None, :]
-    tl.store(out, o.to(OUT.dtype.element_ty), mask=rq[:, None] < lq)
-    tl.store(LSE + pid * BQ + rq, top + tl.log(total))
+def _forward(Q, K, V, OUT, LSE, QLEN, KLEN, SEED, q_n, q_h, q_l, k_n, k_h, k_l, v_n, v_h, v_l, o_n, o_h, o_l,
+             width_q, width_k, scale, p_drop, call, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
+             Q_LO: tl.constexpr, TQ: tl.constexpr, K_LO: tl.constexpr, TK: tl.constexpr, BQ: tl.constexpr,
+             BK: tl.constexpr, D: tl.constexpr, IEEE: tl.constexpr, CALLS: tl.constexpr):  # fmt: skip
+    n, h = tl.program_id(0), tl.program_id(1)
+    lq, lk, mine = _row_lengths(QLEN, KLEN, n, width_q, width_k, Q_LO, TQ, K_LO, TK)
+    if mine:
+        pid = n * tl.num_programs(1) + h
+        s, q, k = _scores(Q, K, n, h, q_n, q_h, q_l, k_n, k_h, k_l, lq, lk, scale, CAUSAL, TQ, TK, D, IEEE)
+        rq, rk, rd = tl.arange(0, TQ), tl.arange(0, TK), tl.arange(0, D)
+        v = tl.load(V + n * v_n + h * v_h + rk[:, None] * v_l + rd[None, :], mask=rk[:, None] < lk, other=0.0)
+        top = tl.max(s, 1)
+        top = tl.where(top == float("-inf"), 0.0, top)
+        e = tl.exp(s - top[:, None])
+        total = tl.sum(e, 1)
+        total = tl.where(total == 0.0, 1.0, total)
+        p = e / total[:, None]
+        if DROPOUT:
+            p = tl.where(_keep(SEED, call, pid, p_drop, TQ, TK, BQ, BK, CALLS), p / (1.0 - p_drop), 0.0)
+        if IEEE:
+            o = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            o = tl.dot(p.to(v.dtype), v)
+        out = OUT + n * o_n + h * o_h + rq[:, None] * o_l + rd[None, :]
+        tl.store(out, o.to(OUT.dtype.element_ty), mask=rq[:, None] < lq)
+        tl.store(LSE + pid * BQ + rq, top + tl.log(total))
 
 
 @triton.jit
 @no_type_check  # the test run's jaxtyping hook must leave Triton's source alone
-def _backward(Q, K, V, DO, LSE, KLEN, SEED, DQ, DK, DV, q_n, q_h, q_l, k_n, k_h, k_l, v_n, v_h, v_l, d_n, d_h, d_l,
-              gq_n, gq_h, gq_l, gk_n, gk_h, gk_l, H, lq, lk, scale, p_drop, call, CAUSAL: tl.constexpr,
-              DROPOUT: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, D: tl.constexpr, IEEE: tl.constexpr,
-              CALLS: tl.constexpr):  # fmt: skip
-    pid = tl.program_id(0)
-    n, h = pid // H, pid % H
-    s, q, k = _scores(Q, K, KLEN, n, h, q_n, q_h, q_l, k_n, k_h, k_l, lq, lk, scale, CAUSAL, BQ, BK, D, IEEE)
-    rq, rk, rd = tl.arange(0, BQ), tl.arange(0, BK), tl.arange(0, D)
-    v = tl.load(V + n * v_n + h * v_h + rk[:, None] * v_l + rd[None, :], mask=rk[:, None] < lk, other=0.0)
-    do = tl.load(DO + n * d_n + h * d_h + rq[:, None] * d_l + rd[None, :], mask=rq[:, None] < lq, other=0.0)
-    p = tl.exp(s - tl.load(LSE + pid * BQ + rq)[:, None])
-    if IEEE:
-        grad_dropped = tl.dot(do, tl.trans(v), input_precision="ieee")
-    else:
-        grad_dropped = tl.dot(do, tl.trans(v))
-    if DROPOUT:
-        keep = _keep(tl.load(SEED) * CALLS + call, pid, p_drop, BQ, BK)
-        dropped = tl.where(keep, p / (1.0 - p_drop), 0.0)
-        grad_p = tl.where(keep, grad_dropped / (1.0 - p_drop), 0.0)
-    else:
-        dropped, grad_p = p, grad_dropped
-    grad_s = p * (grad_p - tl.sum(p * grad_p, 1)[:, None]) * scale
-    if IEEE:
-        dv = tl.dot(tl.trans(dropped.to(do.dtype)), do, input_precision="ieee")
-        dq = tl.dot(grad_s.to(k.dtype), k, input_precision="ieee")
-        dk = tl.dot(tl.trans(grad_s.to(q.dtype)), q, input_precision="ieee")
-    else:
-        dv = tl.dot(tl.trans(dropped.to(do.dtype)), do)
-        dq = tl.dot(grad_s.to(k.dtype), k)
-        dk = tl.dot(tl.trans(grad_s.to(q.dtype)), q)
-    out_q = DQ + n * gq_n + h * gq_h + rq[:, None] * gq_l + rd[None, :]
-    tl.store(out_q, dq.to(DQ.dtype.element_ty), mask=rq[:, None] < lq)
-    out_k = n * gk_n + h * gk_h + rk[:, None] * gk_l + rd[None, :]
-    tl.store(DK + out_k, dk.to(DK.dtype.element_ty), mask=rk[:, None] < lk)
-    tl.store(DV + out_k, dv.to(DV.dtype.element_ty), mask=rk[:, None] < lk)
+def _backward(Q, K, V, DO, LSE, QLEN, KLEN, SEED, DQ, DK, DV, q_n, q_h, q_l, k_n, k_h, k_l, v_n, v_h, v_l, d_n,
+              d_h, d_l, gq_n, gq_h, gq_l, gk_n, gk_h, gk_l, width_q, width_k, scale, p_drop, call,
+              CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, Q_LO: tl.constexpr, TQ: tl.constexpr,
+              K_LO: tl.constexpr, TK: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, D: tl.constexpr,
+              IEEE: tl.constexpr, CALLS: tl.constexpr):  # fmt: skip
+    n, h = tl.program_id(0), tl.program_id(1)
+    lq, lk, mine = _row_lengths(QLEN, KLEN, n, width_q, width_k, Q_LO, TQ, K_LO, TK)
+    if mine:
+        pid = n * tl.num_programs(1) + h
+        s, q, k = _scores(Q, K, n, h, q_n, q_h, q_l, k_n, k_h, k_l, lq, lk, scale, CAUSAL, TQ, TK, D, IEEE)
+        rq, rk, rd = tl.arange(0, TQ), tl.arange(0, TK), tl.arange(0, D)
+        v = tl.load(V + n * v_n + h * v_h + rk[:, None] * v_l + rd[None, :], mask=rk[:, None] < lk, other=0.0)
+        do = tl.load(DO + n * d_n + h * d_h + rq[:, None] * d_l + rd[None, :], mask=rq[:, None] < lq, other=0.0)
+        p = tl.exp(s - tl.load(LSE + pid * BQ + rq)[:, None])
+        if IEEE:
+            grad_dropped = tl.dot(do, tl.trans(v), input_precision="ieee")
+        else:
+            grad_dropped = tl.dot(do, tl.trans(v))
+        if DROPOUT:
+            keep = _keep(SEED, call, pid, p_drop, TQ, TK, BQ, BK, CALLS)
+            dropped = tl.where(keep, p / (1.0 - p_drop), 0.0)
+            grad_p = tl.where(keep, grad_dropped / (1.0 - p_drop), 0.0)
+        else:
+            dropped, grad_p = p, grad_dropped
+        grad_s = p * (grad_p - tl.sum(p * grad_p, 1)[:, None]) * scale
+        if IEEE:
+            dv = tl.dot(tl.trans(dropped.to(do.dtype)), do, input_precision="ieee")
+            dq = tl.dot(grad_s.to(k.dtype), k, input_precision="ieee")
+            dk = tl.dot(tl.trans(grad_s.to(q.dtype)), q, input_precision="ieee")
+        else:
+            dv = tl.dot(tl.trans(dropped.to(do.dtype)), do)
+            dq = tl.dot(grad_s.to(k.dtype), k)
+            dk = tl.dot(tl.trans(grad_s.to(q.dtype)), q)
+        out_q = DQ + n * gq_n + h * gq_h + rq[:, None] * gq_l + rd[None, :]
+        tl.store(out_q, dq.to(DQ.dtype.element_ty), mask=rq[:, None] < lq)
+        out_k = n * gk_n + h * gk_h + rk[:, None] * gk_l + rd[None, :]
+        tl.store(DK + out_k, dk.to(DK.dtype.element_ty), mask=rk[:, None] < lk)
+        tl.store(DV + out_k, dv.to(DV.dtype.element_ty), mask=rk[:, None] < lk)
 
 
 def _traceable(kernel):
@@ -129,28 +171,51 @@ def _traceable(kernel):
 
 
 def _block(length: int) -> int:
-    return max(16, triton.next_power_of_2(length))
+    return max(SMALLEST_TILE, triton.next_power_of_2(length))
 
 
-def _launch_options(q: Tensor) -> dict:
-    options = {"IEEE": q.dtype == torch.float32, "D": q.shape[-1], "CALLS": CALLS_PER_STEP}
-    return {**options, "num_warps": 4 if q.shape[2] <= 32 else 8}
+def _classes(width: int) -> list[tuple[int, int]]:
+    """The length classes of rows up to ``width``: (lengths above, tile side), from 16 up to the full block."""
+    tiles = [SMALLEST_TILE << i for i in range(_block(width).bit_length() - SMALLEST_TILE.bit_length() + 1)]
+    return [(0 if tile == SMALLEST_TILE else tile // 2, tile) for tile in tiles]
+
+
+def _launches(q: Tensor, k: Tensor, paired: bool) -> list[dict]:
+    """One launch's tile options per class: the query and key classes of a row are the same where ``paired``
+    (self-attention: a row's queries are its keys), else every pair of classes."""
+    q_classes, k_classes = _classes(q.shape[2]), _classes(k.shape[2])
+    pairs = zip(q_classes, k_classes) if paired else itertools.product(q_classes, k_classes)
+    common = {"IEEE": q.dtype == torch.float32, "D": q.shape[-1], "CALLS": CALLS_PER_STEP}
+    common |= {"BQ": _block(q.shape[2]), "BK": _block(k.shape[2])}
+    return [
+        {**common, "Q_LO": q_lo, "TQ": tq, "K_LO": k_lo, "TK": tk, "num_warps": min(8, max(1, tq * tk // 512))}
+        for (q_lo, tq), (k_lo, tk) in pairs
+    ]
 
 
 # No ``from __future__ import annotations`` here: the operators' schemas are inferred from their annotations.
 @torch.library.triton_op("lsa_interp::small_attention_forward", mutates_args=())
 def _forward_op(
-    q: Tensor, k: Tensor, v: Tensor, key_len: Tensor, seed: Tensor, causal: bool, dropout_p: float, call: int
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    query_len: Tensor,
+    key_len: Tensor,
+    seed: Tensor,
+    causal: bool,
+    paired: bool,
+    dropout_p: float,
+    call: int,
 ) -> tuple[Tensor, Tensor]:
     rows, heads, lq, _ = q.shape
-    lk = k.shape[2]
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(rows * heads * _block(lq), device=q.device, dtype=torch.float32)
-    _traceable(_forward)[(rows * heads,)](
-        q, k, v, out, lse, key_len, seed, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-        heads, lq, lk, 1.0 / math.sqrt(q.shape[-1]), dropout_p, call, CAUSAL=causal, DROPOUT=dropout_p > 0,
-        BQ=_block(lq), BK=_block(lk), **_launch_options(q),
-    )  # fmt: skip
+    for options in _launches(q, k, paired):
+        _traceable(_forward)[(rows, heads)](
+            q, k, v, out, lse, query_len, key_len, seed, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            *out.stride()[:3], lq, k.shape[2], 1.0 / math.sqrt(q.shape[-1]), dropout_p, call, CAUSAL=causal,
+            DROPOUT=dropout_p > 0, **options,
+        )  # fmt: skip
     return out, lse
 
 
@@ -161,34 +226,36 @@ def _backward_op(
     k: Tensor,
     v: Tensor,
     lse: Tensor,
+    query_len: Tensor,
     key_len: Tensor,
     seed: Tensor,
     causal: bool,
+    paired: bool,
     dropout_p: float,
     call: int,
 ) -> tuple[Tensor, Tensor, Tensor]:
     rows, heads, lq, _ = q.shape
-    lk = k.shape[2]
     grad = grad.contiguous()
-    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    _traceable(_backward)[(rows * heads,)](
-        q, k, v, grad, lse, key_len, seed, dq, dk, dv, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-        *grad.stride()[:3], *dq.stride()[:3], *dk.stride()[:3], heads, lq, lk, 1.0 / math.sqrt(q.shape[-1]),
-        dropout_p, call, CAUSAL=causal, DROPOUT=dropout_p > 0, BQ=_block(lq), BK=_block(lk), **_launch_options(q),
-    )  # fmt: skip
+    dq, dk, dv = (torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    for options in _launches(q, k, paired):
+        _traceable(_backward)[(rows, heads)](
+            q, k, v, grad, lse, query_len, key_len, seed, dq, dk, dv, *q.stride()[:3], *k.stride()[:3],
+            *v.stride()[:3], *grad.stride()[:3], *dq.stride()[:3], *dk.stride()[:3], lq, k.shape[2],
+            1.0 / math.sqrt(q.shape[-1]), dropout_p, call, CAUSAL=causal, DROPOUT=dropout_p > 0, **options,
+        )  # fmt: skip
     return dq, dk, dv
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, key_len, seed, causal, dropout_p, call = inputs
-    ctx.save_for_backward(q, k, v, output[1], key_len)
-    ctx.seed, ctx.options = seed, (causal, dropout_p, call)
+    q, k, v, query_len, key_len, seed, causal, paired, dropout_p, call = inputs
+    ctx.save_for_backward(q, k, v, output[1], query_len, key_len)
+    ctx.seed, ctx.options = seed, (causal, paired, dropout_p, call)
 
 
 def _backward_rule(ctx, grad_out: Tensor, grad_lse: Tensor):
-    q, k, v, lse, key_len = ctx.saved_tensors
-    dq, dk, dv = _backward_op(grad_out, q, k, v, lse, key_len, ctx.seed, *ctx.options)
-    return dq, dk, dv, None, None, None, None, None
+    q, k, v, lse, query_len, key_len = ctx.saved_tensors
+    dq, dk, dv = _backward_op(grad_out, q, k, v, lse, query_len, key_len, ctx.seed, *ctx.options)
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
 torch.library.register_autograd(_forward_op, _backward_rule, setup_context=_setup_context)
@@ -203,12 +270,16 @@ def small_attention(
     causal: bool = False,
     dropout_p: float = 0.0,
     call: int = 0,
+    query_len: Int[Tensor, " row"] | None = None,
 ) -> Float[Tensor, "row head q_pos d_head"]:
-    """Attention of each row's queries over its first ``key_len`` keys (and, ``causal``, none after the
-    query), with attention dropout ``dropout_p`` drawn from (``seed``, ``call``); see the module doc.
+    """Attention of each row's first ``query_len`` queries over its first ``key_len`` keys (and, ``causal``,
+    none after the query), with attention dropout ``dropout_p`` drawn from (``seed``, ``call``); see the
+    module doc. Later queries, and rows without keys, get zeros. ``query_len=None``: self-attention, each
+    row has as many queries as keys (then ``q`` and ``k`` must be equally wide).
 
     Raises ValueError for heads that are not a power of two of at least 16, rows longer than 128, a
-    ``call`` outside ``0 .. CALLS_PER_STEP - 1``, or a dropout probability outside [0, 1).
+    ``call`` outside ``0 .. CALLS_PER_STEP - 1``, a dropout probability outside [0, 1), or self-attention
+    between queries and keys of different widths.
     """
     d_head, longest = q.shape[-1], max(q.shape[2], k.shape[2])
     if d_head < 16 or d_head & (d_head - 1):
@@ -219,5 +290,11 @@ def small_attention(
         raise ValueError(f"call must be in 0..{CALLS_PER_STEP - 1}, got {call}")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout probability must be in [0, 1), got {dropout_p}")
+    if query_len is None and q.shape[2] != k.shape[2]:
+        raise ValueError(f"self-attention (no query_len) needs as many query as key positions, got {q.shape[2]} "
+                         f"and {k.shape[2]}")  # fmt: skip
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    return _forward_op(q, k, v, key_len.to(torch.int32), seed, causal, float(dropout_p), call)[0]
+    key_len = key_len.to(torch.int32)
+    paired = query_len is None
+    query_len = key_len if paired else query_len.to(torch.int32)
+    return _forward_op(q, k, v, query_len, key_len, seed, causal, paired, float(dropout_p), call)[0]

@@ -44,12 +44,14 @@ SELF_CALLS, CROSS_CALLS = 16, 32
 class Keys(NamedTuple):
     """The keys one attention may see: a boolean mask for ``scaled_dot_product_attention`` (``[(rep batch), 1,
     q or 1, k]``, None for all), and for `small_attention` each row's key count ``[(rep batch)]`` and whether
-    later keys are masked. ``call`` numbers the attention within a step (its dropout stream)."""
+    later keys are masked. ``call`` numbers the attention within a step (its dropout stream). ``queries``:
+    each row's query count for cross-attention (None: self-attention, the row's queries are its keys)."""
 
     mask: Tensor | None
     lengths: Tensor | None
     causal: bool
     call: int
+    queries: Tensor | None = None
 
 
 def stacked_linear(
@@ -169,7 +171,9 @@ class StackedEncoderDecoder(nn.Module):
     def _attend(self, p: Params, prefix: str, q: Tensor, k: Tensor, v: Tensor, keys: Keys) -> Tensor:
         drop = self.cfg.dropout if self.training else 0.0
         if self.attention == "triton" and self.training:
-            z = self._small_attention(q, k, v, keys.lengths, self.attention_step, keys.causal, drop, keys.call)
+            z = self._small_attention(
+                q, k, v, keys.lengths, self.attention_step, keys.causal, drop, keys.call, keys.queries
+            )
         else:
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=keys.mask, dropout_p=drop)
         z = rearrange(z, "(r b) h s e -> r b s (h e)", r=self.replicates)
@@ -220,14 +224,16 @@ class StackedEncoderDecoder(nn.Module):
         """Teacher-forced decoder logits (causal self-attention; PAD keys masked in both attentions)."""
         n = tgt_in.shape[-1]
         causal = torch.ones(n, n, dtype=torch.bool, device=tgt_in.device).tril_()
+        tgt_lengths = self._key_lengths(tgt_in != PAD)
         keys = (
+            Keys(rearrange(tgt_in != PAD, "r b k -> (r b) 1 1 k") & causal, tgt_lengths, True, SELF_CALLS),
             Keys(
-                rearrange(tgt_in != PAD, "r b k -> (r b) 1 1 k") & causal,
-                self._key_lengths(tgt_in != PAD),
-                True,
-                SELF_CALLS,
+                rearrange(src_keep, "r b k -> (r b) 1 1 k"),
+                self._key_lengths(src_keep),
+                False,
+                CROSS_CALLS,
+                tgt_lengths,
             ),
-            Keys(rearrange(src_keep, "r b k -> (r b) 1 1 k"), self._key_lengths(src_keep), False, CROSS_CALLS),
         )
         x = self._embed(p["decoder.embed.weight"], tgt_in)
         for layer, kv in enumerate(self._cross_kv(p, memory)):

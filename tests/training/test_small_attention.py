@@ -23,21 +23,24 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOLERANCE = 1e-5 if DEVICE == "cpu" else 2e-3  # CUDA: fp32 dots on tensor cores (tf32 in torch's reference)
 
 
-def reference(q, k, v, key_len, causal=False, keep=None, p=0.0):
-    """Explicit attention over the first ``key_len`` keys, with a given dropout mask."""
+def reference(q, k, v, key_len, causal=False, keep=None, p=0.0, query_len=None):
+    """Explicit attention of the first ``query_len`` queries (default: ``key_len``) over the first ``key_len``
+    keys, with a given dropout mask; zeros for later queries."""
+    positions = lambda n: torch.arange(n, device=q.device)[None, :]
     scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
-    valid = (torch.arange(k.shape[2], device=q.device)[None, :] < key_len[:, None])[:, None, None, :]
+    valid = (positions(k.shape[2]) < key_len[:, None])[:, None, None, :]
     if causal:
         valid = valid & torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
-    weights = scores.masked_fill(~valid, float("-inf")).softmax(-1)
+    weights = scores.masked_fill(~valid, float("-inf")).softmax(-1).nan_to_num()
     if keep is not None:
         weights = torch.where(keep, weights / (1 - p), 0.0)
-    return weights @ v
+    asked = positions(q.shape[2]) < (key_len if query_len is None else query_len)[:, None]
+    return (weights @ v) * asked[:, None, :, None]
 
 
-def _inputs(rows, heads, lq, lk, seed=0):
+def _inputs(rows, heads, lq, lk, seed=0, d_head=16):
     generator = torch.Generator().manual_seed(seed)
-    make = lambda n: torch.randn(rows, heads, n, 16, generator=generator).to(DEVICE).requires_grad_()
+    make = lambda n: torch.randn(rows, heads, n, d_head, generator=generator).to(DEVICE).requires_grad_()
     return make(lq), make(lk), make(lk)
 
 
@@ -48,18 +51,29 @@ def _grads(out, tensors, grad):
     return [tensor.grad.clone() for tensor in tensors]
 
 
+EVERY_CLASS = [93, 1, 16, 17, 32, 33, 64, 65, 0]
+"""Source rows of every length class (tiles of 16, 32, 64, 128) and their edges, and a row without keys."""
+
+
 @pytest.mark.parametrize(
-    "lq, lk, causal", [(93, 93, False), (22, 22, True), (22, 93, False), (7, 30, False)],
+    "lq, lk, causal, key_len, query_len",
+    [
+        (93, 93, False, EVERY_CLASS, None),
+        (22, 22, True, [22, 5, 16, 17, 1], None),
+        (22, 93, False, [93, 5, 40, 65, 17], [22, 16, 3, 17, 0]),
+        (7, 30, False, [30, 5, 16], [7, 7, 2]),
+    ],
     ids=["encoder", "decoder-self", "cross", "short"],
-)  # fmt: skip
-def test_without_dropout_it_is_explicit_attention_forward_and_backward(lq, lk, causal):
-    q, k, v = _inputs(3, 2, lq, lk)
-    key_len = torch.tensor([lk, 5, lk // 2 + 1], device=DEVICE)
+)
+def test_without_dropout_it_is_explicit_attention_forward_and_backward(lq, lk, causal, key_len, query_len):
+    q, k, v = _inputs(len(key_len), 2, lq, lk)
+    key_len = torch.tensor(key_len, device=DEVICE)
+    query_len = None if query_len is None else torch.tensor(query_len, device=DEVICE)
     seed = torch.tensor([7], device=DEVICE)
-    out = small_attention(q, k, v, key_len, seed, causal=causal)
+    out = small_attention(q, k, v, key_len, seed, causal=causal, query_len=query_len)
     grad = torch.randn_like(out)
     ours = _grads(out, (q, k, v), grad)
-    expected = reference(q, k, v, key_len, causal)
+    expected = reference(q, k, v, key_len, causal, query_len=query_len)
     theirs = _grads(expected, (q, k, v), grad)
     assert (out - expected).abs().max() < TOLERANCE
     assert all((a - b).abs().max() < TOLERANCE for a, b in zip(ours, theirs))
@@ -68,13 +82,13 @@ def test_without_dropout_it_is_explicit_attention_forward_and_backward(lq, lk, c
 @pytest.mark.skipif(DEVICE == "cpu", reason="Triton's interpreter multiplies bf16 matrices wrongly")
 def test_in_bf16_it_is_explicit_attention_within_bf16_rounding():
     q, k, v = _inputs(3, 2, 22, 93)
-    key_len = torch.tensor([93, 5, 40], device=DEVICE)
+    key_len, query_len = torch.tensor([93, 5, 40], device=DEVICE), torch.tensor([22, 9, 13], device=DEVICE)
     seed = torch.tensor([7], device=DEVICE)
     half = [t.detach().bfloat16().requires_grad_() for t in (q, k, v)]
-    out = small_attention(*half, key_len, seed)
+    out = small_attention(*half, key_len, seed, query_len=query_len)
     grad = torch.randn_like(out)
     ours = _grads(out, half, grad)
-    expected = reference(q, k, v, key_len)
+    expected = reference(q, k, v, key_len, query_len=query_len)
     theirs = _grads(expected, (q, k, v), grad.float())
     assert out.dtype == torch.bfloat16 and (out.float() - expected).abs().max() < 3e-2
     assert all((a.float() - b).abs().max() < 5e-2 * max(1.0, b.abs().max().item()) for a, b in zip(ours, theirs))
@@ -82,8 +96,8 @@ def test_in_bf16_it_is_explicit_attention_within_bf16_rounding():
 
 def _dropped_weights(seed, call, p, key_len, rows=4, heads=4, length=16):
     """The kernel's attention weights after dropout, read through values that are the identity."""
-    q, k, _ = _inputs(rows, heads, length, length)
-    v = torch.eye(length, 16, device=DEVICE).expand(rows, heads, length, 16)
+    q, k, _ = _inputs(rows, heads, length, length, d_head=length)
+    v = torch.eye(length, device=DEVICE).expand(rows, heads, length, length)
     return small_attention(q, k, v, key_len, torch.tensor([seed], device=DEVICE), dropout_p=p, call=call).detach()
 
 
@@ -98,6 +112,24 @@ def test_dropout_keeps_about_1_minus_p_rescaled_and_repeats_from_the_same_seed_a
     for other in (_dropped_weights(4, 5, 0.25, key_len), _dropped_weights(3, 6, 0.25, key_len)):
         assert (kept != (other != 0)).float().mean() > 0.2
     assert (kept[0] != kept[1]).float().mean() > 0.2  # rows draw their own masks
+
+
+def test_dropout_decisions_look_independent_across_neighbours_steps_and_seed_words():
+    full = torch.full((8,), 64, device=DEVICE)
+    kept = _dropped_weights(9, 1, 0.25, full, rows=8, length=64) != 0
+    assert abs(kept.float().mean().item() - 0.75) < 0.01
+    for a, b in ((kept[..., 1:], kept[..., :-1]), (kept[..., 1:, :], kept[..., :-1, :]), (kept[1:], kept[:-1])):
+        assert abs((a & b).float().mean().item() - 0.75**2) < 0.01  # along keys, queries, rows
+    for seed in (10, 9 + (1 << 32)):  # the next step, and the same step of the next stack's stream
+        other = _dropped_weights(seed, 1, 0.25, full, rows=8, length=64) != 0
+        assert abs((kept & other).float().mean().item() - 0.75**2) < 0.01
+
+
+def test_a_rows_dropout_mask_does_not_depend_on_its_length_class():
+    long = _dropped_weights(5, 3, 0.5, torch.full((4,), 40, device=DEVICE), length=64) != 0
+    short = _dropped_weights(5, 3, 0.5, torch.full((4,), 12, device=DEVICE), length=64) != 0
+    assert torch.equal(long[:, :, :12, :12], short[:, :, :12, :12])
+    assert not short[:, :, :, 12:].any() and not short[:, :, 12:].any()
 
 
 def test_with_dropout_the_gradients_are_those_of_the_mask_it_drew():
@@ -126,6 +158,12 @@ def test_what_it_cannot_compute_is_named(shape, options, message):
     x = torch.zeros(shape, device=DEVICE)
     with pytest.raises(ValueError, match=message):
         small_attention(x, x, x, torch.ones(2, dtype=torch.long), torch.zeros(1, dtype=torch.long), **options)
+
+
+def test_self_attention_between_widths_is_refused():
+    q, k = torch.zeros(2, 2, 8, 16, device=DEVICE), torch.zeros(2, 2, 12, 16, device=DEVICE)
+    with pytest.raises(ValueError, match="as many query as key positions, got 8 and 12"):
+        small_attention(q, k, k, torch.ones(2, dtype=torch.long), torch.zeros(1, dtype=torch.long))
 
 
 TWO_HEADS = {"d_model": 32, "n_heads": 2, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
