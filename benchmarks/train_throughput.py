@@ -12,8 +12,9 @@ Stacking mode (``--stacking native,vmap``): for every (stacking, replicates, pre
 step of R models trained together (``native``: `StackTrainer`, a CUDA graph on CUDA; ``native-compile``: the
 same with ``torch.compile`` of the model's loss inside the step, compile time excluded from the rounds;
 ``native-eager``: the same without the CUDA graph; ``native-triton`` and ``native-compile-triton``: ``native``
-and ``native-compile`` with the stack's own attention kernel, `lsa_interp.training.small_attention`;
-``vmap``: the older ``torch.func`` stack) alternates in
+and ``native-compile`` with the stack's own attention kernel, `lsa_interp.training.small_attention`; a
+``-packed`` suffix (``native-compile-packed``, ``native-compile-triton-packed``, ...) packs each step's rows
+without padding, `lsa_interp.training.packing`; ``vmap``: the older ``torch.func`` stack) alternates in
 three rounds with the single-model step (fp32, a CUDA graph on CUDA) built once for the whole run; per
 configuration: step time (CUDA events on CUDA), tasks/s over all replicates, the ratio to the single model's
 tasks/s in the same rounds, peak GPU memory, and TFLOP/s counted at 245 MFLOP per task (SPEC section 4).
@@ -134,7 +135,8 @@ def stack_stepper(data_dir: str, device: torch.device, stacking: str, replicates
         precision=precision,
         compile=stacking.startswith("native-compile"),
         cuda_graph=stacking != "native-eager",
-        attention="triton" if stacking.endswith("-triton") else "sdpa",
+        attention="triton" if "-triton" in stacking else "sdpa",
+        packing=stacking.endswith("-packed"),
     )
     if stacking != "vmap":
         trainer = StackTrainer.start(StackConfig.from_train_config(config), tempfile.mkdtemp(), force=True)
@@ -273,8 +275,9 @@ def main() -> None:
     parser.add_argument(
         "--stacking",
         default=None,
-        help="stacking mode: native,native-compile,native-eager,vmap,native-triton,native-compile-triton "
-        "(comma-separated; -triton: the stack's own attention kernel)",
+        help="stacking mode: native,native-compile,native-eager,vmap,native-triton,native-compile-triton, each "
+        "native one also with -packed (comma-separated; -triton: the stack's own attention kernel; -packed: rows "
+        "packed without padding)",
     )
     parser.add_argument("--replicates", default="1,8,32,64", help="stacking mode: replicate counts")
     parser.add_argument("--precision", default="fp32", help="stacking mode: fp32,tf32,bf16")

@@ -186,6 +186,14 @@ def train(
             "benchmarks/train_throughput.py --stacking native-triton).",
         ),
     ] = "sdpa",
+    packing: Annotated[
+        bool,
+        typer.Option(
+            help="Pack each step's rows end to end without padding, so that only real tokens are computed (the "
+            "same batches and losses up to rounding; trains as a stack; measure first: "
+            "benchmarks/train_throughput.py --stacking native-compile-triton-packed).",
+        ),
+    ] = False,
     length_bucketing: Annotated[
         bool,
         typer.Option(
@@ -241,6 +249,7 @@ def train(
             cuda_graph=cuda_graph,
             compile=compile,
             attention=attention,
+            packing=packing,
             length_bucketing=length_bucketing,
             micro_batches=micro_batches,
             architecture=architecture,

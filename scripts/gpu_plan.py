@@ -88,9 +88,14 @@ STACKING_RECIPE: dict[str, dict[str, bool | str]] = {
     "native-eager": {"cuda_graph": False},
     "native-triton": {"attention": "triton"},
     "native-compile-triton": {"compile": True, "attention": "triton"},
+    "native-compile-packed": {"compile": True, "packing": True},
+    "native-compile-triton-packed": {"compile": True, "attention": "triton", "packing": True},
 }
 """The benchmark's stacking modes that train a grid, and what each adds to the queue's recipe."""
-AUTO_STACKINGS = ("native", "native-compile", "native-triton", "native-compile-triton")
+AUTO_STACKINGS = (
+    "native", "native-compile", "native-triton", "native-compile-triton", "native-compile-packed",
+    "native-compile-triton-packed",
+)  # fmt: skip
 """What ``stacking="auto"`` chooses from (those the benchmark measured): the one that trains the most runs."""
 
 

@@ -44,8 +44,9 @@ BUNDLE=${BUNDLE:-/tmp/bundle}
 WATCH_EVERY=${WATCH_EVERY:-30}
 # auto: whichever measured stack trains more runs: the native stack, the compiled one (its step times from
 # compile-KIND.json or runs/gpu-session/compile.json beside the native stack's, when there), and the triton
-# attention's (triton-KIND.json or runs/gpu-session/triton.json: `gpu_session.sh triton`); native,
-# native-compile (torch.compile inside the step), native-triton, native-compile-triton, native-eager (no CUDA
+# attention's and the packed stacks' (triton-KIND.json or runs/gpu-session/triton.json: `gpu_session.sh
+# triton`); native, native-compile (torch.compile inside the step), native-triton, native-compile-triton,
+# native-compile-packed, native-compile-triton-packed (rows packed without padding), native-eager (no CUDA
 # graph: if the graphed stack's GPU tests fail). Where BENCH_JSON has no step times of STACKING (auto: of the
 # native stack), they are probed.
 STACKING=${STACKING:-auto}
@@ -120,7 +121,7 @@ plan() {
   mv "$SESSION/plan.part" "$SESSION/plan.json" && cat "$SESSION/plan.json"
 }
 
-# Whether the stack of kind $1 (compiled, triton) draws fresh dropout masks at every graph replay on this
+# Whether the stack of kind $1 (compiled, triton, triton-compiled, compiled-packed, triton-compiled-packed) draws fresh dropout masks at every graph replay on this
 # machine (its GPU test, about 40 s, run once per machine into $WORK/preflight-$1.txt; it must pass, not skip):
 # a stack whose masks froze would train a different recipe.
 masks_are_fresh() {
@@ -137,6 +138,7 @@ plan_stack() {
   local kind=
   grep -q '^compile = true' "$SESSION/grid.toml" && kind=compiled
   grep -q '^attention = "triton"' "$SESSION/grid.toml" && kind=triton${kind:+-compiled}
+  grep -q '^packing = true' "$SESSION/grid.toml" && kind=$kind-packed
   if [[ -n $kind ]] && ! masks_are_fresh "$kind"; then
     echo "the $kind stack failed its check on this GPU ($WORK/preflight-$kind.txt): planning the plain stack"
     plan "$(minutes_until "$1")" native || return 1

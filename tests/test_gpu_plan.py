@@ -167,6 +167,8 @@ def test_the_session_grid_reads_back_as_one_stack_of_exactly_the_planned_runs(tm
     assert load_grid(path).recipe == {**grid.recipe, "cuda_graph": False}
     path.write_text(gpu_plan.session_grid(grid, replace(plan, stacking="native-compile-triton")))
     assert load_grid(path).recipe == {**grid.recipe, "compile": True, "attention": "triton"}
+    path.write_text(gpu_plan.session_grid(grid, replace(plan, stacking="native-compile-triton-packed")))
+    assert load_grid(path).recipe == {**grid.recipe, "compile": True, "attention": "triton", "packing": True}
     (stack,) = plan_stacks(session, tmp_path / "sweep")
     assert stack.runs == plan.runs
 
@@ -189,6 +191,10 @@ def test_auto_stacking_plans_with_whichever_measured_stack_trains_more_runs():
     triton = bench({1: 1.0, 4: 1.2, 8: 1.5}, stacking="native-compile-triton")
     fastest = gpu_plan.plan_session(grid, set(), gpu_plan.merge_benchmarks([native, compiled, triton]), 20, "auto")
     assert (fastest.stacking, len(fastest.runs)) == ("native-compile-triton", 5)
+    packed = bench({1: 0.9, 4: 1.0, 8: 1.1}, stacking="native-compile-triton-packed")
+    merged = gpu_plan.merge_benchmarks([native, compiled, triton, packed])
+    shortest = gpu_plan.plan_session(grid, set(), merged, 20, "auto")
+    assert (shortest.stacking, len(shortest.runs)) == ("native-compile-triton-packed", 5)
 
 
 def test_when_nothing_finishes_a_stack_continues_over_sessions_within_the_state_a_session_carries():

@@ -41,6 +41,7 @@ class Recipe:
     cuda_graph: bool = True
     compile: bool = False
     attention: str = "sdpa"
+    packing: bool = False
     length_bucketing: bool = False
     model: dict[str, Any] = field(default_factory=dict)
 
@@ -60,8 +61,9 @@ class TrainConfig(Recipe):
     """One run: its dataset (``data_dir`` holds a saved dataset), seed, epochs and batching, and the `Recipe`.
 
     ``replicates > 1`` trains seeds ``seed .. seed + replicates - 1`` as one stack; ``compile`` runs
-    ``torch.compile`` inside the stacked step, and ``attention="triton"`` its own attention kernel, so such a
-    run is a stack (of one model, if need be).
+    ``torch.compile`` inside the stacked step, ``attention="triton"`` its own attention kernel, and
+    ``packing`` packs each step's rows without padding (`lsa_interp.training.packing`), so such a run is a
+    stack (of one model, if need be).
     ``micro_batches > 1`` sorts each batch by source length and cuts it into that many parts, each padded to
     its own longest row, whose token-weighted gradients add up to the batch's before the one optimizer step:
     the same batches and updates up to rounding, less padding (faster on CPU; one model's eager step only).
@@ -90,19 +92,23 @@ class TrainConfig(Recipe):
             raise ValueError(f"unknown architecture {self.architecture!r}; choose one of: {', '.join(ARCHITECTURES)}")
         if self.architecture == "reference" and self.stacked:
             raise ValueError(
-                "the reference architecture trains one model at a time: use replicates 1, no compile, sdpa attention"
+                "the reference architecture trains one model at a time: use replicates 1, no compile, sdpa "
+                "attention, no packing"
             )
         if not 1 <= self.micro_batches <= self.batch_size:
             raise ValueError(
                 f"micro-batches must be between 1 and the batch size {self.batch_size}, got {self.micro_batches}"
             )
         if self.micro_batches > 1 and self.stacked:
-            raise ValueError("micro-batches split one model's eager step: use replicates 1, no compile, sdpa attention")
+            raise ValueError(
+                "micro-batches split one model's eager step: use replicates 1, no compile, sdpa attention, no packing"
+            )
 
     @property
     def stacked(self) -> bool:
-        """Whether the stacked trainer runs this config (several replicates, compile, or the triton attention)."""
-        return self.replicates > 1 or self.compile or self.attention != "sdpa"
+        """Whether the stacked trainer runs this config (several replicates, compile, the triton attention, or
+        packing)."""
+        return self.replicates > 1 or self.compile or self.attention != "sdpa" or self.packing
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:

@@ -67,12 +67,12 @@ def _keep(SEED, call, pid, p_drop, TQ: tl.constexpr, TK: tl.constexpr, BQ: tl.co
 
 @triton.jit
 @no_type_check  # the test run's jaxtyping hook must leave Triton's source alone
-def _scores(Q, K, n, h, q_n, q_h, q_l, k_n, k_h, k_l, lq, lk, scale, CAUSAL: tl.constexpr, TQ: tl.constexpr,
+def _scores(Q, K, qi, ki, h, q_n, q_h, q_l, k_n, k_h, k_l, lq, lk, scale, CAUSAL: tl.constexpr, TQ: tl.constexpr,
             TK: tl.constexpr, D: tl.constexpr, IEEE: tl.constexpr):  # fmt: skip
     """Scaled scores ``[TQ, TK]`` of one (row, head), -inf where a key is padding or (causal) later."""
     rq, rk, rd = tl.arange(0, TQ), tl.arange(0, TK), tl.arange(0, D)
-    q = tl.load(Q + n * q_n + h * q_h + rq[:, None] * q_l + rd[None, :], mask=rq[:, None] < lq, other=0.0)
-    k = tl.load(K + n * k_n + h * k_h + rk[:, None] * k_l + rd[None, :], mask=rk[:, None] < lk, other=0.0)
+    q = tl.load(Q + qi * q_n + h * q_h + rq[:, None] * q_l + rd[None, :], mask=rq[:, None] < lq, other=0.0)
+    k = tl.load(K + ki * k_n + h * k_h + rk[:, None] * k_l + rd[None, :], mask=rk[:, None] < lk, other=0.0)
     if IEEE:
         s = tl.dot(q, tl.trans(k), input_precision="ieee")
     else:
@@ -85,27 +85,29 @@ def _scores(Q, K, n, h, q_n, q_h, q_l, k_n, k_h, k_l, lq, lk, scale, CAUSAL: tl.
 
 @triton.jit
 @no_type_check  # the test run's jaxtyping hook must leave Triton's source alone
-def _row_lengths(QLEN, KLEN, n, width_q, width_k, Q_LO: tl.constexpr, TQ: tl.constexpr, K_LO: tl.constexpr,
-                 TK: tl.constexpr):  # fmt: skip
-    """Row ``n``'s query and key counts (at most the widths), and whether the row is in this launch's class."""
+def _row(QROW, KROW, QLEN, KLEN, n, width_q, width_k, Q_LO: tl.constexpr, TQ: tl.constexpr, K_LO: tl.constexpr,
+         TK: tl.constexpr):  # fmt: skip
+    """Row ``n``'s query and key counts (at most the widths), whether the row is in this launch's class, and
+    where its first query and first key are (``QROW[n]``, ``KROW[n]``: in units of the tensors' first stride)."""
     lq = tl.minimum(tl.load(QLEN + n), width_q)
     lk = tl.minimum(tl.load(KLEN + n), width_k)
-    return lq, lk, (lq > Q_LO) & (lq <= TQ) & (lk > K_LO) & (lk <= TK)
+    mine = (lq > Q_LO) & (lq <= TQ) & (lk > K_LO) & (lk <= TK)
+    return lq, lk, mine, tl.load(QROW + n).to(tl.int64), tl.load(KROW + n).to(tl.int64)
 
 
 @triton.jit
 @no_type_check  # the test run's jaxtyping hook must leave Triton's source alone
-def _forward(Q, K, V, OUT, LSE, QLEN, KLEN, SEED, q_n, q_h, q_l, k_n, k_h, k_l, v_n, v_h, v_l, o_n, o_h, o_l,
-             width_q, width_k, scale, p_drop, call, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
+def _forward(Q, K, V, OUT, LSE, QROW, KROW, QLEN, KLEN, SEED, q_n, q_h, q_l, k_n, k_h, k_l, v_n, v_h, v_l, o_n,
+             o_h, o_l, width_q, width_k, scale, p_drop, call, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
              Q_LO: tl.constexpr, TQ: tl.constexpr, K_LO: tl.constexpr, TK: tl.constexpr, BQ: tl.constexpr,
              BK: tl.constexpr, D: tl.constexpr, IEEE: tl.constexpr, CALLS: tl.constexpr):  # fmt: skip
     n, h = tl.program_id(0), tl.program_id(1)
-    lq, lk, mine = _row_lengths(QLEN, KLEN, n, width_q, width_k, Q_LO, TQ, K_LO, TK)
+    lq, lk, mine, qi, ki = _row(QROW, KROW, QLEN, KLEN, n, width_q, width_k, Q_LO, TQ, K_LO, TK)
     if mine:
         pid = n * tl.num_programs(1) + h
-        s, q, k = _scores(Q, K, n, h, q_n, q_h, q_l, k_n, k_h, k_l, lq, lk, scale, CAUSAL, TQ, TK, D, IEEE)
+        s, q, k = _scores(Q, K, qi, ki, h, q_n, q_h, q_l, k_n, k_h, k_l, lq, lk, scale, CAUSAL, TQ, TK, D, IEEE)
         rq, rk, rd = tl.arange(0, TQ), tl.arange(0, TK), tl.arange(0, D)
-        v = tl.load(V + n * v_n + h * v_h + rk[:, None] * v_l + rd[None, :], mask=rk[:, None] < lk, other=0.0)
+        v = tl.load(V + ki * v_n + h * v_h + rk[:, None] * v_l + rd[None, :], mask=rk[:, None] < lk, other=0.0)
         top = tl.max(s, 1)
         top = tl.where(top == float("-inf"), 0.0, top)
         e = tl.exp(s - top[:, None])
@@ -118,26 +120,26 @@ def _forward(Q, K, V, OUT, LSE, QLEN, KLEN, SEED, q_n, q_h, q_l, k_n, k_h, k_l, 
             o = tl.dot(p.to(v.dtype), v, input_precision="ieee")
         else:
             o = tl.dot(p.to(v.dtype), v)
-        out = OUT + n * o_n + h * o_h + rq[:, None] * o_l + rd[None, :]
+        out = OUT + qi * o_n + h * o_h + rq[:, None] * o_l + rd[None, :]
         tl.store(out, o.to(OUT.dtype.element_ty), mask=rq[:, None] < lq)
         tl.store(LSE + pid * BQ + rq, top + tl.log(total))
 
 
 @triton.jit
 @no_type_check  # the test run's jaxtyping hook must leave Triton's source alone
-def _backward(Q, K, V, DO, LSE, QLEN, KLEN, SEED, DQ, DK, DV, q_n, q_h, q_l, k_n, k_h, k_l, v_n, v_h, v_l, d_n,
-              d_h, d_l, gq_n, gq_h, gq_l, gk_n, gk_h, gk_l, width_q, width_k, scale, p_drop, call,
+def _backward(Q, K, V, DO, LSE, QROW, KROW, QLEN, KLEN, SEED, DQ, DK, DV, q_n, q_h, q_l, k_n, k_h, k_l, v_n, v_h,
+              v_l, d_n, d_h, d_l, gq_n, gq_h, gq_l, gk_n, gk_h, gk_l, width_q, width_k, scale, p_drop, call,
               CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, Q_LO: tl.constexpr, TQ: tl.constexpr,
               K_LO: tl.constexpr, TK: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, D: tl.constexpr,
               IEEE: tl.constexpr, CALLS: tl.constexpr):  # fmt: skip
     n, h = tl.program_id(0), tl.program_id(1)
-    lq, lk, mine = _row_lengths(QLEN, KLEN, n, width_q, width_k, Q_LO, TQ, K_LO, TK)
+    lq, lk, mine, qi, ki = _row(QROW, KROW, QLEN, KLEN, n, width_q, width_k, Q_LO, TQ, K_LO, TK)
     if mine:
         pid = n * tl.num_programs(1) + h
-        s, q, k = _scores(Q, K, n, h, q_n, q_h, q_l, k_n, k_h, k_l, lq, lk, scale, CAUSAL, TQ, TK, D, IEEE)
+        s, q, k = _scores(Q, K, qi, ki, h, q_n, q_h, q_l, k_n, k_h, k_l, lq, lk, scale, CAUSAL, TQ, TK, D, IEEE)
         rq, rk, rd = tl.arange(0, TQ), tl.arange(0, TK), tl.arange(0, D)
-        v = tl.load(V + n * v_n + h * v_h + rk[:, None] * v_l + rd[None, :], mask=rk[:, None] < lk, other=0.0)
-        do = tl.load(DO + n * d_n + h * d_h + rq[:, None] * d_l + rd[None, :], mask=rq[:, None] < lq, other=0.0)
+        v = tl.load(V + ki * v_n + h * v_h + rk[:, None] * v_l + rd[None, :], mask=rk[:, None] < lk, other=0.0)
+        do = tl.load(DO + qi * d_n + h * d_h + rq[:, None] * d_l + rd[None, :], mask=rq[:, None] < lq, other=0.0)
         p = tl.exp(s - tl.load(LSE + pid * BQ + rq)[:, None])
         if IEEE:
             grad_dropped = tl.dot(do, tl.trans(v), input_precision="ieee")
@@ -158,9 +160,9 @@ def _backward(Q, K, V, DO, LSE, QLEN, KLEN, SEED, DQ, DK, DV, q_n, q_h, q_l, k_n
             dv = tl.dot(tl.trans(dropped.to(do.dtype)), do)
             dq = tl.dot(grad_s.to(k.dtype), k)
             dk = tl.dot(tl.trans(grad_s.to(q.dtype)), q)
-        out_q = DQ + n * gq_n + h * gq_h + rq[:, None] * gq_l + rd[None, :]
+        out_q = DQ + qi * gq_n + h * gq_h + rq[:, None] * gq_l + rd[None, :]
         tl.store(out_q, dq.to(DQ.dtype.element_ty), mask=rq[:, None] < lq)
-        out_k = n * gk_n + h * gk_h + rk[:, None] * gk_l + rd[None, :]
+        out_k = ki * gk_n + h * gk_h + rk[:, None] * gk_l + rd[None, :]
         tl.store(DK + out_k, dk.to(DK.dtype.element_ty), mask=rk[:, None] < lk)
         tl.store(DV + out_k, dv.to(DV.dtype.element_ty), mask=rk[:, None] < lk)
 
@@ -180,17 +182,23 @@ def _classes(width: int) -> list[tuple[int, int]]:
     return [(0 if tile == SMALLEST_TILE else tile // 2, tile) for tile in tiles]
 
 
-def _launches(q: Tensor, k: Tensor, paired: bool) -> list[dict]:
+def _launches(q: Tensor, widths: tuple[int, int], paired: bool) -> list[dict]:
     """One launch's tile options per class: the query and key classes of a row are the same where ``paired``
     (self-attention: a row's queries are its keys), else every pair of classes."""
-    q_classes, k_classes = _classes(q.shape[2]), _classes(k.shape[2])
+    q_classes, k_classes = _classes(widths[0]), _classes(widths[1])
     pairs = zip(q_classes, k_classes) if paired else itertools.product(q_classes, k_classes)
     common = {"IEEE": q.dtype == torch.float32, "D": q.shape[-1], "CALLS": CALLS_PER_STEP}
-    common |= {"BQ": _block(q.shape[2]), "BK": _block(k.shape[2])}
+    common |= {"BQ": _block(widths[0]), "BK": _block(widths[1])}
     return [
         {**common, "Q_LO": q_lo, "TQ": tq, "K_LO": k_lo, "TK": tk, "num_warps": min(8, max(1, tq * tk // 512))}
         for (q_lo, tq), (k_lo, tk) in pairs
     ]
+
+
+def _strides(t: Tensor) -> tuple[int, int, int]:
+    """(row unit, head, position) strides: a padded ``[row, head, pos, d]`` tensor's rows are its first
+    dimension; a packed ``[token, head, d]`` tensor's rows start at a token, and positions are tokens."""
+    return t.stride()[:3] if t.dim() == 4 else (t.stride(0), t.stride(1), t.stride(0))
 
 
 # No ``from __future__ import annotations`` here: the operators' schemas are inferred from their annotations.
@@ -199,22 +207,25 @@ def _forward_op(
     q: Tensor,
     k: Tensor,
     v: Tensor,
+    query_row: Tensor,
+    key_row: Tensor,
     query_len: Tensor,
     key_len: Tensor,
     seed: Tensor,
+    widths: list[int],
     causal: bool,
     paired: bool,
     dropout_p: float,
     call: int,
 ) -> tuple[Tensor, Tensor]:
-    rows, heads, lq, _ = q.shape
+    rows, heads = len(query_len), q.shape[1]
     out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(rows * heads * _block(lq), device=q.device, dtype=torch.float32)
-    for options in _launches(q, k, paired):
+    lse = torch.empty(rows * heads * _block(widths[0]), device=q.device, dtype=torch.float32)
+    for options in _launches(q, (widths[0], widths[1]), paired):
         _traceable(_forward)[(rows, heads)](
-            q, k, v, out, lse, query_len, key_len, seed, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-            *out.stride()[:3], lq, k.shape[2], 1.0 / math.sqrt(q.shape[-1]), dropout_p, call, CAUSAL=causal,
-            DROPOUT=dropout_p > 0, **options,
+            q, k, v, out, lse, query_row, key_row, query_len, key_len, seed, *_strides(q), *_strides(k),
+            *_strides(v), *_strides(out), widths[0], widths[1], 1.0 / math.sqrt(q.shape[-1]), dropout_p, call,
+            CAUSAL=causal, DROPOUT=dropout_p > 0, **options,
         )  # fmt: skip
     return out, lse
 
@@ -226,39 +237,57 @@ def _backward_op(
     k: Tensor,
     v: Tensor,
     lse: Tensor,
+    query_row: Tensor,
+    key_row: Tensor,
     query_len: Tensor,
     key_len: Tensor,
     seed: Tensor,
+    widths: list[int],
     causal: bool,
     paired: bool,
     dropout_p: float,
     call: int,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    rows, heads, lq, _ = q.shape
+    rows, heads = len(query_len), q.shape[1]
     grad = grad.contiguous()
     dq, dk, dv = (torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    for options in _launches(q, k, paired):
+    for options in _launches(q, (widths[0], widths[1]), paired):
         _traceable(_backward)[(rows, heads)](
-            q, k, v, grad, lse, query_len, key_len, seed, dq, dk, dv, *q.stride()[:3], *k.stride()[:3],
-            *v.stride()[:3], *grad.stride()[:3], *dq.stride()[:3], *dk.stride()[:3], lq, k.shape[2],
+            q, k, v, grad, lse, query_row, key_row, query_len, key_len, seed, dq, dk, dv, *_strides(q),
+            *_strides(k), *_strides(v), *_strides(grad), *_strides(dq), *_strides(dk), widths[0], widths[1],
             1.0 / math.sqrt(q.shape[-1]), dropout_p, call, CAUSAL=causal, DROPOUT=dropout_p > 0, **options,
         )  # fmt: skip
     return dq, dk, dv
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, query_len, key_len, seed, causal, paired, dropout_p, call = inputs
-    ctx.save_for_backward(q, k, v, output[1], query_len, key_len)
-    ctx.seed, ctx.options = seed, (causal, paired, dropout_p, call)
+    q, k, v, query_row, key_row, query_len, key_len, seed, *options = inputs
+    ctx.save_for_backward(q, k, v, output[1], query_row, key_row, query_len, key_len)
+    ctx.seed, ctx.options = seed, options
 
 
 def _backward_rule(ctx, grad_out: Tensor, grad_lse: Tensor):
-    q, k, v, lse, query_len, key_len = ctx.saved_tensors
-    dq, dk, dv = _backward_op(grad_out, q, k, v, lse, query_len, key_len, ctx.seed, *ctx.options)
-    return dq, dk, dv, None, None, None, None, None, None, None
+    dq, dk, dv = _backward_op(grad_out, *ctx.saved_tensors, ctx.seed, *ctx.options)
+    return dq, dk, dv, *[None] * 10
 
 
 torch.library.register_autograd(_forward_op, _backward_rule, setup_context=_setup_context)
+
+
+def _check(q: Tensor, longest: int, call: int, dropout_p: float) -> None:
+    d_head = q.shape[-1]
+    if d_head < 16 or d_head & (d_head - 1):
+        raise ValueError(f"heads must be a power of two of at least 16 wide, got {d_head}")
+    if longest > 128:
+        raise ValueError(f"rows of at most 128 positions fit one program, got {longest}")
+    if not 0 <= call < CALLS_PER_STEP:
+        raise ValueError(f"call must be in 0..{CALLS_PER_STEP - 1}, got {call}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {dropout_p}")
+
+
+def _last_dim_dense(*tensors: Tensor) -> list[Tensor]:
+    return [t if t.stride(-1) == 1 else t.contiguous() for t in tensors]
 
 
 def small_attention(
@@ -281,20 +310,43 @@ def small_attention(
     ``call`` outside ``0 .. CALLS_PER_STEP - 1``, a dropout probability outside [0, 1), or self-attention
     between queries and keys of different widths.
     """
-    d_head, longest = q.shape[-1], max(q.shape[2], k.shape[2])
-    if d_head < 16 or d_head & (d_head - 1):
-        raise ValueError(f"heads must be a power of two of at least 16 wide, got {d_head}")
-    if longest > 128:
-        raise ValueError(f"rows of at most 128 positions fit one program, got {longest}")
-    if not 0 <= call < CALLS_PER_STEP:
-        raise ValueError(f"call must be in 0..{CALLS_PER_STEP - 1}, got {call}")
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1), got {dropout_p}")
+    _check(q, max(q.shape[2], k.shape[2]), call, dropout_p)
     if query_len is None and q.shape[2] != k.shape[2]:
         raise ValueError(f"self-attention (no query_len) needs as many query as key positions, got {q.shape[2]} "
                          f"and {k.shape[2]}")  # fmt: skip
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    q, k, v = _last_dim_dense(q, k, v)
     key_len = key_len.to(torch.int32)
     paired = query_len is None
     query_len = key_len if paired else query_len.to(torch.int32)
-    return _forward_op(q, k, v, query_len, key_len, seed, causal, paired, float(dropout_p), call)[0]
+    rows = torch.arange(len(key_len), device=q.device, dtype=torch.int32)
+    widths = [q.shape[2], k.shape[2]]
+    return _forward_op(q, k, v, rows, rows, query_len, key_len, seed, widths, causal, paired, float(dropout_p), call)[0]
+
+
+def packed_small_attention(
+    q: Float[Tensor, "q_token head d_head"],
+    k: Float[Tensor, "k_token head d_head"],
+    v: Float[Tensor, "k_token head d_head"],
+    query_start: Int[Tensor, " row"],
+    query_len: Int[Tensor, " row"],
+    key_start: Int[Tensor, " row"],
+    key_len: Int[Tensor, " row"],
+    widths: tuple[int, int],
+    seed: Int[Tensor, " 1"],
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    call: int = 0,
+    paired: bool = False,
+) -> Float[Tensor, "q_token head d_head"]:
+    """`small_attention` over rows packed end to end: row n's queries are tokens ``query_start[n] ..
+    + query_len[n]`` of ``q``, its keys tokens ``key_start[n] .. + key_len[n]`` of ``k`` and ``v``; no row is
+    longer than ``widths`` (queries, keys). Tokens of no row get zeros. ``paired``: self-attention (each row's
+    queries are its keys: the same starts and lengths), which launches fewer classes. A row draws the dropout
+    mask it would draw padded at ``widths``.
+
+    Raises ValueError as `small_attention` does.
+    """
+    _check(q, max(widths), call, dropout_p)
+    q, k, v = _last_dim_dense(q, k, v)
+    lengths = [t.to(torch.int32) for t in (query_start, key_start, query_len, key_len)]
+    return _forward_op(q, k, v, *lengths, seed, list(widths), causal, paired, float(dropout_p), call)[0]

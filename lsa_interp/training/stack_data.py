@@ -63,6 +63,12 @@ class StepWindow:
         """How many steps the window holds."""
         return len(self.rows)
 
+    def token_needs(self, split: StackSplit) -> np.ndarray:
+        """``[count, 2]``: the source and target tokens of the fullest replicate's valid rows at each step (what
+        a packed step needs, `lsa_interp.training.packing`)."""
+        tokens = lambda lengths: (lengths[self.rows] * self.valid).sum(-1).max(-1)
+        return np.stack([tokens(split.src_len), tokens(split.tgt_len)], axis=-1)
+
 
 class StackPlan:
     """Per replicate: epoch plans, steps per epoch, total steps and the learning-rate schedule."""

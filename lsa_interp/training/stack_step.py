@@ -8,6 +8,11 @@ function runs ``torch.compile``-d inside the graph). A graph has fixed shapes, s
 gathered at the full width of the training tensors (extra columns are PAD, which the masks and the loss
 ignore); eager steps cut them to the longest row of the step. Filler rows (short batches, finished
 replicates) carry PAD targets: no loss, no gradient.
+
+With a packing ``capacity`` (source and target slots per replicate), each step packs its rows end to end
+(`lsa_interp.training.packing`; filler rows take no slot) and the graph computes only those slots. A step
+whose rows do not fit the capacity (the host knows each step's need from the window) runs eagerly at its
+own size instead of replaying the graph; so do all steps of an eager stack.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from lsa_interp.data.vocab import PAD
+from lsa_interp.training.packing import pack_rows
 from lsa_interp.training.stack_adamw import StackAdamW
 from lsa_interp.training.stack_data import StackSplit, StepWindow
 from lsa_interp.training.stacked_model import StackedEncoderDecoder
@@ -43,6 +49,7 @@ class StackStep:
         autocast: Callable[[], Any],
         graphed: bool = False,
         compile: bool = False,
+        capacity: tuple[int, int] | None = None,
     ) -> None:
         reps, device = model.replicates, model.flat.device
         self.model, self.optimizer, self.train, self.autocast = model, optimizer, train, autocast
@@ -53,9 +60,11 @@ class StackStep:
         self.cursor = torch.zeros(1, dtype=torch.long, device=device)
         self.loss_sum = torch.zeros(reps, device=device)
         self.loss_count = torch.zeros(reps, device=device)
-        self._loss = torch.compile(model.losses, dynamic=False) if compile else model.losses
-        self._widths: tuple[int, int] | None = None
+        self.capacity = capacity
+        self._eager_loss = model.losses if capacity is None else model.packed_losses
+        self._loss = torch.compile(self._eager_loss, dynamic=False) if compile else self._eager_loss
         self._window: StepWindow | None = None
+        self._needs: np.ndarray | None = None
         self.graphed = graphed
         self.graph: torch.cuda.CUDAGraph | None = None
 
@@ -69,14 +78,21 @@ class StackStep:
         send(window.active, self.active)
         self.cursor.zero_()
         self._window = window
+        self._needs = window.token_needs(self.train) if self.capacity is not None else None
 
     def run(self, index: int) -> None:
         """Step ``index`` of the loaded window (the cursor must point at it: steps run in order)."""
-        if not self.graphed:
+        if self.capacity is not None:
+            need = np.maximum(self._needs[index], 1)
+            if not self.graphed or (need > self.capacity).any():
+                self._step(self._eager_loss, capacity=(int(need[0]), int(need[1])))
+                return
+        elif not self.graphed:
             window = self._window
             rows = window.rows[index][window.valid[index]]
-            self._widths = (int(self.train.src_len[rows].max()), int(self.train.tgt_len[rows].max()))
-            self._step()
+            self._step(
+                self._eager_loss, widths=(int(self.train.src_len[rows].max()), int(self.train.tgt_len[rows].max()))
+            )
             return
         if self.graph is None:
             self.graph = self._capture()
@@ -90,20 +106,24 @@ class StackStep:
         self.loss_count.zero_()
         return result
 
-    def _step(self) -> None:
+    def _step(
+        self, loss: Callable, widths: tuple[int, int] | None = None, capacity: tuple[int, int] | None = None
+    ) -> None:
+        """One step at the cursor: padded rows (cut to ``widths`` if given), or packed into ``capacity`` slots."""
         k = self.cursor
         rows, valid = self.rows.index_select(0, k)[0], self.valid.index_select(0, k)[0]
         src, tgt_in, tgt_out = self.train.src[rows], self.train.tgt_in[rows], self.train.tgt_out[rows]
-        if self._widths is not None:
-            src, tgt_in, tgt_out = (
-                src[..., : self._widths[0]],
-                tgt_in[..., : self._widths[1]],
-                tgt_out[..., : self._widths[1]],
-            )
+        if widths is not None:
+            src, tgt_in, tgt_out = src[..., : widths[0]], tgt_in[..., : widths[1]], tgt_out[..., : widths[1]]
         tgt_out = tgt_out.masked_fill(~valid[..., None], PAD)
         self.model.flat.grad = None
         with self.autocast():
-            losses = self._loss(src, tgt_in, tgt_out)
+            if capacity is None:
+                losses = loss(src, tgt_in, tgt_out)
+            else:
+                packed_src = pack_rows(src, (src != PAD).sum(-1) * valid, capacity[0])
+                packed_tgt = pack_rows(tgt_in, (tgt_in != PAD).sum(-1) * valid, capacity[1])
+                losses = loss(packed_src, packed_tgt, packed_tgt.gather(tgt_out))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*gradient layout contract")
             losses.sum().backward()
@@ -124,12 +144,12 @@ class StackStep:
         with torch.cuda.stream(side):
             for _ in range(WARMUP_STEPS):
                 self.cursor.zero_()
-                self._step()
+                self._step(self._loss, capacity=self.capacity)
         torch.cuda.current_stream().wait_stream(side)
         self.cursor.zero_()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self._step()
+            self._step(self._loss, capacity=self.capacity)
         with torch.no_grad():
             for tensor, value in zip(tensors, saved):
                 tensor.copy_(value)

@@ -29,6 +29,7 @@ from lsa_interp.data.dataset import read_manifest
 from lsa_interp.model import ModelConfig
 from lsa_interp.model.checkpoint import save_model
 from lsa_interp.training.config import Recipe, TrainConfig
+from lsa_interp.training.packing import capacity_for
 from lsa_interp.training.precision import precision_autocast, set_matmul_precision
 from lsa_interp.training.run_dir import (
     CONFIG_FILE,
@@ -58,6 +59,9 @@ STACK_KEY = "stack"
 """The key of ``train_config.json`` that marks a stacked run."""
 WINDOW_STEPS = 256
 """Steps whose batches are sent to the device at once."""
+
+CAPACITY_SAMPLE_STEPS = 2048
+"""The first steps whose largest batches size a packed stack's graph (`capacity_for`)."""
 
 
 def is_stack_run(run_dir: str | os.PathLike) -> bool:
@@ -92,9 +96,10 @@ class StackTrainer:
         ).train()
         torch.manual_seed(seeds[0])
         self.optimizer = StackAdamW(self.model.flat, config.betas, config.weight_decay)
+        self.capacity = self._packing_capacity() if config.packing else None
         self.stepper = StackStep(
             self.model, self.optimizer, self.train, WINDOW_STEPS, config.batch_size, self._autocast, self.graphed,
-            config.compile and self.graphed,
+            config.compile and self.graphed, self.capacity,
         )  # fmt: skip
         self.prompts = matching_prompts()
         self._window: StepWindow | None = None
@@ -133,6 +138,11 @@ class StackTrainer:
         trainer = cls(config, run_dir, read_state(run_dir))
         cut_metrics(run_dir, trainer.metrics_offset)
         return trainer
+
+    def _packing_capacity(self) -> tuple[int, int]:
+        """The packed graph's slots: from the run's first steps, so a resumed stack has the same graph."""
+        sample = self.plan.window(0, min(CAPACITY_SAMPLE_STEPS, self.total_steps))
+        return capacity_for(sample.token_needs(self.train))
 
     def _autocast(self) -> torch.autocast:
         return precision_autocast(self.config.precision, self.device.type, self.graphed)

@@ -29,6 +29,7 @@ from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.dropout import dropout as cpu_dropout
 from lsa_interp.model.layers import sinusoidal_table
 from lsa_interp.training.config import ATTENTIONS
+from lsa_interp.training.packing import PackedRows, packed_sdpa
 
 Params = dict[str, Tensor]
 """Parameter name -> stacked view ``[R, *shape]``."""
@@ -52,6 +53,17 @@ class Keys(NamedTuple):
     causal: bool
     call: int
     queries: Tensor | None = None
+
+
+class PackedKeys(NamedTuple):
+    """`Keys` of packed rows (`lsa_interp.training.packing`): the queries' and the keys' rows; ``paired`` for
+    self-attention (the same rows)."""
+
+    queries: PackedRows
+    keys: PackedRows
+    causal: bool
+    call: int
+    paired: bool
 
 
 def stacked_linear(
@@ -89,10 +101,10 @@ class StackedEncoderDecoder(nn.Module):
             if max(cfg.n_encoder_layers, cfg.n_decoder_layers) > SELF_CALLS:
                 raise ValueError(f"the triton attention numbers the calls of at most {SELF_CALLS} layers a stack")
             try:
-                from lsa_interp.training.small_attention import small_attention
+                from lsa_interp.training.small_attention import packed_small_attention, small_attention
             except ImportError as error:
                 raise ValueError(f"the triton attention needs the triton package ({error})") from None
-            self._small_attention = small_attention
+            self._small_attention, self._packed_small_attention = small_attention, packed_small_attention
 
     @classmethod
     def from_seeds(
@@ -150,11 +162,14 @@ class StackedEncoderDecoder(nn.Module):
         """Each row's key count ``[(rep batch)]`` where `small_attention` will run (else None: no kernel spent)."""
         return keep.sum(-1).flatten() if self.attention == "triton" and self.training else None
 
-    def _embed(self, weight: Tensor, tokens: Int[Tensor, "rep batch pos"], start: int = 0) -> Tensor:
+    def _embed(self, weight: Tensor, tokens: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
+        """Token embeddings plus sinusoids: of positions ``start ..`` along the last axis of ``[rep batch pos]``
+        tokens, or of each packed ``[rep capacity]`` token's own ``positions``."""
         reps, vocab = weight.shape[:2]
-        offset = torch.arange(reps, device=tokens.device).view(reps, 1, 1) * vocab
+        offset = torch.arange(reps, device=tokens.device).view(reps, *[1] * (tokens.dim() - 1)) * vocab
         x = F.embedding(tokens + offset, weight.reshape(reps * vocab, -1))
-        return self._dropout(x + self.pos_embedding[start : start + tokens.shape[-1]])
+        sinusoids = self.pos_embedding[start : start + tokens.shape[-1]] if positions is None else None
+        return self._dropout(x + (self.pos_embedding[positions] if sinusoids is None else sinusoids))
 
     def _norm(self, p: Params, prefix: str, x: Tensor) -> Tensor:
         shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],)
@@ -162,14 +177,19 @@ class StackedEncoderDecoder(nn.Module):
         return torch.addcmul(p[prefix + "bias"].view(shape), normed, p[prefix + "weight"].view(shape))
 
     def _project(self, p: Params, prefix: str, x: Tensor, first: int, count: int) -> tuple[Tensor, ...]:
-        """``count`` consecutive blocks of ``in_proj`` (0=Q, 1=K, 2=V), each ``[(rep batch), head, pos, d_head]``."""
+        """``count`` consecutive blocks of ``in_proj`` (0=Q, 1=K, 2=V), each ``[(rep batch), head, pos, d_head]``
+        (packed ``x [rep capacity d]``: ``[(rep capacity), head, d_head]``)."""
         d = self.cfg.d_model
         cols = slice(first * d, (first + count) * d)
         out = stacked_linear(x, p[prefix + "in_proj_weight"][:, cols], p[prefix + "in_proj_bias"][:, cols])
-        return rearrange(out, "r b s (n h e) -> n (r b) h s e", n=count, h=self.cfg.n_heads).unbind(0)
+        pattern = "r c (n h e) -> n (r c) h e" if x.dim() == 3 else "r b s (n h e) -> n (r b) h s e"
+        return rearrange(out, pattern, n=count, h=self.cfg.n_heads).unbind(0)
 
-    def _attend(self, p: Params, prefix: str, q: Tensor, k: Tensor, v: Tensor, keys: Keys) -> Tensor:
+    def _attend(self, p: Params, prefix: str, q: Tensor, k: Tensor, v: Tensor, keys: Keys | PackedKeys) -> Tensor:
         drop = self.cfg.dropout if self.training else 0.0
+        if isinstance(keys, PackedKeys):
+            z = rearrange(self._attend_packed(q, k, v, keys, drop), "(r c) h e -> r c (h e)", r=self.replicates)
+            return stacked_linear(z, p[prefix + "out_proj.weight"], p[prefix + "out_proj.bias"])
         if self.attention == "triton" and self.training:
             z = self._small_attention(
                 q, k, v, keys.lengths, self.attention_step, keys.causal, drop, keys.call, keys.queries
@@ -178,6 +198,15 @@ class StackedEncoderDecoder(nn.Module):
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=keys.mask, dropout_p=drop)
         z = rearrange(z, "(r b) h s e -> r b s (h e)", r=self.replicates)
         return stacked_linear(z, p[prefix + "out_proj.weight"], p[prefix + "out_proj.bias"])
+
+    def _attend_packed(self, q: Tensor, k: Tensor, v: Tensor, keys: PackedKeys, drop: float) -> Tensor:
+        if self.attention == "sdpa" or not self.training:
+            return packed_sdpa(q, k, v, keys.queries, keys.keys, keys.causal, drop)
+        rows = keys.queries, keys.keys
+        return self._packed_small_attention(
+            q, k, v, rows[0].starts, rows[0].lengths, rows[1].starts, rows[1].lengths, (rows[0].width, rows[1].width),
+            self.attention_step, keys.causal, drop, keys.call, keys.paired,
+        )  # fmt: skip
 
     def _mlp(self, p: Params, prefix: str, x: Tensor) -> Tensor:
         hidden = F.gelu(stacked_linear(x, p[prefix + "fc_in.weight"], p[prefix + "fc_in.bias"]))
@@ -190,9 +219,12 @@ class StackedEncoderDecoder(nn.Module):
         """The encoder output of every replicate's batch (PAD keys masked)."""
         lengths = self._key_lengths(src != PAD)
         mask = rearrange(src != PAD, "r b k -> (r b) 1 1 k")
-        x = self._embed(p["encoder.embed.weight"], src)
+        return self._encoder(p, self._embed(p["encoder.embed.weight"], src), Keys(mask, lengths, False, 0))
+
+    def _encoder(self, p: Params, x: Tensor, keys: Keys | PackedKeys) -> Tensor:
+        """The encoder layers over embedded ``x`` (layer l's attention is call ``keys.call + l``)."""
         for layer in range(self.cfg.n_encoder_layers):
-            pre, keys = f"encoder.{layer}.", Keys(mask, lengths, False, layer)
+            pre, keys = f"encoder.{layer}.", keys._replace(call=layer)
             x = self._sublayer(
                 p, pre + "ln1.", x, self._attend(p, pre + "attn.", *self._project(p, pre + "attn.", x, 0, 3), keys)
             )
@@ -235,7 +267,10 @@ class StackedEncoderDecoder(nn.Module):
                 tgt_lengths,
             ),
         )
-        x = self._embed(p["decoder.embed.weight"], tgt_in)
+        return self._decoder(p, self._embed(p["decoder.embed.weight"], tgt_in), memory, keys)
+
+    def _decoder(self, p: Params, x: Tensor, memory: Tensor, keys: tuple) -> Tensor:
+        """The decoder layers over embedded ``x`` and the unembedding: logits."""
         for layer, kv in enumerate(self._cross_kv(p, memory)):
             x = self._decoder_layer(p, layer, x, kv, keys)
         return stacked_linear(self._norm(p, "decoder.ln_final.", x), p["unembed.weight"], p["unembed.bias"])
@@ -253,6 +288,29 @@ class StackedEncoderDecoder(nn.Module):
         logits = self.decode(p, tgt_in, self.encode(p, src), src != PAD)
         flat_loss = F.cross_entropy(logits.float().flatten(0, 2), tgt_out.flatten(), ignore_index=PAD, reduction="none")
         return flat_loss.view(self.replicates, -1).sum(1), (tgt_out != PAD).flatten(1).sum(1)
+
+    def packed_token_losses(
+        self, src: PackedRows, tgt_in: PackedRows, tgt_out: Int[Tensor, "rep tgt_capacity"]
+    ) -> tuple[Float[Tensor, " rep"], Int[Tensor, " rep"]]:
+        """`token_losses` of packed rows (`lsa_interp.training.packing.pack_rows`; ``tgt_out`` packed like
+        ``tgt_in``): the same numbers up to rounding, computed on real tokens only."""
+        if self.training and self.attention == "triton":
+            self.attention_step.add_(1)
+        p = self.views()
+        x = self._embed(p["encoder.embed.weight"], src.tokens, positions=src.positions)
+        memory = self._encoder(p, x, PackedKeys(src, src, False, 0, True))
+        keys = (PackedKeys(tgt_in, tgt_in, True, SELF_CALLS, True), PackedKeys(tgt_in, src, False, CROSS_CALLS, False))
+        x = self._embed(p["decoder.embed.weight"], tgt_in.tokens, positions=tgt_in.positions)
+        logits = self._decoder(p, x, memory, keys)
+        flat_loss = F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=PAD, reduction="none")
+        return flat_loss.view(self.replicates, -1).sum(1), (tgt_out != PAD).sum(1)
+
+    def packed_losses(
+        self, src: PackedRows, tgt_in: PackedRows, tgt_out: Int[Tensor, "rep tgt_capacity"]
+    ) -> Float[Tensor, " rep"]:
+        """`losses` of packed rows (see `packed_token_losses`)."""
+        total, count = self.packed_token_losses(src, tgt_in, tgt_out)
+        return total / count.clamp(min=1)
 
     def losses(
         self,

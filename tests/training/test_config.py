@@ -27,6 +27,7 @@ CHANGED_RECIPE = {
     "cuda_graph": False,
     "compile": True,
     "attention": "triton",
+    "packing": True,
     "length_bucketing": True,
     "model": {"d_model": 32},
 }
@@ -64,6 +65,10 @@ def test_recipe_values_are_checked_for_a_run_and_for_a_stack():
         TrainConfig(data_dir="d", epochs=0)
     with pytest.raises(ValueError, match="one model at a time: use replicates 1, no compile"):
         TrainConfig(data_dir="d", architecture="reference", compile=True)
+    with pytest.raises(ValueError, match="sdpa attention, no packing"):
+        TrainConfig(data_dir="d", architecture="reference", packing=True)
+    with pytest.raises(ValueError, match="micro-batches split one model's eager step: .* no packing"):
+        TrainConfig(data_dir="d", micro_batches=2, packing=True)
 
 
 def test_a_compiled_run_of_one_model_trains_as_a_stack_of_one(tmp_path):
@@ -113,3 +118,6 @@ def test_the_train_command_passes_compile_to_the_run(tmp_path, monkeypatch):
         with pytest.raises(SystemExit):
             cli.main(["train", "--data", str(tmp_path), "--out", str(tmp_path / attention), "--attention", attention])
     assert [config.attention for config in seen[2:]] == ["triton", "sdpa"]
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--data", str(tmp_path), "--out", str(tmp_path / "packed"), "--packing"])
+    assert seen[-1].packing and seen[-1].stacked and not seen[-2].packing

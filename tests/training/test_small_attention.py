@@ -17,7 +17,8 @@ from lsa_interp.training import StackConfig, StackTrainer, TrainConfig
 from lsa_interp.training.stacked_model import StackedEncoderDecoder
 
 pytest.importorskip("triton")  # without a GPU, run under Triton's interpreter (tests/conftest.py)
-from lsa_interp.training.small_attention import small_attention
+from lsa_interp.training.packing import pack_rows
+from lsa_interp.training.small_attention import packed_small_attention, small_attention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOLERANCE = 1e-5 if DEVICE == "cpu" else 2e-3  # CUDA: fp32 dots on tensor cores (tf32 in torch's reference)
@@ -166,6 +167,31 @@ def test_self_attention_between_widths_is_refused():
         small_attention(q, k, k, torch.ones(2, dtype=torch.long), torch.zeros(1, dtype=torch.long))
 
 
+def test_packed_rows_get_what_the_padded_rows_get_dropout_masks_included():
+    lengths = [[93, 0, 17], [40, 65, 1]]
+    tgt_lengths = [[22, 0, 5], [9, 16, 1]]
+    tokens = lambda lens, width: torch.where(torch.arange(width) < torch.tensor(lens)[..., None], 4, PAD)
+    src = pack_rows(tokens(lengths, 93).to(DEVICE), torch.tensor(lengths, device=DEVICE), 160)
+    tgt = pack_rows(tokens(tgt_lengths, 22).to(DEVICE), torch.tensor(tgt_lengths, device=DEVICE), 48)
+    seed = torch.tensor([5], device=DEVICE)
+    for queries, keys, causal in ((src, src, False), (tgt, tgt, True), (tgt, src, False)):
+        q, k, v = _inputs(6, 2, queries.width, keys.width, seed=2)
+        query_len = None if queries is keys else queries.lengths
+        padded = small_attention(q, k, v, keys.lengths, seed, causal, 0.3, 4, query_len)
+        grad = torch.randn_like(padded)
+        expected = _grads(padded, (q, k, v), grad)
+        pack = lambda t, rows: rows.repack(t.detach().transpose(1, 2)).requires_grad_()
+        pq, pk, pv = pack(q, queries), pack(k, keys), pack(v, keys)
+        out = packed_small_attention(
+            pq, pk, pv, queries.starts, queries.lengths, keys.starts, keys.lengths, (queries.width, keys.width), seed,
+            causal, 0.3, 4, paired=queries is keys,
+        )  # fmt: skip
+        ours = _grads(out, (pq, pk, pv), queries.repack(grad.transpose(1, 2)))
+        assert (out - queries.repack(padded.detach().transpose(1, 2))).abs().max() < TOLERANCE
+        for mine, theirs, rows in zip(ours, expected, (queries, keys, keys)):
+            assert (mine - rows.repack(theirs.transpose(1, 2))).abs().max() < TOLERANCE
+
+
 TWO_HEADS = {"d_model": 32, "n_heads": 2, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
 
 
@@ -189,6 +215,25 @@ def test_a_stack_with_the_kernel_computes_what_the_sdpa_stack_does():
     with torch.no_grad():
         ours.eval().losses(*batch)
     assert int(ours.attention_step) == start + 1
+
+
+def test_a_packed_stack_with_the_kernel_computes_what_the_padded_sdpa_stack_does():
+    torch.manual_seed(0)
+    src = torch.randint(4, 20, (2, 3, 12))
+    src[0, 1, 7:], src[1, 2, 4:] = PAD, PAD
+    tgt_in, tgt_out = torch.randint(4, 20, (2, 3, 5)), torch.randint(4, 20, (2, 3, 5))
+    tgt_in[0, 0, 3:], tgt_out[0, 0, 3:] = PAD, PAD
+    src, tgt_in, tgt_out = (t.to(DEVICE) for t in (src, tgt_in, tgt_out))
+    cfg = ModelConfig(**TWO_HEADS, dropout=0.0)
+    sdpa = StackedEncoderDecoder.from_seeds(cfg, [3, 4], DEVICE).train()
+    ours = StackedEncoderDecoder.from_seeds(cfg, [3, 4], DEVICE, attention="triton").train()
+    expected = sdpa.losses(src, tgt_in, tgt_out)
+    expected.sum().backward()
+    packed_src, packed_tgt = pack_rows(src, (src != PAD).sum(-1), 40), pack_rows(tgt_in, (tgt_in != PAD).sum(-1), 16)
+    losses = ours.packed_losses(packed_src, packed_tgt, packed_tgt.gather(tgt_out))
+    losses.sum().backward()
+    assert (losses - expected).abs().max() < TOLERANCE
+    assert (ours.flat.grad - sdpa.flat.grad).abs().max() < TOLERANCE
 
 
 def test_a_stack_with_the_kernel_and_dropout_resumes_bit_for_bit(tiny, tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import jaxtyping
+import numpy as np
 import pytest
 import torch
 
@@ -123,11 +124,15 @@ def test_the_triton_attention_trains_like_sdpa_in_the_graph(data_dirs, tmp_path,
 
 
 @pytest.mark.parametrize(
-    "compile, attention", [(False, "sdpa"), (True, "sdpa"), (False, "triton"), (True, "triton")],
-    ids=["plain", "compiled", "triton", "triton-compiled"],
+    "compile, attention, packing",
+    [(False, "sdpa", False), (True, "sdpa", False), (False, "triton", False), (True, "triton", False),
+     (True, "sdpa", True), (True, "triton", True)],
+    ids=["plain", "compiled", "triton", "triton-compiled", "compiled-packed", "triton-compiled-packed"],
 )  # fmt: skip
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
-def test_each_graph_replay_draws_fresh_dropout_masks(data_dirs, tmp_path, monkeypatch, dropout, compile, attention):
+def test_each_graph_replay_draws_fresh_dropout_masks(
+    data_dirs, tmp_path, monkeypatch, dropout, compile, attention, packing
+):
     """The same step replayed from the same weights (lr 0): with dropout its losses differ at every replay (the
     graph advances the CUDA generator's offset; compiled, inductor's own random numbers must too; the triton
     attention's seed advances in the graph), without dropout they agree. scripts/gpu_train.sh runs the compiled
@@ -136,7 +141,7 @@ def test_each_graph_replay_draws_fresh_dropout_masks(data_dirs, tmp_path, monkey
         pytest.skip("needs the triton package")
     monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", compile)  # see the test above
     model = {**(TWO_HEADS if attention == "triton" else SMALL_MODEL), "dropout": dropout}
-    config = _config(data_dirs, lr=0.0, model=model, compile=compile, attention=attention)
+    config = _config(data_dirs, lr=0.0, model=model, compile=compile, attention=attention, packing=packing)
     trainer = StackTrainer.start(config, tmp_path / "run")
     trainer.train_step()  # loads the first window, captures the graph and replays step 0
     trainer.stepper.take_losses()
@@ -147,3 +152,46 @@ def test_each_graph_replay_draws_fresh_dropout_masks(data_dirs, tmp_path, monkey
         replays.append(trainer.stepper.take_losses())
     gaps = [float((a - b).abs().max()) for a, b in ((replays[0], replays[1]), (replays[1], replays[2]))]
     assert all(gap > 1e-4 for gap in gaps) if dropout else all(gap < 1e-6 for gap in gaps)
+
+
+@pytest.mark.parametrize(
+    "compile, attention", [(False, "sdpa"), (True, "sdpa"), (False, "triton"), (True, "triton")],
+    ids=["plain", "compiled", "triton", "triton-compiled"],
+)  # fmt: skip
+def test_a_packed_graph_trains_like_the_padded_one(data_dirs, tmp_path, monkeypatch, compile, attention):
+    if attention == "triton" and not _has_triton():
+        pytest.skip("needs the triton package")
+    monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", compile)  # see the compile test above
+    model = {**TWO_HEADS, "dropout": 0.0}
+    start = _trained(data_dirs, tmp_path / "one", max_steps=1, model=model)
+    padded = _trained(data_dirs, tmp_path / "padded", max_steps=12, model=model)
+    packed = _trained(
+        data_dirs, tmp_path / "packed", max_steps=12, model=model, packing=True, compile=compile, attention=attention
+    )
+    moved = _gap(padded, start)
+    assert moved > 1e-3 and _gap(padded, packed) < 1e-3 * max(moved, 1.0)
+
+
+def test_a_step_too_full_for_the_packed_graph_runs_eagerly_at_its_own_size(data_dirs, tmp_path, monkeypatch):
+    from lsa_interp.training import stack_step, stack_trainer
+
+    half = lambda needs: tuple(int(n) for n in np.median(needs, axis=0))  # about half the steps overflow
+    monkeypatch.setattr(stack_trainer, "capacity_for", half)
+    sizes = []
+    original = stack_step.StackStep._step
+
+    def spy(self, loss, widths=None, capacity=None):
+        sizes.append(capacity)
+        original(self, loss, widths, capacity)
+
+    monkeypatch.setattr(stack_step.StackStep, "_step", spy)
+    model = {**TWO_HEADS, "dropout": 0.0}
+    start = _trained(data_dirs, tmp_path / "one", max_steps=1, model=model)
+    padded = _trained(data_dirs, tmp_path / "padded", max_steps=12, model=model)
+    sizes.clear()
+    trainer = StackTrainer.start(_config(data_dirs, max_steps=12, model=model, packing=True), tmp_path / "packed")
+    trainer.run()
+    eager = [size for size in sizes if size != trainer.capacity]
+    assert eager and all(any(n > c for n, c in zip(size, trainer.capacity)) for size in eager)
+    moved = _gap(padded, start)
+    assert _gap(padded, trainer.model.flat.detach().cpu()) < 1e-3 * max(moved, 1.0)

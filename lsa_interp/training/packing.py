@@ -1,0 +1,132 @@
+"""Rows packed end to end: each replicate's tokens in a buffer of fixed capacity, without padding.
+
+A stacked step computes every row at the full width of the training tensors (93 source and 22 target
+tokens for the paper's data) because a CUDA graph has fixed shapes; the paper's rows are 49 and 7 tokens
+long on average. `pack_rows` lays each replicate's rows of a step end to end in a buffer of ``capacity``
+tokens instead (still a fixed shape: the capacity must hold the replicate's longest batch), so that the
+embeddings, projections, MLPs, norms and the loss see only real tokens. The attention then needs each
+row's start and length: `lsa_interp.training.small_attention.packed_small_attention`, or `packed_sdpa`, which
+unpacks to padded rows for ``scaled_dot_product_attention`` and packs the result back.
+
+Token ``t`` of replicate ``r`` lives at flat index ``r * capacity + t``; row ``b`` of replicate ``r`` is flat
+row ``r * batch + b``. Everything here runs on the device without a host synchronisation.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from lsa_interp.data.vocab import PAD
+
+
+class PackedRows(NamedTuple):
+    """One side (source or target) of a step's batches, packed (see module doc).
+
+    ``tokens`` and ``positions`` ``[rep, capacity]``: each token and its position in its row (PAD and 0 in
+    slots of no row); ``starts`` and ``lengths`` ``[(rep batch)]``: each row's first flat token index and its
+    length; ``slot_row`` and ``slot_pos`` ``[(rep capacity)]``: each slot's flat row (``rep * batch`` for
+    none) and position; ``width``: the padded width the rows came from (no row is longer).
+    """
+
+    tokens: Tensor
+    positions: Tensor
+    starts: Tensor
+    lengths: Tensor
+    slot_row: Tensor
+    slot_pos: Tensor
+    width: int
+
+    @property
+    def rows(self) -> int:
+        """How many rows (``rep * batch``) the step has."""
+        return len(self.starts)
+
+    def gather(self, padded: Int[Tensor, "rep batch width"]) -> Int[Tensor, "rep capacity"]:
+        """Another tensor of the same rows (e.g. the targets of ``tgt_in``), packed in this layout."""
+        inside = self.slot_row < self.rows
+        flat = padded.reshape(self.rows, -1)[self.slot_row.clamp(max=self.rows - 1), self.slot_pos]
+        return flat.masked_fill(~inside, PAD).view(self.tokens.shape)
+
+    def unpack(self, packed: Float[Tensor, " token *rest"]) -> tuple[Tensor, Bool[Tensor, "row width"]]:
+        """``packed`` rows at the full width ``[(rep batch), width, *rest]`` (positions past a row's end hold
+        other tokens' values) and which positions are the row's own."""
+        offsets = torch.arange(self.width, device=packed.device)
+        index = (self.starts[:, None] + offsets).clamp(max=len(packed) - 1)
+        return packed[index], offsets < self.lengths[:, None]
+
+    def repack(self, padded: Float[Tensor, "row width *rest"]) -> Float[Tensor, " token *rest"]:
+        """Inverse of `unpack`: each slot's value from its row and position, zeros in slots of no row."""
+        inside = self.slot_row < self.rows
+        values = padded[self.slot_row.clamp(max=self.rows - 1), self.slot_pos]
+        return values * inside.view(-1, *[1] * (values.dim() - 1)).to(values.dtype)
+
+
+def pack_rows(tokens: Int[Tensor, "rep batch width"], lengths: Int[Tensor, "rep batch"], capacity: int) -> PackedRows:
+    """Each replicate's rows (the first ``lengths`` tokens of each) end to end in ``capacity`` slots.
+
+    A row of length 0 takes no slot. Tokens past the capacity are left out: the caller sizes ``capacity``
+    to hold every replicate's rows (`capacity_for`).
+    """
+    reps, batch, width = tokens.shape
+    device = tokens.device
+    lengths = lengths.long()
+    ends = lengths.cumsum(-1)
+    first = ends - lengths
+    slots = torch.arange(capacity, device=device).expand(reps, capacity).contiguous()
+    row = torch.searchsorted(ends, slots, right=True)
+    inside = row < batch
+    row = row.clamp(max=batch - 1)
+    position = torch.where(inside, slots - first.gather(1, row), 0)
+    flat_row = row + torch.arange(reps, device=device)[:, None] * batch
+    packed = tokens.reshape(reps * batch, width)[flat_row, position].masked_fill(~inside, PAD)
+    return PackedRows(
+        tokens=packed,
+        positions=position,
+        starts=(first + torch.arange(reps, device=device)[:, None] * capacity).flatten(),
+        lengths=lengths.flatten(),
+        slot_row=torch.where(inside, flat_row, reps * batch).flatten(),
+        slot_pos=position.flatten(),
+        width=width,
+    )
+
+
+CAPACITY_MARGIN = 1.05
+"""A packed graph's capacity: the most tokens a sample of steps needs, times this (then rounded up to 16)."""
+
+
+def capacity_for(needs: np.ndarray, margin: float = CAPACITY_MARGIN, multiple: int = 16) -> tuple[int, int]:
+    """Source and target slots of a packed graph: the most of ``needs`` ``[steps, 2]`` (`StepWindow.token_needs`)
+    times ``margin``, rounded up to a multiple of ``multiple``. A step that needs more runs eagerly at its own
+    size (`lsa_interp.training.stack_step`)."""
+    most = needs.max(0) * margin
+    return tuple(int(max(multiple, math.ceil(m / multiple) * multiple)) for m in most)
+
+
+def packed_sdpa(
+    q: Float[Tensor, "q_token head d_head"],
+    k: Float[Tensor, "k_token head d_head"],
+    v: Float[Tensor, "k_token head d_head"],
+    queries: PackedRows,
+    keys: PackedRows,
+    causal: bool,
+    dropout_p: float,
+) -> Float[Tensor, "q_token head d_head"]:
+    """Attention of packed rows through ``scaled_dot_product_attention``: unpacked to the full width, each
+    row's own keys (and, ``causal``, earlier ones) visible, packed back. Slots of no row get zeros."""
+    (q_rows, _), (k_rows, keep), (v_rows, _) = queries.unpack(q), keys.unpack(k), keys.unpack(v)
+    # A row without keys (a filler row) sees all its slots rather than none: no NaN, and no slot reads it.
+    mask = (keep | (keys.lengths == 0)[:, None])[:, None, None, :]
+    if causal:
+        mask = mask & torch.ones(queries.width, keys.width, dtype=torch.bool, device=q.device).tril()
+    heads_first = lambda t: t.transpose(1, 2)
+    z = F.scaled_dot_product_attention(
+        heads_first(q_rows), heads_first(k_rows), heads_first(v_rows), attn_mask=mask, dropout_p=dropout_p
+    )
+    return queries.repack(heads_first(z))
