@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from lsa_interp import cli
+from lsa_interp.data.vocab import PAD
 
 
 def run(args: list[str], capsys) -> tuple[int, str, str]:
@@ -30,3 +31,13 @@ def assert_same_weights(
         if name.endswith("in_proj_bias"):
             a, b = torch.cat([a[:d_model], a[2 * d_model :]]), torch.cat([b[:d_model], b[2 * d_model :]])
         torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=name)
+
+
+def ragged_stack_batch(device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch of a stack of 2 replicates x 3 rows (source 12 wide, targets 5) with rows of several lengths."""
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, 20, (2, 3, 12), generator=generator)
+    src[0, 1, 7:], src[1, 2, 4:] = PAD, PAD
+    tgt_in, tgt_out = (torch.randint(4, 20, (2, 3, 5), generator=generator) for _ in range(2))
+    tgt_in[0, 0, 3:], tgt_out[0, 0, 3:] = PAD, PAD
+    return src.to(device), tgt_in.to(device), tgt_out.to(device)

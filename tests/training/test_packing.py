@@ -13,8 +13,8 @@ from lsa_interp.model import ModelConfig
 from lsa_interp.training import RunSpec, StackConfig, StackTrainer
 from lsa_interp.training.packing import capacity_for, pack_rows, packed_sdpa
 from lsa_interp.training.stacked_model import StackedEncoderDecoder
-from tests.helpers import assert_same_weights
-from tests.training.test_stack_trainer import NO_DROPOUT, _tiny_dataset
+from tests.helpers import assert_same_weights, ragged_stack_batch
+from tests.training.test_stack_trainer import NO_DROPOUT
 
 
 def _rows(lengths, width, start=10):
@@ -78,11 +78,7 @@ def test_capacity_holds_the_fullest_step_with_a_margin_in_multiples_of_16():
 
 
 def test_a_packed_stack_computes_the_padded_stacks_losses_and_gradients():
-    torch.manual_seed(0)
-    src = torch.randint(4, 20, (2, 3, 12))
-    src[0, 1, 7:], src[1, 2, 4:] = PAD, PAD
-    tgt_in, tgt_out = torch.randint(4, 20, (2, 3, 5)), torch.randint(4, 20, (2, 3, 5))
-    tgt_in[0, 0, 3:], tgt_out[0, 0, 3:] = PAD, PAD
+    src, tgt_in, tgt_out = ragged_stack_batch()
     valid = torch.tensor([[True, True, True], [True, False, True]])  # a filler row: no tokens at all packed
     tgt_out = tgt_out.masked_fill(~valid[..., None], PAD)
     cfg = ModelConfig(d_model=32, n_heads=2, d_mlp=64, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0)
@@ -96,16 +92,6 @@ def test_a_packed_stack_computes_the_padded_stacks_losses_and_gradients():
     losses.sum().backward()
     assert (losses - expected).abs().max() < 1e-6
     assert (packed.flat.grad - padded.flat.grad).abs().max() < 1e-6
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return _tiny_dataset(tmp_path_factory, "tiny", 3, seed=3)
-
-
-@pytest.fixture(scope="module")
-def other_dir(tmp_path_factory):
-    return _tiny_dataset(tmp_path_factory, "tiny4", 4, seed=4)
 
 
 def test_a_packed_mixed_stack_trains_as_the_padded_one(data_dir, other_dir, tmp_path):

@@ -15,6 +15,7 @@ from lsa_interp.data.vocab import PAD
 from lsa_interp.model import ModelConfig
 from lsa_interp.training import StackConfig, StackTrainer, TrainConfig
 from lsa_interp.training.stacked_model import StackedEncoderDecoder
+from tests.helpers import ragged_stack_batch
 
 pytest.importorskip("triton")  # without a GPU, run under Triton's interpreter (tests/conftest.py)
 from lsa_interp.training.packing import pack_rows
@@ -196,12 +197,7 @@ TWO_HEADS = {"d_model": 32, "n_heads": 2, "d_mlp": 64, "n_encoder_layers": 2, "n
 
 
 def test_a_stack_with_the_kernel_computes_what_the_sdpa_stack_does():
-    torch.manual_seed(0)
-    src = torch.randint(4, 20, (2, 3, 12))
-    src[0, 1, 7:], src[1, 2, 4:] = PAD, PAD
-    tgt_in, tgt_out = torch.randint(4, 20, (2, 3, 5)), torch.randint(4, 20, (2, 3, 5))
-    tgt_in[0, 0, 3:], tgt_out[0, 0, 3:] = PAD, PAD
-    batch = [t.to(DEVICE) for t in (src, tgt_in, tgt_out)]
+    batch = ragged_stack_batch(DEVICE)
     cfg = ModelConfig(**TWO_HEADS, dropout=0.0)
     sdpa = StackedEncoderDecoder.from_seeds(cfg, [3, 4], DEVICE).train()
     ours = StackedEncoderDecoder.from_seeds(cfg, [3, 4], DEVICE, attention="triton").train()
@@ -218,12 +214,7 @@ def test_a_stack_with_the_kernel_computes_what_the_sdpa_stack_does():
 
 
 def test_a_packed_stack_with_the_kernel_computes_what_the_padded_sdpa_stack_does():
-    torch.manual_seed(0)
-    src = torch.randint(4, 20, (2, 3, 12))
-    src[0, 1, 7:], src[1, 2, 4:] = PAD, PAD
-    tgt_in, tgt_out = torch.randint(4, 20, (2, 3, 5)), torch.randint(4, 20, (2, 3, 5))
-    tgt_in[0, 0, 3:], tgt_out[0, 0, 3:] = PAD, PAD
-    src, tgt_in, tgt_out = (t.to(DEVICE) for t in (src, tgt_in, tgt_out))
+    src, tgt_in, tgt_out = ragged_stack_batch(DEVICE)
     cfg = ModelConfig(**TWO_HEADS, dropout=0.0)
     sdpa = StackedEncoderDecoder.from_seeds(cfg, [3, 4], DEVICE).train()
     ours = StackedEncoderDecoder.from_seeds(cfg, [3, 4], DEVICE, attention="triton").train()

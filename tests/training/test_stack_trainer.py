@@ -15,8 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lsa_interp.data import DatasetConfig, generate_dataset, load_dataset, save_dataset
-from lsa_interp.data.transformations import SEEN
+from lsa_interp.data import load_dataset
 from lsa_interp.evaluation import card
 from lsa_interp.model.checkpoint import load_model
 from lsa_interp.training import RunSpec, StackConfig, StackTrainer, TrainConfig, Trainer, resume_run, start_run
@@ -25,26 +24,6 @@ from tests.helpers import assert_same_weights
 
 SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
 NO_DROPOUT = {**SMALL_MODEL, "dropout": 0.0}
-
-
-def _tiny_dataset(tmp_path_factory, name, window, seed):
-    config = DatasetConfig(
-        name=name, n_alphabets=4, window_lengths=(window,), n_reshuffle=1, n_new_alphabets=4,
-        train_transformations=SEEN[:3],
-    )  # fmt: skip
-    return save_dataset(generate_dataset(config, seed=seed), tmp_path_factory.mktemp("data") / name)
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    """536 training rows (windows of 3 letters, three transformations): 9 random batches of 64."""
-    return _tiny_dataset(tmp_path_factory, "tiny", 3, seed=3)
-
-
-@pytest.fixture(scope="module")
-def other_dir(tmp_path_factory):
-    """Another dataset: other alphabets, windows of 4 letters (longer rows)."""
-    return _tiny_dataset(tmp_path_factory, "tiny4", 4, seed=4)
 
 
 def _single(data_dir, tmp_path, name, **overrides):
