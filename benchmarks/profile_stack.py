@@ -6,8 +6,9 @@ self device time per step, calls per step), the step's device time against its w
 not), and the padding of the graphed batches (full tensor width against the mean row length). Then, for the
 largest stack (``--one-change``), the graphed step's time with one change each: no dropout, and each
 attention backend of ``scaled_dot_product_attention`` forced. ``--compile`` profiles and times the stack
-with ``torch.compile`` inside the step, ``--attention triton`` with the stack's own attention kernel (the
-one-change timings keep sdpa). ``--json OUT`` writes every number (rewritten after each part).
+with ``torch.compile`` inside the step, ``--attention triton`` with the stack's own attention kernel and
+``--packing`` with packed rows (the one-change timings keep sdpa and padding). ``--json OUT`` writes every
+number (rewritten after each part).
 
     python benchmarks/profile_stack.py --device cuda --replicates 1,64 --precision bf16,fp32 --one-change --json OUT
     python benchmarks/profile_stack.py --device cuda --replicates 1,8 --precision bf16 --compile --json OUT
@@ -44,6 +45,7 @@ def padding(trainer: StackTrainer) -> dict:
         "src_mean_len": float(train.src_len.mean()),
         "tgt_width": int(train.tgt_in.shape[1]),
         "tgt_mean_len": float(train.tgt_len.mean()),
+        "packed_capacity": None if trainer.capacity is None else list(trainer.capacity),
     }
 
 
@@ -106,12 +108,14 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--compile", action="store_true", help="torch.compile inside the step")
     parser.add_argument("--attention", default="sdpa", choices=["sdpa", "triton"], help="the stack's attention")
+    parser.add_argument("--packing", action="store_true", help="pack each step's rows without padding")
     parser.add_argument("--one-change", action="store_true", help="time one-change variants of the largest stack")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
     reps = [int(r) for r in args.replicates.split(",")]
     report: dict = {"torch": torch.__version__, "compile": args.compile, "attention": args.attention}
+    report["packing"] = args.packing
     report.update(profiles=[], one_change={})
     save = (lambda: _write_json(args.json, report)) if args.json else (lambda: None)
     with tempfile.TemporaryDirectory() as tmp:
@@ -123,7 +127,7 @@ def main() -> None:
                 graphed = args.compile and device.type == "cuda"
                 trainer = stack_trainer(
                     data_dir, device, replicates, precision, cuda_graph=graphed, compile=args.compile,
-                    attention=args.attention,
+                    attention=args.attention, packing=args.packing,
                 )  # fmt: skip
                 result = {"replicates": replicates, "precision": precision, **padding(trainer)}
                 result.update(kernel_profile(trainer, device, args.steps, args.top))
