@@ -42,7 +42,7 @@ PYTHONPATH=$PWD "$ENV/bin/python" -m pytest -q -p no:cacheprovider -n 2 tests/tr
   tests/evaluation tests/analysis/test_matching.py tests/sweep tests/test_gpu_plan.py tests/test_gpu_train.py \
   tests/test_pack_results.py tests/test_evaluate.py 2>&1 | tee -a "$log" | tail -n 15 || status=1
 PYTHONPATH=$PWD "$ENV/bin/python" -m benchmarks.train_throughput --device cpu --replicates 2 \
-  --stacking native,vmap,native-compile --precision bf16 --steps 2 --budget-minutes 10 \
+  --stacking native,vmap,native-compile,native-compile-packed --precision bf16 --steps 2 --budget-minutes 10 \
   --json "$ENV/stacking-cpu.json" 2>&1 | tee -a "$log" | grep -v Warning | tail -n 5 || status=1
 if grep -q '"why"' "$ENV/stacking-cpu.json"; then
   echo "device_env_check.sh: the benchmark skipped a configuration (see $ENV/stacking-cpu.json)" >&2

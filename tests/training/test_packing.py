@@ -100,6 +100,7 @@ def test_a_packed_mixed_stack_trains_as_the_padded_one(data_dir, other_dir, tmp_
         RunSpec(str(other_dir), seed=2, batching="alphabet", epochs=1, preset="tiny4"),
     )
     common = dict(runs=runs, batch_size=64, lr=3e-3, log_every=4, val_limit=40, model=NO_DROPOUT, max_steps=12)
+    common["device"] = "cpu"  # the eager packed path (the graphed one: tests/training/test_stack_graph.py)
     padded = StackTrainer.start(StackConfig(**common), tmp_path / "padded")
     packed = StackTrainer.start(StackConfig(**common, packing=True), tmp_path / "packed")
     assert padded.capacity is None
@@ -116,7 +117,7 @@ def test_a_packed_stack_with_dropout_resumes_bit_for_bit(data_dir, tmp_path):
     runs = (RunSpec(str(data_dir), seed=2, preset="tiny"), RunSpec(str(data_dir), seed=3, preset="tiny"))
     model = {**NO_DROPOUT, "dropout": 0.2}
     config = StackConfig(
-        runs=runs, batch_size=16, max_steps=4, val_limit=8, checkpoint_every=2, packing=True, model=model
+        runs=runs, batch_size=16, max_steps=4, val_limit=8, checkpoint_every=2, packing=True, model=model, device="cpu"
     )
     whole = StackTrainer.start(config, tmp_path / "whole")
     whole.run()
