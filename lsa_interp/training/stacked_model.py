@@ -168,8 +168,9 @@ class StackedEncoderDecoder(nn.Module):
         reps, vocab = weight.shape[:2]
         offset = torch.arange(reps, device=tokens.device).view(reps, *[1] * (tokens.dim() - 1)) * vocab
         x = F.embedding(tokens + offset, weight.reshape(reps * vocab, -1))
-        sinusoids = self.pos_embedding[start : start + tokens.shape[-1]] if positions is None else None
-        return self._dropout(x + (self.pos_embedding[positions] if sinusoids is None else sinusoids))
+        if positions is None:
+            return self._dropout(x + self.pos_embedding[start : start + tokens.shape[-1]])
+        return self._dropout(x + self.pos_embedding[positions])
 
     def _norm(self, p: Params, prefix: str, x: Tensor) -> Tensor:
         shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],)
@@ -222,7 +223,7 @@ class StackedEncoderDecoder(nn.Module):
         return self._encoder(p, self._embed(p["encoder.embed.weight"], src), Keys(mask, lengths, False, 0))
 
     def _encoder(self, p: Params, x: Tensor, keys: Keys | PackedKeys) -> Tensor:
-        """The encoder layers over embedded ``x`` (layer l's attention is call ``keys.call + l``)."""
+        """The encoder layers over embedded ``x`` (layer l's attention is dropout call l)."""
         for layer in range(self.cfg.n_encoder_layers):
             pre, keys = f"encoder.{layer}.", keys._replace(call=layer)
             x = self._sublayer(
