@@ -13,7 +13,7 @@
 #   bash scripts/gpu_session.sh extra    at most 6.5 minutes, for a session with time left after its stack:
 #                                        the comparisons the acceptance does not need (the vmap stack, tf32,
 #                                        the compiled stack in bf16)
-#   bash scripts/gpu_session.sh triton   at most 8 minutes: the stack's own attention kernel (--attention
+#   bash scripts/gpu_session.sh triton   at most 8.5 minutes: the stack's own attention kernel (--attention
 #                                        triton; never run on a GPU before) and packed rows (--packing): their
 #                                        GPU tests, the kernel alone against SDPA, then the compiled stack
 #                                        with both, packed only, the kernel only, and neither, bf16 at R = 64
