@@ -32,7 +32,8 @@ class PackedRows(NamedTuple):
     ``tokens`` and ``positions`` ``[rep, capacity]``: each token and its position in its row (PAD and 0 in
     slots of no row); ``starts`` and ``lengths`` ``[(rep batch)]``: each row's first flat token index and its
     length; ``slot_row`` and ``slot_pos`` ``[(rep capacity)]``: each slot's flat row (``rep * batch`` for
-    none) and position; ``width``: the padded width the rows came from (no row is longer).
+    none) and position; ``width``: the padded width the rows came from (no row is longer); ``shortest``: the
+    shortest non-empty row the data has (a hint for the attention kernel's tiles, not a bound it relies on).
     """
 
     tokens: Tensor
@@ -42,6 +43,7 @@ class PackedRows(NamedTuple):
     slot_row: Tensor
     slot_pos: Tensor
     width: int
+    shortest: int = 1
 
     @property
     def rows(self) -> int:
@@ -68,7 +70,9 @@ class PackedRows(NamedTuple):
         return values * inside.view(-1, *[1] * (values.dim() - 1)).to(values.dtype)
 
 
-def pack_rows(tokens: Int[Tensor, "rep batch width"], lengths: Int[Tensor, "rep batch"], capacity: int) -> PackedRows:
+def pack_rows(
+    tokens: Int[Tensor, "rep batch width"], lengths: Int[Tensor, "rep batch"], capacity: int, shortest: int = 1
+) -> PackedRows:
     """Each replicate's rows (the first ``lengths`` tokens of each) end to end in ``capacity`` slots.
 
     A row of length 0 takes no slot. Tokens past the capacity are left out: the caller sizes ``capacity``
@@ -94,6 +98,7 @@ def pack_rows(tokens: Int[Tensor, "rep batch width"], lengths: Int[Tensor, "rep 
         slot_row=torch.where(inside, flat_row, reps * batch).flatten(),
         slot_pos=position.flatten(),
         width=width,
+        shortest=shortest,
     )
 
 

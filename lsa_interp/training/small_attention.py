@@ -176,16 +176,19 @@ def _block(length: int) -> int:
     return max(SMALLEST_TILE, triton.next_power_of_2(length))
 
 
-def _classes(width: int) -> list[tuple[int, int]]:
-    """The length classes of rows up to ``width``: (lengths above, tile side), from 16 up to the full block."""
-    tiles = [SMALLEST_TILE << i for i in range(_block(width).bit_length() - SMALLEST_TILE.bit_length() + 1)]
-    return [(0 if tile == SMALLEST_TILE else tile // 2, tile) for tile in tiles]
+def _classes(width: int, shortest: int = 1) -> list[tuple[int, int]]:
+    """The length classes of rows up to ``width``: (lengths above, tile side), from the tile of the ``shortest``
+    row there can be (at least 16) up to the full block. The first class takes every row up to its tile, so
+    a shorter row than ``shortest`` is still computed, only in a larger tile."""
+    first, last = _block(min(shortest, width)), _block(width)
+    tiles = [first << i for i in range(last.bit_length() - first.bit_length() + 1)]
+    return [(0 if tile == first else tile // 2, tile) for tile in tiles]
 
 
-def _launches(q: Tensor, widths: tuple[int, int], paired: bool) -> list[dict]:
+def _launches(q: Tensor, widths: tuple[int, int], paired: bool, shortest: tuple[int, int] = (1, 1)) -> list[dict]:
     """One launch's tile options per class: the query and key classes of a row are the same where ``paired``
     (self-attention: a row's queries are its keys), else every pair of classes."""
-    q_classes, k_classes = _classes(widths[0]), _classes(widths[1])
+    q_classes, k_classes = _classes(widths[0], shortest[0]), _classes(widths[1], shortest[1])
     pairs = zip(q_classes, k_classes) if paired else itertools.product(q_classes, k_classes)
     common = {"IEEE": q.dtype == torch.float32, "D": q.shape[-1], "CALLS": CALLS_PER_STEP}
     common |= {"BQ": _block(widths[0]), "BK": _block(widths[1])}
@@ -213,6 +216,7 @@ def _forward_op(
     key_len: Tensor,
     seed: Tensor,
     widths: list[int],
+    shortest: list[int],
     causal: bool,
     paired: bool,
     dropout_p: float,
@@ -221,7 +225,7 @@ def _forward_op(
     rows, heads = len(query_len), q.shape[1]
     out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(rows * heads * _block(widths[0]), device=q.device, dtype=torch.float32)
-    for options in _launches(q, (widths[0], widths[1]), paired):
+    for options in _launches(q, (widths[0], widths[1]), paired, (shortest[0], shortest[1])):
         _traceable(_forward)[(rows, heads)](
             q, k, v, out, lse, query_row, key_row, query_len, key_len, seed, *_strides(q), *_strides(k),
             *_strides(v), *_strides(out), widths[0], widths[1], 1.0 / math.sqrt(q.shape[-1]), dropout_p, call,
@@ -243,6 +247,7 @@ def _backward_op(
     key_len: Tensor,
     seed: Tensor,
     widths: list[int],
+    shortest: list[int],
     causal: bool,
     paired: bool,
     dropout_p: float,
@@ -251,7 +256,7 @@ def _backward_op(
     rows, heads = len(query_len), q.shape[1]
     grad = grad.contiguous()
     dq, dk, dv = (torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    for options in _launches(q, (widths[0], widths[1]), paired):
+    for options in _launches(q, (widths[0], widths[1]), paired, (shortest[0], shortest[1])):
         _traceable(_backward)[(rows, heads)](
             q, k, v, grad, lse, query_row, key_row, query_len, key_len, seed, dq, dk, dv, *_strides(q),
             *_strides(k), *_strides(v), *_strides(grad), *_strides(dq), *_strides(dk), widths[0], widths[1],
@@ -268,7 +273,7 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward_rule(ctx, grad_out: Tensor, grad_lse: Tensor):
     dq, dk, dv = _backward_op(grad_out, *ctx.saved_tensors, ctx.seed, *ctx.options)
-    return dq, dk, dv, *[None] * 10
+    return dq, dk, dv, *[None] * 11
 
 
 torch.library.register_autograd(_forward_op, _backward_rule, setup_context=_setup_context)
@@ -320,7 +325,8 @@ def small_attention(
     query_len = key_len if paired else query_len.to(torch.int32)
     rows = torch.arange(len(key_len), device=q.device, dtype=torch.int32)
     widths = [q.shape[2], k.shape[2]]
-    return _forward_op(q, k, v, rows, rows, query_len, key_len, seed, widths, causal, paired, float(dropout_p), call)[0]
+    options = (widths, [1, 1], causal, paired, float(dropout_p), call)
+    return _forward_op(q, k, v, rows, rows, query_len, key_len, seed, *options)[0]
 
 
 def packed_small_attention(
@@ -337,16 +343,19 @@ def packed_small_attention(
     dropout_p: float = 0.0,
     call: int = 0,
     paired: bool = False,
+    shortest: tuple[int, int] = (1, 1),
 ) -> Float[Tensor, "q_token head d_head"]:
     """`small_attention` over rows packed end to end: row n's queries are tokens ``query_start[n] ..
     + query_len[n]`` of ``q``, its keys tokens ``key_start[n] .. + key_len[n]`` of ``k`` and ``v``; no row is
     longer than ``widths`` (queries, keys). Tokens of no row get zeros. ``paired``: self-attention (each row's
-    queries are its keys: the same starts and lengths), which launches fewer classes. A row draws the dropout
-    mask it would draw padded at ``widths``.
+    queries are its keys: the same starts and lengths), which launches fewer classes; ``shortest`` (queries,
+    keys), the shortest rows there can be (no launches for smaller tiles: a shorter row is computed in the
+    smallest tile launched). A row draws the dropout mask it would draw padded at ``widths``.
 
     Raises ValueError as `small_attention` does.
     """
     _check(q, max(widths), call, dropout_p)
     q, k, v = _last_dim_dense(q, k, v)
     lengths = [t.to(torch.int32) for t in (query_start, key_start, query_len, key_len)]
-    return _forward_op(q, k, v, *lengths, seed, list(widths), causal, paired, float(dropout_p), call)[0]
+    options = (list(widths), list(shortest), causal, paired, float(dropout_p), call)
+    return _forward_op(q, k, v, *lengths, seed, *options)[0]

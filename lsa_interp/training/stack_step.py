@@ -61,6 +61,7 @@ class StackStep:
         self.loss_sum = torch.zeros(reps, device=device)
         self.loss_count = torch.zeros(reps, device=device)
         self.capacity = capacity
+        self._shortest = (int(train.src_len.min()), int(train.tgt_len.min()))
         self._eager_loss = model.losses if capacity is None else model.packed_losses
         self._loss = torch.compile(self._eager_loss, dynamic=False) if compile else self._eager_loss
         self._window: StepWindow | None = None
@@ -121,8 +122,8 @@ class StackStep:
             if capacity is None:
                 losses = loss(src, tgt_in, tgt_out)
             else:
-                packed_src = pack_rows(src, (src != PAD).sum(-1) * valid, capacity[0])
-                packed_tgt = pack_rows(tgt_in, (tgt_in != PAD).sum(-1) * valid, capacity[1])
+                packed_src = pack_rows(src, (src != PAD).sum(-1) * valid, capacity[0], self._shortest[0])
+                packed_tgt = pack_rows(tgt_in, (tgt_in != PAD).sum(-1) * valid, capacity[1], self._shortest[1])
                 losses = loss(packed_src, packed_tgt, packed_tgt.gather(tgt_out))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*gradient layout contract")

@@ -206,7 +206,7 @@ class StackedEncoderDecoder(nn.Module):
         rows = keys.queries, keys.keys
         return self._packed_small_attention(
             q, k, v, rows[0].starts, rows[0].lengths, rows[1].starts, rows[1].lengths, (rows[0].width, rows[1].width),
-            self.attention_step, keys.causal, drop, keys.call, keys.paired,
+            self.attention_step, keys.causal, drop, keys.call, keys.paired, (rows[0].shortest, rows[1].shortest),
         )  # fmt: skip
 
     def _mlp(self, p: Params, prefix: str, x: Tensor) -> Tensor:

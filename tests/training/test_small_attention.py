@@ -18,6 +18,7 @@ from lsa_interp.training.stacked_model import StackedEncoderDecoder
 from tests.helpers import ragged_stack_batch
 
 pytest.importorskip("triton")  # without a GPU, run under Triton's interpreter (tests/conftest.py)
+from lsa_interp.training import small_attention as small_attention_module
 from lsa_interp.training.packing import pack_rows
 from lsa_interp.training.small_attention import packed_small_attention, small_attention
 
@@ -127,6 +128,12 @@ def test_dropout_decisions_look_independent_across_neighbours_steps_and_seed_wor
         assert abs((kept & other).float().mean().item() - 0.75**2) < 0.01
 
 
+def test_the_classes_start_at_the_tile_of_the_shortest_row_there_can_be():
+    assert small_attention_module._classes(93) == [(0, 16), (16, 32), (32, 64), (64, 128)]
+    assert small_attention_module._classes(93, shortest=40) == [(0, 64), (64, 128)]
+    assert small_attention_module._classes(22, shortest=3) == [(0, 16), (16, 32)]
+
+
 def test_a_rows_dropout_mask_does_not_depend_on_its_length_class():
     long = _dropped_weights(5, 3, 0.5, torch.full((4,), 40, device=DEVICE), length=64) != 0
     short = _dropped_weights(5, 3, 0.5, torch.full((4,), 12, device=DEVICE), length=64) != 0
@@ -172,7 +179,8 @@ def test_packed_rows_get_what_the_padded_rows_get_dropout_masks_included():
     lengths = [[93, 0, 17], [40, 65, 1]]
     tgt_lengths = [[22, 0, 5], [9, 16, 1]]
     tokens = lambda lens, width: torch.where(torch.arange(width) < torch.tensor(lens)[..., None], 4, PAD)
-    src = pack_rows(tokens(lengths, 93).to(DEVICE), torch.tensor(lengths, device=DEVICE), 160)
+    # A hint of 40 for the shortest source row: rows of 17 and 1 keys are still computed (in the 64 tile).
+    src = pack_rows(tokens(lengths, 93).to(DEVICE), torch.tensor(lengths, device=DEVICE), 160, shortest=40)
     tgt = pack_rows(tokens(tgt_lengths, 22).to(DEVICE), torch.tensor(tgt_lengths, device=DEVICE), 48)
     seed = torch.tensor([5], device=DEVICE)
     for queries, keys, causal in ((src, src, False), (tgt, tgt, True), (tgt, src, False)):
@@ -185,7 +193,7 @@ def test_packed_rows_get_what_the_padded_rows_get_dropout_masks_included():
         pq, pk, pv = pack(q, queries), pack(k, keys), pack(v, keys)
         out = packed_small_attention(
             pq, pk, pv, queries.starts, queries.lengths, keys.starts, keys.lengths, (queries.width, keys.width), seed,
-            causal, 0.3, 4, paired=queries is keys,
+            causal, 0.3, 4, paired=queries is keys, shortest=(queries.shortest, keys.shortest),
         )  # fmt: skip
         ours = _grads(out, (pq, pk, pv), queries.repack(grad.transpose(1, 2)))
         assert (out - queries.repack(padded.detach().transpose(1, 2))).abs().max() < TOLERANCE
