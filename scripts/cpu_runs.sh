@@ -5,19 +5,24 @@
 # The runs live outside the checkout (each session gets its work tree laid anew; the machine itself may be
 # kept), in $LSA_CPU_RUNS (default ~/.local/share/lsa-interp/cpu-grid). A machine that was shut down
 # keeps nothing: then every run starts again from step 0 (same seed, same weights).
-#   bash scripts/cpu_runs.sh            # start or resume every run below
+#   bash scripts/cpu_runs.sh            # start or resume the runs below, in order, one per core
 #   tail -n 2 ~/.local/share/lsa-interp/cpu-grid/*/metrics.jsonl
 # Runs: NAME PRESET BATCHING (seed 0, the reference's batches in 4 micro-batches, 5,000 val rows per epoch).
+# At most $LSA_CPU_SLOTS run at once (default: the number of cores); a run past them waits for a later call,
+# after an earlier run has finished (the seed-0 runs issue 14 ships: copy-200 alphabet, copy-20 and
+# nocopy-20 random).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${LSA_CPU_RUNS:-$HOME/.local/share/lsa-interp/cpu-grid}
 LSA=${LSA:-$PWD/.venv/bin/lsa-interp}
 [ -x "$LSA" ] || { echo "cpu_runs.sh: $LSA is missing: run 'make install' first" >&2; exit 2; }
+SLOTS=${LSA_CPU_SLOTS:-$(nproc)}
 mkdir -p "$RUNS"
 run() {
   local name=$1 preset=$2 batching=$3 out=$RUNS/$1 args
   if [ -f "$out/model/model.safetensors" ]; then echo "$name: finished"; return; fi
   if pgrep -f "lsa-interp train .*$out( |$)" > /dev/null; then echo "$name: running"; return; fi
+  if [ "$(pgrep -fc "lsa-interp train .*$RUNS/")" -ge "$SLOTS" ]; then echo "$name: waiting for a core"; return; fi
   if [ ! -d "$RUNS/data-$preset" ]; then "$LSA" data generate --preset "$preset" --seed 0 --out "$RUNS/data-$preset"; fi
   if [ -f "$out/state.pt" ]; then
     args=(--resume "$out")
@@ -31,3 +36,4 @@ run() {
 }
 run copy-200-alphabet-s0 copy-200 alphabet
 run copy-20-random-s0 copy-20 random
+run nocopy-20-random-s0 nocopy-20 random
