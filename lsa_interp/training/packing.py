@@ -50,11 +50,14 @@ class PackedRows(NamedTuple):
         """How many rows (``rep * batch``) the step has."""
         return len(self.starts)
 
+    def _at_slots(self, per_row: Tensor) -> tuple[Tensor, Tensor]:
+        """``per_row [(rep batch), width, *rest]`` at each slot's (row, position), and which slots hold a row."""
+        return per_row[self.slot_row.clamp(max=self.rows - 1), self.slot_pos], self.slot_row < self.rows
+
     def gather(self, padded: Int[Tensor, "rep batch width"]) -> Int[Tensor, "rep capacity"]:
         """Another tensor of the same rows (e.g. the targets of ``tgt_in``), packed in this layout."""
-        inside = self.slot_row < self.rows
-        flat = padded.reshape(self.rows, -1)[self.slot_row.clamp(max=self.rows - 1), self.slot_pos]
-        return flat.masked_fill(~inside, PAD).view(self.tokens.shape)
+        values, inside = self._at_slots(padded.reshape(self.rows, -1))
+        return values.masked_fill(~inside, PAD).view(self.tokens.shape)
 
     def unpack(self, packed: Float[Tensor, " token *rest"]) -> tuple[Tensor, Bool[Tensor, "row width"]]:
         """``packed`` rows at the full width ``[(rep batch), width, *rest]`` (positions past a row's end hold
@@ -65,8 +68,7 @@ class PackedRows(NamedTuple):
 
     def repack(self, padded: Float[Tensor, "row width *rest"]) -> Float[Tensor, " token *rest"]:
         """Inverse of `unpack`: each slot's value from its row and position, zeros in slots of no row."""
-        inside = self.slot_row < self.rows
-        values = padded[self.slot_row.clamp(max=self.rows - 1), self.slot_pos]
+        values, inside = self._at_slots(padded)
         return values * inside.view(-1, *[1] * (values.dim() - 1)).to(values.dtype)
 
 
