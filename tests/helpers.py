@@ -33,10 +33,11 @@ def assert_same_weights(
         torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=name)
 
 
-def ragged_stack_batch(device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A batch of a stack of 2 replicates x 3 rows (source 12 wide, targets 5) with rows of several lengths."""
+def ragged_stack_batch(device: str = "cpu", src_width: int = 12) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch of a stack of 2 replicates x 3 rows (sources ``src_width`` wide, targets 5) with rows of several
+    lengths (two sources of 7 and 4 tokens, the others full)."""
     generator = torch.Generator().manual_seed(0)
-    src = torch.randint(4, 20, (2, 3, 12), generator=generator)
+    src = torch.randint(4, 20, (2, 3, src_width), generator=generator)
     src[0, 1, 7:], src[1, 2, 4:] = PAD, PAD
     tgt_in, tgt_out = (torch.randint(4, 20, (2, 3, 5), generator=generator) for _ in range(2))
     tgt_in[0, 0, 3:], tgt_out[0, 0, 3:] = PAD, PAD

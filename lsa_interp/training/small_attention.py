@@ -305,11 +305,13 @@ def small_attention(
     dropout_p: float = 0.0,
     call: int = 0,
     query_len: Int[Tensor, " row"] | None = None,
+    shortest: tuple[int, int] = (1, 1),
 ) -> Float[Tensor, "row head q_pos d_head"]:
     """Attention of each row's first ``query_len`` queries over its first ``key_len`` keys (and, ``causal``,
     none after the query), with attention dropout ``dropout_p`` drawn from (``seed``, ``call``); see the
     module doc. Later queries, and rows without keys, get zeros. ``query_len=None``: self-attention, each
-    row has as many queries as keys (then ``q`` and ``k`` must be equally wide).
+    row has as many queries as keys (then ``q`` and ``k`` must be equally wide). ``shortest`` (queries,
+    keys): the shortest rows there can be, as in `packed_small_attention`.
 
     Raises ValueError for heads that are not a power of two of at least 16, rows longer than 128, a
     ``call`` outside ``0 .. CALLS_PER_STEP - 1``, a dropout probability outside [0, 1), or self-attention
@@ -325,7 +327,7 @@ def small_attention(
     query_len = key_len if paired else query_len.to(torch.int32)
     rows = torch.arange(len(key_len), device=q.device, dtype=torch.int32)
     widths = [q.shape[2], k.shape[2]]
-    options = (widths, [1, 1], causal, paired, float(dropout_p), call)
+    options = (widths, list(shortest), causal, paired, float(dropout_p), call)
     return _forward_op(q, k, v, rows, rows, query_len, key_len, seed, *options)[0]
 
 

@@ -120,7 +120,7 @@ class StackStep:
         self.model.flat.grad = None
         with self.autocast():
             if capacity is None:
-                losses = loss(src, tgt_in, tgt_out)
+                losses = loss(src, tgt_in, tgt_out, self._shortest)
             else:
                 packed_src = pack_rows(src, (src != PAD).sum(-1) * valid, capacity[0], self._shortest[0])
                 packed_tgt = pack_rows(tgt_in, (tgt_in != PAD).sum(-1) * valid, capacity[1], self._shortest[1])

@@ -46,13 +46,15 @@ class Keys(NamedTuple):
     """The keys one attention may see: a boolean mask for ``scaled_dot_product_attention`` (``[(rep batch), 1,
     q or 1, k]``, None for all), and for `small_attention` each row's key count ``[(rep batch)]`` and whether
     later keys are masked. ``call`` numbers the attention within a step (its dropout stream). ``queries``:
-    each row's query count for cross-attention (None: self-attention, the row's queries are its keys)."""
+    each row's query count for cross-attention (None: self-attention, the row's queries are its keys).
+    ``shortest``: the shortest (query, key) rows the data has, the kernel's hint for its smallest tile."""
 
     mask: Tensor | None
     lengths: Tensor | None
     causal: bool
     call: int
     queries: Tensor | None = None
+    shortest: tuple[int, int] = (1, 1)
 
 
 class PackedKeys(NamedTuple):
@@ -193,7 +195,7 @@ class StackedEncoderDecoder(nn.Module):
             return stacked_linear(z, p[prefix + "out_proj.weight"], p[prefix + "out_proj.bias"])
         if self.attention == "triton" and self.training:
             z = self._small_attention(
-                q, k, v, keys.lengths, self.attention_step, keys.causal, drop, keys.call, keys.queries
+                q, k, v, keys.lengths, self.attention_step, keys.causal, drop, keys.call, keys.queries, keys.shortest
             )
         else:
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=keys.mask, dropout_p=drop)
@@ -216,11 +218,15 @@ class StackedEncoderDecoder(nn.Module):
     def _sublayer(self, p: Params, norm: str, x: Tensor, out: Tensor) -> Tensor:
         return self._norm(p, norm, x + self._dropout(out))
 
-    def encode(self, p: Params, src: Int[Tensor, "rep batch src_pos"]) -> Float[Tensor, "rep batch src_pos d_model"]:
-        """The encoder output of every replicate's batch (PAD keys masked)."""
+    def encode(
+        self, p: Params, src: Int[Tensor, "rep batch src_pos"], shortest: int = 1
+    ) -> Float[Tensor, "rep batch src_pos d_model"]:
+        """The encoder output of every replicate's batch (PAD keys masked); ``shortest``: the data's shortest
+        source row, a hint for the triton attention (see `losses`)."""
         lengths = self._key_lengths(src != PAD)
         mask = rearrange(src != PAD, "r b k -> (r b) 1 1 k")
-        return self._encoder(p, self._embed(p["encoder.embed.weight"], src), Keys(mask, lengths, False, 0))
+        keys = Keys(mask, lengths, False, 0, shortest=(shortest, shortest))
+        return self._encoder(p, self._embed(p["encoder.embed.weight"], src), keys)
 
     def _encoder(self, p: Params, x: Tensor, keys: Keys | PackedKeys) -> Tensor:
         """The encoder layers over embedded ``x`` (layer l's attention is dropout call l)."""
@@ -253,19 +259,28 @@ class StackedEncoderDecoder(nn.Module):
         tgt_in: Int[Tensor, "rep batch tgt_pos"],
         memory: Float[Tensor, "rep batch src_pos d_model"],
         src_keep: Bool[Tensor, "rep batch src_pos"],
+        shortest: tuple[int, int] = (1, 1),
     ) -> Float[Tensor, "rep batch tgt_pos vocab"]:
-        """Teacher-forced decoder logits (causal self-attention; PAD keys masked in both attentions)."""
+        """Teacher-forced decoder logits (causal self-attention; PAD keys masked in both attentions);
+        ``shortest``: the data's shortest (source, target) rows, a hint for the triton attention."""
         n = tgt_in.shape[-1]
         causal = torch.ones(n, n, dtype=torch.bool, device=tgt_in.device).tril_()
         tgt_lengths = self._key_lengths(tgt_in != PAD)
         keys = (
-            Keys(rearrange(tgt_in != PAD, "r b k -> (r b) 1 1 k") & causal, tgt_lengths, True, SELF_CALLS),
+            Keys(
+                rearrange(tgt_in != PAD, "r b k -> (r b) 1 1 k") & causal,
+                tgt_lengths,
+                True,
+                SELF_CALLS,
+                shortest=(shortest[1], shortest[1]),
+            ),
             Keys(
                 rearrange(src_keep, "r b k -> (r b) 1 1 k"),
                 self._key_lengths(src_keep),
                 False,
                 CROSS_CALLS,
                 tgt_lengths,
+                (shortest[1], shortest[0]),
             ),
         )
         return self._decoder(p, self._embed(p["decoder.embed.weight"], tgt_in), memory, keys)
@@ -281,12 +296,13 @@ class StackedEncoderDecoder(nn.Module):
         src: Int[Tensor, "rep batch src_pos"],
         tgt_in: Int[Tensor, "rep batch tgt_pos"],
         tgt_out: Int[Tensor, "rep batch tgt_pos"],
+        shortest: tuple[int, int] = (1, 1),
     ) -> tuple[Float[Tensor, " rep"], Int[Tensor, " rep"]]:
         """Per replicate: the summed cross-entropy over non-PAD targets, and how many targets there are."""
         if self.training and self.attention == "triton":
             self.attention_step.add_(1)
         p = self.views()
-        logits = self.decode(p, tgt_in, self.encode(p, src), src != PAD)
+        logits = self.decode(p, tgt_in, self.encode(p, src, shortest[0]), src != PAD, shortest)
         flat_loss = F.cross_entropy(logits.float().flatten(0, 2), tgt_out.flatten(), ignore_index=PAD, reduction="none")
         return flat_loss.view(self.replicates, -1).sum(1), (tgt_out != PAD).flatten(1).sum(1)
 
@@ -318,9 +334,12 @@ class StackedEncoderDecoder(nn.Module):
         src: Int[Tensor, "rep batch src_pos"],
         tgt_in: Int[Tensor, "rep batch tgt_pos"],
         tgt_out: Int[Tensor, "rep batch tgt_pos"],
+        shortest: tuple[int, int] = (1, 1),
     ) -> Float[Tensor, " rep"]:
-        """Each replicate's mean cross-entropy over its non-PAD targets (0 for a batch without targets)."""
-        total, count = self.token_losses(src, tgt_in, tgt_out)
+        """Each replicate's mean cross-entropy over its non-PAD targets (0 for a batch without targets).
+        ``shortest``: the shortest (source, target) rows the data has; the triton attention launches no tile
+        below them (a shorter row is still computed, in a larger tile)."""
+        total, count = self.token_losses(src, tgt_in, tgt_out, shortest)
         return total / count.clamp(min=1)
 
     @torch.no_grad()

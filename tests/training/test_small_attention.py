@@ -59,21 +59,24 @@ EVERY_CLASS = [93, 1, 16, 17, 32, 33, 64, 65, 0]
 
 
 @pytest.mark.parametrize(
-    "lq, lk, causal, key_len, query_len",
+    "lq, lk, causal, key_len, query_len, shortest",
     [
-        (93, 93, False, EVERY_CLASS, None),
-        (22, 22, True, [22, 5, 16, 17, 1], None),
-        (22, 93, False, [93, 5, 40, 65, 17], [22, 16, 3, 17, 0]),
-        (7, 30, False, [30, 5, 16], [7, 7, 2]),
+        (93, 93, False, EVERY_CLASS, None, (1, 1)),
+        (22, 22, True, [22, 5, 16, 17, 1], None, (1, 1)),
+        (22, 93, False, [93, 5, 40, 65, 17], [22, 16, 3, 17, 0], (1, 1)),
+        (7, 30, False, [30, 5, 16], [7, 7, 2], (1, 1)),
+        # Hints above some rows' lengths: those rows are computed in the smallest tile launched.
+        (93, 93, False, EVERY_CLASS, None, (40, 40)),
+        (22, 93, False, [93, 5, 40, 65, 17], [22, 16, 3, 17, 0], (17, 40)),
     ],
-    ids=["encoder", "decoder-self", "cross", "short"],
+    ids=["encoder", "decoder-self", "cross", "short", "encoder-hint", "cross-hint"],
 )
-def test_without_dropout_it_is_explicit_attention_forward_and_backward(lq, lk, causal, key_len, query_len):
+def test_without_dropout_it_is_explicit_attention_forward_and_backward(lq, lk, causal, key_len, query_len, shortest):
     q, k, v = _inputs(len(key_len), 2, lq, lk)
     key_len = torch.tensor(key_len, device=DEVICE)
     query_len = None if query_len is None else torch.tensor(query_len, device=DEVICE)
     seed = torch.tensor([7], device=DEVICE)
-    out = small_attention(q, k, v, key_len, seed, causal=causal, query_len=query_len)
+    out = small_attention(q, k, v, key_len, seed, causal=causal, query_len=query_len, shortest=shortest)
     grad = torch.randn_like(out)
     ours = _grads(out, (q, k, v), grad)
     expected = reference(q, k, v, key_len, causal, query_len=query_len)
@@ -204,13 +207,15 @@ def test_packed_rows_get_what_the_padded_rows_get_dropout_masks_included():
 TWO_HEADS = {"d_model": 32, "n_heads": 2, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
 
 
-def test_a_stack_with_the_kernel_computes_what_the_sdpa_stack_does():
-    batch = ragged_stack_batch(DEVICE)
+@pytest.mark.parametrize("shortest", [(1, 1), (20, 3)], ids=["every-class", "hint"])
+def test_a_stack_with_the_kernel_computes_what_the_sdpa_stack_does(shortest):
+    # Sources of 40, 7 and 4 tokens: tiles of 16 and 64, or with the hint (sources of at least 20) 32 and 64.
+    batch = ragged_stack_batch(DEVICE, src_width=40)
     cfg = ModelConfig(**TWO_HEADS, dropout=0.0)
     sdpa = StackedEncoderDecoder.from_seeds(cfg, [3, 4], DEVICE).train()
     ours = StackedEncoderDecoder.from_seeds(cfg, [3, 4], DEVICE, attention="triton").train()
     start = int(ours.attention_step)
-    expected, losses = sdpa.losses(*batch), ours.losses(*batch)
+    expected, losses = sdpa.losses(*batch), ours.losses(*batch, shortest=shortest)
     expected.sum().backward()
     losses.sum().backward()
     assert (losses - expected).abs().max() < TOLERANCE
