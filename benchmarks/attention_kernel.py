@@ -6,8 +6,12 @@ real length mix (each row's queries and keys: its own lengths, spread around the
 backward, with attention dropout ``--dropout``, in ``--precision``. SDPA computes every query of the padded
 rows, as the stack's SDPA path does; the kernel only each row's own. Times come from CUDA events (medians of
 ``--rounds``); each attention's ratio is SDPA's time over the kernel's (above 1: the kernel is faster), and
-``kernel_no_dropout_ms`` times the kernel without dropout (what its random numbers cost). ``--json OUT``
-writes every number. It tells a slow stack with the kernel apart from a slow kernel.
+``kernel_no_dropout_ms`` times the kernel without dropout (what its random numbers cost).
+``kernel_hinted_ms`` times it with the rows' shortest length as its hint, as a training stack passes the
+data's: it then makes ``hinted_launches`` instead of ``launches`` launches a call, and the launches it
+leaves out hold no row, so ``empty_launch_us`` (the time saved per launch left out, forward and backward)
+is what a launch whose programs all return at once costs. ``--json OUT`` writes every number. It tells a
+slow stack with the kernel apart from a slow kernel.
 
     python benchmarks/attention_kernel.py --replicates 8,64 --precision bf16 --json runs/bench/attention.json
 """
@@ -81,7 +85,7 @@ def timed(step, rounds: int, device: torch.device) -> float:
 
 def compare(replicates: int, batch: int, precision: str, dropout: float, rounds: int, device: torch.device) -> list:
     """Each attention's milliseconds with SDPA and with the kernel, and their ratio, for R x ``batch`` rows."""
-    from lsa_interp.training.small_attention import small_attention
+    from lsa_interp.training.small_attention import launch_count, small_attention
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
     seed = torch.zeros(1, dtype=torch.long, device=device)
@@ -91,12 +95,20 @@ def compare(replicates: int, batch: int, precision: str, dropout: float, rounds:
         q, k, v, key_len = attention_inputs(replicates * batch, q_width, k_width, k_mean, dtype, device)
         query_len = None if queries is None else row_lengths(replicates * batch, *queries, device)
         kernel = partial(small_attention, q, k, v, key_len, seed, causal, query_len=query_len)
+        hint = (int((key_len if query_len is None else query_len).min()), int(key_len.min()))
         calls = {"sdpa_ms": partial(sdpa, q, k, v, key_len, causal, dropout), "kernel_ms": partial(kernel, dropout)}
+        calls["kernel_hinted_ms"] = partial(kernel, dropout, shortest=hint)
         if dropout > 0:
             calls["kernel_no_dropout_ms"] = partial(kernel, 0.0)
         grad = torch.randn_like(q)
         times = {who: timed(partial(_forward_backward, call, grad), rounds, device) for who, call in calls.items()}
-        results.append({"attention": name, **times, "ratio": times["sdpa_ms"] / times["kernel_ms"]})
+        counts = [launch_count((q_width, k_width), queries is None, shortest) for shortest in ((1, 1), hint)]
+        left_out = counts[0] - counts[1]
+        saved = 1000 * (times["kernel_ms"] - times["kernel_hinted_ms"]) / left_out if left_out else None
+        results.append(
+            {"attention": name, **times, "ratio": times["sdpa_ms"] / times["kernel_ms"], "launches": counts[0],
+             "hinted_launches": counts[1], "empty_launch_us": saved}
+        )  # fmt: skip
     return results
 
 
@@ -125,9 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         document["runs"].append({"replicates": reps, "results": results})
         for r in results:
             plain = f"  (no dropout {r['kernel_no_dropout_ms']:8.3f} ms)" if "kernel_no_dropout_ms" in r else ""
+            empty = "" if r["empty_launch_us"] is None else f", {r['empty_launch_us']:.1f} us per empty launch"
             print(
                 f"R={reps:>3} {r['attention']:<13} sdpa {r['sdpa_ms']:8.3f} ms  kernel {r['kernel_ms']:8.3f} ms  "
-                f"{r['ratio']:.2f}x{plain}",
+                f"{r['ratio']:.2f}x{plain}  hinted {r['kernel_hinted_ms']:8.3f} ms ({r['launches']} -> "
+                f"{r['hinted_launches']} launches{empty})",
                 flush=True,
             )
         if args.json:

@@ -42,6 +42,13 @@ def test_it_times_the_three_attentions_against_sdpa(tmp_path):
     assert [r["attention"] for r in run["results"]] == ["encoder", "decoder-self", "cross"]
     assert all(r["sdpa_ms"] > 0 and r["ratio"] == pytest.approx(r["sdpa_ms"] / r["kernel_ms"]) for r in run["results"])
     assert all(r["kernel_no_dropout_ms"] > 0 for r in run["results"])  # the default dropout 0.1: both timed
+    encoder, decoder_self, cross = run["results"]
+    # Sources of 25..73 tokens: the hint leaves out at least the 16 tile's launch; targets keep both classes.
+    assert encoder["launches"] == 4 and encoder["hinted_launches"] < 4 and cross["launches"] == 8
+    assert decoder_self["launches"] == decoder_self["hinted_launches"] and decoder_self["empty_launch_us"] is None
+    for r in (encoder, cross):
+        saved = 1000 * (r["kernel_ms"] - r["kernel_hinted_ms"]) / (r["launches"] - r["hinted_launches"])
+        assert r["kernel_hinted_ms"] > 0 and r["empty_launch_us"] == pytest.approx(saved)
 
 
 def test_row_lengths_spread_around_the_mean_within_the_width():

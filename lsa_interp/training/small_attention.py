@@ -185,11 +185,22 @@ def _classes(width: int, shortest: int = 1) -> list[tuple[int, int]]:
     return [(0 if tile == first else tile // 2, tile) for tile in tiles]
 
 
-def _launches(q: Tensor, widths: tuple[int, int], paired: bool, shortest: tuple[int, int] = (1, 1)) -> list[dict]:
-    """One launch's tile options per class: the query and key classes of a row are the same where ``paired``
-    (self-attention: a row's queries are its keys), else every pair of classes."""
+def _class_pairs(widths: tuple[int, int], paired: bool, shortest: tuple[int, int]) -> list[tuple]:
+    """The (query class, key class) of each launch: the same where ``paired`` (self-attention: a row's queries
+    are its keys), else every pair of classes."""
     q_classes, k_classes = _classes(widths[0], shortest[0]), _classes(widths[1], shortest[1])
-    pairs = zip(q_classes, k_classes) if paired else itertools.product(q_classes, k_classes)
+    return list(zip(q_classes, k_classes) if paired else itertools.product(q_classes, k_classes))
+
+
+def launch_count(widths: tuple[int, int], paired: bool = False, shortest: tuple[int, int] = (1, 1)) -> int:
+    """How many kernel launches one forward (or one backward) call makes for rows up to ``widths`` (queries,
+    keys), ``paired`` and ``shortest`` as `packed_small_attention` takes them."""
+    return len(_class_pairs(widths, paired, shortest))
+
+
+def _launches(q: Tensor, widths: tuple[int, int], paired: bool, shortest: tuple[int, int] = (1, 1)) -> list[dict]:
+    """One launch's tile options per (query class, key class)."""
+    pairs = _class_pairs(widths, paired, shortest)
     common = {"IEEE": q.dtype == torch.float32, "D": q.shape[-1], "CALLS": CALLS_PER_STEP}
     common |= {"BQ": _block(widths[0]), "BK": _block(widths[1])}
     return [

@@ -20,7 +20,7 @@ from tests.helpers import ragged_stack_batch
 pytest.importorskip("triton")  # without a GPU, run under Triton's interpreter (tests/conftest.py)
 from lsa_interp.training import small_attention as small_attention_module
 from lsa_interp.training.packing import pack_rows
-from lsa_interp.training.small_attention import packed_small_attention, small_attention
+from lsa_interp.training.small_attention import launch_count, packed_small_attention, small_attention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOLERANCE = 1e-5 if DEVICE == "cpu" else 2e-3  # CUDA: fp32 dots on tensor cores (tf32 in torch's reference)
@@ -135,6 +135,19 @@ def test_the_classes_start_at_the_tile_of_the_shortest_row_there_can_be():
     assert small_attention_module._classes(93) == [(0, 16), (16, 32), (32, 64), (64, 128)]
     assert small_attention_module._classes(93, shortest=40) == [(0, 64), (64, 128)]
     assert small_attention_module._classes(22, shortest=3) == [(0, 16), (16, 32)]
+
+
+def test_a_forward_pass_of_the_papers_model_makes_24_launches_with_the_datas_hint_and_42_without():
+    (src_width, src_shortest), (tgt_width, tgt_shortest) = (93, 39), (22, 4)  # copy-20's and copy-200's rows
+    cfg = ModelConfig()
+
+    def per_forward(src_hint, tgt_hint):
+        encoder = launch_count((src_width, src_width), True, (src_hint, src_hint))
+        decoder_self = launch_count((tgt_width, tgt_width), True, (tgt_hint, tgt_hint))
+        cross = launch_count((tgt_width, src_width), False, (tgt_hint, src_hint))
+        return cfg.n_encoder_layers * encoder + cfg.n_decoder_layers * (decoder_self + cross)
+
+    assert per_forward(1, 1) == 42 and per_forward(src_shortest, tgt_shortest) == 24
 
 
 def test_a_rows_dropout_mask_does_not_depend_on_its_length_class():
