@@ -1,19 +1,23 @@
 """The stack's attention alone: `small_attention` against ``scaled_dot_product_attention`` at the stack's shapes.
 
 For each ``--replicates`` R, the three attentions of the paper's model over R x 32 rows of 8 heads of 16
-(encoder self-attention 93 x 93, decoder self-attention 22 x 22 causal, cross-attention 22 x 93), with the
-real length mix (each row's queries and keys: its own lengths, spread around the paper's means), forward and
-backward, with attention dropout ``--dropout``, in ``--precision``. SDPA computes every query of the padded
-rows, as the stack's SDPA path does; the kernel only each row's own. Times come from CUDA events (medians of
-``--rounds``); each attention's ratio is SDPA's time over the kernel's (above 1: the kernel is faster), and
-``kernel_no_dropout_ms`` times the kernel without dropout (what its random numbers cost).
+(encoder self-attention 93 x 93, decoder self-attention 22 x 22 causal, cross-attention 22 x 93), each row
+with its own query and key lengths, forward and backward, with attention dropout ``--dropout``, in
+``--precision``. The lengths: with ``--lengths`` (a ``packing_bound.py --json`` document), (source, target)
+pairs drawn from a dataset's train rows at their widths, the kernel's real mix of length classes; without,
+spread evenly around the paper's means (sources of 25-73 tokens: no row in the 128 tile). SDPA computes
+every query of the padded rows, as the stack's SDPA path does; the kernel only each row's own. Times come
+from CUDA events (medians of ``--rounds``); each attention's ratio is SDPA's time over the kernel's (above 1:
+the kernel is faster), and ``kernel_no_dropout_ms`` times the kernel without dropout (what its random numbers
+cost).
 ``kernel_hinted_ms`` times it with the rows' shortest length as its hint, as a training stack passes the
 data's: it then makes ``hinted_launches`` instead of ``launches`` launches a call, and the launches it
 leaves out hold no row, so ``empty_launch_us`` (the time saved per launch left out, forward and backward)
 is what a launch whose programs all return at once costs. ``--json OUT`` writes every number. It tells a
 slow stack with the kernel apart from a slow kernel.
 
-    python benchmarks/attention_kernel.py --replicates 8,64 --precision bf16 --json runs/bench/attention.json
+    python benchmarks/attention_kernel.py --replicates 8,64 --precision bf16 \
+        --lengths benchmarks/results/packing-copy-20-random.json --json runs/bench/attention.json
 """
 
 from __future__ import annotations
@@ -33,9 +37,6 @@ from lsa_interp.utils import atomic_write
 SOURCE, TARGET = (93, 49.2), (22, 7.25)
 """(width, mean length) of the paper's source and target rows."""
 
-SHAPES = {"encoder": (SOURCE, None, False), "decoder-self": (TARGET, None, True), "cross": (SOURCE, TARGET, False)}
-"""Attention -> (keys' (width, mean length), queries' for cross-attention (None: the keys'), causal)."""
-
 
 def row_lengths(rows: int, width: int, mean_len: float, device) -> torch.Tensor:
     """``rows`` lengths spread evenly around ``mean_len`` (half of it either way), within 1..``width``."""
@@ -44,10 +45,37 @@ def row_lengths(rows: int, width: int, mean_len: float, device) -> torch.Tensor:
     return (round(mean_len) + spread).clamp(1, width)
 
 
-def attention_inputs(rows: int, q_width: int, k_width: int, mean_len: float, dtype, device, heads: int = 8):
-    """Queries, keys and values ``[rows, heads, width, 16]`` and each row's key count (about ``mean_len``)."""
+def sampled_lengths(histogram: list, rows: int, device, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rows`` (source, target) lengths drawn, with replacement, from ``[source, target, count]`` pairs (a
+    ``packing_bound.py`` document's ``row_lengths``) in proportion to their counts."""
+    table = torch.tensor(histogram, dtype=torch.long)
+    generator = torch.Generator().manual_seed(seed)
+    picked = torch.multinomial(table[:, 2].double(), rows, replacement=True, generator=generator)
+    return table[picked, 0].to(device), table[picked, 1].to(device)
+
+
+def length_sets(rows: int, device, lengths: dict | None = None) -> dict:
+    """Each attention's (query width, key width, key lengths, query lengths or None for self-attention, causal):
+    from ``lengths`` (a ``packing_bound.py`` document) or spread around the paper's means."""
+    if lengths is None:
+        (src_width, src_mean), (tgt_width, tgt_mean) = SOURCE, TARGET
+        src, tgt = row_lengths(rows, src_width, src_mean, device), row_lengths(rows, tgt_width, tgt_mean, device)
+        cross_queries = row_lengths(rows, tgt_width, tgt_mean, device)
+    else:
+        src_width, tgt_width = lengths["widths"]["src"], lengths["widths"]["tgt"]
+        src, tgt = sampled_lengths(lengths["row_lengths"], rows, device)
+        cross_queries = tgt
+    return {
+        "encoder": (src_width, src_width, src, None, False),
+        "decoder-self": (tgt_width, tgt_width, tgt, None, True),
+        "cross": (tgt_width, src_width, src, cross_queries, False),
+    }
+
+
+def attention_inputs(rows: int, q_width: int, k_width: int, dtype, device, heads: int = 8):
+    """Queries, keys and values ``[rows, heads, width, 16]``."""
     make = lambda width: torch.randn(rows, heads, width, 16, device=device, dtype=dtype, requires_grad=True)
-    return make(q_width), make(k_width), make(k_width), row_lengths(rows, k_width, mean_len, device)
+    return make(q_width), make(k_width), make(k_width)
 
 
 def sdpa(q, k, v, key_len, causal: bool, dropout: float):
@@ -83,17 +111,20 @@ def timed(step, rounds: int, device: torch.device) -> float:
     return statistics.median(times)
 
 
-def compare(replicates: int, batch: int, precision: str, dropout: float, rounds: int, device: torch.device) -> list:
-    """Each attention's milliseconds with SDPA and with the kernel, and their ratio, for R x ``batch`` rows."""
+def compare(
+    replicates: int, batch: int, precision: str, dropout: float, rounds: int, device: torch.device, lengths=None
+) -> list:
+    """Each attention's milliseconds with SDPA and with the kernel, and their ratio, for R x ``batch`` rows
+    (their lengths: see `length_sets`)."""
     from lsa_interp.training.small_attention import launch_count, small_attention
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
     seed = torch.zeros(1, dtype=torch.long, device=device)
     results = []
-    for name, ((k_width, k_mean), queries, causal) in SHAPES.items():
-        q_width = k_width if queries is None else queries[0]
-        q, k, v, key_len = attention_inputs(replicates * batch, q_width, k_width, k_mean, dtype, device)
-        query_len = None if queries is None else row_lengths(replicates * batch, *queries, device)
+    for name, (q_width, k_width, key_len, query_len, causal) in length_sets(
+        replicates * batch, device, lengths
+    ).items():
+        q, k, v = attention_inputs(replicates * batch, q_width, k_width, dtype, device)
         kernel = partial(small_attention, q, k, v, key_len, seed, causal, query_len=query_len)
         hint = (int((key_len if query_len is None else query_len).min()), int(key_len.min()))
         calls = {"sdpa_ms": partial(sdpa, q, k, v, key_len, causal, dropout), "kernel_ms": partial(kernel, dropout)}
@@ -102,7 +133,7 @@ def compare(replicates: int, batch: int, precision: str, dropout: float, rounds:
             calls["kernel_no_dropout_ms"] = partial(kernel, 0.0)
         grad = torch.randn_like(q)
         times = {who: timed(partial(_forward_backward, call, grad), rounds, device) for who, call in calls.items()}
-        counts = [launch_count((q_width, k_width), queries is None, shortest) for shortest in ((1, 1), hint)]
+        counts = [launch_count((q_width, k_width), query_len is None, shortest) for shortest in ((1, 1), hint)]
         left_out = counts[0] - counts[1]
         saved = 1000 * (times["kernel_ms"] - times["kernel_hinted_ms"]) / left_out if left_out else None
         results.append(
@@ -120,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
+    parser.add_argument("--lengths", type=Path, help="a packing_bound.py --json document: draw rows' lengths from it")
     parser.add_argument("--json", type=Path, help="write the numbers here")
     args = parser.parse_args(argv)
     try:
@@ -128,12 +160,19 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError
     except ValueError:
         parser.error("--replicates, --batch-size and --rounds take positive integers, --dropout a value in [0, 1)")
+    try:
+        lengths = json.loads(args.lengths.read_text()) if args.lengths else None
+        if lengths is not None and not {"widths", "row_lengths"} <= set(lengths):
+            raise ValueError
+    except (OSError, ValueError, TypeError):
+        parser.error(f"--lengths {args.lengths}: not a packing_bound.py --json document with row_lengths")
     device = torch.device(args.device)
     document = {"device": str(device), "torch": torch.__version__, "precision": args.precision, "runs": []}
+    document["lengths"] = str(args.lengths) if args.lengths else "spread around the paper's means"
     if device.type == "cuda":
         document["hardware"] = torch.cuda.get_device_name()
     for reps in sizes:
-        results = compare(reps, args.batch_size, args.precision, args.dropout, args.rounds, device)
+        results = compare(reps, args.batch_size, args.precision, args.dropout, args.rounds, device, lengths)
         document["runs"].append({"replicates": reps, "results": results})
         for r in results:
             plain = f"  (no dropout {r['kernel_no_dropout_ms']:8.3f} ms)" if "kernel_no_dropout_ms" in r else ""

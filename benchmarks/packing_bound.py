@@ -17,6 +17,9 @@ for each stack size R:
 - ``slots``: rows paired two to a full-width row where both fit (longest with shortest), the slots a replicate
   must hold to cover every sampled step: the fixed-width alternative to a token buffer.
 
+The JSON also keeps the train split's ``row_lengths``: how many rows have each (source, target) length pair,
+which ``attention_kernel.py --lengths`` draws its rows from.
+
 With ``--profile`` (a ``profile_stack.py --json`` document) and ``--baseline`` (a ``train_throughput.py
 --json`` document), it projects the profiled step at the same R: attention kernels scaled by the tile ratio,
 every other kernel by the token ratio at full capacity, and the ratio to the single-model step that document
@@ -59,6 +62,12 @@ def row_lengths(data_dir: str | Path) -> tuple[np.ndarray, np.ndarray, int, int,
         split.alphabet.numpy(),
         split.transformation.numpy(),
     )
+
+
+def length_pairs(src_len: np.ndarray, tgt_len: np.ndarray) -> list[list[int]]:
+    """``[source length, target length, rows]`` for every length pair the rows have: their joint histogram."""
+    pairs, counts = np.unique(np.stack([src_len, tgt_len], 1), axis=0, return_counts=True)
+    return [[int(src), int(tgt), int(count)] for (src, tgt), count in zip(pairs, counts)]
 
 
 def stack_rows(keys: np.ndarray, batch_size: int, replicates: int, steps: int) -> np.ndarray:
@@ -234,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             "tile": list(tile),
             "widths": {"src": src_width, "tgt": tgt_width},
             "results": results,
+            "row_lengths": length_pairs(src_len, tgt_len),
         }
         atomic_write(args.json, lambda tmp: tmp.write_text(json.dumps(document, indent=2) + "\n"))
     return 0

@@ -13,9 +13,10 @@
 #   bash scripts/gpu_session.sh extra    at most 6.5 minutes, for a session with time left after its stack:
 #                                        the comparisons the acceptance does not need (the vmap stack, tf32,
 #                                        the compiled stack in bf16)
-#   bash scripts/gpu_session.sh triton   at most 8.5 minutes: the stack's own attention kernel (--attention
+#   bash scripts/gpu_session.sh triton   at most 9 minutes: the stack's own attention kernel (--attention
 #                                        triton; never run on a GPU before) and packed rows (--packing): their
-#                                        GPU tests, the kernel alone against SDPA, then the compiled stack
+#                                        GPU tests, the kernel alone against SDPA (rows of copy-20's lengths,
+#                                        benchmarks/results/packing-copy-20-random.json), then the compiled stack
 #                                        with both, packed only, the kernel only, and neither, bf16 at R = 64
 #                                        and 32 (as far as 3.5 minutes go, in that order)
 # Everything it prints is also written under $OUT:
@@ -72,8 +73,10 @@ if [[ ${1:-} == triton ]]; then
     echo "a GPU test of the triton attention or the packed stack failed (triton_tests.txt): timed, but not kept" \
       "for gpu_train.sh" | tee "$OUT/benchmark.txt"
   fi
-  timeout 60 python3 -m benchmarks.attention_kernel --replicates 8,64 --precision bf16 \
-    --json "$OUT/attention.json" 2>&1 | tee -a "$OUT/benchmark.txt"
+  # Its first call compiles about 60 kernel variants (classes x forward/backward x dropout on/off x hint).
+  timeout 90 python3 -m benchmarks.attention_kernel --replicates 8,64 --precision bf16 \
+    --lengths benchmarks/results/packing-copy-20-random.json --json "$OUT/attention.json" 2>&1 |
+    tee -a "$OUT/benchmark.txt"
   timeout 250 "${BENCH[@]}" --replicates 64,32 --precision bf16 --budget-minutes 3.5 --json "$OUT/triton.json" \
     --stacking native-compile-triton-packed,native-compile-packed,native-compile-triton,native-compile 2>&1 |
     tee -a "$OUT/benchmark.txt"

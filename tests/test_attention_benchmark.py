@@ -10,14 +10,28 @@ import torch
 from benchmarks import attention_kernel
 
 
-def test_inputs_have_the_stacks_shapes_and_key_lengths_around_the_mean():
-    q, k, v, key_len = attention_kernel.attention_inputs(400, 22, 93, 49.2, torch.float32, torch.device("cpu"))
+def test_inputs_have_the_stacks_shapes_and_spread_lengths_around_the_means():
+    q, k, v = attention_kernel.attention_inputs(400, 22, 93, torch.float32, torch.device("cpu"))
     assert q.shape == (400, 8, 22, 16) and k.shape == v.shape == (400, 8, 93, 16)
-    assert key_len.min() >= 1 and key_len.max() <= 93 and abs(key_len.float().mean().item() - 49.2) < 3
+    sets = attention_kernel.length_sets(400, torch.device("cpu"))
+    assert [sets[name][:2] for name in ("encoder", "decoder-self", "cross")] == [(93, 93), (22, 22), (22, 93)]
+    src, tgt = sets["encoder"][2], sets["decoder-self"][2]
+    assert abs(src.float().mean().item() - 49.2) < 3 and abs(tgt.float().mean().item() - 7.25) < 0.5
+    assert sets["cross"][2] is src and sets["decoder-self"][4] and sets["cross"][3] is not None
+
+
+def test_lengths_from_a_histogram_follow_its_counts_and_keep_each_rows_pair():
+    histogram = {"widths": {"src": 60, "tgt": 9}, "row_lengths": [[40, 5, 3], [60, 9, 1], [50, 7, 0]]}
+    sets = attention_kernel.length_sets(4000, torch.device("cpu"), histogram)
+    src, tgt = sets["encoder"][2], sets["decoder-self"][2]
+    assert sets["encoder"][:2] == (60, 60) and sets["cross"][:2] == (9, 60)
+    assert set(zip(src.tolist(), tgt.tolist())) == {(40, 5), (60, 9)}  # a pair of count 0 never drawn
+    assert abs((src == 40).float().mean().item() - 0.75) < 0.03
+    assert torch.equal(sets["cross"][3], tgt) and torch.equal(sets["cross"][2], src)
 
 
 def test_sdpa_sees_only_each_rows_keys():
-    q, k, v, _ = attention_kernel.attention_inputs(2, 5, 6, 3, torch.float32, torch.device("cpu"))
+    q, k, v = attention_kernel.attention_inputs(2, 5, 6, torch.float32, torch.device("cpu"))
     key_len = torch.tensor([2, 6])
     out = attention_kernel.sdpa(q, k, v, key_len, causal=False, dropout=0.0)
     changed = v.detach().clone()
@@ -26,24 +40,38 @@ def test_sdpa_sees_only_each_rows_keys():
     assert not torch.allclose(attention_kernel.sdpa(q, k, changed + 1, key_len, False, 0.0)[0], out[0])
 
 
-def test_bad_arguments_are_a_usage_error():
+@pytest.mark.parametrize("content", [None, "not json", '{"widths": {"src": 93, "tgt": 22}}'])
+def test_bad_arguments_are_a_usage_error(tmp_path, content, capsys):
+    args = ["--replicates", "0"]
+    if content is not None:
+        (tmp_path / "lengths.json").write_text(content)
+        args = ["--lengths", str(tmp_path / "lengths.json")]
     with pytest.raises(SystemExit) as exit_info:
-        attention_kernel.main(["--replicates", "0"])
+        attention_kernel.main(args)
     assert exit_info.value.code == 2
+    if content is not None:
+        assert "not a packing_bound.py --json document with row_lengths" in capsys.readouterr().err
 
 
-def test_it_times_the_three_attentions_against_sdpa(tmp_path):
+@pytest.mark.parametrize("histogram", [False, True], ids=["spread", "lengths"])
+def test_it_times_the_three_attentions_against_sdpa(tmp_path, histogram):
     pytest.importorskip("triton")  # without a GPU: under Triton's interpreter (tests/conftest.py)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     out = tmp_path / "attention.json"
     args = ["--device", device, "--replicates", "1", "--batch-size", "2", "--rounds", "1", "--precision", "fp32"]
+    if histogram:  # sources of 40 and 70 tokens: the 64 and 128 tiles
+        lengths = {"widths": {"src": 93, "tgt": 22}, "row_lengths": [[40, 5, 1], [70, 9, 1]]}
+        (tmp_path / "lengths.json").write_text(json.dumps(lengths))
+        args += ["--lengths", str(tmp_path / "lengths.json")]
     assert attention_kernel.main([*args, "--json", str(out)]) == 0
-    (run,) = json.loads(out.read_text())["runs"]
+    document = json.loads(out.read_text())
+    assert document["lengths"] == (str(tmp_path / "lengths.json") if histogram else "spread around the paper's means")
+    (run,) = document["runs"]
     assert [r["attention"] for r in run["results"]] == ["encoder", "decoder-self", "cross"]
     assert all(r["sdpa_ms"] > 0 and r["ratio"] == pytest.approx(r["sdpa_ms"] / r["kernel_ms"]) for r in run["results"])
     assert all(r["kernel_no_dropout_ms"] > 0 for r in run["results"])  # the default dropout 0.1: both timed
     encoder, decoder_self, cross = run["results"]
-    # Sources of 25..73 tokens: the hint leaves out at least the 16 tile's launch; targets keep both classes.
+    # Sources of at least 25 tokens: the hint leaves out at least the 16 tile's launch; targets keep both classes.
     assert encoder["launches"] == 4 and encoder["hinted_launches"] < 4 and cross["launches"] == 8
     assert decoder_self["launches"] == decoder_self["hinted_launches"] and decoder_self["empty_launch_us"] is None
     for r in (encoder, cross):

@@ -70,6 +70,15 @@ def test_the_script_writes_every_stack_size_on_a_real_dataset(tmp_path, tiny, ca
     assert (one["replicates"], three["replicates"]) == (1, 3) and one["projection"] is None
     assert one["capacity"]["src_max"] <= three["capacity"]["src_max"] <= one["padded_tokens"]["src"]
     assert three["token_ratio"] >= 1 and "R=  3: capacity" in capsys.readouterr().out
+    src_len, tgt_len, *_ = packing_bound.row_lengths(tmp_path / "data")
+    histogram = document["row_lengths"]
+    assert sum(count for _, _, count in histogram) == len(src_len)
+    assert {(src, tgt) for src, tgt, _ in histogram} == set(zip(src_len.tolist(), tgt_len.tolist()))
+
+
+def test_length_pairs_count_each_pair_of_lengths():
+    src, tgt = np.array([40, 40, 60, 40]), np.array([5, 5, 5, 7])
+    assert packing_bound.length_pairs(src, tgt) == [[40, 5, 2], [40, 7, 1], [60, 5, 1]]
 
 
 def test_a_bad_tile_is_a_usage_error(tmp_path):
