@@ -5,7 +5,9 @@ replicate follows its own schedule, and a finished replicate must stop changing)
 as ``torch.optim.AdamW`` (decoupled weight decay first, bias-corrected moments, ``eps`` outside the root),
 written as a few element-wise kernels over the whole stack with the learning rates and the on/off flags
 as ``[R]`` device tensors: capturable in a CUDA graph, no host synchronisation. A replicate whose flag is
-0 keeps its weights, moments and step count bit for bit.
+0 keeps its weights, moments and step count bit for bit. ``torch.compile(optimizer.step)`` fuses the update
+into one pass, as a compiled stack's step runs it; eager, its kernels pass over the ``[R, P]`` tensors
+about ten times (about 3 ms of the compiled bf16 step's 35 ms at R=64 on an H100, profiled).
 """
 
 from __future__ import annotations

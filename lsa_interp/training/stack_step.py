@@ -4,9 +4,10 @@ The step reads its inputs from a window of steps held on the device (`StepWindow
 learning rates, on/off flags for ``window`` steps) at a device-side cursor that the step advances itself;
 it accumulates each replicate's loss on the device. So the host does nothing per step but launch it, and
 on CUDA the whole step is captured once as a CUDA graph and replayed (with ``compile``, the model's loss
-function runs ``torch.compile``-d inside the graph). A graph has fixed shapes, so graphed batches are
-gathered at the full width of the training tensors (extra columns are PAD, which the masks and the loss
-ignore); eager steps cut them to the longest row of the step. Filler rows (short batches, finished
+function and the `StackAdamW` update run ``torch.compile``-d inside the graph: the update as one fused
+pass over the stack's weights, moments and gradients instead of about ten). A graph has fixed shapes, so
+graphed batches are gathered at the full width of the training tensors (extra columns are PAD, which the
+masks and the loss ignore); eager steps cut them to the longest row of the step. Filler rows (short batches, finished
 replicates) carry PAD targets: no loss, no gradient.
 
 With a packing ``capacity`` (source and target slots per replicate), each step packs its rows end to end
@@ -64,6 +65,7 @@ class StackStep:
         self._shortest = (int(train.src_len.min()), int(train.tgt_len.min()))
         self._eager_loss = model.losses if capacity is None else model.packed_losses
         self._loss = torch.compile(self._eager_loss, dynamic=False) if compile else self._eager_loss
+        self._update = torch.compile(optimizer.step, dynamic=False) if compile else optimizer.step
         self._window: StepWindow | None = None
         self._needs: np.ndarray | None = None
         self.graphed = graphed
@@ -129,7 +131,7 @@ class StackStep:
             warnings.filterwarnings("ignore", message=".*gradient layout contract")
             losses.sum().backward()
         active = self.active.index_select(0, k)[0]
-        self.optimizer.step(self.lr.index_select(0, k)[0], active)
+        self._update(self.lr.index_select(0, k)[0], active)
         self.loss_sum.add_(losses.detach() * active)
         self.loss_count.add_(active)
         self.cursor.add_(1)

@@ -3,6 +3,9 @@ independent of each other, dropout per replicate and per step."""
 
 from __future__ import annotations
 
+import shutil
+
+import jaxtyping
 import pytest
 import torch
 
@@ -85,19 +88,28 @@ def test_changing_one_replicates_batch_leaves_the_others_bit_identical():
     assert not torch.equal(first[1], second[1])
 
 
-def test_stack_adamw_equals_torch_adamw_per_replicate_and_skips_inactive_ones():
+@pytest.mark.parametrize(
+    "compiled",
+    [False, pytest.param(True, marks=pytest.mark.skipif(shutil.which("g++") is None, reason="needs a C++ compiler"))],
+    ids=["eager", "compiled"],
+)
+def test_stack_adamw_equals_torch_adamw_per_replicate_and_skips_inactive_ones(compiled, monkeypatch):
+    # Compiled (as a compiled stack's step runs it): one fused pass, the same update. Dynamo cannot trace the
+    # shape checks jaxtyping's pytest hook wraps around annotated methods; outside pytest there are none.
+    monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", compiled)
     torch.manual_seed(0)
     param = torch.randn(3, 40, requires_grad=True)
     singles = [torch.nn.Parameter(param[i].detach().clone()) for i in range(3)]
     torch_opts = [torch.optim.AdamW([p], lr=1.0, betas=(0.9, 0.95), weight_decay=0.01) for p in singles]
     stacked = StackAdamW(param, (0.9, 0.95), 0.01)
+    update = torch.compile(stacked.step, dynamic=False) if compiled else stacked.step
     for step in range(8):
         grad = torch.randn(3, 40)
         lrs = [1e-2 * (step + 1), 3e-3, 5e-3]
         active = [1.0, 1.0, float(step < 4)]
         frozen = param.detach()[2].clone()
         param.grad = grad.clone()
-        stacked.step(torch.tensor(lrs), torch.tensor(active))
+        update(torch.tensor(lrs), torch.tensor(active))
         for i in range(3):
             if active[i]:
                 singles[i].grad = grad[i].clone()
