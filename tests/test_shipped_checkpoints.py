@@ -1,6 +1,7 @@
 """The shipped checkpoints load by name and re-produce their cards' numbers on a subset (CPU).
 
-Each check is skipped while its checkpoint is not in ``checkpoints/`` (the skip reason names it).
+Each check is skipped while its checkpoint is not in ``checkpoints/`` (the skip reason names it); every
+replicate under ``checkpoints/replicates/`` is checked against its own card the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, available_models, load_
 SUBSET = 4000
 """Val rows re-evaluated: a deterministic subset (seed 0), so the comparison is the same on every run."""
 
+DATASETS = {"copy-200": "copy200", "copy-20": "copy20", "nocopy-20": "nocopy20"}
+"""Preset -> the session fixture with its dataset (seed 0)."""
+
+REPLICATES = sorted(path.parent for path in (CHECKPOINTS_DIR / "replicates").glob("*/config.json"))
+
 
 def _needs(name: str):
     return pytest.mark.skipif(
@@ -34,10 +40,21 @@ def _needs(name: str):
 def test_checkpoint_reproduces_its_card_on_a_val_subset(name, dataset, request):
     if name not in available_models():
         pytest.skip(f"checkpoint {name} missing from {CHECKPOINTS_DIR}")
-    card = json.loads((CHECKPOINTS_DIR / name / EVALUATION_FILE).read_text())
     model = load_model(name)
-    assert model.metadata["preset"] == name and card["preset"] == name
-    tasks = subsample(request.getfixturevalue(dataset).splits["val"], SUBSET)
+    assert model.metadata["preset"] == name
+    _reproduces_its_card(CHECKPOINTS_DIR / name, model, request.getfixturevalue(dataset))
+
+
+@pytest.mark.parametrize("path", REPLICATES, ids=[path.name for path in REPLICATES])
+def test_a_replicate_reproduces_its_card_on_a_val_subset(path, request):
+    model = load_model(path)
+    _reproduces_its_card(path, model, request.getfixturevalue(DATASETS[model.metadata["preset"]]))
+
+
+def _reproduces_its_card(path, model, dataset) -> None:
+    card = json.loads((path / EVALUATION_FILE).read_text())
+    assert card["preset"] == model.metadata["preset"]
+    tasks = subsample(dataset.splits["val"], SUBSET)
     measured = accuracy(tasks, predict(model, tasks)).percent
     expected = card["overall"]["seen_alphabets"]["percent"]
     assert abs(measured - expected) <= 1.0, f"{measured:.2f}% on {SUBSET} val tasks; the card says {expected:.2f}%"
