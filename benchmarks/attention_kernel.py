@@ -9,8 +9,7 @@ spread evenly around the paper's means (sources of 25-73 tokens: no row in the 1
 every query of the padded rows, as the stack's SDPA path does; the kernel only each row's own. Times come
 from CUDA events (medians of ``--rounds``); each attention's ratio is SDPA's time over the kernel's (above 1:
 the kernel is faster), and ``kernel_no_dropout_ms`` times the kernel without dropout (what its random numbers
-cost).
-``kernel_hinted_ms`` times it with the rows' shortest length as its hint, as a training stack passes the
+cost). ``kernel_hinted_ms`` times it with the rows' shortest length as its hint, as a training stack passes the
 data's: it then makes ``hinted_launches`` instead of ``launches`` launches a call, and the launches it
 leaves out hold no row, so ``empty_launch_us`` (the time saved per launch left out, forward and backward)
 is what a launch whose programs all return at once costs. ``--json OUT`` writes every number. It tells a
@@ -121,10 +120,9 @@ def compare(
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
     seed = torch.zeros(1, dtype=torch.long, device=device)
     results = []
-    for name, (q_width, k_width, key_len, query_len, causal) in length_sets(
-        replicates * batch, device, lengths
-    ).items():
-        q, k, v = attention_inputs(replicates * batch, q_width, k_width, dtype, device)
+    rows = replicates * batch
+    for name, (q_width, k_width, key_len, query_len, causal) in length_sets(rows, device, lengths).items():
+        q, k, v = attention_inputs(rows, q_width, k_width, dtype, device)
         kernel = partial(small_attention, q, k, v, key_len, seed, causal, query_len=query_len)
         hint = (int((key_len if query_len is None else query_len).min()), int(key_len.min()))
         calls = {"sdpa_ms": partial(sdpa, q, k, v, key_len, causal, dropout), "kernel_ms": partial(kernel, dropout)}
