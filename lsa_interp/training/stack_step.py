@@ -7,8 +7,8 @@ on CUDA the whole step is captured once as a CUDA graph and replayed (with ``com
 function and the `StackAdamW` update run ``torch.compile``-d inside the graph: the update as one fused
 pass over the stack's weights, moments and gradients instead of about ten). A graph has fixed shapes, so
 graphed batches are gathered at the full width of the training tensors (extra columns are PAD, which the
-masks and the loss ignore); eager steps cut them to the longest row of the step. Filler rows (short batches, finished
-replicates) carry PAD targets: no loss, no gradient.
+masks and the loss ignore); eager steps cut them to the longest row of the step. Filler rows (short
+batches, finished replicates) carry PAD targets: no loss, no gradient.
 
 With a packing ``capacity`` (source and target slots per replicate), each step packs its rows end to end
 (`lsa_interp.training.packing`; filler rows take no slot) and the graph computes only those slots. A step
