@@ -34,9 +34,7 @@ def _needs(name: str):
     )
 
 
-@pytest.mark.parametrize(
-    ("name", "dataset"), [("copy-200", "copy200"), ("copy-20", "copy20"), ("nocopy-20", "nocopy20")]
-)
+@pytest.mark.parametrize(("name", "dataset"), list(DATASETS.items()))
 def test_checkpoint_reproduces_its_card_on_a_val_subset(name, dataset, request):
     if name not in available_models():
         pytest.skip(f"checkpoint {name} missing from {CHECKPOINTS_DIR}")
