@@ -106,7 +106,9 @@ def ship_run(
     runs = recipe.get("runs")  # a stacked run: each replicate has its own dataset
     data_dir = runs[replicate]["data_dir"] if runs and replicate is not None else recipe.get("data_dir")
     dataset = evaluation_dataset(model, data_dir=data_dir if data_dir and Path(data_dir).is_dir() else None)
-    staging = Path(dest) / f".{name}.staging"
+    target = Path(dest) / name
+    target.parent.mkdir(parents=True, exist_ok=True)  # a nested name such as replicates/copy-20-s0
+    staging = target.with_name(f".{target.name}.staging")
     shutil.rmtree(staging, ignore_errors=True)
     save_model(model, staging, storage=storage)
     shipped = load_model(staging)
@@ -119,7 +121,6 @@ def ship_run(
     result = evaluate_model(shipped, dataset, limit=limit, progress=progress, model_name=name)
     atomic_write(staging / EVALUATION_FILE, lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
     atomic_write(staging / CARD_FILE, lambda p: p.write_text(card_markdown(name, shipped, result, info)))
-    target = Path(dest) / name
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)

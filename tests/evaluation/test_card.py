@@ -53,6 +53,13 @@ def test_ship_writes_checkpoint_card_and_evaluation(run_dir, tmp_path):
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
 
 
+def test_ship_creates_the_folder_of_a_nested_name(run_dir, tmp_path):
+    target = ship_run(run_dir, "replicates/tiny-s0", dest=tmp_path, limit=20)
+    assert target == tmp_path / "replicates" / "tiny-s0" and (target / "card.md").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["replicates"]
+    assert [p.name for p in (tmp_path / "replicates").iterdir()] == ["tiny-s0"]
+
+
 def test_reduced_precision_is_measured_on_val(run_dir, tmp_path):
     target = ship_run(run_dir, "tiny-bf16", dest=tmp_path, storage="fp16", limit=50)
     card = (target / "card.md").read_text()
