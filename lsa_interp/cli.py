@@ -333,9 +333,9 @@ def _generate_into(preset: str, seed: int, out: Path) -> None:
 
 
 def _register_analysis_commands() -> None:
-    from lsa_interp.commands import explore, lens, patching, report, representations, results, sweep, viewer
+    from lsa_interp.commands import explore, fit, lens, patching, report, representations, results, sweep, viewer
 
-    for group in (patching, representations, lens, report, viewer, results, sweep, explore):
+    for group in (patching, representations, lens, report, viewer, results, sweep, explore, fit):
         group.register(app)
 
 

@@ -40,18 +40,19 @@ def evaluation_dataset(
     preset: str | None = None,
     seed: int | None = None,
     data_dir: str | os.PathLike | None = None,
+    splits: tuple[str, ...] = tuple(SPLIT_OF.values()),
 ) -> Dataset:
-    """Return the val and test_new_alphabets splits to evaluate ``model`` on.
+    """Return the dataset to evaluate ``model`` on: its val and test_new_alphabets splits (``splits``).
 
-    With ``data_dir``: that saved dataset (``preset``/``seed``, if given, must match its manifest). Otherwise
-    ``preset`` (default: ``model.metadata["preset"]``) is generated with ``seed`` (default: the metadata's
-    ``data_seed``, else its ``seed``, else 0). Raises ValueError for an unknown or missing preset or a
-    mismatch, FileNotFoundError for a missing dataset directory.
+    With ``data_dir``: those splits of that saved dataset (``preset``/``seed``, if given, must match its
+    manifest). Otherwise ``preset`` (default: ``model.metadata["preset"]``) is generated with ``seed`` (default:
+    the metadata's ``data_seed``, else its ``seed``, else 0), every split. Raises ValueError for an unknown or
+    missing preset or a mismatch, FileNotFoundError for a missing dataset directory.
     """
     if preset is not None:
         get_preset(preset)
     if data_dir is not None:
-        dataset = load_dataset(data_dir, splits=tuple(SPLIT_OF.values()))
+        dataset = load_dataset(data_dir, splits=splits)
         for name, wanted, found in (("preset", preset, dataset.config.name), ("seed", seed, dataset.seed)):
             if wanted is not None and wanted != found:
                 raise ValueError(f"{name} {wanted!r} does not match the dataset in {data_dir} ({name} {found!r})")

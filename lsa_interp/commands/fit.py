@@ -1,0 +1,58 @@
+"""CLI command ``fit``: a model's accuracy on its training rows against its val rows (`lsa_interp.evaluation.fit`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``fit`` command to ``app``."""
+
+    @app.command(
+        "fit",
+        help="Training fit: exact match on non-copy rows of the seen transformations from the train split (rows the "
+        "model was trained on) against as many from the val split, overall and per transformation. Low on both: the "
+        "model has not fit its training data (optimisation); high on train only: it does not generalise.",
+        epilog="Example: lsa-interp fit --model copy-200 --rows 4000 --out runs/fit/copy-200",
+    )
+    def fit(
+        model: Annotated[str, typer.Option(help="A shipped checkpoint name, or a checkpoint directory.")],
+        rows: Annotated[int, typer.Option(min=1, help="Rows decoded per split (a fixed random subset).")] = 4000,
+        data: Annotated[
+            Path | None,
+            typer.Option(help="The model's dataset saved by 'lsa-interp data generate'; default: regenerate it."),
+        ] = None,
+        out: Annotated[Path | None, typer.Option(help="Write fit.json and fit.html (offline plotly) here.")] = None,
+        device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    ) -> None:
+        """Print the training fit of a model."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from lsa_interp.commands.common import open_model, writable_out
+        from lsa_interp.evaluation.fit import FIT_SPLITS, training_fit, write_fit
+        from lsa_interp.evaluation.run import evaluation_dataset
+
+        if out is not None:
+            writable_out(out)
+        console = Console()
+        net = open_model(model, device)
+        with console.status("loading the dataset" if data else "generating the dataset"):
+            dataset = evaluation_dataset(net, data_dir=data, splits=FIT_SPLITS)
+        result = training_fit(net, dataset, rows, model_name=model)
+        table = Table(title=f"{model} on {result.preset}: exact match %, non-copy rows of the seen transformations")
+        for column in ("transformation", *FIT_SPLITS, "train - val"):
+            table.add_column(column, justify="left" if column == "transformation" else "right")
+        per_rule = result.by_transformation
+        for name in [*per_rule["train"], "all"]:
+            train, val = (per_rule[s].get(name) if name != "all" else result.overall[s] for s in FIT_SPLITS)
+            cells = [f"{a.percent:.1f} ({a.correct}/{a.total})" if a else "-" for a in (train, val)]
+            gap = f"{train.percent - val.percent:+.1f}" if train and val else "-"
+            table.add_row(name, *cells, gap, style="bold" if name == "all" else None)
+        console.print(table)
+        if out is not None:
+            paths = write_fit(result, out)
+            print("wrote " + ", ".join(str(path) for path in paths.values()))

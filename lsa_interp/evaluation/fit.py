@@ -1,0 +1,128 @@
+"""Training fit: does a model solve the rows it was trained on, and how much of that carries over to val?
+
+A model below the paper on seen transformations can be there for two reasons: it has not fit its training rows
+(an optimisation problem: more steps, another learning rate, another seed) or it fits them and does not
+generalise to the val split's new problem strings. `training_fit` tells them apart by decoding the same number
+of non-copy rows of the seen transformations from the train and the val split (seen alphabets both).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from lsa_interp.data.dataset import Dataset
+from lsa_interp.data.task import Task
+from lsa_interp.evaluation.metrics import Accuracy, accuracy, by_transformation, in_paper_order
+from lsa_interp.evaluation.run import predict, subsample
+from lsa_interp.model import HookedEncoderDecoder
+from lsa_interp.utils import atomic_write
+
+FIT_SPLITS: tuple[str, ...] = ("train", "val")
+"""The splits compared: the training rows and the val split's (same alphabets, other problem strings)."""
+FIT_FILES: dict[str, str] = {"json": "fit.json", "html": "fit.html"}
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Exact match on ``rows`` non-copy seen-transformation rows per split: overall and by transformation.
+
+    ``overall[split]`` and ``by_transformation[split][name]`` are `Accuracy` counts for split ``train``/``val``.
+    """
+
+    model: str
+    preset: str
+    seed: int
+    rows: int
+    overall: dict[str, Accuracy]
+    by_transformation: dict[str, dict[str, Accuracy]]
+
+    @property
+    def gap(self) -> float:
+        """Train minus val accuracy, in points."""
+        return self.overall["train"].percent - self.overall["val"].percent
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of every count and percentage."""
+        return {
+            "model": self.model,
+            "preset": self.preset,
+            "seed": self.seed,
+            "rows": self.rows,
+            "overall": {split: acc.to_dict() for split, acc in self.overall.items()},
+            "gap_points": self.gap,
+            "by_transformation": {
+                split: {name: acc.to_dict() for name, acc in table.items()}
+                for split, table in self.by_transformation.items()
+            },
+        }
+
+
+def fit_rows(tasks: Sequence[Task], seen: Sequence[str], rows: int, seed: int = 0) -> list[Task]:
+    """A deterministic random subset of at most ``rows`` of ``tasks``' non-copy rows of the ``seen`` rules."""
+    keep = set(seen)
+    return subsample([t for t in tasks if not t.is_copy and t.transformation in keep], rows, seed)
+
+
+def training_fit(
+    model: HookedEncoderDecoder, dataset: Dataset, rows: int = 4000, model_name: str = "", batch_size: int = 512
+) -> FitResult:
+    """Decode ``rows`` non-copy seen-transformation rows of ``dataset``'s train and val splits and score them.
+
+    Raises ValueError when the dataset lacks the train or val split, ``rows`` is not positive, or a split has
+    no such rows.
+    """
+    if rows < 1:
+        raise ValueError(f"rows must be positive, got {rows}")
+    missing = [split for split in FIT_SPLITS if split not in dataset.splits]
+    if missing:
+        raise ValueError(f"the dataset lacks split(s) {missing}; the training fit needs {list(FIT_SPLITS)}")
+    overall, per_rule = {}, {}
+    for split in FIT_SPLITS:
+        tasks = fit_rows(dataset.splits[split], dataset.config.train_transformations, rows)
+        if not tasks:
+            raise ValueError(f"the {split} split has no non-copy rows of the seen transformations")
+        answers = predict(model, tasks, batch_size)
+        overall[split] = accuracy(tasks, answers)
+        per_rule[split] = by_transformation(tasks, answers)
+    return FitResult(model_name, dataset.config.name, dataset.seed, rows, overall, per_rule)
+
+
+def fit_figure(result: FitResult) -> go.Figure:
+    """A grouped bar chart: train against val accuracy per seen transformation (hover: counts)."""
+    fig = go.Figure()
+    names = in_paper_order(result.by_transformation["train"])
+    for split, colour in zip(FIT_SPLITS, ("#1f77b4", "#ff7f0e"), strict=True):
+        table = result.by_transformation[split]
+        shown = [name for name in names if name in table]
+        fig.add_bar(
+            x=shown,
+            y=[table[n].percent for n in shown],
+            name=f"{split} ({result.overall[split].percent:.1f}% overall)",
+            marker={"color": colour},
+            customdata=[[table[n].correct, table[n].total] for n in shown],
+            hovertemplate="%{x}<br>%{y:.1f}% (%{customdata[0]}/%{customdata[1]})<extra>" + split + "</extra>",
+        )
+    fig.update_layout(
+        title=f"Training fit of {result.model or 'the model'} on {result.preset}: train vs val rows, non-copy",
+        barmode="group",
+        yaxis={"title": "exact match (%)", "range": [0, 100]},
+        xaxis={"tickangle": -40},
+    )
+    return fig
+
+
+def write_fit(result: FitResult, out_dir: str | os.PathLike) -> dict[str, Path]:
+    """Write ``fit.json`` and the offline ``fit.html`` into ``out_dir`` atomically; returns them keyed json/html."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {kind: out / name for kind, name in FIT_FILES.items()}
+    atomic_write(paths["json"], lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
+    figure = fit_figure(result)
+    atomic_write(paths["html"], lambda p: figure.write_html(p, include_plotlyjs=True))
+    return paths

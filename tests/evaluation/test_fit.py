@@ -1,0 +1,71 @@
+"""Training fit: train rows against val rows, non-copy rows of the seen transformations only."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from lsa_interp.data import save_dataset
+from lsa_interp.evaluation import fit
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
+from tests.helpers import run
+
+SMALL = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64, max_len=128)
+
+
+def test_fit_rows_keep_only_non_copy_rows_of_the_seen_rules_and_are_repeatable(tiny):
+    seen = tiny.config.train_transformations
+    val = tiny.splits["val"]
+    assert any(t.is_copy for t in val) and any(t.transformation not in seen for t in val)
+    eligible = [t for t in val if not t.is_copy and t.transformation in seen]
+    picked = fit.fit_rows(val, seen, 10)
+    assert len(picked) == 10 and picked == fit.fit_rows(val, seen, 10)
+    assert all(not t.is_copy and t.transformation in seen for t in picked)
+    assert fit.fit_rows(val, seen, 10, seed=1) != picked
+    assert fit.fit_rows(val, seen, 10**6) == eligible
+
+
+def test_training_fit_scores_each_split_on_its_own_rows(tiny, monkeypatch):
+    train_rows = set(tiny.splits["train"])
+
+    def answers_train_only(model, tasks, batch_size):  # right on training rows, wrong elsewhere
+        return [t.answer if t in train_rows else t.answer + "z" for t in tasks]
+
+    monkeypatch.setattr(fit, "predict", answers_train_only)
+    result = fit.training_fit(HookedEncoderDecoder(SMALL), tiny, rows=25, model_name="m")
+    assert (result.overall["train"].correct, result.overall["train"].total) == (25, 25)
+    assert (result.overall["val"].correct, result.overall["val"].total) == (0, 25)
+    assert result.gap == 100.0
+    assert set(result.by_transformation["val"]) <= set(tiny.config.train_transformations)
+    assert sum(a.total for a in result.by_transformation["train"].values()) == 25
+    saved = result.to_dict()
+    assert saved["gap_points"] == 100.0 and saved["overall"]["val"]["percent"] == 0.0
+
+
+def test_training_fit_refuses_bad_rows_and_missing_splits(tiny):
+    with pytest.raises(ValueError, match="rows must be positive"):
+        fit.training_fit(HookedEncoderDecoder(SMALL), tiny, rows=0)
+    no_train = replace(tiny, splits={"val": tiny.splits["val"]})
+    with pytest.raises(ValueError, match=r"lacks split\(s\) \['train'\]"):
+        fit.training_fit(HookedEncoderDecoder(SMALL), no_train, rows=5)
+    copies_only = replace(tiny, splits={**tiny.splits, "val": [t for t in tiny.splits["val"] if t.is_copy]})
+    with pytest.raises(ValueError, match="val split has no non-copy rows"):
+        fit.training_fit(HookedEncoderDecoder(SMALL), copies_only, rows=5)
+
+
+def test_fit_command_prints_the_table_and_writes_an_offline_page(tiny, tmp_path, capsys):
+    data = save_dataset(tiny, tmp_path / "data")
+    model = save_model(HookedEncoderDecoder(SMALL), tmp_path / "model")
+    code, out, err = run(
+        ["fit", "--model", str(model), "--data", str(data), "--rows", "30", "--out", str(tmp_path / "f")], capsys
+    )
+    assert code == 0, err
+    assert "train - val" in out and "all" in out
+    saved = json.loads((tmp_path / "f" / "fit.json").read_text())
+    assert saved["overall"]["train"]["total"] == saved["overall"]["val"]["total"] == 30
+    page = (tmp_path / "f" / "fit.html").read_text()
+    assert "Plotly.newPlot" in page and "<script src=" not in page.replace(" ", "") and "plotly.js v" in page
+    code, _, err = run(["fit", "--model", str(model), "--data", str(tmp_path / "absent")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "absent" in err
