@@ -14,8 +14,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from lsa_interp.evaluation.fit import FIT_ROWS, FitResult, training_fit, write_fit
 from lsa_interp.evaluation.report import markdown_report
-from lsa_interp.evaluation.result import EvaluationResult
+from lsa_interp.evaluation.result import SPLIT_OF, EvaluationResult
 from lsa_interp.evaluation.run import evaluate_model, evaluation_dataset, predict
 from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, load_model, save_model
 from lsa_interp.model.hooked import HookedEncoderDecoder
@@ -43,8 +44,20 @@ def _partial_warning(epochs: float | None, planned: int | None) -> list[str]:
     ]
 
 
-def card_header(name: str, model: HookedEncoderDecoder, storage: dict[str, Any]) -> str:
-    """The card's first part: provenance and recipe from the model's metadata, and how it is stored."""
+def _fit_line(fit: FitResult | None) -> list[str]:
+    """The card's line on the training fit (`lsa_interp.evaluation.fit`), if measured."""
+    if fit is None:
+        return []
+    train, val = fit.overall["train"], fit.overall["val"]
+    return [
+        f"- training fit (`fit.json`): {train.percent:.1f}% of {train.total:,} train rows, {val.percent:.1f}% of "
+        f"{val.total:,} val rows (non-copy, seen transformations; `lsa-interp fit --model {fit.model}`)"
+    ]
+
+
+def card_header(name: str, model: HookedEncoderDecoder, storage: dict[str, Any], fit: FitResult | None = None) -> str:
+    """The card's first part: provenance and recipe from the model's metadata, how it is stored and, with
+    ``fit``, its training fit."""
     meta = model.metadata
     recipe = meta.get("train_config", {})
     epochs = meta.get("epochs_completed")
@@ -69,15 +82,22 @@ def card_header(name: str, model: HookedEncoderDecoder, storage: dict[str, Any])
             if "check" in storage
             else ""
         ),
+        *_fit_line(fit),
         f"- evaluated with `lsa-interp evaluate --model {name}` (numbers below)",
         "",
     ]
     return "\n".join(lines)
 
 
-def card_markdown(name: str, model: HookedEncoderDecoder, result: EvaluationResult, storage: dict[str, Any]) -> str:
+def card_markdown(
+    name: str,
+    model: HookedEncoderDecoder,
+    result: EvaluationResult,
+    storage: dict[str, Any],
+    fit: FitResult | None = None,
+) -> str:
     """The model card: `card_header`, then the evaluation report."""
-    return card_header(name, model, storage) + markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
+    return card_header(name, model, storage, fit) + markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
 
 
 def ship_run(
@@ -89,7 +109,8 @@ def ship_run(
     limit: int | None = None,
     progress: bool = False,
 ) -> Path:
-    """Copy a finished run's model to ``dest/name``, evaluate it, and write ``evaluation.json`` and ``card.md``.
+    """Copy a finished run's model to ``dest/name``, evaluate it, and write ``evaluation.json``, ``fit.json``
+    (`training_fit`: `FIT_ROWS` train and val rows, or ``limit`` if smaller) and ``card.md``.
 
     ``replicate`` picks ``replicate-{i}/model`` of a stacked run. The run's own dataset (a stacked run's
     ``runs[i].data_dir``) is used when it is still there, else the training preset is regenerated. Returns
@@ -105,7 +126,9 @@ def ship_run(
     recipe = json.loads(config_file.read_text()) if config_file.is_file() else {}
     runs = recipe.get("runs")  # a stacked run: each replicate has its own dataset
     data_dir = runs[replicate]["data_dir"] if runs and replicate is not None else recipe.get("data_dir")
-    dataset = evaluation_dataset(model, data_dir=data_dir if data_dir and Path(data_dir).is_dir() else None)
+    dataset = evaluation_dataset(
+        model, data_dir=data_dir if data_dir and Path(data_dir).is_dir() else None, splits=(*SPLIT_OF.values(), "train")
+    )
     target = Path(dest) / name
     target.parent.mkdir(parents=True, exist_ok=True)  # a nested name such as replicates/copy-20-s0
     staging = target.with_name(f".{target.name}.staging")
@@ -119,8 +142,10 @@ def ship_run(
             shutil.rmtree(staging)
             raise ValueError(f"{storage} storage changes {info['check']['changed_answers']} val answers; keep fp32")
     result = evaluate_model(shipped, dataset, limit=limit, progress=progress, model_name=name)
+    fit = training_fit(shipped, dataset, min(FIT_ROWS, limit or FIT_ROWS), model_name=name)
     atomic_write(staging / EVALUATION_FILE, lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
-    atomic_write(staging / CARD_FILE, lambda p: p.write_text(card_markdown(name, shipped, result, info)))
+    write_fit(fit, staging, page=False)
+    atomic_write(staging / CARD_FILE, lambda p: p.write_text(card_markdown(name, shipped, result, info, fit)))
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)

@@ -20,12 +20,15 @@ from lsa_interp.data.dataset import Dataset
 from lsa_interp.data.task import Task
 from lsa_interp.evaluation.metrics import Accuracy, accuracy, by_transformation, in_paper_order
 from lsa_interp.evaluation.run import predict, subsample
+from lsa_interp.evaluation.runs_table import FIT_FILE
 from lsa_interp.model import HookedEncoderDecoder
 from lsa_interp.utils import atomic_write
 
 FIT_SPLITS: tuple[str, ...] = ("train", "val")
 """The splits compared: the training rows and the val split's (same alphabets, other problem strings)."""
-FIT_FILES: dict[str, str] = {"json": "fit.json", "html": "fit.html"}
+FIT_FILES: dict[str, str] = {"json": FIT_FILE, "html": "fit.html"}
+FIT_ROWS = 4000
+"""Rows per split that a sweep's evaluation and `lsa-interp ship` decode for ``fit.json``."""
 
 
 @dataclass(frozen=True)
@@ -117,12 +120,14 @@ def fit_figure(result: FitResult) -> go.Figure:
     return fig
 
 
-def write_fit(result: FitResult, out_dir: str | os.PathLike) -> dict[str, Path]:
-    """Write ``fit.json`` and the offline ``fit.html`` into ``out_dir`` atomically; returns them keyed json/html."""
+def write_fit(result: FitResult, out_dir: str | os.PathLike, page: bool = True) -> dict[str, Path]:
+    """Write ``fit.json`` and (``page``) the offline ``fit.html`` into ``out_dir`` atomically; returns the paths
+    keyed json/html."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {kind: out / name for kind, name in FIT_FILES.items()}
+    paths = {kind: out / name for kind, name in FIT_FILES.items() if page or kind == "json"}
     atomic_write(paths["json"], lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
-    figure = fit_figure(result)
-    atomic_write(paths["html"], lambda p: figure.write_html(p, include_plotlyjs=True))
+    if page:
+        figure = fit_figure(result)
+        atomic_write(paths["html"], lambda p: figure.write_html(p, include_plotlyjs=True))
     return paths

@@ -13,7 +13,9 @@ The table has one row per run and flat columns, so it reads back with ``pandas.r
   counts pred tasks answered with the succ answer);
 - ``n_val`` / ``n_new``: how many tasks were evaluated;
 - ``matching_head``, ``matching_heads``, ``matching_best_head``, ``matching_best_score``: the sweep's
-  matching-head analysis of the run (`matching_record`; empty for a run without one).
+  matching-head analysis of the run (`matching_record`; empty for a run without one);
+- ``fit_train``, ``fit_val``: exact match % on the train and val rows of ``fit.json`` beside the model
+  (`lsa_interp.evaluation.fit`, written by a sweep's evaluation and by ``lsa-interp ship``; NaN without one).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from lsa_interp.evaluation.metrics import OUTCOMES
 from lsa_interp.evaluation.paper_tables import CELLS
 from lsa_interp.utils import atomic_write
 
-EVALUATION_FILE, CONFIG_FILE = "evaluation.json", "config.json"
+EVALUATION_FILE, CONFIG_FILE, FIT_FILE = "evaluation.json", "config.json", "fit.json"
 MATCHING_FILE = Path("analysis") / "matching" / "matching_heads.json"
 """Where a sweep keeps a run's matching-head analysis, relative to the folder that holds its model directory."""
 
@@ -86,7 +88,15 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
     for rule, counts in evaluation.get("alternate_rule", {}).get("seen_alphabets", {}).items():
         row.update({f"{rule}_{outcome}": counts[outcome] for outcome in OUTCOMES if outcome in counts})
     row.update(matching_record(model_dir))
+    row.update(fit_record(model_dir))
     return row
+
+
+def fit_record(model_dir: str | os.PathLike) -> dict[str, float]:
+    """``fit_train`` and ``fit_val`` (exact match %) from the run's ``fit.json``; NaN without one."""
+    path = Path(model_dir) / FIT_FILE
+    overall = json.loads(path.read_text())["overall"] if path.is_file() else {}
+    return {f"fit_{split}": _percent(overall.get(split)) for split in ("train", "val")}
 
 
 def training_progress(meta: dict[str, Any]) -> tuple[float | int | None, int | None, bool]:

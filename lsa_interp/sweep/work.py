@@ -18,6 +18,7 @@ from lsa_interp.data.dataset import load_dataset, read_manifest, save_dataset
 from lsa_interp.data.generate import generate_dataset
 from lsa_interp.data.presets import DatasetConfig
 from lsa_interp.evaluation import evaluate_model
+from lsa_interp.evaluation.fit import FIT_FILES, FIT_ROWS, FIT_SPLITS, training_fit, write_fit
 from lsa_interp.evaluation.result import SPLIT_OF
 from lsa_interp.evaluation.run import DEFAULT_BATCH_SIZE
 from lsa_interp.model.checkpoint import CONFIG_FILE as MODEL_CONFIG_FILE
@@ -86,17 +87,24 @@ def train_stack(
 
 
 def evaluate_run(model_dir: Path, data_dir: Path, name: str, limit: int | None = None, device: str = "cpu") -> bool:
-    """Write ``evaluation.json`` beside the model (val and new-alphabet splits of its dataset) unless it is there.
+    """Write ``evaluation.json`` beside the model (val and new-alphabet splits of its dataset) and ``fit.json``
+    (`training_fit` on `FIT_ROWS` train and val rows, or ``limit`` if smaller), each unless it is there.
 
-    Returns whether it evaluated. Raises FileNotFoundError when the model or dataset is missing.
+    Returns whether it wrote the evaluation. Raises FileNotFoundError when the model or dataset is missing.
     """
-    target = model_dir / EVALUATION_FILE
-    if target.is_file():
+    target, fit_target = model_dir / EVALUATION_FILE, model_dir / FIT_FILES["json"]
+    if target.is_file() and fit_target.is_file():
         return False
     model = load_model(model_dir, device=device)
-    dataset = load_dataset(data_dir, splits=tuple(SPLIT_OF.values()))
     # On a GPU a greedy decode step costs launches, not arithmetic: larger batches evaluate several times faster.
     batch_size = GPU_EVAL_BATCH if model.device.type == "cuda" else DEFAULT_BATCH_SIZE
+    if not fit_target.is_file():
+        rows = min(FIT_ROWS, limit or FIT_ROWS)
+        fit = training_fit(model, load_dataset(data_dir, splits=FIT_SPLITS), rows, name, batch_size)
+        write_fit(fit, model_dir, page=False)
+    if target.is_file():
+        return False
+    dataset = load_dataset(data_dir, splits=tuple(SPLIT_OF.values()))
     result = evaluate_model(model, dataset, limit=limit, model_name=name, batch_size=batch_size)
     atomic_write(target, lambda tmp: tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
     return True

@@ -40,8 +40,16 @@ def test_ship_writes_checkpoint_card_and_evaluation(run_dir, tmp_path):
         "card.md",
         "config.json",
         "evaluation.json",
+        "fit.json",
         "model.safetensors",
     ]
+    fit = json.loads((target / "fit.json").read_text())
+    assert fit["rows"] == 200 and fit["overall"]["train"]["total"] <= 200 and fit["overall"]["val"]["total"] <= 200
+    train = fit["overall"]["train"]
+    assert (
+        f"training fit (`fit.json`): {train['percent']:.1f}% of {train['total']:,} train rows"
+        in (target / "card.md").read_text()
+    )
     evaluation = json.loads((target / "evaluation.json").read_text())
     card = (target / "card.md").read_text()
     seen = evaluation["table1"]["seen_transformations_seen_alphabets"]

@@ -52,11 +52,27 @@ def test_a_row_holds_the_condition_the_table1_cells_and_the_outcome_counts(tmp_p
     assert (row["condition"], row["seed"], row["precision"], row["n_alphabets"], row["copy"]) == (
         "copy-20/alphabet", 3, "bf16", 20, True,
     )  # fmt: skip
+    shipped = json.loads(SHIPPED_EVALUATION.read_text())
+    pred = shipped["alternate_rule"]["seen_alphabets"]["pred"]
     assert row["seen_transformations_seen_alphabets"] == 88.5
-    assert row["seen_transformations_new_alphabets"] == pytest.approx(16.60064209676511)
-    assert row["acc_seen_pred"] == pytest.approx(15.263157894736842)
-    assert (row["pred_correct"], row["pred_applied_other_rule"]) == (203, 551)
+    assert (
+        row["seen_transformations_new_alphabets"] == shipped["table1"]["seen_transformations_new_alphabets"]["percent"]
+    )
+    assert row["acc_seen_pred"] == shipped["by_transformation"]["seen_alphabets"]["pred"]["percent"]
+    assert (row["pred_correct"], row["pred_applied_other_rule"]) == (pred["correct"], pred["applied_other_rule"])
     assert row["complete"] and row["overall_seen_alphabets"] == pytest.approx(44.25)
+    assert math.isnan(row["fit_train"]) and math.isnan(row["fit_val"])  # no fit.json beside this run
+
+
+def test_a_row_holds_the_training_fit_beside_the_model(tmp_path):
+    directory = make_run(tmp_path, "a", "copy-200", "alphabet", 0, 87.0)
+    overall = {
+        "train": {"correct": 9, "total": 10, "percent": 90.0},
+        "val": {"correct": 0, "total": 0, "percent": None},
+    }
+    (directory / "fit.json").write_text(json.dumps({"overall": overall}))
+    row = run_record(directory)
+    assert row["fit_train"] == 90.0 and math.isnan(row["fit_val"])
 
 
 def test_partly_trained_runs_are_marked_and_left_out_of_the_means_unless_asked(tmp_path):

@@ -120,7 +120,7 @@ def test_a_saved_replicate_loads_back_with_the_same_weights_and_answers(data_dir
         assert loaded.solve(tasks) == live.solve(tasks)
     used = []
 
-    def stop(model, data_dir=None):  # ship_run's evaluation: record which dataset it was given, then stop
+    def stop(model, data_dir=None, splits=()):  # ship_run's evaluation: record which dataset it was given, then stop
         used.append(data_dir)
         raise KeyboardInterrupt
 
