@@ -53,6 +53,14 @@ def register(app: typer.Typer) -> None:
             gap = f"{train.percent - val.percent:+.1f}" if train and val else "-"
             table.add_row(name, *cells, gap, style="bold" if name == "all" else None)
         console.print(table)
+        levels = Table(title="by the alphabet's permutation level (letters out of their standard place)")
+        for column in ("level", *FIT_SPLITS):
+            levels.add_column(column, justify="right")
+        for level in sorted(set(result.by_level["train"]) | set(result.by_level["val"])):
+            train, val = (result.by_level[split].get(level) for split in FIT_SPLITS)
+            cells = [f"{a.percent:.1f} ({a.correct}/{a.total})" if a else "-" for a in (train, val)]
+            levels.add_row("standard" if level == 0 else str(level), *cells)
+        console.print(levels)
         if out is not None:
             paths = write_fit(result, out)
             print("wrote " + ", ".join(str(path) for path in paths.values()))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from lsa_interp.data.alphabets import permutation_level
 from lsa_interp.data.dataset import Dataset
 from lsa_interp.data.task import Task
 from lsa_interp.evaluation.metrics import Accuracy, accuracy, by_transformation, in_paper_order
@@ -33,9 +34,11 @@ FIT_ROWS = 4000
 
 @dataclass(frozen=True)
 class FitResult:
-    """Exact match on ``rows`` non-copy seen-transformation rows per split: overall and by transformation.
+    """Exact match on ``rows`` non-copy seen-transformation rows per split: overall, by transformation and by
+    the alphabet's permutation level (letters out of their standard place; 0 = the standard alphabet).
 
-    ``overall[split]`` and ``by_transformation[split][name]`` are `Accuracy` counts for split ``train``/``val``.
+    ``overall[split]``, ``by_transformation[split][name]`` and ``by_level[split][level]`` are `Accuracy` counts
+    for split ``train``/``val``.
     """
 
     model: str
@@ -44,6 +47,7 @@ class FitResult:
     rows: int
     overall: dict[str, Accuracy]
     by_transformation: dict[str, dict[str, Accuracy]]
+    by_level: dict[str, dict[int, Accuracy]]
 
     @property
     def gap(self) -> float:
@@ -62,6 +66,10 @@ class FitResult:
             "by_transformation": {
                 split: {name: acc.to_dict() for name, acc in table.items()}
                 for split, table in self.by_transformation.items()
+            },
+            "by_permutation_level": {
+                split: {str(level): acc.to_dict() for level, acc in table.items()}
+                for split, table in self.by_level.items()
             },
         }
 
@@ -85,7 +93,7 @@ def training_fit(
     missing = [split for split in FIT_SPLITS if split not in dataset.splits]
     if missing:
         raise ValueError(f"the dataset lacks split(s) {missing}; the training fit needs {list(FIT_SPLITS)}")
-    overall, per_rule = {}, {}
+    overall, per_rule, per_level = {}, {}, {}
     for split in FIT_SPLITS:
         tasks = fit_rows(dataset.splits[split], dataset.config.train_transformations, rows)
         if not tasks:
@@ -93,7 +101,18 @@ def training_fit(
         answers = predict(model, tasks, batch_size)
         overall[split] = accuracy(tasks, answers)
         per_rule[split] = by_transformation(tasks, answers)
-    return FitResult(model_name, dataset.config.name, dataset.seed, rows, overall, per_rule)
+        per_level[split] = by_permutation_level(tasks, answers)
+    return FitResult(model_name, dataset.config.name, dataset.seed, rows, overall, per_rule, per_level)
+
+
+def by_permutation_level(tasks: Sequence[Task], predictions: Sequence[str]) -> dict[int, Accuracy]:
+    """Exact match per permutation level of the tasks' alphabets, levels ascending."""
+    grouped: dict[int, tuple[list[Task], list[str]]] = {}
+    for task, answer in zip(tasks, predictions, strict=True):
+        level_tasks, level_answers = grouped.setdefault(permutation_level(task.alphabet), ([], []))
+        level_tasks.append(task)
+        level_answers.append(answer)
+    return {level: accuracy(*grouped[level]) for level in sorted(grouped)}
 
 
 def fit_figure(result: FitResult) -> go.Figure:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from lsa_interp.data import save_dataset
+from lsa_interp.data import Task, save_dataset
 from lsa_interp.evaluation import fit
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
 from tests.helpers import run
@@ -40,8 +40,24 @@ def test_training_fit_scores_each_split_on_its_own_rows(tiny, monkeypatch):
     assert result.gap == 100.0
     assert set(result.by_transformation["val"]) <= set(tiny.config.train_transformations)
     assert sum(a.total for a in result.by_transformation["train"].values()) == 25
+    levels = result.by_level["val"]
+    assert list(levels) == sorted(levels) and sum(a.total for a in levels.values()) == 25
+    assert all(a.correct == 0 for a in levels.values()) and result.by_level["train"][max(levels)].percent == 100.0
     saved = result.to_dict()
     assert saved["gap_points"] == 100.0 and saved["overall"]["val"]["percent"] == 0.0
+    assert saved["by_permutation_level"]["val"].keys() == {str(level) for level in levels}
+
+
+def test_levels_count_the_letters_out_of_their_standard_place():
+    standard = "abcdefghijklmnopqrstuvwxyz"
+    swapped = "bacdefghijklmnopqrstuvwxyz"
+    tasks = [
+        Task(standard, (("abc", "abd"),), "ijk", "ijl", "succ"),
+        Task(swapped, (("abc", "abd"),), "ijk", "ijl", "succ"),
+    ]
+    levels = fit.by_permutation_level([tasks[1], tasks[0], tasks[1]], ["ijl", "x", "x"])
+    assert {level: (a.correct, a.total) for level, a in levels.items()} == {0: (0, 1), 2: (1, 2)}
+    assert list(levels) == [0, 2]
 
 
 def test_training_fit_refuses_bad_rows_and_missing_splits(tiny):
@@ -62,7 +78,7 @@ def test_fit_command_prints_the_table_and_writes_an_offline_page(tiny, tmp_path,
         ["fit", "--model", str(model), "--data", str(data), "--rows", "30", "--out", str(tmp_path / "f")], capsys
     )
     assert code == 0, err
-    assert "train - val" in out and "all" in out
+    assert "train - val" in out and "all" in out and "permutation level" in out
     saved = json.loads((tmp_path / "f" / "fit.json").read_text())
     assert saved["overall"]["train"]["total"] == saved["overall"]["val"]["total"] == 30
     page = (tmp_path / "f" / "fit.html").read_text()
