@@ -81,7 +81,7 @@ def fit_rows(tasks: Sequence[Task], seen: Sequence[str], rows: int, seed: int = 
 
 
 def training_fit(
-    model: HookedEncoderDecoder, dataset: Dataset, rows: int = 4000, model_name: str = "", batch_size: int = 512
+    model: HookedEncoderDecoder, dataset: Dataset, rows: int = FIT_ROWS, model_name: str = "", batch_size: int = 512
 ) -> FitResult:
     """Decode ``rows`` non-copy seen-transformation rows of ``dataset``'s train and val splits and score them.
 
