@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from lsa_interp.data.alphabets import permutation_level
 from lsa_interp.data.dataset import Dataset
@@ -116,26 +117,39 @@ def by_permutation_level(tasks: Sequence[Task], predictions: Sequence[str]) -> d
 
 
 def fit_figure(result: FitResult) -> go.Figure:
-    """A grouped bar chart: train against val accuracy per seen transformation (hover: counts)."""
-    fig = go.Figure()
+    """Grouped bars of train against val accuracy: per seen transformation (top) and per permutation level of
+    the alphabet (bottom); hover shows the counts."""
+    fig = make_subplots(
+        rows=2, cols=1, vertical_spacing=0.2, subplot_titles=("by transformation", "by permutation level")
+    )
     names = in_paper_order(result.by_transformation["train"])
+    levels = sorted(set(result.by_level["train"]) | set(result.by_level["val"]))
     for split, colour in zip(FIT_SPLITS, ("#1f77b4", "#ff7f0e"), strict=True):
-        table = result.by_transformation[split]
-        shown = [name for name in names if name in table]
-        fig.add_bar(
-            x=shown,
-            y=[table[n].percent for n in shown],
-            name=f"{split} ({result.overall[split].percent:.1f}% overall)",
-            marker={"color": colour},
-            customdata=[[table[n].correct, table[n].total] for n in shown],
-            hovertemplate="%{x}<br>%{y:.1f}% (%{customdata[0]}/%{customdata[1]})<extra>" + split + "</extra>",
+        panels = (
+            (1, [n for n in names if n in result.by_transformation[split]], result.by_transformation[split]),
+            (2, [lv for lv in levels if lv in result.by_level[split]], result.by_level[split]),
         )
+        for row, keys, table in panels:
+            fig.add_bar(
+                x=["standard" if key == 0 else str(key) for key in keys],
+                y=[table[key].percent for key in keys],
+                name=f"{split} ({result.overall[split].percent:.1f}% overall)",
+                legendgroup=split,
+                showlegend=row == 1,
+                marker={"color": colour},
+                customdata=[[table[key].correct, table[key].total] for key in keys],
+                hovertemplate="%{x}<br>%{y:.1f}% (%{customdata[0]}/%{customdata[1]})<extra>" + split + "</extra>",
+                row=row,
+                col=1,
+            )
     fig.update_layout(
         title=f"Training fit of {result.model or 'the model'} on {result.preset}: train vs val rows, non-copy",
         barmode="group",
-        yaxis={"title": "exact match (%)", "range": [0, 100]},
-        xaxis={"tickangle": -40},
+        height=800,
     )
+    fig.update_yaxes(title_text="exact match (%)", range=[0, 100])
+    fig.update_xaxes(tickangle=-40, row=1, col=1)
+    fig.update_xaxes(title_text="letters out of their standard place", type="category", row=2, col=1)
     return fig
 
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, CONFIG_FILE, available_models, load_model
+from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, CONFIG_FILE, REPLICATES, available_models, load_model
 from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.training.run_dir import MODEL_DIR
 
-REPLICATES_DIR = CHECKPOINTS_DIR / "replicates"
+REPLICATES_DIR = CHECKPOINTS_DIR / REPLICATES
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 CHECKPOINTS_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
 """Shipped checkpoints: ``checkpoints/<name>/`` (our format) or ``checkpoints/<name>.pt`` (reference format)."""
+REPLICATES = "replicates"
+"""The folder of ``CHECKPOINTS_DIR`` whose checkpoints load as ``replicates/NAME``."""
 
 
 class CheckpointError(ValueError):
@@ -157,17 +159,22 @@ def _resolve(name_or_path: str | Path) -> Path:
     if path.exists():
         return path
     name = str(name_or_path)
-    if "/" not in name and "\\" not in name:
+    replicate = len(path.parts) == 2 and path.parts[0] == REPLICATES  # a shipped replicate: replicates/copy-20-s2
+    if ("/" not in name or replicate) and "\\" not in name:
         for candidate in (CHECKPOINTS_DIR / name, CHECKPOINTS_DIR / f"{name}.pt"):
             if candidate.exists():
                 return candidate
     available = available_models()
+    replicates = CHECKPOINTS_DIR / REPLICATES
+    if replicates.is_dir():
+        available += sorted(f"{REPLICATES}/{p.name}" for p in replicates.iterdir() if (p / CONFIG_FILE).is_file())
     listing = ", ".join(available) if available else f"none (no checkpoints in {CHECKPOINTS_DIR})"
     raise FileNotFoundError(f"no checkpoint named or at {name!r}; available names: {listing}")
 
 
 def load_model(name_or_path: str | Path, device: torch.device | str = "cpu") -> HookedEncoderDecoder:
-    """Load a model (eval mode) from a shipped name, one of our checkpoint directories, or a reference ``.pt``.
+    """Load a model (eval mode) from a shipped name (``copy-200``, ``replicates/copy-200-s0``), one of our
+    checkpoint directories, or a reference ``.pt``.
 
     The format is detected: a directory (or its ``config.json``/``model.safetensors``) is ours, any other
     file is read as a reference ``torch.save`` checkpoint. Raises FileNotFoundError (listing the shipped

@@ -46,6 +46,10 @@ def test_training_fit_scores_each_split_on_its_own_rows(tiny, monkeypatch):
     saved = result.to_dict()
     assert saved["gap_points"] == 100.0 and saved["overall"]["val"]["percent"] == 0.0
     assert saved["by_permutation_level"]["val"].keys() == {str(level) for level in levels}
+    figure = fit.fit_figure(result)
+    assert [trace.name.split()[0] for trace in figure.data] == ["train", "train", "val", "val"]
+    by_level = figure.data[3]
+    assert list(by_level.y) == [levels[level].percent for level in levels] and by_level.customdata[-1][1] > 0
 
 
 def test_levels_count_the_letters_out_of_their_standard_place():

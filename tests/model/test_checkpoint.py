@@ -132,6 +132,19 @@ def test_a_failed_save_leaves_no_staging_directory(small_model, tmp_path, monkey
     assert list(tmp_path.iterdir()) == []
 
 
+def test_replicates_load_by_their_shipped_name_and_paths_stay_inside(small_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoint, "CHECKPOINTS_DIR", tmp_path / "checkpoints")
+    save_model(small_model, tmp_path / "checkpoints" / "replicates" / "copy-20-s1")
+    save_model(small_model, tmp_path / "outside")
+    assert load_model("replicates/copy-20-s1").cfg == small_model.cfg
+    assert available_models() == []  # the top-level names only
+    for elsewhere in ("../outside", "replicates/../../outside", "sub/replicates/copy-20-s1"):
+        with pytest.raises(FileNotFoundError, match=r"available names: replicates/copy-20-s1$"):
+            load_model(elsewhere)
+    with pytest.raises(FileNotFoundError, match="no checkpoint named or at 'replicates/copy-20-s9'"):
+        load_model("replicates/copy-20-s9")
+
+
 def test_only_directories_with_a_config_are_shipped_models(small_model, tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "CHECKPOINTS_DIR", tmp_path)
     save_model(small_model, tmp_path / "copy-20")
