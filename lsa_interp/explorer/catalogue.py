@@ -15,11 +15,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, CONFIG_FILE, REPLICATES, available_models, load_model
+from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, CONFIG_FILE, available_models, load_model, shipped_replicates
 from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.training.run_dir import MODEL_DIR
-
-REPLICATES_DIR = CHECKPOINTS_DIR / REPLICATES
 
 
 @dataclass(frozen=True)
@@ -91,10 +89,7 @@ def discover_models(extra: Iterable[str | Path] = (), shipped: bool = True) -> l
             entries += entries_for_path(item)
     if shipped:
         entries += [ModelEntry(name, CHECKPOINTS_DIR / name) for name in available_models()]
-        if REPLICATES_DIR.is_dir():
-            entries += [
-                ModelEntry(f"replicates/{p.name}", p) for p in sorted(REPLICATES_DIR.iterdir()) if _is_checkpoint(p)
-            ]
+        entries += [ModelEntry(name, CHECKPOINTS_DIR / name) for name in shipped_replicates()]
     return _unique(entries)
 
 

@@ -154,6 +154,14 @@ def available_models() -> list[str]:
     return sorted(names)
 
 
+def shipped_replicates() -> list[str]:
+    """Names (``replicates/NAME``) of the shipped replicates under ``checkpoints/replicates/``, sorted."""
+    folder = CHECKPOINTS_DIR / REPLICATES
+    if not folder.is_dir():
+        return []
+    return sorted(f"{REPLICATES}/{p.name}" for p in folder.iterdir() if (p / CONFIG_FILE).is_file())
+
+
 def _resolve(name_or_path: str | Path) -> Path:
     path = Path(name_or_path).expanduser()
     if path.exists():
@@ -164,10 +172,7 @@ def _resolve(name_or_path: str | Path) -> Path:
         for candidate in (CHECKPOINTS_DIR / name, CHECKPOINTS_DIR / f"{name}.pt"):
             if candidate.exists():
                 return candidate
-    available = available_models()
-    replicates = CHECKPOINTS_DIR / REPLICATES
-    if replicates.is_dir():
-        available += sorted(f"{REPLICATES}/{p.name}" for p in replicates.iterdir() if (p / CONFIG_FILE).is_file())
+    available = available_models() + shipped_replicates()
     listing = ", ".join(available) if available else f"none (no checkpoints in {CHECKPOINTS_DIR})"
     raise FileNotFoundError(f"no checkpoint named or at {name!r}; available names: {listing}")
 

@@ -98,13 +98,13 @@ def evaluate_run(model_dir: Path, data_dir: Path, name: str, limit: int | None =
     model = load_model(model_dir, device=device)
     # On a GPU a greedy decode step costs launches, not arithmetic: larger batches evaluate several times faster.
     batch_size = GPU_EVAL_BATCH if model.device.type == "cuda" else DEFAULT_BATCH_SIZE
+    needed = (() if fit_target.is_file() else FIT_SPLITS) + (() if target.is_file() else tuple(SPLIT_OF.values()))
+    dataset = load_dataset(data_dir, splits=tuple(dict.fromkeys(needed)))  # each split read once
     if not fit_target.is_file():
-        rows = min(FIT_ROWS, limit or FIT_ROWS)
-        fit = training_fit(model, load_dataset(data_dir, splits=FIT_SPLITS), rows, name, batch_size)
+        fit = training_fit(model, dataset, min(FIT_ROWS, limit or FIT_ROWS), name, batch_size)
         write_fit(fit, model_dir, page=False)
     if target.is_file():
         return False
-    dataset = load_dataset(data_dir, splits=tuple(SPLIT_OF.values()))
     result = evaluate_model(model, dataset, limit=limit, model_name=name, batch_size=batch_size)
     atomic_write(target, lambda tmp: tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
     return True
