@@ -20,6 +20,12 @@ AdamW's two moments, about 16 MiB per run of the paper's model), so the stack ho
 as many as train the most runs per minute; its ``sessions`` says how many sessions it needs. Without
 ``--carry-mib`` (0) a stack must finish in the session that starts it.
 
+Moving state and models costs device calls: a call carries up about `UPLOAD_MIB_PER_CALL` MiB (the working
+tree's 64 MiB less the checkout) and ``pack`` brings back `PACK_MIB_PER_CALL` MiB. With ``--call-seconds S``
+every call beyond the first of each direction costs S seconds of the session: the estimate adds them, and the
+plan's ``stop_early_seconds`` (the extra ``pack`` calls its models or state need) tells the session to stop
+training that much earlier than its deadline.
+
 The estimate: the stack's longest run (``epochs x`` its steps per epoch, bounded above by
 ``ceil(rows / batch) + groups``) times the step time at that stack size (interpolated linearly between the
 measured sizes, extrapolated from the two largest beyond them), plus ``--overhead`` for validation, plus a
@@ -50,6 +56,12 @@ TRANSFORMATION_GROUPS = 11
 """Batch groups of transformation batching: the 10 seen transformations and copy (an upper bound)."""
 STATE_BYTES_PER_PARAMETER = 12
 """Resumable state of one run per parameter: fp32 weights and AdamW's two fp32 moments."""
+MODEL_BYTES_PER_PARAMETER = 4
+"""A final model per parameter: fp32 weights."""
+UPLOAD_MIB_PER_CALL = 34.0
+"""Carried state one device call takes up: 64 MiB of working tree less the checkout (about 26 MiB) and a margin."""
+PACK_MIB_PER_CALL = 60.0
+"""What one ``gpu_train.sh pack`` call brings back: 4 chunks of 15 MiB."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,7 @@ class SessionPlan:
     batch_size: int = 32
     stacking: str = "native"
     sessions: int = 1
+    stop_early_seconds: float = 0.0
 
     def summary(self) -> dict[str, Any]:
         """A JSON-serialisable description of the plan."""
@@ -78,6 +91,7 @@ class SessionPlan:
             "batch_size": self.batch_size,
             "estimated_minutes": round(self.minutes, 2),
             "sessions": self.sessions,
+            "stop_early_seconds": round(self.stop_early_seconds, 1),
             "runs_left_after": self.remaining - len(self.runs),
         }
 
@@ -168,8 +182,21 @@ def stack_steps(runs: tuple[SweepRun, ...], grid: Grid, batch_size: int) -> int:
 
 def state_mib(grid: Grid) -> float:
     """MiB of resumable state per run of the queue's model (`STATE_BYTES_PER_PARAMETER` per parameter)."""
-    parameters = sum(p.numel() for p in HookedEncoderDecoder(ModelConfig(**grid.model)).parameters())
-    return parameters * STATE_BYTES_PER_PARAMETER / 2**20
+    return _parameters(grid) * STATE_BYTES_PER_PARAMETER / 2**20
+
+
+def model_mib(grid: Grid) -> float:
+    """MiB of one final model of the queue's model (`MODEL_BYTES_PER_PARAMETER` per parameter)."""
+    return _parameters(grid) * MODEL_BYTES_PER_PARAMETER / 2**20
+
+
+def _parameters(grid: Grid) -> int:
+    return sum(p.numel() for p in HookedEncoderDecoder(ModelConfig(**grid.model)).parameters())
+
+
+def extra_calls(mib: float, per_call: float) -> int:
+    """Device calls beyond the first that moving ``mib`` MiB takes at ``per_call`` MiB a call."""
+    return max(0, math.ceil(mib / per_call) - 1)
 
 
 def finished_runs(roots: list[Path]) -> set[str]:
@@ -200,19 +227,22 @@ def plan_session(
     startup_seconds: float = 90.0,
     eval_seconds: float = 30.0,
     carry_mib: float = 0.0,
+    call_seconds: float = 0.0,
 ) -> SessionPlan:
     """The largest stack of the queue's next unfinished runs that fits in ``minutes``: the first unfinished
-    run's precision, and the later unfinished runs of that precision in queue order. When none fits and
-    ``carry_mib`` is positive, the stack of at most ``carry_mib`` MiB of state that trains the most runs per
-    minute, over as many sessions as it needs (see the module doc). ``stacking="auto"`` plans with each of
-    `AUTO_STACKINGS` that ``bench`` measured at that precision and keeps the plan that finishes in this
-    session with the most runs, else the one with the most runs per minute (the shorter one on a tie, native
-    first).
+        run's precision, and the later unfinished runs of that precision in queue order. When none fits and
+        ``carry_mib`` is positive, the stack of at most ``carry_mib`` MiB of state that trains the most runs per
+        minute, over as many sessions as it needs (see the module doc). ``call_seconds``: what each device call
+    beyond the first of a direction costs (the module doc). ``stacking="auto"`` plans with each of
+        `AUTO_STACKINGS` that ``bench`` measured at that precision and keeps the plan that finishes in this
+        session with the most runs, else the one with the most runs per minute (the shorter one on a tie, native
+        first).
 
-    Raises ValueError when every run is finished or not even one run fits.
+        Raises ValueError when every run is finished or not even one run fits.
     """
     if stacking == "auto":
-        plans, errors, limits = [], [], (max_replicates, overhead, startup_seconds, eval_seconds, carry_mib)
+        limits = (max_replicates, overhead, startup_seconds, eval_seconds, carry_mib, call_seconds)
+        plans, errors = [], []
         for mode in AUTO_STACKINGS:
             try:
                 plans.append(plan_session(grid, done, bench, minutes, mode, *limits))
@@ -230,18 +260,19 @@ def plan_session(
     candidates = [run for run in left if run.precision == precision][:max_replicates]
     table = step_times(bench, stacking, precision)
     batch = int(grid.recipe.get("batch_size", 32))
-    best = None
+    best, per_model = None, model_mib(grid)
     for size in range(1, len(candidates) + 1):
         runs = tuple(candidates[:size])
         steps, ms = stack_steps(runs, grid, batch), step_ms_at(table, size)
-        total = (steps * ms / 1000 * (1 + overhead) + startup_seconds + eval_seconds * size) / 60
+        pack = extra_calls(size * per_model, PACK_MIB_PER_CALL) * call_seconds
+        total = (steps * ms / 1000 * (1 + overhead) + startup_seconds + eval_seconds * size + pack) / 60
         if total <= minutes:
-            best = SessionPlan(runs, precision, ms, steps, total, len(left), batch, stacking)
+            best = SessionPlan(runs, precision, ms, steps, total, len(left), batch, stacking, 1, pack)
     if best is not None:
         return best
     if carry_mib <= 0:
         raise ValueError(f"not even one {precision} run fits in {minutes:g} minutes at this benchmark's step times")
-    costs = (overhead, startup_seconds, eval_seconds)
+    costs = (overhead, startup_seconds, eval_seconds, call_seconds)
     return _continued_plan(candidates, grid, table, minutes, carry_mib, costs, len(left), stacking)
 
 
@@ -262,12 +293,12 @@ def _continued_plan(
     stacking: str,
 ) -> SessionPlan:
     """The stack of at most ``carry_mib`` MiB of state that trains the most runs per minute, over sessions of
-    ``minutes`` that each start up again (``costs``: overhead, start-up and evaluation seconds as in
-    `plan_session`). Raises ValueError when a run's state or the start-up does not fit."""
-    overhead, startup_seconds, eval_seconds = costs
+    ``minutes`` that each start up again and move the state down and (but the first) up again (``costs``:
+    overhead, start-up, evaluation and call seconds as in `plan_session`). Raises ValueError when a run's state
+    or the start-up does not fit."""
+    overhead, startup_seconds, eval_seconds, call_seconds = costs
     per_run = state_mib(grid)
-    usable = minutes - startup_seconds / 60
-    if per_run > carry_mib or usable <= 0:
+    if per_run > carry_mib or minutes <= startup_seconds / 60:
         raise ValueError(
             f"not even one run fits in {minutes:g} minutes, and a stack cannot continue: one run's state is "
             f"{per_run:.1f} MiB of the {carry_mib:g} MiB a session carries, start-up {startup_seconds:g} s"
@@ -277,12 +308,19 @@ def _continued_plan(
     for size in range(1, min(len(candidates), int(carry_mib // per_run)) + 1):
         runs = tuple(candidates[:size])
         steps, ms = stack_steps(runs, grid, batch), step_ms_at(table, size)
+        pack = extra_calls(size * per_run, PACK_MIB_PER_CALL) * call_seconds
+        upload = extra_calls(size * per_run, UPLOAD_MIB_PER_CALL) * call_seconds
+        usable = minutes - (startup_seconds + pack) / 60
+        if usable <= 0:
+            continue
         work = (steps * ms / 1000 * (1 + overhead) + eval_seconds * size) / 60
         sessions = math.ceil(work / usable)
-        total = work + sessions * startup_seconds / 60
-        plan = SessionPlan(runs, candidates[0].precision, ms, steps, total, remaining, batch, stacking, sessions)
+        total = work + (sessions * (startup_seconds + pack) + (sessions - 1) * upload) / 60
+        plan = SessionPlan(runs, candidates[0].precision, ms, steps, total, remaining, batch, stacking, sessions, pack)
         if best is None or size / plan.minutes > len(best.runs) / best.minutes:
             best = plan
+    if best is None:
+        raise ValueError(f"not even one run fits in {minutes:g} minutes with its start-up and transfers")
     return best
 
 
@@ -335,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--carry-mib", type=float, default=0.0, help="state a session carries up: plan a stack over sessions (0: no)"
     )
+    parser.add_argument(
+        "--call-seconds", type=float, default=0.0, help="device seconds each extra transfer call costs (0: none)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="where to write the session's grid file")
     args = parser.parse_args(argv)
     try:
@@ -353,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
             startup_seconds=args.startup_seconds,
             eval_seconds=args.eval_seconds,
             carry_mib=args.carry_mib,
+            call_seconds=args.call_seconds,
         )
         text = session_grid(grid, plan)
     except (OSError, ValueError) as error:

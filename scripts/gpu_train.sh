@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # A GPU session's training (issue 14), run from the repository root on the device machine, carrying .whl:
+#   bash scripts/gpu_train.sh receive
+#       sets aside a part of an unfinished stack's state carried up by this call (runs/upload, cut by
+#       scripts/pack_results.py upload: one part per call, the working tree being 64 MiB a call) and says
+#       which parts are still to come; the last part comes with `start`.
 #   bash scripts/gpu_train.sh start MINUTES [BENCH_JSON]
-#       continues the stack that an earlier session left unfinished, when it was carried up as runs/carry
-#       (scripts/pack_results.py carry); else plans the largest stack of grids/queue.toml's next unfinished
+#       joins the parts received into runs/carry (exit 2 naming a part that is missing) and continues the
+#       stack that an earlier session left unfinished; else plans the largest stack of grids/queue.toml's next unfinished
 #       runs (analyses/runs holds the finished ones) that trains, evaluates and analyses in MINUTES, or, when
-#       none does, a stack of at most CARRY_MIB MiB of state that continues over sessions (scripts/gpu_plan.py);
+#       none does, a stack of at most CARRY_MIB MiB of state that continues over sessions (scripts/gpu_plan.py:
+#       its training stops early by the seconds of the extra pack calls its models or state need);
 #       a compiled stack, or one with the triton attention, only after its GPU test passed here (fresh dropout
 #       masks at every replay; else the plain stack).
 #       Trains it detached (it outlives the command while the machine stays warm) until MINUTES are up (saving
@@ -26,9 +31,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 SCRIPT=$PWD/scripts/gpu_train.sh
 case ${1:-} in
-start | watch | pack | drive) ;;
+start | receive | watch | pack | drive) ;;
 *)
-  echo "usage: gpu_train.sh start MINUTES [BENCH_JSON] | watch [SECONDS] | pack PART" >&2
+  echo "usage: gpu_train.sh start MINUTES [BENCH_JSON] | receive | watch [SECONDS] | pack PART" >&2
   exit 2
   ;;
 esac
@@ -50,15 +55,20 @@ WATCH_EVERY=${WATCH_EVERY:-30}
 # graph: if the graphed stack's GPU tests fail). Where BENCH_JSON has no step times of STACKING (auto: of the
 # native stack), they are probed.
 STACKING=${STACKING:-auto}
-# The state a session can carry up: 64 MiB of working tree less the checkout (about 20 MB) and .whl (14 MB).
-CARRY=${CARRY:-runs/carry}
-CARRY_MIB=${CARRY_MIB:-28}
+# The state a session can carry up, in parts of one call each (64 MiB of working tree less the checkout, about
+# 26 MiB, and in the first call .whl, 14 MB): 100 MiB, six fp32 runs, in three calls. CALL_SECONDS: the planner's
+# guess of what each call beyond the first of a direction costs (an upload's receive call, an extra pack call).
+CARRY=${CARRY:-$WORK/carry}
+CARRY_MIB=${CARRY_MIB:-100}
+CALL_SECONDS=${CALL_SECONDS:-20}
+UPLOAD=${UPLOAD:-$WORK/upload}
 # The planner's guess of a session's start-up before the first step (dataset, model, compile and capture).
 STARTUP_SECONDS=${STARTUP_SECONDS:-90}
 # After a sweep whose stacks all finished, the driver plans the queue's next stack if this many minutes remain.
 FOLLOW_MINUTES=${FOLLOW_MINUTES:-3}
 SESSION=$WORK/session
 SWEEP=$WORK/grid
+RECEIVED=${RECEIVED:-$WORK/received}
 OUT=${OUT:-$WORK/out}
 mkdir -p "$OUT" "$SESSION"
 began=$(date +%s)
@@ -116,7 +126,8 @@ plan() {
     [[ -d $root ]] && done_args+=(--done "$root")
   done
   python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" "${benches[@]}" --stacking "$2" --minutes "$1" \
-    --carry-mib "$CARRY_MIB" --startup-seconds "$STARTUP_SECONDS" --out "$SESSION/grid.toml" >"$SESSION/plan.part" ||
+    --carry-mib "$CARRY_MIB" --call-seconds "$CALL_SECONDS" --startup-seconds "$STARTUP_SECONDS" \
+    --out "$SESSION/grid.toml" >"$SESSION/plan.part" ||
     { rm -f "$SESSION/plan.part" && return 1; }
   mv "$SESSION/plan.part" "$SESSION/plan.json" && cat "$SESSION/plan.json"
 }
@@ -145,13 +156,22 @@ plan_stack() {
   fi
 }
 
+# Minutes the session's planned stack may train until epoch second $1: less its plan's stop_early_seconds (the
+# extra pack calls its models or state need; absent in plans from before it was counted).
+train_minutes() {
+  python3 -c 'import json, os, sys
+plan = json.load(open(sys.argv[1])) if os.path.isfile(sys.argv[1]) else {}
+left = float(sys.argv[2]) - plan.get("stop_early_seconds", 0) / 60
+print(f"{max(left, 0):.3f}")' "$SESSION/plan.json" "$(minutes_until "$1")"
+}
+
 # The detached driver (`drive DEADLINE WORK`): the session's sweep, training until DEADLINE (epoch seconds);
 # then, while every stack of it finished without an error and FOLLOW_MINUTES remain, the queue's next stack
 # in a new sweep (the finished sweep and its session move to WORK/done-K).
 drive() {
   local deadline=$1 k
   while :; do
-    python3 -m lsa_interp sweep "$SESSION/grid.toml" --out "$SWEEP" --max-minutes "$(minutes_until "$deadline")" \
+    python3 -m lsa_interp sweep "$SESSION/grid.toml" --out "$SWEEP" --max-minutes "$(train_minutes "$deadline")" \
       >>"$SESSION/sweep.log" 2>&1 || return
     [[ -z $(python3 scripts/pack_results.py unfinished "$SWEEP") ]] || return
     awk -v left="$(minutes_until "$deadline")" -v need="$FOLLOW_MINUTES" 'BEGIN { exit !(left >= need) }' || return
@@ -173,9 +193,25 @@ launch() {
   watch_sweep $((560 - ($(date +%s) - began)))
 }
 
+# Set aside the parts of an upload that this call carried (runs/upload/carry.*) and say which are still to come.
+receive() {
+  mkdir -p "$RECEIVED"
+  if compgen -G "$UPLOAD/carry.*" >/dev/null; then mv "$UPLOAD"/carry.* "$RECEIVED/"; fi
+  python3 scripts/pack_results.py received "$RECEIVED"
+}
+
 case ${1:-} in
+receive)
+  receive
+  ;;
 start)
   minutes=${2:?usage: gpu_train.sh start MINUTES [BENCH_JSON]}
+  receive || exit 2
+  if [[ -f $RECEIVED/carry.sha256 ]]; then
+    rm -rf "$CARRY"
+    python3 scripts/pack_results.py unpack "$RECEIVED" --name carry --into "$CARRY" || exit 2
+    rm -rf "$RECEIVED"
+  fi
   deadline=$(awk -v b="$began" -v m="$minutes" 'BEGIN { printf "%d", b + 60 * m }')
   kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o 'H[0-9]*' | tr H h)
   bench=${3:-benchmarks/results/stacking-$kind.json}

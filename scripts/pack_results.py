@@ -16,8 +16,13 @@ most 4 chunks (and the checksum) to ``$OUT`` per command:
 ``unfinished SWEEP`` prints the stacks of a sweep that have not finished. ``carry`` keeps, of an unpacked
 session (``grid/`` the sweep, ``session/`` its plan), only what the next GPU session needs to continue its
 unfinished stacks (their config, metrics and state, the sweep's plan and the session's grid file: about
-17 MB per fp32 run); it replaces ``--into`` and empties it when every stack finished. The next session
-carries that folder up as ``runs/carry`` (scripts/gpu_train.sh).
+17 MB per fp32 run); it replaces ``--into`` and empties it when every stack finished.
+
+A device call carries up at most 64 MiB of working tree, the checkout included, so the next session takes
+that folder up in parts, one call each (scripts/gpu_train.sh ``receive``, then ``start``, which joins them
+into ``runs/carry``); ``upload`` cuts them to fit and prints the calls:
+
+    python scripts/pack_results.py upload ~/.local/share/lsa-interp/gpu-carry --into runs/upload
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import hashlib
 import io
 import json
 import shutil
+import subprocess
 import sys
 import tarfile
 from collections.abc import Callable
@@ -42,6 +48,11 @@ SKIP_PARTS = {"data", "__pycache__"}
 WEIGHTS, STATE, DONE = "model.safetensors", "state.pt", "done"
 CONTINUES = ("config.json", "train_config.json", "metrics.jsonl", STATE)
 """What continues an unfinished stack in its run directory (datasets are made again from their seeds)."""
+ROOT = Path(__file__).resolve().parents[1]
+TREE_LIMIT_MIB = 64.0
+"""The working tree one device call takes along: tracked and untracked-not-ignored files and carried paths."""
+MARGIN_MIB = 1.0
+"""Room left in each call for files that change between the upload and the call."""
 
 
 def wanted(
@@ -110,21 +121,41 @@ def pack(roots: list[Path], out: Path, chunk_mib: float, states: bool = False) -
         chunk = out / f"bundle.tar.part{index:02d}"
         chunk.write_bytes(data[start : start + size])
         chunks.append(chunk)
-    (out / "bundle.sha256").write_text(hashlib.sha256(data).hexdigest() + "\n")
+    (out / "bundle.sha256").write_text(f"{hashlib.sha256(data).hexdigest()} {len(chunks)}\n")
     print(f"packed {len(data) / 2**20:.1f} MiB from {', '.join(map(str, roots))} into {len(chunks)} chunk(s)")
     return chunks
 
 
-def unpack(sources: list[Path], into: Path) -> None:
-    """Join the chunks found in ``sources`` (in part order), check the checksum and extract into ``into``."""
-    chunks = sorted((c for source in sources for c in source.glob("bundle.tar.part*")), key=lambda c: c.name)
-    sums = [s / "bundle.sha256" for s in sources if (s / "bundle.sha256").is_file()]
+def parts_status(sources: list[Path], name: str = "bundle") -> tuple[dict[int, Path], int | None]:
+    """The chunks ``NAME.tar.partNN`` found in ``sources`` by part number, and how many the bundle has (from
+    ``NAME.sha256``; None when that file is missing or from before it counted them)."""
+    chunks = {int(c.name.rsplit("part", 1)[1]): c for source in sources for c in source.glob(f"{name}.tar.part[0-9]*")}
+    sums = [s / f"{name}.sha256" for s in sources if (s / f"{name}.sha256").is_file()]
+    fields = sums[0].read_text().split() if sums else []
+    return chunks, int(fields[1]) if len(fields) > 1 else None
+
+
+def joined(sources: list[Path], name: str = "bundle") -> bytes:
+    """The bundle ``name`` joined from its chunks in ``sources``, checked against its checksum.
+
+    Raises SystemExit naming the missing parts, or when the checksum or the chunks are missing or damaged.
+    """
+    chunks, count = parts_status(sources, name)
+    sums = [s / f"{name}.sha256" for s in sources if (s / f"{name}.sha256").is_file()]
     if not chunks or not sums:
-        raise SystemExit(f"no bundle.tar.part* and bundle.sha256 in {', '.join(map(str, sources))}")
-    data = b"".join(chunk.read_bytes() for chunk in chunks)
-    expected = sums[0].read_text().split()[0]
-    if hashlib.sha256(data).hexdigest() != expected:
+        raise SystemExit(f"no {name}.tar.part* and {name}.sha256 in {', '.join(map(str, sources))}")
+    missing = [f"{index:02d}" for index in range(count or 0) if index not in chunks]
+    if missing:
+        raise SystemExit(f"{name}: part(s) {', '.join(missing)} of {count} missing from {', '.join(map(str, sources))}")
+    data = b"".join(chunks[index].read_bytes() for index in sorted(chunks))
+    if hashlib.sha256(data).hexdigest() != sums[0].read_text().split()[0]:
         raise SystemExit("checksum mismatch: a chunk is missing or damaged")
+    return data
+
+
+def unpack(sources: list[Path], into: Path, name: str = "bundle") -> None:
+    """Join the chunks found in ``sources`` (in part order), check the checksum and extract into ``into``."""
+    data = joined(sources, name)
     into.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         tar.extractall(into, filter="data")
@@ -184,6 +215,63 @@ def carry(source: Path, into: Path) -> int:
     return len(unfinished)
 
 
+def working_tree_mib(root: Path = ROOT) -> float:
+    """MiB of what a device call takes of ``root`` without carried paths: tracked and untracked-not-ignored
+    files. Raises SystemExit when git cannot list them."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root, capture_output=True, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError) as error:
+        message = f"cannot list the working tree of {root} with git ({error}): give --first-mib and --part-mib"
+        raise SystemExit(message) from None
+    files = (root / name for name in dict.fromkeys(listed.decode().split("\0")) if name)
+    return sum(path.stat().st_size for path in files if path.is_file()) / 2**20
+
+
+def upload(source: Path, into: Path, first_mib: float, part_mib: float, wheels: Path | None = None) -> int:
+    """Cut what ``carry`` kept in ``source`` into parts for the calls of the next GPU session: the first
+    (which also carries ``wheels``) at most ``first_mib`` MiB, the others ``part_mib``. Replaces ``into`` with
+    ``carry.tar.partNN`` and ``carry.sha256`` (checksum and count), prints the calls and returns the parts
+    (0, leaving ``into`` absent, when ``source`` holds nothing). Raises SystemExit when ``source`` is not a
+    directory or a part would hold nothing."""
+    if not source.is_dir():
+        raise SystemExit(f"not a directory: {source}")
+    if min(first_mib, part_mib) <= 0:
+        raise SystemExit(f"no room for a part: first {first_mib:.1f} MiB, others {part_mib:.1f} MiB a call")
+    shutil.rmtree(into, ignore_errors=True)
+    files = sorted(p for p in source.rglob("*") if p.is_file())
+    if not files:
+        print(f"nothing to carry up: {source} is empty")
+        return 0
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in files:
+            tar.add(path, arcname=str(path.relative_to(source)))
+    data, first, rest = buffer.getvalue(), int(first_mib * 2**20), int(part_mib * 2**20)
+    bounds = [0]
+    while bounds[-1] < len(data):
+        bounds.append(min(len(data), bounds[-1] + (first if len(bounds) == 1 else rest)))
+    staging = into.with_name(f".{into.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for index, (start, end) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        (staging / f"carry.tar.part{index:02d}").write_bytes(data[start:end])
+    (staging / "carry.sha256").write_text(f"{hashlib.sha256(data).hexdigest()} {len(bounds) - 1}\n")
+    staging.rename(into)
+    parts = len(bounds) - 1
+    print(f"cut {len(data) / 2**20:.1f} MiB from {source} into {parts} part(s) in {into}; the session's calls:")
+    for index in range(parts):
+        carried = [into / f"carry.tar.part{index:02d}"]
+        if index == 0:
+            carried = [*([wheels] if wheels else []), into / "carry.sha256", *carried]
+        carried = [str(p.resolve().relative_to(ROOT)) if p.resolve().is_relative_to(ROOT) else str(p) for p in carried]
+        command = "bash scripts/gpu_train.sh " + ("start MINUTES" if index == parts - 1 else "receive")
+        print(f"  call {index + 1}: carry {' '.join(carried)}; {command}")
+    return parts
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -195,6 +283,7 @@ def main(argv: list[str] | None = None) -> None:
     unpacking = commands.add_parser("unpack", help="join, check and extract a bundle")
     unpacking.add_argument("sources", nargs="+", type=Path)
     unpacking.add_argument("--into", type=Path, required=True)
+    unpacking.add_argument("--name", default="bundle", help="the bundle's name: bundle (pack), carry (upload)")
     keeping = commands.add_parser("records", help="copy a sweep's run records, without weights, for the repository")
     keeping.add_argument("source", type=Path)
     keeping.add_argument("--into", type=Path, required=True)
@@ -203,6 +292,14 @@ def main(argv: list[str] | None = None) -> None:
     carrying = commands.add_parser("carry", help="keep what continues a session's unfinished stacks")
     carrying.add_argument("source", type=Path, help="an unpacked session (with grid/ and session/)")
     carrying.add_argument("--into", type=Path, required=True)
+    uploading = commands.add_parser("upload", help="cut a kept carry folder into parts, one per device call")
+    uploading.add_argument("source", type=Path, help="what `carry` kept")
+    uploading.add_argument("--into", type=Path, required=True, help="where the parts go (replaced)")
+    uploading.add_argument("--wheels", type=Path, default=ROOT / ".whl", help="what the first call also carries")
+    uploading.add_argument("--first-mib", type=float, help="the first part (default: what the call has room for)")
+    uploading.add_argument("--part-mib", type=float, help="every other part (default: what a call has room for)")
+    receiving = commands.add_parser("received", help="which parts of an upload a folder holds")
+    receiving.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
     if args.command == "pack":
         pack(args.roots, args.out, args.chunk_mib, args.states)
@@ -212,8 +309,31 @@ def main(argv: list[str] | None = None) -> None:
         carry(args.source, args.into)
     elif args.command == "unfinished":
         print("\n".join(map(str, unfinished_stacks(args.sweep))))
+    elif args.command == "upload":
+        upload_parts(args)
+    elif args.command == "received":
+        print(received(args.folder))
     else:
-        unpack(args.sources, args.into)
+        unpack(args.sources, args.into, args.name)
+
+
+def upload_parts(args: argparse.Namespace) -> None:
+    """`upload` with each part as large as its call has room for, unless given."""
+    wheels = args.wheels if args.wheels.is_dir() else None
+    room = None if args.first_mib and args.part_mib else TREE_LIMIT_MIB - MARGIN_MIB - working_tree_mib()
+    wheels_mib = sum(p.stat().st_size for p in wheels.rglob("*") if p.is_file()) / 2**20 if wheels else 0.0
+    first = args.first_mib or room - wheels_mib
+    upload(args.source, args.into, first, args.part_mib or room, wheels)
+
+
+def received(folder: Path) -> str:
+    """One line: the parts of an upload that ``folder`` holds, and those still to send."""
+    chunks, count = parts_status([folder], "carry")
+    if count is None:
+        return f"nothing received in {folder}" if not chunks else f"{len(chunks)} part(s), no carry.sha256 yet"
+    missing = [f"{index:02d}" for index in range(count) if index not in chunks]
+    held = ", ".join(f"{index:02d}" for index in sorted(chunks)) or "none"
+    return f"received part(s) {held} of {count}" + (f"; still to send: {', '.join(missing)}" if missing else "")
 
 
 if __name__ == "__main__":

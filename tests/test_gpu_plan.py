@@ -267,15 +267,42 @@ def test_the_queue_starts_with_the_precision_check_and_covers_the_paper_grid():
     assert runs[10].name == "copy-200-alphabet-s0" and runs[-1].name == "copy-20-5shot-alphabet-s4"
 
 
-def test_the_next_h100_session_continues_the_first_fp32_run_of_the_queue_from_the_committed_step_times():
+def test_the_next_h100_session_continues_the_first_fp32_runs_of_the_queue_from_the_committed_step_times():
     """What `gpu_train.sh start` plans on an H100 with 15 minutes of device time (MINUTES = 12, less the seconds
-    before the planner runs) and its default carry budget: not even one fp32 run finishes in a session, so the
-    queue's first run trains compiled (2.65 ms a step against 3.9 plain) over two sessions."""
+    before the planner runs): not even one fp32 run finishes in a session. With one call's room for state (28
+    MiB) the queue's first run trains compiled (2.65 ms a step against 3.9 plain) over two sessions; with the
+    script's default carry (100 MiB in parts, 20 s a call) four runs train over three, 1.6 times the runs a
+    minute."""
     documents = [json.loads((ROOT / "benchmarks" / "results" / f"{name}-h100.json").read_text())
                  for name in ("stacking", "compile")]  # fmt: skip
     bench, grid = gpu_plan.merge_benchmarks(documents), load_grid(ROOT / "grids" / "queue.toml")
     with pytest.raises(ValueError, match="not even one fp32 run fits"):
         gpu_plan.plan_session(grid, set(), bench, 11.8, "auto")
-    plan = gpu_plan.plan_session(grid, set(), bench, 11.8, "auto", carry_mib=28)
-    assert [run.name for run in plan.runs] == ["copy-20-random-s0"]
-    assert (plan.stacking, plan.sessions, plan.step_ms) == ("native-compile", 2, pytest.approx(2.653, abs=1e-3))
+    one = gpu_plan.plan_session(grid, set(), bench, 11.8, "auto", carry_mib=28, call_seconds=20)
+    assert [run.name for run in one.runs] == ["copy-20-random-s0"]
+    assert (one.stacking, one.sessions, one.step_ms) == ("native-compile", 2, pytest.approx(2.653, abs=1e-3))
+    four = gpu_plan.plan_session(grid, set(), bench, 11.8, "auto", carry_mib=100, call_seconds=20)
+    assert [run.name for run in four.runs] == [f"copy-20-random-s{seed}" for seed in range(4)]
+    assert (four.stacking, four.sessions, four.stop_early_seconds) == ("native-compile", 3, 20)
+    assert len(four.runs) / four.minutes > 1.5 * len(one.runs) / one.minutes
+
+
+def test_extra_transfer_calls_are_charged_to_the_estimate_and_stop_the_training_early():
+    """A continued stack of 4 runs holds 64 MiB of state: two pack calls a session (60 MiB a call) and two
+    upload calls (34 MiB a call), one of each beyond the first. A stack of 12 runs that finishes brings back 12
+    models (64 MiB): two pack calls."""
+    grid, table = queue(COPY20), bench({1: 2.6, 4: 4.0, 12: 4.1})
+    free = gpu_plan.plan_session(grid, set(), table, 10, carry_mib=70)
+    paid = gpu_plan.plan_session(grid, set(), table, 10, carry_mib=70, call_seconds=30)
+    assert len(free.runs) == len(paid.runs) == 4 and (free.stop_early_seconds, paid.stop_early_seconds) == (0, 30)
+    work = (STEPS_RANDOM * 0.004 * 1.05 + 4 * 30) / 60
+    assert paid.sessions == math.ceil(work / (10 - 1.5 - 0.5))
+    assert paid.minutes == pytest.approx(work + paid.sessions * (1.5 + 0.5) + (paid.sessions - 1) * 0.5)
+    assert free.minutes == pytest.approx(work + free.sessions * 1.5)
+    assert paid.summary()["stop_early_seconds"] == 30
+    seeds = "seeds = { start = 0, stop = 12 }"
+    finishing = gpu_plan.plan_session(queue(COPY20.replace("\n", f"\n{seeds}\n", 1)), set(), table, 30,
+                                      call_seconds=60)  # fmt: skip
+    train = (STEPS_RANDOM * 0.0041 * 1.05 + 90 + 12 * 30) / 60
+    assert len(finishing.runs) == 12 and finishing.stop_early_seconds == 60
+    assert finishing.minutes == pytest.approx(train + 1)

@@ -96,8 +96,9 @@ def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_th
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_its_carried_state(tmp_path):
     """Two sessions on a CPU, each of about 35 s of training: the first plans a stack that continues over
-    sessions and packs its state; here that state is kept (pack_results.py carry); the second session, on a
-    fresh machine, carries it up and goes on from the step where the first stopped."""
+    sessions and packs its state; here that state is kept (pack_results.py carry) and cut into parts
+    (pack_results.py upload); the second session, on a fresh machine, receives them one call each, refuses to
+    start while one is missing, and goes on from the step where the first stopped."""
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\n")
     (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
@@ -110,7 +111,6 @@ def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_i
         "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
         "QUEUE": str(grid),
         "DONE": str(tmp_path / "none"),
-        "CARRY": str(tmp_path / "carry"),
         "STARTUP_SECONDS": "3",
         "WATCH_EVERY": "1",
         "OMP_NUM_THREADS": "1",
@@ -121,17 +121,19 @@ def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_i
     steps = []
     for session in ("one", "two"):
         env = {**base, "GPU_TRAIN_DIR": str(tmp_path / session), "BUNDLE": str(tmp_path / session / "bundle")}
-        env["OUT"] = str(tmp_path / session / "out")
-        started = subprocess.run([*script, "start", "0.8", str(tmp_path / "bench.json")], env=env,
-                                 capture_output=True, text=True, timeout=300)  # fmt: skip
+        env |= {"OUT": str(tmp_path / session / "out"), "UPLOAD": str(tmp_path / session / "upload")}
+        start = [*script, "start", "0.8", str(tmp_path / "bench.json")]
+        if session == "two":
+            _receive_all_but_the_last_part(tmp_path / "kept", tmp_path / "parts", script, env, start)
+        started = subprocess.run(start, env=env, capture_output=True, text=True, timeout=300)
         assert started.returncode == 0, started.stderr[-2000:]
         assert ("continuing the stack carried up" in started.stdout) == (session == "two")
         packed = subprocess.run([*script, "pack", "0"], env=env, capture_output=True, text=True, timeout=120)
         assert packed.returncode == 0, packed.stderr[-2000:]
         back = tmp_path / session / "back"
         subprocess.run([*pack_script, "unpack", env["OUT"], "--into", str(back)], check=True, timeout=60)
-        subprocess.run([*pack_script, "carry", str(back), "--into", str(tmp_path / "carry")], check=True, timeout=60)
-        stack = tmp_path / "carry" / "grid" / "stacks" / "stack-000"
+        subprocess.run([*pack_script, "carry", str(back), "--into", str(tmp_path / "kept")], check=True, timeout=60)
+        stack = tmp_path / "kept" / "grid" / "stacks" / "stack-000"
         records = [json.loads(line) for line in (stack / "metrics.jsonl").read_text().splitlines()]
         steps.append([r["step"] for r in records if r.get("type") == "step"])
         assert (stack / "state.pt").is_file() and not list(back.rglob("model.safetensors"))
@@ -139,6 +141,31 @@ def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_i
     assert plan["sessions"] > 1 and plan["replicates"] == 4
     first, both = steps
     assert first and both[: len(first)] == first and both[-1] > first[-1]
+
+
+def _receive_all_but_the_last_part(kept: Path, parts: Path, script: list[str], env: dict, start: list[str]) -> None:
+    """Cut ``kept`` into three parts or more and carry each into ``env["UPLOAD"]`` as a call would: all but the
+    last with ``receive``; ``start`` with the last one left out must fail, naming it."""
+    size = sum(p.stat().st_size for p in kept.rglob("*") if p.is_file()) / 2**20
+    cut = [sys.executable, str(ROOT / "scripts" / "pack_results.py"), "upload", str(kept), "--into", str(parts)]
+    cut += ["--first-mib", f"{size / 4:.4f}", "--part-mib", f"{size / 3:.4f}"]
+    printed = subprocess.run(cut, check=True, capture_output=True, text=True, timeout=60).stdout
+    count = len(re.findall(r"^  call \d+: ", printed, flags=re.MULTILINE))
+    assert count >= 3 and printed.rstrip().endswith("gpu_train.sh start MINUTES")
+    upload = Path(env["UPLOAD"])
+    for index in range(count - 1):
+        upload.mkdir(parents=True, exist_ok=True)
+        for name in ["carry.sha256"] * (index == 0) + [f"carry.tar.part{index:02d}"]:
+            shutil.copy(parts / name, upload / name)
+        received = subprocess.run([*script, "receive"], env=env, capture_output=True, text=True, timeout=60)
+        assert received.returncode == 0, received.stderr
+        assert f"received part(s) {', '.join(f'{i:02d}' for i in range(index + 1))} of {count}; still to send:" in (
+            received.stdout
+        ) and received.stdout.rstrip().endswith(f" {count - 1:02d}")
+        assert not list(upload.iterdir())  # set aside: a later call's tree cannot take it away
+    refused = subprocess.run(start, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and f"part(s) {count - 1:02d} of {count} missing" in refused.stderr
+    shutil.copy(parts / f"carry.tar.part{count - 1:02d}", upload)
 
 
 @pytest.mark.slow

@@ -41,6 +41,9 @@ def test_chunks_from_several_fetches_rebuild_the_results_without_states_or_data(
     assert (back / "results.csv").is_file()
     assert not (back / "stacks" / "stack-0" / "state.pt").exists() and not (back / "data").exists()
     (second / chunks[-1].name).unlink()
+    with pytest.raises(SystemExit, match=f"part\\(s\\) {len(chunks) - 1:02d} of {len(chunks)} missing"):
+        pack_results.unpack([first, second], tmp_path / "again")
+    (second / chunks[-1].name).write_bytes(b"damaged")
     with pytest.raises(SystemExit, match="checksum"):
         pack_results.unpack([first, second], tmp_path / "again")
 
@@ -147,3 +150,36 @@ def test_a_stack_stopped_by_its_step_bound_counts_as_finished_and_an_unfinished_
     (bounded / "replicate-0" / "model" / "config.json").write_text('{"metadata": {"steps": 40}}')
     pack_results.records(sweep, tmp_path / "kept")
     assert [p.name for p in (tmp_path / "kept" / "stacks").iterdir()] == ["stack-000"]
+
+
+def test_upload_cuts_the_carried_state_into_parts_one_call_each_that_join_back_exactly(tmp_path, capsys):
+    """The first part shares its call with the wheels; a missing part is named, and the calls are printed."""
+    source = tmp_path / "gpu-carry"
+    _session_with_two_stacks(source / "grid")
+    state = source / "grid" / "grid" / "stacks" / "stack-001" / "state.pt"
+    state.write_bytes(os.urandom(700_000))  # resumable state hardly compresses
+    into = tmp_path / "upload"
+    parts = pack_results.upload(source, into, first_mib=0.2, part_mib=0.3, wheels=tmp_path / ".whl")
+    sizes = [(into / f"carry.tar.part{index:02d}").stat().st_size for index in range(parts)]
+    assert parts == 3 and sizes[:2] == [int(0.2 * 2**20), int(0.3 * 2**20)] and 0 < sizes[2] <= 0.3 * 2**20
+    assert sorted(p.name for p in into.iterdir()) == ["carry.sha256", *(f"carry.tar.part{i:02d}" for i in range(3))]
+    calls = capsys.readouterr().out.splitlines()[1:]
+    assert len(calls) == 3 and calls[0].endswith("carry.tar.part00; bash scripts/gpu_train.sh receive")
+    assert ".whl" in calls[0] and "carry.sha256" in calls[0] and calls[2].endswith("gpu_train.sh start MINUTES")
+    received = tmp_path / "received"
+    received.mkdir()
+    for name in ("carry.sha256", "carry.tar.part00", "carry.tar.part02"):
+        shutil.copy(into / name, received / name)
+    assert pack_results.received(received) == "received part(s) 00, 02 of 3; still to send: 01"
+    with pytest.raises(SystemExit, match="carry: part\\(s\\) 01 of 3 missing"):
+        pack_results.unpack([received], tmp_path / "carry", name="carry")
+    shutil.copy(into / "carry.tar.part01", received / "carry.tar.part01")
+    assert pack_results.received(received) == "received part(s) 00, 01, 02 of 3"
+    pack_results.unpack([received], tmp_path / "carry", name="carry")
+    back = {p.relative_to(tmp_path / "carry"): p.read_bytes() for p in (tmp_path / "carry").rglob("*") if p.is_file()}
+    assert back == {p.relative_to(source): p.read_bytes() for p in source.rglob("*") if p.is_file()}
+    shutil.rmtree(source)
+    source.mkdir()
+    assert pack_results.upload(source, into, 0.2, 0.3) == 0 and not into.exists()
+    with pytest.raises(SystemExit, match="no room for a part"):
+        pack_results.upload(tmp_path / "carry", into, first_mib=-1.0, part_mib=30)
