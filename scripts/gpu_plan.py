@@ -24,7 +24,9 @@ Moving state and models costs device calls: a call carries up about `UPLOAD_MIB_
 tree's 64 MiB less the checkout) and ``pack`` brings back `PACK_MIB_PER_CALL` MiB. With ``--call-seconds S``
 every call beyond the first of each direction costs S seconds of the session: the estimate adds them, and the
 plan's ``stop_early_seconds`` (the extra ``pack`` calls its models or state need) tells the session to stop
-training that much earlier than its deadline.
+training that much earlier than its deadline. The state waits between GPU sessions on the CPU machine, which
+may be replaced: ``--carry-survival P`` (the chance it is still there at the next GPU session) weights a
+continued stack's runs per minute by ``P ** (sessions - 1)``, so that a long stack must earn its risk.
 
 The estimate: the stack's longest run (``epochs x`` its steps per epoch, bounded above by
 ``ceil(rows / batch) + groups``) times the step time at that stack size (interpolated linearly between the
@@ -78,6 +80,12 @@ class SessionPlan:
     stacking: str = "native"
     sessions: int = 1
     stop_early_seconds: float = 0.0
+    survival: float = 1.0
+
+    @property
+    def expected_rate(self) -> float:
+        """Runs per minute, times the chance that the state survives every wait between the plan's sessions."""
+        return len(self.runs) / self.minutes * self.survival
 
     def summary(self) -> dict[str, Any]:
         """A JSON-serialisable description of the plan."""
@@ -92,6 +100,7 @@ class SessionPlan:
             "estimated_minutes": round(self.minutes, 2),
             "sessions": self.sessions,
             "stop_early_seconds": round(self.stop_early_seconds, 1),
+            "survival": round(self.survival, 3),
             "runs_left_after": self.remaining - len(self.runs),
         }
 
@@ -228,20 +237,24 @@ def plan_session(
     eval_seconds: float = 30.0,
     carry_mib: float = 0.0,
     call_seconds: float = 0.0,
+    carry_survival: float = 1.0,
 ) -> SessionPlan:
     """The largest stack of the queue's next unfinished runs that fits in ``minutes``: the first unfinished
-        run's precision, and the later unfinished runs of that precision in queue order. When none fits and
-        ``carry_mib`` is positive, the stack of at most ``carry_mib`` MiB of state that trains the most runs per
-        minute, over as many sessions as it needs (see the module doc). ``call_seconds``: what each device call
-    beyond the first of a direction costs (the module doc). ``stacking="auto"`` plans with each of
-        `AUTO_STACKINGS` that ``bench`` measured at that precision and keeps the plan that finishes in this
-        session with the most runs, else the one with the most runs per minute (the shorter one on a tie, native
-        first).
+            run's precision, and the later unfinished runs of that precision in queue order. When none fits and
+            ``carry_mib`` is positive, the stack of at most ``carry_mib`` MiB of state that trains the most runs per
+            minute, over as many sessions as it needs (see the module doc). ``call_seconds``: what each device call
+        beyond the first of a direction costs, ``carry_survival``: the chance a carried state survives to the next
+    session (the module doc). ``stacking="auto"`` plans with each of
+            `AUTO_STACKINGS` that ``bench`` measured at that precision and keeps the plan that finishes in this
+            session with the most runs, else the one with the most runs per minute (the shorter one on a tie, native
+            first).
 
-        Raises ValueError when every run is finished or not even one run fits.
+            Raises ValueError when every run is finished, not even one run fits, or ``carry_survival`` is not in (0, 1].
     """
+    if not 0 < carry_survival <= 1:
+        raise ValueError(f"--carry-survival must be in (0, 1], not {carry_survival:g}")
     if stacking == "auto":
-        limits = (max_replicates, overhead, startup_seconds, eval_seconds, carry_mib, call_seconds)
+        limits = (max_replicates, overhead, startup_seconds, eval_seconds, carry_mib, call_seconds, carry_survival)
         plans, errors = [], []
         for mode in AUTO_STACKINGS:
             try:
@@ -273,13 +286,14 @@ def plan_session(
     if carry_mib <= 0:
         raise ValueError(f"not even one {precision} run fits in {minutes:g} minutes at this benchmark's step times")
     costs = (overhead, startup_seconds, eval_seconds, call_seconds)
-    return _continued_plan(candidates, grid, table, minutes, carry_mib, costs, len(left), stacking)
+    return _continued_plan(candidates, grid, table, minutes, carry_mib, costs, len(left), stacking, carry_survival)
 
 
 def _preference(plan: SessionPlan) -> tuple:
-    """How `plan_session` ranks plans: finishing in this session, then runs (or runs per minute), then speed."""
+    """How `plan_session` ranks plans: finishing in this session, then runs (or the expected runs per minute of
+    a continued stack), then speed."""
     finishes = plan.sessions == 1
-    return finishes, len(plan.runs) if finishes else len(plan.runs) / plan.minutes, -plan.minutes
+    return finishes, len(plan.runs) if finishes else plan.expected_rate, -plan.minutes
 
 
 def _continued_plan(
@@ -291,8 +305,10 @@ def _continued_plan(
     costs: tuple,
     remaining: int,
     stacking: str,
+    survival: float = 1.0,
 ) -> SessionPlan:
-    """The stack of at most ``carry_mib`` MiB of state that trains the most runs per minute, over sessions of
+    """The stack of at most ``carry_mib`` MiB of state that trains the most runs per minute (weighted by
+    ``survival ** (sessions - 1)``, the chance its state survives every wait between sessions), over sessions of
     ``minutes`` that each start up again and move the state down and (but the first) up again (``costs``:
     overhead, start-up, evaluation and call seconds as in `plan_session`). Raises ValueError when a run's state
     or the start-up does not fit."""
@@ -317,7 +333,8 @@ def _continued_plan(
         sessions = math.ceil(work / usable)
         total = work + (sessions * (startup_seconds + pack) + (sessions - 1) * upload) / 60
         plan = SessionPlan(runs, candidates[0].precision, ms, steps, total, remaining, batch, stacking, sessions, pack)
-        if best is None or size / plan.minutes > len(best.runs) / best.minutes:
+        plan = replace(plan, survival=survival ** (sessions - 1))
+        if best is None or plan.expected_rate > best.expected_rate:
             best = plan
     if best is None:
         raise ValueError(f"not even one run fits in {minutes:g} minutes with its start-up and transfers")
@@ -376,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--call-seconds", type=float, default=0.0, help="device seconds each extra transfer call costs (0: none)"
     )
+    parser.add_argument(
+        "--carry-survival", type=float, default=1.0, help="chance a carried state is there at the next session"
+    )
     parser.add_argument("--out", type=Path, required=True, help="where to write the session's grid file")
     args = parser.parse_args(argv)
     try:
@@ -395,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
             eval_seconds=args.eval_seconds,
             carry_mib=args.carry_mib,
             call_seconds=args.call_seconds,
+            carry_survival=args.carry_survival,
         )
         text = session_grid(grid, plan)
     except (OSError, ValueError) as error:

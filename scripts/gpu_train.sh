@@ -61,6 +61,10 @@ STACKING=${STACKING:-auto}
 CARRY=${CARRY:-$WORK/carry}
 CARRY_MIB=${CARRY_MIB:-100}
 CALL_SECONDS=${CALL_SECONDS:-20}
+# The chance that a carried state, kept on this project's CPU machine, is still there at the next GPU session:
+# 5 of the last 6 session boundaries kept the machine, and a GPU session comes about every third session
+# (0.85^3); the planner weights a continued stack's runs per minute by it once per wait.
+CARRY_SURVIVAL=${CARRY_SURVIVAL:-0.6}
 UPLOAD=${UPLOAD:-$WORK/upload}
 # The planner's guess of a session's start-up before the first step (dataset, model, compile and capture).
 STARTUP_SECONDS=${STARTUP_SECONDS:-90}
@@ -126,7 +130,8 @@ plan() {
     [[ -d $root ]] && done_args+=(--done "$root")
   done
   python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" "${benches[@]}" --stacking "$2" --minutes "$1" \
-    --carry-mib "$CARRY_MIB" --call-seconds "$CALL_SECONDS" --startup-seconds "$STARTUP_SECONDS" \
+    --carry-mib "$CARRY_MIB" --call-seconds "$CALL_SECONDS" --carry-survival "$CARRY_SURVIVAL" \
+    --startup-seconds "$STARTUP_SECONDS" \
     --out "$SESSION/grid.toml" >"$SESSION/plan.part" ||
     { rm -f "$SESSION/plan.part" && return 1; }
   mv "$SESSION/plan.part" "$SESSION/plan.json" && cat "$SESSION/plan.json"

@@ -244,13 +244,15 @@ def test_cli_writes_the_grid_and_prints_the_plan(tmp_path, capsys):
         ({"--minutes": "5"}, "not even one fp32 run fits in 5 minutes"),
         ({"--bench": "missing.json"}, "missing.json"),
         ({"--done": "nowhere"}, "--done: not a directory"),
+        ({"--carry-survival": "0"}, "--carry-survival must be in (0, 1], not 0"),
     ],
 )
 def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys, change, message):
     (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8})))
     options = {"--queue": str(ROOT / "grids" / "queue.toml"), "--bench": str(tmp_path / "bench.json")}
     options |= {"--minutes": "20", "--out": str(tmp_path / "session.toml"), "--done": str(tmp_path)}
-    options |= {key: str(tmp_path / value) if key != "--minutes" else value for key, value in change.items()}
+    numbers = ("--minutes", "--carry-survival")
+    options |= {key: value if key in numbers else str(tmp_path / value) for key, value in change.items()}
     assert gpu_plan.main([item for pair in options.items() for item in pair]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("gpu_plan: error:") and message in err and "\n" not in err
@@ -272,7 +274,8 @@ def test_the_next_h100_session_continues_the_first_fp32_runs_of_the_queue_from_t
     before the planner runs): not even one fp32 run finishes in a session. With one call's room for state (28
     MiB) the queue's first run trains compiled (2.65 ms a step against 3.9 plain) over two sessions; with the
     script's default carry (100 MiB in parts, 20 s a call) four runs train over three, 1.6 times the runs a
-    minute."""
+    minute, when the state is sure to survive between sessions; at the script's guess of that chance (0.6),
+    two runs over two sessions, 1.4 times the runs a minute of one."""
     documents = [json.loads((ROOT / "benchmarks" / "results" / f"{name}-h100.json").read_text())
                  for name in ("stacking", "compile")]  # fmt: skip
     bench, grid = gpu_plan.merge_benchmarks(documents), load_grid(ROOT / "grids" / "queue.toml")
@@ -285,6 +288,11 @@ def test_the_next_h100_session_continues_the_first_fp32_runs_of_the_queue_from_t
     assert [run.name for run in four.runs] == [f"copy-20-random-s{seed}" for seed in range(4)]
     assert (four.stacking, four.sessions, four.stop_early_seconds) == ("native-compile", 3, 20)
     assert len(four.runs) / four.minutes > 1.5 * len(one.runs) / one.minutes
+    two = gpu_plan.plan_session(grid, set(), bench, 11.8, "auto", carry_mib=100, call_seconds=20, carry_survival=0.6)
+    assert [run.name for run in two.runs] == ["copy-20-random-s0", "copy-20-random-s1"] and two.sessions == 2
+    assert two.survival == 0.6 and two.expected_rate == pytest.approx(2 / two.minutes * 0.6)
+    assert len(two.runs) / two.minutes > 1.35 * len(one.runs) / one.minutes
+    assert two.summary()["survival"] == 0.6 and four.summary()["survival"] == 1.0
 
 
 def test_extra_transfer_calls_are_charged_to_the_estimate_and_stop_the_training_early():

@@ -112,6 +112,7 @@ def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_i
         "QUEUE": str(grid),
         "DONE": str(tmp_path / "none"),
         "STARTUP_SECONDS": "3",
+        "CARRY_SURVIVAL": "1",  # the stack's size, not its risk: 26 sessions would weigh R by 0.6 ** 25
         "WATCH_EVERY": "1",
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": str(ROOT),
