@@ -6,8 +6,8 @@
 #       which parts are still to come; the last part comes with `start`.
 #   bash scripts/gpu_train.sh start MINUTES [BENCH_JSON]
 #       joins the parts received into runs/carry (exit 2 naming a part that is missing) and continues the
-#       stack that an earlier session left unfinished; else plans the largest stack of grids/queue.toml's next unfinished
-#       runs (analyses/runs holds the finished ones) that trains, evaluates and analyses in MINUTES, or, when
+#       stack that an earlier session left unfinished; else plans the largest stack of grids/queue.toml's next
+#       unfinished runs (analyses/runs holds the finished ones) that trains, evaluates and analyses in MINUTES, or, when
 #       none does, a stack of at most CARRY_MIB MiB of state that continues over sessions (scripts/gpu_plan.py:
 #       its training stops early by the seconds of the extra pack calls its models or state need);
 #       a compiled stack, or one with the triton attention, only after its GPU test passed here (fresh dropout
@@ -56,8 +56,8 @@ WATCH_EVERY=${WATCH_EVERY:-30}
 # native stack), they are probed.
 STACKING=${STACKING:-auto}
 # The state a session can carry up, in parts of one call each (64 MiB of working tree less the checkout, about
-# 26 MiB, and in the first call .whl, 14 MB): 100 MiB, six fp32 runs, in three calls. CALL_SECONDS: the planner's
-# guess of what each call beyond the first of a direction costs (an upload's receive call, an extra pack call).
+# 26 MiB, and in the first call .whl, 14 MB): 100 MiB, six fp32 runs, in three or four calls. CALL_SECONDS: the
+# planner's guess of what each call beyond the first of a direction costs (a receive call, an extra pack call).
 CARRY=${CARRY:-$WORK/carry}
 CARRY_MIB=${CARRY_MIB:-100}
 CALL_SECONDS=${CALL_SECONDS:-20}

@@ -337,4 +337,10 @@ def received(folder: Path) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except SystemExit as error:
+        if not isinstance(error.code, str):
+            raise
+        print(f"pack_results: error: {error.code}", file=sys.stderr)
+        sys.exit(2)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -183,3 +185,10 @@ def test_upload_cuts_the_carried_state_into_parts_one_call_each_that_join_back_e
     assert pack_results.upload(source, into, 0.2, 0.3) == 0 and not into.exists()
     with pytest.raises(SystemExit, match="no room for a part"):
         pack_results.upload(tmp_path / "carry", into, first_mib=-1.0, part_mib=30)
+
+
+def test_command_line_errors_are_one_line_with_exit_code_2(tmp_path):
+    result = subprocess.run([sys.executable, str(SCRIPT), "upload", str(tmp_path / "nowhere"), "--into",
+                             str(tmp_path / "up")], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 2 and result.stderr == f"pack_results: error: not a directory: {tmp_path / 'nowhere'}\n"
+    assert not (tmp_path / "up").exists()
