@@ -27,6 +27,8 @@ plan's ``stop_early_seconds`` (the extra ``pack`` calls its models or state need
 training that much earlier than its deadline. The state waits between GPU sessions on the CPU machine, which
 may be replaced: ``--carry-survival P`` (the chance it is still there at the next GPU session) weights a
 continued stack's runs per minute by ``P ** (sessions - 1)``, so that a long stack must earn its risk.
+``--session-minutes`` is what a later session has (``--minutes`` may be a short rest of this one, after a
+benchmark): the count of sessions, and so the choice, comes from it.
 
 The estimate: the stack's longest run (``epochs x`` its steps per epoch, bounded above by
 ``ceil(rows / batch) + groups``) times the step time at that stack size (interpolated linearly between the
@@ -238,23 +240,25 @@ def plan_session(
     carry_mib: float = 0.0,
     call_seconds: float = 0.0,
     carry_survival: float = 1.0,
+    session_minutes: float | None = None,
 ) -> SessionPlan:
     """The largest stack of the queue's next unfinished runs that fits in ``minutes``: the first unfinished
-            run's precision, and the later unfinished runs of that precision in queue order. When none fits and
-            ``carry_mib`` is positive, the stack of at most ``carry_mib`` MiB of state that trains the most runs per
-            minute, over as many sessions as it needs (see the module doc). ``call_seconds``: what each device call
-        beyond the first of a direction costs, ``carry_survival``: the chance a carried state survives to the next
-    session (the module doc). ``stacking="auto"`` plans with each of
-            `AUTO_STACKINGS` that ``bench`` measured at that precision and keeps the plan that finishes in this
-            session with the most runs, else the one with the most runs per minute (the shorter one on a tie, native
-            first).
+    run's precision, and the later unfinished runs of that precision in queue order. When none fits and
+    ``carry_mib`` is positive, the stack of at most ``carry_mib`` MiB of state that trains the most runs per
+    minute, over as many sessions as it needs: this one (``minutes``) and later ones of ``session_minutes``
+    each (default: ``minutes``). ``call_seconds``: what each device call beyond the first of a direction costs;
+    ``carry_survival``: the chance a carried state survives to the next session (the module doc).
+    ``stacking="auto"`` plans with each of `AUTO_STACKINGS` that ``bench`` measured at that precision and keeps
+    the plan that finishes in this session with the most runs, else the one with the most runs per minute (the
+    shorter one on a tie, native first).
 
-            Raises ValueError when every run is finished, not even one run fits, or ``carry_survival`` is not in (0, 1].
+    Raises ValueError when every run is finished, not even one run fits, or ``carry_survival`` is not in (0, 1].
     """
     if not 0 < carry_survival <= 1:
         raise ValueError(f"--carry-survival must be in (0, 1], not {carry_survival:g}")
     if stacking == "auto":
         limits = (max_replicates, overhead, startup_seconds, eval_seconds, carry_mib, call_seconds, carry_survival)
+        limits += (session_minutes,)
         plans, errors = [], []
         for mode in AUTO_STACKINGS:
             try:
@@ -286,7 +290,9 @@ def plan_session(
     if carry_mib <= 0:
         raise ValueError(f"not even one {precision} run fits in {minutes:g} minutes at this benchmark's step times")
     costs = (overhead, startup_seconds, eval_seconds, call_seconds)
-    return _continued_plan(candidates, grid, table, minutes, carry_mib, costs, len(left), stacking, carry_survival)
+    later = minutes if session_minutes is None else session_minutes
+    return _continued_plan(candidates, grid, table, (minutes, later), carry_mib, costs, len(left), stacking,
+                           carry_survival)  # fmt: skip
 
 
 def _preference(plan: SessionPlan) -> tuple:
@@ -300,7 +306,7 @@ def _continued_plan(
     candidates: list[SweepRun],
     grid: Grid,
     table: dict[int, float],
-    minutes: float,
+    minutes: tuple[float, float],
     carry_mib: float,
     costs: tuple,
     remaining: int,
@@ -308,15 +314,16 @@ def _continued_plan(
     survival: float = 1.0,
 ) -> SessionPlan:
     """The stack of at most ``carry_mib`` MiB of state that trains the most runs per minute (weighted by
-    ``survival ** (sessions - 1)``, the chance its state survives every wait between sessions), over sessions of
-    ``minutes`` that each start up again and move the state down and (but the first) up again (``costs``:
-    overhead, start-up, evaluation and call seconds as in `plan_session`). Raises ValueError when a run's state
-    or the start-up does not fit."""
+    ``survival ** (sessions - 1)``, the chance its state survives every wait between sessions), over this
+    session and later ones (``minutes``: this one's and a later one's), each of which starts up again and moves
+    the state down and (but the first) up again (``costs``: overhead, start-up, evaluation and call seconds as
+    in `plan_session`). Raises ValueError when a run's state or the start-up does not fit."""
     overhead, startup_seconds, eval_seconds, call_seconds = costs
+    now, later = minutes
     per_run = state_mib(grid)
-    if per_run > carry_mib or minutes <= startup_seconds / 60:
+    if per_run > carry_mib or now <= startup_seconds / 60:
         raise ValueError(
-            f"not even one run fits in {minutes:g} minutes, and a stack cannot continue: one run's state is "
+            f"not even one run fits in {now:g} minutes, and a stack cannot continue: one run's state is "
             f"{per_run:.1f} MiB of the {carry_mib:g} MiB a session carries, start-up {startup_seconds:g} s"
         )
     batch = int(grid.recipe.get("batch_size", 32))
@@ -326,18 +333,18 @@ def _continued_plan(
         steps, ms = stack_steps(runs, grid, batch), step_ms_at(table, size)
         pack = extra_calls(size * per_run, PACK_MIB_PER_CALL) * call_seconds
         upload = extra_calls(size * per_run, UPLOAD_MIB_PER_CALL) * call_seconds
-        usable = minutes - (startup_seconds + pack) / 60
-        if usable <= 0:
+        first, each = now - (startup_seconds + pack) / 60, later - (startup_seconds + pack + upload) / 60
+        if first <= 0 or each <= 0:
             continue
         work = (steps * ms / 1000 * (1 + overhead) + eval_seconds * size) / 60
-        sessions = math.ceil(work / usable)
+        sessions = 1 + math.ceil(max(0.0, work - first) / each)
         total = work + (sessions * (startup_seconds + pack) + (sessions - 1) * upload) / 60
         plan = SessionPlan(runs, candidates[0].precision, ms, steps, total, remaining, batch, stacking, sessions, pack)
         plan = replace(plan, survival=survival ** (sessions - 1))
         if best is None or plan.expected_rate > best.expected_rate:
             best = plan
     if best is None:
-        raise ValueError(f"not even one run fits in {minutes:g} minutes with its start-up and transfers")
+        raise ValueError(f"not even one run fits in {now:g} minutes with its start-up and transfers")
     return best
 
 
@@ -396,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--carry-survival", type=float, default=1.0, help="chance a carried state is there at the next session"
     )
+    parser.add_argument(
+        "--session-minutes", type=float, help="a later session's minutes, for a continued stack (default: --minutes)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="where to write the session's grid file")
     args = parser.parse_args(argv)
     try:
@@ -416,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
             carry_mib=args.carry_mib,
             call_seconds=args.call_seconds,
             carry_survival=args.carry_survival,
+            session_minutes=args.session_minutes,
         )
         text = session_grid(grid, plan)
     except (OSError, ValueError) as error:

@@ -65,6 +65,9 @@ CALL_SECONDS=${CALL_SECONDS:-20}
 # 5 of the last 6 session boundaries kept the machine, and a GPU session comes about every third session
 # (0.85^3); the planner weights a continued stack's runs per minute by it once per wait.
 CARRY_SURVIVAL=${CARRY_SURVIVAL:-0.6}
+# What a later session trains in (MINUTES of a session of 15 device minutes): a continued stack's session count,
+# and so its size, comes from it, also when this session has only a short rest (after gpu_session.sh triton).
+SESSION_MINUTES=${SESSION_MINUTES:-12}
 UPLOAD=${UPLOAD:-$WORK/upload}
 # The planner's guess of a session's start-up before the first step (dataset, model, compile and capture).
 STARTUP_SECONDS=${STARTUP_SECONDS:-90}
@@ -131,7 +134,7 @@ plan() {
   done
   python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" "${benches[@]}" --stacking "$2" --minutes "$1" \
     --carry-mib "$CARRY_MIB" --call-seconds "$CALL_SECONDS" --carry-survival "$CARRY_SURVIVAL" \
-    --startup-seconds "$STARTUP_SECONDS" \
+    --session-minutes "$SESSION_MINUTES" --startup-seconds "$STARTUP_SECONDS" \
     --out "$SESSION/grid.toml" >"$SESSION/plan.part" ||
     { rm -f "$SESSION/plan.part" && return 1; }
   mv "$SESSION/plan.part" "$SESSION/plan.json" && cat "$SESSION/plan.json"

@@ -293,6 +293,11 @@ def test_the_next_h100_session_continues_the_first_fp32_runs_of_the_queue_from_t
     assert two.survival == 0.6 and two.expected_rate == pytest.approx(2 / two.minutes * 0.6)
     assert len(two.runs) / two.minutes > 1.35 * len(one.runs) / one.minutes
     assert two.summary()["survival"] == 0.6 and four.summary()["survival"] == 1.0
+    # After `gpu_session.sh triton` (9 minutes), 2.5 are left: the sessions after it are counted at full length.
+    options = {"carry_mib": 100, "call_seconds": 20, "carry_survival": 0.6}
+    rest = gpu_plan.plan_session(grid, set(), bench, 2.5, "auto", session_minutes=11.8, **options)
+    assert [run.name for run in rest.runs] == ["copy-20-random-s0"] and rest.sessions == 2
+    assert gpu_plan.plan_session(grid, set(), bench, 2.5, "auto", **options).sessions > 10
 
 
 def test_extra_transfer_calls_are_charged_to_the_estimate_and_stop_the_training_early():
