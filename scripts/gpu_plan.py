@@ -40,6 +40,7 @@ analyses. It prints the plan as JSON. Exit code 2 with one line when nothing fit
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -202,7 +203,13 @@ def model_mib(grid: Grid) -> float:
 
 
 def _parameters(grid: Grid) -> int:
-    return sum(p.numel() for p in HookedEncoderDecoder(ModelConfig(**grid.model)).parameters())
+    return _parameter_count(json.dumps(grid.model, sort_keys=True))
+
+
+@functools.cache
+def _parameter_count(model_json: str) -> int:
+    """Parameters of the model a grid's ``model`` table builds (built once per table: every plan asks)."""
+    return sum(p.numel() for p in HookedEncoderDecoder(ModelConfig(**json.loads(model_json))).parameters())
 
 
 def extra_calls(mib: float, per_call: float) -> int:

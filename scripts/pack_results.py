@@ -116,23 +116,33 @@ def pack(roots: list[Path], out: Path, chunk_mib: float, states: bool = False) -
     data = bundle_bytes(roots, states)
     size = int(chunk_mib * 2**20)
     out.mkdir(parents=True, exist_ok=True)
-    chunks = []
-    for index, start in enumerate(range(0, max(len(data), 1), size)):
-        chunk = out / f"bundle.tar.part{index:02d}"
-        chunk.write_bytes(data[start : start + size])
-        chunks.append(chunk)
-    (out / "bundle.sha256").write_text(f"{hashlib.sha256(data).hexdigest()} {len(chunks)}\n")
+    chunks = write_chunks(data, out, "bundle", size, size)
     print(f"packed {len(data) / 2**20:.1f} MiB from {', '.join(map(str, roots))} into {len(chunks)} chunk(s)")
     return chunks
 
 
-def parts_status(sources: list[Path], name: str = "bundle") -> tuple[dict[int, Path], int | None]:
-    """The chunks ``NAME.tar.partNN`` found in ``sources`` by part number, and how many the bundle has (from
-    ``NAME.sha256``; None when that file is missing or from before it counted them)."""
+def write_chunks(data: bytes, out: Path, name: str, first: int, rest: int) -> list[Path]:
+    """Write ``data`` into ``out`` as ``NAME.tar.partNN`` chunks, the first of at most ``first`` bytes and the
+    others ``rest`` (at least one chunk, empty for empty data), and ``NAME.sha256``: the checksum of the whole
+    and the number of chunks. Returns the chunks."""
+    bounds = [0]
+    while bounds[-1] < len(data) or len(bounds) == 1:
+        bounds.append(min(len(data), bounds[-1] + (first if len(bounds) == 1 else rest)))
+    chunks = [out / f"{name}.tar.part{index:02d}" for index in range(len(bounds) - 1)]
+    for chunk, start, end in zip(chunks, bounds, bounds[1:], strict=False):
+        chunk.write_bytes(data[start:end])
+    (out / f"{name}.sha256").write_text(f"{hashlib.sha256(data).hexdigest()} {len(chunks)}\n")
+    return chunks
+
+
+def parts_status(sources: list[Path], name: str = "bundle") -> tuple[dict[int, Path], str | None, int | None]:
+    """The chunks ``NAME.tar.partNN`` found in ``sources`` by part number, the bundle's checksum and how many
+    chunks it has (from ``NAME.sha256``; None when that file is missing, the count also when it predates the
+    count)."""
     chunks = {int(c.name.rsplit("part", 1)[1]): c for source in sources for c in source.glob(f"{name}.tar.part[0-9]*")}
     sums = [s / f"{name}.sha256" for s in sources if (s / f"{name}.sha256").is_file()]
     fields = sums[0].read_text().split() if sums else []
-    return chunks, int(fields[1]) if len(fields) > 1 else None
+    return chunks, fields[0] if fields else None, int(fields[1]) if len(fields) > 1 else None
 
 
 def joined(sources: list[Path], name: str = "bundle") -> bytes:
@@ -140,15 +150,14 @@ def joined(sources: list[Path], name: str = "bundle") -> bytes:
 
     Raises SystemExit naming the missing parts, or when the checksum or the chunks are missing or damaged.
     """
-    chunks, count = parts_status(sources, name)
-    sums = [s / f"{name}.sha256" for s in sources if (s / f"{name}.sha256").is_file()]
-    if not chunks or not sums:
+    chunks, expected, count = parts_status(sources, name)
+    if not chunks or expected is None:
         raise SystemExit(f"no {name}.tar.part* and {name}.sha256 in {', '.join(map(str, sources))}")
     missing = [f"{index:02d}" for index in range(count or 0) if index not in chunks]
     if missing:
         raise SystemExit(f"{name}: part(s) {', '.join(missing)} of {count} missing from {', '.join(map(str, sources))}")
     data = b"".join(chunks[index].read_bytes() for index in sorted(chunks))
-    if hashlib.sha256(data).hexdigest() != sums[0].read_text().split()[0]:
+    if hashlib.sha256(data).hexdigest() != expected:
         raise SystemExit("checksum mismatch: a chunk is missing or damaged")
     return data
 
@@ -249,18 +258,12 @@ def upload(source: Path, into: Path, first_mib: float, part_mib: float, wheels: 
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for path in files:
             tar.add(path, arcname=str(path.relative_to(source)))
-    data, first, rest = buffer.getvalue(), int(first_mib * 2**20), int(part_mib * 2**20)
-    bounds = [0]
-    while bounds[-1] < len(data):
-        bounds.append(min(len(data), bounds[-1] + (first if len(bounds) == 1 else rest)))
+    data = buffer.getvalue()
     staging = into.with_name(f".{into.name}.staging")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    for index, (start, end) in enumerate(zip(bounds, bounds[1:], strict=False)):
-        (staging / f"carry.tar.part{index:02d}").write_bytes(data[start:end])
-    (staging / "carry.sha256").write_text(f"{hashlib.sha256(data).hexdigest()} {len(bounds) - 1}\n")
+    parts = len(write_chunks(data, staging, "carry", int(first_mib * 2**20), int(part_mib * 2**20)))
     staging.rename(into)
-    parts = len(bounds) - 1
     print(f"cut {len(data) / 2**20:.1f} MiB from {source} into {parts} part(s) in {into}; the session's calls:")
     for index in range(parts):
         carried = [into / f"carry.tar.part{index:02d}"]
@@ -328,7 +331,7 @@ def upload_parts(args: argparse.Namespace) -> None:
 
 def received(folder: Path) -> str:
     """One line: the parts of an upload that ``folder`` holds, and those still to send."""
-    chunks, count = parts_status([folder], "carry")
+    chunks, _, count = parts_status([folder], "carry")
     if count is None:
         return f"nothing received in {folder}" if not chunks else f"{len(chunks)} part(s), no carry.sha256 yet"
     missing = [f"{index:02d}" for index in range(count) if index not in chunks]
