@@ -12,7 +12,9 @@
 # number of cores); a run past them waits for a later call, after an earlier run has finished (the seed-0
 # runs issue 14 ships: copy-200 alphabet, copy-20 and nocopy-20 random; then copy-200 alphabet seed 1 on a
 # plain nn.Transformer (--architecture reference): its seed 0 ended low, as the shipped run did, and issue 14
-# asks for the same loop on nn.Transformer beside a cell that misses the paper's interval).
+# asks for the same loop on nn.Transformer beside a cell that misses the paper's interval; then seeds 1 and 2 of
+# copy-200 alphabet on our model, grid runs that the GPU queue reaches late: shipped under checkpoints/replicates/,
+# a finished run counts as done for the GPU planner, lsa_interp/sweep/done.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${LSA_CPU_RUNS:-$HOME/.local/share/lsa-interp/cpu-grid}
@@ -40,3 +42,5 @@ run copy-200-alphabet-s0 copy-200 alphabet
 run copy-20-random-s0 copy-20 random
 run nocopy-20-random-s0 nocopy-20 random
 run copy-200-alphabet-reference-s1 copy-200 alphabet 1 reference
+run copy-200-alphabet-s1 copy-200 alphabet 1
+run copy-200-alphabet-s2 copy-200 alphabet 2

@@ -1,8 +1,9 @@
 """Plan one GPU session's training: the next runs of a queue grid that one stack can finish in the time left.
 
 This takes the queue (a grid file whose run order is the order to train in, e.g. grids/queue.toml), the runs
-already finished (evaluated run directories kept under ``--done``: a run counts when its ``config.json``
-names it and it trained all its epochs; a finished fp32 run also stands for the same run in a lower
+already finished (evaluated model directories under ``--done``, e.g. ``analyses/runs`` and ``checkpoints``: a
+run counts when it trained all its epochs and its ``config.json`` names it, or, for a model trained on its own,
+shows the queue's recipe, `lsa_interp.sweep.done`; a finished fp32 run also stands for the same run in a lower
 precision, unless the queue asks for both), and the stack step times that ``benchmarks/train_throughput.py
 --json`` measured on this kind of GPU (``--bench`` repeats: the native stack's and the compiled stack's
 documents, and the triton attention's where it was timed). It picks the largest stack of the next runs (one
@@ -10,7 +11,7 @@ precision: the first unfinished run's) whose estimated time fits ``--minutes`` (
 whichever measured stacking trains more runs), and writes a grid file of exactly those runs for
 ``lsa-interp sweep``:
 
-    python3 scripts/gpu_plan.py --queue grids/queue.toml --done analyses/runs --stacking auto \
+    python3 scripts/gpu_plan.py --queue grids/queue.toml --done analyses/runs --done checkpoints --stacking auto \
         --bench runs/gpu-session/stacking.json --bench runs/gpu-session/compile.json --minutes 18 \
         --out runs/session.toml
 
@@ -49,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from lsa_interp.evaluation.grid_summary import RECIPE_PRECISION
-from lsa_interp.evaluation.runs_table import CONFIG_FILE, find_runs, training_progress
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.sweep.done import finished_runs
 from lsa_interp.sweep.grid import Grid, load_grid
 from lsa_interp.sweep.plan import SweepRun, expand
 from lsa_interp.utils import atomic_write
@@ -215,16 +216,6 @@ def _parameter_count(model_json: str) -> int:
 def extra_calls(mib: float, per_call: float) -> int:
     """Device calls beyond the first that moving ``mib`` MiB takes at ``per_call`` MiB a call."""
     return max(0, math.ceil(mib / per_call) - 1)
-
-
-def finished_runs(roots: list[Path]) -> set[str]:
-    """Names of the runs under ``roots`` that trained all their epochs and were evaluated."""
-    names = set()
-    for model_dir in find_runs(roots):
-        meta = json.loads((model_dir / CONFIG_FILE).read_text()).get("metadata", {})
-        if meta.get("run") and training_progress(meta)[2]:
-            names.add(meta["run"])
-    return names
 
 
 def _finished(run: SweepRun, done: set[str], queued: set[str]) -> bool:
@@ -423,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--done: not a directory: {', '.join(missing)}")
         plan = plan_session(
             grid,
-            finished_runs(args.done),
+            finished_runs(args.done, grid),
             bench,
             args.minutes,
             stacking=args.stacking,

@@ -7,7 +7,7 @@
 #   bash scripts/gpu_train.sh start MINUTES [BENCH_JSON]
 #       joins the parts received into runs/carry (exit 2 naming a part that is missing) and continues the
 #       stack that an earlier session left unfinished; else plans the largest stack of grids/queue.toml's next
-#       unfinished runs (analyses/runs holds the finished ones) that trains, evaluates and analyses in MINUTES, or, when
+#       unfinished runs (analyses/runs and checkpoints hold the finished ones) that trains, evaluates and analyses in MINUTES, or, when
 #       none does, a stack of at most CARRY_MIB MiB of state that continues over sessions (scripts/gpu_plan.py:
 #       its training stops early by the seconds of the extra pack calls its models or state need);
 #       a compiled stack, or one with the triton attention, only after its GPU test passed here (fresh dropout
@@ -43,7 +43,9 @@ fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}:/tmp/site PYTHONUNBUFFERED=1
 # Overridable for a dry run (tests/test_gpu_train.py runs it on a CPU with a tiny queue).
 QUEUE=${QUEUE:-grids/queue.toml}
-DONE=${DONE:-analyses/runs}
+# The finished runs (space-separated directories): the GPU sessions' records and the shipped checkpoints (runs
+# trained on their own, e.g. on the CPU, count where they trained the queue's recipe: lsa_interp/sweep/done.py).
+DONE=${DONE:-analyses/runs checkpoints}
 WORK=${GPU_TRAIN_DIR:-runs}
 BUNDLE=${BUNDLE:-/tmp/bundle}
 WATCH_EVERY=${WATCH_EVERY:-30}
@@ -128,7 +130,9 @@ minutes_until() { awk -v d="$1" -v n="$(date +%s)" 'BEGIN { left = (d - n) / 60;
 plan() {
   local done_args=() benches=() root
   mapfile -t benches <"$WORK/benches"
-  [[ -d $DONE ]] && done_args=(--done "$DONE")
+  for root in $DONE; do
+    [[ -d $root ]] && done_args+=(--done "$root")
+  done
   for root in "$WORK"/done-*/grid; do
     [[ -d $root ]] && done_args+=(--done "$root")
   done

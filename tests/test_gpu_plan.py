@@ -41,6 +41,8 @@ def queue(cells: str, top: str = "") -> object:
 
 
 COPY20 = "[[cells]]\npresets = ['copy-20']\nbatching = ['random']\n"
+RECIPE = {"batch_size": 32, "lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.01, "warmup_start": 1e-4,
+          "final_lr_factor": 0.05}  # fmt: skip
 
 
 def finished_run(root: Path, name: str, epochs_completed: float = 20.0, evaluated: bool = True) -> None:
@@ -142,14 +144,6 @@ def test_the_planner_reads_the_document_the_benchmark_writes(monkeypatch):
         gpu_plan.step_times({"results": cpu["results"]}, "native", "fp32")
 
 
-def test_finished_runs_need_an_evaluation_and_every_epoch(tmp_path):
-    finished_run(tmp_path, "copy-20-random-s0")
-    finished_run(tmp_path, "copy-20-random-s1", epochs_completed=19.5)
-    finished_run(tmp_path, "copy-20-random-s2", evaluated=False)
-    finished_run(tmp_path / "other", "nocopy-20-random-s0")
-    assert gpu_plan.finished_runs([tmp_path]) == {"copy-20-random-s0", "nocopy-20-random-s0"}
-
-
 def test_the_session_grid_reads_back_as_one_stack_of_exactly_the_planned_runs(tmp_path):
     grid = queue(
         "[[cells]]\npresets = ['copy-200', 'nocopy-20']\nbatching = ['alphabet']\ndata_seed = 3\nepochs = 12\n",
@@ -223,12 +217,18 @@ def test_when_nothing_finishes_a_stack_continues_over_sessions_within_the_state_
 def test_cli_writes_the_grid_and_prints_the_plan(tmp_path, capsys):
     (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8, 8: 4.2})))
     finished_run(tmp_path / "done", "copy-20-random-s0")
+    on_its_own = {"preset": "copy-20", "seed": 1, "data_seed": 0, "epochs_completed": 20.0, "train_config": {
+        **RECIPE, "batching": "random", "epochs": 20, "length_bucketing": False, "micro_batches": 4}}  # fmt: skip
+    (tmp_path / "shipped" / "copy-20").mkdir(parents=True)
+    (tmp_path / "shipped" / "copy-20" / "config.json").write_text(json.dumps({"metadata": on_its_own}))
+    (tmp_path / "shipped" / "copy-20" / "evaluation.json").write_text("{}")
     out = tmp_path / "plans" / "session.toml"
     args = ["--queue", str(ROOT / "grids" / "queue.toml"), "--done", str(tmp_path / "done")]
+    args += ["--done", str(tmp_path / "shipped")]
     code = gpu_plan.main([*args, "--bench", str(tmp_path / "bench.json"), "--minutes", "20", "--out", str(out)])
     assert code == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed["runs"][0] == "copy-20-random-s1" and printed["replicates"] == len(expand(load_grid(out)))
+    assert printed["runs"][0] == "copy-20-random-s2" and printed["replicates"] == len(expand(load_grid(out)))
     assert printed["estimated_minutes"] <= 20
     assert [p.name for p in out.parent.iterdir()] == ["session.toml"]
     (tmp_path / "compile.json").write_text(json.dumps(bench({1: 1.0, 8: 1.0}, stacking="native-compile")))

@@ -107,6 +107,8 @@ def register(app: typer.Typer) -> None:
         if not model_dirs:
             raise ValueError(f"no evaluated model under {', '.join(map(str, runs or ['checkpoints']))}")
         frame = runs_table(model_dirs)
+        counted = grid_summary.counted_runs(frame, include_partial)
+        frame = frame.assign(counted=frame.index.isin(counted.index))
         write_runs_table(frame, out / "runs.csv")
         summaries = {
             name: getattr(grid_summary, f"{name}_summary")(frame, include_partial)
@@ -125,8 +127,7 @@ def register(app: typer.Typer) -> None:
             figures["Training curves"] = training_curves_figure(histories(history))
         page = figures_page("Results over runs", figures, intro=f"<p>{len(frame)} runs from runs.csv</p>")
         atomic_write(out / "figures.html", lambda p: p.write_text(page, encoding="utf-8"))
-        counted = len(grid_summary.counted_runs(frame, include_partial))
         console.print(
-            f"{len(frame)} runs ({counted} counted); wrote {out}/runs.csv, the summaries and {out}/figures.html",
+            f"{len(frame)} runs ({len(counted)} counted); wrote {out}/runs.csv, the summaries and {out}/figures.html",
             highlight=False,
         )

@@ -69,14 +69,20 @@ def complete_runs(frame: pd.DataFrame, include_partial: bool = False) -> pd.Data
 
 def counted_runs(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataFrame:
     """The runs that count in the means: complete ones only, unless ``include_partial``, and one run per preset,
-    batching method and seed: where a seed was trained in several precisions (the precision check), the run in
-    the recipe's fp32, so that no seed counts twice (a table without a ``precision`` column keeps every run)."""
+    batching method and seed, so that no seed counts twice. Of a seed's runs the one closest to the recipe counts:
+    in the recipe's fp32 (the precision check trains a seed in several), then with the reference's batches (not
+    length-bucketed), then on our hook-point model (not the plain `nn.Transformer`), then the first; columns a
+    table lacks do not rank (a table without ``precision`` keeps every run)."""
     runs = complete_runs(frame, include_partial)
     if runs.empty or "precision" not in runs:
         return runs
-    rank = (runs["precision"] != RECIPE_PRECISION).astype(int)
-    first = runs.assign(_rank=rank).sort_values("_rank", kind="stable")
-    return first.drop_duplicates(["preset", "batching", "seed"]).drop(columns="_rank").sort_index()
+    ranks = {"_not_fp32": runs["precision"] != RECIPE_PRECISION}
+    if "length_bucketing" in runs:
+        ranks["_bucketed"] = runs["length_bucketing"].astype(bool)
+    if "architecture" in runs:
+        ranks["_other_model"] = runs["architecture"] != "hooked"
+    first = runs.assign(**ranks).sort_values(list(ranks), kind="stable")
+    return first.drop_duplicates(["preset", "batching", "seed"]).drop(columns=list(ranks)).sort_index()
 
 
 def precision_summary(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataFrame:

@@ -5,8 +5,10 @@ holds an ``evaluation.json`` (written by ``lsa-interp ship``, ``lsa-interp evalu
 The table has one row per run and flat columns, so it reads back with ``pandas.read_csv``:
 
 - ``run`` (the directory), ``preset``, ``batching``, ``condition`` (``preset/batching``), ``seed``,
-  ``n_alphabets``, ``copy``, ``n_shots``, ``precision``, ``hardware``, ``epochs``, ``epochs_planned``,
-  ``complete`` (all planned epochs trained), ``train_seconds``;
+  ``n_alphabets``, ``copy``, ``n_shots``, ``precision``, ``length_bucketing`` (batches sorted by length, a
+  departure from the recipe; runs whose config predates the option had it), ``architecture`` (``hooked``, or
+  ``reference``: the plain `nn.Transformer`), ``hardware``, ``epochs``, ``epochs_planned``, ``complete`` (all
+  planned epochs trained), ``train_seconds``;
 - the four Table 1 cells (`CELLS`), ``copy_accuracy`` and ``overall_seen_alphabets`` (val, copy rows
   included: the few-shot measure), ``acc_seen_<rule>`` / ``acc_new_<rule>`` per transformation;
 - ``<rule>_<outcome>`` counts of the alternate-rule analysis on seen alphabets (``pred_applied_other_rule``
@@ -71,6 +73,8 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
         "copy": dataset.copy if dataset else None,
         "n_shots": dataset.n_shots if dataset else None,
         "precision": meta.get("precision") or recipe.get("precision", "fp32"),
+        "length_bucketing": bool(recipe.get("length_bucketing", True)),
+        "architecture": recipe.get("architecture", "hooked"),
         "hardware": meta.get("hardware", meta.get("device")),
         "epochs": epochs,
         "epochs_planned": planned,
@@ -90,6 +94,11 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
     row.update(matching_record(model_dir))
     row.update(fit_record(model_dir))
     return row
+
+
+def read_metadata(model_dir: str | os.PathLike) -> dict[str, Any]:
+    """The training metadata in a model directory's ``config.json`` (empty when it has none)."""
+    return json.loads((Path(model_dir) / CONFIG_FILE).read_text()).get("metadata", {})
 
 
 def fit_record(model_dir: str | os.PathLike) -> dict[str, float]:

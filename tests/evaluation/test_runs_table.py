@@ -16,6 +16,7 @@ from lsa_interp import cli
 from lsa_interp.evaluation.grid_summary import (
     batching_summary,
     bootstrap_interval,
+    counted_runs,
     few_shot_summary,
     occurrence_summary,
     precision_summary,
@@ -31,7 +32,15 @@ TINY = ModelConfig(d_model=16, n_heads=2, d_mlp=32, n_encoder_layers=1, n_decode
 
 
 def make_run(
-    root: Path, name: str, preset: str, batching: str, seed: int, seen: float, epochs: float = 20, precision="bf16"
+    root: Path,
+    name: str,
+    preset: str,
+    batching: str,
+    seed: int,
+    seen: float,
+    epochs: float = 20,
+    precision="bf16",
+    train_config: dict | None = None,
 ) -> Path:
     """A saved tiny model with training metadata and an evaluation whose seenT/seenA cell is ``seen`` %."""
     directory = root / name
@@ -39,6 +48,8 @@ def make_run(
         "preset": preset, "seed": seed, "batching": batching, "precision": precision, "epochs": 20,
         "epochs_completed": epochs, "train_seconds": 60.0, "hardware": "test",
     }  # fmt: skip
+    if train_config is not None:
+        metadata["train_config"] = train_config
     save_model(HookedEncoderDecoder(TINY), directory, metadata=metadata)
     evaluation = json.loads(SHIPPED_EVALUATION.read_text())
     evaluation["table1"]["seen_transformations_seen_alphabets"] = {"correct": 0, "total": 100, "percent": seen}
@@ -152,6 +163,23 @@ def test_a_seed_trained_in_two_precisions_counts_once_in_fp32_and_the_precision_
     assert precision_summary(frame.drop(columns="precision")).empty  # a table from before precisions were kept
 
 
+def test_of_a_seeds_runs_the_one_closest_to_the_recipe_counts(tmp_path):
+    unbucketed = {"length_bucketing": False}
+    make_run(tmp_path, "a-bucketed", "copy-200", "alphabet", 0, 85.0, precision="fp32")  # config predates the key
+    make_run(tmp_path, "b-reference", "copy-200", "alphabet", 0, 88.0, precision="fp32", train_config=unbucketed)
+    make_run(tmp_path, "c-nn", "copy-200", "alphabet", 1, 70.0, precision="fp32",
+             train_config={**unbucketed, "architecture": "reference"})  # fmt: skip
+    make_run(tmp_path, "d-hooked", "copy-200", "alphabet", 1, 80.0, precision="fp32", train_config=unbucketed)
+    make_run(tmp_path, "e-nn", "copy-200", "alphabet", 2, 90.0, precision="fp32",
+             train_config={**unbucketed, "architecture": "reference"})  # fmt: skip
+    make_run(tmp_path, "f-bf16", "copy-200", "alphabet", 2, 60.0, train_config=unbucketed)
+    frame = runs_table(find_runs([tmp_path]))
+    assert frame.set_index("seed")["length_bucketing"].groupby(level=0).sum().tolist() == [1, 0, 0]
+    assert sorted(Path(run).name for run in counted_runs(frame)["run"]) == ["b-reference", "d-hooked", "e-nn"]
+    table1 = table1_summary(frame).set_index("preset")
+    assert table1.loc["copy-200", "n"] == 3 and table1.loc["copy-200", CELLS[0]] == pytest.approx((88 + 80 + 90) / 3)
+
+
 def test_the_precision_check_says_whether_the_difference_is_within_the_larger_spread(tmp_path):
     for seed, (a, b) in enumerate([(90.0, 89.0), (92.0, 91.0), (91.0, 90.5)]):
         make_run(tmp_path, f"f{seed}", "copy-20", "random", seed, a, precision="fp32")
@@ -205,7 +233,7 @@ def test_results_command_writes_the_tables_and_figures(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["results", "--runs", str(tmp_path / "runs"), "--out", str(out)])
     assert exit_info.value.code == 0
-    assert len(read_runs_table(out / "runs.csv")) == 2
+    assert read_runs_table(out / "runs.csv")["counted"].tolist() == [True, True]
     alphabets = pd.read_csv(out / "alphabets.csv")
     assert alphabets[["n_alphabets", "batching", "n"]].values.tolist() == [[200, "alphabet", 2]]
     page = (out / "figures.html").read_text()
@@ -218,6 +246,8 @@ def test_results_command_writes_the_tables_and_figures(tmp_path, capsys):
         cli.main(["results", "--runs", str(tmp_path / "runs"), "--out", str(out)])
     printed = capsys.readouterr().out
     assert "Precision check" in printed and "94.0 [91.0, 97.0] (n=2)" in printed
+    counted = read_runs_table(out / "runs.csv").set_index("run")["counted"]
+    assert counted.to_dict() == {str(tmp_path / "runs" / name): name != "a" for name in "abc"}
     assert pd.read_csv(out / "precision.csv")["precision"].tolist() == ["bf16", "fp32"]
     assert "Matching-head occurrence" not in printed and pd.read_csv(out / "occurrence.csv").empty
     analysed_run(tmp_path / "runs", "n", "nocopy-20", "random", 0, "none")
