@@ -61,7 +61,8 @@ def grid_run_name(meta: dict[str, Any], grid: Grid) -> str | None:
 
 
 def finished_runs(roots: Iterable[str | os.PathLike], grid: Grid) -> set[str]:
-    """Names of the runs of ``grid``'s kind under ``roots`` that trained all their epochs and were evaluated.
+    """Names of the runs (`grid_run_name`) of the models under ``roots`` that trained all their epochs and were
+    evaluated.
 
     Raises FileNotFoundError for a root that does not exist."""
     names = set()

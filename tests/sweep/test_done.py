@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from lsa_interp.evaluation.runs_table import read_metadata
 from lsa_interp.sweep.done import finished_runs, grid_run_name
-from lsa_interp.sweep.grid import parse_grid
+from lsa_interp.sweep.grid import load_grid, parse_grid
 
 GRID_CELLS = [{"presets": ["copy-20"], "batching": ["random"]}]
 GRID = parse_grid({
@@ -91,3 +92,11 @@ def test_finished_runs_need_an_evaluation_and_every_epoch(tmp_path):
     assert finished_runs([tmp_path], GRID) == expected
     with pytest.raises(FileNotFoundError, match="missing does not exist"):
         finished_runs([tmp_path / "missing"], GRID)
+
+
+def test_the_shipped_cpu_runs_stand_for_the_queues_runs_and_the_bucketed_gpu_run_for_none():
+    root = Path(__file__).parents[2]
+    queue = load_grid(root / "grids" / "queue.toml")
+    assert {"copy-20-random-s0", "copy-200-alphabet-s0"} <= finished_runs([root / "checkpoints"], queue)
+    assert grid_run_name(read_metadata(root / "checkpoints" / "replicates" / "copy-200-s0"), queue) is not None
+    assert grid_run_name(read_metadata(root / "checkpoints" / "copy-200"), queue) is None  # length-bucketed
