@@ -379,4 +379,5 @@ def test_score_predictions_uses_the_given_training_rules_and_writes_every_key():
     assert data["n_tasks"] == {SEEN_ALPHABETS: 3, NEW_ALPHABETS: 2}
     assert data["by_transformation"][NEW_ALPHABETS]["reverse"]["correct"] == 1
     assert data["alternate_rule"][SEEN_ALPHABETS]["succ"]["correct"] == 1  # the copy row is left out
-    assert data["table1"]["new_transformations_new_alphabets"]["total"] == 1 and len(data["notes"]) == 5
+    assert data["table1"]["new_transformations_new_alphabets"]["total"] == 1 and len(data["notes"]) == 6
+    assert data["rule_families"][SEEN_ALPHABETS]["succ"]["total"] == 1  # the copy row is left out

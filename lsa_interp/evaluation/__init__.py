@@ -1,5 +1,6 @@
 """Evaluation of a model on a dataset: greedy exact match, the paper's Table 1, accuracy by transformation,
-copy vs non-copy, the alternate-rule error analysis, and JSON / markdown / HTML reports.
+copy vs non-copy, the alternate-rule error analysis, the confusions between rules whose queries look alike
+(`family_confusion`), and JSON / markdown / HTML reports.
 
 >>> result = evaluate_model(load_model("copy-200"), load_dataset("data/copy-200"), limit=2000)  # doctest: +SKIP
 >>> write_report(result, "runs/eval/copy-200")                                                   # doctest: +SKIP
@@ -34,15 +35,18 @@ from lsa_interp.evaluation.report import (
     write_report,
 )
 from lsa_interp.evaluation.result import EvaluationResult, score_predictions
+from lsa_interp.evaluation.rule_families import RULE_FAMILIES, FamilyCounts, family_answers, family_confusion
 from lsa_interp.evaluation.run import evaluate_model, evaluation_dataset, predict, subsample
 
 __all__ = [
     "ALTERNATE_RULES",
     "PAPER_TABLE1",
     "REPORT_FILES",
+    "RULE_FAMILIES",
     "Accuracy",
     "AlternateRuleCounts",
     "EvaluationResult",
+    "FamilyCounts",
     "Table1",
     "accuracy",
     "alternate_rule_errors",
@@ -51,6 +55,8 @@ __all__ = [
     "evaluate_model",
     "evaluation_dataset",
     "exact_match",
+    "family_answers",
+    "family_confusion",
     "in_paper_order",
     "markdown_report",
     "other_rule_answer",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from lsa_interp.data.task import STANDARD_ALPHABET, Task
 from lsa_interp.data.transformations import SEEN, TRANSFORMATIONS
+from lsa_interp.evaluation.rule_families import family_answers
 
 ALTERNATE_RULES: dict[str, str] = {"pred": "succ", "succ": "pred"}
 """For each rule of the alternate-rule analysis, the rule a model that ignores the example may apply instead."""
@@ -203,14 +204,8 @@ def other_rule_answer(task: Task) -> str | None:
     task: the first letter replaced by the previous one (pred). None when the letter does not exist (end of
     the alphabet) or the task is neither pred nor succ.
     """
-    position = {letter: i for i, letter in enumerate(task.alphabet)}
-    if task.transformation == "pred":
-        nxt = position[task.query[-1]] + 1
-        return task.query[:-1] + task.alphabet[nxt] if nxt < len(task.alphabet) else None
-    if task.transformation == "succ":
-        prev = position[task.query[0]] - 1
-        return task.alphabet[prev] + task.query[1:] if prev >= 0 else None
-    return None
+    other = ALTERNATE_RULES.get(task.transformation)
+    return None if other is None else family_answers(task).get(other)
 
 
 def standard_alphabet_answer(task: Task) -> str | None:

@@ -75,7 +75,8 @@ def table1_section(result: EvaluationResult) -> Section:
 
 
 def report_sections(result: EvaluationResult) -> list[Section]:
-    """Every table of the report: Table 1, copy vs non-copy, by transformation, alternate-rule errors."""
+    """Every table of the report: Table 1, copy vs non-copy, by transformation, alternate-rule errors, rule
+    families."""
     keys = (SEEN_ALPHABETS, NEW_ALPHABETS)
     copy_rows = tuple(
         (
@@ -102,6 +103,18 @@ def report_sections(result: EvaluationResult) -> list[Section]:
         for k in keys
         for rule, counts in result.alternate_rule[k].items()
     )
+    family_rows = tuple(
+        (
+            ALPHABET_LABELS[k],
+            rule,
+            _share(_percent_of(counts.correct, counts.total)),
+            ", ".join(f"{sibling} {_share(_percent_of(n, counts.total))}" for sibling, n in counts.as_rule.items()),
+            _share(_percent_of(counts.other, counts.total)),
+            str(counts.total),
+        )
+        for k in keys
+        for rule, counts in result.rule_families[k].items()
+    )
     return [
         table1_section(result),
         Section("Copy vs non-copy tasks: exact match %", ("alphabets", "copy", "non-copy", "all"), copy_rows),
@@ -124,7 +137,17 @@ def report_sections(result: EvaluationResult) -> list[Section]:
             ),
             alternate_rows,
         ),
+        Section(
+            "Which rule was applied: rules whose queries look alike (non-copy rows), % of tasks",
+            ("alphabets", "transformation", "correct", "a sibling rule's answer", "other", "tasks"),
+            family_rows,
+            "Only the example tells these rules apart; a sibling's answer means the example was not read.",
+        ),
     ]
+
+
+def _percent_of(count: int, total: int) -> float | None:
+    return 100.0 * count / total if total else None
 
 
 def _share(percent: float | None) -> str:

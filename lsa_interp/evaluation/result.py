@@ -17,6 +17,7 @@ from lsa_interp.evaluation.metrics import (
     copy_split,
     table1,
 )
+from lsa_interp.evaluation.rule_families import FamilyCounts, family_confusion
 
 SEEN_ALPHABETS = "seen_alphabets"
 NEW_ALPHABETS = "new_alphabets"
@@ -36,6 +37,10 @@ NOTES = (
     "succ task (first letter -> previous letter). 'Rule in standard alphabet' means the answer is the task's own "
     "rule applied with the neighbours of a..z instead of the task's permuted alphabet (the example was read, "
     "the alphabet was not); rows where both alphabets give the same answer count as correct or other.",
+    "Rule families: seen rules whose queries look alike (window: extend_sequence, succ, pred; doubled: "
+    "remove_redundant, rr_succ; intruder: fix_alphabetic_seq, fix_extend), so that only the example names the "
+    "rule. 'as_rule' counts non-copy tasks answered with a sibling rule's answer on the same query, in the "
+    "task's alphabet: the example was not read (lsa_interp.evaluation.rule_families).",
 )
 
 
@@ -43,7 +48,7 @@ NOTES = (
 class EvaluationResult:
     """All evaluation numbers of one model on one dataset (see `NOTES`).
 
-    ``by_transformation``, ``copy_vs_non_copy`` and ``alternate_rule`` are keyed by alphabet set
+    ``by_transformation``, ``copy_vs_non_copy``, ``alternate_rule`` and ``rule_families`` are keyed by alphabet set
     (`SEEN_ALPHABETS`, `NEW_ALPHABETS`); ``n_tasks`` counts the rows evaluated per alphabet set.
     """
 
@@ -51,6 +56,7 @@ class EvaluationResult:
     by_transformation: dict[str, dict[str, Accuracy]]
     copy_vs_non_copy: dict[str, dict[str, Accuracy]]
     alternate_rule: dict[str, dict[str, AlternateRuleCounts]]
+    rule_families: dict[str, dict[str, FamilyCounts]]
     n_tasks: dict[str, int]
     seen_transformations: tuple[str, ...]
     model: str = ""
@@ -86,6 +92,7 @@ class EvaluationResult:
             "copy_vs_non_copy": _nested(self.copy_vs_non_copy),
             "by_transformation": _nested(self.by_transformation),
             "alternate_rule": _nested(self.alternate_rule),
+            "rule_families": _nested(self.rule_families),
             "notes": list(self.notes),
         }
 
@@ -112,6 +119,7 @@ def score_predictions(
         by_transformation={key: by_transformation(*pair) for key, pair in sets.items()},
         copy_vs_non_copy={key: copy_split(*pair) for key, pair in sets.items()},
         alternate_rule={key: alternate_rule_errors(*pair) for key, pair in sets.items()},
+        rule_families={key: family_confusion(*pair) for key, pair in sets.items()},
         n_tasks={key: accuracy(*pair).total for key, pair in sets.items()},
         seen_transformations=tuple(seen_transformations),
     )

@@ -2,7 +2,8 @@
 
 A run directory of `lsa_interp.training` (one model, or a stack of replicates) logs one ``epoch`` record
 per model and epoch: validation loss and accuracy (overall, copy / non-copy, seen / new transformations,
-per transformation) and, for stacks, the replicate's run name and its best matching-head score. This module
+per transformation), its best matching-head score, the share of each rule family's rows answered with a sibling
+rule's answer and, for stacks, the replicate's run name. This module
 flattens them into one table: one row per (run, epoch).
 """
 
@@ -32,7 +33,8 @@ def _replicate_labels(config: dict[str, Any]) -> list[tuple[str, str | None, str
 
 def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
     """One row per (model, epoch) of one run directory: ``run``, ``preset``, ``batching``, ``epoch``, ``step``,
-    every scalar of the epoch record and ``acc_<rule>`` per transformation. Raises FileNotFoundError when
+    every scalar of the epoch record, ``acc_<rule>`` per transformation and ``sibling_<family>`` per rule family
+    (records written since the rule-family analysis). Raises FileNotFoundError when
     ``run_dir`` is not a training run."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
@@ -50,6 +52,7 @@ def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
         row = {"run": record.get("run", name), "preset": preset, "batching": batching, "replicate": index}
         row.update({k: v for k, v in record.items() if not isinstance(v, dict) and k not in ("type", "run")})
         row.update({f"acc_{rule}": value for rule, value in record.get("val_acc_by_transformation", {}).items()})
+        row.update({f"sibling_{family}": v for family, v in record.get("val_sibling_by_family", {}).items()})
         rows.append(row)
     return pd.DataFrame(rows)
 

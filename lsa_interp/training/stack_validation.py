@@ -20,7 +20,7 @@ from lsa_interp.data.task import Task
 from lsa_interp.data.vocab import PAD
 from lsa_interp.training.stack_data import StackSplit
 from lsa_interp.training.stacked_model import StackedEncoderDecoder
-from lsa_interp.training.validation import accuracy_record, matching_score
+from lsa_interp.training.validation import accuracy_record, matching_score, sibling_hits
 
 ROWS_PER_CHUNK = 16384
 """Rows decoded together, summed over the replicates (a chunk holds ``ROWS_PER_CHUNK // R`` per replicate)."""
@@ -43,7 +43,7 @@ def validate_stack(
     model.eval()
     reps = model.replicates
     per_chunk = max(1, ROWS_PER_CHUNK // reps)
-    loss_sum, hits = torch.zeros(reps, dtype=torch.float64), []
+    loss_sum, hits, outputs = torch.zeros(reps, dtype=torch.float64), [], []
     for start in range(0, int(val.size.max()), per_chunk):
         local = np.arange(start, min(start + per_chunk, int(val.size.max())))
         valid = local[None, :] < val.size[:, None]
@@ -59,14 +59,17 @@ def validate_stack(
         generated = model.greedy_decode(src, tgt_width)
         generated = F.pad(generated, (0, tgt_width - generated.shape[-1]), value=PAD)
         hits.append(((generated == tgt_out).all(-1) | ~keep[..., 0]).cpu())
+        outputs.append(generated.cpu())
     model.train(was_training)
     hit = torch.cat(hits, dim=1)
+    width = max(output.shape[-1] for output in outputs)
+    generated = torch.cat([F.pad(output, (0, width - output.shape[-1]), value=PAD) for output in outputs], dim=1)
     records, probe = [], model.replicate_model(0) if prompts is not None else None
     for r in replicates if replicates is not None else range(reps):
         part = val.parts[r]
-        record = accuracy_record(
-            hit[r, : val.size[r]], part.split, float(loss_sum[r]) / int((part.tgt_out != PAD).sum())
-        )
+        size = val.size[r]
+        loss = float(loss_sum[r]) / int((part.tgt_out != PAD).sum())
+        record = accuracy_record(hit[r, :size], part.split, loss, sibling_hits(generated[r, :size], part.siblings))
         if prompts is not None:
             record["matching_score"] = matching_score(model.write_replicate(r, probe), prompts)
         records.append(record)

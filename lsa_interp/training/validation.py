@@ -2,12 +2,15 @@
 
 Every epoch record also carries ``matching_score``: the model's best matching-head score
 (`lsa_interp.analysis.matching`) on `matching_prompts`, a small fixed set of pred prompts, so that a run's
-history shows when its matching head forms (paper Appendix B).
+history shows when its matching head forms (paper Appendix B), and ``val_sibling_by_family``: per family of
+rules whose queries look alike (`lsa_interp.evaluation.rule_families`), the share of its non-copy val rows
+answered with a sibling rule's answer, so that it shows when the run starts to read the rule from the example.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -19,8 +22,10 @@ from torch import Tensor
 from lsa_interp.analysis.matching import matching_scores, matching_tasks
 from lsa_interp.data.loaders import TokenizedSplit
 from lsa_interp.data.task import Task
+from lsa_interp.data.tokenizer import decode
 from lsa_interp.data.transformations import SEEN
-from lsa_interp.data.vocab import PAD
+from lsa_interp.data.vocab import EOS, PAD, SEP
+from lsa_interp.evaluation.rule_families import FAMILY_OF, RULE_FAMILIES, family_answers
 from lsa_interp.model import HookedEncoderDecoder
 from lsa_interp.model.reference import ReferenceTransformer
 
@@ -54,6 +59,11 @@ class ResidentSplit:
         self.tgt_len = (tokens.tgt_in != PAD).sum(1).numpy()
         self.split = split
 
+    @cached_property
+    def siblings(self) -> Int[Tensor, "n k t"]:
+        """`sibling_targets` of the split (on the CPU; built at the first validation)."""
+        return sibling_targets(self.split)
+
     def batch(self, rows: np.ndarray) -> tuple[Tensor, Tensor, Tensor]:
         """``(src, tgt_in, tgt_out)`` of ``rows``, cut to the longest row of the batch."""
         index = torch.from_numpy(rows).to(self.src.device)
@@ -70,6 +80,43 @@ class ResidentSplit:
         total = int(self.tgt_len[rows].sum())
         chunks = [chunk for chunk in np.array_split(order, min(parts, len(rows))) if len(chunk)]
         return [(chunk, int(self.tgt_len[chunk].sum()) / total) for chunk in chunks]
+
+
+def sibling_targets(split: TokenizedSplit) -> Int[Tensor, "n k t"]:
+    """Per row, the decoder targets (letters, EOS, then PAD) of the answers that its rule's siblings give on its
+    query (`family_answers`); all PAD where there is none: rows of rules without a family, copy rows, a sibling
+    whose answer runs past the alphabet's end."""
+    k = max(map(len, RULE_FAMILIES.values())) - 1
+    answers: list[list[str]] = []
+    for i, index in enumerate(split.transformation.tolist()):
+        name = split.transformation_names[index] if index >= 0 else None
+        siblings: list[str] = []
+        if name in FAMILY_OF and not bool(split.is_copy[i]):
+            src = split.tokens.src[i].tolist()
+            last_sep = max(j for j, token in enumerate(src) if token == SEP)
+            alphabet, query, answer = (
+                split.alphabets[int(split.alphabet[i])],
+                decode(src[last_sep + 1 :]),
+                decode(split.tokens.tgt_out[i]),
+            )
+            task = Task(alphabet, (), query, answer, name)
+            siblings = [answer for rule, answer in family_answers(task).items() if rule != name]
+        answers.append(siblings + [""] * (k - len(siblings)))
+    width = 1 + max((len(answer) for row in answers for answer in row), default=0)
+    out = torch.full((len(answers), k, width), PAD, dtype=torch.long)
+    for i, row in enumerate(answers):
+        for j, answer in enumerate(row):
+            if answer:
+                out[i, j, : len(answer) + 1] = torch.tensor([ord(c) - ord("a") for c in answer] + [EOS])
+    return out
+
+
+def sibling_hits(generated: Int[Tensor, "n w"], siblings: Int[Tensor, "n k t"]) -> Bool[Tensor, " n"]:
+    """Per row: is the greedy output (answer, EOS, PAD) one of its ``siblings``' targets?"""
+    width = max(generated.shape[1], siblings.shape[2])
+    output = F.pad(generated, (0, width - generated.shape[1]), value=PAD)[:, None]
+    targets = F.pad(siblings, (0, width - siblings.shape[2]), value=PAD)
+    return ((output == targets).all(-1) & (targets[..., 0] != PAD)).any(-1)
 
 
 def loss_fn(
@@ -94,25 +141,30 @@ def validate_model(model: HookedEncoderDecoder, val: ResidentSplit, autocast: Ca
     """Validation loss and greedy exact-match accuracy: overall, copy / non-copy, seen / new rules, per rule."""
     was_training = model.training
     model.eval()
-    losses, correct = [], []
+    losses, correct, sibling = [], [], []
     with torch.no_grad():
         for start in range(0, len(val.src), 1024):
             rows = np.arange(start, min(start + 1024, len(val.src)))
             src, tgt_in, tgt_out = val.batch(rows)
             with autocast():
                 losses.append(loss_fn(model, src, tgt_in, tgt_out) * (tgt_out != PAD).sum())
-            correct.append(exact_match(model.generate(src), tgt_out))
+            generated = model.generate(src)
+            correct.append(exact_match(generated, tgt_out))
+            sibling.append(sibling_hits(generated.cpu(), val.siblings[rows]))
     model.train(was_training)
     val_loss = float(sum(losses)) / int((val.tgt_out != PAD).sum())
-    return accuracy_record(torch.cat(correct).cpu(), val.split, val_loss)
+    return accuracy_record(torch.cat(correct).cpu(), val.split, val_loss, torch.cat(sibling))
 
 
-def accuracy_record(hit: Bool[Tensor, " n"], split: TokenizedSplit, val_loss: float) -> dict[str, Any]:
-    """The validation record of exact-match flags ``hit`` (one per row of ``split``) and the mean loss."""
+def accuracy_record(
+    hit: Bool[Tensor, " n"], split: TokenizedSplit, val_loss: float, sibling: Bool[Tensor, " n"] | None = None
+) -> dict[str, Any]:
+    """The validation record of exact-match flags ``hit`` (one per row of ``split``) and the mean loss; with
+    ``sibling`` (`sibling_hits` per row), the share of each rule family's non-copy rows answered as a sibling."""
     names = [split.transformation_names[i] for i in split.transformation.tolist()]
     seen = torch.tensor([n in SEEN for n in names])
-    rate = lambda mask: float(hit[mask].float().mean()) if mask.any() else float("nan")
-    return {
+    rate = lambda mask, flags=hit: float(flags[mask].float().mean()) if mask.any() else float("nan")
+    record = {
         "val_loss": val_loss,
         "val_acc": rate(torch.ones_like(hit)),
         "val_acc_copy": rate(split.is_copy),
@@ -123,3 +175,12 @@ def accuracy_record(hit: Bool[Tensor, " n"], split: TokenizedSplit, val_loss: fl
             name: rate(torch.tensor([n == name for n in names]) & ~split.is_copy) for name in sorted(set(names))
         },
     }
+    if sibling is not None:
+        families = {
+            family: torch.tensor([n in rules for n in names]) & ~split.is_copy
+            for family, rules in RULE_FAMILIES.items()
+        }
+        record["val_sibling_by_family"] = {
+            family: rate(mask, sibling) for family, mask in families.items() if mask.any()
+        }
+    return record

@@ -53,19 +53,23 @@ def alphabets_figure(summary: pd.DataFrame) -> go.Figure:
 
 
 def training_curves_figure(history: pd.DataFrame) -> go.Figure:
-    """Validation accuracy of non-copy tasks and the best matching-head score per epoch, one thin line per
-    run and a thick mean per group (copy vs no-copy training data), from
-    `lsa_interp.evaluation.training_history.histories`. Runs without ``matching_score`` leave the lower panel empty."""
+    """Validation accuracy of non-copy tasks, the best matching-head score and the share of extend / succ / pred
+    tasks answered with a sibling rule's answer (the example not read) per epoch, one thin line per run and a thick
+    mean per group (copy vs no-copy training data), from `lsa_interp.evaluation.training_history.histories`. Runs
+    without ``matching_score`` or ``sibling_window`` leave those panels empty."""
     fig = make_subplots(
-        rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-        subplot_titles=("non-copy validation accuracy", "best matching-head score"),
+        rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+        subplot_titles=(
+            "non-copy validation accuracy", "best matching-head score",
+            "extend / succ / pred tasks answered with a sibling rule's answer",
+        ),
     )  # fmt: skip
     if history.empty:
         fig.update_layout(title="No epoch records found")
         return fig
     frame = history.assign(group=["copy" if str(p).startswith("copy") else "no copy" for p in history["preset"]])
     colours = {"copy": "#1f77b4", "no copy": "#ff7f0e"}
-    panels = [(1, "val_acc_noncopy", 100.0), (2, "matching_score", 1.0)]
+    panels = [(1, "val_acc_noncopy", 100.0), (2, "matching_score", 1.0), (3, "sibling_window", 100.0)]
     for group, runs in frame.groupby("group", sort=True):
         for row, column, scale in panels:
             if column not in runs or runs[column].isna().all():
@@ -83,6 +87,7 @@ def training_curves_figure(history: pd.DataFrame) -> go.Figure:
             )  # fmt: skip
     fig.update_yaxes(title_text="accuracy (%)", range=[0, 100], row=1, col=1)
     fig.update_yaxes(title_text="score", row=2, col=1)
-    fig.update_xaxes(title_text="epoch", row=2, col=1)
-    fig.update_layout(title="Training: copy vs no-copy runs", height=700)
+    fig.update_yaxes(title_text="% of tasks", row=3, col=1)
+    fig.update_xaxes(title_text="epoch", row=3, col=1)
+    fig.update_layout(title="Training: copy vs no-copy runs", height=950)
     return fig

@@ -39,8 +39,9 @@ def test_a_stack_names_each_replicate_by_its_run_and_ignores_step_records(tmp_pa
 
 
 def test_a_single_run_gets_its_preset_and_seed_and_the_figure_draws_both_groups(tmp_path):
+    siblings = {"val_sibling_by_family": {"window": 0.4, "doubled": 0.5}}
     single = write_run(tmp_path / "single", {"preset": "nocopy-20", "seed": 4, "batching": "random"},
-                       [epoch(0, 1, 0.3), epoch(0, 2, 0.5)])  # fmt: skip
+                       [epoch(0, 1, 0.3), epoch(0, 2, 0.5, **siblings)])  # fmt: skip
     stack = write_run(tmp_path / "stack", {"runs": [{"data_dir": "d", "seed": 0, "batching": "random",
                                                      "preset": "copy-20", "name": "c"}]},
                       [epoch(0, 1, 0.6, 0.8)])  # fmt: skip
@@ -48,9 +49,16 @@ def test_a_single_run_gets_its_preset_and_seed_and_the_figure_draws_both_groups(
     assert sorted(frame["run"]) == ["c", "nocopy-20-random-s4", "nocopy-20-random-s4"]
     figure = training_curves_figure(frame)
     means = [trace.name for trace in figure.data if trace.name.startswith(("copy", "no copy"))]
-    assert means == ["copy (mean of 1)", "copy (mean of 1)", "no copy (mean of 1)"]
+    assert means == ["copy (mean of 1)", "copy (mean of 1)", "no copy (mean of 1)", "no copy (mean of 1)"]
     no_copy_mean = next(t for t in figure.data if t.name == "no copy (mean of 1)")
     assert list(no_copy_mean.y) == pytest.approx([30.0, 50.0])
+    single_rows = frame[frame["run"] == "nocopy-20-random-s4"]
+    assert single_rows["sibling_doubled"].tolist()[1] == 0.5 and single_rows["sibling_window"].isna().tolist() == [
+        True,
+        False,
+    ]
+    sibling_panel = [t for t in figure.data if t.yaxis == "y3"]
+    assert [list(t.y)[-1] for t in sibling_panel] == pytest.approx([40.0, 40.0])  # the run and its group's mean
 
 
 def test_a_directory_that_is_no_run_is_refused(tmp_path):

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from lsa_interp.analysis.matching import matching_scores
 from lsa_interp.data.loaders import tokenize_split
 from lsa_interp.data.task import Task
+from lsa_interp.data.tokenizer import decode
 from lsa_interp.data.vocab import EOS, PAD
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.training.validation import (
@@ -22,6 +23,8 @@ from lsa_interp.training.validation import (
     loss_fn,
     matching_prompts,
     matching_score,
+    sibling_hits,
+    sibling_targets,
     validate_model,
 )
 
@@ -165,3 +168,55 @@ def test_micro_batches_cover_the_rows_once_sorted_by_source_length_with_token_sh
     assert sum(shares) == pytest.approx(1.0)
     assert shares == pytest.approx([split.tgt_len[p].sum() / split.tgt_len[rows].sum() for p, _ in parts])
     assert len(split.micro_batches(rows[:2], 4)) == 2
+
+
+PERM = "bacdefghijklmnopqrstuvwxzy"  # a <-> b and y <-> z swapped
+
+
+def test_sibling_targets_are_the_tokenized_answers_of_each_rows_family_siblings():
+    """In the row's own alphabet, in the family's rule order; PAD for copy rows, rules without a family and a
+    sibling past the alphabet's end."""
+    tasks = [
+        Task(PERM, (("mno", "mnp"),), "acde", "acdf", "succ"),
+        Task(PERM, (("mnno", "mno"),), "mnnop", "mnop", "remove_redundant"),
+        Task(PERM, (("xzy", "wzy"),), "xzy", "wzy", "pred"),  # y ends PERM: no extend or succ answer
+        Task(PERM, (("acde", "acdf"),), "acde", "acdf", "succ"),  # a copy row
+        Task(PERM, (("abc", "cba"),), "fgh", "hgf", "reverse"),
+    ]
+    targets = sibling_targets(tokenize_split(tasks))
+    assert targets.shape[:2] == (5, 2)
+    answers = [[decode(row) if row[0] != PAD else None for row in rows.tolist()] for rows in targets]
+    assert answers == [["acdef", "bcde"], ["mnoq", None], [None, None], [None, None], [None, None]]
+
+
+def test_the_record_gives_each_familys_share_of_sibling_answers():
+    tasks = [
+        Task(ALPHABET, (("abc", "abd"),), "ghi", "ghj", "succ"),
+        Task(ALPHABET, (("bcd", "acd"),), "ghi", "fhi", "pred"),
+        Task(ALPHABET, (("abbc", "abc"),), "ghhi", "ghi", "remove_redundant"),
+        Task(ALPHABET, (("ghi", "ghj"),), "ghi", "ghj", "succ"),  # a copy row: left out
+        Task(ALPHABET, (("abc", "cba"),), "ghi", "ihg", "reverse"),
+    ]
+    split = tokenize_split(tasks)
+    answers = ["fhi", "fhi", "ghj", "fhi", "ghi"]  # succ as pred; pred right; rr as rr_succ; copy row; reverse wrong
+    generated = torch.full((5, 5), PAD)
+    for i, answer in enumerate(answers):
+        generated[i, : len(answer) + 1] = torch.tensor([ord(c) - 97 for c in answer] + [EOS])
+    flags = sibling_hits(generated, sibling_targets(split))
+    assert flags.tolist() == [True, False, True, False, False]
+    hit = torch.tensor([a == t.answer for a, t in zip(answers, tasks)])
+    record = accuracy_record(hit, split, 0.0, flags)
+    assert record["val_sibling_by_family"] == {"window": 0.5, "doubled": 1.0}
+    assert "val_sibling_by_family" not in accuracy_record(hit, split, 0.0)
+    all_pad = torch.full((5, 3), PAD)  # a model that emits nothing matches no sibling
+    assert not sibling_hits(all_pad, sibling_targets(split)).any()
+
+
+def test_validation_records_sibling_answers_of_the_greedy_outputs(tiny_model):
+    tasks = [Task(ALPHABET, (("abc", "abd"),), q, q[:-1] + chr(ord(q[-1]) + 1), "succ") for q in ("ghi", "mnop")]
+    val = ResidentSplit(tokenize_split(tasks), CPU)
+    record = validate_model(tiny_model, val, contextlib.nullcontext)
+    outputs = tiny_model.solve(tasks)
+    siblings = [{q + chr(ord(q[-1]) + 1), chr(ord(q[0]) - 1) + q[1:]} for q in ("ghi", "mnop")]
+    expected = sum(out in sib for out, sib in zip(outputs, siblings)) / 2
+    assert record["val_sibling_by_family"] == {"window": expected}
