@@ -53,24 +53,40 @@ def test_each_family_rules_answer_is_the_generated_answer_on_every_val_task(copy
 
 
 def test_confusion_counts_correct_sibling_and_other_answers_and_skips_copy_rows():
-    tasks = [
-        task("acde", "acdf", "succ"),
-        task("acde", "acdf", "succ"),
-        task("acde", "acdf", "succ"),
-        task("acde", "acdf", "succ"),
-        task("mnnop", "mnop", "remove_redundant"),
-        task("mnnop", "mnop", "remove_redundant", copy=True),
-        task("fix", "xif", "reverse"),
+    succ, rr = task("acde", "acdf", "succ"), task("mnnop", "mnop", "remove_redundant")
+    rows = [  # rows that do not count come first: they are skipped, not the end of the count
+        (task("fix", "xif", "reverse"), "fix"),
+        (task("mnnop", "mnop", "remove_redundant", copy=True), "mnoq"),
+        *[(succ, "acdf")] * 2,
+        *[(succ, "bcde")] * 3,
+        (succ, "acdef"),
+        *[(succ, "acdd")] * 2,
+        *[(rr, "mnoq")] * 2,
     ]
-    predictions = ["acdf", "bcde", "acdef", "acdd", "mnoq", "mnoq", "fix"]
+    tasks, predictions = [t for t, _ in rows], [p for _, p in rows]
     confusion = family_confusion(tasks, predictions)
     assert list(confusion) == [rule for rules in RULE_FAMILIES.values() for rule in rules]
-    succ = confusion["succ"]
-    assert (succ.correct, succ.as_rule, succ.other, succ.total) == (1, {"extend_sequence": 1, "pred": 1}, 1, 4)
-    assert succ.to_dict()["percent_sibling"] == pytest.approx(50.0)
-    assert confusion["remove_redundant"].as_rule == {"rr_succ": 1} and confusion["remove_redundant"].total == 1
-    assert confusion["pred"].total == 0 and confusion["pred"].to_dict()["percent_correct"] is None
-    with pytest.raises(ValueError, match="7 tasks but 6 predictions"):
+    assert all(counts.rule == rule for rule, counts in confusion.items())
+    assert confusion["succ"].to_dict() == {
+        "correct": 2,
+        "as_rule": {"extend_sequence": 1, "pred": 3},
+        "other": 2,
+        "total": 8,
+        "percent_correct": 25.0,
+        "percent_sibling": 50.0,
+    }
+    assert confusion["succ"].sibling == 4
+    assert confusion["remove_redundant"].to_dict()["as_rule"] == {"rr_succ": 2}
+    assert confusion["remove_redundant"].total == 2  # the copy row is left out
+    assert confusion["pred"].to_dict() == {
+        "correct": 0,
+        "as_rule": {"extend_sequence": 0, "succ": 0},
+        "other": 0,
+        "total": 0,
+        "percent_correct": None,
+        "percent_sibling": None,
+    }
+    with pytest.raises(ValueError, match=f"{len(tasks)} tasks but {len(tasks) - 1} predictions"):
         family_confusion(tasks, predictions[:-1])
 
 

@@ -182,11 +182,23 @@ def test_sibling_targets_are_the_tokenized_answers_of_each_rows_family_siblings(
         Task(PERM, (("xzy", "wzy"),), "xzy", "wzy", "pred"),  # y ends PERM: no extend or succ answer
         Task(PERM, (("acde", "acdf"),), "acde", "acdf", "succ"),  # a copy row
         Task(PERM, (("abc", "cba"),), "fgh", "hgf", "reverse"),
+        Task(PERM, (("mno", "mnop"),), "ghi", "ghij", "extend_sequence"),  # the first rule: index 0
     ]
     targets = sibling_targets(tokenize_split(tasks))
-    assert targets.shape[:2] == (5, 2)
+    assert targets.shape[:2] == (6, 2)
     answers = [[decode(row) if row[0] != PAD else None for row in rows.tolist()] for rows in targets]
-    assert answers == [["acdef", "bcde"], ["mnoq", None], [None, None], [None, None], [None, None]]
+    assert answers[:5] == [["acdef", "bcde"], ["mnoq", None], [None, None], [None, None], [None, None]]
+    assert answers[5] == ["ghj", "fhi"]
+
+
+def test_sibling_hits_compare_outputs_and_targets_of_any_widths():
+    """An output narrower or wider than the targets is padded with PAD, so EOS then PAD matches whatever the
+    widths; a row without siblings matches nothing."""
+    targets = torch.tensor([[[3, 4, EOS, PAD, PAD], [PAD] * 5], [[PAD] * 5, [PAD] * 5]])
+    assert sibling_hits(torch.tensor([[3, 4, EOS], [3, 4, EOS]]), targets).tolist() == [True, False]
+    wide = torch.tensor([[3, 4, EOS, PAD, PAD, PAD, PAD], [PAD] * 7])
+    assert sibling_hits(wide, targets).tolist() == [True, False]
+    assert sibling_hits(torch.tensor([[3, 4, 5, EOS, PAD, PAD, PAD], [PAD] * 7]), targets).tolist() == [False, False]
 
 
 def test_the_record_gives_each_familys_share_of_sibling_answers():
