@@ -91,7 +91,8 @@ def register(app: typer.Typer) -> None:
         """Collect every evaluated run into runs.csv, print Table 1 and the batching table (mean and bootstrap 95%
         interval over runs beside the paper's; a seed trained in several precisions counts once, in fp32) and the
         precision check where a condition was trained in several precisions, and the matching head's occurrence over
-        the runs a sweep analysed; write figures.html: Figure 4, and training curves with --history."""
+        the runs a sweep analysed; write figures.html: Figure 4, each analysed run's matching-head score against its
+        share of sibling-rule answers (where evaluations have it), and training curves with --history."""
         from rich.console import Console
 
         from lsa_interp.commands.common import writable_out
@@ -99,7 +100,7 @@ def register(app: typer.Typer) -> None:
         from lsa_interp.evaluation.runs_table import find_runs, runs_table, write_runs_table
         from lsa_interp.evaluation.training_history import histories
         from lsa_interp.utils import atomic_write
-        from lsa_interp.viz.grid_figures import alphabets_figure, training_curves_figure
+        from lsa_interp.viz.grid_figures import alphabets_figure, matching_vs_rule_figure, training_curves_figure
         from lsa_interp.viz.html import figures_page
 
         writable_out(out)
@@ -123,6 +124,8 @@ def register(app: typer.Typer) -> None:
         if not summaries["occurrence"].empty:
             _print_occurrence(summaries["occurrence"], console)
         figures = {"Figure 4": alphabets_figure(summaries["alphabets"])}
+        if frame.reindex(columns=["matching_best_score", "sibling_percent"]).notna().all(axis=1).any():
+            figures["Matching head and rule identification"] = matching_vs_rule_figure(frame)
         if history:
             figures["Training curves"] = training_curves_figure(histories(history))
         page = figures_page("Results over runs", figures, intro=f"<p>{len(frame)} runs from runs.csv</p>")

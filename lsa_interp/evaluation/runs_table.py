@@ -14,7 +14,7 @@ The table has one row per run and flat columns, so it reads back with ``pandas.r
 - ``<rule>_<outcome>`` counts of the alternate-rule analysis on seen alphabets (``pred_applied_other_rule``
   counts pred tasks answered with the succ answer) and ``<rule>_as_<sibling>`` counts of the rule-family analysis
   (`lsa_interp.evaluation.rule_families`: tasks answered with a sibling rule's answer; evaluations written before
-  it lack them);
+  it lack them) and ``sibling_percent``, the share of all the family rules' tasks answered so (NaN without them);
 - ``n_val`` / ``n_new``: how many tasks were evaluated;
 - ``matching_head``, ``matching_heads``, ``matching_best_head``, ``matching_best_score``: the sweep's
   matching-head analysis of the run (`matching_record`; empty for a run without one);
@@ -93,8 +93,12 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
             row[prefix + rule] = _percent(cell)
     for rule, counts in evaluation.get("alternate_rule", {}).get("seen_alphabets", {}).items():
         row.update({f"{rule}_{outcome}": counts[outcome] for outcome in OUTCOMES if outcome in counts})
-    for rule, counts in evaluation.get("rule_families", {}).get("seen_alphabets", {}).items():
+    families = evaluation.get("rule_families", {}).get("seen_alphabets", {})
+    for rule, counts in families.items():
         row.update({f"{rule}_as_{sibling}": n for sibling, n in counts["as_rule"].items()})
+    family_tasks = sum(counts["total"] for counts in families.values())
+    siblings = sum(n for counts in families.values() for n in counts["as_rule"].values())
+    row["sibling_percent"] = 100.0 * siblings / family_tasks if family_tasks else math.nan
     row.update(matching_record(model_dir))
     row.update(fit_record(model_dir))
     return row

@@ -1,5 +1,6 @@
-"""Figures of a grid of runs: accuracy against the number of training alphabets (the paper's Figure 4) and
-validation accuracy and matching-head score over training, copy against no-copy runs."""
+"""Figures of a grid of runs: accuracy against the number of training alphabets (the paper's Figure 4),
+validation accuracy and matching-head score over training, copy against no-copy runs, and per run its
+matching-head score against how often it answered with a sibling rule's answer."""
 
 from __future__ import annotations
 
@@ -90,4 +91,26 @@ def training_curves_figure(history: pd.DataFrame) -> go.Figure:
     fig.update_yaxes(title_text="% of tasks", row=3, col=1)
     fig.update_xaxes(title_text="epoch", row=3, col=1)
     fig.update_layout(title="Training: copy vs no-copy runs", height=950)
+    return fig
+
+
+def matching_vs_rule_figure(runs: pd.DataFrame) -> go.Figure:
+    """One point per run of `lsa_interp.evaluation.runs_table.runs_table` that has both a matching-head analysis
+    and rule-family counts: its best matching-head score against the share of the look-alike rules' tasks it
+    answered with a sibling rule's answer (the example not read), copy against no-copy runs."""
+    fig = go.Figure()
+    paired = runs.reindex(columns=["matching_best_score", "sibling_percent"]).notna().all(axis=1)
+    points = runs[paired]
+    for copy, group in points.groupby(points["preset"].astype(str).str.startswith("copy"), sort=False):
+        label = "copy" if copy else "no copy"
+        fig.add_scatter(
+            x=group["matching_best_score"], y=group["sibling_percent"], mode="markers", name=label,
+            marker={"color": "#1f77b4" if copy else "#ff7f0e", "size": 10}, customdata=group[["run"]].to_numpy(),
+            hovertemplate="%{customdata[0]}: score %{x:.3f}, %{y:.1f}% sibling answers<extra>" + label + "</extra>",
+        )  # fmt: skip
+    fig.update_layout(
+        title="Matching head against reading the rule: one point per run",
+        xaxis={"title": "best matching-head score"},
+        yaxis={"title": "look-alike rules' tasks answered with a sibling's answer (%)", "rangemode": "tozero"},
+    )
     return fig

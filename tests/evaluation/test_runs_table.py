@@ -26,6 +26,7 @@ from lsa_interp.evaluation.paper_tables import CELLS, PAPER_BATCHING, PAPER_TABL
 from lsa_interp.evaluation.runs_table import find_runs, read_runs_table, run_record, runs_table
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.checkpoint import save_model
+from lsa_interp.viz.grid_figures import matching_vs_rule_figure
 
 SHIPPED_EVALUATION = Path(__file__).parents[2] / "checkpoints" / "copy-20" / "evaluation.json"
 TINY = ModelConfig(d_model=16, n_heads=2, d_mlp=32, n_encoder_layers=1, n_decoder_layers=1)
@@ -41,6 +42,7 @@ def make_run(
     epochs: float = 20,
     precision="bf16",
     train_config: dict | None = None,
+    families: dict | None = None,
 ) -> Path:
     """A saved tiny model with training metadata and an evaluation whose seenT/seenA cell is ``seen`` %."""
     directory = root / name
@@ -54,6 +56,8 @@ def make_run(
     evaluation = json.loads(SHIPPED_EVALUATION.read_text())
     evaluation["table1"]["seen_transformations_seen_alphabets"] = {"correct": 0, "total": 100, "percent": seen}
     evaluation["overall"]["seen_alphabets"]["percent"] = seen / 2
+    if families is not None:
+        evaluation["rule_families"] = families
     (directory / "evaluation.json").write_text(json.dumps(evaluation))
     return directory
 
@@ -192,9 +196,11 @@ def test_the_precision_check_says_whether_the_difference_is_within_the_larger_sp
     assert row["difference"] == pytest.approx(-2.375) and not row["within_spread"]  # sd 1.29 and 2.25
 
 
-def analysed_run(root: Path, name: str, preset: str, batching: str, seed: int, heads: str, precision="bf16") -> Path:
+def analysed_run(
+    root: Path, name: str, preset: str, batching: str, seed: int, heads: str, precision="bf16", families=None
+) -> Path:
     """A run laid out as a sweep's replicate: ``name/model`` and its matching analysis beside it."""
-    model = make_run(root / name, "model", preset, batching, seed, 90.0, precision=precision)
+    model = make_run(root / name, "model", preset, batching, seed, 90.0, precision=precision, families=families)
     analysis = root / name / "analysis" / "matching"
     analysis.mkdir(parents=True)
     summary = {"matching_heads": heads, "best_head": "2.7" if heads != "none" else "1.1", "best_score": 0.4}
@@ -224,6 +230,28 @@ def test_occurrence_counts_the_analysed_runs_with_a_matching_head_beside_the_pap
     assert table.loc[("copy-20", "all"), ["n", "with_head"]].tolist() == [1, 1]
     assert math.isnan(table.loc[("copy-20", "transformation"), "paper_n"])
     assert occurrence_summary(runs_table(find_runs([tmp_path / "unanalysed"]))).empty
+
+
+def test_sibling_percent_pools_the_family_rules_and_the_page_plots_it_against_the_matching_score(tmp_path, capsys):
+    succ = {"correct": 6, "as_rule": {"extend_sequence": 0, "pred": 3}, "other": 1, "total": 10}
+    rr_succ = {"correct": 9, "as_rule": {"remove_redundant": 1}, "other": 0, "total": 10}
+    families = {"seen_alphabets": {"succ": succ, "rr_succ": rr_succ}, "new_alphabets": {}}
+    model = analysed_run(tmp_path / "runs", "n0", "nocopy-20", "random", 0, "none", families=families)
+    make_run(tmp_path / "runs", "plain", "copy-20", "random", 1, 90.0)  # an evaluation from before the analysis
+    frame = runs_table(find_runs([tmp_path / "runs"]))
+    rows = frame.set_index("run")
+    assert rows.loc[str(model), "sibling_percent"] == pytest.approx(20.0)  # (3 + 1) of 20 tasks
+    assert rows.loc[str(model), "succ_as_pred"] == 3 and rows.loc[str(model), "rr_succ_as_remove_redundant"] == 1
+    assert math.isnan(rows.loc[str(tmp_path / "runs" / "plain"), "sibling_percent"])
+    figure = matching_vs_rule_figure(frame)
+    assert [(t.name, list(t.x), list(t.y)) for t in figure.data] == [("no copy", [0.4], [20.0])]
+    out = tmp_path / "results"
+    with pytest.raises(SystemExit):
+        cli.main(["results", "--runs", str(tmp_path / "runs"), "--out", str(out)])
+    assert "Matching head and rule identification" in (out / "figures.html").read_text()
+    with pytest.raises(SystemExit):
+        cli.main(["results", "--runs", str(tmp_path / "runs" / "plain"), "--out", str(out)])
+    assert "Matching head and rule identification" not in (out / "figures.html").read_text()
 
 
 def test_results_command_writes_the_tables_and_figures(tmp_path, capsys):
