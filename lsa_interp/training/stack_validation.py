@@ -4,7 +4,9 @@ Each replicate is validated on its own val split: the splits are walked in chunk
 of rows for every replicate; a shorter split repeats its first row, ignored), each chunk scored with one
 teacher-forced stacked forward pass (loss) and one cached greedy decode of all replicates (exact match).
 The records have the keys of `validate_model`; `matching_score` adds each replicate's best matching-head
-score on ``prompts`` (`lsa_interp.training.validation.matching_prompts`).
+score on ``prompts`` (`lsa_interp.training.validation.matching_prompts`). A chunk decodes as many steps as its
+longest target, so a sibling rule's answer longer than every target of its chunk (``val_sibling_by_family``)
+cannot be given in full there and counts as not given (rare: chunks hold thousands of rows).
 """
 
 from __future__ import annotations

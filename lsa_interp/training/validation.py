@@ -100,7 +100,7 @@ def sibling_targets(split: TokenizedSplit) -> Int[Tensor, "n k t"]:
                 decode(split.tokens.tgt_out[i]),
             )
             task = Task(alphabet, (), query, answer, name)
-            siblings = [answer for rule, answer in family_answers(task).items() if rule != name]
+            siblings = [other for rule, other in family_answers(task).items() if rule != name]
         answers.append(siblings + [""] * (k - len(siblings)))
     width = 1 + max((len(answer) for row in answers for answer in row), default=0)
     out = torch.full((len(answers), k, width), PAD, dtype=torch.long)
