@@ -6,6 +6,8 @@ decodes ``--rows`` non-copy val rows of those seven rules per model (seen alphab
 correct, a sibling rule's answer on the same query, or other. It writes ``analyses/results/rule_families.json``.
 
     python analyses/rule_families.py --model copy-20 --model nocopy-20 --rows 4000
+
+A ``--model`` may also be a training run directory: its last saved state (`lsa_interp.training.snapshot`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from lsa_interp.evaluation import family_confusion
 from lsa_interp.evaluation.fit import fit_rows
 from lsa_interp.evaluation.rule_families import FAMILY_OF
 from lsa_interp.evaluation.run import evaluation_dataset, predict
-from lsa_interp.model import load_model
+from lsa_interp.training.snapshot import load_run_or_model
 from lsa_interp.utils import atomic_write
 
 OUT = Path(__file__).parent / "results" / "rule_families.json"
@@ -27,7 +29,7 @@ OUT = Path(__file__).parent / "results" / "rule_families.json"
 
 def model_confusion(name: str, rows: int) -> dict:
     """The rule-family counts of model ``name`` on ``rows`` non-copy val rows of the family rules."""
-    model = load_model(name)
+    model = load_run_or_model(name)
     dataset = evaluation_dataset(model, splits=("val",))
     tasks = fit_rows(dataset.splits["val"], tuple(FAMILY_OF), rows)
     confusion = family_confusion(tasks, predict(model, tasks, 512))
@@ -40,7 +42,9 @@ def model_confusion(name: str, rows: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", required=True, help="shipped checkpoint name (repeatable)")
+    parser.add_argument(
+        "--model", action="append", required=True, help="checkpoint name or directory, or training run (repeatable)"
+    )
     parser.add_argument("--rows", type=int, default=4000, help="non-copy val rows of the family rules per model")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)

@@ -98,7 +98,12 @@ def data_show(
 
 @app.command("evaluate", epilog="Example: lsa-interp evaluate --model copy-200 --out runs/eval/copy-200 --limit 5000")
 def evaluate(
-    model: Annotated[str, typer.Option(help="A shipped checkpoint name, or a checkpoint directory or reference .pt.")],
+    model: Annotated[
+        str,
+        typer.Option(
+            help="A shipped checkpoint name, a checkpoint directory or reference .pt, or a training run directory."
+        ),
+    ],
     preset: Annotated[
         str | None, typer.Option(help="Dataset preset; default: the preset in the model's training metadata.")
     ] = None,
@@ -117,16 +122,17 @@ def evaluate(
     batch_size: Annotated[int, typer.Option(min=1, help="Tasks decoded per batch.")] = 512,
     device: Annotated[str | None, typer.Option(help="Torch device; default: cuda when available, else cpu.")] = None,
 ) -> None:
-    """Greedy exact match: the paper's Table 1, accuracy by transformation, copy vs non-copy, alternate-rule errors.
+    """Greedy exact match: the paper's Table 1, accuracy by transformation, copy vs non-copy, alternate-rule errors,
+    rule families. --model may be a training run directory: its last saved state (a stack's run: RUN/replicate-I).
 
     Seen-alphabet numbers come from the val split, new-alphabet numbers from the new-alphabet test set.
     """
     import torch
 
     from lsa_interp.evaluation import evaluate_model, evaluation_dataset, rich_tables, write_report
-    from lsa_interp.model import load_model
+    from lsa_interp.training.snapshot import load_run_or_model
 
-    net = load_model(model, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    net = load_run_or_model(model, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     with console.status("loading the dataset" if data else "generating the dataset"):
         dataset = evaluation_dataset(net, preset, seed, data)
     result = evaluate_model(net, dataset, limit=limit, progress=True, batch_size=batch_size, model_name=model)

@@ -14,7 +14,11 @@ if TYPE_CHECKING:
     from lsa_interp.analysis.types import AnalysisResult
 
 ModelOption = Annotated[
-    str, typer.Option(help="A shipped checkpoint name (copy-200, copy-20, nocopy-20) or a checkpoint directory.")
+    str,
+    typer.Option(
+        help="A shipped checkpoint name (copy-200, copy-20, nocopy-20), a checkpoint directory, or a training run "
+        "directory (its last saved state; a stack's run: RUN_DIR/replicate-I)."
+    ),
 ]
 OutOption = Annotated[
     Path | None, typer.Option(help="Directory for NAME.json and NAME.html; default runs/analysis/MODEL.")
@@ -25,10 +29,11 @@ HEAD_HELP = "Head labels are the paper's, 1-based: '2.7' = encoder layer 2, head
 
 
 def open_model(name: str, device: str = "cpu"):
-    """Load a model by shipped name or path; a missing or broken checkpoint raises ValueError (exit 2)."""
-    from lsa_interp.model import load_model
+    """Load a model by shipped name or path, or a training run's last saved state (`load_run_or_model`); a
+    missing or broken checkpoint raises ValueError (exit 2)."""
+    from lsa_interp.training.snapshot import load_run_or_model
 
-    return load_model(name, device=device)
+    return load_run_or_model(name, device=device)
 
 
 def default_out(model: str) -> Path:

@@ -1,0 +1,94 @@
+"""A training run's last saved state opened as a model: single runs, the plain nn.Transformer, stacks, the CLI."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lsa_interp import cli
+from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
+from lsa_interp.data.loaders import load_tokenized
+from lsa_interp.data.vocab import PAD
+from lsa_interp.training import TrainConfig, Trainer
+from lsa_interp.training.snapshot import load_run_or_model, run_snapshot
+from lsa_interp.training.stack_config import RunSpec, StackConfig
+from lsa_interp.training.stack_trainer import StackTrainer
+
+SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
+STEPS_PER_EPOCH = 29  # 1,824 training rows at batch 64
+
+
+def assert_same_weights(first, second) -> None:
+    one, two = first.state_dict(), second.state_dict()
+    assert one.keys() == two.keys() and all(torch.equal(one[k], two[k].to(one[k].device)) for k in one)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    config = DatasetConfig(name="tiny", n_alphabets=4, window_lengths=(3,), n_reshuffle=1, n_new_alphabets=4)
+    return save_dataset(generate_dataset(config, seed=3), tmp_path_factory.mktemp("data") / "tiny")
+
+
+def _config(data_dir, **overrides) -> TrainConfig:
+    base = {"data_dir": str(data_dir), "preset": "tiny", "epochs": 3, "batch_size": 64, "log_every": 5}
+    return TrainConfig(**{**base, "model": SMALL_MODEL, "seed": 2, **overrides})
+
+
+def test_an_unfinished_run_opens_at_its_saved_step_with_its_metadata(data_dir, tmp_path):
+    trainer = Trainer.start(_config(data_dir, max_steps=35), tmp_path / "run")
+    trainer.run()
+    snapshot = run_snapshot(tmp_path / "run")
+    assert not snapshot.training
+    assert_same_weights(snapshot, trainer.model)
+    meta = snapshot.metadata
+    assert (meta["preset"], meta["seed"], meta["data_seed"], meta["batching"]) == ("tiny", 2, 3, "random")
+    assert meta["steps"] == 35 and meta["snapshot"] and meta["train_config"]["max_steps"] == 35
+    assert meta["epochs_completed"] == pytest.approx(35 / STEPS_PER_EPOCH)
+    assert load_run_or_model(tmp_path / "run").metadata["steps"] == 35
+    with pytest.raises(ValueError, match="replicate 1 out of range"):
+        run_snapshot(tmp_path / "run", replicate=1)
+
+
+def test_a_run_on_the_plain_transformer_opens_as_the_same_function(data_dir, tmp_path):
+    trainer = Trainer.start(_config(data_dir, max_steps=6, architecture="reference"), tmp_path / "run")
+    trainer.run()
+    snapshot = run_snapshot(tmp_path / "run")
+    split = load_tokenized(data_dir, "val")
+    src, tgt_in = split.tokens.src[:16], split.tokens.tgt_in[:16]
+    trainer.model.eval()
+    with torch.no_grad():
+        expected = trainer.model.decode(tgt_in, trainer.model.encode(src), src == PAD)
+        got = snapshot.decode(tgt_in, snapshot.encode(src), src == PAD)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_each_run_of_a_stack_opens_as_its_replicate(data_dir, tmp_path):
+    runs = (RunSpec(str(data_dir), 0, "random", 3, "tiny", "a"), RunSpec(str(data_dir), 1, "alphabet", 2, "tiny", "b"))
+    config = StackConfig(runs=runs, batch_size=64, model=SMALL_MODEL, max_steps=40, log_every=5)
+    trainer = StackTrainer.start(config, tmp_path / "stack")
+    trainer.run()
+    second = load_run_or_model(tmp_path / "stack" / "replicate-1")
+    assert_same_weights(second, trainer.model.replicate_model(1))
+    meta = second.metadata
+    assert (meta["run"], meta["seed"], meta["batching"], meta["steps"]) == ("b", 1, "alphabet", 40)
+    assert 1 < meta["epochs_completed"] <= 2
+    assert run_snapshot(tmp_path / "stack").metadata["run"] == "a"
+    with pytest.raises(ValueError, match="replicate 2 out of range: the stack has 2 runs"):
+        run_snapshot(tmp_path / "stack", replicate=2)
+
+
+def test_a_directory_without_a_run_or_a_state_is_refused(data_dir, tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a training run"):
+        run_snapshot(tmp_path)
+    Trainer.start(_config(data_dir), tmp_path / "fresh")
+    with pytest.raises(FileNotFoundError, match="has saved no state yet"):
+        run_snapshot(tmp_path / "fresh")
+
+
+def test_evaluate_takes_a_run_directory(data_dir, tmp_path, capsys):
+    Trainer.start(_config(data_dir, max_steps=5), tmp_path / "run").run()
+    args = ["evaluate", "--model", str(tmp_path / "run"), "--data", str(data_dir), "--limit", "40"]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(args)
+    assert exit_info.value.code == 0
+    assert "Which rule was applied" in capsys.readouterr().out
