@@ -22,10 +22,23 @@ LSA=${LSA:-$PWD/.venv/bin/lsa-interp}
 [ -x "$LSA" ] || { echo "cpu_runs.sh: $LSA is missing: run 'make install' first" >&2; exit 2; }
 SLOTS=${LSA_CPU_SLOTS:-$(nproc)}
 mkdir -p "$RUNS"
+# Where a run stands: its last logged step and epoch and its last epoch's seen-transformation val accuracy.
+progress() {
+  tail -n 400 "$1/metrics.jsonl" 2>/dev/null | "${LSA%/lsa-interp}/python" -c '
+import json, sys
+records = [json.loads(line) for line in sys.stdin if line.strip()]
+step = next((r for r in reversed(records) if r.get("type") == "step"), None)
+epoch = next((r for r in reversed(records) if r.get("type") == "epoch"), None)
+if step:
+    print(" (step %d, epoch %.2f" % (step["step"], step["epoch"]), end="")
+    seen = epoch["val_acc_seen_transformations"] if epoch else None
+    print("; after epoch %d: %.1f%% seen-transformation val)" % (epoch["epoch"], 100 * seen) if epoch else ")")
+' 2>/dev/null
+}
 run() {
   local name=$1 preset=$2 batching=$3 seed=${4:-0} architecture=${5:-hooked} out=$RUNS/$1 args
   if [ -f "$out/model/model.safetensors" ]; then echo "$name: finished"; return; fi
-  if pgrep -f "lsa-interp train .*$out( |$)" > /dev/null; then echo "$name: running"; return; fi
+  if pgrep -f "lsa-interp train .*$out( |$)" > /dev/null; then echo "$name: running$(progress "$out")"; return; fi
   if [ "$(pgrep -fc "lsa-interp train .*$RUNS/")" -ge "$SLOTS" ]; then echo "$name: waiting for a core"; return; fi
   if [ ! -d "$RUNS/data-$preset" ]; then "$LSA" data generate --preset "$preset" --seed 0 --out "$RUNS/data-$preset"; fi
   if [ -f "$out/state.pt" ]; then
