@@ -124,8 +124,9 @@ def register(app: typer.Typer) -> None:
         if not summaries["occurrence"].empty:
             _print_occurrence(summaries["occurrence"], console)
         figures = {"Figure 4": alphabets_figure(summaries["alphabets"])}
-        if frame.reindex(columns=["matching_best_score", "sibling_percent"]).notna().all(axis=1).any():
-            figures["Matching head and rule identification"] = matching_vs_rule_figure(frame)
+        paired = matching_vs_rule_figure(frame)
+        if paired.data:
+            figures["Matching head and rule identification"] = paired
         if history:
             figures["Training curves"] = training_curves_figure(histories(history))
         page = figures_page("Results over runs", figures, intro=f"<p>{len(frame)} runs from runs.csv</p>")

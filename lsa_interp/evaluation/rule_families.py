@@ -92,7 +92,7 @@ class FamilyCounts:
     @property
     def total(self) -> int:
         """Tasks counted."""
-        return self.correct + sum(self.as_rule.values()) + self.other
+        return self.correct + self.sibling + self.other
 
     @property
     def sibling(self) -> int:

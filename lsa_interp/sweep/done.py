@@ -18,12 +18,10 @@ from typing import Any
 from lsa_interp.evaluation.runs_table import find_runs, read_metadata, training_progress
 from lsa_interp.sweep.grid import Grid
 from lsa_interp.sweep.plan import SweepRun, expand
-from lsa_interp.training.config import Recipe
+from lsa_interp.training.config import LEGACY_LENGTH_BUCKETING, Recipe
 
 RECIPE_SETTINGS = ("batch_size", "lr", "betas", "weight_decay", "warmup_start", "final_lr_factor", "length_bucketing")
 """The `Recipe` settings that change what a run learns: a model trained on its own must match the grid's."""
-LEGACY_LENGTH_BUCKETING = True
-"""A run's ``length_bucketing`` when its config predates the option: such runs bucketed (docs/training.md)."""
 
 _DEFAULTS = {f.name: f.default for f in fields(Recipe) if f.default is not MISSING}
 

@@ -20,6 +20,10 @@ ARCHITECTURES = ("hooked", "reference")
 model's doing. Both save a hooked checkpoint."""
 
 
+LEGACY_LENGTH_BUCKETING = True
+"""``length_bucketing`` of a run whose saved config predates the option: such runs bucketed (docs/training.md)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Recipe:
     """What one run and a stack of runs share: the optimizer, schedule, precision, model and bounds (defaults:
@@ -113,4 +117,4 @@ class TrainConfig(Recipe):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Inverse of ``dataclasses.asdict``. A config saved before ``length_bucketing`` existed ran with it on."""
-        return cls(**{"length_bucketing": True, **data, "betas": tuple(data["betas"])})
+        return cls(**{"length_bucketing": LEGACY_LENGTH_BUCKETING, **data, "betas": tuple(data["betas"])})
