@@ -4,7 +4,8 @@
 # again in the next session and every run continues from its last state (saved every 1,000 steps).
 # The runs live outside the checkout (each session gets its work tree laid anew; the machine itself may be
 # kept), in $LSA_CPU_RUNS (default ~/.local/share/lsa-interp/cpu-grid). A machine that was shut down
-# keeps nothing: then every run starts again from step 0 (same seed, same weights).
+# keeps nothing (as the one before the session of 2026-11-26 19:04 did, 10.5 epochs into nocopy-20): then every
+# run that is not shipped starts again from step 0 (same seed, same weights).
 #   bash scripts/cpu_runs.sh            # start or resume the runs below, in order, one per core
 #   tail -n 2 ~/.local/share/lsa-interp/cpu-grid/*/metrics.jsonl
 # Runs: NAME PRESET BATCHING [SEED [ARCHITECTURE]] (default seed 0 and our hooked model; the reference's
@@ -35,8 +36,20 @@ if step:
     print("; after epoch %d: %.1f%% seen-transformation val)" % (epoch["epoch"], 100 * seen) if epoch else ")")
 ' 2>/dev/null
 }
+# Runs that are shipped already: those the queue counts as done (lsa_interp/sweep/done.py: a checkpoint or a
+# committed run record with the queue's recipe) and any under checkpoints/replicates/ by the same name. A machine
+# that was replaced keeps none of $RUNS, and without this it would train them again from step 0.
+SHIPPED=$("${LSA%/lsa-interp}/python" -c '
+from lsa_interp.sweep.done import finished_runs
+from lsa_interp.sweep.grid import load_grid
+print("\n".join(sorted(finished_runs(["analyses/runs", "checkpoints"], load_grid("grids/queue.toml")))))
+')
+shipped() {
+  grep -qxF "$1" <<< "$SHIPPED" || [ -f "checkpoints/replicates/$1/model.safetensors" ]
+}
 run() {
   local name=$1 preset=$2 batching=$3 seed=${4:-0} architecture=${5:-hooked} out=$RUNS/$1 args
+  if shipped "$name"; then echo "$name: shipped"; return; fi
   if [ -f "$out/model/model.safetensors" ]; then echo "$name: finished"; return; fi
   if pgrep -f "lsa-interp train .*$out( |$)" > /dev/null; then echo "$name: running$(progress "$out")"; return; fi
   if [ "$(pgrep -fc "lsa-interp train .*$RUNS/")" -ge "$SLOTS" ]; then echo "$name: waiting for a core"; return; fi

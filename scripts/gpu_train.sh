@@ -64,9 +64,11 @@ CARRY=${CARRY:-$WORK/carry}
 CARRY_MIB=${CARRY_MIB:-100}
 CALL_SECONDS=${CALL_SECONDS:-20}
 # The chance that a carried state, kept on this project's CPU machine, is still there at the next GPU session:
-# 5 of the last 6 session boundaries kept the machine, and a GPU session comes about every third session
-# (0.85^3); the planner weights a continued stack's runs per minute by it once per wait.
-CARRY_SURVIVAL=${CARRY_SURVIVAL:-0.6}
+# 6 of the last 8 session boundaries kept the machine (the one before 2026-11-26 19:04 did not: it lost 10.5
+# epochs of a CPU run), and about 1 session in 5 is lent a GPU, so the wait is k boundaries with chance
+# 0.2 x 0.8^(k-1): the state survives it with chance sum_k 0.2 x 0.8^(k-1) x 0.75^k = 0.15 / 0.4 = 0.375.
+# The planner weights a continued stack's runs per minute by it once per wait.
+CARRY_SURVIVAL=${CARRY_SURVIVAL:-0.4}
 # What a later session trains in (MINUTES of a session of 15 device minutes): a continued stack's session count,
 # and so its size, comes from it, also when this session has only a short rest (after gpu_session.sh triton).
 SESSION_MINUTES=${SESSION_MINUTES:-12}

@@ -1,0 +1,85 @@
+"""scripts/cpu_runs.sh, with a stand-in for `lsa-interp` that records what it was asked to do."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+SCRIPT = ROOT / "scripts" / "cpu_runs.sh"
+
+
+def _stub_lsa(bin_dir: Path, calls: Path) -> Path:
+    bin_dir.mkdir()
+    for name, body in (("python", f'exec {sys.executable} "$@"'), ("lsa-interp", f'echo "$*" >> {calls}')):
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod((bin_dir / name).stat().st_mode | stat.S_IXUSR)
+    return bin_dir / "lsa-interp"
+
+
+def _repo(tmp_path: Path, replicates: tuple[str, ...] = ()) -> Path:
+    """A checkout with the script, the queue and two shipped models that the queue counts as done (copy-20: its
+    copy-20-random-s0; replicates/copy-200-s0: its copy-200-alphabet-s0), plus empty replicates by name."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "grids").mkdir()
+    (repo / "analyses" / "runs").mkdir(parents=True)
+    (repo / "checkpoints" / "replicates").mkdir(parents=True)
+    (repo / "scripts" / "cpu_runs.sh").write_text(SCRIPT.read_text())
+    (repo / "grids" / "queue.toml").write_text((ROOT / "grids" / "queue.toml").read_text())
+    for shipped in ("copy-20", "replicates/copy-200-s0"):
+        (repo / "checkpoints" / shipped).symlink_to(ROOT / "checkpoints" / shipped)
+    for name in replicates:
+        (repo / "checkpoints" / "replicates" / name).mkdir()
+        (repo / "checkpoints" / "replicates" / name / "model.safetensors").write_bytes(b"")
+    return repo
+
+
+def _run(tmp_path: Path, calls: Path, replicates: tuple[str, ...] = ()) -> str:
+    repo = _repo(tmp_path, replicates)
+    env = {
+        **os.environ,
+        "LSA": str(_stub_lsa(tmp_path / "bin", calls)),
+        "LSA_CPU_RUNS": str(tmp_path / "runs"),
+        "LSA_CPU_SLOTS": "8",
+    }
+    script = repo / "scripts" / "cpu_runs.sh"
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout
+
+
+def _train_calls(calls: Path, count: int) -> list[str]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        lines = calls.read_text().splitlines() if calls.exists() else []
+        trains = [line for line in lines if line.startswith("train ")]
+        if len(trains) >= count:
+            return trains
+        time.sleep(0.1)
+    raise AssertionError(f"expected {count} train calls, got {calls.read_text() if calls.exists() else 'none'}")
+
+
+def test_a_replaced_machine_trains_again_only_the_runs_that_are_not_shipped(tmp_path):
+    calls = tmp_path / "calls.txt"
+    out = _run(tmp_path, calls)
+    assert "copy-200-alphabet-s0: shipped" in out and "copy-20-random-s0: shipped" in out
+    started = [line.split(":")[0] for line in out.splitlines() if ": started" in line]
+    assert started == [
+        "nocopy-20-random-s0",
+        "copy-200-alphabet-reference-s1",
+        "copy-200-alphabet-s1",
+        "copy-200-alphabet-s2",
+    ]
+    trains = _train_calls(calls, len(started))
+    assert not any("/copy-20-random-s0" in line or "/copy-200-alphabet-s0" in line for line in trains)
+    assert any("--architecture reference" in line and "--seed 1" in line for line in trains)
+
+
+def test_a_run_shipped_under_replicates_by_its_name_is_not_trained_again(tmp_path):
+    out = _run(tmp_path, tmp_path / "calls.txt", replicates=("copy-200-alphabet-reference-s1",))
+    assert "copy-200-alphabet-reference-s1: shipped" in out
+    assert "nocopy-20-random-s0: started" in out and "copy-200-alphabet-s1: started" in out
