@@ -121,6 +121,14 @@ def evaluate(
     ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Tasks decoded per batch.")] = 512,
     device: Annotated[str | None, typer.Option(help="Torch device; default: cuda when available, else cpu.")] = None,
+    card: Annotated[
+        bool,
+        typer.Option(
+            "--card",
+            help="Write the result into the shipped checkpoint: its evaluation.json and card.md (header kept). "
+            "Needs the full splits of its own dataset (no --limit, --preset or --seed).",
+        ),
+    ] = False,
 ) -> None:
     """Greedy exact match: the paper's Table 1, accuracy by transformation, copy vs non-copy, alternate-rule errors,
     rule families. --model may be a training run directory: its last saved state (a stack's run: RUN/replicate-I).
@@ -130,18 +138,31 @@ def evaluate(
     import torch
 
     from lsa_interp.evaluation import evaluate_model, evaluation_dataset, rich_tables, write_report
+    from lsa_interp.evaluation.card import CARD_FILE, refresh_card
+    from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, checkpoint_name
     from lsa_interp.training.snapshot import load_run_or_model
 
+    name = model
+    if card:
+        name = checkpoint_name(model)
+        if not (name and (CHECKPOINTS_DIR / name / CARD_FILE).is_file()):
+            raise UserError(f"--card needs a shipped checkpoint with a {CARD_FILE}; {model!r} is none")
+        options = (("--limit", limit), ("--preset", preset), ("--seed", seed))
+        given = [option for option, value in options if value is not None]
+        if given:
+            raise UserError(f"--card writes a card of the full splits of the model's own dataset; drop {given[0]}")
     net = load_run_or_model(model, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     with console.status("loading the dataset" if data else "generating the dataset"):
         dataset = evaluation_dataset(net, preset, seed, data)
-    result = evaluate_model(net, dataset, limit=limit, progress=True, batch_size=batch_size, model_name=model)
+    result = evaluate_model(net, dataset, limit=limit, progress=True, batch_size=batch_size, model_name=name)
     out_console = Console(width=max(shutil.get_terminal_size().columns, 120))
     for table in rich_tables(result):
         out_console.print(table)
     if out is not None:
         paths = write_report(result, out)
         print("wrote " + ", ".join(str(path) for path in paths.values()))
+    if card:
+        print(f"wrote {refresh_card(CHECKPOINTS_DIR / name, result)} and its evaluation.json")
 
 
 @app.command(

@@ -150,3 +150,31 @@ def ship_run(
         shutil.rmtree(target)
     staging.rename(target)
     return target
+
+
+def refresh_card(checkpoint_dir: str | Path, result: EvaluationResult) -> Path:
+    """Replace a shipped checkpoint's ``evaluation.json`` and the evaluation part of its ``card.md`` with
+    ``result`` (an evaluation of that checkpoint on the full splits), keeping the card's header (provenance,
+    storage, training fit). For evaluations that gained sections after the model was shipped.
+
+    Returns the card's path. Raises FileNotFoundError when the directory holds no card, ValueError when the
+    card has no evaluation part or ``result`` is of another model or preset, or of a subset.
+    """
+    directory = Path(checkpoint_dir)
+    card_path = directory / CARD_FILE
+    if not card_path.is_file():
+        raise FileNotFoundError(f"{directory} holds no {CARD_FILE}: ship the run first (lsa-interp ship)")
+    header, marker, _ = card_path.read_text().partition("## Evaluation")
+    if not marker:
+        raise ValueError(f"{card_path} has no '## Evaluation' part to replace")
+    old = json.loads((directory / EVALUATION_FILE).read_text()) if (directory / EVALUATION_FILE).is_file() else {}
+    new = result.to_dict()
+    if result.limit is not None:
+        raise ValueError(f"the evaluation covers {result.limit} rows per split; a card needs the full splits")
+    for field in ("model", "preset"):
+        if field in old and old[field] != new.get(field):
+            raise ValueError(f"the evaluation is of {field} {new.get(field)!r}; the checkpoint's: {old[field]!r}")
+    report = markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
+    atomic_write(directory / EVALUATION_FILE, lambda path: path.write_text(json.dumps(new, indent=2) + "\n"))
+    atomic_write(card_path, lambda path: path.write_text(header + report))
+    return card_path

@@ -177,6 +177,19 @@ def _resolve(name_or_path: str | Path) -> Path:
     raise FileNotFoundError(f"no checkpoint named or at {name!r}; available names: {listing}")
 
 
+def checkpoint_name(name_or_path: str | Path) -> str | None:
+    """The shipped name (``copy-200``, ``replicates/copy-200-s0``) of a checkpoint given by name or by its
+    directory under ``checkpoints/``; None for anything else (a run, a reference ``.pt``, a directory elsewhere)."""
+    try:
+        path = _resolve(name_or_path).resolve()
+    except FileNotFoundError:
+        return None
+    root = CHECKPOINTS_DIR.resolve()
+    if not (path / CONFIG_FILE).is_file() or path.parent not in {root, root / REPLICATES}:
+        return None
+    return path.relative_to(root).as_posix()
+
+
 def load_model(name_or_path: str | Path, device: torch.device | str = "cpu") -> HookedEncoderDecoder:
     """Load a model (eval mode) from a shipped name (``copy-200``, ``replicates/copy-200-s0``), one of our
     checkpoint directories, or a reference ``.pt``.

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from lsa_interp import cli
 from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
-from lsa_interp.evaluation.card import _partial_warning, ship_run
+from lsa_interp.evaluation.card import _partial_warning, refresh_card, ship_run
+from lsa_interp.evaluation.report import markdown_report
+from lsa_interp.evaluation.run import evaluate_model, evaluation_dataset
+from lsa_interp.model import checkpoint as checkpoint_module
 from lsa_interp.model import load_model
 from lsa_interp.training import TrainConfig, Trainer
 
@@ -32,6 +36,12 @@ def run_dir(tmp_path_factory):
     )
     Trainer.start(train, run).run()
     return run
+
+
+@pytest.fixture(scope="module")
+def shipped(run_dir, tmp_path_factory):
+    """The tiny run shipped on its full splits into a checkpoints folder of its own."""
+    return ship_run(run_dir, "tiny", dest=tmp_path_factory.mktemp("checkpoints"))
 
 
 def test_ship_writes_checkpoint_card_and_evaluation(run_dir, tmp_path):
@@ -87,3 +97,59 @@ def test_ship_refuses_unfinished_runs_and_bad_storage(tmp_path, capsys):
 def test_only_runs_stopped_early_are_marked_partial():
     assert _partial_warning(20.0, 20) == [] and _partial_warning(None, 20) == []
     assert "2.16 of 20 epochs" in _partial_warning(2.1627, 20)[0]
+
+
+def test_a_refreshed_card_keeps_its_header_and_takes_the_new_evaluation(shipped, run_dir, tmp_path):
+    target = tmp_path / "tiny"
+    target.mkdir()
+    for path in shipped.iterdir():
+        (target / path.name).write_bytes(path.read_bytes())
+    header = (target / "card.md").read_text().partition("## Evaluation")[0]
+    (target / "evaluation.json").write_text(json.dumps({"model": "tiny", "preset": "tiny", "stale": True}))
+    (target / "card.md").write_text(header + "## Evaluation\n\nstale numbers\n")
+    model = load_model(target)
+    data_dir = json.loads((run_dir / "train_config.json").read_text())["data_dir"]
+    result = evaluate_model(model, evaluation_dataset(model, data_dir=data_dir), model_name="tiny")
+    assert refresh_card(target, result) == target / "card.md"
+    assert json.loads((target / "evaluation.json").read_text()) == json.loads(json.dumps(result.to_dict()))
+    card = (target / "card.md").read_text()
+    assert card == header + markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
+    assert "stale" not in card and "Which rule was applied" in card
+    assert sorted(p.name for p in target.iterdir()) == sorted(p.name for p in shipped.iterdir())
+
+
+def test_a_card_is_not_refreshed_from_a_subset_another_preset_or_without_a_card(shipped, run_dir, tmp_path):
+    model = load_model(shipped)
+    data_dir = json.loads((run_dir / "train_config.json").read_text())["data_dir"]
+    dataset = evaluation_dataset(model, data_dir=data_dir)
+    before = {path.name: path.read_bytes() for path in shipped.iterdir()}
+    with pytest.raises(ValueError, match="covers 10 rows per split; a card needs the full splits"):
+        refresh_card(shipped, evaluate_model(model, dataset, limit=10))
+    full = evaluate_model(model, dataset, model_name="tiny")
+    with pytest.raises(ValueError, match="of preset 'copy-200'; the checkpoint's: 'tiny'"):
+        refresh_card(shipped, dataclasses.replace(full, preset="copy-200"))
+    with pytest.raises(ValueError, match="of model 'copy-200'; the checkpoint's: 'tiny'"):
+        refresh_card(shipped, dataclasses.replace(full, model="copy-200"))
+    assert {path.name: path.read_bytes() for path in shipped.iterdir()} == before
+    with pytest.raises(FileNotFoundError, match="holds no card.md"):
+        refresh_card(tmp_path, full)
+
+
+def test_evaluate_card_rewrites_a_shipped_checkpoint_and_refuses_anything_else(shipped, run_dir, monkeypatch, capsys):
+    monkeypatch.setattr(checkpoint_module, "CHECKPOINTS_DIR", shipped.parent)
+    data_dir = json.loads((run_dir / "train_config.json").read_text())["data_dir"]
+    stale = json.loads((shipped / "evaluation.json").read_text()) | {"stale": True}
+    (shipped / "evaluation.json").write_text(json.dumps(stale))
+    with pytest.raises(SystemExit) as info:
+        cli.main(["evaluate", "--model", "tiny", "--data", data_dir, "--card", "--device", "cpu"])
+    assert info.value.code == 0 and f"wrote {shipped / 'card.md'}" in capsys.readouterr().out
+    fresh = json.loads((shipped / "evaluation.json").read_text())
+    assert "stale" not in fresh and fresh["model"] == "tiny" and fresh["limit"] is None
+    for args, message in (
+        (["--model", str(run_dir)], f"--card needs a shipped checkpoint with a card.md; '{run_dir}' is none"),
+        (["--model", "tiny", "--limit", "5"], "drop --limit"),
+        (["--model", "tiny", "--seed", "0"], "drop --seed"),
+    ):
+        with pytest.raises(SystemExit) as info:
+            cli.main(["evaluate", *args, "--data", data_dir, "--card"])
+        assert info.value.code == 2 and message in capsys.readouterr().err
