@@ -216,7 +216,8 @@ def test_when_nothing_finishes_a_stack_continues_over_sessions_within_the_state_
 
 def test_cli_writes_the_grid_and_prints_the_plan(tmp_path, capsys):
     (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8, 8: 4.2})))
-    finished_run(tmp_path / "done", "copy-20-random-s0")
+    for name in ["copy-20-random-s0", *(f"copy-20-random-s{seed}-bf16" for seed in range(5))]:
+        finished_run(tmp_path / "done", name)  # the queue's bf16 seeds first, then fp32
     on_its_own = {"preset": "copy-20", "seed": 1, "data_seed": 0, "epochs_completed": 20.0, "train_config": {
         **RECIPE, "batching": "random", "epochs": 20, "length_bucketing": False, "micro_batches": 4}}  # fmt: skip
     (tmp_path / "shipped" / "copy-20").mkdir(parents=True)
@@ -241,14 +242,14 @@ def test_cli_writes_the_grid_and_prints_the_plan(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"--minutes": "5"}, "not even one fp32 run fits in 5 minutes"),
+        ({"--minutes": "5"}, "not even one bf16 run fits in 5 minutes"),
         ({"--bench": "missing.json"}, "missing.json"),
         ({"--done": "nowhere"}, "--done: not a directory"),
         ({"--carry-survival": "0"}, "--carry-survival must be in (0, 1], not 0"),
     ],
 )
 def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys, change, message):
-    (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8})))
+    (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8}, precision="bf16")))
     options = {"--queue": str(ROOT / "grids" / "queue.toml"), "--bench": str(tmp_path / "bench.json")}
     options |= {"--minutes": "20", "--out": str(tmp_path / "session.toml"), "--done": str(tmp_path)}
     numbers = ("--minutes", "--carry-survival")
@@ -261,43 +262,62 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys, change, mess
 
 def test_the_queue_starts_with_the_precision_check_and_covers_the_paper_grid():
     runs = expand(load_grid(ROOT / "grids" / "queue.toml"))
-    assert [run.name for run in runs[:10]] == [f"copy-20-random-s{s}" for s in range(5)] + [
-        f"copy-20-random-s{s}-bf16" for s in range(5)
+    assert [run.name for run in runs[:10]] == [f"copy-20-random-s{s}-bf16" for s in range(5)] + [
+        f"copy-20-random-s{s}" for s in range(5)
     ]
     paper = {(r.dataset, r.batching, r.seed) for r in expand(load_grid(ROOT / "grids" / "paper.toml"))}
     assert {(r.dataset, r.batching, r.seed) for r in runs} == paper
     assert runs[10].name == "copy-200-alphabet-s0" and runs[-1].name == "copy-20-5shot-alphabet-s4"
 
 
-def test_the_next_h100_session_continues_the_first_fp32_runs_of_the_queue_from_the_committed_step_times():
+def test_the_next_h100_session_finishes_two_bf16_runs_of_the_precision_check_from_the_committed_step_times():
     """What `gpu_train.sh start` plans on an H100 with 15 minutes of device time (MINUTES = 12, less the seconds
-    before the planner runs): not even one fp32 run finishes in a session. With one call's room for state (28
-    MiB) the queue's first run trains compiled (2.65 ms a step against 3.9 plain) over two sessions; with the
+    before the planner runs): the queue's first runs, bf16, train compiled two at a time (2.2 ms a step,
+    interpolated between the measured R = 1 and 8) and finish inside the session, with no state to carry."""
+    documents = [json.loads((ROOT / "benchmarks" / "results" / f"{name}-h100.json").read_text())
+                 for name in ("stacking", "compile")]  # fmt: skip
+    bench, grid = gpu_plan.merge_benchmarks(documents), load_grid(ROOT / "grids" / "queue.toml")
+    options = {"carry_mib": 100, "call_seconds": 20, "carry_survival": 0.4}
+    plan = gpu_plan.plan_session(grid, set(), bench, 11.8, "auto", **options)
+    assert [run.name for run in plan.runs] == ["copy-20-random-s0-bf16", "copy-20-random-s1-bf16"]
+    assert (plan.stacking, plan.sessions, plan.survival, plan.step_ms) == (
+        "native-compile",
+        1,
+        1.0,
+        pytest.approx(2.197, abs=1e-3),
+    )
+    assert plan.minutes <= 11.8
+
+
+def test_the_fp32_runs_of_the_precision_check_continue_over_sessions_from_the_committed_step_times():
+    """Once the bf16 seeds are done, not even one fp32 run finishes in a session. With one call's room for state
+    (28 MiB) the first fp32 run trains compiled (2.65 ms a step against 3.9 plain) over two sessions; with the
     script's default carry (100 MiB in parts, 20 s a call) four runs train over three, 1.6 times the runs a
     minute, when the state is sure to survive between sessions; at the script's guess of that chance (0.4),
     two runs over two sessions, 1.4 times the runs a minute of one."""
     documents = [json.loads((ROOT / "benchmarks" / "results" / f"{name}-h100.json").read_text())
                  for name in ("stacking", "compile")]  # fmt: skip
     bench, grid = gpu_plan.merge_benchmarks(documents), load_grid(ROOT / "grids" / "queue.toml")
+    done = {f"copy-20-random-s{seed}-bf16" for seed in range(5)}
     with pytest.raises(ValueError, match="not even one fp32 run fits"):
-        gpu_plan.plan_session(grid, set(), bench, 11.8, "auto")
-    one = gpu_plan.plan_session(grid, set(), bench, 11.8, "auto", carry_mib=28, call_seconds=20)
+        gpu_plan.plan_session(grid, done, bench, 11.8, "auto")
+    one = gpu_plan.plan_session(grid, done, bench, 11.8, "auto", carry_mib=28, call_seconds=20)
     assert [run.name for run in one.runs] == ["copy-20-random-s0"]
     assert (one.stacking, one.sessions, one.step_ms) == ("native-compile", 2, pytest.approx(2.653, abs=1e-3))
-    four = gpu_plan.plan_session(grid, set(), bench, 11.8, "auto", carry_mib=100, call_seconds=20)
+    four = gpu_plan.plan_session(grid, done, bench, 11.8, "auto", carry_mib=100, call_seconds=20)
     assert [run.name for run in four.runs] == [f"copy-20-random-s{seed}" for seed in range(4)]
     assert (four.stacking, four.sessions, four.stop_early_seconds) == ("native-compile", 3, 20)
     assert len(four.runs) / four.minutes > 1.5 * len(one.runs) / one.minutes
-    two = gpu_plan.plan_session(grid, set(), bench, 11.8, "auto", carry_mib=100, call_seconds=20, carry_survival=0.4)
+    two = gpu_plan.plan_session(grid, done, bench, 11.8, "auto", carry_mib=100, call_seconds=20, carry_survival=0.4)
     assert [run.name for run in two.runs] == ["copy-20-random-s0", "copy-20-random-s1"] and two.sessions == 2
     assert two.survival == 0.4 and two.expected_rate == pytest.approx(2 / two.minutes * 0.4)
     assert len(two.runs) / two.minutes > 1.35 * len(one.runs) / one.minutes
     assert two.summary()["survival"] == 0.4 and four.summary()["survival"] == 1.0
     # After `gpu_session.sh triton` (9 minutes), 2.5 are left: the sessions after it are counted at full length.
     options = {"carry_mib": 100, "call_seconds": 20, "carry_survival": 0.4}
-    rest = gpu_plan.plan_session(grid, set(), bench, 2.5, "auto", session_minutes=11.8, **options)
+    rest = gpu_plan.plan_session(grid, done, bench, 2.5, "auto", session_minutes=11.8, **options)
     assert [run.name for run in rest.runs] == ["copy-20-random-s0"] and rest.sessions == 2
-    assert gpu_plan.plan_session(grid, set(), bench, 2.5, "auto", **options).sessions > 10
+    assert gpu_plan.plan_session(grid, done, bench, 2.5, "auto", **options).sessions > 10
 
 
 def test_extra_transfer_calls_are_charged_to_the_estimate_and_stop_the_training_early():
