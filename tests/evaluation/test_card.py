@@ -133,6 +133,10 @@ def test_a_card_is_not_refreshed_from_a_subset_another_preset_or_without_a_card(
     assert {path.name: path.read_bytes() for path in shipped.iterdir()} == before
     with pytest.raises(FileNotFoundError, match="holds no card.md"):
         refresh_card(tmp_path, full)
+    (tmp_path / "card.md").write_text("# tiny\n\nno evaluation here\n")
+    with pytest.raises(ValueError, match="has no '## Evaluation' part to replace"):
+        refresh_card(tmp_path, full)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["card.md"]
 
 
 def test_evaluate_card_rewrites_a_shipped_checkpoint_and_refuses_anything_else(shipped, run_dir, monkeypatch, capsys):
