@@ -7,9 +7,9 @@
 #                                        the single-model graph step), then the native stack's step times:
 #                                        bf16 and fp32 at R = 1, 2, 4, 8, 32, 64 (issue 13's acceptance
 #                                        numbers, and what scripts/gpu_plan.py plans with), then, when its
-#                                        test passed, the compiled stack's in fp32 at R = 1 and 4 (the queue's
-#                                        first stacks are fp32: gpu_train.sh trains compiled where that fits
-#                                        more runs)
+#                                        test passed, the compiled stack's in bf16 and fp32 at R = 1 and 2
+#                                        (the queue's first stacks: two bf16 runs, then fp32 runs;
+#                                        gpu_train.sh trains compiled where that fits more runs)
 #   bash scripts/gpu_session.sh extra    at most 6.5 minutes, for a session with time left after its stack:
 #                                        the comparisons the acceptance does not need (the vmap stack, tf32,
 #                                        the compiled stack in bf16)
@@ -95,7 +95,7 @@ cp "$OUT/stacking.json" runs/gpu-session/ 2>/dev/null
 # The compiled stack is timed (and so trained by gpu_train.sh's STACKING=auto) only where it trained like the
 # plain one on this machine.
 if grep -q '^PASSED .*test_compiling_inside_the_graph_changes_nothing' "$OUT/gpu_tests.txt"; then
-  timeout 100 "${BENCH[@]}" --replicates 1,4 --stacking native-compile --precision fp32 --budget-minutes 1 \
+  timeout 100 "${BENCH[@]}" --replicates 1,2 --stacking native-compile --precision bf16,fp32 --budget-minutes 1 \
     --json "$OUT/compile.json" 2>&1 | tee -a "$OUT/benchmark.txt"
   cp "$OUT/compile.json" runs/gpu-session/ 2>/dev/null
 else
