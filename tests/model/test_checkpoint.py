@@ -145,6 +145,31 @@ def test_replicates_load_by_their_shipped_name_and_paths_stay_inside(small_model
         load_model("replicates/copy-20-s9")
 
 
+def test_a_checkpoint_is_named_by_its_place_under_checkpoints_whether_given_by_name_or_path(
+    small_model, tmp_path, monkeypatch
+):
+    root = tmp_path / "checkpoints"
+    monkeypatch.setattr(checkpoint, "CHECKPOINTS_DIR", root)
+    for name in ("copy-20", "replicates/copy-20-s1", "replicates/nested/copy-20-s2"):
+        save_model(small_model, root / name)
+    save_model(small_model, tmp_path / "outside")
+    monkeypatch.chdir(tmp_path)
+    assert checkpoint.checkpoint_name("copy-20") == "copy-20"
+    assert checkpoint.checkpoint_name(root / "copy-20") == "copy-20"
+    assert checkpoint.checkpoint_name("checkpoints/copy-20") == "copy-20"  # relative to where it is run
+    assert checkpoint.checkpoint_name("replicates/copy-20-s1") == "replicates/copy-20-s1"
+    assert checkpoint.checkpoint_name(root / "replicates" / "copy-20-s1") == "replicates/copy-20-s1"
+    for other in (
+        "outside",
+        tmp_path / "outside",
+        root / "replicates",
+        root,
+        "copy-20-s9",
+        root / "replicates" / "nested" / "copy-20-s2",
+    ):
+        assert checkpoint.checkpoint_name(other) is None, other
+
+
 def test_only_directories_with_a_config_are_shipped_models(small_model, tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "CHECKPOINTS_DIR", tmp_path)
     save_model(small_model, tmp_path / "copy-20")
