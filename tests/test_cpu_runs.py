@@ -70,16 +70,20 @@ def test_a_replaced_machine_trains_again_only_the_runs_that_are_not_shipped(tmp_
     started = [line.split(":")[0] for line in out.splitlines() if ": started" in line]
     assert started == [
         "nocopy-20-random-s0",
-        "copy-200-alphabet-reference-s1",
+        *(f"copy-20-random-s{seed}" for seed in range(1, 5)),
         "copy-200-alphabet-s1",
         "copy-200-alphabet-s2",
+        "copy-200-alphabet-reference-s1",
     ]
     trains = _train_calls(calls, len(started))
     assert not any("/copy-20-random-s0" in line or "/copy-200-alphabet-s0" in line for line in trains)
     assert any("--architecture reference" in line and "--seed 1" in line for line in trains)
+    assert any(
+        "/copy-20-random-s3 " in line and "--seed 3 " in line and "--architecture hooked" in line for line in trains
+    )
 
 
 def test_a_run_shipped_under_replicates_by_its_name_is_not_trained_again(tmp_path):
     out = _run(tmp_path, tmp_path / "calls.txt", replicates=("copy-200-alphabet-reference-s1",))
     assert "copy-200-alphabet-reference-s1: shipped" in out
-    assert "nocopy-20-random-s0: started" in out and "copy-200-alphabet-s1: started" in out
+    assert "nocopy-20-random-s0: started" in out and "copy-20-random-s1: started" in out
