@@ -33,9 +33,10 @@ def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_th
     fake_smi.chmod(0o755)
     queue = {"max_steps": 1000, "analyses": ("matching",), "batch_size": 256, "checkpoint_every": 1000}
     write_tiny_grid(tmp_path / "queue.toml", **queue)  # an epoch of 29 steps, a state at its end
-    # In 5 minutes the compiled stack (0.01 ms a step) would train the three runs left, but its GPU check cannot
+    # In 10 minutes the compiled stack (0.01 ms a step) would train the three runs left, but its GPU check cannot
     # pass here, so the plain stack is planned: two runs fit (at most 1,000 steps x 1 ms, 90 s start-up and 30 s
-    # per run: 2.52 minutes), three do not (at 600 ms: 13.5), however long the check takes on a loaded machine.
+    # per run: 2.52 minutes), three do not (at 600 ms: 13.5), as long as the check takes under 7 minutes (on
+    # 2026-11-26 it took over 2.5 on a machine running five jobs on two cores, and 5 minutes were too few).
     steps = {("native", 1): 1.0, ("native", 2): 1.0, ("native", 3): 600.0, ("native-compile", 1): 0.01}
     measured = [{"stacking": k, "precision": "fp32", "replicates": r, "step_ms": ms} for (k, r), ms in steps.items()]
     (tmp_path / "bench.json").write_text(json.dumps({"runs": [{"device": "cuda", "results": measured}]}))
@@ -58,8 +59,8 @@ def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_th
         "PYTHONPATH": str(ROOT),
     }
     script = ["bash", str(ROOT / "scripts" / "gpu_train.sh")]
-    started = subprocess.run([*script, "start", "5", str(tmp_path / "bench.json")], env=env, capture_output=True,
-                             text=True, timeout=400)  # fmt: skip
+    started = subprocess.run([*script, "start", "10", str(tmp_path / "bench.json")], env=env, capture_output=True,
+                             text=True, timeout=700)  # fmt: skip
     assert started.returncode == 0, started.stderr[-2000:]
     assert "the compiled stack failed its check on this GPU" in started.stdout
     assert "the sweep is not running" in started.stdout
