@@ -209,12 +209,15 @@ def test_after_the_carried_stack_finishes_the_session_trains_the_queues_next_sta
         "PYTHONPATH": str(ROOT),
     }  # fmt: skip
     script = ["bash", str(ROOT / "scripts" / "gpu_train.sh")]
-    started = subprocess.run([*script, "start", "1.2", str(tmp_path / "bench.json")], env=env, capture_output=True,
-                             text=True, timeout=300)  # fmt: skip
+    # 2.5 minutes: the carried run's last epoch must end before the deadline for its sweep to move to done-1; on
+    # 2026-11-26, with five jobs on two cores, it took 64 s of training and ended after a deadline of 1.2 minutes.
+    started = subprocess.run([*script, "start", "2.5", str(tmp_path / "bench.json")], env=env, capture_output=True,
+                             text=True, timeout=400)  # fmt: skip
     assert started.returncode == 0, started.stderr[-2000:]
     assert "continuing the stack carried up" in started.stdout and "the sweep is not running" in started.stdout
     finished = sorted((work / "done-1" / "grid").rglob("evaluation.json"))
-    assert len(finished) == 1 and (work / "done-1" / "grid" / "stacks" / "stack-000" / "done").is_file()
+    assert len(finished) == 1, started.stdout[-3000:]
+    assert (work / "done-1" / "grid" / "stacks" / "stack-000" / "done").is_file()
     # The next stacks: a fast machine trains the whole queue (done-2, ...) before the deadline, a slow one
     # leaves the last in work/session; the queue's end leaves no plan behind.
     plans = [*work.glob("done-*/session/plan.json"), *work.glob("session/plan.json")]
