@@ -167,10 +167,10 @@ def refresh_card(checkpoint_dir: str | Path, result: EvaluationResult) -> Path:
     header, marker, _ = card_path.read_text().partition("## Evaluation")
     if not marker:
         raise ValueError(f"{card_path} has no '## Evaluation' part to replace")
-    old = json.loads((directory / EVALUATION_FILE).read_text()) if (directory / EVALUATION_FILE).is_file() else {}
-    new = result.to_dict()
     if result.limit is not None:
         raise ValueError(f"the evaluation covers {result.limit} rows per split; a card needs the full splits")
+    old = json.loads((directory / EVALUATION_FILE).read_text()) if (directory / EVALUATION_FILE).is_file() else {}
+    new = result.to_dict()
     for field in ("model", "preset"):
         if field in old and old[field] != new.get(field):
             raise ValueError(f"the evaluation is of {field} {new.get(field)!r}; the checkpoint's: {old[field]!r}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import pytest
 
@@ -42,6 +43,12 @@ def run_dir(tmp_path_factory):
 def shipped(run_dir, tmp_path_factory):
     """The tiny run shipped on its full splits into a checkpoints folder of its own."""
     return ship_run(run_dir, "tiny", dest=tmp_path_factory.mktemp("checkpoints"))
+
+
+@pytest.fixture(scope="module")
+def data_dir(run_dir):
+    """The tiny run's dataset."""
+    return json.loads((run_dir / "train_config.json").read_text())["data_dir"]
 
 
 def test_ship_writes_checkpoint_card_and_evaluation(run_dir, tmp_path):
@@ -99,16 +106,12 @@ def test_only_runs_stopped_early_are_marked_partial():
     assert "2.16 of 20 epochs" in _partial_warning(2.1627, 20)[0]
 
 
-def test_a_refreshed_card_keeps_its_header_and_takes_the_new_evaluation(shipped, run_dir, tmp_path):
-    target = tmp_path / "tiny"
-    target.mkdir()
-    for path in shipped.iterdir():
-        (target / path.name).write_bytes(path.read_bytes())
+def test_a_refreshed_card_keeps_its_header_and_takes_the_new_evaluation(shipped, data_dir, tmp_path):
+    target = shutil.copytree(shipped, tmp_path / "tiny")
     header = (target / "card.md").read_text().partition("## Evaluation")[0]
     (target / "evaluation.json").write_text(json.dumps({"model": "tiny", "preset": "tiny", "stale": True}))
     (target / "card.md").write_text(header + "## Evaluation\n\nstale numbers\n")
     model = load_model(target)
-    data_dir = json.loads((run_dir / "train_config.json").read_text())["data_dir"]
     result = evaluate_model(model, evaluation_dataset(model, data_dir=data_dir), model_name="tiny")
     assert refresh_card(target, result) == target / "card.md"
     assert json.loads((target / "evaluation.json").read_text()) == json.loads(json.dumps(result.to_dict()))
@@ -118,9 +121,8 @@ def test_a_refreshed_card_keeps_its_header_and_takes_the_new_evaluation(shipped,
     assert sorted(p.name for p in target.iterdir()) == sorted(p.name for p in shipped.iterdir())
 
 
-def test_a_card_is_not_refreshed_from_a_subset_another_preset_or_without_a_card(shipped, run_dir, tmp_path):
+def test_a_card_is_not_refreshed_from_a_subset_another_preset_or_without_a_card(shipped, data_dir, tmp_path):
     model = load_model(shipped)
-    data_dir = json.loads((run_dir / "train_config.json").read_text())["data_dir"]
     dataset = evaluation_dataset(model, data_dir=data_dir)
     before = {path.name: path.read_bytes() for path in shipped.iterdir()}
     with pytest.raises(ValueError, match="covers 10 rows per split; a card needs the full splits"):
@@ -139,9 +141,10 @@ def test_a_card_is_not_refreshed_from_a_subset_another_preset_or_without_a_card(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["card.md"]
 
 
-def test_evaluate_card_rewrites_a_shipped_checkpoint_and_refuses_anything_else(shipped, run_dir, monkeypatch, capsys):
+def test_evaluate_card_rewrites_a_shipped_checkpoint_and_refuses_anything_else(
+    shipped, run_dir, data_dir, monkeypatch, capsys
+):
     monkeypatch.setattr(checkpoint_module, "CHECKPOINTS_DIR", shipped.parent)
-    data_dir = json.loads((run_dir / "train_config.json").read_text())["data_dir"]
     stale = json.loads((shipped / "evaluation.json").read_text()) | {"stale": True}
     (shipped / "evaluation.json").write_text(json.dumps(stale))
     with pytest.raises(SystemExit) as info:
