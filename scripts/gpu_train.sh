@@ -227,7 +227,8 @@ start)
     rm -rf "$RECEIVED"
   fi
   deadline=$(awk -v b="$began" -v m="$minutes" 'BEGIN { printf "%d", b + 60 * m }')
-  kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o 'H[0-9]*' | tr H h)
+  # The model number (h100 of "NVIDIA H100 80GB HBM3": H followed by digits, so not the H of HBM3).
+  kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o -E 'H[0-9]+' | head -n 1 | tr H h)
   bench=${3:-benchmarks/results/stacking-$kind.json}
   [[ -f $bench ]] || bench=runs/gpu-session/stacking.json
   probe=${STACKING/auto/native}

@@ -233,6 +233,33 @@ def test_after_the_carried_stack_finishes_the_session_trains_the_queues_next_sta
     assert (tmp_path / "back" / "session" / "drive.log").is_file()
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_without_a_benchmark_argument_start_plans_from_the_committed_step_times_of_the_gpu_it_runs_on(tmp_path):
+    """On 2026-11-26 the H100's name ("... HBM3") gave the kind "h100" and "h", so no committed document was found:
+    the session probed for 3 minutes and planned the plain stack. Nothing fits in 0.01 minutes, so start stops after
+    choosing its documents."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\n")
+    (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "QUEUE": str(write_tiny_grid(tmp_path / "queue.toml")),
+        "DONE": str(tmp_path / "none"),
+        "CARRY_MIB": "0",
+        "GPU_TRAIN_DIR": str(tmp_path / "work"),
+        "PYTHONPATH": str(ROOT),
+    }
+    script = ["bash", str(ROOT / "scripts" / "gpu_train.sh")]
+    started = subprocess.run([*script, "start", "0.01"], env=env, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 2, started.stdout[-2000:] + started.stderr[-2000:]
+    assert "cuda native" not in started.stdout
+    committed = "benchmarks/results/stacking-h100.json"
+    assert (tmp_path / "work" / "session" / "bench.json").read_bytes() == (ROOT / committed).read_bytes()
+    benches = (tmp_path / "work" / "benches").read_text().split()
+    assert benches == ["--bench", committed, "--bench", "benchmarks/results/compile-h100.json"]
+
+
 def test_an_unknown_subcommand_is_a_usage_error():
     result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_train.sh"), "train"], capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.startswith("usage: gpu_train.sh start MINUTES")
