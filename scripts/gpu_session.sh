@@ -13,12 +13,15 @@
 #   bash scripts/gpu_session.sh extra    at most 6.5 minutes, for a session with time left after its stack:
 #                                        the comparisons the acceptance does not need (the vmap stack, tf32,
 #                                        the compiled stack in bf16)
-#   bash scripts/gpu_session.sh triton   at most 9 minutes: the stack's own attention kernel (--attention
-#                                        triton; never run on a GPU before) and packed rows (--packing): their
-#                                        GPU tests, the kernel alone against SDPA (rows of copy-20's lengths,
-#                                        benchmarks/results/packing-copy-20-random.json), then the compiled stack
-#                                        with both, packed only, the kernel only, and neither, bf16 at R = 64
-#                                        and 32 (as far as 3.5 minutes go, in that order)
+#   bash scripts/gpu_session.sh triton [MINUTES]
+#                                        at most MINUTES (default 9): the stack's own attention kernel
+#                                        (--attention triton; never run on a GPU before) and packed rows
+#                                        (--packing): their GPU tests (at most 3.2 minutes), the kernel alone
+#                                        against SDPA (rows of copy-20's lengths,
+#                                        benchmarks/results/packing-copy-20-random.json; only where 4 minutes
+#                                        are left after the tests), then the compiled stack with both, packed
+#                                        only, the kernel only, and neither, bf16 at R = 64 and 32 (as far as
+#                                        the minutes left go, in that order; under 9 minutes R = 32 only)
 # Everything it prints is also written under $OUT:
 #   $OUT/gpu.txt         the GPU (nvidia-smi) and torch
 #   $OUT/gpu_tests.txt   the pytest report
@@ -32,13 +35,16 @@
 # per machine.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-case ${1:-} in
-'' | extra | triton) ;;
-*)
-  echo "usage: gpu_session.sh [extra | triton]" >&2
+usage() {
+  echo "usage: gpu_session.sh [extra | triton [MINUTES]]" >&2
   exit 2
-  ;;
+}
+case ${1:-} in
+'' | extra) (($# <= 1)) || usage ;;
+triton) (($# == 1)) || [[ $# == 2 && $2 =~ ^[0-9]+([.][0-9]+)?$ ]] || usage ;;
+*) usage ;;
 esac
+began=$(date +%s)
 if [[ -d .whl && ! -d /tmp/site ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
@@ -73,13 +79,24 @@ if [[ ${1:-} == triton ]]; then
     echo "a GPU test of the triton attention or the packed stack failed (triton_tests.txt): timed, but not kept" \
       "for gpu_train.sh" | tee "$OUT/benchmark.txt"
   fi
+  # Seconds left of MINUTES (10 kept for the copies after the benchmarks).
+  left() { awk -v m="${2:-9}" -v b="$began" -v n="$(date +%s)" 'BEGIN { printf "%d", 60 * m - (n - b) - 10 }'; }
   # Its first call compiles about 60 kernel variants (classes x forward/backward x dropout on/off x hint).
-  timeout 90 python3 -m benchmarks.attention_kernel --replicates 8,64 --precision bf16 \
-    --lengths benchmarks/results/packing-copy-20-random.json --json "$OUT/attention.json" 2>&1 |
-    tee -a "$OUT/benchmark.txt"
-  timeout 250 "${BENCH[@]}" --replicates 64,32 --precision bf16 --budget-minutes 3.5 --json "$OUT/triton.json" \
-    --stacking native-compile-triton-packed,native-compile-packed,native-compile-triton,native-compile 2>&1 |
-    tee -a "$OUT/benchmark.txt"
+  if (($(left "$@") >= 240)); then
+    timeout 90 python3 -m benchmarks.attention_kernel --replicates 8,64 --precision bf16 \
+      --lengths benchmarks/results/packing-copy-20-random.json --json "$OUT/attention.json" 2>&1 |
+      tee -a "$OUT/benchmark.txt"
+  fi
+  sizes=64,32
+  awk -v m="${2:-9}" 'BEGIN { exit !(m < 9) }' && sizes=32
+  # A configuration started inside the budget still compiles and runs (about a minute): the budget ends one earlier.
+  seconds=$(left "$@")
+  if ((seconds >= 60)); then
+    timeout "$seconds" "${BENCH[@]}" --replicates "$sizes" --precision bf16 --json "$OUT/triton.json" \
+      --budget-minutes "$(awk -v s="$seconds" 'BEGIN { printf "%.2f", (s - 60) / 60 }')" \
+      --stacking native-compile-triton-packed,native-compile-packed,native-compile-triton,native-compile 2>&1 |
+      tee -a "$OUT/benchmark.txt"
+  fi
   # Kept on the machine where every test passed: gpu_train.sh plans with it (STACKING=auto), after the chosen
   # stack's own replay check.
   [[ -n $trusted ]] && cp "$OUT/triton.json" runs/gpu-session/ 2>/dev/null

@@ -43,7 +43,8 @@ KEEP_NAMES = {
     "config.json", "model.safetensors", "evaluation.json", "card.md", "train_config.json", "metrics.jsonl",
     "results.csv", "plan.json", "grid.toml", "done", "manifest.json",
 }  # fmt: skip
-KEEP_SUFFIXES = (".json", ".csv", ".md", ".log")
+KEEP_SUFFIXES = (".json", ".csv", ".md", ".log", ".txt")
+"""Results, tables, logs and the GPU test reports (`gpu_train.sh`'s preflight checks, `gpu_session.sh`'s)."""
 SKIP_PARTS = {"data", "__pycache__"}
 WEIGHTS, STATE, DONE = "model.safetensors", "state.pt", "done"
 CONTINUES = ("config.json", "train_config.json", "metrics.jsonl", STATE)

@@ -265,6 +265,32 @@ def test_an_unknown_subcommand_is_a_usage_error():
     assert result.returncode == 2 and result.stderr.startswith("usage: gpu_train.sh start MINUTES")
 
 
-def test_gpu_session_names_its_optional_parts():
-    result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_session.sh"), "all"], capture_output=True, text=True)
-    assert result.returncode == 2 and result.stderr == "usage: gpu_session.sh [extra | triton]\n"
+@pytest.mark.parametrize("arguments", [["all"], ["triton", "four"], ["extra", "4"], ["triton", "4", "5"]])
+def test_gpu_session_names_its_optional_parts(arguments):
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_session.sh"), *arguments], capture_output=True,
+                            text=True)  # fmt: skip
+    assert result.returncode == 2 and result.stderr == "usage: gpu_session.sh [extra | triton [MINUTES]]\n"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("minutes", [None, "3.5"])
+def test_gpu_session_triton_fits_its_benchmarks_into_the_minutes_it_is_given(tmp_path, minutes):
+    """With a fake python3 that only records its arguments (so the tests take no time): the kernel-alone benchmark
+    only where 4 minutes are left after the tests, R = 64 only in the full 9 minutes, and a stack benchmark budget
+    that ends a minute (and the 10 s kept for copies) before the time left."""
+    (tmp_path / "bin").mkdir()
+    log = tmp_path / "calls.txt"
+    for name, body in (("python3", f'echo "$@" >> {log}'), ("nvidia-smi", "echo 'NVIDIA H100 80GB HBM3'")):
+        (tmp_path / "bin" / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / "bin" / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "OUT": str(tmp_path / "out")}
+    command = ["bash", str(ROOT / "scripts" / "gpu_session.sh"), "triton", *([minutes] if minutes else [])]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    calls = log.read_text().splitlines()
+    assert sum("-m pytest" in call for call in calls) == 2
+    (stack,) = [call.split() for call in calls if "benchmarks.train_throughput" in call]
+    expected = (60 * float(minutes or 9) - 10 - 60) / 60
+    assert expected - 0.1 <= float(stack[stack.index("--budget-minutes") + 1]) <= expected
+    kernel = any("benchmarks.attention_kernel" in call for call in calls)
+    assert (kernel, stack[stack.index("--replicates") + 1]) == ((True, "64,32") if minutes is None else (False, "32"))

@@ -50,6 +50,20 @@ def test_chunks_from_several_fetches_rebuild_the_results_without_states_or_data(
         pack_results.unpack([first, second], tmp_path / "again")
 
 
+def test_the_sessions_gpu_test_reports_travel_with_its_results(tmp_path):
+    session = tmp_path / "session"
+    (session / "triton").mkdir(parents=True)
+    (session / "preflight-compiled.txt").write_text("PASSED tests/training/test_stack_graph.py::test_each\n")
+    (session / "triton" / "triton_tests.txt").write_text("FAILED tests/training/test_packing.py::test_rows\n")
+    (session / "triton" / "triton.json").write_text('{"runs": []}')
+    pack_results.pack([session], tmp_path / "bundle", chunk_mib=1)
+    pack_results.unpack([tmp_path / "bundle"], tmp_path / "back")
+    back = tmp_path / "back" / "session"
+    assert (back / "preflight-compiled.txt").read_text().startswith("PASSED")
+    assert (back / "triton" / "triton_tests.txt").read_text().startswith("FAILED")
+    assert (back / "triton" / "triton.json").is_file()
+
+
 def test_html_pages_stay_behind_and_records_keep_everything_but_the_weights(tmp_path):
     sweep = tmp_path / "grid"
     replicate = sweep / "stacks" / "stack-0" / "replicate-0"
