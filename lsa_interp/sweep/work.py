@@ -81,9 +81,29 @@ def train_stack(
         return False
     if not (directory / CONFIG_FILE).is_file():
         StackTrainer.start(config, directory, force=True)
+    else:
+        point_at_datasets(directory, config)
     trainer = StackTrainer.resume(directory, max_minutes=minutes)
     trainer.run(progress=progress)
     return stack_finished(directory, config)
+
+
+def point_at_datasets(directory: Path, config: StackConfig) -> bool:
+    """Make the saved config of the stack in ``directory`` name this sweep's datasets (``config``'s, matched by
+    run name): a stack carried to another machine saved the absolute paths of the checkout it started in, and
+    the sweep there makes the same datasets again from their seeds under its own directory. Returns whether the
+    saved config changed."""
+    path = directory / CONFIG_FILE
+    saved = json.loads(path.read_text())
+    wanted = {run.name: run.data_dir for run in config.runs if run.name}
+    moved = [
+        run for run in saved.get("runs", []) if run.get("name") in wanted and run["data_dir"] != wanted[run["name"]]
+    ]
+    for run in moved:
+        run["data_dir"] = wanted[run["name"]]
+    if moved:
+        atomic_write(path, lambda tmp: tmp.write_text(json.dumps(saved, indent=2) + "\n"))
+    return bool(moved)
 
 
 def evaluate_run(model_dir: Path, data_dir: Path, name: str, limit: int | None = None, device: str = "cpu") -> bool:

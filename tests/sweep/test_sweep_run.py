@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,7 +71,9 @@ def test_sweep_again_skips_finished_runs(finished_sweep):
 
 
 @pytest.mark.slow
-def test_killed_sweep_resumes_to_the_uninterrupted_weights(finished_sweep, tmp_path):
+def test_killed_sweep_resumes_to_the_uninterrupted_weights_also_in_another_directory(finished_sweep, tmp_path):
+    """Killed mid-stack, then moved, as a carried stack goes on in another machine's checkout: its saved config
+    names the first directory's datasets, and the sweep points it at its own."""
     grid = tmp_path / "grid.toml"
     grid.write_text((finished_sweep / "grid.toml").read_text())
     out = tmp_path / "out"
@@ -85,9 +89,12 @@ def test_killed_sweep_resumes_to_the_uninterrupted_weights(finished_sweep, tmp_p
         worker.wait()
     assert worker.returncode == -signal.SIGKILL, "the sweep ended before its first saved state"
     assert not list(out.glob("stacks/*/replicate-*/model/evaluation.json"))
+    out = Path(shutil.move(out, tmp_path / "elsewhere"))
     assert run_sweep(grid, out, progress=False).complete
     assert same_weights(model_weights(out), model_weights(finished_sweep))
     assert evaluations(out) == evaluations(finished_sweep)
+    saved = json.loads((out / "stacks" / "stack-000" / "train_config.json").read_text())
+    assert all(Path(run["data_dir"]).parent == (out / "data").resolve() for run in saved["runs"])
 
 
 # The sweep in a child process, one torch thread (as the test process), each step slowed so the kill lands
