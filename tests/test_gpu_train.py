@@ -125,7 +125,8 @@ def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_i
         env = {**base, "GPU_TRAIN_DIR": str(tmp_path / session), "BUNDLE": str(tmp_path / session / "bundle")}
         env |= {"OUT": str(tmp_path / session / "out"), "UPLOAD": str(tmp_path / session / "upload")}
         start = [*script, "start", "0.8", str(tmp_path / "bench.json")]
-        if session == "two":
+        if session == "two":  # a fresh machine: the first session's checkout, its datasets included, is gone
+            shutil.rmtree(tmp_path / "one" / "grid" / "data")
             _receive_all_but_the_last_part(tmp_path / "kept", tmp_path / "parts", script, env, start)
         started = subprocess.run(start, env=env, capture_output=True, text=True, timeout=300)
         assert started.returncode == 0, started.stderr[-2000:]
