@@ -157,12 +157,15 @@ def _wait_for_state(run, min_step, proc, timeout=120):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_killed_and_resumed_run_ends_with_the_same_weights(data_dir, tmp_path, sig):
+@pytest.mark.parametrize(
+    ("sig", "extra"),
+    [(signal.SIGKILL, ()), (signal.SIGTERM, ("--micro-batches", "4"))],  # micro-batches: the CPU runs' option
+)
+def test_killed_and_resumed_run_ends_with_the_same_weights(data_dir, tmp_path, sig, extra):
     env = _run_env()
-    subprocess.run(_train_cmd(data_dir, tmp_path / "whole"), check=True, env=env, capture_output=True)
+    subprocess.run(_train_cmd(data_dir, tmp_path / "whole", *extra), check=True, env=env, capture_output=True)
     proc = subprocess.Popen(
-        _train_cmd(data_dir, tmp_path / "cut"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        _train_cmd(data_dir, tmp_path / "cut", *extra), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     _wait_for_state(tmp_path / "cut", 8, proc)
     proc.send_signal(sig)
