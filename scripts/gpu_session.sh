@@ -79,18 +79,19 @@ if [[ ${1:-} == triton ]]; then
     echo "a GPU test of the triton attention or the packed stack failed (triton_tests.txt): timed, but not kept" \
       "for gpu_train.sh" | tee "$OUT/benchmark.txt"
   fi
+  minutes=${2:-9}
   # Seconds left of MINUTES (10 kept for the copies after the benchmarks).
-  left() { awk -v m="${2:-9}" -v b="$began" -v n="$(date +%s)" 'BEGIN { printf "%d", 60 * m - (n - b) - 10 }'; }
+  left() { awk -v m="$minutes" -v b="$began" -v n="$(date +%s)" 'BEGIN { printf "%d", 60 * m - (n - b) - 10 }'; }
   # Its first call compiles about 60 kernel variants (classes x forward/backward x dropout on/off x hint).
-  if (($(left "$@") >= 240)); then
+  if (($(left) >= 240)); then
     timeout 90 python3 -m benchmarks.attention_kernel --replicates 8,64 --precision bf16 \
       --lengths benchmarks/results/packing-copy-20-random.json --json "$OUT/attention.json" 2>&1 |
       tee -a "$OUT/benchmark.txt"
   fi
   sizes=64,32
-  awk -v m="${2:-9}" 'BEGIN { exit !(m < 9) }' && sizes=32
+  awk -v m="$minutes" 'BEGIN { exit !(m < 9) }' && sizes=32
   # A configuration started inside the budget still compiles and runs (about a minute): the budget ends one earlier.
-  seconds=$(left "$@")
+  seconds=$(left)
   if ((seconds >= 60)); then
     timeout "$seconds" "${BENCH[@]}" --replicates "$sizes" --precision bf16 --json "$OUT/triton.json" \
       --budget-minutes "$(awk -v s="$seconds" 'BEGIN { printf "%.2f", (s - 60) / 60 }')" \

@@ -88,11 +88,10 @@ def train_stack(
     return stack_finished(directory, config)
 
 
-def point_at_datasets(directory: Path, config: StackConfig) -> bool:
+def point_at_datasets(directory: Path, config: StackConfig) -> None:
     """Make the saved config of the stack in ``directory`` name this sweep's datasets (``config``'s, matched by
     run name): a stack carried to another machine saved the absolute paths of the checkout it started in, and
-    the sweep there makes the same datasets again from their seeds under its own directory. Returns whether the
-    saved config changed."""
+    the sweep there makes the same datasets again from their seeds under its own directory."""
     path = directory / CONFIG_FILE
     saved = json.loads(path.read_text())
     wanted = {run.name: run.data_dir for run in config.runs if run.name}
@@ -103,7 +102,6 @@ def point_at_datasets(directory: Path, config: StackConfig) -> bool:
         run["data_dir"] = wanted[run["name"]]
     if moved:
         atomic_write(path, lambda tmp: tmp.write_text(json.dumps(saved, indent=2) + "\n"))
-    return bool(moved)
 
 
 def evaluate_run(model_dir: Path, data_dir: Path, name: str, limit: int | None = None, device: str = "cpu") -> bool:
