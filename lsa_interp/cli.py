@@ -321,6 +321,13 @@ def ship(
         Path | None, typer.Option(help="Checkpoints directory; default the repository's checkpoints/.")
     ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Evaluate a subset of N rows per split.")] = None,
+    reevaluate: Annotated[
+        bool,
+        typer.Option(
+            help="Evaluate again where the model has its full-split evaluation and fit beside it (a sweep's), "
+            "which fp32 storage otherwise reuses."
+        ),
+    ] = False,
 ) -> None:
     """Copy a finished run's model into checkpoints/NAME with a model card (card.md) and evaluation.json."""
     from lsa_interp.evaluation.card import ship_run
@@ -328,7 +335,9 @@ def ship(
 
     if storage not in STORAGE_DTYPES:
         raise UserError(f"unknown storage {storage!r}; choose one of: {', '.join(STORAGE_DTYPES)}")
-    target = ship_run(run_dir, name, replicate, dest or CHECKPOINTS_DIR, storage, limit, progress=True)
+    target = ship_run(
+        run_dir, name, replicate, dest or CHECKPOINTS_DIR, storage, limit, progress=True, reevaluate=reevaluate
+    )
     print(f"shipped {target} ({target / 'card.md'})")
 
 

@@ -1,23 +1,26 @@
 """Ship a trained run as a named checkpoint with a model card and its evaluation.
 
 ``ship_run`` copies ``RUN_DIR/model`` (or a replicate's model) to ``checkpoints/NAME`` (optionally with
-fp16/bf16 parameters), evaluates it with `lsa_interp.evaluation` on its training preset, and writes
-``evaluation.json`` (every number) and ``card.md`` (data, recipe, hardware, wall time, Table 1 beside the
-paper's numbers, accuracy by transformation). Reduced-precision storage is only accepted when it changes
+fp16/bf16 parameters), evaluates it with `lsa_interp.evaluation` on its training preset (or reuses the
+full-split evaluation and training fit a sweep wrote beside the model), and writes ``evaluation.json`` (every
+number) and ``card.md`` (data, recipe, hardware, wall time, Table 1 beside the paper's numbers, accuracy by
+transformation). Reduced-precision storage is only accepted when it changes
 fewer than `MAX_CHANGED_ANSWERS` of the greedy answers on the val split (measured and written to the card).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-from lsa_interp.evaluation.fit import FIT_ROWS, FitResult, training_fit, write_fit
+from lsa_interp.evaluation.fit import FIT_FILE, FIT_ROWS, FitResult, training_fit, write_fit
 from lsa_interp.evaluation.report import markdown_report
 from lsa_interp.evaluation.result import SPLIT_OF, EvaluationResult
 from lsa_interp.evaluation.run import evaluate_model, evaluation_dataset, predict
+from lsa_interp.evaluation.stored import read_evaluation, read_fit
 from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, load_model, save_model
 from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.utils import atomic_write
@@ -55,9 +58,11 @@ def _fit_line(fit: FitResult | None) -> list[str]:
     ]
 
 
-def card_header(name: str, model: HookedEncoderDecoder, storage: dict[str, Any], fit: FitResult | None = None) -> str:
+def card_header(
+    name: str, model: HookedEncoderDecoder, storage: dict[str, Any], fit: FitResult | None = None, reused: bool = False
+) -> str:
     """The card's first part: provenance and recipe from the model's metadata, how it is stored and, with
-    ``fit``, its training fit."""
+    ``fit``, its training fit; ``reused``: the evaluation is the one made at the end of training."""
     meta = model.metadata
     recipe = meta.get("train_config", {})
     epochs = meta.get("epochs_completed")
@@ -83,7 +88,10 @@ def card_header(name: str, model: HookedEncoderDecoder, storage: dict[str, Any],
             else ""
         ),
         *_fit_line(fit),
-        f"- evaluated with `lsa-interp evaluate --model {name}` (numbers below)",
+        f"- evaluated at the end of training, on its hardware (the sweep's `evaluation.json` and `fit.json`); "
+        f"`lsa-interp evaluate --model {name}` evaluates it again"
+        if reused
+        else f"- evaluated with `lsa-interp evaluate --model {name}` (numbers below)",
         "",
     ]
     return "\n".join(lines)
@@ -95,9 +103,30 @@ def card_markdown(
     result: EvaluationResult,
     storage: dict[str, Any],
     fit: FitResult | None = None,
+    reused: bool = False,
 ) -> str:
     """The model card: `card_header`, then the evaluation report."""
-    return card_header(name, model, storage, fit) + markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
+    header = card_header(name, model, storage, fit, reused)
+    return header + markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
+
+
+def _stored_results(
+    source: Path, model: HookedEncoderDecoder, name: str, storage: str, limit: int | None
+) -> tuple[EvaluationResult, FitResult] | None:
+    """The full-split evaluation and training fit beside ``model`` in ``source`` (a sweep writes them at the end
+    of training), renamed ``name``, where shipping may reuse them: fp32 storage (fp16/bf16 change answers), no
+    ``limit``, both files readable and the evaluation of the whole splits of the model's training preset."""
+    files = source / EVALUATION_FILE, source / FIT_FILE
+    if storage != "fp32" or limit is not None or not all(path.is_file() for path in files):
+        return None
+    try:
+        result, fit = read_evaluation(files[0]), read_fit(files[1])
+    except ValueError:  # written before a field existed
+        return None
+    trained_on = model.metadata.get("preset")
+    if result.limit is not None or result.training_preset != trained_on or fit.preset != trained_on:
+        return None
+    return dataclasses.replace(result, model=name), dataclasses.replace(fit, model=name)
 
 
 def ship_run(
@@ -108,9 +137,12 @@ def ship_run(
     storage: str = "fp32",
     limit: int | None = None,
     progress: bool = False,
+    reevaluate: bool = False,
 ) -> Path:
     """Copy a finished run's model to ``dest/name``, evaluate it, and write ``evaluation.json``, ``fit.json``
-    (`training_fit`: `FIT_ROWS` train and val rows, or ``limit`` if smaller) and ``card.md``.
+    (`training_fit`: `FIT_ROWS` train and val rows, or ``limit`` if smaller) and ``card.md``. Where the run's
+    model has its full-split evaluation and training fit beside it (a sweep's) and it ships in fp32 without
+    ``limit``, those are reused unless ``reevaluate`` (the card says so).
 
     ``replicate`` picks ``replicate-{i}/model`` of a stacked run. The run's own dataset (a stacked run's
     ``runs[i].data_dir``) is used when it is still there, else the training preset is regenerated. Returns
@@ -122,13 +154,18 @@ def ship_run(
     if not (source / "config.json").is_file():
         raise FileNotFoundError(f"{source} holds no final model; finish the run first (lsa-interp train --resume)")
     model = load_model(source)
+    stored = None if reevaluate else _stored_results(source, model, name, storage, limit)
     config_file = Path(run_dir) / "train_config.json"
     recipe = json.loads(config_file.read_text()) if config_file.is_file() else {}
     runs = recipe.get("runs")  # a stacked run: each replicate has its own dataset
     data_dir = runs[replicate]["data_dir"] if runs and replicate is not None else recipe.get("data_dir")
-    dataset = evaluation_dataset(
-        model, data_dir=data_dir if data_dir and Path(data_dir).is_dir() else None, splits=(*SPLIT_OF.values(), "train")
-    )
+    dataset = None
+    if stored is None:
+        dataset = evaluation_dataset(
+            model,
+            data_dir=data_dir if data_dir and Path(data_dir).is_dir() else None,
+            splits=(*SPLIT_OF.values(), "train"),
+        )
     target = Path(dest) / name
     target.parent.mkdir(parents=True, exist_ok=True)  # a nested name such as replicates/copy-20-s0
     staging = target.with_name(f".{target.name}.staging")
@@ -136,16 +173,20 @@ def ship_run(
     save_model(model, staging, storage=storage)
     shipped = load_model(staging)
     info: dict[str, Any] = {"dtype": storage, "bytes": (staging / "model.safetensors").stat().st_size}
-    if storage != "fp32":
-        info["check"] = precision_check(model, shipped, dataset.splits["val"])
-        if info["check"]["fraction"] >= MAX_CHANGED_ANSWERS:
-            shutil.rmtree(staging)
-            raise ValueError(f"{storage} storage changes {info['check']['changed_answers']} val answers; keep fp32")
-    result = evaluate_model(shipped, dataset, limit=limit, progress=progress, model_name=name)
-    fit = training_fit(shipped, dataset, min(FIT_ROWS, limit or FIT_ROWS), model_name=name)
+    if dataset is None:
+        result, fit = stored
+    else:
+        if storage != "fp32":
+            info["check"] = precision_check(model, shipped, dataset.splits["val"])
+            if info["check"]["fraction"] >= MAX_CHANGED_ANSWERS:
+                shutil.rmtree(staging)
+                raise ValueError(f"{storage} storage changes {info['check']['changed_answers']} val answers; keep fp32")
+        result = evaluate_model(shipped, dataset, limit=limit, progress=progress, model_name=name)
+        fit = training_fit(shipped, dataset, min(FIT_ROWS, limit or FIT_ROWS), model_name=name)
     atomic_write(staging / EVALUATION_FILE, lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
     write_fit(fit, staging, page=False)
-    atomic_write(staging / CARD_FILE, lambda p: p.write_text(card_markdown(name, shipped, result, info, fit)))
+    card = card_markdown(name, shipped, result, info, fit, reused=dataset is None)
+    atomic_write(staging / CARD_FILE, lambda p: p.write_text(card))
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)

@@ -158,12 +158,34 @@ def find_runs(roots: Iterable[str | os.PathLike]) -> list[Path]:
     return sorted(found)
 
 
+SAME_RUN = ("preset", "batching", "seed", "precision", "architecture", "length_bucketing", "hardware", "epochs",
+            "train_seconds", *CELLS, "n_val", "n_new")  # fmt: skip
+"""Columns that together name one trained run: its condition and recipe, its hardware and training time, and
+its evaluation."""
+
+
+def _one_row_per_run(frame: pd.DataFrame) -> pd.DataFrame:
+    """A run found twice (shipped into checkpoints/ with its sweep's evaluation, and in the sweep's weightless
+    records under analyses/runs/) becomes one row: the copy with weights, its empty cells (the matching-head
+    analysis, which stays beside the records) filled from the other."""
+    key = [column for column in SAME_RUN if column in frame]
+    twice = frame.duplicated(key, keep=False)
+    if not twice.any():
+        return frame
+    weightless = ~frame["run"].map(lambda run: (Path(run) / "model.safetensors").is_file())
+    found = frame[twice].assign(_weightless=weightless[twice]).sort_values("_weightless", kind="stable")
+    merged = found.drop(columns="_weightless").groupby(key, dropna=False, sort=False, as_index=False).first()
+    return pd.concat([frame[~twice], merged[frame.columns]], ignore_index=True)
+
+
 def runs_table(model_dirs: Iterable[str | os.PathLike]) -> pd.DataFrame:
-    """One row per run (see the module docstring), sorted by condition and seed."""
+    """One row per run (see the module docstring; a run found twice, shipped and in a sweep's records, once),
+    sorted by condition and seed."""
     rows = [run_record(path) for path in model_dirs]
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
+    frame = _one_row_per_run(frame)
     return frame.sort_values(["preset", "batching", "seed", "run"], kind="stable").reset_index(drop=True)
 
 

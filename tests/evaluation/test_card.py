@@ -160,3 +160,31 @@ def test_evaluate_card_rewrites_a_shipped_checkpoint_and_refuses_anything_else(
         with pytest.raises(SystemExit) as info:
             cli.main(["evaluate", *args, "--data", data_dir, "--card"])
         assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_ship_reuses_the_full_split_evaluation_and_fit_beside_the_model_unless_asked_to_evaluate(
+    run_dir, shipped, tmp_path, monkeypatch
+):
+    """A sweep writes the model's full-split evaluation and training fit beside it: fp32 shipping takes them
+    (renamed) without evaluating; --reevaluate, reduced storage or a limit evaluate again."""
+    from lsa_interp.evaluation import card
+
+    run = shutil.copytree(run_dir, tmp_path / "run")
+    for name in ("evaluation.json", "fit.json"):
+        shutil.copy(shipped / name, run / "model" / name)  # the tiny run's own full-split numbers
+    evaluated = []
+    monkeypatch.setattr(card, "evaluate_model", lambda *args, **kwargs: evaluated.append(1) or 1 / 0)
+    target = ship_run(run, "again", dest=tmp_path / "checkpoints")
+    assert evaluated == []
+    stored, written = (json.loads((d / "evaluation.json").read_text()) for d in (shipped, target))
+    assert written == {**stored, "model": "again"}
+    assert json.loads((target / "fit.json").read_text()) == {
+        **json.loads((shipped / "fit.json").read_text()),
+        "model": "again",
+    }
+    card_text = (target / "card.md").read_text()
+    assert "evaluated at the end of training" in card_text and "## Evaluation" in card_text
+    for options in ({"reevaluate": True}, {"storage": "fp16"}, {"limit": 20}):
+        with pytest.raises(ZeroDivisionError):
+            ship_run(run, "again", dest=tmp_path / "checkpoints", **options)
+    assert len(evaluated) == 3 and (target / "card.md").read_text() == card_text  # nothing half-written

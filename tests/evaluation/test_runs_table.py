@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -296,3 +297,17 @@ def test_results_refuses_an_unwritable_out_before_reading_runs(tmp_path, capsys,
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--out" in err
+
+
+def test_a_run_found_shipped_and_in_its_sweeps_records_is_one_row_with_the_records_matching_analysis(tmp_path):
+    record = analysed_run(tmp_path / "records", "stack-0", "copy-20", "random", 0, "1.3, 2.4")
+    shipped = shutil.copytree(record, tmp_path / "checkpoints" / "replicates" / "copy-20-s0")
+    (record / "model.safetensors").unlink()  # what pack_results.py records keeps: no weights
+    other_seed = analysed_run(tmp_path / "records", "stack-1", "copy-20", "random", 1, "none")
+    frame = runs_table(find_runs([tmp_path / "records", tmp_path / "checkpoints"]))
+    assert frame["run"].tolist() == [str(shipped), str(other_seed)]
+    assert frame["matching_heads"].tolist() == ["1.3, 2.4", "none"] and frame["complete"].all()
+    retrained = json.loads((record / "evaluation.json").read_text())
+    retrained["table1"]["seen_transformations_seen_alphabets"]["percent"] = 91.0  # the same seed, trained again
+    (record / "evaluation.json").write_text(json.dumps(retrained))
+    assert len(runs_table(find_runs([tmp_path / "records", tmp_path / "checkpoints"]))) == 3
