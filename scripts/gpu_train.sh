@@ -146,14 +146,17 @@ plan() {
   mv "$SESSION/plan.part" "$SESSION/plan.json" && cat "$SESSION/plan.json"
 }
 
-# Whether the stack of kind $1 (compiled, triton, triton-compiled, compiled-packed, triton-compiled-packed) draws fresh dropout masks at every graph replay on this
-# machine (its GPU test, about 40 s, run once per machine into $WORK/preflight-$1.txt; it must pass, not skip):
-# a stack whose masks froze would train a different recipe.
-masks_are_fresh() {
-  [[ -f $WORK/preflight-$1.txt ]] || timeout 150 python3 -m pytest -q -p no:cacheprovider -rA \
-    "tests/training/test_stack_graph.py::test_each_graph_replay_draws_fresh_dropout_masks[0.1-$1]" \
+# Whether the stack of kind $1 (compiled, triton, triton-compiled, compiled-packed, triton-compiled-packed) passes
+# its GPU checks on this machine, run once per machine into $WORK/preflight-$1.txt (each must pass, not skip): it
+# draws fresh dropout masks at every graph replay (about 40 s; a stack whose masks froze would train a different
+# recipe), and a packed one computes the padded stack's losses step by step (about 40 s more).
+passes_its_checks() {
+  local tests=("tests/training/test_stack_graph.py::test_each_graph_replay_draws_fresh_dropout_masks[0.1-$1]")
+  [[ $1 == *-packed ]] &&
+    tests+=("tests/training/test_stack_graph.py::test_a_packed_graph_trains_like_the_padded_one[${1%-packed}]")
+  [[ -f $WORK/preflight-$1.txt ]] || timeout 240 python3 -m pytest -q -p no:cacheprovider -rA "${tests[@]}" \
     >"$WORK/preflight-$1.txt" 2>&1
-  grep -q '^PASSED' "$WORK/preflight-$1.txt"
+  (($(grep -c '^PASSED' "$WORK/preflight-$1.txt") == ${#tests[@]}))
 }
 
 # Plan the stack that trains until epoch second $1: compiled, or with the triton attention, only where its
@@ -164,7 +167,7 @@ plan_stack() {
   grep -q '^compile = true' "$SESSION/grid.toml" && kind=compiled
   grep -q '^attention = "triton"' "$SESSION/grid.toml" && kind=triton${kind:+-compiled}
   grep -q '^packing = true' "$SESSION/grid.toml" && kind=$kind-packed
-  if [[ -n $kind ]] && ! masks_are_fresh "$kind"; then
+  if [[ -n $kind ]] && ! passes_its_checks "$kind"; then
     echo "the $kind stack failed its check on this GPU ($WORK/preflight-$kind.txt): planning the plain stack"
     plan "$(minutes_until "$1")" native || return 1
   fi

@@ -22,15 +22,39 @@ from tests.sweep.tiny_grid import write_tiny_grid
 ROOT = Path(__file__).parents[1]
 
 
+def _fake_commands(tmp_path: Path, **bodies: str) -> str:
+    """Shell scripts under ``tmp_path/bin`` named by the keywords (``nvidia_smi``: nvidia-smi, by default one that
+    names an H100 as the real one does); returns a PATH that finds them first, then this Python's own folder."""
+    (tmp_path / "bin").mkdir()
+    for name, body in {"nvidia_smi": "echo 'NVIDIA H100 80GB HBM3'", **bodies}.items():
+        script = tmp_path / "bin" / name.replace("_", "-")
+        script.write_text(f"#!/bin/sh\n{body}\n")
+        script.chmod(0o755)
+    return f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}"
+
+
+def _session_env(tmp_path: Path, path: str, done: Path, **more: str) -> dict[str, str]:
+    """The environment of one dry-run GPU session: fake commands first on ``path``, the queue
+    ``tmp_path/queue.toml``, finished runs in ``done``, the machine's work folder ``tmp_path/work``, ``$OUT``
+    ``tmp_path/out``; ``more`` adds or overrides variables."""
+    return {
+        **os.environ,
+        "PATH": path,
+        "QUEUE": str(tmp_path / "queue.toml"),
+        "DONE": str(done),
+        "GPU_TRAIN_DIR": str(tmp_path / "work"),
+        "OUT": str(tmp_path / "out"),
+        "PYTHONPATH": str(ROOT),
+        **more,
+    }
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_them(tmp_path):
     """One GPU session on a CPU (fake nvidia-smi, tiny queue), then what happens here afterwards: unpack, keep the
     weightless records, plan the next session from them, and tabulate them with their matching analyses."""
-    (tmp_path / "bin").mkdir()
-    fake_smi = tmp_path / "bin" / "nvidia-smi"
-    fake_smi.write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\n")
-    fake_smi.chmod(0o755)
+    path = _fake_commands(tmp_path)
     queue = {"max_steps": 1000, "analyses": ("matching",), "batch_size": 256, "checkpoint_every": 1000}
     write_tiny_grid(tmp_path / "queue.toml", **queue)  # an epoch of 29 steps, a state at its end
     # In 10 minutes the compiled stack (0.01 ms a step) would train the three runs left, but its GPU check cannot
@@ -45,19 +69,15 @@ def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_th
     (done / "config.json").write_text(json.dumps({"metadata": {"run": "tiny-random-s0", "epochs_completed": 1.0,
                                                                "epochs": 1}}))  # fmt: skip
     (done / "evaluation.json").write_text("{}")
-    env = {
-        **os.environ,
-        "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "QUEUE": str(tmp_path / "queue.toml"),
-        "DONE": str(tmp_path / "done"),
-        "GPU_TRAIN_DIR": str(tmp_path / "work"),
-        "BUNDLE": str(tmp_path / "bundle"),
-        "OUT": str(tmp_path / "out"),
-        "WATCH_EVERY": "1",
-        "FOLLOW_MINUTES": "99",  # one sweep: what follows a finished sweep is the next test's
-        "OMP_NUM_THREADS": "1",  # one core per test worker
-        "PYTHONPATH": str(ROOT),
-    }
+    env = _session_env(
+        tmp_path,
+        path,
+        tmp_path / "done",
+        BUNDLE=str(tmp_path / "bundle"),
+        WATCH_EVERY="1",
+        FOLLOW_MINUTES="99",  # one sweep: what follows a finished sweep is the next test's
+        OMP_NUM_THREADS="1",  # one core per test worker
+    )
     script = ["bash", str(ROOT / "scripts" / "gpu_train.sh")]
     started = subprocess.run([*script, "start", "10", str(tmp_path / "bench.json")], env=env, capture_output=True,
                              text=True, timeout=700)  # fmt: skip
@@ -100,16 +120,14 @@ def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_i
     sessions and packs its state; here that state is kept (pack_results.py carry) and cut into parts
     (pack_results.py upload); the second session, on a fresh machine, receives them one call each, refuses to
     start while one is missing, and goes on from the step where the first stopped."""
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\n")
-    (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
+    path = _fake_commands(tmp_path)
     grid = write_tiny_grid(tmp_path / "queue.toml", max_steps=10**6, batch_size=8, checkpoint_every=10**6)
     grid.write_text(grid.read_text().replace("epochs = 1", "epochs = 50"))  # about 46,000 steps: minutes on a CPU
     measured = [{"stacking": "native", "precision": "fp32", "replicates": r, "step_ms": 1.0} for r in (1, 4)]
     (tmp_path / "bench.json").write_text(json.dumps({"runs": [{"device": "cuda", "results": measured}]}))
     base = {
         **os.environ,
-        "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PATH": path,
         "QUEUE": str(grid),
         "DONE": str(tmp_path / "none"),
         "STARTUP_SECONDS": "3",
@@ -176,9 +194,7 @@ def _receive_all_but_the_last_part(kept: Path, parts: Path, script: list[str], e
 def test_after_the_carried_stack_finishes_the_session_trains_the_queues_next_stacks(tmp_path):
     """A session that continues a carried stack 100 steps into a run of about 900 finishes it early, moves that
     sweep to done-1 and plans and trains the queue's next stack in the time left; pack brings back both."""
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\n")
-    (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
+    path = _fake_commands(tmp_path)
     grid = write_tiny_grid(tmp_path / "queue.toml", max_steps=10**6, analyses=("matching",), checkpoint_every=10**6)
     grid.write_text(grid.read_text().replace("max_steps = 1000000\n", ""))  # each run: one epoch at batch 8
     # One run a stack (a second would cost 100 ms a step), continued over sessions (no session fits a run).
@@ -203,7 +219,7 @@ def test_after_the_carried_stack_finishes_the_session_trains_the_queues_next_sta
     work = tmp_path / "work"
     env = {
         **os.environ,
-        "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PATH": path,
         "QUEUE": str(grid), "DONE": str(tmp_path / "none"), "CARRY": str(tmp_path / "carry"),
         "GPU_TRAIN_DIR": str(work), "BUNDLE": str(tmp_path / "bundle"), "OUT": str(tmp_path / "out"),
         "STARTUP_SECONDS": "1", "FOLLOW_MINUTES": "0.1", "WATCH_EVERY": "1", "OMP_NUM_THREADS": "1",
@@ -239,18 +255,9 @@ def test_without_a_benchmark_argument_start_plans_from_the_committed_step_times_
     """On 2026-11-26 the H100's name ("... HBM3") gave the kind "h100" and "h", so no committed document was found:
     the session probed for 3 minutes and planned the plain stack. Nothing fits in 0.01 minutes, so start stops after
     choosing its documents."""
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\n")
-    (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
-    env = {
-        **os.environ,
-        "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "QUEUE": str(write_tiny_grid(tmp_path / "queue.toml")),
-        "DONE": str(tmp_path / "none"),
-        "CARRY_MIB": "0",
-        "GPU_TRAIN_DIR": str(tmp_path / "work"),
-        "PYTHONPATH": str(ROOT),
-    }
+    path = _fake_commands(tmp_path)
+    write_tiny_grid(tmp_path / "queue.toml")
+    env = _session_env(tmp_path, path, tmp_path / "none", CARRY_MIB="0")
     script = ["bash", str(ROOT / "scripts" / "gpu_train.sh")]
     started = subprocess.run([*script, "start", "0.01"], env=env, capture_output=True, text=True, timeout=120)
     assert started.returncode == 2, started.stdout[-2000:] + started.stderr[-2000:]
@@ -258,7 +265,8 @@ def test_without_a_benchmark_argument_start_plans_from_the_committed_step_times_
     committed = "benchmarks/results/stacking-h100.json"
     assert (tmp_path / "work" / "session" / "bench.json").read_bytes() == (ROOT / committed).read_bytes()
     benches = (tmp_path / "work" / "benches").read_text().split()
-    assert benches == ["--bench", committed, "--bench", "benchmarks/results/compile-h100.json"]
+    others = ["benchmarks/results/compile-h100.json", "benchmarks/results/triton-h100.json"]
+    assert benches == ["--bench", committed, "--bench", others[0], "--bench", others[1]]
 
 
 def test_an_unknown_subcommand_is_a_usage_error():
@@ -279,12 +287,8 @@ def test_gpu_session_triton_fits_its_benchmarks_into_the_minutes_it_is_given(tmp
     """With a fake python3 that only records its arguments (so the tests take no time): the kernel-alone benchmark
     only where 4 minutes are left after the tests, R = 64 only in the full 9 minutes, and a stack benchmark budget
     that ends a minute (and the 10 s kept for copies) before the time left."""
-    (tmp_path / "bin").mkdir()
     log = tmp_path / "calls.txt"
-    for name, body in (("python3", f'echo "$@" >> {log}'), ("nvidia-smi", "echo 'NVIDIA H100 80GB HBM3'")):
-        (tmp_path / "bin" / name).write_text(f"#!/bin/sh\n{body}\n")
-        (tmp_path / "bin" / name).chmod(0o755)
-    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "OUT": str(tmp_path / "out")}
+    env = {**os.environ, "PATH": _fake_commands(tmp_path, python3=f'echo "$@" >> {log}'), "OUT": str(tmp_path / "out")}
     command = ["bash", str(ROOT / "scripts" / "gpu_session.sh"), "triton", *([minutes] if minutes else [])]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -295,3 +299,62 @@ def test_gpu_session_triton_fits_its_benchmarks_into_the_minutes_it_is_given(tmp
     assert expected - 0.1 <= float(stack[stack.index("--budget-minutes") + 1]) <= expected
     kernel = any("benchmarks.attention_kernel" in call for call in calls)
     assert (kernel, stack[stack.index("--replicates") + 1]) == ((True, "64,32") if minutes is None else (False, "32"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_packed_stack_trains_only_after_both_its_gpu_checks_passed(tmp_path):
+    """The planner's fastest stack is the compiled packed one; before training it, gpu_train.sh runs its two GPU
+    checks (fresh dropout masks at every replay; the packed losses equal the padded ones) and, unless both
+    pass, plans the plain stack instead (here too slow for the 3 minutes: exit 2). A fake pytest passes the
+    first check only."""
+    calls = tmp_path / "pytest_calls.txt"
+    path = _fake_commands(
+        tmp_path,
+        python3=f"""if [ "$1 $2" = "-m pytest" ]; then
+  echo "$@" >> {calls}
+  for test in "$@"; do case $test in tests/*) echo "PASSED $test";; esac; done | head -n 1
+  exit 0
+fi
+exec {sys.executable} "$@"
+""",
+    )
+    write_tiny_grid(tmp_path / "queue.toml", max_steps=1000, batch_size=256, checkpoint_every=1000)
+    steps = {"native": 600.0, "native-compile-packed": 0.001}
+    measured = [
+        {"stacking": k, "precision": "fp32", "replicates": r, "step_ms": ms}
+        for k, ms in steps.items()
+        for r in (1, 2, 3)
+    ]
+    (tmp_path / "bench.json").write_text(json.dumps({"runs": [{"device": "cuda", "results": measured}]}))
+    env = _session_env(tmp_path, path, tmp_path / "none", CARRY_MIB="0")
+    command = ["bash", str(ROOT / "scripts" / "gpu_train.sh"), "start", "3", str(tmp_path / "bench.json")]
+    started = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    (checks,) = calls.read_text().splitlines()
+    assert "fresh_dropout_masks[0.1-compiled-packed]" in checks
+    assert "test_a_packed_graph_trains_like_the_padded_one[compiled]" in checks
+    assert "the compiled-packed stack failed its check on this GPU" in started.stdout
+    assert started.returncode == 2 and not (tmp_path / "work" / "grid").exists(), started.stderr[-2000:]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("pytest_status", [0, 1, 124])
+def test_gpu_session_triton_keeps_its_timings_for_the_planner_only_where_every_test_ran_and_passed(
+    tmp_path, pytest_status
+):
+    """A failed test run (1) or one stopped by its time limit (124) leaves the timings out of runs/gpu-session,
+    where gpu_train.sh would plan with them; the script runs from a copy, so its runs/ is the test's."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "gpu_session.sh", tmp_path / "scripts")
+    fake_python = f"""case "$*" in
+  *"-m pytest"*) exit {pytest_status} ;;
+  *train_throughput*) echo '{{"runs": []}}' > "$OUT/triton.json" ;;
+esac"""
+    env = {**os.environ, "PATH": _fake_commands(tmp_path, python3=fake_python), "OUT": str(tmp_path / "out")}
+    command = ["bash", str(tmp_path / "scripts" / "gpu_session.sh"), "triton", "3"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and (tmp_path / "out" / "triton.json").is_file(), result.stderr
+    kept = (tmp_path / "runs" / "gpu-session" / "triton.json").is_file()
+    assert kept == (pytest_status == 0)
+    assert ("failed or did not run" in result.stdout) == (pytest_status != 0)
+    assert ("the tests ran past" in result.stdout) == (pytest_status == 124)
