@@ -325,7 +325,7 @@ def ship(
         bool,
         typer.Option(
             help="Evaluate again where the model has its full-split evaluation and fit beside it (a sweep's), "
-            "which fp32 storage otherwise reuses."
+            "which shipping otherwise reuses (fp16/bf16 storage after its val check)."
         ),
     ] = False,
 ) -> None:

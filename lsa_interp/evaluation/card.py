@@ -62,7 +62,8 @@ def card_header(
     name: str, model: HookedEncoderDecoder, storage: dict[str, Any], fit: FitResult | None = None, reused: bool = False
 ) -> str:
     """The card's first part: provenance and recipe from the model's metadata, how it is stored and, with
-    ``fit``, its training fit; ``reused``: the evaluation is the one made at the end of training."""
+    ``fit``, its training fit; ``reused``: the evaluation is the one made at the end of training (of the fp32
+    weights)."""
     meta = model.metadata
     recipe = meta.get("train_config", {})
     epochs = meta.get("epochs_completed")
@@ -88,7 +89,8 @@ def card_header(
             else ""
         ),
         *_fit_line(fit),
-        f"- evaluated at the end of training, on its hardware (the sweep's `evaluation.json` and `fit.json`); "
+        f"- evaluated at the end of training, on its hardware, in fp32 (the sweep's `evaluation.json` and "
+        f"`fit.json`{'; the stored weights change the val answers counted above' if 'check' in storage else ''}); "
         f"`lsa-interp evaluate --model {name}` evaluates it again"
         if reused
         else f"- evaluated with `lsa-interp evaluate --model {name}` (numbers below)",
@@ -111,13 +113,13 @@ def card_markdown(
 
 
 def _stored_results(
-    source: Path, model: HookedEncoderDecoder, name: str, storage: str, limit: int | None
+    source: Path, model: HookedEncoderDecoder, name: str, limit: int | None
 ) -> tuple[EvaluationResult, FitResult] | None:
     """The full-split evaluation and training fit beside ``model`` in ``source`` (a sweep writes them at the end
-    of training), renamed ``name``, where shipping may reuse them: fp32 storage (fp16/bf16 change answers), no
-    ``limit``, both files readable and the evaluation of the whole splits of the model's training preset."""
+    of training), renamed ``name``, where shipping may reuse them: no ``limit``, both files readable and the
+    evaluation of the whole splits of the model's training preset."""
     files = source / EVALUATION_FILE, source / FIT_FILE
-    if storage != "fp32" or limit is not None or not all(path.is_file() for path in files):
+    if limit is not None or not all(path.is_file() for path in files):
         return None
     try:
         result, fit = read_evaluation(files[0]), read_fit(files[1])
@@ -141,8 +143,8 @@ def ship_run(
 ) -> Path:
     """Copy a finished run's model to ``dest/name``, evaluate it, and write ``evaluation.json``, ``fit.json``
     (`training_fit`: `FIT_ROWS` train and val rows, or ``limit`` if smaller) and ``card.md``. Where the run's
-    model has its full-split evaluation and training fit beside it (a sweep's) and it ships in fp32 without
-    ``limit``, those are reused unless ``reevaluate`` (the card says so).
+    model has its full-split evaluation and training fit beside it (a sweep's) and it ships without ``limit``,
+    those are reused unless ``reevaluate`` (the card says so; fp16/bf16 storage still passes its val check).
 
     ``replicate`` picks ``replicate-{i}/model`` of a stacked run. The run's own dataset (a stacked run's
     ``runs[i].data_dir``) is used when it is still there, else the training preset is regenerated. Returns
@@ -154,17 +156,17 @@ def ship_run(
     if not (source / "config.json").is_file():
         raise FileNotFoundError(f"{source} holds no final model; finish the run first (lsa-interp train --resume)")
     model = load_model(source)
-    stored = None if reevaluate else _stored_results(source, model, name, storage, limit)
+    stored = None if reevaluate else _stored_results(source, model, name, limit)
     config_file = Path(run_dir) / "train_config.json"
     recipe = json.loads(config_file.read_text()) if config_file.is_file() else {}
     runs = recipe.get("runs")  # a stacked run: each replicate has its own dataset
     data_dir = runs[replicate]["data_dir"] if runs and replicate is not None else recipe.get("data_dir")
     dataset = None
-    if stored is None:
+    if stored is None or storage != "fp32":  # reused: only the storage check's val split
         dataset = evaluation_dataset(
             model,
             data_dir=data_dir if data_dir and Path(data_dir).is_dir() else None,
-            splits=(*SPLIT_OF.values(), "train"),
+            splits=("val",) if stored else (*SPLIT_OF.values(), "train"),
         )
     target = Path(dest) / name
     target.parent.mkdir(parents=True, exist_ok=True)  # a nested name such as replicates/copy-20-s0
@@ -173,19 +175,19 @@ def ship_run(
     save_model(model, staging, storage=storage)
     shipped = load_model(staging)
     info: dict[str, Any] = {"dtype": storage, "bytes": (staging / "model.safetensors").stat().st_size}
-    if dataset is None:
+    if storage != "fp32":
+        info["check"] = precision_check(model, shipped, dataset.splits["val"])
+        if info["check"]["fraction"] >= MAX_CHANGED_ANSWERS:
+            shutil.rmtree(staging)
+            raise ValueError(f"{storage} storage changes {info['check']['changed_answers']} val answers; keep fp32")
+    if stored is not None:
         result, fit = stored
     else:
-        if storage != "fp32":
-            info["check"] = precision_check(model, shipped, dataset.splits["val"])
-            if info["check"]["fraction"] >= MAX_CHANGED_ANSWERS:
-                shutil.rmtree(staging)
-                raise ValueError(f"{storage} storage changes {info['check']['changed_answers']} val answers; keep fp32")
         result = evaluate_model(shipped, dataset, limit=limit, progress=progress, model_name=name)
         fit = training_fit(shipped, dataset, min(FIT_ROWS, limit or FIT_ROWS), model_name=name)
     atomic_write(staging / EVALUATION_FILE, lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
     write_fit(fit, staging, page=False)
-    card = card_markdown(name, shipped, result, info, fit, reused=dataset is None)
+    card = card_markdown(name, shipped, result, info, fit, reused=stored is not None)
     atomic_write(staging / CARD_FILE, lambda p: p.write_text(card))
     if target.exists():
         shutil.rmtree(target)

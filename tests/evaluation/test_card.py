@@ -165,8 +165,8 @@ def test_evaluate_card_rewrites_a_shipped_checkpoint_and_refuses_anything_else(
 def test_ship_reuses_the_full_split_evaluation_and_fit_beside_the_model_unless_asked_to_evaluate(
     run_dir, shipped, tmp_path, monkeypatch
 ):
-    """A sweep writes the model's full-split evaluation and training fit beside it: fp32 shipping takes them
-    (renamed) without evaluating; --reevaluate, reduced storage or a limit evaluate again."""
+    """A sweep writes the model's full-split evaluation and training fit beside it: shipping takes them (renamed)
+    without evaluating, also in fp16 after its val check; --reevaluate or a limit evaluate again."""
     from lsa_interp.evaluation import card
 
     run = shutil.copytree(run_dir, tmp_path / "run")
@@ -174,17 +174,21 @@ def test_ship_reuses_the_full_split_evaluation_and_fit_beside_the_model_unless_a
         shutil.copy(shipped / name, run / "model" / name)  # the tiny run's own full-split numbers
     evaluated = []
     monkeypatch.setattr(card, "evaluate_model", lambda *args, **kwargs: evaluated.append(1) or 1 / 0)
-    target = ship_run(run, "again", dest=tmp_path / "checkpoints")
+    stored, cards = json.loads((shipped / "evaluation.json").read_text()), {}
+    for storage in ("fp32", "fp16"):
+        target = ship_run(run, f"again-{storage}", dest=tmp_path / "checkpoints", storage=storage)
+        assert json.loads((target / "evaluation.json").read_text()) == {**stored, "model": f"again-{storage}"}
+        assert json.loads((target / "fit.json").read_text()) == {
+            **json.loads((shipped / "fit.json").read_text()),
+            "model": f"again-{storage}",
+        }
+        card_text = (target / "card.md").read_text()
+        cards[storage] = card_text
+        assert "evaluated at the end of training, on its hardware, in fp32" in card_text
+        assert ("greedy val answers" in card_text) == (storage == "fp16") and "## Evaluation" in card_text
     assert evaluated == []
-    stored, written = (json.loads((d / "evaluation.json").read_text()) for d in (shipped, target))
-    assert written == {**stored, "model": "again"}
-    assert json.loads((target / "fit.json").read_text()) == {
-        **json.loads((shipped / "fit.json").read_text()),
-        "model": "again",
-    }
-    card_text = (target / "card.md").read_text()
-    assert "evaluated at the end of training" in card_text and "## Evaluation" in card_text
-    for options in ({"reevaluate": True}, {"storage": "fp16"}, {"limit": 20}):
+    for options in ({"reevaluate": True}, {"limit": 20}):
         with pytest.raises(ZeroDivisionError):
-            ship_run(run, "again", dest=tmp_path / "checkpoints", **options)
-    assert len(evaluated) == 3 and (target / "card.md").read_text() == card_text  # nothing half-written
+            ship_run(run, "again-fp32", dest=tmp_path / "checkpoints", **options)
+    assert len(evaluated) == 2
+    assert (tmp_path / "checkpoints" / "again-fp32" / "card.md").read_text() == cards["fp32"]  # left as it was
