@@ -11,7 +11,7 @@
 #       none does, a stack of at most CARRY_MIB MiB of state that continues over sessions (scripts/gpu_plan.py:
 #       its training stops early by the seconds of the extra pack calls its models or state need);
 #       a compiled stack, or one with the triton attention, only after its GPU test passed here (fresh dropout
-#       masks at every replay; else the plain stack).
+#       masks at every replay; a packed one also its losses equal to the padded stack's; else the plain stack).
 #       Trains it detached (it outlives the command while the machine stays warm) until MINUTES are up (saving
 #       the state of a stack that has not finished); a sweep whose stacks all finished early is moved to
 #       runs/done-K and followed by the queue's next stack while FOLLOW_MINUTES are left. Watches to about
