@@ -166,7 +166,7 @@ def ship_run(
         dataset = evaluation_dataset(
             model,
             data_dir=data_dir if data_dir and Path(data_dir).is_dir() else None,
-            splits=("val",) if stored else (*SPLIT_OF.values(), "train"),
+            splits=("val",) if stored is not None else (*SPLIT_OF.values(), "train"),
         )
     target = Path(dest) / name
     target.parent.mkdir(parents=True, exist_ok=True)  # a nested name such as replicates/copy-20-s0

@@ -172,8 +172,9 @@ def _one_row_per_run(frame: pd.DataFrame) -> pd.DataFrame:
     twice = frame.duplicated(key, keep=False)
     if not twice.any():
         return frame
-    weightless = ~frame["run"].map(lambda run: (Path(run) / "model.safetensors").is_file())
-    found = frame[twice].assign(_weightless=weightless[twice]).sort_values("_weightless", kind="stable")
+    found = frame[twice]
+    weightless = ~found["run"].map(lambda run: (Path(run) / "model.safetensors").is_file())
+    found = found.assign(_weightless=weightless).sort_values("_weightless", kind="stable")
     merged = found.drop(columns="_weightless").groupby(key, dropna=False, sort=False, as_index=False).first()
     return pd.concat([frame[~twice], merged[frame.columns]], ignore_index=True)
 

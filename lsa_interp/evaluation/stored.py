@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lsa_interp.evaluation.fit import FitResult
-from lsa_interp.evaluation.metrics import Accuracy, AlternateRuleCounts, Table1
+from lsa_interp.evaluation.metrics import OUTCOMES, Accuracy, AlternateRuleCounts, Table1
 from lsa_interp.evaluation.result import NOTES, EvaluationResult
 from lsa_interp.evaluation.rule_families import FamilyCounts
 
@@ -23,8 +23,7 @@ def _accuracies(table: dict[str, dict[str, Any]]) -> dict[str, dict[str, Accurac
 
 
 def _alternate(data: dict[str, Any]) -> AlternateRuleCounts:
-    counts = ("correct", "applied_other_rule", "standard_alphabet", "other")
-    return AlternateRuleCounts(data["rule"], *(int(data[key]) for key in counts))
+    return AlternateRuleCounts(data["rule"], *(int(data[outcome]) for outcome in OUTCOMES))
 
 
 def _family(rule: str, data: dict[str, Any]) -> FamilyCounts:
