@@ -56,7 +56,7 @@ def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_th
     weightless records, plan the next session from them, and tabulate them with their matching analyses."""
     path = _fake_commands(tmp_path)
     queue = {"max_steps": 1000, "analyses": ("matching",), "batch_size": 256, "checkpoint_every": 1000}
-    write_tiny_grid(tmp_path / "queue.toml", **queue)  # an epoch of 29 steps, a state at its end
+    write_tiny_grid(tmp_path / "queue.toml", **queue, small=True)  # an epoch of 8 steps, a state at its end
     # In 10 minutes the compiled stack (0.01 ms a step) would train the three runs left, but its GPU check cannot
     # pass here, so the plain stack is planned: two runs fit (at most 1,000 steps x 1 ms, 90 s start-up and 30 s
     # per run: 2.52 minutes), three do not (at 600 ms: 13.5), as long as the check takes under 7 minutes (on
@@ -192,11 +192,14 @@ def _receive_all_but_the_last_part(kept: Path, parts: Path, script: list[str], e
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_after_the_carried_stack_finishes_the_session_trains_the_queues_next_stacks(tmp_path):
-    """A session that continues a carried stack 100 steps into a run of about 900 finishes it early, moves that
+    """A session that continues a carried stack 100 steps into a run of 226 finishes it early, moves that
     sweep to done-1 and plans and trains the queue's next stack in the time left; pack brings back both."""
     path = _fake_commands(tmp_path)
-    grid = write_tiny_grid(tmp_path / "queue.toml", max_steps=10**6, analyses=("matching",), checkpoint_every=10**6)
-    grid.write_text(grid.read_text().replace("max_steps = 1000000\n", ""))  # each run: one epoch at batch 8
+    grid = write_tiny_grid(
+        tmp_path / "queue.toml", max_steps=10**6, analyses=("matching",), checkpoint_every=10**6, small=True
+    )
+    # Each run: one epoch at batch 8; one seed, so the queue is one run for the carried stack and one after it.
+    grid.write_text(grid.read_text().replace("max_steps = 1000000\n", "").replace("seeds = [0, 1]", "seeds = [0]"))
     # One run a stack (a second would cost 100 ms a step), continued over sessions (no session fits a run).
     measured = [
         {"stacking": "native", "precision": "fp32", "replicates": r, "step_ms": ms} for r, ms in ((1, 1), (2, 100))
@@ -235,8 +238,8 @@ def test_after_the_carried_stack_finishes_the_session_trains_the_queues_next_sta
     finished = sorted((work / "done-1" / "grid").rglob("evaluation.json"))
     assert len(finished) == 1, started.stdout[-3000:]
     assert (work / "done-1" / "grid" / "stacks" / "stack-000" / "done").is_file()
-    # The next stacks: a fast machine trains the whole queue (done-2, ...) before the deadline, a slow one
-    # leaves the last in work/session; the queue's end leaves no plan behind.
+    # The next stack: a fast machine trains the rest of the queue (done-2) before the deadline, a slow one
+    # leaves it in work/session; the queue's end leaves no plan behind.
     plans = [*work.glob("done-*/session/plan.json"), *work.glob("session/plan.json")]
     follow = [run for plan in plans if plan.parts[-3] != "done-1" for run in json.loads(plan.read_text())["runs"]]
     assert len(carried_runs) == 1 and follow and carried_runs[0] not in follow and len(set(follow)) == len(follow)

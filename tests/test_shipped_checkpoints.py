@@ -1,7 +1,8 @@
-"""The shipped checkpoints load by name and re-produce their cards' numbers on a subset (CPU).
+"""The shipped checkpoints load by name and re-produce their answer checks and cards on a sample (CPU).
 
 Each check is skipped while its checkpoint is not in ``checkpoints/`` (the skip reason names it); every
-replicate under ``checkpoints/replicates/`` is checked against its own card the same way.
+replicate under ``checkpoints/replicates/`` is checked against its own card the same way: the right answers on
+the sample of val rows recorded in ``check.json`` are counted again (`lsa_interp.evaluation.answer_check`).
 """
 
 from __future__ import annotations
@@ -13,14 +14,9 @@ import pytest
 from lsa_interp.analysis.matching import control_head, matching_scores
 from lsa_interp.analysis.patching import patch_pairs
 from lsa_interp.analysis.prompts import minimal_pairs
-from lsa_interp.evaluation import predict
+from lsa_interp.evaluation.answer_check import check_problems, count_answers, read_answer_check
 from lsa_interp.evaluation.card import EVALUATION_FILE
-from lsa_interp.evaluation.metrics import accuracy
-from lsa_interp.evaluation.run import subsample
 from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, available_models, load_model
-
-SUBSET = 4000
-"""Val rows re-evaluated: a deterministic subset (seed 0), so the comparison is the same on every run."""
 
 DATASETS = {"copy-200": "copy200", "copy-20": "copy20", "nocopy-20": "nocopy20"}
 """Preset -> the session fixture with its dataset (seed 0)."""
@@ -52,10 +48,11 @@ def test_a_replicate_reproduces_its_card_on_a_val_subset(path, request):
 def _reproduces_its_card(path, model, dataset) -> None:
     card = json.loads((path / EVALUATION_FILE).read_text())
     assert card["preset"] == model.metadata["preset"]
-    tasks = subsample(dataset.splits["val"], SUBSET)
-    measured = accuracy(tasks, predict(model, tasks)).percent
-    expected = card["overall"]["seen_alphabets"]["percent"]
-    assert abs(measured - expected) <= 1.0, f"{measured:.2f}% on {SUBSET} val tasks; the card says {expected:.2f}%"
+    recorded = read_answer_check(path)
+    assert recorded.data_seed == dataset.seed, f"{path.name} was checked on dataset seed {recorded.data_seed}"
+    recount = count_answers(model, dataset.splits["val"], dataset.seed, recorded.rows, recorded.seed)
+    seen = card["overall"]["seen_alphabets"]
+    assert check_problems(recorded, recount, seen["percent"], seen["total"]) == []
 
 
 @_needs("copy-200")

@@ -37,6 +37,7 @@ from lsa_interp.evaluation.report import (
 from lsa_interp.evaluation.result import EvaluationResult, score_predictions
 from lsa_interp.evaluation.rule_families import RULE_FAMILIES, FamilyCounts, family_answers, family_confusion
 from lsa_interp.evaluation.run import evaluate_model, evaluation_dataset, predict, subsample
+from lsa_interp.evaluation.stored import shipped_evaluation
 
 __all__ = [
     "ALTERNATE_RULES",
@@ -64,6 +65,7 @@ __all__ = [
     "report_sections",
     "rich_tables",
     "score_predictions",
+    "shipped_evaluation",
     "standard_alphabet_answer",
     "subsample",
     "table1",

@@ -3,9 +3,10 @@
 ``ship_run`` copies ``RUN_DIR/model`` (or a replicate's model) to ``checkpoints/NAME`` (optionally with
 fp16/bf16 parameters), evaluates it with `lsa_interp.evaluation` on its training preset (or reuses the
 full-split evaluation and training fit a sweep wrote beside the model), and writes ``evaluation.json`` (every
-number) and ``card.md`` (data, recipe, hardware, wall time, Table 1 beside the paper's numbers, accuracy by
-transformation). Reduced-precision storage is only accepted when it changes
-fewer than `MAX_CHANGED_ANSWERS` of the greedy answers on the val split (measured and written to the card).
+number), ``check.json`` (`lsa_interp.evaluation.answer_check`, counted on the stored weights) and ``card.md``
+(data, recipe, hardware, wall time, Table 1 beside the paper's numbers, accuracy by transformation).
+Reduced-precision storage is only accepted when it changes fewer than `MAX_CHANGED_ANSWERS` of the greedy
+answers on the val split (measured and written to the card).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from lsa_interp.evaluation.answer_check import count_answers, write_answer_check
 from lsa_interp.evaluation.fit import FIT_FILE, FIT_ROWS, FitResult, training_fit, write_fit
 from lsa_interp.evaluation.report import markdown_report
 from lsa_interp.evaluation.result import SPLIT_OF, EvaluationResult
@@ -142,7 +144,8 @@ def ship_run(
     reevaluate: bool = False,
 ) -> Path:
     """Copy a finished run's model to ``dest/name``, evaluate it, and write ``evaluation.json``, ``fit.json``
-    (`training_fit`: `FIT_ROWS` train and val rows, or ``limit`` if smaller) and ``card.md``. Where the run's
+    (`training_fit`: `FIT_ROWS` train and val rows, or ``limit`` if smaller), ``check.json`` (`count_answers` of
+    the stored weights) and ``card.md``. Where the run's
     model has its full-split evaluation and training fit beside it (a sweep's) and it ships without ``limit``,
     those are reused unless ``reevaluate`` (the card says so; fp16/bf16 storage still passes its val check).
 
@@ -161,13 +164,11 @@ def ship_run(
     recipe = json.loads(config_file.read_text()) if config_file.is_file() else {}
     runs = recipe.get("runs")  # a stacked run: each replicate has its own dataset
     data_dir = runs[replicate]["data_dir"] if runs and replicate is not None else recipe.get("data_dir")
-    dataset = None
-    if stored is None or storage != "fp32":  # reused: only the storage check's val split
-        dataset = evaluation_dataset(
-            model,
-            data_dir=data_dir if data_dir and Path(data_dir).is_dir() else None,
-            splits=("val",) if stored is not None else (*SPLIT_OF.values(), "train"),
-        )
+    dataset = evaluation_dataset(  # reused: only the val split, for the answer check and the storage check
+        model,
+        data_dir=data_dir if data_dir and Path(data_dir).is_dir() else None,
+        splits=("val",) if stored is not None else (*SPLIT_OF.values(), "train"),
+    )
     target = Path(dest) / name
     target.parent.mkdir(parents=True, exist_ok=True)  # a nested name such as replicates/copy-20-s0
     staging = target.with_name(f".{target.name}.staging")
@@ -185,6 +186,7 @@ def ship_run(
     else:
         result = evaluate_model(shipped, dataset, limit=limit, progress=progress, model_name=name)
         fit = training_fit(shipped, dataset, min(FIT_ROWS, limit or FIT_ROWS), model_name=name)
+    write_answer_check(count_answers(shipped, dataset.splits["val"], dataset.seed), staging)
     atomic_write(staging / EVALUATION_FILE, lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
     write_fit(fit, staging, page=False)
     card = card_markdown(name, shipped, result, info, fit, reused=stored is not None)

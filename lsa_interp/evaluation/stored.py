@@ -1,5 +1,6 @@
 """Evaluations and training fits read back from the JSON they were written as (`EvaluationResult.to_dict`,
-`FitResult.to_dict`): what `lsa-interp ship` reuses where a sweep evaluated the model at the end of training."""
+`FitResult.to_dict`): what `lsa-interp ship` reuses where a sweep evaluated the model at the end of training, and
+the full-split evaluation on a shipped checkpoint's card (`shipped_evaluation`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from lsa_interp.evaluation.fit import FitResult
 from lsa_interp.evaluation.metrics import OUTCOMES, Accuracy, AlternateRuleCounts, Table1
 from lsa_interp.evaluation.result import NOTES, EvaluationResult
 from lsa_interp.evaluation.rule_families import FamilyCounts
+from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, available_models, shipped_replicates
 
 
 def _accuracy(data: dict[str, Any]) -> Accuracy:
@@ -82,3 +84,17 @@ def read_evaluation(path: str | os.PathLike) -> EvaluationResult:
 def read_fit(path: str | os.PathLike) -> FitResult:
     """`fit_from_dict` of the JSON file at ``path``; raises FileNotFoundError, or ValueError."""
     return fit_from_dict(json.loads(Path(path).read_text()))
+
+
+def shipped_evaluation(name_or_path: str | os.PathLike) -> EvaluationResult:
+    """The full-split evaluation on a shipped checkpoint's card, by name (``copy-200``,
+    ``replicates/copy-200-s0``) or checkpoint directory: its ``evaluation.json``. Raises FileNotFoundError
+    (listing the shipped names) when there is none, ValueError when it lacks a field."""
+    directory = Path(name_or_path)
+    if not directory.is_dir():
+        directory = CHECKPOINTS_DIR / directory
+    path = directory / "evaluation.json"
+    if not path.is_file():
+        shipped = ", ".join(available_models() + shipped_replicates()) or f"none in {CHECKPOINTS_DIR}"
+        raise FileNotFoundError(f"no evaluation at {path}; shipped checkpoints: {shipped}")
+    return read_evaluation(path)

@@ -10,6 +10,7 @@ import pytest
 
 from lsa_interp import cli
 from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
+from lsa_interp.evaluation.answer_check import count_answers, read_answer_check
 from lsa_interp.evaluation.card import _partial_warning, refresh_card, ship_run
 from lsa_interp.evaluation.report import markdown_report
 from lsa_interp.evaluation.run import evaluate_model, evaluation_dataset
@@ -51,10 +52,11 @@ def data_dir(run_dir):
     return json.loads((run_dir / "train_config.json").read_text())["data_dir"]
 
 
-def test_ship_writes_checkpoint_card_and_evaluation(run_dir, tmp_path):
+def test_ship_writes_checkpoint_card_and_evaluation(run_dir, data_dir, tmp_path):
     target = ship_run(run_dir, "tiny-model", dest=tmp_path, limit=200)
     assert sorted(p.name for p in target.iterdir()) == [
         "card.md",
+        "check.json",
         "config.json",
         "evaluation.json",
         "fit.json",
@@ -76,6 +78,8 @@ def test_ship_writes_checkpoint_card_and_evaluation(run_dir, tmp_path):
     assert "partly trained: 0." in card and "of 1 epochs" in card
     assert "`random` batching, AdamW" in card  # new runs use the reference's batches, not length buckets
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
+    val = evaluation_dataset(load_model(target), data_dir=data_dir)
+    assert read_answer_check(target) == count_answers(load_model(target), val.splits["val"], val.seed)
 
 
 def test_ship_creates_the_folder_of_a_nested_name(run_dir, tmp_path):
@@ -186,6 +190,9 @@ def test_ship_reuses_the_full_split_evaluation_and_fit_beside_the_model_unless_a
         cards[storage] = card_text
         assert "evaluated at the end of training, on its hardware, in fp32" in card_text
         assert ("greedy val answers" in card_text) == (storage == "fp16") and "## Evaluation" in card_text
+        recorded = read_answer_check(target)  # counted on the stored weights, with the evaluation reused
+        assert recorded.rows == read_answer_check(shipped).rows
+        assert storage == "fp16" or recorded == read_answer_check(shipped)
     assert evaluated == []
     for options in ({"reevaluate": True}, {"limit": 20}):
         with pytest.raises(ZeroDivisionError):

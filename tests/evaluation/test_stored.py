@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from lsa_interp.evaluation.report import markdown_report
-from lsa_interp.evaluation.stored import evaluation_from_dict, fit_from_dict, read_evaluation, read_fit
+from lsa_interp.evaluation.stored import (
+    evaluation_from_dict,
+    fit_from_dict,
+    read_evaluation,
+    read_fit,
+    shipped_evaluation,
+)
 
 SHIPPED = Path(__file__).parents[2] / "checkpoints" / "copy-20"
 
@@ -46,3 +52,14 @@ def test_a_fit_without_its_permutation_levels_names_them():
     del fit["by_permutation_level"]
     with pytest.raises(ValueError, match="lacks 'by_permutation_level'"):
         fit_from_dict(fit)
+
+
+def test_a_shipped_evaluation_is_found_by_name_or_directory_and_a_missing_one_lists_the_names(tmp_path):
+    assert shipped_evaluation("copy-20") == read_evaluation(SHIPPED / "evaluation.json")
+    replicate = SHIPPED.parent / "replicates" / "copy-200-s0"
+    assert shipped_evaluation("replicates/copy-200-s0") == shipped_evaluation(replicate)
+    assert shipped_evaluation(replicate).model == "replicates/copy-200-s0"
+    with pytest.raises(FileNotFoundError, match=r"at .*copy-2000.*shipped checkpoints: copy-20, copy-200"):
+        shipped_evaluation("copy-2000")
+    with pytest.raises(FileNotFoundError, match="no evaluation at"):
+        shipped_evaluation(tmp_path)  # a directory without one

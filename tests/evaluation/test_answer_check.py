@@ -1,0 +1,70 @@
+"""The answer check of a shipped checkpoint: counted, written, read back, and compared with a recount and a card."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lsa_interp.evaluation.answer_check import (
+    ANSWER_TOLERANCE,
+    CHECK_FILE,
+    AnswerCheck,
+    check_problems,
+    count_answers,
+    read_answer_check,
+    sampling_sd,
+    write_answer_check,
+)
+from lsa_interp.evaluation.metrics import accuracy
+from lsa_interp.evaluation.run import predict, subsample
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+
+
+def _check(correct: int, rows: int = 1000, seed: int = 0, data_seed: int = 0) -> AnswerCheck:
+    return AnswerCheck("val", rows, seed, data_seed, correct)
+
+
+def test_the_count_is_the_accuracy_of_the_seeded_sample(tiny):
+    model = HookedEncoderDecoder(ModelConfig(d_model=16, n_heads=2, d_mlp=32, n_encoder_layers=1, n_decoder_layers=1))
+    val = tiny.splits["val"]
+    check = count_answers(model, val, data_seed=7, rows=15, seed=3)
+    tasks = subsample(val, 15, 3)
+    assert check == AnswerCheck("val", 15, 3, 7, accuracy(tasks, predict(model, tasks)).correct)
+    assert check.rows == 15 < len(val)
+
+
+def test_a_check_round_trips_and_a_missing_or_broken_one_is_named(tmp_path):
+    path = write_answer_check(_check(812, data_seed=2), tmp_path)
+    assert path == tmp_path / CHECK_FILE and read_answer_check(tmp_path) == _check(812, data_seed=2)
+    assert not [p for p in tmp_path.iterdir() if p.name != CHECK_FILE]
+    with pytest.raises(FileNotFoundError, match="lsa-interp ship"):
+        read_answer_check(tmp_path / "none")
+    path.write_text(json.dumps({"split": "val", "rows": 10}))
+    with pytest.raises(ValueError, match=CHECK_FILE):
+        read_answer_check(tmp_path)
+    path.write_text(json.dumps({"split": "val", "rows": 10, "seed": 0, "data_seed": 0, "correct": 11}))
+    with pytest.raises(ValueError, match="11 right answers of 10"):
+        read_answer_check(tmp_path)
+
+
+def test_a_recount_may_differ_by_the_tolerance_and_no_more():
+    card = (81.0, 44_975)
+    assert check_problems(_check(810), _check(810 + ANSWER_TOLERANCE), *card) == []
+    assert check_problems(_check(810), _check(810 - ANSWER_TOLERANCE), *card) == []
+    (problem,) = check_problems(_check(810), _check(810 + ANSWER_TOLERANCE + 1), *card)
+    assert "813 of 1000 val answers right; 810 when it was shipped" in problem
+    (problem,) = check_problems(_check(810), _check(810, seed=1), *card)
+    assert "another sample" in problem
+
+
+def test_the_recorded_count_must_fit_the_card_within_four_sampling_sds():
+    sd = sampling_sd(81.0, 1000, 44_975)
+    assert sd == pytest.approx(100 * (0.81 * 0.19 / 1000 * (44_975 - 1000) / 44_974) ** 0.5)
+    assert sampling_sd(81.0, 1000, 1000) == 0.0  # the whole split: no sampling error
+    inside = round(10 * (81.0 + 4 * sd))  # 4 sd and the half-answer margin cover it
+    outside = round(10 * (81.0 + 4 * sd + 0.05)) + 1
+    assert check_problems(_check(inside), _check(inside), 81.0, 44_975) == []
+    (problem,) = check_problems(_check(outside), _check(outside), 81.0, 44_975)
+    assert f"{outside / 10:.2f}% of 1000 val rows" in problem and "card's 81.00% of 44,975" in problem
+    assert len(check_problems(_check(700), _check(760), 81.0, 44_975)) == 2
