@@ -71,7 +71,8 @@ def test_without_a_matching_head_the_patching_finding_fails(small_sizes):
 def test_report_command(small_sizes, tmp_path, capsys):
     save_model(planted_model(), tmp_path / "planted")
     with pytest.raises(SystemExit) as info:
-        cli.main(["report", "--model", str(tmp_path / "planted"), "--out", str(tmp_path / "out")])
+        # In this process: the pool has its own test below (each spawned worker spends seconds importing).
+        cli.main(["report", "--model", str(tmp_path / "planted"), "--workers", "1", "--out", str(tmp_path / "out")])
     assert info.value.code == 0
     assert (tmp_path / "out" / "report.html").is_file() and "findings" in capsys.readouterr().out
     with pytest.raises(SystemExit) as info:
