@@ -159,15 +159,16 @@ def find_runs(roots: Iterable[str | os.PathLike]) -> list[Path]:
 
 
 SAME_RUN = ("preset", "batching", "seed", "precision", "architecture", "length_bucketing", "hardware", "epochs",
-            "train_seconds", *CELLS, "n_val", "n_new")  # fmt: skip
-"""Columns that together name one trained run: its condition and recipe, its hardware and training time, and
-its evaluation."""
+            "train_seconds")  # fmt: skip
+"""Columns that together name one trained run: its condition and recipe, its hardware and training time (to the
+tenth of a second). Not its evaluation: a shipped copy evaluated again (`lsa-interp evaluate --card`, on other
+hardware) is still the same run."""
 
 
 def _one_row_per_run(frame: pd.DataFrame) -> pd.DataFrame:
     """A run found twice (shipped into checkpoints/ with its sweep's evaluation, and in the sweep's weightless
-    records under analyses/runs/) becomes one row: the copy with weights, its empty cells (the matching-head
-    analysis, which stays beside the records) filled from the other."""
+    records under analyses/runs/) becomes one row: the copy with weights (its evaluation, where the two differ),
+    its empty cells (the matching-head analysis, which stays beside the records) filled from the other."""
     key = [column for column in SAME_RUN if column in frame]
     twice = frame.duplicated(key, keep=False)
     if not twice.any():
