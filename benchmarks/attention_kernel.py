@@ -8,14 +8,16 @@ pairs drawn from a dataset's train rows at their widths, the kernel's real mix o
 spread evenly around the paper's means (sources of 25-73 tokens: no row in the 128 tile). SDPA computes
 every query of the padded rows, as the stack's SDPA path does; the kernel only each row's own. Times come
 from CUDA events (medians of ``--rounds``); each attention's ratio is SDPA's time over the kernel's (above 1:
-the kernel is faster), and ``kernel_no_dropout_ms`` times the kernel without dropout (what its random numbers
-cost). ``kernel_hinted_ms`` times it with the rows' shortest length as its hint, as a training stack passes the
+the kernel is faster). ``kernel_no_dropout_ms`` times the kernel without dropout (what its random numbers
+cost); ``kernel_earlier_warps_ms`` with the warps a program launched with before `small_attention.WARPS` (a
+tile's area over 512, 1 to 8: `earlier_table`; ``benchmarks/kernel_registers.py`` says why they changed).
+``kernel_hinted_ms`` times it with the rows' shortest length as its hint, as a training stack passes the
 data's: it then makes ``hinted_launches`` instead of ``launches`` launches a call, and the launches it
 leaves out hold no row, so ``empty_launch_us`` (the time saved per launch left out, forward and backward)
 is what a launch whose programs all return at once costs. ``--json OUT`` writes every number. It tells a
 slow stack with the kernel apart from a slow kernel.
 
-    python benchmarks/attention_kernel.py --replicates 8,64 --precision bf16 \
+    python -m benchmarks.attention_kernel --replicates 8,64 --precision bf16 \
         --lengths benchmarks/results/packing-copy-20-random.json --json runs/bench/attention.json
 """
 
@@ -25,6 +27,7 @@ import argparse
 import json
 import statistics
 import time
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -90,6 +93,34 @@ def _forward_backward(attend, grad) -> None:
     torch.autograd.backward(attend(), grad)
 
 
+def earlier_table() -> dict:
+    """`small_attention.WARPS` as it was before the occupancy choice (`kernel_registers.earlier_warps`)."""
+    from benchmarks.kernel_registers import earlier_warps
+    from lsa_interp.training import small_attention
+
+    return {
+        precision: {kind: {tile: earlier_warps(*tile) for tile in tiles} for kind, tiles in passes.items()}
+        for precision, passes in small_attention.WARPS.items()
+    }
+
+
+@contextmanager
+def warps_table(table: dict):
+    """`small_attention.WARPS` set to ``table`` inside the block."""
+    from lsa_interp.training import small_attention
+
+    kept, small_attention.WARPS = small_attention.WARPS, table
+    try:
+        yield
+    finally:
+        small_attention.WARPS = kept
+
+
+def _with_warps(table: dict, step) -> None:
+    with warps_table(table):
+        step()
+
+
 def timed(step, rounds: int, device: torch.device) -> float:
     """Median milliseconds of ``step`` (forward and backward) over ``rounds``, after two warm-up calls."""
     for _ in range(2):
@@ -130,7 +161,9 @@ def compare(
         if dropout > 0:
             calls["kernel_no_dropout_ms"] = partial(kernel, 0.0)
         grad = torch.randn_like(q)
-        times = {who: timed(partial(_forward_backward, call, grad), rounds, device) for who, call in calls.items()}
+        steps = {who: partial(_forward_backward, call, grad) for who, call in calls.items()}
+        steps["kernel_earlier_warps_ms"] = partial(_with_warps, earlier_table(), steps["kernel_ms"])
+        times = {who: timed(step, rounds, device) for who, step in steps.items()}
         counts = [launch_count((q_width, k_width), query_len is None, shortest) for shortest in ((1, 1), hint)]
         left_out = counts[0] - counts[1]
         saved = 1000 * (times["kernel_ms"] - times["kernel_hinted_ms"]) / left_out if left_out else None
@@ -174,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         document["runs"].append({"replicates": reps, "results": results})
         for r in results:
             plain = f"  (no dropout {r['kernel_no_dropout_ms']:8.3f} ms)" if "kernel_no_dropout_ms" in r else ""
+            plain += f"  (earlier warps {r['kernel_earlier_warps_ms']:8.3f} ms)"
             empty = "" if r["empty_launch_us"] is None else f", {r['empty_launch_us']:.1f} us per empty launch"
             print(
                 f"R={reps:>3} {r['attention']:<13} sdpa {r['sdpa_ms']:8.3f} ms  kernel {r['kernel_ms']:8.3f} ms  "

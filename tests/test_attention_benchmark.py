@@ -70,6 +70,7 @@ def test_it_times_the_three_attentions_against_sdpa(tmp_path, histogram):
     assert [r["attention"] for r in run["results"]] == ["encoder", "decoder-self", "cross"]
     assert all(r["sdpa_ms"] > 0 and r["ratio"] == pytest.approx(r["sdpa_ms"] / r["kernel_ms"]) for r in run["results"])
     assert all(r["kernel_no_dropout_ms"] > 0 for r in run["results"])  # the default dropout 0.1: both timed
+    assert all(r["kernel_earlier_warps_ms"] > 0 for r in run["results"])
     encoder, decoder_self, cross = run["results"]
     # Sources of at least 25 tokens: the hint leaves out at least the 16 tile's launch; targets keep both classes.
     assert encoder["launches"] == 4 and encoder["hinted_launches"] < 4 and cross["launches"] == 8
@@ -83,3 +84,17 @@ def test_row_lengths_spread_around_the_mean_within_the_width():
     lengths = attention_kernel.row_lengths(2000, 22, 7.25, torch.device("cpu"))
     assert lengths.min() >= 1 and lengths.max() <= 22 and abs(lengths.float().mean().item() - 7.25) < 0.5
     assert lengths.min() <= 4 and lengths.max() >= 10
+
+
+def test_the_earlier_table_holds_every_tile_at_its_area_over_512_and_is_set_only_inside_its_block():
+    pytest.importorskip("triton")
+    from lsa_interp.training import small_attention
+
+    table = attention_kernel.earlier_table()
+    assert table["bf16"]["backward"][64, 64] == 8 and table["fp32"]["forward"][16, 16] == 1
+    assert table["bf16"]["forward"][16, 64] == 2 and table["bf16"]["forward"][128, 128] == 8
+    assert {k: set(v) for k, v in table.items()} == {k: set(v) for k, v in small_attention.WARPS.items()}
+    current = small_attention.WARPS
+    with attention_kernel.warps_table(table):
+        assert small_attention.WARPS is table
+    assert small_attention.WARPS is current

@@ -39,6 +39,29 @@ SMALLEST_TILE = 16
 """The smallest tile side (``tl.dot`` needs 16); each larger class doubles it, up to 128."""
 
 
+def _by_tile(*rows: tuple[int, ...]) -> dict[tuple[int, int], int]:
+    """A table of tiles whose rows are 16, 32, 64 and 128 queries and columns 16, 32, 64 and 128 keys."""
+    sides = [SMALLEST_TILE << i for i in range(4)]
+    return {(tq, tk): row[i] for tq, row in zip(sides, rows) for i, tk in enumerate(sides)}
+
+
+WARPS: dict[str, dict[str, dict[tuple[int, int], int]]] = {
+    "bf16": {
+        "forward": _by_tile((2, 4, 4, 4), (4, 8, 4, 16), (8, 8, 8, 16), (16, 8, 8, 16)),
+        "backward": _by_tile((2, 4, 8, 4), (2, 8, 8, 8), (4, 8, 16, 8), (8, 8, 16, 8)),
+    },
+    "fp32": {
+        "forward": _by_tile((2, 4, 8, 8), (4, 4, 16, 16), (8, 8, 16, 8), (16, 16, 16, 16)),
+        "backward": _by_tile((2, 4, 8, 8), (4, 8, 16, 16), (8, 8, 16, 16), (8, 8, 16, 8)),
+    },
+}
+"""The warps each program launches with, by precision (``fp32``; ``bf16``, which fp16 shares), pass and tile
+(queries, keys): the count that keeps the most warps resident on an H100 SM without spilling registers (fp32's
+128 x 128 backward spills at every count: the least), from ptxas's counts (`benchmarks/kernel_registers.py`,
+benchmarks/results/kernel-registers-sm90.json). Not timed yet: the first GPU timings used a tile's area over
+512 warps, 1 to 8 (docs/performance.md)."""
+
+
 @triton.jit
 @no_type_check  # the test run's jaxtyping hook must leave Triton's source alone
 def _mix(x):
@@ -198,13 +221,14 @@ def launch_count(widths: tuple[int, int], paired: bool = False, shortest: tuple[
     return len(_class_pairs(widths, paired, shortest))
 
 
-def _launches(q: Tensor, widths: tuple[int, int], paired: bool, shortest: tuple[int, int] = (1, 1)) -> list[dict]:
-    """One launch's tile options per (query class, key class)."""
+def _launches(q: Tensor, widths: tuple[int, int], paired: bool, shortest: tuple[int, int], kind: str) -> list[dict]:
+    """One launch's tile options per (query class, key class), with `WARPS` of pass ``kind``."""
     pairs = _class_pairs(widths, paired, shortest)
-    common = {"IEEE": q.dtype == torch.float32, "D": q.shape[-1], "CALLS": CALLS_PER_STEP}
-    common |= {"BQ": _block(widths[0]), "BK": _block(widths[1])}
+    ieee = q.dtype == torch.float32
+    common = {"IEEE": ieee, "D": q.shape[-1], "CALLS": CALLS_PER_STEP, "BQ": _block(widths[0]), "BK": _block(widths[1])}
+    warps = WARPS["fp32" if ieee else "bf16"][kind]
     return [
-        {**common, "Q_LO": q_lo, "TQ": tq, "K_LO": k_lo, "TK": tk, "num_warps": min(8, max(1, tq * tk // 512))}
+        {**common, "Q_LO": q_lo, "TQ": tq, "K_LO": k_lo, "TK": tk, "num_warps": warps[tq, tk]}
         for (q_lo, tq), (k_lo, tk) in pairs
     ]
 
@@ -236,7 +260,7 @@ def _forward_op(
     rows, heads = len(query_len), q.shape[1]
     out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(rows * heads * _block(widths[0]), device=q.device, dtype=torch.float32)
-    for options in _launches(q, (widths[0], widths[1]), paired, (shortest[0], shortest[1])):
+    for options in _launches(q, (widths[0], widths[1]), paired, (shortest[0], shortest[1]), "forward"):
         _traceable(_forward)[(rows, heads)](
             q, k, v, out, lse, query_row, key_row, query_len, key_len, seed, *_strides(q), *_strides(k),
             *_strides(v), *_strides(out), widths[0], widths[1], 1.0 / math.sqrt(q.shape[-1]), dropout_p, call,
@@ -267,7 +291,7 @@ def _backward_op(
     rows, heads = len(query_len), q.shape[1]
     grad = grad.contiguous()
     dq, dk, dv = (torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    for options in _launches(q, (widths[0], widths[1]), paired, (shortest[0], shortest[1])):
+    for options in _launches(q, (widths[0], widths[1]), paired, (shortest[0], shortest[1]), "backward"):
         _traceable(_backward)[(rows, heads)](
             q, k, v, grad, lse, query_row, key_row, query_len, key_len, seed, dq, dk, dv, *_strides(q),
             *_strides(k), *_strides(v), *_strides(grad), *_strides(dq), *_strides(dk), widths[0], widths[1],
