@@ -152,6 +152,7 @@ def compare(
     seed = torch.zeros(1, dtype=torch.long, device=device)
     results = []
     rows = replicates * batch
+    earlier = earlier_table()
     for name, (q_width, k_width, key_len, query_len, causal) in length_sets(rows, device, lengths).items():
         q, k, v = attention_inputs(rows, q_width, k_width, dtype, device)
         kernel = partial(small_attention, q, k, v, key_len, seed, causal, query_len=query_len)
@@ -162,7 +163,7 @@ def compare(
             calls["kernel_no_dropout_ms"] = partial(kernel, 0.0)
         grad = torch.randn_like(q)
         steps = {who: partial(_forward_backward, call, grad) for who, call in calls.items()}
-        steps["kernel_earlier_warps_ms"] = partial(_with_warps, earlier_table(), steps["kernel_ms"])
+        steps["kernel_earlier_warps_ms"] = partial(_with_warps, earlier, steps["kernel_ms"])
         times = {who: timed(step, rounds, device) for who, step in steps.items()}
         counts = [launch_count((q_width, k_width), query_len is None, shortest) for shortest in ((1, 1), hint)]
         left_out = counts[0] - counts[1]

@@ -60,9 +60,10 @@ def best_warps(counts: list[dict], tq: int, tk: int) -> int:
     warps than the score tile has 16 x 8 MMA tiles (a warp with none would repeat another's work). On a tie,
     the `earlier_warps` if among them (no change without more warps resident), else the fewest. Raises
     ValueError when no count is allowed."""
-    allowed = [c for c in counts if c["warps"] <= max(1, tq * tk // 128)]
+    most = max(1, tq * tk // 128)
+    allowed = [c for c in counts if c["warps"] <= most]
     if not allowed:
-        raise ValueError(f"no compilation of the {tq} x {tk} tile within {max(1, tq * tk // 128)} warps")
+        raise ValueError(f"no compilation of the {tq} x {tk} tile within {most} warps")
     least = min(c["spilled"] for c in allowed)
     earlier = earlier_warps(tq, tk)
     fewest_spills = [c for c in allowed if c["spilled"] == least]
