@@ -329,14 +329,24 @@ def ship(
         ),
     ] = False,
 ) -> None:
-    """Copy a finished run's model into checkpoints/NAME with a model card (card.md) and evaluation.json."""
+    """Copy a finished run's model into checkpoints/NAME with a model card (card.md), evaluation.json and the
+    matching-head analysis of the stored weights (matching_heads.json)."""
+    from lsa_interp.analysis.matching import write_matching_json
     from lsa_interp.evaluation.card import ship_run
     from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, STORAGE_DTYPES
 
     if storage not in STORAGE_DTYPES:
         raise UserError(f"unknown storage {storage!r}; choose one of: {', '.join(STORAGE_DTYPES)}")
     target = ship_run(
-        run_dir, name, replicate, dest or CHECKPOINTS_DIR, storage, limit, progress=True, reevaluate=reevaluate
+        run_dir,
+        name,
+        replicate,
+        dest or CHECKPOINTS_DIR,
+        storage,
+        limit,
+        progress=True,
+        reevaluate=reevaluate,
+        analyse=lambda model, folder: write_matching_json(model, name, folder),
     )
     print(f"shipped {target} ({target / 'card.md'})")
 

@@ -50,11 +50,17 @@ print("\n".join(sorted(finished_runs(["analyses/runs", "checkpoints"], load_grid
 shipped() {
   grep -qxF "$1" <<< "$SHIPPED" || [ -f "checkpoints/replicates/$1/model.safetensors" ]
 }
+# The queue's runs (our hooked model) training here now, which a GPU session leaves to this CPU (ELSEWHERE).
+TRAINING=()
 run() {
   local name=$1 preset=$2 batching=$3 seed=${4:-0} architecture=${5:-hooked} out=$RUNS/$1 args
   if shipped "$name"; then echo "$name: shipped"; return; fi
   if [ -f "$out/model/model.safetensors" ]; then echo "$name: finished"; return; fi
-  if pgrep -f "lsa-interp train .*$out( |$)" > /dev/null; then echo "$name: running$(progress "$out")"; return; fi
+  if pgrep -f "lsa-interp train .*$out( |$)" > /dev/null; then
+    echo "$name: running$(progress "$out")"
+    [ "$architecture" = hooked ] && TRAINING+=("$name")
+    return
+  fi
   if [ "$(pgrep -fc "lsa-interp train .*$RUNS/")" -ge "$SLOTS" ]; then echo "$name: waiting for a core"; return; fi
   if [ ! -d "$RUNS/data-$preset" ]; then "$LSA" data generate --preset "$preset" --seed 0 --out "$RUNS/data-$preset"; fi
   if [ -f "$out/state.pt" ]; then
@@ -66,6 +72,8 @@ run() {
   OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 setsid nohup nice -n 19 "$LSA" train "${args[@]}" \
     >> "$RUNS/$name.log" 2>&1 < /dev/null &
   echo "$name: started (pid $!)"
+  [ "$architecture" = hooked ] && TRAINING+=("$name")
+  return 0
 }
 run copy-200-alphabet-s0 copy-200 alphabet
 run copy-20-random-s0 copy-20 random
@@ -74,3 +82,6 @@ for seed in 1 2 3 4; do run "copy-20-random-s$seed" copy-20 random "$seed"; done
 run copy-200-alphabet-s1 copy-200 alphabet 1
 run copy-200-alphabet-s2 copy-200 alphabet 2
 run copy-200-alphabet-reference-s1 copy-200 alphabet 1 reference
+if [ ${#TRAINING[@]} -gt 0 ]; then
+  echo "a GPU session leaves these to this CPU: ELSEWHERE=\"${TRAINING[*]}\" bash scripts/gpu_train.sh start MINUTES"
+fi

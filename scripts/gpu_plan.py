@@ -28,6 +28,8 @@ plan's ``stop_early_seconds`` (the extra ``pack`` calls its models or state need
 training that much earlier than its deadline. The state waits between GPU sessions on the CPU machine, which
 may be replaced: ``--carry-survival P`` (the chance it is still there at the next GPU session) weights a
 continued stack's runs per minute by ``P ** (sessions - 1)``, so that a long stack must earn its risk.
+``--elsewhere NAME`` leaves a queue run to another machine that trains it (this project's CPUs: `cpu_runs.sh`
+prints the names), as if it were done.
 ``--session-minutes`` is what a later session has (``--minutes`` may be a short rest of this one, after a
 benchmark): the count of sessions, and so the choice, comes from it.
 
@@ -380,6 +382,16 @@ def session_grid(grid: Grid, plan: SessionPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
+def elsewhere(grid: Grid, names: list[str]) -> set[str]:
+    """``names``, runs of the queue that train elsewhere (this project's CPU machine, `scripts/cpu_runs.sh`), which
+    the plan leaves to it as if they were done. Raises ValueError naming one that is not a run of the queue."""
+    queued = [run.name for run in expand(grid)]
+    unknown = [name for name in names if name not in queued]
+    if unknown:
+        raise ValueError(f"--elsewhere: not a run of the queue: {', '.join(unknown)} (its runs: {queued[0]}, ...)")
+    return set(names)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queue", type=Path, required=True, help="grid file listing the runs in training order")
@@ -404,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--session-minutes", type=float, help="a later session's minutes, for a continued stack (default: --minutes)"
     )
+    parser.add_argument(
+        "--elsewhere", action="append", default=[], help="a queue run training elsewhere (cpu_runs.sh): left to it"
+    )
     parser.add_argument("--out", type=Path, required=True, help="where to write the session's grid file")
     args = parser.parse_args(argv)
     try:
@@ -414,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--done: not a directory: {', '.join(missing)}")
         plan = plan_session(
             grid,
-            finished_runs(args.done, grid),
+            finished_runs(args.done, grid) | elsewhere(grid, args.elsewhere),
             bench,
             args.minutes,
             stacking=args.stacking,

@@ -46,6 +46,9 @@ QUEUE=${QUEUE:-grids/queue.toml}
 # The finished runs (space-separated directories): the GPU sessions' records and the shipped checkpoints (runs
 # trained on their own, e.g. on the CPU, count where they trained the queue's recipe: lsa_interp/sweep/done.py).
 DONE=${DONE:-analyses/runs checkpoints}
+# Queue runs that train elsewhere (space-separated names; the CPU machine's: scripts/cpu_runs.sh prints them): the
+# planner leaves them to it as if they were done.
+ELSEWHERE=${ELSEWHERE:-}
 WORK=${GPU_TRAIN_DIR:-runs}
 BUNDLE=${BUNDLE:-/tmp/bundle}
 WATCH_EVERY=${WATCH_EVERY:-30}
@@ -137,6 +140,9 @@ plan() {
   done
   for root in "$WORK"/done-*/grid; do
     [[ -d $root ]] && done_args+=(--done "$root")
+  done
+  for root in $ELSEWHERE; do
+    done_args+=(--elsewhere "$root")
   done
   python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" "${benches[@]}" --stacking "$2" --minutes "$1" \
     --carry-mib "$CARRY_MIB" --call-seconds "$CALL_SECONDS" --carry-survival "$CARRY_SURVIVAL" \

@@ -237,6 +237,10 @@ def test_cli_writes_the_grid_and_prints_the_plan(tmp_path, capsys):
     assert gpu_plan.main([*args, *benches, "--stacking", "auto", "--minutes", "20", "--out", str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["stacking"] == "native-compile" and load_grid(out).recipe["compile"] is True
+    elsewhere = ["--elsewhere", "copy-20-random-s2", "--elsewhere", "copy-20-random-s4"]  # on the CPU, say
+    assert gpu_plan.main([*args, *benches, *elsewhere, "--stacking", "auto", "--minutes", "20", "--out", str(out)]) == 0
+    planned = json.loads(capsys.readouterr().out)["runs"]
+    assert planned[0] == "copy-20-random-s3" and not {"copy-20-random-s2", "copy-20-random-s4"} & set(planned)
 
 
 @pytest.mark.parametrize(
@@ -246,13 +250,14 @@ def test_cli_writes_the_grid_and_prints_the_plan(tmp_path, capsys):
         ({"--bench": "missing.json"}, "missing.json"),
         ({"--done": "nowhere"}, "--done: not a directory"),
         ({"--carry-survival": "0"}, "--carry-survival must be in (0, 1], not 0"),
+        ({"--elsewhere": "copy-20-random-s9"}, "--elsewhere: not a run of the queue: copy-20-random-s9"),
     ],
 )
 def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys, change, message):
     (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8}, precision="bf16")))
     options = {"--queue": str(ROOT / "grids" / "queue.toml"), "--bench": str(tmp_path / "bench.json")}
     options |= {"--minutes": "20", "--out": str(tmp_path / "session.toml"), "--done": str(tmp_path)}
-    numbers = ("--minutes", "--carry-survival")
+    numbers = ("--minutes", "--carry-survival", "--elsewhere")
     options |= {key: value if key in numbers else str(tmp_path / value) for key, value in change.items()}
     assert gpu_plan.main([item for pair in options.items() for item in pair]) == 2
     err = capsys.readouterr().err.strip()

@@ -270,6 +270,9 @@ def test_without_a_benchmark_argument_start_plans_from_the_committed_step_times_
     benches = (tmp_path / "work" / "benches").read_text().split()
     others = ["benchmarks/results/compile-h100.json", "benchmarks/results/triton-h100.json"]
     assert benches == ["--bench", committed, "--bench", others[0], "--bench", others[1]]
+    env["ELSEWHERE"] = "tiny-random-s1 not-a-run"  # the CPU machine's runs go to the planner
+    started = subprocess.run([*script, "start", "0.01"], env=env, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 2 and "--elsewhere: not a run of the queue: not-a-run" in started.stderr
 
 
 def test_an_unknown_subcommand_is_a_usage_error():

@@ -16,6 +16,7 @@ from lsa_interp.analysis.patching import patch_pairs
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.evaluation.answer_check import check_problems, count_answers, read_answer_check
 from lsa_interp.evaluation.card import EVALUATION_FILE
+from lsa_interp.evaluation.runs_table import CHECKPOINT_MATCHING_FILE, matching_record
 from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, available_models, load_model
 
 DATASETS = {"copy-200": "copy200", "copy-20": "copy20", "nocopy-20": "nocopy20"}
@@ -55,6 +56,16 @@ def _reproduces_its_card(path, model, dataset) -> None:
     assert check_problems(recorded, recount, seen["percent"], seen["total"]) == []
 
 
+SHIPPED = sorted(path.parent for path in CHECKPOINTS_DIR.glob("**/config.json"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[str(path.relative_to(CHECKPOINTS_DIR)) for path in SHIPPED])
+def test_every_checkpoint_carries_the_matching_head_analysis_of_its_own_weights(path):
+    analysis = json.loads((path / CHECKPOINT_MATCHING_FILE).read_text())
+    assert analysis["model"] == str(path.relative_to(CHECKPOINTS_DIR))
+    assert matching_record(path)["matching_head"] == (analysis["summary"]["matching_heads"] != "none")
+
+
 @_needs("copy-200")
 def test_copy200_is_fully_trained():
     assert load_model("copy-200").metadata["epochs_completed"] == 20
@@ -71,5 +82,8 @@ def test_copy200_matching_heads_carry_the_rule_and_control_heads_do_not():
     controls = [c for c in dict.fromkeys(control_head(scores.score, h) for h in heads) if c not in heads]
     pairs = minimal_pairs("succ", "pred", 40, seed=1, alphabets="standard")
     assert heads and controls
+    recorded = json.loads((CHECKPOINTS_DIR / "copy-200" / CHECKPOINT_MATCHING_FILE).read_text())["summary"]
+    assert recorded["matching_heads"] == ", ".join(head.label for head in heads)
+    assert recorded["best_score"] == pytest.approx(scores.best()[1], abs=1e-5)
     assert patch_pairs(model, pairs, heads).flip_rate >= 0.8
     assert patch_pairs(model, pairs, controls).flip_rate <= 0.2

@@ -10,6 +10,7 @@ non-PAD keys would put there (the baseline). `detect_matching_heads` keeps the h
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -230,6 +231,13 @@ def matching_analysis(
             )
         ],
     )
+
+
+def write_matching_json(model: HookedEncoderDecoder, model_name: str, out_dir: str | Path) -> Path:
+    """Run `matching_analysis` (default tasks and threshold, as a sweep's ``matching``) and write its JSON alone,
+    ``matching_heads.json``, into ``out_dir`` (a shipped checkpoint's folder: no page). Returns its path."""
+    result = matching_analysis(model, model_name)
+    return dataclasses.replace(result, figures={}).write(out_dir)["json"]
 
 
 def expand_checkpoints(pattern: str) -> list[Path]:

@@ -4,7 +4,8 @@
 fp16/bf16 parameters), evaluates it with `lsa_interp.evaluation` on its training preset (or reuses the
 full-split evaluation and training fit a sweep wrote beside the model), and writes ``evaluation.json`` (every
 number), ``check.json`` (`lsa_interp.evaluation.answer_check`, counted on the stored weights) and ``card.md``
-(data, recipe, hardware, wall time, Table 1 beside the paper's numbers, accuracy by transformation).
+(data, recipe, hardware, wall time, Table 1 beside the paper's numbers, accuracy by transformation); a caller's
+``analyse`` adds files of its own (``lsa-interp ship``: the matching-head analysis of the stored weights).
 Reduced-precision storage is only accepted when it changes fewer than `MAX_CHANGED_ANSWERS` of the greedy
 answers on the val split (measured and written to the card).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -142,10 +144,12 @@ def ship_run(
     limit: int | None = None,
     progress: bool = False,
     reevaluate: bool = False,
+    analyse: Callable[[HookedEncoderDecoder, Path], object] | None = None,
 ) -> Path:
     """Copy a finished run's model to ``dest/name``, evaluate it, and write ``evaluation.json``, ``fit.json``
     (`training_fit`: `FIT_ROWS` train and val rows, or ``limit`` if smaller), ``check.json`` (`count_answers` of
-    the stored weights) and ``card.md``. Where the run's
+    the stored weights) and ``card.md``; ``analyse(stored_model, folder)`` writes further files into the
+    checkpoint's folder before it takes the place of an earlier one. Where the run's
     model has its full-split evaluation and training fit beside it (a sweep's) and it ships without ``limit``,
     those are reused unless ``reevaluate`` (the card says so; fp16/bf16 storage still passes its val check).
 
@@ -173,24 +177,29 @@ def ship_run(
     target.parent.mkdir(parents=True, exist_ok=True)  # a nested name such as replicates/copy-20-s0
     staging = target.with_name(f".{target.name}.staging")
     shutil.rmtree(staging, ignore_errors=True)
-    save_model(model, staging, storage=storage)
-    shipped = load_model(staging)
-    info: dict[str, Any] = {"dtype": storage, "bytes": (staging / "model.safetensors").stat().st_size}
-    if storage != "fp32":
-        info["check"] = precision_check(model, shipped, dataset.splits["val"])
-        if info["check"]["fraction"] >= MAX_CHANGED_ANSWERS:
-            shutil.rmtree(staging)
-            raise ValueError(f"{storage} storage changes {info['check']['changed_answers']} val answers; keep fp32")
-    if stored is not None:
-        result, fit = stored
-    else:
-        result = evaluate_model(shipped, dataset, limit=limit, progress=progress, model_name=name)
-        fit = training_fit(shipped, dataset, min(FIT_ROWS, limit or FIT_ROWS), model_name=name)
-    write_answer_check(count_answers(shipped, dataset.splits["val"], dataset.seed), staging)
-    atomic_write(staging / EVALUATION_FILE, lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
-    write_fit(fit, staging, page=False)
-    card = card_markdown(name, shipped, result, info, fit, reused=stored is not None)
-    atomic_write(staging / CARD_FILE, lambda p: p.write_text(card))
+    try:
+        save_model(model, staging, storage=storage)
+        shipped = load_model(staging)
+        info: dict[str, Any] = {"dtype": storage, "bytes": (staging / "model.safetensors").stat().st_size}
+        if storage != "fp32":
+            info["check"] = precision_check(model, shipped, dataset.splits["val"])
+            if info["check"]["fraction"] >= MAX_CHANGED_ANSWERS:
+                raise ValueError(f"{storage} storage changes {info['check']['changed_answers']} val answers; keep fp32")
+        if stored is not None:
+            result, fit = stored
+        else:
+            result = evaluate_model(shipped, dataset, limit=limit, progress=progress, model_name=name)
+            fit = training_fit(shipped, dataset, min(FIT_ROWS, limit or FIT_ROWS), model_name=name)
+        write_answer_check(count_answers(shipped, dataset.splits["val"], dataset.seed), staging)
+        atomic_write(staging / EVALUATION_FILE, lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
+        write_fit(fit, staging, page=False)
+        if analyse is not None:
+            analyse(shipped, staging)
+        card = card_markdown(name, shipped, result, info, fit, reused=stored is not None)
+        atomic_write(staging / CARD_FILE, lambda p: p.write_text(card))
+    except BaseException:  # nothing half-written stays behind
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)

@@ -41,6 +41,8 @@ from lsa_interp.utils import atomic_write
 EVALUATION_FILE, CONFIG_FILE, FIT_FILE = "evaluation.json", "config.json", "fit.json"
 MATCHING_FILE = Path("analysis") / "matching" / "matching_heads.json"
 """Where a sweep keeps a run's matching-head analysis, relative to the folder that holds its model directory."""
+CHECKPOINT_MATCHING_FILE = MATCHING_FILE.name
+"""Where a shipped checkpoint keeps the matching-head analysis of its stored weights, inside its own folder."""
 
 
 def _percent(cell: dict[str, Any] | None) -> float:
@@ -124,10 +126,12 @@ def training_progress(meta: dict[str, Any]) -> tuple[float | int | None, int | N
 
 
 def matching_record(model_dir: str | os.PathLike) -> dict[str, Any]:
-    """The run's matching-head columns from the sweep's analysis beside its model (None / NaN without one):
-    ``matching_head`` (a head reached the threshold), ``matching_heads`` (their labels), ``matching_best_head``
-    and ``matching_best_score``."""
-    path = Path(model_dir).parent / MATCHING_FILE
+    """The run's matching-head columns from the checkpoint's own analysis, else the sweep's beside its model
+    (None / NaN without either): ``matching_head`` (a head reached the threshold), ``matching_heads`` (their
+    labels), ``matching_best_head`` and ``matching_best_score``."""
+    path = Path(model_dir) / CHECKPOINT_MATCHING_FILE
+    if not path.is_file():
+        path = Path(model_dir).parent / MATCHING_FILE
     if not path.is_file():
         return {
             "matching_head": None,

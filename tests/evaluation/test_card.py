@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 from lsa_interp import cli
+from lsa_interp.analysis.matching import matching_analysis
 from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
 from lsa_interp.evaluation.answer_check import count_answers, read_answer_check
 from lsa_interp.evaluation.card import _partial_warning, refresh_card, ship_run
@@ -103,6 +104,29 @@ def test_ship_refuses_unfinished_runs_and_bad_storage(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["ship", str(tmp_path / "run"), "--name", "x", "--storage", "int8"])
     assert info.value.code == 2 and "unknown storage 'int8'" in capsys.readouterr().err
+
+
+def test_ship_command_adds_the_matching_head_analysis_of_the_stored_weights(run_dir, tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["ship", str(run_dir), "--name", "tiny", "--dest", str(tmp_path), "--limit", "20"])
+    assert info.value.code == 0 and "shipped" in capsys.readouterr().out
+    written = json.loads((tmp_path / "tiny" / "matching_heads.json").read_text())
+    expected = matching_analysis(load_model(tmp_path / "tiny"), "tiny").summary
+    assert written["model"] == "tiny" and written["summary"]["best_head"] == expected["best_head"]
+    assert written["summary"]["best_score"] == pytest.approx(expected["best_score"], abs=1e-6)
+    assert not list(tmp_path.glob("**/*.html"))  # the JSON alone: a checkpoint carries no pages
+
+
+def test_an_analysis_that_fails_leaves_the_earlier_checkpoint_in_place(run_dir, shipped, tmp_path):
+    before = sorted(p.name for p in shipped.iterdir())
+
+    def broken(model, folder):
+        raise RuntimeError("analysis failed")
+
+    with pytest.raises(RuntimeError, match="analysis failed"):
+        ship_run(run_dir, shipped.name, dest=shipped.parent, limit=20, analyse=broken)
+    assert sorted(p.name for p in shipped.iterdir()) == before and "matching_heads.json" not in before
+    assert sorted(p.name for p in shipped.parent.iterdir()) == [shipped.name]  # no staging folder left
 
 
 def test_only_runs_stopped_early_are_marked_partial():

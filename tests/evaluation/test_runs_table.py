@@ -299,7 +299,7 @@ def test_results_refuses_an_unwritable_out_before_reading_runs(tmp_path, capsys,
     assert err.count("\n") == 0 and "--out" in err
 
 
-def test_a_run_found_shipped_and_in_its_sweeps_records_is_one_row_with_the_records_matching_analysis(tmp_path):
+def test_a_run_found_shipped_and_in_its_sweeps_records_is_one_row_with_the_checkpoints_or_records_matching(tmp_path):
     record = analysed_run(tmp_path / "records", "stack-0", "copy-20", "random", 0, "1.3, 2.4")
     shipped = shutil.copytree(record, tmp_path / "checkpoints" / "replicates" / "copy-20-s0")
     (record / "model.safetensors").unlink()  # what pack_results.py records keeps: no weights
@@ -313,6 +313,10 @@ def test_a_run_found_shipped_and_in_its_sweeps_records_is_one_row_with_the_recor
     frame = runs_table(find_runs([tmp_path / "records", tmp_path / "checkpoints"]))
     assert frame["run"].tolist() == [str(shipped), str(other_seed)]
     assert frame["seen_transformations_seen_alphabets"].tolist()[0] == 91.0  # the shipped copy's evaluation
+    own = {"analysis": "matching_heads", "summary": {"matching_heads": "none", "best_head": "1.1", "best_score": 0.1}}
+    (shipped / "matching_heads.json").write_text(json.dumps(own))  # lsa-interp ship: of the stored weights
+    frame = runs_table(find_runs([tmp_path / "records", tmp_path / "checkpoints"]))
+    assert frame["matching_heads"].tolist() == ["none", "none"] and frame["matching_best_score"][0] == 0.1
     config = json.loads((record / "config.json").read_text())
     config["metadata"]["train_seconds"] = 75.0  # the same seed, trained again
     (record / "config.json").write_text(json.dumps(config))
