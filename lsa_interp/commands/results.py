@@ -91,8 +91,10 @@ def register(app: typer.Typer) -> None:
         """Collect every evaluated run into runs.csv, print Table 1 and the batching table (mean and bootstrap 95%
         interval over runs beside the paper's; a seed trained in several precisions counts once, in fp32) and the
         precision check where a condition was trained in several precisions, and the matching head's occurrence over
-        the runs a sweep analysed; write figures.html: Figure 4, each analysed run's matching-head score against its
-        share of sibling-rule answers (where evaluations have it), and training curves with --history."""
+        the runs analysed (by a sweep, or on a checkpoint's weights by ship); write figures.html: Figure 4, each
+        analysed run's matching-head score against its share of sibling-rule answers (where evaluations have it),
+        and training curves with --history (and, where a condition's histories are in two precisions, the
+        precision check over training)."""
         from rich.console import Console
 
         from lsa_interp.commands.common import writable_out
@@ -100,7 +102,12 @@ def register(app: typer.Typer) -> None:
         from lsa_interp.evaluation.runs_table import find_runs, runs_table, write_runs_table
         from lsa_interp.evaluation.training_history import histories
         from lsa_interp.utils import atomic_write
-        from lsa_interp.viz.grid_figures import alphabets_figure, matching_vs_rule_figure, training_curves_figure
+        from lsa_interp.viz.grid_figures import (
+            alphabets_figure,
+            matching_vs_rule_figure,
+            precision_curves_figure,
+            training_curves_figure,
+        )
         from lsa_interp.viz.html import figures_page
 
         writable_out(out)
@@ -128,7 +135,11 @@ def register(app: typer.Typer) -> None:
         if paired.data:
             figures["Matching head and rule identification"] = paired
         if history:
-            figures["Training curves"] = training_curves_figure(histories(history))
+            curves = histories(history)
+            figures["Training curves"] = training_curves_figure(curves)
+            by_precision = precision_curves_figure(curves)
+            if by_precision is not None:
+                figures["Precision check over training"] = by_precision
         page = figures_page("Results over runs", figures, intro=f"<p>{len(frame)} runs from runs.csv</p>")
         atomic_write(out / "figures.html", lambda p: p.write_text(page, encoding="utf-8"))
         console.print(

@@ -32,14 +32,16 @@ def _replicate_labels(config: dict[str, Any]) -> list[tuple[str, str | None, str
 
 
 def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
-    """One row per (model, epoch) of one run directory: ``run``, ``preset``, ``batching``, ``epoch``, ``step``,
+    """One row per (model, epoch) of one run directory: ``run``, ``preset``, ``batching``, ``precision`` (the
+    training precision of the run or stack), ``epoch``, ``step``,
     every scalar of the epoch record, ``acc_<rule>`` per transformation and ``sibling_<family>`` per rule family
     (records written since the rule-family analysis). Raises FileNotFoundError when
     ``run_dir`` is not a training run."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{run_dir} is not a training run (no {CONFIG_FILE})")
-    labels = _replicate_labels(json.loads((run_dir / CONFIG_FILE).read_text()))
+    config = json.loads((run_dir / CONFIG_FILE).read_text())
+    labels, precision = _replicate_labels(config), config.get("precision", "fp32")
     metrics = run_dir / METRICS_FILE
     lines = metrics.read_text().splitlines() if metrics.is_file() else []
     rows = []
@@ -49,7 +51,8 @@ def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
             continue
         index = record.get("replicate", 0)
         name, preset, batching = labels[index] if index < len(labels) else (f"replicate-{index}", None, None)
-        row = {"run": record.get("run", name), "preset": preset, "batching": batching, "replicate": index}
+        row = {"run": record.get("run", name), "preset": preset, "batching": batching, "precision": precision}
+        row["replicate"] = index
         row.update({k: v for k, v in record.items() if not isinstance(v, dict) and k not in ("type", "run")})
         row.update({f"acc_{rule}": value for rule, value in record.get("val_acc_by_transformation", {}).items()})
         row.update({f"sibling_{family}": v for family, v in record.get("val_sibling_by_family", {}).items()})

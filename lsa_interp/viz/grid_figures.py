@@ -1,6 +1,7 @@
 """Figures of a grid of runs: accuracy against the number of training alphabets (the paper's Figure 4),
-validation accuracy and matching-head score over training, copy against no-copy runs, and per run its
-matching-head score against how often it answered with a sibling rule's answer."""
+validation accuracy and matching-head score over training, copy against no-copy runs, the same condition's
+runs in two precisions over training (the precision check), and per run its matching-head score against how
+often it answered with a sibling rule's answer."""
 
 from __future__ import annotations
 
@@ -53,11 +54,20 @@ def alphabets_figure(summary: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def _mean_over_shared_epochs(runs: pd.DataFrame, column: str) -> pd.Series:
+    """The mean of ``column`` per epoch over ``runs``, at the epochs every run with that column reached (a run
+    still training would otherwise turn the mean into that of fewer runs part of the way)."""
+    logged = runs.dropna(subset=[column])
+    last = logged.groupby("run")["epoch"].max().min()
+    return logged[logged["epoch"] <= last].groupby("epoch")[column].mean()
+
+
 def training_curves_figure(history: pd.DataFrame) -> go.Figure:
     """Validation accuracy of non-copy tasks, the best matching-head score and the share of extend / succ / pred
     tasks answered with a sibling rule's answer (the example not read) per epoch, one thin line per run and a thick
-    mean per group (copy vs no-copy training data), from `lsa_interp.evaluation.training_history.histories`. Runs
-    without ``matching_score`` or ``sibling_window`` leave those panels empty."""
+    mean per group (copy vs no-copy training data; up to the last epoch all its runs reached), from
+    `lsa_interp.evaluation.training_history.histories`. Runs without ``matching_score`` or ``sibling_window``
+    leave those panels empty."""
     fig = make_subplots(
         rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
         subplot_titles=(
@@ -81,7 +91,7 @@ def training_curves_figure(history: pd.DataFrame) -> go.Figure:
                     x=curve["epoch"], y=curve[column] * scale, mode="lines", name=str(run), legendgroup=group,
                     line={"color": colours[group], "width": 1}, opacity=0.35, showlegend=False, row=row, col=1,
                 )  # fmt: skip
-            mean = runs.groupby("epoch")[column].mean() * scale
+            mean = _mean_over_shared_epochs(runs, column) * scale
             fig.add_scatter(
                 x=mean.index, y=mean.values, mode="lines+markers", name=f"{group} (mean of {runs['run'].nunique()})",
                 legendgroup=group, showlegend=row == 1, line={"color": colours[group], "width": 3}, row=row, col=1,
@@ -91,6 +101,46 @@ def training_curves_figure(history: pd.DataFrame) -> go.Figure:
     fig.update_yaxes(title_text="% of tasks", row=3, col=1)
     fig.update_xaxes(title_text="epoch", row=3, col=1)
     fig.update_layout(title="Training: copy vs no-copy runs", height=950)
+    return fig
+
+
+_PRECISION_COLOURS = {"fp32": "#2ca02c", "tf32": "#9467bd", "bf16": "#d62728"}
+
+
+def precision_curves_figure(history: pd.DataFrame) -> go.Figure | None:
+    """Seen-transformation validation accuracy per epoch of each condition (preset / batching) trained in more than
+    one precision, one panel per condition: one thin line per run and a thick mean per precision, up to the last
+    epoch all its runs reached (the precision check of the paper's grid). None when no condition has runs in two
+    precisions."""
+    needed = {"precision", "val_acc_seen_transformations"}
+    if history.empty or not needed <= set(history):
+        return None
+    frame = history.assign(condition=history["preset"].astype(str) + " / " + history["batching"].astype(str))
+    mixed = [name for name, runs in frame.groupby("condition", sort=True) if runs["precision"].nunique() > 1]
+    if not mixed:
+        return None
+    fig = make_subplots(rows=len(mixed), cols=1, shared_xaxes=True, subplot_titles=mixed, vertical_spacing=0.08)
+    for row, condition in enumerate(mixed, start=1):
+        for precision, runs in frame[frame["condition"] == condition].groupby("precision", sort=True):
+            colour = _PRECISION_COLOURS.get(str(precision), "#7f7f7f")
+            for run, curve in runs.groupby("run", sort=True):
+                curve = curve.sort_values("epoch")
+                fig.add_scatter(
+                    x=curve["epoch"], y=curve["val_acc_seen_transformations"] * 100, mode="lines", name=str(run),
+                    line={"color": colour, "width": 1}, opacity=0.4, legendgroup=str(precision), showlegend=False,
+                    row=row, col=1,
+                )  # fmt: skip
+            mean = _mean_over_shared_epochs(runs, "val_acc_seen_transformations") * 100
+            label = f"{precision} (mean of {runs['run'].nunique()})"
+            fig.add_scatter(
+                x=mean.index, y=mean.values, mode="lines+markers", name=label, line={"color": colour, "width": 3},
+                legendgroup=str(precision), showlegend=row == 1, row=row, col=1,
+            )  # fmt: skip
+        fig.update_yaxes(title_text="accuracy (%)", row=row, col=1)
+    fig.update_xaxes(title_text="epoch", row=len(mixed), col=1)
+    fig.update_layout(
+        title="Precision check: seen-transformation validation accuracy per epoch", height=350 + 300 * len(mixed)
+    )
     return fig
 
 

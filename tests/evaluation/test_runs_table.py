@@ -284,6 +284,17 @@ def test_results_command_writes_the_tables_and_figures(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["results", "--runs", str(tmp_path / "runs"), "--out", str(out)])
     assert re.search(r"nocopy-20 .* random .* 0/1 .* 1/5", capsys.readouterr().out)
+    record = {"type": "epoch", "epoch": 1, "val_acc_noncopy": 0.5, "val_acc_seen_transformations": 0.6}
+    for precision in ("bf16", "fp32"):  # the histories of one condition in two precisions
+        (tmp_path / precision).mkdir()
+        config = {"preset": "copy-200", "batching": "alphabet", "precision": precision}
+        (tmp_path / precision / "train_config.json").write_text(json.dumps(config))
+        (tmp_path / precision / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    history = ["--history", str(tmp_path / "bf16"), "--history", str(tmp_path / "fp32")]
+    with pytest.raises(SystemExit):
+        cli.main(["results", "--runs", str(tmp_path / "runs"), *history, "--out", str(out)])
+    page = (out / "figures.html").read_text()
+    assert "Training curves" in page and "Precision check over training" in page
 
 
 @pytest.mark.parametrize("out", ["/proc/lsa-results", "FILE"])

@@ -1,4 +1,5 @@
-"""Per-epoch histories of single and stacked runs, and the copy vs no-copy training-curves figure."""
+"""Per-epoch histories of single and stacked runs, the copy vs no-copy training-curves figure and the precision
+check's curves."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import pytest
 
 from lsa_interp.evaluation.training_history import epoch_history, histories
-from lsa_interp.viz.grid_figures import training_curves_figure
+from lsa_interp.viz.grid_figures import precision_curves_figure, training_curves_figure
 
 
 def write_run(path, config, records):
@@ -59,6 +60,31 @@ def test_a_single_run_gets_its_preset_and_seed_and_the_figure_draws_both_groups(
     ]
     sibling_panel = [t for t in figure.data if t.yaxis == "y3"]
     assert [list(t.y)[-1] for t in sibling_panel] == pytest.approx([40.0, 40.0])  # the run and its group's mean
+
+
+def test_the_precision_figure_draws_each_condition_trained_in_two_precisions_with_a_mean_per_precision(tmp_path):
+    def seen(replicate, n, acc):
+        return epoch(replicate, n, acc, val_acc_seen_transformations=acc)
+
+    runs = [{"data_dir": "d", "seed": s, "batching": "random", "preset": "copy-20", "name": f"c{s}"} for s in (1, 2)]
+    bf16 = write_run(tmp_path / "bf16", {"runs": runs, "precision": "bf16"},
+                     [seen(0, 1, 0.5), seen(1, 1, 0.7), seen(0, 2, 0.8), seen(1, 2, 0.9)])  # fmt: skip
+    fp32 = write_run(tmp_path / "fp32", {"preset": "copy-20", "seed": 0, "batching": "random"}, [seen(0, 1, 0.4)])
+    write_run(tmp_path / "longer", {"preset": "copy-20", "seed": 3, "batching": "random"},
+              [seen(0, 1, 0.6), seen(0, 2, 0.9)])  # fmt: skip
+    nocopy = write_run(tmp_path / "nocopy", {"preset": "nocopy-20", "seed": 0, "batching": "random"}, [seen(0, 1, 0.3)])
+    frame = histories([bf16, fp32, tmp_path / "longer", nocopy])
+    assert frame.groupby("run")["precision"].first().to_dict() == {
+        "c1": "bf16", "c2": "bf16", "copy-20-random-s0": "fp32", "copy-20-random-s3": "fp32",
+        "nocopy-20-random-s0": "fp32",
+    }  # fmt: skip
+    figure = precision_curves_figure(frame)
+    assert [annotation.text for annotation in figure.layout.annotations] == ["copy-20 / random"]
+    means = {trace.name: list(trace.y) for trace in figure.data if "mean" in trace.name}
+    # fp32's mean stops where its shorter run does, not at the one run left (90%)
+    assert means == {"bf16 (mean of 2)": pytest.approx([60.0, 85.0]), "fp32 (mean of 2)": pytest.approx([50.0])}
+    assert precision_curves_figure(histories([fp32, nocopy])) is None
+    assert precision_curves_figure(frame.drop(columns="val_acc_seen_transformations")) is None
 
 
 def test_a_directory_that_is_no_run_is_refused(tmp_path):
