@@ -59,7 +59,7 @@ run() {
   if pgrep -f "lsa-interp train .*$out( |$)" > /dev/null; then
     echo "$name: running$(progress "$out")"
     [ "$architecture" = hooked ] && TRAINING+=("$name")
-    return
+    return 0
   fi
   if [ "$(pgrep -fc "lsa-interp train .*$RUNS/")" -ge "$SLOTS" ]; then echo "$name: waiting for a core"; return; fi
   if [ ! -d "$RUNS/data-$preset" ]; then "$LSA" data generate --preset "$preset" --seed 0 --out "$RUNS/data-$preset"; fi

@@ -87,3 +87,19 @@ def test_a_run_shipped_under_replicates_by_its_name_is_not_trained_again(tmp_pat
     out = _run(tmp_path, tmp_path / "calls.txt", replicates=("copy-200-alphabet-reference-s1",))
     assert "copy-200-alphabet-reference-s1: shipped" in out
     assert "nocopy-20-random-s0: started" in out and "copy-20-random-s1: started" in out
+
+
+def test_the_queue_runs_training_here_are_named_for_a_gpu_session_and_a_running_reference_run_is_not(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    reference = f"lsa-interp train --resume {runs / 'copy-200-alphabet-reference-s1'}"
+    running = subprocess.Popen([reference, "60"], executable="/bin/sleep")  # its command line, as pgrep sees it
+    try:
+        out = _run(tmp_path, tmp_path / "calls.txt")  # exit status 0 checked: the last run is a running one
+    finally:
+        running.kill()
+    assert "copy-200-alphabet-reference-s1: running" in out
+    hooked = ["nocopy-20-random-s0", *(f"copy-20-random-s{seed}" for seed in range(1, 5))]
+    hooked += ["copy-200-alphabet-s1", "copy-200-alphabet-s2"]
+    elsewhere = f'ELSEWHERE="{" ".join(hooked)}" bash scripts/gpu_train.sh start MINUTES'
+    assert out.splitlines()[-1] == f"a GPU session leaves these to this CPU: {elsewhere}"
