@@ -130,10 +130,11 @@ watch_sweep() {
 minutes_until() { awk -v d="$1" -v n="$(date +%s)" 'BEGIN { left = (d - n) / 60; print (left > 0 ? left : 0) }'; }
 
 # Plan the session's stack in $1 minutes with stacking $2 from the benchmark arguments in $WORK/benches; the
-# runs finished in this session's earlier sweeps (WORK/done-K) count as finished. A plan that fails (the queue
-# is finished, nothing fits) leaves no plan.json: the planner's error goes to standard error.
+# runs finished in this session's earlier sweeps (WORK/done-K) count as finished, and ELSEWHERE's are left out. A
+# plan that fails (the queue is finished, nothing fits) leaves no plan.json: the planner's error goes to standard
+# error.
 plan() {
-  local done_args=() benches=() root
+  local done_args=() benches=() root name
   mapfile -t benches <"$WORK/benches"
   for root in $DONE; do
     [[ -d $root ]] && done_args+=(--done "$root")
@@ -141,8 +142,8 @@ plan() {
   for root in "$WORK"/done-*/grid; do
     [[ -d $root ]] && done_args+=(--done "$root")
   done
-  for root in $ELSEWHERE; do
-    done_args+=(--elsewhere "$root")
+  for name in $ELSEWHERE; do
+    done_args+=(--elsewhere "$name")
   done
   python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" "${benches[@]}" --stacking "$2" --minutes "$1" \
     --carry-mib "$CARRY_MIB" --call-seconds "$CALL_SECONDS" --carry-survival "$CARRY_SURVIVAL" \
