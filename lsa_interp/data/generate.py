@@ -14,9 +14,8 @@ import numpy as np
 from lsa_interp.data.alphabets import make_alphabets
 from lsa_interp.data.dataset import Dataset
 from lsa_interp.data.presets import PRESETS, DatasetConfig
-from lsa_interp.data.problems import ProblemTable, Rows, add_copy_rows, build_problems, pair_examples
+from lsa_interp.data.problems import ProblemTable, Rows, add_copy_rows, build_problems, materialize_tasks, pair_examples
 from lsa_interp.data.splits import assign_problem_splits, downsample, select_splits
-from lsa_interp.data.task import Task
 from lsa_interp.utils import no_cyclic_gc
 
 _PAIRING, _COPY, _SPLIT, _DOWNSAMPLE, _NEW_PAIRING = range(1, 6)
@@ -75,23 +74,6 @@ def _final_rows(config: DatasetConfig, seed: int, progress: Progress) -> _Indexe
     return _IndexedSplits(indexed.table, splits)
 
 
-def _materialize(table: ProblemTable, rows: Rows) -> list[Task]:
-    """Build the `Task` objects of ``rows``."""
-    pairs = list(zip(table.query, table.answer, strict=True))
-    alphabet_of = [table.alphabets[i] for i in table.alphabet.tolist()]
-    name_of = [table.transformations[i] for i in table.transformation.tolist()]
-    query, answer = table.query, table.answer
-    if rows.examples.shape[1] == 1:
-        return [
-            Task(alphabet_of[q], (pairs[e],), query[q], answer[q], name_of[q])
-            for q, e in zip(rows.query.tolist(), rows.examples[:, 0].tolist(), strict=True)
-        ]
-    return [
-        Task(alphabet_of[q], tuple(pairs[e] for e in ex), query[q], answer[q], name_of[q])
-        for q, ex in zip(rows.query.tolist(), rows.examples.tolist(), strict=True)
-    ]
-
-
 def generate_dataset(config: DatasetConfig, seed: int = 0, progress: Progress | None = None) -> Dataset:
     """Generate ``config``'s splits ``train``/``val``/``test`` and the new-alphabet test set.
 
@@ -115,6 +97,6 @@ def generate_dataset(config: DatasetConfig, seed: int = 0, progress: Progress | 
         new_table = build_problems(new_alphabets, config.eval_transformations, config.window_lengths, f"new/{seed}")
         new_rows = pair_examples(new_table, config.new_alphabet_reshuffle, config.n_shots, _rng(seed, _NEW_PAIRING))
         progress("building tasks")
-        splits = {name: _materialize(final.table, rows) for name, rows in final.splits.items()}
-        splits["test_new_alphabets"] = _materialize(new_table, new_rows)
+        splits = {name: materialize_tasks(final.table, rows) for name, rows in final.splits.items()}
+        splits["test_new_alphabets"] = materialize_tasks(new_table, new_rows)
     return Dataset(config, seed, splits, list(final.table.alphabets), new_alphabets)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lsa_interp.data.task import Task
 from lsa_interp.data.transformations import get_transformation
 
 
@@ -120,3 +121,20 @@ def add_copy_rows(rows: Rows, rng: np.random.Generator) -> Rows:
         np.concatenate([rows.examples, copies])[order],
         np.concatenate([rows.is_copy, np.ones(n, dtype=bool)])[order],
     )
+
+
+def materialize_tasks(table: ProblemTable, rows: Rows) -> list[Task]:
+    """The `Task` objects of ``rows`` (their problems looked up in ``table``), in order."""
+    pairs = list(zip(table.query, table.answer, strict=True))
+    alphabet_of = [table.alphabets[i] for i in table.alphabet.tolist()]
+    name_of = [table.transformations[i] for i in table.transformation.tolist()]
+    query, answer = table.query, table.answer
+    if rows.examples.shape[1] == 1:
+        return [
+            Task(alphabet_of[q], (pairs[e],), query[q], answer[q], name_of[q])
+            for q, e in zip(rows.query.tolist(), rows.examples[:, 0].tolist(), strict=True)
+        ]
+    return [
+        Task(alphabet_of[q], tuple(pairs[e] for e in ex), query[q], answer[q], name_of[q])
+        for q, ex in zip(rows.query.tolist(), rows.examples.tolist(), strict=True)
+    ]

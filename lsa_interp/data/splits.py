@@ -28,23 +28,37 @@ def assign_problem_splits(
     return split_of_unique[uid]
 
 
-def select_splits(
+def split_row_indices(
     rows: Rows, table: ProblemTable, problem_split: np.ndarray, transformations: dict[str, tuple[str, ...]]
-) -> dict[str, Rows]:
-    """Rows of each split in ``SPLIT_NAMES`` whose query problem lies in it and whose rule is allowed there.
-
-    ``transformations`` maps each split name to the rules it keeps (train: the seen ones).
-    """
+) -> dict[str, np.ndarray]:
+    """Indices into ``rows`` of each split in ``SPLIT_NAMES``: the rows whose query problem lies in it and
+    whose rule is allowed there (``transformations`` maps each split name to its rules; train: the seen ones)."""
     out = {}
     for split_id, name in enumerate(SPLIT_NAMES):
         allowed = np.isin(np.asarray(table.transformations), transformations[name])
         problem_ok = (problem_split == split_id) & allowed[table.transformation]
-        out[name] = rows.take(np.flatnonzero(problem_ok[rows.query]))
+        out[name] = np.flatnonzero(problem_ok[rows.query])
     return out
+
+
+def select_splits(
+    rows: Rows, table: ProblemTable, problem_split: np.ndarray, transformations: dict[str, tuple[str, ...]]
+) -> dict[str, Rows]:
+    """The rows of each split in ``SPLIT_NAMES`` (`split_row_indices`)."""
+    return {
+        name: rows.take(index) for name, index in split_row_indices(rows, table, problem_split, transformations).items()
+    }
+
+
+def downsample_indices(n: int, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` of the indices ``0..n-1`` drawn at random, in order (all of them when there are not more)."""
+    if n <= size:
+        return np.arange(n)
+    return np.sort(rng.choice(n, size=size, replace=False))
 
 
 def downsample(rows: Rows, size: int, rng: np.random.Generator) -> Rows:
     """A random subset of ``size`` rows in their original order (all rows when there are not more)."""
     if len(rows) <= size:
         return rows
-    return rows.take(np.sort(rng.choice(len(rows), size=size, replace=False)))
+    return rows.take(downsample_indices(len(rows), size, rng))

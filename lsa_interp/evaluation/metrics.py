@@ -82,7 +82,8 @@ class Table1:
     """The paper's Table 1 on non-copy rows: (seen / new transformations) x (seen / new alphabets).
 
     ``*_new_alphabets_with_standard`` adds the seen-alphabet set's standard-alphabet rows to the new-alphabet
-    rows, for comparison with the paper (whose new-alphabet numbers included the standard alphabet).
+    rows (the paper's new-alphabet numbers included the standard alphabet, with more weight:
+    `lsa_interp.data.paper_protocol`).
     """
 
     seen_transformations_seen_alphabets: Accuracy

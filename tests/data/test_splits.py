@@ -7,7 +7,14 @@ import pytest
 
 from lsa_interp.data import STANDARD_ALPHABET
 from lsa_interp.data.problems import Rows, build_problems, pair_examples
-from lsa_interp.data.splits import SPLIT_NAMES, assign_problem_splits, downsample, select_splits
+from lsa_interp.data.splits import (
+    SPLIT_NAMES,
+    assign_problem_splits,
+    downsample,
+    downsample_indices,
+    select_splits,
+    split_row_indices,
+)
 
 SWAP_YZ = STANDARD_ALPHABET[:24] + "zy"  # shares every problem string of a..w with the standard alphabet
 
@@ -70,3 +77,21 @@ def test_downsample_keeps_order_and_all_rows_when_not_more():
     picks = {tuple(downsample(rows, 9, np.random.default_rng(s)).query.tolist()) for s in range(20)}
     assert len(picks) > 3  # a random subset, not always the first rows
     assert all(len(set(p)) == 9 for p in picks)  # drawn without replacement: no row twice
+
+
+def test_split_row_indices_point_at_the_rows_select_splits_returns(table):
+    problem_split = assign_problem_splits(table, (0.6, 0.2, 0.2), np.random.default_rng(3))
+    rows = pair_examples(table, 2, 1, np.random.default_rng(3))
+    allowed = {"train": ("succ",), "val": ("succ", "reverse"), "test": ("sort", "reverse")}
+    index = split_row_indices(rows, table, problem_split, allowed)
+    selected = select_splits(rows, table, problem_split, allowed)
+    for name in SPLIT_NAMES:
+        assert (rows.examples[index[name]] == selected[name].examples).all()
+        assert (rows.query[index[name]] == selected[name].query).all()
+
+
+def test_downsample_indices_draw_what_downsample_keeps():
+    rows = Rows(np.arange(30) * 7, np.arange(30)[:, None], np.zeros(30, dtype=bool))
+    picked = downsample_indices(30, 11, np.random.default_rng(5))
+    assert (downsample(rows, 11, np.random.default_rng(5)).query == rows.query[picked]).all()
+    assert downsample_indices(4, 11, np.random.default_rng(5)).tolist() == [0, 1, 2, 3]

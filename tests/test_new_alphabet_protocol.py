@@ -1,0 +1,63 @@
+"""analyses/new_alphabet_protocol.py: a model scored on the paper's new-alphabet test splits, with and without
+the standard alphabet, per draw and as the mean over models per draw."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from lsa_interp.data import STANDARD_ALPHABET
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.model.checkpoint import save_model
+
+SCRIPT = Path(__file__).parents[1] / "analyses" / "new_alphabet_protocol.py"
+TINY = ModelConfig(d_model=16, n_heads=2, d_mlp=32, n_encoder_layers=1, n_decoder_layers=1)
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("new_alphabet_protocol", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _model(path: Path) -> str:
+    metadata = {"preset": "copy-20", "seed": 0, "data_seed": 0, "batching": "random"}
+    save_model(HookedEncoderDecoder(TINY), path, metadata=metadata)
+    return str(path)
+
+
+def test_a_model_that_solves_only_the_standard_alphabet_scores_its_share(tmp_path, monkeypatch, capsys):
+    script = _script()
+    solved = {"succ", "reverse"}  # one seen rule, one new rule
+
+    def only_standard(model, tasks, batch_size):
+        return [t.answer if t.alphabet == STANDARD_ALPHABET and t.transformation in solved else "" for t in tasks]
+
+    monkeypatch.setattr(script, "predict", only_standard)
+    names = [_model(tmp_path / "a"), _model(tmp_path / "b")]
+    out = tmp_path / "protocol.json"
+    assert script.main([*sum((["--model", n] for n in names), []), "--draws", "2", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    draws = result["models"][names[0]]["draws"]
+    assert len(draws) == 2 and result["models"][names[0]]["batching"] == "random"
+    for draw in draws:
+        for cell in ("seen_transformations", "new_transformations"):
+            found = draw[cell]
+            assert found["without_standard"] == 0.0
+            assert 0 < found["with_standard"] < 10  # one rule of ten (or nine) in one alphabet of 21
+            assert 0 < found["standard_only"] < 100 and 0 < found["standard_rows"] < found["rows"]
+    seen = [d["seen_transformations"]["with_standard"] for d in draws]
+    assert result["summary"]["seen_transformations"]["draw_means"] == seen  # both models answer alike
+    assert result["summary"]["seen_transformations"]["sd_over_draws"] is not None
+    assert "paper, copy-20 random batching" in out.with_suffix(".html").read_text()
+    assert "with the standard alphabet" in capsys.readouterr().out
+
+
+def test_fewer_than_one_draw_is_a_usage_error(tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        _script().main(["--model", "copy-20", "--draws", "0", "--out", str(tmp_path / "x.json")])
+    assert exit_info.value.code == 2 and not (tmp_path / "x.json").exists()
