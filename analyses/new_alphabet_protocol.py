@@ -83,8 +83,9 @@ def summary(models: dict[str, dict]) -> dict:
 
 
 def figure(models: dict[str, dict]) -> go.Figure:
-    """Seen-transformation new-alphabet accuracy per model and draw (with and without the standard alphabet),
-    beside the paper's mean and interval for the model's preset and batching where the paper has them."""
+    """Seen-transformation new-alphabet accuracy per model and draw (with and without the standard alphabet) and
+    the models' mean per draw (with it), beside the paper's mean and interval for the models' preset and
+    batching where the paper has them."""
     fig = go.Figure()
     for key, label, symbol in (
         ("with_standard", "with the standard alphabet", "circle"),
@@ -95,11 +96,18 @@ def figure(models: dict[str, dict]) -> go.Figure:
             xs += [name] * len(found["draws"])
             ys += [d["seen_transformations"][key] for d in found["draws"]]
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=f"a test split, {label}", marker_symbol=symbol))
+    means = summary(models)["seen_transformations"]["draw_means"]
+    fig.add_trace(
+        go.Scatter(
+            x=["mean over these models"] * len(means), y=means, mode="markers", name="a test split, the models' mean"
+        )
+    )
     conditions = {(found["preset"], found["batching"]) for found in models.values()} & set(PAPER_BATCHING)
     for preset, batching in sorted(conditions):
         mean, low, high = PAPER_BATCHING[preset, batching][1]
         label = f"paper, {preset} {batching} batching: {mean} [{low}, {high}]"
-        fig.add_hrect(y0=low, y1=high, opacity=0.15, line_width=0, annotation_text=label)
+        fig.add_hrect(y0=low, y1=high, fillcolor="gray", opacity=0.25, line_width=0, layer="below")
+        fig.add_annotation(x=1, xref="paper", y=high, text=label, showarrow=False, xanchor="right", yanchor="bottom")
         fig.add_hline(y=mean, line_dash="dash")
     fig.update_layout(
         title="Seen transformations, new alphabets, scored on the paper's test split (each point one draw)",
