@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
 import pytest
 import torch
 
 from lsa_interp import cli
 from lsa_interp.data.vocab import PAD
+from lsa_interp.model import ModelConfig
+
+ROOT = Path(__file__).parents[1]
+TINY = ModelConfig(d_model=16, n_heads=2, d_mlp=32, n_encoder_layers=1, n_decoder_layers=1)
+"""A model small enough to build, save and decode with in a test."""
+
+
+def load_script(relative: str) -> ModuleType:
+    """The module of the repository's script at ``relative`` (e.g. ``analyses/accuracy_by_length.py``), registered
+    in ``sys.modules`` under its file name so that its dataclasses can find it."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def run(args: list[str], capsys) -> tuple[int, str, str]:

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.model import HookedEncoderDecoder
 from lsa_interp.model.checkpoint import save_model
-
-SCRIPT = Path(__file__).parents[1] / "analyses" / "accuracy_by_length.py"
-TINY = ModelConfig(d_model=16, n_heads=2, d_mlp=32, n_encoder_layers=1, n_decoder_layers=1)
+from tests.helpers import TINY, load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("accuracy_by_length", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("analyses/accuracy_by_length.py")
 
 
 def _model(path: Path, data_seed: int) -> str:

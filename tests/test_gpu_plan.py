@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,13 +13,10 @@ import torch
 
 from lsa_interp.sweep.grid import load_grid, parse_grid
 from lsa_interp.sweep.plan import expand, plan_stacks
+from tests.helpers import load_script
 
 ROOT = Path(__file__).parents[1]
-SCRIPT = ROOT / "scripts" / "gpu_plan.py"
-spec = importlib.util.spec_from_file_location("gpu_plan", SCRIPT)
-gpu_plan = importlib.util.module_from_spec(spec)
-sys.modules["gpu_plan"] = gpu_plan  # dataclasses look their module up there
-spec.loader.exec_module(gpu_plan)
+gpu_plan = load_script("scripts/gpu_plan.py")
 
 STEPS_RANDOM = 20 * math.ceil(359_804 / 32)  # 224,880: a 20-epoch random-batching run
 

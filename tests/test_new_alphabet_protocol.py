@@ -3,25 +3,19 @@ the standard alphabet, per draw and as the mean over models per draw."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from lsa_interp.data import STANDARD_ALPHABET
-from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.model import HookedEncoderDecoder
 from lsa_interp.model.checkpoint import save_model
-
-SCRIPT = Path(__file__).parents[1] / "analyses" / "new_alphabet_protocol.py"
-TINY = ModelConfig(d_model=16, n_heads=2, d_mlp=32, n_encoder_layers=1, n_decoder_layers=1)
+from tests.helpers import TINY, load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("new_alphabet_protocol", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("analyses/new_alphabet_protocol.py")
 
 
 def _model(path: Path) -> str:

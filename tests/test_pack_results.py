@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -11,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import load_script
+
 SCRIPT = Path(__file__).parents[1] / "scripts" / "pack_results.py"
-spec = importlib.util.spec_from_file_location("pack_results", SCRIPT)
-pack_results = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pack_results)
+pack_results = load_script("scripts/pack_results.py")
 
 
 def test_chunks_from_several_fetches_rebuild_the_results_without_states_or_data(tmp_path):

@@ -25,12 +25,12 @@ from lsa_interp.evaluation.grid_summary import (
 )
 from lsa_interp.evaluation.paper_tables import CELLS, PAPER_BATCHING, PAPER_TABLE1
 from lsa_interp.evaluation.runs_table import find_runs, read_runs_table, run_record, runs_table
-from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.model import HookedEncoderDecoder
 from lsa_interp.model.checkpoint import save_model
 from lsa_interp.viz.grid_figures import matching_vs_rule_figure
+from tests.helpers import TINY
 
 SHIPPED_EVALUATION = Path(__file__).parents[2] / "checkpoints" / "copy-20" / "evaluation.json"
-TINY = ModelConfig(d_model=16, n_heads=2, d_mlp=32, n_encoder_layers=1, n_decoder_layers=1)
 
 
 def make_run(
