@@ -2,10 +2,11 @@
 
 The authors built their new-alphabet set like a training dataset: the fresh alphabets plus the standard one,
 split by problem string 80/10/10 (train keeping the seen rules), the test split down-sampled to train/8. They
-scored that test split with the standard alphabet still in it (its filter was a no-op). This is about 11,500 rows,
-6,289 of them seen-rule rows in the authors' table of results. Which problem strings end up in the test split is a
-single random draw, and every run the paper scored shares it. Our `test_new_alphabets` split is the whole set of
-fresh alphabets instead (SPEC section 2, deliberate difference 4).
+scored that test split with the standard alphabet still in it (stored at permutation level 1, so their filter
+``n_perm != 0`` kept it). This is about 11,500 rows, 6,289 of them seen-rule rows in the authors' table of
+results. Which problem strings end up in the test split is a single random draw, and every run the paper scored
+shares it. Our `test_new_alphabets` split is the whole set of fresh alphabets instead (SPEC section 2, deliberate
+difference 4).
 
 `paper_new_alphabet_draws` builds several such draws over one set of problems and pairings, so that an analysis
 can decode their union once and score each draw.
@@ -53,8 +54,8 @@ def paper_new_alphabet_draws(
         [*new_alphabets, STANDARD_ALPHABET], config.eval_transformations, config.window_lengths, f"paper-new/{seed}"
     )
     rows = pair_examples(table, config.new_alphabet_reshuffle, config.n_shots, np.random.default_rng([seed, _PAIRING]))
-    allowed = {"train": config.train_transformations, "val": config.eval_transformations}
-    allowed["test"] = config.eval_transformations
+    evaluated = config.eval_transformations
+    allowed = {"train": config.train_transformations, "val": evaluated, "test": evaluated}
     picked = []
     for draw in range(draws):
         split_rng, downsample_rng = (np.random.default_rng([seed, stage, draw]) for stage in (_SPLIT, _DOWNSAMPLE))
