@@ -1,13 +1,19 @@
 """Our models on the authors' own items, beside the authors' model's answers to them (docs/results.md).
 
 The authors' repository keeps the tasks they gave their models for a comparison with language models, one file
-per model (``analyses/predictions/llm_comparison/results_copy_20.csv`` and the like: per row the example ``A : B``,
-the query ``C``, the answer ``D``, the alphabet, its permutation level, the rule, whether the alphabet was one of
-their training alphabets (``testlet``), and their model's answer and whether it was right). The file is theirs
-and is not shipped here: pass its path with ``--items``. This decodes every row with each of our models and
-compares with their model row for row, on the rows whose alphabet neither model was trained on. Their "unseen
-alphabets" rows are new to both sides unless one of them is among our model's training alphabets. Those rows,
-and their "seen alphabets" rows, are reported apart. It writes ``analyses/results/reference_items.json``.
+per model (``analyses/predictions/llm_comparison/results_copy_20.csv`` and the like). Each row has the example
+``A : B``, the query ``C``, the answer ``D``, the alphabet, its permutation level and the rule. It also has
+``testlet``, which says whether the alphabet was one of their copy-20 model's training alphabets (every model's
+file has the same items and labels), and their model's answer and whether it was right. The file is theirs and
+is not shipped here: pass its path with ``--items``.
+
+This decodes every row with each of our models and compares with their model row for row. Rows are grouped by
+whose training alphabets they are in:
+- ``new_to_both``: their "unseen alphabets" rows, less any in our model's training alphabets;
+- ``their_training_alphabets``: the "seen alphabets" rows, less ours;
+- ``our_training_alphabets``: ours.
+For a file of another of their models than copy-20, ``testlet`` still names copy-20's alphabets. It writes
+``analyses/results/reference_items.json``.
 
     python analyses/reference_items.py --items results_copy_20.csv --model copy-20 --model replicates/copy-20-s1-bf16
 """
