@@ -270,6 +270,7 @@ def test_results_command_writes_the_tables_and_figures(tmp_path, capsys):
     assert "Figure 4" in page and "plotly" in page and not re.search(r"<script[^>]*\bsrc=", page)
     printed = capsys.readouterr().out
     assert "96.0 [95.0, 97.0] (n=2)" in printed and "Precision check" not in printed
+    assert "counted the standard alphabet" in " ".join(printed.split())  # the caption under each table
     assert pd.read_csv(out / "precision.csv").empty
     make_run(tmp_path / "runs", "c", "copy-200", "alphabet", 0, 91.0, precision="fp32")
     with pytest.raises(SystemExit):
