@@ -55,17 +55,28 @@ def score_draw(tasks: Sequence[Task], correct: np.ndarray, index: np.ndarray, se
     return out
 
 
-def model_draws(name: str, draws: int) -> dict:
-    """Model ``name`` scored on ``draws`` test splits of the paper's new-alphabet set over its new alphabets."""
-    model = load_model(name)
-    dataset = evaluation_dataset(model, splits=("test_new_alphabets",))
+def protocol_scores(names: Sequence[str], draws: int) -> dict[str, dict]:
+    """Each model of ``names`` scored on ``draws`` test splits of the paper's new-alphabet set over the new
+    alphabets of their dataset (the same splits for every model). Raises ValueError when the models were
+    trained on different datasets."""
+    models = {name: load_model(name) for name in names}
+    sources = {(m.metadata.get("preset"), m.metadata.get("data_seed")) for m in models.values()}
+    if len(sources) > 1:
+        raise ValueError(f"the models were trained on different datasets: {sorted(map(str, sources))}")
+    dataset = evaluation_dataset(next(iter(models.values())), splits=("test_new_alphabets",))
     protocol = paper_new_alphabet_draws(dataset.config, dataset.new_alphabets, draws)
-    answers = predict(model, protocol.tasks, 512)
-    correct = np.array([a == t.answer for t, a in zip(protocol.tasks, answers, strict=True)])
     seen = set(dataset.config.train_transformations)
-    scored = [score_draw(protocol.tasks, correct, index, seen) for index in protocol.draws]
-    batching = model.metadata.get("batching")
-    return {"preset": dataset.config.name, "batching": batching, "decoded_rows": len(protocol.tasks), "draws": scored}
+    out = {}
+    for name, model in models.items():
+        answers = predict(model, protocol.tasks, 512)
+        correct = np.array([a == t.answer for t, a in zip(protocol.tasks, answers, strict=True)])
+        out[name] = {
+            "preset": dataset.config.name,
+            "batching": model.metadata.get("batching"),
+            "decoded_rows": len(protocol.tasks),
+            "draws": [score_draw(protocol.tasks, correct, index, seen) for index in protocol.draws],
+        }
+    return out
 
 
 def summary(models: dict[str, dict]) -> dict:
@@ -125,7 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.draws < 1:
         parser.error(f"--draws must be at least 1, got {args.draws}")
-    models = {name: model_draws(name, args.draws) for name in args.model}
+    try:
+        models = protocol_scores(args.model, args.draws)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"new_alphabet_protocol: error: {error}", file=sys.stderr)
+        return 2
     result = {"draws": args.draws, "models": models, "summary": summary(models)}
     atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n"))
     html = args.out.with_suffix(".html")

@@ -18,8 +18,8 @@ def _script():
     return load_script("analyses/new_alphabet_protocol.py")
 
 
-def _model(path: Path) -> str:
-    metadata = {"preset": "copy-20", "seed": 0, "data_seed": 0, "batching": "random"}
+def _model(path: Path, data_seed: int = 0) -> str:
+    metadata = {"preset": "copy-20", "seed": 0, "data_seed": data_seed, "batching": "random"}
     save_model(HookedEncoderDecoder(TINY), path, metadata=metadata)
     return str(path)
 
@@ -55,3 +55,15 @@ def test_fewer_than_one_draw_is_a_usage_error(tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         _script().main(["--model", "copy-20", "--draws", "0", "--out", str(tmp_path / "x.json")])
     assert exit_info.value.code == 2 and not (tmp_path / "x.json").exists()
+
+
+def test_models_of_different_datasets_are_refused(tmp_path, capsys):
+    names = [_model(tmp_path / "a", 0), _model(tmp_path / "b", 1)]
+    out = tmp_path / "x.json"
+    assert (
+        load_script("analyses/new_alphabet_protocol.py").main(
+            ["--model", names[0], "--model", names[1], "--out", str(out)]
+        )
+        == 2
+    )
+    assert "trained on different datasets" in capsys.readouterr().err and not out.exists()
