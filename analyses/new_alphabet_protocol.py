@@ -93,7 +93,7 @@ def summary(models: dict[str, dict]) -> dict:
     return out
 
 
-def figure(models: dict[str, dict]) -> go.Figure:
+def figure(models: dict[str, dict], draw_means: list[float]) -> go.Figure:
     """Seen-transformation new-alphabet accuracy per model and draw (with and without the standard alphabet) and
     the models' mean per draw (with it), beside the paper's mean and interval for the models' preset and
     batching where the paper has them."""
@@ -107,10 +107,12 @@ def figure(models: dict[str, dict]) -> go.Figure:
             xs += [name] * len(found["draws"])
             ys += [d["seen_transformations"][key] for d in found["draws"]]
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=f"a test split, {label}", marker_symbol=symbol))
-    means = summary(models)["seen_transformations"]["draw_means"]
     fig.add_trace(
         go.Scatter(
-            x=["mean over these models"] * len(means), y=means, mode="markers", name="a test split, the models' mean"
+            x=["mean over these models"] * len(draw_means),
+            y=draw_means,
+            mode="markers",
+            name="a test split, the models' mean",
         )
     )
     conditions = {(found["preset"], found["batching"]) for found in models.values()} & set(PAPER_BATCHING)
@@ -144,7 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     result = {"draws": args.draws, "models": models, "summary": summary(models)}
     atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n"))
     html = args.out.with_suffix(".html")
-    atomic_write(html, lambda tmp: figure(models).write_html(tmp, include_plotlyjs=True))
+    atomic_write(
+        html,
+        lambda tmp: figure(models, result["summary"]["seen_transformations"]["draw_means"]).write_html(
+            tmp, include_plotlyjs=True
+        ),
+    )
     for name, found in models.items():
         cells = [d["seen_transformations"] for d in found["draws"]]
         shown = ", ".join(f"{c['with_standard']:.1f} ({c['without_standard']:.1f})" for c in cells)

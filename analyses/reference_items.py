@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from lsa_interp.data import STANDARD_ALPHABET, Task, get_preset, make_alphabets
-from lsa_interp.evaluation.run import predict
+from lsa_interp.data import STANDARD_ALPHABET, Task
+from lsa_interp.evaluation.run import evaluation_dataset, predict
 from lsa_interp.model import load_model
 from lsa_interp.utils import atomic_write
 
@@ -55,13 +55,6 @@ def read_items(path: Path) -> pd.DataFrame:
     return frame
 
 
-def training_alphabets(model_metadata: dict) -> set[str]:
-    """The alphabets a model of ours was trained on (its preset's, for its data seed)."""
-    config = get_preset(model_metadata["preset"])
-    seed = model_metadata.get("data_seed", model_metadata.get("seed", 0))
-    return set(make_alphabets(config.n_alphabets, seed, config.permutation_levels))
-
-
 def percent(hits: pd.Series) -> float | None:
     """The share of true entries in percent, to two decimals (None when empty)."""
     return round(100 * float(hits.mean()), 2) if len(hits) else None
@@ -75,7 +68,7 @@ def compare(items: pd.DataFrame, name: str) -> dict:
     tasks = [Task(r.alphabet, ((r.A, r.B),), r.C, r.D, r.transformation) for r in items.itertuples()]
     ours = pd.Series([a == t.answer for t, a in zip(tasks, predict(model, tasks, 512), strict=True)])
     ours.index = items.index
-    ours_trained = items["alphabet"].isin(training_alphabets(model.metadata))
+    ours_trained = items["alphabet"].isin(evaluation_dataset(model, splits=("val",)).train_alphabets)
     groups = {
         "new_to_both": (items["testlet"] == UNSEEN) & ~ours_trained,
         "their_training_alphabets": (items["testlet"] != UNSEEN) & ~ours_trained,

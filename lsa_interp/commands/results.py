@@ -14,7 +14,7 @@ RESULTS_DIR = Path("analyses") / "results"
 
 NEW_ALPHABETS_NOTE = (
     "newA: ours is the whole set of 20 new alphabets; the paper's counted the standard alphabet too and is one test "
-    "split of such a set (docs/results.md: scored that way, copy-20 gains about 3 points)"
+    "split of such a set (docs/results.md scores ours that way)"
 )
 
 

@@ -30,9 +30,10 @@ def _seen_rule_rows() -> int:
 
 
 def test_a_draw_is_a_tenth_of_the_seen_rule_rows_with_every_rule_and_the_standard_alphabet(protocol):
+    tenth = 0.1 * _seen_rule_rows()  # train (80% of them) / 8
     for index in protocol.draws:
         tasks = [protocol.tasks[i] for i in index]
-        assert abs(len(tasks) / (0.1 * _seen_rule_rows()) - 1) < 0.05  # train (80% of them) / 8
+        assert abs(len(tasks) / tenth - 1) < 0.05
         assert {t.transformation for t in tasks} == set(CONFIG.eval_transformations)
         alphabets = Counter(t.alphabet for t in tasks)
         assert set(alphabets) == {*NEW, STANDARD_ALPHABET}
