@@ -305,52 +305,6 @@ def train(
     print(f"{run_dir}: {trainer.step} steps ({trainer.step / trainer.steps_per_epoch:.2f} epochs), {state}")
 
 
-@app.command(
-    "ship",
-    epilog="Example: lsa-interp ship runs/copy-200 --name copy-200\n\n"
-    "A replicate in bf16: lsa-interp ship runs/copy-20-reps --replicate 2 --name replicates/copy-20-s2 --storage bf16",
-)
-def ship(
-    run_dir: Annotated[Path, typer.Argument(help="A finished training run (lsa-interp train --out RUN_DIR).")],
-    name: Annotated[str, typer.Option(help="Checkpoint name: written to checkpoints/NAME.")],
-    replicate: Annotated[int | None, typer.Option(min=0, help="Which replicate of a --replicates run.")] = None,
-    storage: Annotated[
-        str, typer.Option(help="Parameter dtype: fp32, or fp16/bf16 when they change < 0.1% of val answers.")
-    ] = "fp32",
-    dest: Annotated[
-        Path | None, typer.Option(help="Checkpoints directory; default the repository's checkpoints/.")
-    ] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="Evaluate a subset of N rows per split.")] = None,
-    reevaluate: Annotated[
-        bool,
-        typer.Option(
-            help="Evaluate again where the model has its full-split evaluation and fit beside it (a sweep's), "
-            "which shipping otherwise reuses (fp16/bf16 storage after its val check)."
-        ),
-    ] = False,
-) -> None:
-    """Copy a finished run's model into checkpoints/NAME with a model card (card.md), evaluation.json and the
-    matching-head analysis of the stored weights (matching_heads.json)."""
-    from lsa_interp.analysis.matching import write_matching_json
-    from lsa_interp.evaluation.card import ship_run
-    from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, STORAGE_DTYPES
-
-    if storage not in STORAGE_DTYPES:
-        raise UserError(f"unknown storage {storage!r}; choose one of: {', '.join(STORAGE_DTYPES)}")
-    target = ship_run(
-        run_dir,
-        name,
-        replicate,
-        dest or CHECKPOINTS_DIR,
-        storage,
-        limit,
-        progress=True,
-        reevaluate=reevaluate,
-        analyse=lambda model, folder: write_matching_json(model, name, folder),
-    )
-    print(f"shipped {target} ({target / 'card.md'})")
-
-
 def _parse_model_config(text: str) -> dict:
     """The ``--model-config`` JSON object, checked against `ModelConfig`."""
     from lsa_interp.model import ModelConfig
@@ -379,9 +333,20 @@ def _generate_into(preset: str, seed: int, out: Path) -> None:
 
 
 def _register_analysis_commands() -> None:
-    from lsa_interp.commands import explore, fit, lens, patching, report, representations, results, sweep, viewer
+    from lsa_interp.commands import (
+        explore,
+        fit,
+        lens,
+        patching,
+        report,
+        representations,
+        results,
+        ship,
+        sweep,
+        viewer,
+    )
 
-    for group in (patching, representations, lens, report, viewer, results, sweep, explore, fit):
+    for group in (ship, patching, representations, lens, report, viewer, results, sweep, explore, fit):
         group.register(app)
 
 
