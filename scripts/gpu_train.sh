@@ -6,7 +6,8 @@
 #       which parts are still to come; the last part comes with `start`.
 #   bash scripts/gpu_train.sh start MINUTES [BENCH_JSON]
 #       joins the parts received into runs/carry (exit 2 naming a part that is missing) and continues the
-#       stack that an earlier session left unfinished; else plans the largest stack of grids/queue.toml's next
+#       stack that an earlier session left unfinished (as the plain stack where its compiled or triton stack
+#       fails the GPU checks below on this machine); else plans the largest stack of grids/queue.toml's next
 #       unfinished runs (analyses/runs and checkpoints hold the finished ones) that trains, evaluates and analyses in MINUTES, or, when
 #       none does, a stack of at most CARRY_MIB MiB of state that continues over sessions (scripts/gpu_plan.py:
 #       its training stops early by the seconds of the extra pack calls its models or state need);
@@ -155,8 +156,8 @@ plan() {
 
 # Whether the stack of kind $1 (compiled, triton, triton-compiled, compiled-packed, triton-compiled-packed) passes
 # its GPU checks on this machine, run once per machine into $WORK/preflight-$1.txt (each must pass, not skip): it
-# draws fresh dropout masks at every graph replay (about 40 s; a stack whose masks froze would train a different
-# recipe), and a packed one computes the padded stack's losses step by step (about 40 s more).
+# draws fresh dropout masks at every graph replay (62-92 s of pytest on the H100; a stack whose masks froze would
+# train a different recipe), and a packed one computes the padded stack's losses step by step (about 40 s more).
 passes_its_checks() {
   local tests=("tests/training/test_stack_graph.py::test_each_graph_replay_draws_fresh_dropout_masks[0.1-$1]")
   [[ $1 == *-packed ]] &&
@@ -166,18 +167,44 @@ passes_its_checks() {
   (($(grep -c '^PASSED' "$WORK/preflight-$1.txt") == ${#tests[@]}))
 }
 
+# The kind of stack that grid $1 trains (compiled, triton, triton-compiled, ...-packed; empty: the plain stack).
+stack_kind() {
+  local kind=
+  grep -q '^compile = true' "$1" && kind=compiled
+  grep -q '^attention = "triton"' "$1" && kind=triton${kind:+-compiled}
+  grep -q '^packing = true' "$1" && kind=$kind-packed
+  echo "$kind"
+}
+
 # Plan the stack that trains until epoch second $1: compiled, or with the triton attention, only where its
 # check passes on this machine (else the plain stack).
 plan_stack() {
   plan "$(minutes_until "$1")" "$STACKING" || return 1
-  local kind=
-  grep -q '^compile = true' "$SESSION/grid.toml" && kind=compiled
-  grep -q '^attention = "triton"' "$SESSION/grid.toml" && kind=triton${kind:+-compiled}
-  grep -q '^packing = true' "$SESSION/grid.toml" && kind=$kind-packed
+  local kind
+  kind=$(stack_kind "$SESSION/grid.toml")
   if [[ -n $kind ]] && ! passes_its_checks "$kind"; then
     echo "the $kind stack failed its check on this GPU ($WORK/preflight-$kind.txt): planning the plain stack"
     plan "$(minutes_until "$1")" native || return 1
   fi
+}
+
+# A carried stack trains compiled, or with the triton attention, only where its checks pass on this machine too;
+# else it continues as the plain stack from the same state: its saved configs (each stack's train_config.json,
+# which a resumed stack trains by) and the session's grid lose torch.compile, the triton attention and packing.
+continue_checked() {
+  local kind
+  kind=$(stack_kind "$SESSION/grid.toml")
+  [[ -z $kind ]] && return
+  passes_its_checks "$kind" && return
+  echo "the $kind stack failed its check on this GPU ($WORK/preflight-$kind.txt): continuing it as the plain stack"
+  sed -i -e '/^compile = true$/d' -e '/^attention = "triton"$/d' -e '/^packing = true$/d' "$SESSION/grid.toml"
+  python3 -c 'import json, os, sys
+for path in sys.argv[1:]:
+    config = json.load(open(path))
+    config.update(compile=False, attention="sdpa", packing=False)
+    with open(path + ".part", "w") as part:
+        json.dump(config, part, indent=2)
+    os.replace(path + ".part", path)' "$SWEEP"/stacks/*/train_config.json
 }
 
 # Minutes the session's planned stack may train until epoch second $1: less its plan's stop_early_seconds (the
@@ -263,6 +290,7 @@ start)
     mkdir -p "$SWEEP"
     cp -r "$CARRY/grid/." "$SWEEP/"
     cp -r "$CARRY/session/." "$SESSION/"
+    continue_checked
   else
     plan_stack "$deadline" || exit 2
   fi

@@ -119,7 +119,8 @@ def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_i
     """Two sessions on a CPU, each of about 35 s of training: the first plans a stack that continues over
     sessions and packs its state; here that state is kept (pack_results.py carry) and cut into parts
     (pack_results.py upload); the second session, on a fresh machine, receives them one call each, refuses to
-    start while one is missing, and goes on from the step where the first stopped."""
+    start while one is missing, and goes on from the step where the first stopped. The kept stack is marked
+    compiled first: its GPU check cannot pass on a CPU, so the second session continues it as the plain stack."""
     path = _fake_commands(tmp_path)
     grid = write_tiny_grid(tmp_path / "queue.toml", max_steps=10**6, batch_size=8, checkpoint_every=10**6)
     grid.write_text(grid.read_text().replace("epochs = 1", "epochs = 50"))  # about 46,000 steps: minutes on a CPU
@@ -142,13 +143,16 @@ def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_i
     for session in ("one", "two"):
         env = {**base, "GPU_TRAIN_DIR": str(tmp_path / session), "BUNDLE": str(tmp_path / session / "bundle")}
         env |= {"OUT": str(tmp_path / session / "out"), "UPLOAD": str(tmp_path / session / "upload")}
-        start = [*script, "start", "0.8", str(tmp_path / "bench.json")]
+        start = [*script, "start", "0.8" if session == "one" else "1.2", str(tmp_path / "bench.json")]
         if session == "two":  # a fresh machine: the first session's checkout, its datasets included, is gone
             shutil.rmtree(tmp_path / "one" / "grid" / "data")
+            _mark_compiled(tmp_path / "kept")
             _receive_all_but_the_last_part(tmp_path / "kept", tmp_path / "parts", script, env, start)
         started = subprocess.run(start, env=env, capture_output=True, text=True, timeout=300)
         assert started.returncode == 0, started.stderr[-2000:]
         assert ("continuing the stack carried up" in started.stdout) == (session == "two")
+        failed = "the compiled stack failed its check on this GPU (" in started.stdout
+        assert (failed and "continuing it as the plain stack" in started.stdout) == (session == "two")
         packed = subprocess.run([*script, "pack", "0"], env=env, capture_output=True, text=True, timeout=120)
         assert packed.returncode == 0, packed.stderr[-2000:]
         back = tmp_path / session / "back"
@@ -158,10 +162,21 @@ def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_i
         records = [json.loads(line) for line in (stack / "metrics.jsonl").read_text().splitlines()]
         steps.append([r["step"] for r in records if r.get("type") == "step"])
         assert (stack / "state.pt").is_file() and not list(back.rglob("model.safetensors"))
+        assert json.loads((stack / "train_config.json").read_text())["compile"] is False
+        assert "compile" not in (tmp_path / "kept" / "session" / "grid.toml").read_text()
     plan = json.loads((tmp_path / "one" / "out" / "plan.json").read_text())
     assert plan["sessions"] > 1 and plan["replicates"] == 4
     first, both = steps
     assert first and both[: len(first)] == first and both[-1] > first[-1]
+
+
+def _mark_compiled(kept: Path) -> None:
+    """Make the kept stack one that trained compiled: its saved config and its session's grid say so."""
+    for config in kept.glob("grid/stacks/*/train_config.json"):
+        config.write_text(json.dumps({**json.loads(config.read_text()), "compile": True}))
+    grid = kept / "session" / "grid.toml"
+    grid.write_text(grid.read_text().replace("[recipe]\n", "[recipe]\ncompile = true\n"))
+    assert "compile = true" in grid.read_text()
 
 
 def _receive_all_but_the_last_part(kept: Path, parts: Path, script: list[str], env: dict, start: list[str]) -> None:
