@@ -290,7 +290,7 @@ start)
     mkdir -p "$SWEEP"
     cp -r "$CARRY/grid/." "$SWEEP/"
     cp -r "$CARRY/session/." "$SESSION/"
-    continue_checked
+    continue_checked || exit 2
   else
     plan_stack "$deadline" || exit 2
   fi
