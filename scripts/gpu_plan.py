@@ -36,8 +36,10 @@ benchmark): the count of sessions, and so the choice, comes from it.
 The estimate: the stack's longest run (``epochs x`` its steps per epoch, bounded above by
 ``ceil(rows / batch) + groups``) times the step time at that stack size (interpolated linearly between the
 measured sizes, extrapolated from the two largest beyond them), plus ``--overhead`` for validation, plus a
-fixed start-up time (every session), plus ``--eval-seconds`` per run for evaluation and the queue's
-analyses. It prints the plan as JSON. Exit code 2 with one line when nothing fits or an input is bad.
+fixed start-up time (every session; with ``--check-seconds S``, S more per GPU check that `gpu_train.sh`
+runs on each new machine before a compiled, triton or packed stack trains, `gpu_checks`), plus
+``--eval-seconds`` per run for evaluation and the queue's analyses. It prints the plan as JSON. Exit code 2
+with one line when nothing fits or an input is bad.
 """
 
 from __future__ import annotations
@@ -126,6 +128,15 @@ AUTO_STACKINGS = (
     "native-compile-triton-packed",
 )  # fmt: skip
 """What ``stacking="auto"`` chooses from (those the benchmark measured): the one that trains the most runs."""
+
+
+def gpu_checks(stacking: str) -> int:
+    """How many GPU checks `gpu_train.sh` runs on a machine before a stack of ``stacking`` trains there: fresh
+    dropout masks at every replay for a compiled or triton stack, and for a packed one also its losses against
+    the padded stack's (none for the plain stack)."""
+    recipe = STACKING_RECIPE[stacking]
+    replayed = bool(recipe.get("compile")) or recipe.get("attention") == "triton"
+    return int(replayed) + int(bool(recipe.get("packing")))
 
 
 def step_times(bench: dict[str, Any], stacking: str, precision: str) -> dict[int, float]:
@@ -241,12 +252,14 @@ def plan_session(
     call_seconds: float = 0.0,
     carry_survival: float = 1.0,
     session_minutes: float | None = None,
+    check_seconds: float = 0.0,
 ) -> SessionPlan:
     """The largest stack of the queue's next unfinished runs that fits in ``minutes``: the first unfinished
     run's precision, and the later unfinished runs of that precision in queue order. When none fits and
     ``carry_mib`` is positive, the stack of at most ``carry_mib`` MiB of state that trains the most runs per
     minute, over as many sessions as it needs: this one (``minutes``) and later ones of ``session_minutes``
     each (default: ``minutes``). ``call_seconds``: what each device call beyond the first of a direction costs;
+    ``check_seconds``: what each of the stacking's `gpu_checks` adds to the start-up of every session;
     ``carry_survival``: the chance a carried state survives to the next session (the module doc).
     ``stacking="auto"`` plans with each of `AUTO_STACKINGS` that ``bench`` measured at that precision and keeps
     the plan that finishes in this session with the most runs, else the one with the most runs per minute (the
@@ -258,7 +271,7 @@ def plan_session(
         raise ValueError(f"--carry-survival must be in (0, 1], not {carry_survival:g}")
     if stacking == "auto":
         limits = (max_replicates, overhead, startup_seconds, eval_seconds, carry_mib, call_seconds, carry_survival)
-        limits += (session_minutes,)
+        limits += (session_minutes, check_seconds)
         plans, errors = [], []
         for mode in AUTO_STACKINGS:
             try:
@@ -268,6 +281,7 @@ def plan_session(
         if not plans:
             raise errors[0]
         return max(plans, key=_preference)
+    startup_seconds += check_seconds * gpu_checks(stacking)
     queue = expand(grid)
     queued = {run.name for run in queue}
     left = [run for run in queue if not _finished(run, done, queued)]
@@ -405,6 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--startup-seconds", type=float, default=90.0, help="a session's start-up before training")
     parser.add_argument("--eval-seconds", type=float, default=30.0, help="evaluation and analyses per run")
     parser.add_argument(
+        "--check-seconds", type=float, default=0.0, help="start-up per GPU check of a compiled, triton or packed stack"
+    )
+    parser.add_argument(
         "--carry-mib", type=float, default=0.0, help="state a session carries up: plan a stack over sessions (0: no)"
     )
     parser.add_argument(
@@ -440,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
             call_seconds=args.call_seconds,
             carry_survival=args.carry_survival,
             session_minutes=args.session_minutes,
+            check_seconds=args.check_seconds,
         )
         text = session_grid(grid, plan)
     except (OSError, ValueError) as error:

@@ -79,6 +79,9 @@ SESSION_MINUTES=${SESSION_MINUTES:-12}
 UPLOAD=${UPLOAD:-$WORK/upload}
 # The planner's guess of a session's start-up before the first step (dataset, model, compile and capture).
 STARTUP_SECONDS=${STARTUP_SECONDS:-90}
+# What each GPU check (passes_its_checks) adds to the start-up of a compiled, triton or packed stack on a machine
+# that has not run it yet: 62-92 s of pytest on the H100 for the dropout check, and a few seconds to start it.
+CHECK_SECONDS=${CHECK_SECONDS:-75}
 # After a sweep whose stacks all finished, the driver plans the queue's next stack if this many minutes remain.
 FOLLOW_MINUTES=${FOLLOW_MINUTES:-3}
 SESSION=$WORK/session
@@ -146,9 +149,13 @@ plan() {
   for name in $ELSEWHERE; do
     done_args+=(--elsewhere "$name")
   done
+  # After a check has run on this machine (a follow-on plan), none is charged: not even to the later sessions of a
+  # stack that continues over sessions, whose machines would run it again.
+  local check=$CHECK_SECONDS
+  compgen -G "$WORK/preflight-*.txt" >/dev/null && check=0
   python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" "${benches[@]}" --stacking "$2" --minutes "$1" \
     --carry-mib "$CARRY_MIB" --call-seconds "$CALL_SECONDS" --carry-survival "$CARRY_SURVIVAL" \
-    --session-minutes "$SESSION_MINUTES" --startup-seconds "$STARTUP_SECONDS" \
+    --session-minutes "$SESSION_MINUTES" --startup-seconds "$STARTUP_SECONDS" --check-seconds "$check" \
     --out "$SESSION/grid.toml" >"$SESSION/plan.part" ||
     { rm -f "$SESSION/plan.part" && return 1; }
   mv "$SESSION/plan.part" "$SESSION/plan.json" && cat "$SESSION/plan.json"

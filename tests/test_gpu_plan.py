@@ -209,6 +209,27 @@ def test_when_nothing_finishes_a_stack_continues_over_sessions_within_the_state_
     assert (auto.stacking, len(auto.runs), auto.sessions) == ("native-compile", 1, 1)
 
 
+def test_the_gpu_checks_a_stack_needs_count_in_the_start_up_of_every_session():
+    """gpu_train.sh checks a compiled or triton stack on each new machine before it trains (a packed one twice).
+    At 75 s a check, two compiled runs (1.9 ms a step: 9.98 minutes) no longer fit 10 minutes, one does; the
+    plain stack is not charged; a stack continued over sessions pays the check in each of them."""
+    assert [gpu_plan.gpu_checks(name) for name in gpu_plan.STACKING_RECIPE] == [0, 1, 0, 1, 1, 2, 2]
+    grid = queue(COPY20)
+    compiled = bench({1: 1.5, 2: 1.9, 8: 5.0}, stacking="native-compile")
+    assert len(gpu_plan.plan_session(grid, set(), compiled, 10, "native-compile").runs) == 2
+    checked = gpu_plan.plan_session(grid, set(), compiled, 10, "native-compile", check_seconds=75)
+    assert len(checked.runs) == 1
+    assert checked.minutes == pytest.approx((STEPS_RANDOM * 0.0015 * 1.05 + 90 + 75 + 30) / 60)
+    native = bench({1: 2.0, 8: 9.0})
+    plain = gpu_plan.plan_session(grid, set(), native, 10, check_seconds=75)
+    assert plain.minutes == gpu_plan.plan_session(grid, set(), native, 10).minutes
+    slow = bench({1: 2.6, 2: 3.0, 3: 3.3, 8: 9.0}, stacking="native-compile")
+    over = gpu_plan.plan_session(grid, set(), slow, 10, "native-compile", carry_mib=50, check_seconds=75)
+    work = (STEPS_RANDOM * 0.0033 * 1.05 + 3 * 30) / 60
+    assert (len(over.runs), over.sessions) == (3, math.ceil(work / (10 - 165 / 60)))
+    assert over.minutes == pytest.approx(work + over.sessions * 165 / 60)
+
+
 def test_cli_writes_the_grid_and_prints_the_plan(tmp_path, capsys):
     (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8, 8: 4.2})))
     for name in ["copy-20-random-s0", *(f"copy-20-random-s{seed}-bf16" for seed in range(5))]:
