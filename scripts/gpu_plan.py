@@ -265,10 +265,13 @@ def plan_session(
     the plan that finishes in this session with the most runs, else the one with the most runs per minute (the
     shorter one on a tie, native first).
 
-    Raises ValueError when every run is finished, not even one run fits, or ``carry_survival`` is not in (0, 1].
+    Raises ValueError when every run is finished, not even one run fits, ``carry_survival`` is not in (0, 1], or
+    ``check_seconds`` is negative.
     """
     if not 0 < carry_survival <= 1:
         raise ValueError(f"--carry-survival must be in (0, 1], not {carry_survival:g}")
+    if check_seconds < 0:
+        raise ValueError(f"--check-seconds must be 0 or more, not {check_seconds:g}")
     if stacking == "auto":
         limits = (max_replicates, overhead, startup_seconds, eval_seconds, carry_mib, call_seconds, carry_survival)
         limits += (session_minutes, check_seconds)

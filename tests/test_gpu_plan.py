@@ -266,6 +266,7 @@ def test_cli_writes_the_grid_and_prints_the_plan(tmp_path, capsys):
         ({"--bench": "missing.json"}, "missing.json"),
         ({"--done": "nowhere"}, "--done: not a directory"),
         ({"--carry-survival": "0"}, "--carry-survival must be in (0, 1], not 0"),
+        ({"--check-seconds": "-5"}, "--check-seconds must be 0 or more, not -5"),
         ({"--elsewhere": "copy-20-random-s9"}, "--elsewhere: not a run of the queue: copy-20-random-s9"),
     ],
 )
@@ -273,7 +274,7 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys, change, mess
     (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8}, precision="bf16")))
     options = {"--queue": str(ROOT / "grids" / "queue.toml"), "--bench": str(tmp_path / "bench.json")}
     options |= {"--minutes": "20", "--out": str(tmp_path / "session.toml"), "--done": str(tmp_path)}
-    numbers = ("--minutes", "--carry-survival", "--elsewhere")
+    numbers = ("--minutes", "--carry-survival", "--check-seconds", "--elsewhere")
     options |= {key: value if key in numbers else str(tmp_path / value) for key, value in change.items()}
     assert gpu_plan.main([item for pair in options.items() for item in pair]) == 2
     err = capsys.readouterr().err.strip()
