@@ -296,11 +296,40 @@ def test_an_unknown_subcommand_is_a_usage_error():
     assert result.returncode == 2 and result.stderr.startswith("usage: gpu_train.sh start MINUTES")
 
 
-@pytest.mark.parametrize("arguments", [["all"], ["triton", "four"], ["extra", "4"], ["triton", "4", "5"]])
+@pytest.mark.parametrize(
+    "arguments", [["all"], ["triton", "four"], ["extra", "4"], ["triton", "4", "5"], ["acceptance", "-1"]]
+)
 def test_gpu_session_names_its_optional_parts(arguments):
     result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_session.sh"), *arguments], capture_output=True,
                             text=True)  # fmt: skip
-    assert result.returncode == 2 and result.stderr == "usage: gpu_session.sh [extra | triton [MINUTES]]\n"
+    usage = "usage: gpu_session.sh [extra | triton [MINUTES] | acceptance [MINUTES]]\n"
+    assert result.returncode == 2 and result.stderr == usage
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize(("minutes", "expected"), [("1", []), ("1.9", ["pytest"]), ("2.6", ["fp32", "bf16", "pytest"])])
+def test_gpu_session_acceptance_starts_only_what_its_minutes_leave_time_for(tmp_path, minutes, expected):
+    """A fake python3 records its calls and takes no time: a timing call starts only with a minute left per
+    configuration it times (the fp32 call times two), the packed tests with one minute left, 10 s kept for copies;
+    each call's time limit is the seconds left."""
+    log = tmp_path / "calls.txt"
+    fakes = {"python3": f'echo "$@" >> {log}', "timeout": f'echo "limit $1" >> {log}; shift; exec "$@"'}
+    env = {**os.environ, "PATH": _fake_commands(tmp_path, **fakes), "OUT": str(tmp_path / "out")}
+    command = ["bash", str(ROOT / "scripts" / "gpu_session.sh"), "acceptance", minutes]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = [line.split() for line in log.read_text().splitlines() if "import torch" not in line]
+    limits = [int(line[1]) for line in lines if line[0] == "limit"]
+    calls = [line for line in lines if line[0] != "limit"]
+    kinds = [call[call.index("--precision") + 1] if "--precision" in call else "pytest" for call in calls]
+    assert kinds == expected and len(limits) == len(calls)
+    assert all(60 * float(minutes) - 10 - 5 <= limit <= 60 * float(minutes) - 10 for limit in limits)
+    timed = [
+        (call[call.index("--replicates") + 1], call[call.index("--stacking") + 1])
+        for call in calls
+        if "--replicates" in call
+    ]
+    assert timed == [("8", "native-compile-packed,native-compile"), ("64", "native-compile-packed")][: len(timed)]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
