@@ -58,6 +58,14 @@ from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.sweep.done import finished_runs
 from lsa_interp.sweep.grid import Grid, load_grid
 from lsa_interp.sweep.plan import SweepRun, expand
+from lsa_interp.sweep.stackings import (
+    AUTO_STACKINGS,
+    STACKING_RECIPE,
+    gpu_checks,
+    merge_benchmarks,
+    step_ms_at,
+    step_times,
+)
 from lsa_interp.utils import atomic_write
 
 TRAIN_ROWS = 359_804
@@ -111,81 +119,6 @@ class SessionPlan:
             "survival": round(self.survival, 3),
             "runs_left_after": self.remaining - len(self.runs),
         }
-
-
-STACKING_RECIPE: dict[str, dict[str, bool | str]] = {
-    "native": {},
-    "native-compile": {"compile": True},
-    "native-eager": {"cuda_graph": False},
-    "native-triton": {"attention": "triton"},
-    "native-compile-triton": {"compile": True, "attention": "triton"},
-    "native-compile-packed": {"compile": True, "packing": True},
-    "native-compile-triton-packed": {"compile": True, "attention": "triton", "packing": True},
-}
-"""The benchmark's stacking modes that train a grid, and what each adds to the queue's recipe."""
-AUTO_STACKINGS = (
-    "native", "native-compile", "native-triton", "native-compile-triton", "native-compile-packed",
-    "native-compile-triton-packed",
-)  # fmt: skip
-"""What ``stacking="auto"`` chooses from (those the benchmark measured): the one that trains the most runs."""
-
-
-def gpu_checks(stacking: str) -> int:
-    """How many GPU checks `gpu_train.sh` runs on a machine before a stack of ``stacking`` trains there: fresh
-    dropout masks at every replay for a compiled or triton stack, and for a packed one also its losses against
-    the padded stack's (none for the plain stack)."""
-    recipe = STACKING_RECIPE[stacking]
-    replayed = bool(recipe.get("compile")) or recipe.get("attention") == "triton"
-    return int(replayed) + int(bool(recipe.get("packing")))
-
-
-def step_times(bench: dict[str, Any], stacking: str, precision: str) -> dict[int, float]:
-    """Stack size -> milliseconds per step of ``stacking`` at ``precision`` in a ``train_throughput.py --json``
-    document (``{"runs": [{"device": ..., "results": [...]}, ...]}``: its CUDA run where it has one).
-
-    Raises ValueError for another document, or when it measured no such configuration.
-    """
-    table = {
-        int(result["replicates"]): float(result["step_ms"])
-        for result in merge_benchmarks([bench])["runs"][0]["results"]
-        if result.get("stacking") == stacking and result.get("precision") == precision
-    }
-    if not table:
-        raise ValueError(f"the benchmark measured no {stacking} stack at {precision}; run it with those options")
-    return table
-
-
-def merge_benchmarks(documents: list[dict[str, Any]]) -> dict[str, Any]:
-    """One benchmark document with the results of every document's CUDA run (else its first run), in order.
-
-    Raises ValueError for a document that is not a ``train_throughput.py --json`` document.
-    """
-    results = []
-    for document in documents:
-        runs = document.get("runs")
-        if not isinstance(runs, list) or not runs:
-            raise ValueError("not a benchmarks/train_throughput.py --json document: it has no 'runs'")
-        results += next((run for run in runs if run.get("device") == "cuda"), runs[0]).get("results", [])
-    return {"runs": [{"device": "cuda", "results": results}]}
-
-
-def step_ms_at(table: dict[int, float], replicates: int) -> float:
-    """The step time of a stack of ``replicates``: measured, interpolated, or extrapolated linearly."""
-    if replicates in table:
-        return table[replicates]
-    sizes = sorted(table)
-    if len(sizes) == 1:
-        return table[sizes[0]] * max(1.0, replicates / sizes[0])
-    below = [size for size in sizes if size < replicates]
-    above = [size for size in sizes if size > replicates]
-    if below and above:
-        low, high = below[-1], above[0]
-    elif above:
-        low, high = sizes[0], sizes[1]
-    else:
-        low, high = sizes[-2], sizes[-1]
-    slope = (table[high] - table[low]) / (high - low)
-    return max(table[low] + slope * (replicates - low), min(table.values()))
 
 
 def steps_per_epoch(run: SweepRun, grid: Grid, batch_size: int) -> int:

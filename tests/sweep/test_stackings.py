@@ -1,0 +1,61 @@
+"""lsa_interp.sweep.stackings: the stacking modes a GPU session plans with and their measured step times."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from lsa_interp.sweep.stackings import STACKING_RECIPE, gpu_checks, merge_benchmarks, step_ms_at, step_times
+
+
+def test_step_time_is_measured_interpolated_or_extrapolated_from_the_two_largest_sizes():
+    table = {1: 4.0, 8: 6.0, 32: 12.0}
+    assert step_ms_at(table, 8) == 6.0
+    assert step_ms_at(table, 20) == pytest.approx(9.0)
+    assert step_ms_at(table, 4) == pytest.approx(4.0 + 3 * 2 / 7)
+    assert step_ms_at(table, 64) == pytest.approx(20.0)
+    assert step_ms_at({8: 6.0}, 16) == pytest.approx(12.0)
+    assert step_ms_at({8: 6.0}, 2) == 6.0
+
+
+def test_the_planner_reads_the_document_the_benchmark_writes(monkeypatch):
+    """The step times come from the CUDA run of the document `train_throughput.py --json` writes (here with
+    instant stand-in steps), not from its CPU run; anything else is named as the wrong document."""
+    import benchmarks.train_throughput as throughput
+
+    monkeypatch.setattr(throughput, "our_stepper", lambda *args, **options: lambda: None)
+    monkeypatch.setattr(throughput, "stack_stepper", lambda data, device, stacking, r, precision: lambda: 32 * r)
+    args = argparse.Namespace(stacking="native,vmap", precision="fp32", replicates="1,8", steps=1, budget_minutes=5)
+    saved = []
+    cpu = throughput.stacking_matrix(args, "unused", torch.device("cpu"), lambda run: saved.append(json.dumps(run)))
+    first = json.loads(saved[0])  # saved after each configuration: a run cut short keeps what it measured
+    assert step_times({"runs": [first]}, "native", "fp32") == {1: first["results"][0]["step_ms"]}
+    cuda = {**cpu, "device": "cuda", "results": [{**r, "step_ms": 3.0} for r in cpu["results"]]}
+    document = json.loads(json.dumps({"runs": [cpu, cuda]}))
+    assert step_times(document, "native", "fp32") == {1: 3.0, 8: 3.0}
+    assert set(step_times({"runs": [cpu]}, "vmap", "fp32")) == {8}
+    with pytest.raises(ValueError, match="not a benchmarks/train_throughput.py --json document"):
+        step_times({"results": cpu["results"]}, "native", "fp32")
+
+
+def test_a_compiled_or_triton_stack_is_checked_once_on_a_new_gpu_and_a_packed_one_twice():
+    assert {name: gpu_checks(name) for name in STACKING_RECIPE} == {
+        "native": 0, "native-compile": 1, "native-eager": 0, "native-triton": 1, "native-compile-triton": 1,
+        "native-compile-packed": 2, "native-compile-triton-packed": 2,
+    }  # fmt: skip
+
+
+def test_merged_documents_keep_each_ones_cuda_run_in_order():
+    cpu = {"device": "cpu", "results": [{"stacking": "native", "step_ms": 9.0}]}
+    native = {"runs": [cpu, {"device": "cuda", "results": [{"stacking": "native", "step_ms": 1.0}]}]}
+    compiled = {"runs": [{"device": "cuda", "results": [{"stacking": "native-compile", "step_ms": 0.5}]}]}
+    merged = merge_benchmarks([native, compiled])
+    assert merged == {
+        "runs": [{"device": "cuda", "results": [*native["runs"][1]["results"], *compiled["runs"][0]["results"]]}]
+    }
+    assert merge_benchmarks([{"runs": [cpu]}])["runs"][0]["results"] == cpu["results"]
+    with pytest.raises(ValueError, match="it has no 'runs'"):
+        merge_benchmarks([{"runs": []}])
