@@ -37,7 +37,7 @@ The estimate: the stack's longest run (``epochs x`` its steps per epoch, bounded
 ``ceil(rows / batch) + groups``) times the step time at that stack size (interpolated linearly between the
 measured sizes, extrapolated from the two largest beyond them), plus ``--overhead`` for validation, plus a
 fixed start-up time (every session; with ``--check-seconds S``, S more per GPU check that `gpu_train.sh`
-runs on each new machine before a compiled, triton or packed stack trains, `gpu_checks`), plus
+runs on each new machine beside the start-up of a compiled, triton or packed stack, `gpu_checks`), plus
 ``--eval-seconds`` per run for evaluation and the queue's analyses. It prints the plan as JSON. Exit code 2
 with one line when nothing fits or an input is bad.
 """

@@ -6,13 +6,15 @@
 #       which parts are still to come; the last part comes with `start`.
 #   bash scripts/gpu_train.sh start MINUTES [BENCH_JSON]
 #       joins the parts received into runs/carry (exit 2 naming a part that is missing) and continues the
-#       stack that an earlier session left unfinished (as the plain stack where its compiled or triton stack
-#       fails the GPU checks below on this machine); else plans the largest stack of grids/queue.toml's next
-#       unfinished runs (analyses/runs and checkpoints hold the finished ones) that trains, evaluates and analyses in MINUTES, or, when
-#       none does, a stack of at most CARRY_MIB MiB of state that continues over sessions (scripts/gpu_plan.py:
-#       its training stops early by the seconds of the extra pack calls its models or state need);
-#       a compiled stack, or one with the triton attention, only after its GPU test passed here (fresh dropout
-#       masks at every replay; a packed one also its losses equal to the padded stack's; else the plain stack).
+#       stack that an earlier session left unfinished (as the plain stack, from the carried state again, where
+#       its compiled or triton stack fails the GPU checks below on this machine); else plans the largest stack of
+#       grids/queue.toml's next unfinished runs (analyses/runs and checkpoints hold the finished ones) that
+#       trains, evaluates and analyses in MINUTES, or, when none does, a stack of at most CARRY_MIB MiB of state
+#       that continues over sessions (scripts/gpu_plan.py: its training stops early by the seconds of the extra
+#       pack calls its models or state need);
+#       a compiled stack, or one with the triton attention, trains while its GPU test runs here beside its
+#       start-up (fresh dropout masks at every replay; a packed one also its losses equal to the padded stack's),
+#       and is stopped for the plain stack where the test fails.
 #       Trains it detached (it outlives the command while the machine stays warm) until MINUTES are up (saving
 #       the state of a stack that has not finished); a sweep whose stacks all finished early is moved to
 #       runs/done-K and followed by the queue's next stack while FOLLOW_MINUTES are left. Watches to about
@@ -80,8 +82,10 @@ UPLOAD=${UPLOAD:-$WORK/upload}
 # The planner's guess of a session's start-up before the first step (dataset, model, compile and capture).
 STARTUP_SECONDS=${STARTUP_SECONDS:-90}
 # What each GPU check (passes_its_checks) adds to the start-up of a compiled, triton or packed stack on a machine
-# that has not run it yet: 62-92 s of pytest on the H100 for the dropout check, and a few seconds to start it.
-CHECK_SECONDS=${CHECK_SECONDS:-75}
+# that has not run it yet. The checks run beside the sweep's own start-up (dataset, model, compile, capture: about
+# 70 s on the H100), which they once preceded (62-92 s of pytest on the H100 for the dropout check): what is
+# charged is their cost to the sweep sharing the machine with them, not yet measured on a GPU.
+CHECK_SECONDS=${CHECK_SECONDS:-20}
 # After a sweep whose stacks all finished, the driver plans the queue's next stack if this many minutes remain.
 FOLLOW_MINUTES=${FOLLOW_MINUTES:-3}
 SESSION=$WORK/session
@@ -183,35 +187,51 @@ stack_kind() {
   echo "$kind"
 }
 
-# Plan the stack that trains until epoch second $1: compiled, or with the triton attention, only where its
-# check passes on this machine (else the plain stack).
-plan_stack() {
-  plan "$(minutes_until "$1")" "$STACKING" || return 1
-  local kind
-  kind=$(stack_kind "$SESSION/grid.toml")
-  if [[ -n $kind ]] && ! passes_its_checks "$kind"; then
-    echo "the $kind stack failed its check on this GPU ($WORK/preflight-$kind.txt): planning the plain stack"
-    plan "$(minutes_until "$1")" native || return 1
-  fi
-}
-
-# A carried stack trains compiled, or with the triton attention, only where its checks pass on this machine too;
-# else it continues as the plain stack from the same state: its saved configs (each stack's train_config.json,
-# which a resumed stack trains by) and the session's grid lose torch.compile, the triton attention and packing.
-continue_checked() {
-  local kind
-  kind=$(stack_kind "$SESSION/grid.toml")
-  [[ -z $kind ]] && return
-  passes_its_checks "$kind" && return
-  echo "the $kind stack failed its check on this GPU ($WORK/preflight-$kind.txt): continuing it as the plain stack"
-  sed -i -e '/^compile = true$/d' -e '/^attention = "triton"$/d' -e '/^packing = true$/d' "$SESSION/grid.toml"
-  python3 -c 'import json, os, sys
+# The session's stack as the plain stack, after its checks failed: a carried stack ($SESSION/carried) from its
+# carried state again, its saved configs (each stack's train_config.json, which a resumed stack trains by) and the
+# session's grid without torch.compile, the triton attention and packing; else the plain stack planned afresh for
+# the time left until epoch second $1.
+plain_instead() {
+  rm -rf "$SWEEP"
+  if [[ -f $SESSION/carried ]]; then
+    mkdir -p "$SWEEP" && cp -r "$CARRY/grid/." "$SWEEP/" || return 1
+    sed -i -e '/^compile = true$/d' -e '/^attention = "triton"$/d' -e '/^packing = true$/d' "$SESSION/grid.toml"
+    python3 -c 'import json, os, sys
 for path in sys.argv[1:]:
     config = json.load(open(path))
     config.update(compile=False, attention="sdpa", packing=False)
     with open(path + ".part", "w") as part:
         json.dump(config, part, indent=2)
-    os.replace(path + ".part", path)' "$SWEEP"/stacks/*/train_config.json
+    os.replace(path + ".part", path)' "$SWEEP"/stacks/*/train_config.json || return 1
+  else
+    plan "$(minutes_until "$1")" native >/dev/null || return 1
+  fi
+  cp "$SESSION/plan.json" "$SESSION/grid.toml" "$OUT/" 2>/dev/null
+  return 0
+}
+
+# Train the session's grid until epoch second $1. A compiled, triton or packed stack starts at once, its GPU checks
+# running beside its start-up; when they fail, its sweep (a process group of its own) is stopped and the plain
+# stack trains instead (plain_instead). Returns the sweep's status.
+sweep_checked() {
+  local deadline=$1 kind pid
+  kind=$(stack_kind "$SESSION/grid.toml")
+  setsid python3 -m lsa_interp sweep "$SESSION/grid.toml" --out "$SWEEP" \
+    --max-minutes "$(train_minutes "$deadline")" >>"$SESSION/sweep.log" 2>&1 &
+  pid=$!
+  if [[ -n $kind ]] && ! passes_its_checks "$kind"; then
+    kill -KILL -- "-$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    local instead="planning the plain stack"
+    [[ -f $SESSION/carried ]] && instead="continuing it as the plain stack"
+    echo "$(date +%T) the $kind stack failed its check on this GPU ($WORK/preflight-$kind.txt): stopped; $instead"
+    plain_instead "$deadline" || return 1
+    python3 -m lsa_interp sweep "$SESSION/grid.toml" --out "$SWEEP" --max-minutes "$(train_minutes "$deadline")" \
+      >>"$SESSION/sweep.log" 2>&1
+    return
+  fi
+  [[ -n $kind ]] && echo "$(date +%T) the $kind stack passed its check on this GPU"
+  wait "$pid"
 }
 
 # Minutes the session's planned stack may train until epoch second $1: less its plan's stop_early_seconds (the
@@ -225,19 +245,18 @@ print(f"{max(left, 0):.3f}")' "$SESSION/plan.json" "$(minutes_until "$1")"
 
 # The detached driver (`drive DEADLINE WORK`): the session's sweep, training until DEADLINE (epoch seconds);
 # then, while every stack of it finished without an error and FOLLOW_MINUTES remain, the queue's next stack
-# in a new sweep (the finished sweep and its session move to WORK/done-K).
+# in a new sweep (the finished sweep and its session move to WORK/done-K). Each sweep: sweep_checked.
 drive() {
   local deadline=$1 k
   while :; do
-    python3 -m lsa_interp sweep "$SESSION/grid.toml" --out "$SWEEP" --max-minutes "$(train_minutes "$deadline")" \
-      >>"$SESSION/sweep.log" 2>&1 || return
+    sweep_checked "$deadline" || return
     [[ -z $(python3 scripts/pack_results.py unfinished "$SWEEP") ]] || return
     awk -v left="$(minutes_until "$deadline")" -v need="$FOLLOW_MINUTES" 'BEGIN { exit !(left >= need) }' || return
     k=1
     while [[ -e $WORK/done-$k ]]; do k=$((k + 1)); done
     mkdir -p "$WORK/done-$k" && mv "$SWEEP" "$SESSION" "$WORK/done-$k/" && mkdir -p "$SESSION" || return
     echo "$(date +%T) every stack finished, $(minutes_until "$deadline") minutes left: planning the next stack"
-    plan_stack "$deadline" || return
+    plan "$(minutes_until "$deadline")" "$STACKING" || return
   done
 }
 
@@ -297,9 +316,9 @@ start)
     mkdir -p "$SWEEP"
     cp -r "$CARRY/grid/." "$SWEEP/"
     cp -r "$CARRY/session/." "$SESSION/"
-    continue_checked || exit 2
+    touch "$SESSION/carried"
   else
-    plan_stack "$deadline" || exit 2
+    plan "$(minutes_until "$deadline")" "$STACKING" || exit 2
   fi
   launch "$deadline"
   ;;

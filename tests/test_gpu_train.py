@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -57,10 +58,10 @@ def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_th
     path = _fake_commands(tmp_path)
     queue = {"max_steps": 1000, "analyses": ("matching",), "batch_size": 256, "checkpoint_every": 1000}
     write_tiny_grid(tmp_path / "queue.toml", **queue, small=True)  # an epoch of 8 steps, a state at its end
-    # In 10 minutes the compiled stack (0.01 ms a step) would train the three runs left, but its GPU check cannot
-    # pass here, so the plain stack is planned: two runs fit (at most 1,000 steps x 1 ms, 90 s start-up and 30 s
-    # per run: 2.52 minutes), three do not (at 600 ms: 13.5), as long as the check takes under 7 minutes (on
-    # 2026-11-26 it took over 2.5 on a machine running five jobs on two cores, and 5 minutes were too few).
+    # In 10 minutes the compiled stack (0.01 ms a step) trains the three runs left, but its GPU check, running beside
+    # its start-up, cannot pass here, so it is stopped and the plain stack planned: two runs fit (at most 1,000 steps
+    # x 1 ms, 90 s start-up and 30 s per run: 2.52 minutes), three do not (at 600 ms: 13.5), as long as the check
+    # takes under 7 minutes (on 2026-11-26 it took over 2.5 on a machine running five jobs on two cores).
     steps = {("native", 1): 1.0, ("native", 2): 1.0, ("native", 3): 600.0, ("native-compile", 1): 0.01}
     measured = [{"stacking": k, "precision": "fp32", "replicates": r, "step_ms": ms} for (k, r), ms in steps.items()]
     (tmp_path / "bench.json").write_text(json.dumps({"runs": [{"device": "cuda", "results": measured}]}))
@@ -354,16 +355,19 @@ def test_gpu_session_triton_fits_its_benchmarks_into_the_minutes_it_is_given(tmp
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-def test_a_packed_stack_trains_only_after_both_its_gpu_checks_passed(tmp_path):
-    """The planner's fastest stack is the compiled packed one; before training it, gpu_train.sh runs its two GPU
-    checks (fresh dropout masks at every replay; the packed losses equal the padded ones) and, unless both
-    pass, plans the plain stack instead (here too slow for the 7 minutes: exit 2). The packed plan fits them with
-    its two checks' start-up (75 s each). A fake pytest passes the first check only."""
+def test_a_packed_stack_whose_gpu_checks_fail_is_stopped_and_the_plain_stack_planned_instead(tmp_path):
+    """The planner's fastest stack is the compiled packed one; it starts at once while gpu_train.sh runs its two GPU
+    checks beside it (fresh dropout masks at every replay; the packed losses equal the padded ones). A fake pytest
+    passes the first check only, after 5 s, while the packed sweep starts; its process group is then stopped, its
+    directory removed, and the plain stack planned instead (here too slow for the 7 minutes: nothing trains). The
+    packed plan fits the two checks' start-up (20 s each)."""
     calls = tmp_path / "pytest_calls.txt"
     path = _fake_commands(
         tmp_path,
         python3=f"""if [ "$1 $2" = "-m pytest" ]; then
   echo "$@" >> {calls}
+  sleep 5
+  pgrep -f "{tmp_path / "work" / "grid"}" > {tmp_path / "sweep_during_checks.txt"}
   for test in "$@"; do case $test in tests/*) echo "PASSED $test";; esac; done | head -n 1
   exit 0
 fi
@@ -378,14 +382,21 @@ exec {sys.executable} "$@"
         for r in (1, 2, 3)
     ]
     (tmp_path / "bench.json").write_text(json.dumps({"runs": [{"device": "cuda", "results": measured}]}))
-    env = _session_env(tmp_path, path, tmp_path / "none", CARRY_MIB="0")
+    env = _session_env(tmp_path, path, tmp_path / "none", CARRY_MIB="0", WATCH_EVERY="1")
     command = ["bash", str(ROOT / "scripts" / "gpu_train.sh"), "start", "7", str(tmp_path / "bench.json")]
     started = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert started.returncode == 0, started.stderr[-2000:]
     (checks,) = calls.read_text().splitlines()
     assert "fresh_dropout_masks[0.1-compiled-packed]" in checks
     assert "test_a_packed_graph_trains_like_the_padded_one[compiled]" in checks
     assert "the compiled-packed stack failed its check on this GPU" in started.stdout
-    assert started.returncode == 2 and not (tmp_path / "work" / "grid").exists(), started.stderr[-2000:]
+    assert "stopped; planning the plain stack" in started.stdout and "the sweep is not running" in started.stdout
+    assert (tmp_path / "sweep_during_checks.txt").read_text(), "the packed sweep did not start beside its checks"
+    assert "runs finished" not in (tmp_path / "work" / "session" / "sweep.log").read_text()  # stopped, not awaited
+    time.sleep(3)  # a sweep left running would write its directory again
+    assert not (tmp_path / "work" / "grid").exists()
+    running = subprocess.run(["pgrep", "-f", str(tmp_path / "work" / "grid")], capture_output=True, text=True)
+    assert running.stdout == "", "the packed sweep outlived its failed checks"
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
