@@ -219,6 +219,7 @@ sweep_checked() {
   setsid python3 -m lsa_interp sweep "$SESSION/grid.toml" --out "$SWEEP" \
     --max-minutes "$(train_minutes "$deadline")" >>"$SESSION/sweep.log" 2>&1 &
   pid=$!
+  echo "$(date +%T) the ${kind:-plain} stack's sweep started"
   if [[ -n $kind ]] && ! passes_its_checks "$kind"; then
     kill -KILL -- "-$pid" 2>/dev/null
     wait "$pid" 2>/dev/null

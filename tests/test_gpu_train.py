@@ -297,6 +297,44 @@ def test_an_unknown_subcommand_is_a_usage_error():
     assert result.returncode == 2 and result.stderr.startswith("usage: gpu_train.sh start MINUTES")
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_compiled_stack_whose_gpu_check_passes_trains_on_beside_it(tmp_path):
+    """The compiled stack's sweep (a stand-in of 4 s) starts before its GPU check (a fake pytest of 2 s) has passed,
+    is neither stopped nor started again, and the driver reports the check with its time."""
+    calls, sweeps = tmp_path / "pytest_calls.txt", tmp_path / "sweeps.txt"
+    preflight = tmp_path / "work" / "preflight-compiled.txt"
+    path = _fake_commands(
+        tmp_path,
+        python3=f"""case "$1 $2 $3" in
+  "-m pytest "*)
+    echo "$@" >> {calls}; sleep 2
+    for test in "$@"; do case $test in tests/*) echo "PASSED $test";; esac; done; exit 0 ;;
+  "-m lsa_interp sweep")
+    echo "start, checks passed: $(grep -c PASSED {preflight})" >> {sweeps}; sleep 4; echo end >> {sweeps}; exit 0 ;;
+esac
+exec {sys.executable} "$@"
+""",
+    )
+    write_tiny_grid(tmp_path / "queue.toml", max_steps=1000, batch_size=256, checkpoint_every=1000)
+    measured = [
+        {"stacking": k, "precision": "fp32", "replicates": 1, "step_ms": ms}
+        for k, ms in {"native": 600.0, "native-compile": 0.5}.items()
+    ]
+    (tmp_path / "bench.json").write_text(json.dumps({"runs": [{"device": "cuda", "results": measured}]}))
+    env = _session_env(tmp_path, path, tmp_path / "none", WATCH_EVERY="1", FOLLOW_MINUTES="99")
+    command = ["bash", str(ROOT / "scripts" / "gpu_train.sh"), "start", "5", str(tmp_path / "bench.json")]
+    started = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert json.loads((tmp_path / "out" / "plan.json").read_text())["stacking"] == "native-compile"
+    assert len(calls.read_text().splitlines()) == 1
+    assert sweeps.read_text().splitlines() == ["start, checks passed: 0", "end"]
+    drive_log = (tmp_path / "work" / "drive.log").read_text()
+    assert re.search(r"^\d\d:\d\d:\d\d the compiled stack passed its check on this GPU$", drive_log, re.MULTILINE)
+    assert "failed" not in drive_log and re.search(
+        r"^\d\d:\d\d:\d\d the compiled stack.s sweep started$", drive_log, re.M
+    )
+
+
 @pytest.mark.parametrize(
     "arguments", [["all"], ["triton", "four"], ["extra", "4"], ["triton", "4", "5"], ["acceptance", "-1"]]
 )
