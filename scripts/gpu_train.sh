@@ -116,19 +116,31 @@ sys.exit(not any(r.get("stacking") == sys.argv[2] for run in runs for r in run.g
 # Whether this work directory's driver (`drive`: it runs the session's sweeps one after another) is running.
 sweep_running() { pgrep -f "gpu_train.sh drive [0-9]+ $WORK\$" >/dev/null; }
 
+# The driver's lines (drive.log: checks, plans, sweeps started) that no watch has printed yet, this call's or an
+# earlier one's ($WORK/drive.shown counts the lines printed).
+driver_news() {
+  local shown=0 news
+  [[ -f $WORK/drive.shown ]] && shown=$(<"$WORK/drive.shown")
+  news=$(tail -n "+$((shown + 1))" "$WORK/drive.log" 2>/dev/null)
+  [[ -n $news ]] || return 0
+  printf '%s\n' "$news"
+  echo $((shown + $(printf '%s\n' "$news" | wc -l))) >"$WORK/drive.shown"
+}
+
 watch_sweep() {
   local until=$(($(date +%s) + $1))
   while (($(date +%s) < until)); do
     date +%T
+    driver_news
     for metrics in "$SWEEP"/stacks/*/metrics.jsonl; do
       [[ -f $metrics ]] && grep '"type": "step"' "$metrics" | tail -n 1 | python3 -c "$PROGRESS" "$metrics" "$SESSION/plan.json"
     done
     echo "models evaluated: $(find "$SWEEP" "$WORK"/done-* -name evaluation.json 2>/dev/null | wc -l)"
     if ! sweep_running; then
+      driver_news
       echo "the sweep is not running; its log ends:"
-      tail -n 15 "$SESSION/sweep.log"
-      tail -n 5 "$WORK/drive.log"
-      return
+      tail -n 15 "$SESSION/sweep.log" 2>/dev/null
+      return 0
     fi
     sleep "$WATCH_EVERY"
   done
