@@ -22,7 +22,8 @@
 #       BENCH_JSON: the stack step times; default benchmarks/results/stacking-KIND.json (KIND from nvidia-smi:
 #       h100, h200), else runs/gpu-session/stacking.json (scripts/gpu_session.sh), else a 3-minute probe.
 #   bash scripts/gpu_train.sh watch [SECONDS]
-#       prints each stack's last step line every 30 s for SECONDS (default 540) or until the sweep has ended.
+#       prints each stack's last step line and the driver's new lines (checks, plans, sweeps started) every 30 s
+#       for SECONDS (default 540) or until the sweep has ended.
 #   bash scripts/gpu_train.sh pack PART
 #       bundles runs/grid, runs/session and runs/done-* (models, evaluations, metrics, plans, the drive log, the
 #       states of unfinished stacks; no datasets) once, and copies chunk group PART (0: parts 00-03, 1: parts
