@@ -299,7 +299,7 @@ def test_an_unknown_subcommand_is_a_usage_error():
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_a_compiled_stack_whose_gpu_check_passes_trains_on_beside_it(tmp_path):
-    """The compiled stack's sweep (a stand-in of 4 s) starts before its GPU check (a fake pytest of 2 s) has passed,
+    """The compiled stack's sweep (a stand-in of 2 s) starts before its GPU check (a fake pytest of 1 s) has passed,
     is neither stopped nor started again, and the driver reports the check with its time."""
     calls, sweeps = tmp_path / "pytest_calls.txt", tmp_path / "sweeps.txt"
     preflight = tmp_path / "work" / "preflight-compiled.txt"
@@ -307,10 +307,10 @@ def test_a_compiled_stack_whose_gpu_check_passes_trains_on_beside_it(tmp_path):
         tmp_path,
         python3=f"""case "$1 $2 $3" in
   "-m pytest "*)
-    echo "$@" >> {calls}; sleep 2
+    echo "$@" >> {calls}; sleep 1
     for test in "$@"; do case $test in tests/*) echo "PASSED $test";; esac; done; exit 0 ;;
   "-m lsa_interp sweep")
-    echo "start, checks passed: $(grep -c PASSED {preflight})" >> {sweeps}; sleep 4; echo end >> {sweeps}; exit 0 ;;
+    echo "start, checks passed: $(grep -c PASSED {preflight})" >> {sweeps}; sleep 2; echo end >> {sweeps}; exit 0 ;;
 esac
 exec {sys.executable} "$@"
 """,
@@ -402,7 +402,7 @@ def test_gpu_session_triton_fits_its_benchmarks_into_the_minutes_it_is_given(tmp
 def test_a_packed_stack_whose_gpu_checks_fail_is_stopped_and_the_plain_stack_planned_instead(tmp_path):
     """The planner's fastest stack is the compiled packed one; it starts at once while gpu_train.sh runs its two GPU
     checks beside it (fresh dropout masks at every replay; the packed losses equal the padded ones). A fake pytest
-    passes the first check only, after 5 s, while the packed sweep starts; its process group is then stopped, its
+    passes the first check only, after 2 s, while the packed sweep starts; its process group is then stopped, its
     directory removed, and the plain stack planned instead (here too slow for the 7 minutes: nothing trains). The
     packed plan fits the two checks' start-up (20 s each)."""
     calls = tmp_path / "pytest_calls.txt"
@@ -410,7 +410,7 @@ def test_a_packed_stack_whose_gpu_checks_fail_is_stopped_and_the_plain_stack_pla
         tmp_path,
         python3=f"""if [ "$1 $2" = "-m pytest" ]; then
   echo "$@" >> {calls}
-  sleep 5
+  sleep 2
   pgrep -f "{tmp_path / "work" / "grid"}" > {tmp_path / "sweep_during_checks.txt"}
   for test in "$@"; do case $test in tests/*) echo "PASSED $test";; esac; done | head -n 1
   exit 0
@@ -437,7 +437,7 @@ exec {sys.executable} "$@"
     assert "stopped; planning the plain stack" in started.stdout and "the sweep is not running" in started.stdout
     assert (tmp_path / "sweep_during_checks.txt").read_text(), "the packed sweep did not start beside its checks"
     assert "runs finished" not in (tmp_path / "work" / "session" / "sweep.log").read_text()  # stopped, not awaited
-    time.sleep(3)  # a sweep left running would write its directory again
+    time.sleep(1)  # a sweep left running would write its directory again
     assert not (tmp_path / "work" / "grid").exists()
     running = subprocess.run(["pgrep", "-f", str(tmp_path / "work" / "grid")], capture_output=True, text=True)
     assert running.stdout == "", "the packed sweep outlived its failed checks"
