@@ -23,9 +23,9 @@ AUTO_STACKINGS = (
 
 
 def gpu_checks(stacking: str) -> int:
-    """How many GPU checks `gpu_train.sh` runs on a machine before a stack of ``stacking`` trains there: fresh
-    dropout masks at every replay for a compiled or triton stack, and for a packed one also its losses against
-    the padded stack's (none for the plain stack)."""
+    """How many GPU checks `gpu_train.sh` runs on a new machine beside the start-up of a stack of ``stacking``:
+    fresh dropout masks at every replay for a compiled or triton stack, and for a packed one also its losses
+    against the padded stack's (none for the plain stack)."""
     recipe = STACKING_RECIPE[stacking]
     replayed = bool(recipe.get("compile")) or recipe.get("attention") == "triton"
     return int(replayed) + int(bool(recipe.get("packing")))
