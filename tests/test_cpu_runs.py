@@ -23,7 +23,7 @@ def _stub_lsa(bin_dir: Path, calls: Path) -> Path:
 
 def _repo(tmp_path: Path, replicates: tuple[str, ...] = ()) -> Path:
     """A checkout with the script, the queue and two shipped models that the queue counts as done (copy-20: its
-    copy-20-random-s0; replicates/copy-200-s0: its copy-200-alphabet-s0), plus empty replicates by name."""
+    copy-20-random-s0; copy-200: its copy-200-alphabet-s0), plus empty replicates by name."""
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     (repo / "grids").mkdir()
@@ -31,7 +31,7 @@ def _repo(tmp_path: Path, replicates: tuple[str, ...] = ()) -> Path:
     (repo / "checkpoints" / "replicates").mkdir(parents=True)
     (repo / "scripts" / "cpu_runs.sh").write_text(SCRIPT.read_text())
     (repo / "grids" / "queue.toml").write_text((ROOT / "grids" / "queue.toml").read_text())
-    for shipped in ("copy-20", "replicates/copy-200-s0"):
+    for shipped in ("copy-20", "copy-200"):
         (repo / "checkpoints" / shipped).symlink_to(ROOT / "checkpoints" / shipped)
     for name in replicates:
         (repo / "checkpoints" / "replicates" / name).mkdir()

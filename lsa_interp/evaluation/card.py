@@ -67,7 +67,7 @@ def card_header(
 ) -> str:
     """The card's first part: provenance and recipe from the model's metadata, how it is stored and, with
     ``fit``, its training fit; ``reused``: the evaluation is the one made at the end of training (of the fp32
-    weights)."""
+    weights, by a sweep or by ``lsa-interp evaluate`` of the run's model)."""
     meta = model.metadata
     recipe = meta.get("train_config", {})
     epochs = meta.get("epochs_completed")
@@ -93,7 +93,7 @@ def card_header(
             else ""
         ),
         *_fit_line(fit),
-        f"- evaluated at the end of training, on its hardware, in fp32 (the sweep's `evaluation.json` and "
+        f"- evaluated at the end of training, on its hardware, in fp32 (the run's `evaluation.json` and "
         f"`fit.json`{'; the stored weights change the val answers counted above' if 'check' in storage else ''}); "
         f"`lsa-interp evaluate --model {name}` evaluates it again"
         if reused

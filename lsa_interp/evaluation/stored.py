@@ -88,7 +88,7 @@ def read_fit(path: str | os.PathLike) -> FitResult:
 
 def shipped_evaluation(name_or_path: str | os.PathLike) -> EvaluationResult:
     """The full-split evaluation on a shipped checkpoint's card, by name (``copy-200``,
-    ``replicates/copy-200-s0``) or checkpoint directory: its ``evaluation.json``. Raises FileNotFoundError
+    ``replicates/copy-20-s1-bf16``) or checkpoint directory: its ``evaluation.json``. Raises FileNotFoundError
     (listing the shipped names) when there is none, ValueError when it lacks a field."""
     directory = Path(name_or_path)
     if not directory.is_dir():

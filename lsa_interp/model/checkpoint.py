@@ -178,7 +178,7 @@ def _resolve(name_or_path: str | Path) -> Path:
 
 
 def checkpoint_name(name_or_path: str | Path) -> str | None:
-    """The shipped name (``copy-200``, ``replicates/copy-200-s0``) of a checkpoint given by name or by its
+    """The shipped name (``copy-200``, ``replicates/copy-20-s1-bf16``) of a checkpoint given by name or by its
     directory under ``checkpoints/``; None for anything else (a run, a reference ``.pt``, a directory elsewhere)."""
     try:
         path = _resolve(name_or_path).resolve()
@@ -191,7 +191,7 @@ def checkpoint_name(name_or_path: str | Path) -> str | None:
 
 
 def load_model(name_or_path: str | Path, device: torch.device | str = "cpu") -> HookedEncoderDecoder:
-    """Load a model (eval mode) from a shipped name (``copy-200``, ``replicates/copy-200-s0``), one of our
+    """Load a model (eval mode) from a shipped name (``copy-200``, ``replicates/copy-20-s1-bf16``), one of our
     checkpoint directories, or a reference ``.pt``.
 
     The format is detected: a directory (or its ``config.json``/``model.safetensors``) is ours, any other

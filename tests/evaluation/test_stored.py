@@ -56,9 +56,9 @@ def test_a_fit_without_its_permutation_levels_names_them():
 
 def test_a_shipped_evaluation_is_found_by_name_or_directory_and_a_missing_one_lists_the_names(tmp_path):
     assert shipped_evaluation("copy-20") == read_evaluation(SHIPPED / "evaluation.json")
-    replicate = SHIPPED.parent / "replicates" / "copy-200-s0"
-    assert shipped_evaluation("replicates/copy-200-s0") == shipped_evaluation(replicate)
-    assert shipped_evaluation(replicate).model == "replicates/copy-200-s0"
+    replicate = SHIPPED.parent / "replicates" / "copy-20-s1-bf16"
+    assert shipped_evaluation("replicates/copy-20-s1-bf16") == shipped_evaluation(replicate)
+    assert shipped_evaluation(replicate).model == "replicates/copy-20-s1-bf16"
     with pytest.raises(FileNotFoundError, match=r"at .*copy-2000.*shipped checkpoints: copy-20, copy-200"):
         shipped_evaluation("copy-2000")
     with pytest.raises(FileNotFoundError, match="no evaluation at"):

@@ -98,5 +98,6 @@ def test_the_shipped_cpu_runs_stand_for_the_queues_runs_and_the_bucketed_gpu_run
     root = Path(__file__).parents[2]
     queue = load_grid(root / "grids" / "queue.toml")
     assert {"copy-20-random-s0", "copy-200-alphabet-s0"} <= finished_runs([root / "checkpoints"], queue)
-    assert grid_run_name(read_metadata(root / "checkpoints" / "replicates" / "copy-200-s0"), queue) is not None
-    assert grid_run_name(read_metadata(root / "checkpoints" / "copy-200"), queue) is None  # length-bucketed
+    assert grid_run_name(read_metadata(root / "checkpoints" / "copy-200"), queue) == "copy-200-alphabet-s0"
+    bucketed = root / "analyses" / "runs" / "h100-copy-200-alphabet-bucketed"  # shipped as copy-200 until 2026-11-27
+    assert grid_run_name(read_metadata(bucketed), queue) is None
