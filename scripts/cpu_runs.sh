@@ -50,15 +50,27 @@ print("\n".join(sorted(finished_runs(["analyses/runs", "checkpoints"], load_grid
 shipped() {
   grep -qxF "$1" <<< "$SHIPPED" || [ -f "checkpoints/replicates/$1/model.safetensors" ]
 }
-# The queue's runs (our hooked model) training here now, which a GPU session leaves to this CPU (ELSEWHERE).
+# The queue's runs (our hooked model) training here now that a GPU session leaves to this CPU (ELSEWHERE): those
+# past $LSA_CPU_LEAVE_EPOCHS (default 10) of their 20 epochs. A run needs about 18 hours of one core, a dozen
+# sessions on a machine that is kept; this machine was replaced three times before a run finished (nocopy-20 at
+# 2.16, 10.5 and 13.4 epochs; docs/results.md), so a run with further to go is left to the GPU queue too. Once a
+# GPU session's record of it is committed, it counts as shipped here and this CPU stops training it.
+LEAVE_EPOCHS=${LSA_CPU_LEAVE_EPOCHS:-10}
 TRAINING=()
+leave_to_cpu() {
+  local epoch=""
+  if [ -f "$2/metrics.jsonl" ]; then
+    epoch=$( (grep -F '"type": "epoch"' "$2/metrics.jsonl" || true) | tail -n 1 | sed -nE 's/.*"epoch": ([0-9]+)[,}].*/\1/p')
+  fi
+  if [ -n "$epoch" ] && [ "$epoch" -ge "$LEAVE_EPOCHS" ]; then TRAINING+=("$1"); fi
+}
 run() {
   local name=$1 preset=$2 batching=$3 seed=${4:-0} architecture=${5:-hooked} out=$RUNS/$1 args
   if shipped "$name"; then echo "$name: shipped"; return; fi
   if [ -f "$out/model/model.safetensors" ]; then echo "$name: finished"; return; fi
   if pgrep -f "lsa-interp train .*$out( |$)" > /dev/null; then
     echo "$name: running$(progress "$out")"
-    [ "$architecture" = hooked ] && TRAINING+=("$name")
+    [ "$architecture" = hooked ] && leave_to_cpu "$name" "$out"
     return 0
   fi
   if [ "$(pgrep -fc "lsa-interp train .*$RUNS/")" -ge "$SLOTS" ]; then echo "$name: waiting for a core"; return; fi
@@ -72,7 +84,7 @@ run() {
   OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 setsid nohup nice -n 19 "$LSA" train "${args[@]}" \
     >> "$RUNS/$name.log" 2>&1 < /dev/null &
   echo "$name: started (pid $!)"
-  [ "$architecture" = hooked ] && TRAINING+=("$name")
+  [ "$architecture" = hooked ] && leave_to_cpu "$name" "$out"
   return 0
 }
 run copy-200-alphabet-s0 copy-200 alphabet
@@ -84,4 +96,6 @@ run copy-200-alphabet-s2 copy-200 alphabet 2
 run copy-200-alphabet-reference-s1 copy-200 alphabet 1 reference
 if [ ${#TRAINING[@]} -gt 0 ]; then
   echo "a GPU session leaves these to this CPU: ELSEWHERE=\"${TRAINING[*]}\" bash scripts/gpu_train.sh start MINUTES"
+else
+  echo "no run here is past epoch $LEAVE_EPOCHS: a GPU session leaves none to this CPU (no ELSEWHERE)"
 fi

@@ -89,9 +89,24 @@ def test_a_run_shipped_under_replicates_by_its_name_is_not_trained_again(tmp_pat
     assert "nocopy-20-random-s0: started" in out and "copy-20-random-s1: started" in out
 
 
-def test_the_queue_runs_training_here_are_named_for_a_gpu_session_and_a_running_reference_run_is_not(tmp_path):
+def _epochs_logged(run: Path, epochs: int) -> None:
+    """A run directory whose metrics.jsonl has, for each of ``epochs`` epochs, a step record and the epoch's."""
+    run.mkdir(parents=True)
+    lines = []
+    for e in range(1, epochs + 1):
+        lines.append(f'{{"type": "step", "step": {100 * e}, "epoch": {e - 0.5}, "train_loss": 1.0}}')
+        lines.append(f'{{"type": "epoch", "step": {100 * e}, "epoch": {e}, "val_acc": 0.5}}')
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_the_queue_runs_past_half_their_epochs_are_named_for_a_gpu_session_and_a_running_reference_run_is_not(
+    tmp_path,
+):
     runs = tmp_path / "runs"
-    runs.mkdir()
+    _epochs_logged(runs / "nocopy-20-random-s0", 13)
+    _epochs_logged(runs / "copy-20-random-s1", 10)
+    _epochs_logged(runs / "copy-20-random-s2", 9)
+    _epochs_logged(runs / "copy-200-alphabet-reference-s1", 15)
     reference = f"lsa-interp train --resume {runs / 'copy-200-alphabet-reference-s1'}"
     running = subprocess.Popen([reference, "60"], executable="/bin/sleep")  # its command line, as pgrep sees it
     try:
@@ -99,7 +114,12 @@ def test_the_queue_runs_training_here_are_named_for_a_gpu_session_and_a_running_
     finally:
         running.kill()
     assert "copy-200-alphabet-reference-s1: running" in out
-    hooked = ["nocopy-20-random-s0", *(f"copy-20-random-s{seed}" for seed in range(1, 5))]
-    hooked += ["copy-200-alphabet-s1", "copy-200-alphabet-s2"]
-    elsewhere = f'ELSEWHERE="{" ".join(hooked)}" bash scripts/gpu_train.sh start MINUTES'
+    elsewhere = 'ELSEWHERE="nocopy-20-random-s0 copy-20-random-s1" bash scripts/gpu_train.sh start MINUTES'
     assert out.splitlines()[-1] == f"a GPU session leaves these to this CPU: {elsewhere}"
+
+
+def test_a_machine_whose_runs_are_all_young_leaves_none_of_them_to_itself(tmp_path):
+    _epochs_logged(tmp_path / "runs" / "nocopy-20-random-s0", 9)
+    out = _run(tmp_path, tmp_path / "calls.txt")
+    assert "nocopy-20-random-s0: started" in out and "ELSEWHERE=" not in out
+    assert out.splitlines()[-1].startswith("no run here is past epoch 10: a GPU session leaves none to this CPU")

@@ -257,7 +257,8 @@ def test_the_queue_starts_with_the_precision_check_and_covers_the_paper_grid():
     ]
     paper = {(r.dataset, r.batching, r.seed) for r in expand(load_grid(ROOT / "grids" / "paper.toml"))}
     assert {(r.dataset, r.batching, r.seed) for r in runs} == paper
-    assert runs[10].name == "copy-200-alphabet-s0" and runs[-1].name == "copy-20-5shot-alphabet-s4"
+    assert runs[10].name == "nocopy-20-random-s0" and runs[11].name == "copy-200-alphabet-s0"
+    assert runs[-1].name == "copy-20-5shot-alphabet-s4"
 
 
 def test_the_next_h100_session_finishes_two_bf16_runs_of_the_precision_check_from_the_committed_step_times():
