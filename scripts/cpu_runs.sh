@@ -11,12 +11,11 @@
 # Runs: NAME PRESET BATCHING [SEED [ARCHITECTURE]] (default seed 0 and our hooked model; the reference's
 # batches in 4 micro-batches, 5,000 val rows per epoch). At most $LSA_CPU_SLOTS run at once (default: the
 # number of cores); a run past them waits for a later call, after an earlier run has finished. The order: the
-# seed-0 runs issue 14 ships (copy-200 alphabet, copy-20 and nocopy-20 random); then the fp32 half of the
-# queue's precision check, copy-20 random seeds 1-4, the runs a GPU session cannot finish (an fp32 run takes
-# two, and its state must survive the wait between them; the GPU trains the bf16 half, two runs a session);
-# then seeds 1 and 2 of copy-200 alphabet; last copy-200 alphabet seed 1 on a plain nn.Transformer
-# (--architecture reference), issue 14's check of the loop beside a cell below the paper's interval, which a
-# GPU session can also run beside its stack (scripts/README.md). A finished run, shipped under
+# seed-0 runs issue 14 ships (copy-200 alphabet, copy-20 and nocopy-20 random); then copy-200 alphabet seed 1 on
+# a plain nn.Transformer (--architecture reference), issue 14's check of the loop beside a cell below the paper's
+# interval, which the GPU queue does not hold (a GPU session can run it beside its stack, scripts/README.md);
+# then the fp32 half of the queue's precision check, copy-20 random seeds 1-4, which the GPU queue trains next
+# as well (an fp32 run there takes two sessions); then seeds 1 and 2 of copy-200 alphabet. A finished run, shipped under
 # checkpoints/replicates/ or recorded under analyses/runs/, counts as done for the GPU planner
 # (lsa_interp/sweep/done.py).
 set -euo pipefail
@@ -90,10 +89,10 @@ run() {
 run copy-200-alphabet-s0 copy-200 alphabet
 run copy-20-random-s0 copy-20 random
 run nocopy-20-random-s0 nocopy-20 random
+run copy-200-alphabet-reference-s1 copy-200 alphabet 1 reference
 for seed in 1 2 3 4; do run "copy-20-random-s$seed" copy-20 random "$seed"; done
 run copy-200-alphabet-s1 copy-200 alphabet 1
 run copy-200-alphabet-s2 copy-200 alphabet 2
-run copy-200-alphabet-reference-s1 copy-200 alphabet 1 reference
 if [ ${#TRAINING[@]} -gt 0 ]; then
   echo "a GPU session leaves these to this CPU: ELSEWHERE=\"${TRAINING[*]}\" bash scripts/gpu_train.sh start MINUTES"
 else
