@@ -15,8 +15,8 @@
 # a plain nn.Transformer (--architecture reference), issue 14's check of the loop beside a cell below the paper's
 # interval, which the GPU queue does not hold (a GPU session can run it beside its stack, scripts/README.md);
 # then the fp32 half of the queue's precision check, copy-20 random seeds 1-4, which the GPU queue trains next
-# as well (an fp32 run there takes two sessions); then seeds 1 and 2 of copy-200 alphabet. A finished run, shipped under
-# checkpoints/replicates/ or recorded under analyses/runs/, counts as done for the GPU planner
+# as well (an fp32 run there takes two sessions); then seeds 1 and 2 of copy-200 alphabet. A finished run,
+# shipped under checkpoints/replicates/ or recorded under analyses/runs/, counts as done for the GPU planner
 # (lsa_interp/sweep/done.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,7 +53,7 @@ shipped() {
 # past $LSA_CPU_LEAVE_EPOCHS (default 10) of their 20 epochs. A run needs about 18 hours of one core, a dozen
 # sessions on a machine that is kept; this machine was replaced three times before a run finished (nocopy-20 at
 # 2.16, 10.5 and 13.4 epochs; docs/results.md), so a run with further to go is left to the GPU queue too. Once a
-# GPU session's record of it is committed, it counts as shipped here and this CPU stops training it.
+# GPU session's record of it is committed, it counts as shipped here and this script no longer resumes it.
 LEAVE_EPOCHS=${LSA_CPU_LEAVE_EPOCHS:-10}
 TRAINING=()
 leave_to_cpu() {
