@@ -59,7 +59,8 @@ TRAINING=()
 leave_to_cpu() {
   local epoch=""
   if [ -f "$2/metrics.jsonl" ]; then
-    epoch=$( (grep -F '"type": "epoch"' "$2/metrics.jsonl" || true) | tail -n 1 | sed -nE 's/.*"epoch": ([0-9]+)[,}].*/\1/p')
+    epoch=$( (grep -F '"type": "epoch"' "$2/metrics.jsonl" || true) | tail -n 1 |
+      sed -nE 's/.*"epoch": ([0-9]+)[,}].*/\1/p')
   fi
   if [ -n "$epoch" ] && [ "$epoch" -ge "$LEAVE_EPOCHS" ]; then TRAINING+=("$1"); fi
 }
