@@ -25,18 +25,22 @@ LSA=${LSA:-$PWD/.venv/bin/lsa-interp}
 [ -x "$LSA" ] || { echo "cpu_runs.sh: $LSA is missing: run 'make install' first" >&2; exit 2; }
 SLOTS=${LSA_CPU_SLOTS:-$(nproc)}
 mkdir -p "$RUNS"
-# Where a run stands: its last logged step and epoch and its last epoch's seen-transformation val accuracy.
-progress() {
-  tail -n 400 "$1/metrics.jsonl" 2>/dev/null | "${LSA%/lsa-interp}/python" -c '
+# Where a run stands, from the last records of its metrics.jsonl: its last finished epoch (0 before the first),
+# a tab, then its last logged step and epoch and its last epoch's seen-transformation val accuracy (nothing
+# before its first logged step).
+run_state() {
+  { tail -n 400 "$1/metrics.jsonl" 2>/dev/null || true; } | "${LSA%/lsa-interp}/python" -c '
 import json, sys
 records = [json.loads(line) for line in sys.stdin if line.strip()]
 step = next((r for r in reversed(records) if r.get("type") == "step"), None)
 epoch = next((r for r in reversed(records) if r.get("type") == "epoch"), None)
+text = ""
 if step:
-    print(" (step %d, epoch %.2f" % (step["step"], step["epoch"]), end="")
-    seen = epoch["val_acc_seen_transformations"] if epoch else None
-    print("; after epoch %d: %.1f%% seen-transformation val)" % (epoch["epoch"], 100 * seen) if epoch else ")")
-' 2>/dev/null
+    text = " (step %d, epoch %.2f" % (step["step"], step["epoch"])
+    seen = epoch.get("val_acc_seen_transformations") if epoch else None
+    text += "; after epoch %d: %.1f%% seen-transformation val)" % (epoch["epoch"], 100 * seen) if seen is not None else ")"
+print(epoch["epoch"] if epoch else 0, text, sep="\t")
+' 2>/dev/null || printf '0\t\n'
 }
 # Runs that are shipped already: those the queue counts as done (lsa_interp/sweep/done.py: a checkpoint or a
 # committed run record with the queue's recipe) and any under checkpoints/replicates/ by the same name. A machine
@@ -56,21 +60,17 @@ shipped() {
 # GPU session's record of it is committed, it counts as shipped here and this script no longer resumes it.
 LEAVE_EPOCHS=${LSA_CPU_LEAVE_EPOCHS:-10}
 TRAINING=()
-leave_to_cpu() {
-  local epoch=""
-  if [ -f "$2/metrics.jsonl" ]; then
-    epoch=$( (grep -F '"type": "epoch"' "$2/metrics.jsonl" || true) | tail -n 1 |
-      sed -nE 's/.*"epoch": ([0-9]+)[,}].*/\1/p')
-  fi
-  if [ -n "$epoch" ] && [ "$epoch" -ge "$LEAVE_EPOCHS" ]; then TRAINING+=("$1"); fi
+leave_to_cpu() {  # NAME STATE (run_state's line)
+  if [ "${2%%$'\t'*}" -ge "$LEAVE_EPOCHS" ]; then TRAINING+=("$1"); fi
 }
 run() {
-  local name=$1 preset=$2 batching=$3 seed=${4:-0} architecture=${5:-hooked} out=$RUNS/$1 args
+  local name=$1 preset=$2 batching=$3 seed=${4:-0} architecture=${5:-hooked} out=$RUNS/$1 args state
   if shipped "$name"; then echo "$name: shipped"; return; fi
   if [ -f "$out/model/model.safetensors" ]; then echo "$name: finished"; return; fi
   if pgrep -f "lsa-interp train .*$out( |$)" > /dev/null; then
-    echo "$name: running$(progress "$out")"
-    [ "$architecture" = hooked ] && leave_to_cpu "$name" "$out"
+    state=$(run_state "$out")
+    echo "$name: running${state#*$'\t'}"
+    [ "$architecture" = hooked ] && leave_to_cpu "$name" "$state"
     return 0
   fi
   if [ "$(pgrep -fc "lsa-interp train .*$RUNS/")" -ge "$SLOTS" ]; then echo "$name: waiting for a core"; return; fi
@@ -84,7 +84,7 @@ run() {
   OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 setsid nohup nice -n 19 "$LSA" train "${args[@]}" \
     >> "$RUNS/$name.log" 2>&1 < /dev/null &
   echo "$name: started (pid $!)"
-  [ "$architecture" = hooked ] && leave_to_cpu "$name" "$out"
+  [ "$architecture" = hooked ] && leave_to_cpu "$name" "$(run_state "$out")"
   return 0
 }
 run copy-200-alphabet-s0 copy-200 alphabet
