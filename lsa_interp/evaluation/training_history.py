@@ -3,8 +3,9 @@
 A run directory of `lsa_interp.training` (one model, or a stack of replicates) logs one ``epoch`` record
 per model and epoch: validation loss and accuracy (overall, copy / non-copy, seen / new transformations,
 per transformation), its best matching-head score, the share of each rule family's rows answered with a sibling
-rule's answer and, for stacks, the replicate's run name. This module
-flattens them into one table: one row per (run, epoch).
+rule's answer and, for stacks, the replicate's run name. Between them, ``step`` records log the mean training loss
+of each 100-step window (a stack: ``train_loss_by_replicate``). This module flattens them into one table: one row
+per (run, epoch), with the epoch's mean training loss.
 """
 
 from __future__ import annotations
@@ -31,29 +32,55 @@ def _replicate_labels(config: dict[str, Any]) -> list[tuple[str, str | None, str
     return [(f"{preset or 'data'}-{batching}-s{seed + i}", preset, batching) for i in range(replicates)]
 
 
+def _window_losses(records: list[dict[str, Any]], replicates: int) -> list[dict[int, float]]:
+    """Per replicate, the logged training loss of each step window by its last step. A step logged twice (a run
+    resumed from a state before it) keeps its last record, the one the run went on from."""
+    losses: list[dict[int, float]] = [{} for _ in range(replicates)]
+    for record in records:
+        if record.get("type") != "step" or "train_loss" not in record:
+            continue
+        by_replicate = record.get("train_loss_by_replicate", [record["train_loss"]])
+        for index, loss in enumerate(by_replicate[:replicates]):
+            if loss is not None:
+                losses[index][record["step"]] = loss
+    return losses
+
+
+def _epoch_train_loss(windows: dict[int, float], after: int, upto: int) -> float:
+    """The mean loss of the windows that end in steps ``after + 1 .. upto`` (NaN when none was logged)."""
+    inside = [loss for step, loss in windows.items() if after < step <= upto]
+    return sum(inside) / len(inside) if inside else float("nan")
+
+
 def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
     """One row per (model, epoch) of one run directory: ``run``, ``preset``, ``batching``, ``precision`` (the
     training precision of the run or stack), ``epoch``, ``step``,
-    every scalar of the epoch record, ``acc_<rule>`` per transformation and ``sibling_<family>`` per rule family
-    (records written since the rule-family analysis). Raises FileNotFoundError when
-    ``run_dir`` is not a training run."""
+    every scalar of the epoch record, ``acc_<rule>`` per transformation, ``sibling_<family>`` per rule family
+    (records written since the rule-family analysis) and ``train_loss``: the mean of the model's logged window
+    losses whose windows end in the epoch (after the step of the model's previous epoch, up to this one's; NaN
+    where none was logged, or the epoch record has no step). Raises FileNotFoundError when ``run_dir`` is not a
+    training run."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{run_dir} is not a training run (no {CONFIG_FILE})")
     config = json.loads((run_dir / CONFIG_FILE).read_text())
     labels, precision = _replicate_labels(config), config.get("precision", "fp32")
     metrics = run_dir / METRICS_FILE
-    lines = metrics.read_text().splitlines() if metrics.is_file() else []
+    records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+    epochs = [record for record in records if record.get("type") == "epoch"]
+    windows = _window_losses(records, max([len(labels)] + [r.get("replicate", 0) + 1 for r in epochs]))
+    ends: dict[int, set[int]] = {}
+    for record in epochs:
+        ends.setdefault(record.get("replicate", 0), set()).add(record.get("step", 0))
     rows = []
-    for line in lines:
-        record = json.loads(line)
-        if record.get("type") != "epoch":
-            continue
+    for record in epochs:
         index = record.get("replicate", 0)
         name, preset, batching = labels[index] if index < len(labels) else (f"replicate-{index}", None, None)
         row = {"run": record.get("run", name), "preset": preset, "batching": batching, "precision": precision}
         row["replicate"] = index
         row.update({k: v for k, v in record.items() if not isinstance(v, dict) and k not in ("type", "run")})
+        end = record.get("step", 0)
+        row["train_loss"] = _epoch_train_loss(windows[index], max((s for s in ends[index] if s < end), default=0), end)
         row.update({f"acc_{rule}": value for rule, value in record.get("val_acc_by_transformation", {}).items()})
         row.update({f"sibling_{family}": v for family, v in record.get("val_sibling_by_family", {}).items()})
         rows.append(row)

@@ -108,9 +108,10 @@ _PRECISION_COLOURS = {"fp32": "#2ca02c", "tf32": "#9467bd", "bf16": "#d62728"}
 
 
 def precision_curves_figure(history: pd.DataFrame) -> go.Figure | None:
-    """Seen-transformation validation accuracy per epoch of each condition (preset / batching) trained in more than
-    one precision, one panel per condition: one thin line per run and a thick mean per precision, up to the last
-    epoch all its runs reached (the precision check of the paper's grid). None when no condition has runs in two
+    """Per epoch, the seen-transformation validation accuracy and (where the histories have it) the mean training
+    loss of each condition (preset / batching) trained in more than one precision, one row of panels per
+    condition: one thin line per run and a thick mean per precision, up to the last epoch all its runs reached (the
+    precision check of the paper's grid; the loss on a log axis). None when no condition has runs in two
     precisions."""
     needed = {"precision", "val_acc_seen_transformations"}
     if history.empty or not needed <= set(history):
@@ -119,28 +120,38 @@ def precision_curves_figure(history: pd.DataFrame) -> go.Figure | None:
     mixed = [name for name, runs in frame.groupby("condition", sort=True) if runs["precision"].nunique() > 1]
     if not mixed:
         return None
-    fig = make_subplots(rows=len(mixed), cols=1, shared_xaxes=True, subplot_titles=mixed, vertical_spacing=0.08)
+    panels = [("val_acc_seen_transformations", 100.0, "accuracy (%)", "seen-transformation validation accuracy")]
+    if "train_loss" in frame and frame["train_loss"].notna().any():
+        panels.append(("train_loss", 1.0, "training loss", "training loss, mean of the epoch"))
+    titles = [f"{condition}: {title}" for condition in mixed for *_, title in panels]
+    fig = make_subplots(
+        rows=len(mixed), cols=len(panels), shared_xaxes=True, subplot_titles=titles, vertical_spacing=0.08
+    )
     for row, condition in enumerate(mixed, start=1):
         for precision, runs in frame[frame["condition"] == condition].groupby("precision", sort=True):
             colour = _PRECISION_COLOURS.get(str(precision), "#7f7f7f")
-            for run, curve in runs.groupby("run", sort=True):
-                curve = curve.sort_values("epoch")
+            for col, (column, scale, *_) in enumerate(panels, start=1):
+                for run, curve in runs.dropna(subset=[column]).groupby("run", sort=True):
+                    curve = curve.sort_values("epoch")
+                    fig.add_scatter(
+                        x=curve["epoch"], y=curve[column] * scale, mode="lines", name=str(run),
+                        line={"color": colour, "width": 1}, opacity=0.4, legendgroup=str(precision),
+                        showlegend=False, row=row, col=col,
+                    )  # fmt: skip
+                if runs[column].isna().all():
+                    continue
+                mean = _mean_over_shared_epochs(runs, column) * scale
                 fig.add_scatter(
-                    x=curve["epoch"], y=curve["val_acc_seen_transformations"] * 100, mode="lines", name=str(run),
-                    line={"color": colour, "width": 1}, opacity=0.4, legendgroup=str(precision), showlegend=False,
-                    row=row, col=1,
+                    x=mean.index, y=mean.values, mode="lines+markers",
+                    name=f"{precision} (mean of {runs.dropna(subset=[column])['run'].nunique()})",
+                    line={"color": colour, "width": 3}, legendgroup=str(precision),
+                    showlegend=row == 1 and col == 1, row=row, col=col,
                 )  # fmt: skip
-            mean = _mean_over_shared_epochs(runs, "val_acc_seen_transformations") * 100
-            label = f"{precision} (mean of {runs['run'].nunique()})"
-            fig.add_scatter(
-                x=mean.index, y=mean.values, mode="lines+markers", name=label, line={"color": colour, "width": 3},
-                legendgroup=str(precision), showlegend=row == 1, row=row, col=1,
-            )  # fmt: skip
-        fig.update_yaxes(title_text="accuracy (%)", row=row, col=1)
-    fig.update_xaxes(title_text="epoch", row=len(mixed), col=1)
-    fig.update_layout(
-        title="Precision check: seen-transformation validation accuracy per epoch", height=350 + 300 * len(mixed)
-    )
+        for col, (column, _, label, _) in enumerate(panels, start=1):
+            fig.update_yaxes(title_text=label, type="log" if column == "train_loss" else "linear", row=row, col=col)
+    for col in range(1, len(panels) + 1):
+        fig.update_xaxes(title_text="epoch", row=len(mixed), col=col)
+    fig.update_layout(title="Precision check per epoch", height=350 + 300 * len(mixed))
     return fig
 
 

@@ -78,13 +78,47 @@ def test_the_precision_figure_draws_each_condition_trained_in_two_precisions_wit
         "c1": "bf16", "c2": "bf16", "copy-20-random-s0": "fp32", "copy-20-random-s3": "fp32",
         "nocopy-20-random-s0": "fp32",
     }  # fmt: skip
-    figure = precision_curves_figure(frame)
-    assert [annotation.text for annotation in figure.layout.annotations] == ["copy-20 / random"]
+    figure = precision_curves_figure(frame)  # no step records: no loss panel
+    assert [a.text for a in figure.layout.annotations] == ["copy-20 / random: seen-transformation validation accuracy"]
     means = {trace.name: list(trace.y) for trace in figure.data if "mean" in trace.name}
     # fp32's mean stops where its shorter run does, not at the one run left (90%)
     assert means == {"bf16 (mean of 2)": pytest.approx([60.0, 85.0]), "fp32 (mean of 2)": pytest.approx([50.0])}
     assert precision_curves_figure(histories([fp32, nocopy])) is None
     assert precision_curves_figure(frame.drop(columns="val_acc_seen_transformations")) is None
+
+
+def test_each_epoch_gets_the_mean_of_its_models_logged_window_losses(tmp_path):
+    def step(n, *losses):  # as a stack logs it: None for a replicate that has finished
+        trained = [x for x in losses if x is not None]
+        return {"type": "step", "step": n, "train_loss": sum(trained) / len(trained), "train_loss_by_replicate": losses}
+
+    def seen(replicate, n):
+        return epoch(replicate, n, 0.5, val_acc_seen_transformations=0.5)
+
+    runs = [{"data_dir": "d", "seed": s, "batching": "random", "preset": "copy-20", "name": f"c{s}"} for s in (0, 1)]
+    records = [
+        step(50, 4.0, 8.0), step(100, 2.0, 6.0), seen(0, 1), seen(1, 1),
+        step(150, 1.0, 3.0), step(200, 9.0, 9.0), step(150, 0.5, 1.0), step(200, 0.25, 2.0),  # resumed from step 100
+        seen(0, 2), seen(1, 2), step(250, 0.1, None), seen(0, 3),  # replicate 1 has finished
+    ]  # fmt: skip
+    frame = epoch_history(write_run(tmp_path / "stack", {"runs": runs}, records))
+    losses = frame.pivot(index="epoch", columns="run", values="train_loss")
+    assert losses["c0"].tolist() == pytest.approx([3.0, 0.375, 0.1])
+    assert losses["c1"].tolist()[:2] == pytest.approx([7.0, 1.5])
+    config = {"preset": "copy-20", "seed": 0, "batching": "random", "precision": "bf16"}
+    single = write_run(tmp_path / "single", config, [{"type": "step", "step": 100, "train_loss": 0.5}, seen(0, 1),
+                                                     seen(0, 2)])  # fmt: skip
+    assert epoch_history(single)["train_loss"].tolist()[0] == 0.5
+    assert epoch_history(single)["train_loss"].isna().tolist() == [False, True]  # no window ended in epoch 2
+    figure = precision_curves_figure(histories([tmp_path / "stack", single]))
+    assert [a.text for a in figure.layout.annotations] == [
+        "copy-20 / random: seen-transformation validation accuracy",
+        "copy-20 / random: training loss, mean of the epoch",
+    ]
+    loss_means = {t.name: list(t.y) for t in figure.data if "mean" in t.name and t.xaxis == "x2"}
+    # fp32's mean stops where its shorter run (c1) does
+    assert loss_means == {"bf16 (mean of 1)": [0.5], "fp32 (mean of 2)": pytest.approx([5.0, 0.9375])}
+    assert figure.layout.yaxis2.type == "log" and figure.layout.yaxis.type == "linear"
 
 
 def test_a_directory_that_is_no_run_is_refused(tmp_path):
