@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
         the runs analysed (by a sweep, or on a checkpoint's weights by ship); write figures.html: Figure 4, each
         analysed run's matching-head score against its share of sibling-rule answers (where evaluations have it),
         and training curves with --history (and, where a condition's histories are in two precisions, the
-        precision check over training)."""
+        precision check over training: validation accuracy and training loss per epoch)."""
         from rich.console import Console
 
         from lsa_interp.commands.common import writable_out
