@@ -32,6 +32,7 @@ SUMMARY_CURVES = {
     "val_acc_seen_transformations": "seen transformations",
     "val_acc_new_transformations": "new transformations",
 }
+LOSS_CURVES = {"train_loss": "training loss (mean of the epoch)", "val_loss": "validation loss"}
 RUN_COLUMNS = ("condition", "seed", "epochs", "epochs_planned", "complete", *CELLS)
 _SWEEP_DEPTH = 4
 """How far above a model directory a sweep's ``results.csv`` is looked for (DIR/stacks/stack-k/replicate-i/model)."""
@@ -60,10 +61,17 @@ def model_history(entry: ModelEntry) -> pd.DataFrame:
 
 def history_figure(history: pd.DataFrame, title: str) -> go.Figure:
     """Validation accuracy (%) per epoch in three panels: the summary curves (and the matching-head score of a
-    stacked run), each seen transformation, each new transformation."""
-    panels = ("overall, copy and by kind", "seen transformations", "new transformations")
-    fig = make_subplots(rows=1, cols=3, subplot_titles=panels, shared_yaxes=True, horizontal_spacing=0.04)
+    stacked run), each seen transformation, each new transformation; below them, where the history has them, the
+    training and validation losses (log axis)."""
+    losses = [column for column in LOSS_CURVES if column in history and history[column].notna().any()]
+    panels = ("overall, copy and by kind", "seen transformations", "new transformations", *(["loss"] if losses else []))
+    fig = make_subplots(
+        rows=2 if losses else 1, cols=3, subplot_titles=panels, shared_yaxes=True, horizontal_spacing=0.04,
+        specs=[[{}, {}, {}], [{"colspan": 3}, None, None]] if losses else None, vertical_spacing=0.14,
+    )  # fmt: skip
     epochs = history["epoch"]
+    for column in losses:
+        fig.add_scatter(x=epochs, y=history[column], name=LOSS_CURVES[column], mode="lines+markers", row=2, col=1)
     for column, name in SUMMARY_CURVES.items():
         if column in history and history[column].notna().any():
             fig.add_scatter(x=epochs, y=100 * history[column], name=name, mode="lines+markers", row=1, col=1)
@@ -76,10 +84,12 @@ def history_figure(history: pd.DataFrame, title: str) -> go.Figure:
         for rule in rules:
             if f"acc_{rule}" in history:
                 fig.add_scatter(x=epochs, y=100 * history[f"acc_{rule}"], name=rule, mode="lines", row=1, col=col)
-    fig.update_yaxes(range=[0, 101])
+    fig.update_yaxes(range=[0, 101], row=1)
     fig.update_yaxes(title_text="validation accuracy (%)", row=1, col=1)
+    if losses:
+        fig.update_yaxes(title_text="loss", type="log", row=2, col=1)
     fig.update_xaxes(title_text="epoch")
-    fig.update_layout(title=title, height=460, legend={"title": "click to show or hide"})
+    fig.update_layout(title=title, height=760 if losses else 460, legend={"title": "click to show or hide"})
     return fig
 
 
