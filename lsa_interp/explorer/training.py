@@ -9,7 +9,9 @@ the model, else ``analyses/results/runs.csv``), summarised by `table1_summary` a
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -19,12 +21,22 @@ import lsa_interp
 from lsa_interp.data.transformations import NEW, SEEN
 from lsa_interp.evaluation.grid_summary import batching_summary, format_interval, table1_summary
 from lsa_interp.evaluation.paper_tables import CELL_LABELS, CELLS
-from lsa_interp.evaluation.training_history import epoch_history
+from lsa_interp.evaluation.runs_table import read_metadata
+from lsa_interp.evaluation.training_history import CONFIG_FILE, epoch_history
 from lsa_interp.explorer.catalogue import ModelEntry
+from lsa_interp.model.checkpoint import CONFIG_FILE as CHECKPOINT_CONFIG
 from lsa_interp.sweep.plan import RESULTS_FILE
+from lsa_interp.training.config import LEGACY_LENGTH_BUCKETING
 
 RUNS_TABLE = Path(lsa_interp.__file__).resolve().parent.parent / "analyses" / "results" / "runs.csv"
 """The grid's table of runs (``lsa-interp results --runs checkpoints``), used when no sweep holds the model."""
+RECORDS_DIR = RUNS_TABLE.parent.parent / "runs"
+"""The committed records of trained runs (their configs and ``metrics.jsonl``, no weights), the shipped
+checkpoints' among them."""
+SAME_RUN = {"preset": None, "seed": None, "batching": "random", "epochs": None, "precision": "fp32",
+            "length_bucketing": LEGACY_LENGTH_BUCKETING, "architecture": "hooked"}  # fmt: skip
+"""What a single run's training config must share with a checkpoint's to be its record (default where a config
+predates the setting)."""
 SUMMARY_CURVES = {
     "val_acc": "overall",
     "val_acc_copy": "copy",
@@ -38,24 +50,51 @@ _SWEEP_DEPTH = 4
 """How far above a model directory a sweep's ``results.csv`` is looked for (DIR/stacks/stack-k/replicate-i/model)."""
 
 
-def model_history(entry: ModelEntry) -> pd.DataFrame:
-    """The epoch records of ``entry``'s model (its replicate's rows in a stacked run), one row per epoch.
+def _same_run(config: dict[str, Any], recipe: dict[str, Any]) -> bool:
+    return all(
+        config.get(key, default) == recipe.get(key, default) and (default is not None or key in recipe)
+        for key, default in SAME_RUN.items()
+    )
 
-    Raises LookupError saying why there are none: no run directory (a shipped or bare checkpoint), or a run
-    that recorded no epoch yet."""
-    if entry.run_dir is None:
+
+def training_record(meta: dict[str, Any], records: Path = RECORDS_DIR) -> tuple[Path, int] | None:
+    """Where under ``records`` the training of a checkpoint with metadata ``meta`` was recorded, and its replicate
+    index there: the stack whose config names its run (a sweep replicate's ``run``), or the single run whose
+    config has its preset, seed, batching, epochs, precision, length bucketing and architecture (`SAME_RUN`).
+    None when no record matches, or more than one does."""
+    found = []
+    for path in sorted(records.rglob(CONFIG_FILE)) if records.is_dir() else []:
+        config = json.loads(path.read_text())
+        if "runs" in config:
+            found += [(path.parent, i) for i, run in enumerate(config["runs"]) if meta.get("run") == run.get("name")]
+        elif not meta.get("run") and _same_run(config, meta.get("train_config", {})):
+            found.append((path.parent, 0))
+    return found[0] if len(found) == 1 else None
+
+
+def model_history(entry: ModelEntry, records: Path = RECORDS_DIR) -> pd.DataFrame:
+    """The epoch records of ``entry``'s model (its replicate's rows in a stacked run), one row per epoch; for a
+    checkpoint without its run directory (a shipped one), those of its run's record under ``records``
+    (`training_record`).
+
+    Raises LookupError saying why there are none: no run directory and no record, or a run that recorded no
+    epoch yet."""
+    run_dir, replicate = entry.run_dir, entry.replicate
+    if run_dir is None and entry.path is not None and (entry.path / CHECKPOINT_CONFIG).is_file():
+        run_dir, replicate = training_record(read_metadata(entry.path), records) or (None, None)
+    if run_dir is None:
         raise LookupError(
             f"{entry.name} is a checkpoint without its training run, so no per-epoch history was recorded; "
             "open a run directory (lsa-interp explore --model RUN_DIR) to see its curves"
         )
     try:
-        history = epoch_history(entry.run_dir)
+        history = epoch_history(run_dir)
     except FileNotFoundError as err:
         raise LookupError(f"{entry.name}: {err}") from None
     if not history.empty:
-        history = history[history["replicate"] == (entry.replicate or 0)]
+        history = history[history["replicate"] == (replicate or 0)]
     if history.empty:
-        raise LookupError(f"{entry.name}: its run {entry.run_dir} has recorded no epoch yet")
+        raise LookupError(f"{entry.name}: its run {run_dir} has recorded no epoch yet")
     return history.sort_values("epoch").reset_index(drop=True)
 
 

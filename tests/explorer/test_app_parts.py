@@ -14,7 +14,13 @@ from lsa_interp.explorer.catalogue import ModelCatalogue, ModelEntry, discover_m
 from lsa_interp.explorer.draw import draw_tasks, filter_tasks, outcome_of
 from lsa_interp.explorer.render import ViewRenderer, export_html
 from lsa_interp.explorer.state import ViewState
-from lsa_interp.explorer.training import grid_tables, history_figure, model_history, results_table_path
+from lsa_interp.explorer.training import (
+    grid_tables,
+    history_figure,
+    model_history,
+    results_table_path,
+    training_record,
+)
 from lsa_interp.model import save_model
 
 PRED = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > acd", "pred")
@@ -111,6 +117,41 @@ def test_training_history_of_a_replicate_and_why_there_is_none(tmp_path):
         model_history(ModelEntry("stack/replicate-2", None, tmp_path / "stack", 2))
     with pytest.raises(LookupError, match="not a training run"):
         model_history(ModelEntry("x", None, tmp_path))
+
+
+def test_a_shipped_checkpoint_shows_the_history_of_its_committed_record(tmp_path):
+    records = tmp_path / "records"
+    recipe = {"preset": "copy-20", "seed": 0, "batching": "random", "epochs": 20, "precision": "fp32"}
+    epoch = lambda acc, replicate=0: {"type": "epoch", "step": 100, "epoch": 1, "val_acc": acc, "replicate": replicate}
+    for name, config, history in (
+        ("cpu/copy-20-random-s0", {**recipe, "length_bucketing": False}, [epoch(0.9)]),
+        ("cpu/bucketed", {**recipe, "length_bucketing": True}, [epoch(0.1)]),  # another run of the same seed
+        ("stack", {"runs": [{"name": f"copy-20-random-s{i}-bf16", "batching": "random"} for i in (0, 1)]},
+         [epoch(0.2), epoch(0.8, replicate=1)]),
+    ):  # fmt: skip
+        (records / name).mkdir(parents=True)
+        (records / name / "train_config.json").write_text(json.dumps(config))
+        (records / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
+
+    def shipped(name, meta):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"metadata": meta}))
+        return ModelEntry(name, tmp_path / name)
+
+    single = shipped("copy-20", {"train_config": {**recipe, "length_bucketing": False, "micro_batches": 4}})
+    replicate = shipped("copy-20-s1-bf16", {"run": "copy-20-random-s1-bf16", "train_config": recipe})
+    assert training_record({"run": "copy-20-random-s1-bf16"}, records) == (records / "stack", 1)
+    assert model_history(single, records)["val_acc"].tolist() == [0.9]
+    assert model_history(replicate, records)["val_acc"].tolist() == [0.8]
+    legacy = {"train_config": recipe}  # a config without length_bucketing predates it: length-bucketed
+    assert training_record(legacy, records) == (records / "cpu" / "bucketed", 0)
+    for unknown in ({"train_config": {**recipe, "seed": 1}}, {"run": "copy-20-random-s2-bf16"}, {}):
+        assert training_record(unknown, records) is None
+    (records / "copy").mkdir()
+    (records / "copy" / "train_config.json").write_text(json.dumps({**recipe, "length_bucketing": False}))
+    assert training_record({"train_config": {**recipe, "length_bucketing": False}}, records) is None
+    with pytest.raises(LookupError, match="without its training run"):
+        model_history(single, records)  # two records of that run: which one is unknown
 
 
 def test_grid_tables_from_the_results_layout(tmp_path, model):
