@@ -161,7 +161,7 @@ def _training_callback(app: Dash, catalogue: ModelCatalogue) -> None:
             entry = catalogue.entry(state.model or catalogue.names[0])
         except ValueError as err:
             return html.Div(str(err), style={"color": "#cf222e"})
-        parts: list = [html.H3(f"{entry.name}: validation accuracy over training")]
+        parts: list = [html.H3(f"{entry.name}: validation accuracy and loss over training")]
         try:
             history = model_history(entry)
             parts.append(dcc.Graph(id="history", figure=history_figure(history, f"{entry.name}, per epoch")))
