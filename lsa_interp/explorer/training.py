@@ -109,8 +109,6 @@ def history_figure(history: pd.DataFrame, title: str) -> go.Figure:
         specs=[[{}, {}, {}], [{"colspan": 3}, None, None]] if losses else None, vertical_spacing=0.14,
     )  # fmt: skip
     epochs = history["epoch"]
-    for column in losses:
-        fig.add_scatter(x=epochs, y=history[column], name=LOSS_CURVES[column], mode="lines+markers", row=2, col=1)
     for column, name in SUMMARY_CURVES.items():
         if column in history and history[column].notna().any():
             fig.add_scatter(x=epochs, y=100 * history[column], name=name, mode="lines+markers", row=1, col=1)
@@ -123,6 +121,8 @@ def history_figure(history: pd.DataFrame, title: str) -> go.Figure:
         for rule in rules:
             if f"acc_{rule}" in history:
                 fig.add_scatter(x=epochs, y=100 * history[f"acc_{rule}"], name=rule, mode="lines", row=1, col=col)
+    for column in losses:
+        fig.add_scatter(x=epochs, y=history[column], name=LOSS_CURVES[column], mode="lines+markers", row=2, col=1)
     fig.update_yaxes(range=[0, 101], row=1)
     fig.update_yaxes(title_text="validation accuracy (%)", row=1, col=1)
     if losses:

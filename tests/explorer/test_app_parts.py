@@ -107,9 +107,10 @@ def test_training_history_of_a_replicate_and_why_there_is_none(tmp_path):
     assert list(fig.data[0].y) == [70.0, 90.0] and list(fig.data[3].y) == [30.0, 40.0]
     assert len(fig.layout.annotations) == 3  # no losses recorded: no loss panel
     losses = history_figure(history.assign(train_loss=[0.5, 0.1], val_loss=[0.9, float("nan")]), "t")
-    assert [(t.name, t.xaxis, list(t.y)[0]) for t in losses.data[:2]] == [
+    assert [(t.name, t.xaxis, list(t.y)[0]) for t in losses.data[-2:]] == [
         ("training loss (mean of the epoch)", "x4", 0.5), ("validation loss", "x4", 0.9)
     ]  # fmt: skip
+    assert [t.name for t in losses.data[:-2]] == [t.name for t in fig.data]
     assert losses.layout.yaxis4.type == "log" and losses.layout.annotations[3].text == "loss"
     with pytest.raises(LookupError, match="checkpoint without its training run"):
         model_history(ModelEntry("copy-200", tmp_path))
