@@ -89,7 +89,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
         history: Annotated[
             list[Path] | None,
-            typer.Option(help="Training run directory whose metrics.jsonl to plot over epochs (repeatable)."),
+            typer.Option(
+                help="Training run directory, or a directory of them (searched below: e.g. analyses/runs), whose "
+                "metrics.jsonl to plot over epochs (repeatable)."
+            ),
         ] = None,
         out: Annotated[Path, typer.Option(help="Where the tables (CSV) and figures (HTML) go.")] = RESULTS_DIR,
         include_partial: Annotated[
@@ -118,6 +121,7 @@ def register(app: typer.Typer) -> None:
         )
         from lsa_interp.viz.html import figures_page
 
+        curves = histories(history) if history else None  # a --history without runs fails before anything is written
         writable_out(out)
         model_dirs = find_runs(runs or [Path("checkpoints")])
         if not model_dirs:
@@ -142,8 +146,7 @@ def register(app: typer.Typer) -> None:
         paired = matching_vs_rule_figure(frame)
         if paired.data:
             figures["Matching head and rule identification"] = paired
-        if history:
-            curves = histories(history)
+        if curves is not None:
             figures["Training curves"] = training_curves_figure(curves)
             by_precision = precision_curves_figure(curves)
             if by_precision is not None:

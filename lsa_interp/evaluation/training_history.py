@@ -87,7 +87,23 @@ def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def histories(run_dirs: Iterable[str | os.PathLike]) -> pd.DataFrame:
-    """`epoch_history` of every run directory, concatenated (empty when none has epoch records)."""
-    frames = [frame for frame in (epoch_history(path) for path in run_dirs) if not frame.empty]
+def training_runs(path: str | os.PathLike) -> list[Path]:
+    """``path`` when it is a training run (it has a ``train_config.json``), else every training run below it, in
+    order of their paths (e.g. ``analyses/runs``, the committed records). Raises FileNotFoundError when it holds
+    none."""
+    path = Path(path)
+    if (path / CONFIG_FILE).is_file():
+        return [path]
+    found = sorted(config.parent for config in path.rglob(CONFIG_FILE)) if path.is_dir() else []
+    if not found:
+        raise FileNotFoundError(f"{path} is not a training run and holds none (no {CONFIG_FILE} in or below it)")
+    return found
+
+
+def histories(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """`epoch_history` of every training run in ``paths`` (a run, or a directory of runs: `training_runs`; a run
+    found twice is read once), concatenated (empty when none has epoch records). Raises FileNotFoundError for a
+    path that holds no run."""
+    runs = dict.fromkeys(run.resolve() for path in paths for run in training_runs(path))
+    frames = [frame for frame in (epoch_history(run) for run in runs) if not frame.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

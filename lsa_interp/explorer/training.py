@@ -22,7 +22,7 @@ from lsa_interp.data.transformations import NEW, SEEN
 from lsa_interp.evaluation.grid_summary import batching_summary, format_interval, table1_summary
 from lsa_interp.evaluation.paper_tables import CELL_LABELS, CELLS
 from lsa_interp.evaluation.runs_table import read_metadata
-from lsa_interp.evaluation.training_history import CONFIG_FILE, epoch_history
+from lsa_interp.evaluation.training_history import CONFIG_FILE, epoch_history, training_runs
 from lsa_interp.explorer.catalogue import ModelEntry
 from lsa_interp.model.checkpoint import CONFIG_FILE as CHECKPOINT_CONFIG
 from lsa_interp.sweep.plan import RESULTS_FILE
@@ -62,13 +62,17 @@ def training_record(meta: dict[str, Any], records: Path = RECORDS_DIR) -> tuple[
     index there: the stack whose config names its run (a sweep replicate's ``run``), or the single run whose
     config has its preset, seed, batching, epochs, precision, length bucketing and architecture (`SAME_RUN`).
     None when no record matches, or more than one does."""
+    try:
+        run_dirs = training_runs(records)
+    except FileNotFoundError:
+        return None
     found = []
-    for path in sorted(records.rglob(CONFIG_FILE)) if records.is_dir() else []:
-        config = json.loads(path.read_text())
+    for run_dir in run_dirs:
+        config = json.loads((run_dir / CONFIG_FILE).read_text())
         if "runs" in config:
-            found += [(path.parent, i) for i, run in enumerate(config["runs"]) if meta.get("run") == run.get("name")]
+            found += [(run_dir, i) for i, run in enumerate(config["runs"]) if meta.get("run") == run.get("name")]
         elif not meta.get("run") and _same_run(config, meta.get("train_config", {})):
-            found.append((path.parent, 0))
+            found.append((run_dir, 0))
     return found[0] if len(found) == 1 else None
 
 

@@ -296,6 +296,11 @@ def test_results_command_writes_the_tables_and_figures(tmp_path, capsys):
         cli.main(["results", "--runs", str(tmp_path / "runs"), *history, "--out", str(out)])
     page = (out / "figures.html").read_text()
     assert "Training curves" in page and "Precision check over training" in page
+    (tmp_path / "notes").mkdir()  # a --history that holds no run: an error before anything is written
+    fresh, notes = tmp_path / "fresh", ["--history", str(tmp_path / "notes")]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["results", "--runs", str(tmp_path / "runs"), *notes, "--out", str(fresh)])
+    assert exit_info.value.code == 2 and "holds none" in capsys.readouterr().err and not fresh.exists()
 
 
 @pytest.mark.parametrize("out", ["/proc/lsa-results", "FILE"])

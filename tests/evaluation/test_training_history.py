@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from lsa_interp.evaluation.training_history import epoch_history, histories
+from lsa_interp.evaluation.training_history import epoch_history, histories, training_runs
 from lsa_interp.viz.grid_figures import precision_curves_figure, training_curves_figure
 
 
@@ -124,3 +124,18 @@ def test_each_epoch_gets_the_mean_of_its_models_logged_window_losses(tmp_path):
 def test_a_directory_that_is_no_run_is_refused(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a training run"):
         epoch_history(tmp_path)
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(FileNotFoundError, match="not a training run and holds none"):
+        histories([tmp_path])
+
+
+def test_a_directory_of_runs_gives_every_run_below_it(tmp_path):
+    config = {"preset": "copy-20", "seed": 0, "batching": "random"}
+    write_run(tmp_path / "records" / "cpu" / "b", {**config, "seed": 1}, [epoch(0, 1, 0.5)])
+    write_run(tmp_path / "records" / "a" / "stacks" / "stack-000", config, [epoch(0, 1, 0.7)])
+    (tmp_path / "records" / "a" / "grid.toml").write_text("")
+    runs = training_runs(tmp_path / "records")
+    assert runs == [tmp_path / "records" / "a" / "stacks" / "stack-000", tmp_path / "records" / "cpu" / "b"]
+    assert training_runs(runs[1]) == [runs[1]]
+    frame = histories([tmp_path / "records", runs[1]])  # a run found twice is read once
+    assert frame["run"].tolist() == ["copy-20-random-s0", "copy-20-random-s1"]
