@@ -20,7 +20,8 @@
 #       runs/done-K and followed by the queue's next stack while FOLLOW_MINUTES are left. Watches to about
 #       9.5 minutes in all.
 #       BENCH_JSON: the stack step times; default benchmarks/results/stacking-KIND.json (KIND from nvidia-smi:
-#       h100, h200), else runs/gpu-session/stacking.json (scripts/gpu_session.sh), else a 3-minute probe.
+#       h100, h200), else runs/gpu-session/stacking.json (scripts/gpu_session.sh), else on an H200 the H100's
+#       (step_times), else a 3-minute probe.
 #   bash scripts/gpu_train.sh watch [SECONDS]
 #       prints each stack's last step line and the driver's new lines (checks, plans, sweeps started) every 30 s
 #       for SECONDS (default 540) or until the sweep has ended.
@@ -112,6 +113,24 @@ measured() {
   python3 -c 'import json, sys
 runs = json.load(open(sys.argv[1])).get("runs", [])
 sys.exit(not any(r.get("stacking") == sys.argv[2] for run in runs for r in run.get("results", [])))' "$1" "$2" 2>/dev/null
+}
+
+# The step times of stack kind $1 (stacking, compile, triton) on GPU kind $2 (h100, h200): the committed ones of that
+# GPU, else this machine's own (runs/gpu-session/: gpu_session.sh), else on an H200 the H100's. An H200 is the H100's
+# chip with faster memory (the device library's KINDS.md: 132 SMs on both; a bf16 matrix product at 769-798 TFLOP/s
+# against 798, a copy at 4.3 TB/s against 3.0), so its steps should take at most the H100's: a plan from them ends
+# early rather than late, where a probe costs 3 of the session's minutes and times the native stack only. Prints the
+# first that exists, else the machine's own path.
+step_times() {
+  local documents=("benchmarks/results/$1-$2.json" "runs/gpu-session/$1.json") document
+  [[ $2 == h200 ]] && documents+=("benchmarks/results/$1-h100.json")
+  for document in "${documents[@]}"; do
+    if [[ -f $document ]]; then
+      echo "$document"
+      return
+    fi
+  done
+  echo "runs/gpu-session/$1.json"
 }
 
 # Whether this work directory's driver (`drive`: it runs the session's sweeps one after another) is running.
@@ -306,7 +325,7 @@ start)
   deadline=$(awk -v b="$began" -v m="$minutes" 'BEGIN { printf "%d", b + 60 * m }')
   # The model number (h100 of "NVIDIA H100 80GB HBM3": H followed by digits, so not the H of HBM3).
   kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o -E 'H[0-9]+' | head -n 1 | tr H h)
-  bench=${3:-benchmarks/results/stacking-$kind.json}
+  bench=${3:-$(step_times stacking "$kind")}
   [[ -f $bench ]] || bench=runs/gpu-session/stacking.json
   probe=${STACKING/auto/native}
   if [[ ! -f $bench ]] || ! measured "$bench" "$probe"; then
@@ -316,12 +335,8 @@ start)
   fi
   benches=(--bench "$bench")
   for measured_too in compile triton; do
-    for document in "benchmarks/results/$measured_too-$kind.json" "runs/gpu-session/$measured_too.json"; do
-      if [[ -z ${3:-} && $STACKING == auto && -f $document ]]; then
-        benches+=(--bench "$document")
-        break
-      fi
-    done
+    document=$(step_times "$measured_too" "$kind")
+    if [[ -z ${3:-} && $STACKING == auto && -f $document ]]; then benches+=(--bench "$document"); fi
   done
   printf '%s\n' "${benches[@]}" >"$WORK/benches"
   cp "$bench" "$SESSION/bench.json" 2>/dev/null

@@ -271,11 +271,15 @@ def test_after_the_carried_stack_finishes_the_session_trains_the_queues_next_sta
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-def test_without_a_benchmark_argument_start_plans_from_the_committed_step_times_of_the_gpu_it_runs_on(tmp_path):
+@pytest.mark.parametrize("gpu_name", ["NVIDIA H100 80GB HBM3", "NVIDIA H200"])
+def test_without_a_benchmark_argument_start_plans_from_the_committed_step_times_of_the_gpu_it_runs_on(
+    tmp_path, gpu_name
+):
     """On 2026-11-26 the H100's name ("... HBM3") gave the kind "h100" and "h", so no committed document was found:
-    the session probed for 3 minutes and planned the plain stack. Nothing fits in 0.01 minutes, so start stops after
-    choosing its documents."""
-    path = _fake_commands(tmp_path)
+    the session probed for 3 minutes and planned the plain stack. An H200 (no documents of its own) plans from the
+    H100's, the same chip with faster memory. Nothing fits in 0.01 minutes, so start stops after choosing its
+    documents."""
+    path = _fake_commands(tmp_path, nvidia_smi=f"echo '{gpu_name}'")
     write_tiny_grid(tmp_path / "queue.toml")
     env = _session_env(tmp_path, path, tmp_path / "none", CARRY_MIB="0")
     script = ["bash", str(ROOT / "scripts" / "gpu_train.sh")]
