@@ -180,7 +180,7 @@ def plan_session(
     max_replicates: int = 64,
     overhead: float = 0.05,
     startup_seconds: float = 90.0,
-    eval_seconds: float = 30.0,
+    eval_seconds: float = 15.0,
     carry_mib: float = 0.0,
     call_seconds: float = 0.0,
     carry_survival: float = 1.0,
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stacking", default="native", choices=[*STACKING_RECIPE, "auto"])
     parser.add_argument("--max-replicates", type=int, default=64)
     parser.add_argument("--startup-seconds", type=float, default=90.0, help="a session's start-up before training")
-    parser.add_argument("--eval-seconds", type=float, default=30.0, help="evaluation and analyses per run")
+    parser.add_argument("--eval-seconds", type=float, default=15.0, help="evaluation and analyses per run")
     parser.add_argument(
         "--check-seconds", type=float, default=0.0, help="start-up per GPU check of a compiled, triton or packed stack"
     )

@@ -29,9 +29,10 @@
 #       bundles runs/grid, runs/session and runs/done-* (models, evaluations, metrics, plans, the drive log, the
 #       states of unfinished stacks; no datasets) once, and copies chunk group PART (0: parts 00-03, 1: parts
 #       04-07, ...) with the checksum to $OUT.
-# MINUTES: the device minutes left (device status: budget_left_s / 60) less about 3 (the machine's start, the
-# seconds between calls, the pack call). Each command returns well inside the device tool's 10 minutes; the
-# next must follow within 30 s, or the machine (and the sweep on it) is given back.
+# MINUTES: the device minutes left (device status: budget_left_s / 60, read after a first call, e.g. `receive`, has
+# started the machine) less 1.5 (the seconds between calls, the pack call, the close; scripts/README.md). Each
+# command returns well inside the device tool's 10 minutes; the next must follow within 30 s, or the machine (and
+# the sweep on it) is given back.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 SCRIPT=$PWD/scripts/gpu_train.sh

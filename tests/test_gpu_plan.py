@@ -18,6 +18,7 @@ ROOT = Path(__file__).parents[1]
 gpu_plan = load_script("scripts/gpu_plan.py")
 
 STEPS_RANDOM = 20 * math.ceil(359_804 / 32)  # 224,880: a 20-epoch random-batching run
+EVAL = 15  # the planner's default seconds per run for evaluation and analyses (--eval-seconds)
 
 
 def bench(table: dict[int, float], precision: str = "fp32", stacking: str = "native") -> dict:
@@ -62,8 +63,8 @@ def test_steps_per_epoch_bound_adds_one_batch_per_extra_group():
 def test_the_plan_is_the_largest_stack_whose_estimate_fits():
     grid = queue(COPY20 + "[[cells]]\npresets = ['nocopy-20']\nbatching = ['random']\n")
     table = {1: 4.0, 8: 4.0, 16: 6.0}
-    # R <= 8 at 4 ms: 224,880 steps x 4 ms x 1.05 = 944.5 s, + 90 s start-up + 30 s per run.
-    minutes_for = lambda r: (STEPS_RANDOM * 0.004 * 1.05 + 90 + 30 * r) / 60
+    # R <= 8 at 4 ms: 224,880 steps x 4 ms x 1.05 = 944.5 s, + 90 s start-up + 15 s per run.
+    minutes_for = lambda r: (STEPS_RANDOM * 0.004 * 1.05 + 90 + EVAL * r) / 60
     plan = gpu_plan.plan_session(grid, set(), bench(table), minutes_for(8) + 0.01)
     assert [run.name for run in plan.runs] == [f"copy-20-random-s{s}" for s in range(5)] + [
         f"nocopy-20-random-s{s}" for s in range(3)
@@ -165,7 +166,7 @@ def test_when_nothing_finishes_a_stack_continues_over_sessions_within_the_state_
     with pytest.raises(ValueError, match="not even one fp32 run fits in 10 minutes"):
         gpu_plan.plan_session(grid, set(), table, 10)
     plan = gpu_plan.plan_session(grid, set(), table, 10, carry_mib=50)
-    work = (STEPS_RANDOM * 0.0033 * 1.05 + 3 * 30) / 60
+    work = (STEPS_RANDOM * 0.0033 * 1.05 + 3 * EVAL) / 60
     assert (len(plan.runs), plan.sessions) == (3, math.ceil(work / 8.5))
     assert plan.minutes == pytest.approx(work + plan.sessions * 1.5)
     assert plan.summary()["sessions"] == plan.sessions and plan.summary()["runs_left_after"] == 2
@@ -180,20 +181,20 @@ def test_when_nothing_finishes_a_stack_continues_over_sessions_within_the_state_
 
 def test_the_gpu_checks_a_stack_needs_count_in_the_start_up_of_every_session():
     """gpu_train.sh checks a compiled or triton stack on each new machine before it trains (a packed one twice).
-    At 75 s a check, two compiled runs (1.9 ms a step: 9.98 minutes) no longer fit 10 minutes, one does; the
+    At 75 s a check, two compiled runs (1.9 ms a step: 9.48 minutes) no longer fit 10 minutes, one does; the
     plain stack is not charged; a stack continued over sessions pays the check in each of them."""
     grid = queue(COPY20)
     compiled = bench({1: 1.5, 2: 1.9, 8: 5.0}, stacking="native-compile")
     assert len(gpu_plan.plan_session(grid, set(), compiled, 10, "native-compile").runs) == 2
     checked = gpu_plan.plan_session(grid, set(), compiled, 10, "native-compile", check_seconds=75)
     assert len(checked.runs) == 1
-    assert checked.minutes == pytest.approx((STEPS_RANDOM * 0.0015 * 1.05 + 90 + 75 + 30) / 60)
+    assert checked.minutes == pytest.approx((STEPS_RANDOM * 0.0015 * 1.05 + 90 + 75 + EVAL) / 60)
     native = bench({1: 2.0, 8: 9.0})
     plain = gpu_plan.plan_session(grid, set(), native, 10, check_seconds=75)
     assert plain.minutes == gpu_plan.plan_session(grid, set(), native, 10).minutes
     slow = bench({1: 2.6, 2: 3.0, 3: 3.3, 8: 9.0}, stacking="native-compile")
     over = gpu_plan.plan_session(grid, set(), slow, 10, "native-compile", carry_mib=50, check_seconds=75)
-    work = (STEPS_RANDOM * 0.0033 * 1.05 + 3 * 30) / 60
+    work = (STEPS_RANDOM * 0.0033 * 1.05 + 3 * EVAL) / 60
     assert (len(over.runs), over.sessions) == (3, math.ceil(work / (10 - 165 / 60)))
     assert over.minutes == pytest.approx(work + over.sessions * 165 / 60)
 
@@ -299,11 +300,17 @@ def test_the_fp32_runs_of_the_precision_check_continue_over_sessions_from_the_co
     assert [run.name for run in four.runs] == [f"copy-20-random-s{seed}" for seed in range(4)]
     assert (four.stacking, four.sessions, four.stop_early_seconds) == ("native-compile", 3, 20)
     assert len(four.runs) / four.minutes > 1.5 * len(one.runs) / one.minutes
-    two = gpu_plan.plan_session(grid, done, bench, 11.8, "auto", carry_mib=100, call_seconds=20, carry_survival=0.4)
+    options_two_sessions = {"carry_mib": 100, "call_seconds": 20, "carry_survival": 0.4}
+    two = gpu_plan.plan_session(grid, done, bench, 11.8, "auto", **options_two_sessions)
     assert [run.name for run in two.runs] == ["copy-20-random-s0", "copy-20-random-s1"] and two.sessions == 2
     assert two.survival == 0.4 and two.expected_rate == pytest.approx(2 / two.minutes * 0.4)
     assert len(two.runs) / two.minutes > 1.35 * len(one.runs) / one.minutes
     assert two.summary()["survival"] == 0.4 and four.summary()["survival"] == 1.0
+    # A session whose 30-s start is paid before MINUTES are counted (scripts/README.md: 15 - 0.5 - 1.5 minutes, less
+    # the seconds of the first call) finishes one compiled fp32 run, the GPU check's 20 s included, carrying nothing.
+    single = gpu_plan.plan_session(grid, done, bench, 12.7, "auto", check_seconds=20, **options_two_sessions)
+    assert [run.name for run in single.runs] == ["copy-20-random-s0"] and single.sessions == 1
+    assert single.minutes == pytest.approx((STEPS_RANDOM * 0.002653 * 1.05 + 90 + 20 + EVAL) / 60, abs=1e-3)
     # After `gpu_session.sh triton` (9 minutes), 2.5 are left: the sessions after it are counted at full length.
     options = {"carry_mib": 100, "call_seconds": 20, "carry_survival": 0.4}
     rest = gpu_plan.plan_session(grid, done, bench, 2.5, "auto", session_minutes=11.8, **options)
@@ -319,7 +326,7 @@ def test_extra_transfer_calls_are_charged_to_the_estimate_and_stop_the_training_
     free = gpu_plan.plan_session(grid, set(), table, 10, carry_mib=70)
     paid = gpu_plan.plan_session(grid, set(), table, 10, carry_mib=70, call_seconds=30)
     assert len(free.runs) == len(paid.runs) == 4 and (free.stop_early_seconds, paid.stop_early_seconds) == (0, 30)
-    work = (STEPS_RANDOM * 0.004 * 1.05 + 4 * 30) / 60
+    work = (STEPS_RANDOM * 0.004 * 1.05 + 4 * EVAL) / 60
     assert paid.sessions == math.ceil(work / (10 - 1.5 - 0.5))
     assert paid.minutes == pytest.approx(work + paid.sessions * (1.5 + 0.5) + (paid.sessions - 1) * 0.5)
     assert free.minutes == pytest.approx(work + free.sessions * 1.5)
@@ -327,6 +334,6 @@ def test_extra_transfer_calls_are_charged_to_the_estimate_and_stop_the_training_
     seeds = "seeds = { start = 0, stop = 12 }"
     finishing = gpu_plan.plan_session(queue(COPY20.replace("\n", f"\n{seeds}\n", 1)), set(), table, 30,
                                       call_seconds=60)  # fmt: skip
-    train = (STEPS_RANDOM * 0.0041 * 1.05 + 90 + 12 * 30) / 60
+    train = (STEPS_RANDOM * 0.0041 * 1.05 + 90 + 12 * EVAL) / 60
     assert len(finishing.runs) == 12 and finishing.stop_early_seconds == 60
     assert finishing.minutes == pytest.approx(train + 1)
