@@ -80,7 +80,7 @@ CALL_SECONDS=${CALL_SECONDS:-20}
 CARRY_SURVIVAL=${CARRY_SURVIVAL:-0.4}
 # What a later session trains in (MINUTES of a session of 15 device minutes): a continued stack's session count,
 # and so its size, comes from it, also when this session has only a short rest (after gpu_session.sh triton).
-SESSION_MINUTES=${SESSION_MINUTES:-12}
+SESSION_MINUTES=${SESSION_MINUTES:-12.5}
 UPLOAD=${UPLOAD:-$WORK/upload}
 # The planner's guess of a session's start-up before the first step (dataset, model, compile and capture).
 STARTUP_SECONDS=${STARTUP_SECONDS:-90}
