@@ -91,7 +91,8 @@ def _adam_direction(total: torch.Tensor, squares: torch.Tensor, count: int) -> t
 
 
 class _Sums:
-    """Running sums over batches of one precision's gradients: per weight, over all batches and over each half."""
+    """Running sums over an even number of batches of one precision's gradients: per weight, over all batches and
+    over each half."""
 
     def __init__(self, size: int, batches: int) -> None:
         zeros = lambda: torch.zeros(size, dtype=torch.float64)
@@ -157,12 +158,13 @@ def precision_effect(model: HookedEncoderDecoder, split: ResidentSplit, batches:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", required=True, help="checkpoint name, directory or run folder")
-    parser.add_argument("--batches", type=int, default=64, help="training batches of 32 per model (default 64)")
+    parser.add_argument("--batches", type=int, default=64, help="training batches of 32 per model, even (default 64)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the batches' rows (default 0)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    if args.batches < 2:
-        print(f"precision_gradients: error: --batches must be at least 2, got {args.batches}", file=sys.stderr)
+    if args.batches < 2 or args.batches % 2:
+        message = f"--batches must be even (two halves) and at least 2, got {args.batches}"
+        print(f"precision_gradients: error: {message}", file=sys.stderr)
         return 2
     results = {}
     try:

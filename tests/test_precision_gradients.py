@@ -95,7 +95,11 @@ def test_without_a_difference_every_error_is_zero(script, monkeypatch):
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--batches", "1"], "--batches must be at least 2"), ([], "records no training preset")],
+    [
+        (["--batches", "0"], "--batches must be even (two halves) and at least 2, got 0"),
+        (["--batches", "5"], "--batches must be even (two halves) and at least 2, got 5"),
+        ([], "records no training preset"),
+    ],
 )
 def test_bad_input_is_a_one_line_error_and_writes_nothing(script, tmp_path, capsys, args, message):
     out = tmp_path / "precision.json"
