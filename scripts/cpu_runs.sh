@@ -26,21 +26,30 @@ LSA=${LSA:-$PWD/.venv/bin/lsa-interp}
 SLOTS=${LSA_CPU_SLOTS:-$(nproc)}
 mkdir -p "$RUNS"
 # Where a run stands, from the last records of its metrics.jsonl: its last finished epoch (0 before the first),
-# a tab, then its last logged step and epoch and its last epoch's seen-transformation val accuracy (nothing
-# before its first logged step).
+# a tab, then its last logged step and epoch, its last epoch's seen-transformation val accuracy and the hours of
+# session time its training needs at its recent rate (the median of its last 10 logged windows: a window that a
+# pause cut into stays one of ten; nothing before its first logged step).
 run_state() {
   { tail -n 400 "$1/metrics.jsonl" 2>/dev/null || true; } | "${LSA%/lsa-interp}/python" -c '
-import json, sys
+import json, os, statistics, sys
 records = [json.loads(line) for line in sys.stdin if line.strip()]
 step = next((r for r in reversed(records) if r.get("type") == "step"), None)
 epoch = next((r for r in reversed(records) if r.get("type") == "epoch"), None)
+config_path = os.path.join(sys.argv[1], "train_config.json")
+config = json.load(open(config_path)) if os.path.isfile(config_path) else {}
 text = ""
 if step:
     text = " (step %d, epoch %.2f" % (step["step"], step["epoch"])
     seen = epoch.get("val_acc_seen_transformations") if epoch else None
-    text += "; after epoch %d: %.1f%% seen-transformation val)" % (epoch["epoch"], 100 * seen) if seen is not None else ")"
+    text += "; after epoch %d: %.1f%% seen-transformation val" % (epoch["epoch"], 100 * seen) if seen is not None else ""
+    rates = [r["tasks_per_s"] for r in records if r.get("type") == "step" and r.get("tasks_per_s")][-10:]
+    rate, epochs = statistics.median(rates) if rates else None, config.get("epochs")
+    if rate and epochs and step["epoch"] > 0:
+        steps_left = (epochs - step["epoch"]) * step["step"] / step["epoch"]
+        text += "; about %.1f h of training left at %.0f tasks/s" % (steps_left * config["batch_size"] / rate / 3600, rate)
+    text += ")"
 print(epoch["epoch"] if epoch else 0, text, sep="\t")
-' 2>/dev/null || printf '0\t\n'
+' "$1" 2>/dev/null || printf '0\t\n'
 }
 # Runs that are shipped already: those the queue counts as done (lsa_interp/sweep/done.py: a checkpoint or a
 # committed run record with the queue's recipe) and any under checkpoints/replicates/ by the same name. A machine

@@ -123,3 +123,20 @@ def test_a_machine_whose_runs_are_all_young_leaves_none_of_them_to_itself(tmp_pa
     out = _run(tmp_path, tmp_path / "calls.txt")
     assert "nocopy-20-random-s0: started" in out and "ELSEWHERE=" not in out
     assert out.splitlines()[-1].startswith("no run here is past epoch 10: a GPU session leaves none to this CPU")
+
+
+def test_a_running_run_says_how_long_its_training_needs_at_its_recent_rate(tmp_path):
+    """19.5 epochs of 2,000 steps of 32 tasks at a median 100 tasks/s (one window cut by a pause): 3.5 hours."""
+    run = tmp_path / "runs" / "nocopy-20-random-s0"
+    run.mkdir(parents=True)
+    (run / "train_config.json").write_text('{"epochs": 20, "batch_size": 32}')
+    rates = [100.0] * 9 + [1.0]
+    lines = [f'{{"type": "step", "step": {100 * (i + 1)}, "epoch": {0.05 * (i + 1):.2f}, "tasks_per_s": {rate}}}'
+             for i, rate in enumerate(rates)]  # fmt: skip
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    running = subprocess.Popen([f"lsa-interp train --resume {run}", "60"], executable="/bin/sleep")
+    try:
+        out = _run(tmp_path, tmp_path / "calls.txt")
+    finally:
+        running.kill()
+    assert "nocopy-20-random-s0: running (step 1000, epoch 0.50; about 3.5 h of training left at 100 tasks/s)" in out
