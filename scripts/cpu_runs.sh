@@ -1,16 +1,21 @@
 #!/bin/bash
-# Start, or resume, long training runs on this project's CPUs: one thread and the lowest priority each, so
-# that a session's own work keeps the cores it needs. A session's background jobs end with it; run this
+# Start, or resume, long training runs on this project's CPUs, at the lowest priority, so that a session's own
+# work keeps the cores it needs. A session's background jobs end with it; run this
 # again in the next session and every run continues from its last state (saved every 1,000 steps).
 # The runs live outside the checkout (each session gets its work tree laid anew; the machine itself may be
 # kept), in $LSA_CPU_RUNS (default ~/.local/share/lsa-interp/cpu-grid). A machine that was shut down
 # keeps nothing (as the one before the session of 2026-11-26 19:04 did, 10.5 epochs into nocopy-20): then every
 # run that is not shipped starts again from step 0 (same seed, same weights).
-#   bash scripts/cpu_runs.sh            # start or resume the runs below, in order, one per core
+#   bash scripts/cpu_runs.sh            # start or resume the runs below, in order, one at a time on every core
 #   tail -n 2 ~/.local/share/lsa-interp/cpu-grid/*/metrics.jsonl
 # Runs: NAME PRESET BATCHING [SEED [ARCHITECTURE]] (default seed 0 and our hooked model; the reference's
-# batches in 4 micro-batches, 5,000 val rows per epoch). At most $LSA_CPU_SLOTS run at once (default: the
-# number of cores); a run past them waits for a later call, after an earlier run has finished. The order: the
+# batches in 4 micro-batches, 5,000 val rows per epoch). At most $LSA_CPU_SLOTS run at once (default 1), each on
+# $LSA_CPU_THREADS threads (default: the number of cores); a run past them waits for a later call, after an earlier
+# run has finished. One run on both cores trains at 1.43 times one thread's rate (199-200 against 140 tasks/s,
+# nocopy-20, the runs paused, 2026-11-28), less than two runs on a core each (280 in all), but this machine has been
+# replaced before a run finished three times, losing what it trained (docs/results.md): a run that needs 3.6
+# sessions on one core needs 2.5 on two, and with about 6 in 8 session boundaries keeping the machine, 2 boundaries
+# to survive instead of 3 is 0.56 against 0.42 that it finishes at all. So the first unfinished run gets the cores. The order: the
 # seed-0 runs issue 14 ships (copy-200 alphabet, copy-20 and nocopy-20 random); then copy-200 alphabet seed 1 on
 # a plain nn.Transformer (--architecture reference), issue 14's check of the loop beside a cell below the paper's
 # interval, which the GPU queue does not hold (a GPU session can run it beside its stack, scripts/README.md);
@@ -23,7 +28,8 @@ cd "$(dirname "$0")/.."
 RUNS=${LSA_CPU_RUNS:-$HOME/.local/share/lsa-interp/cpu-grid}
 LSA=${LSA:-$PWD/.venv/bin/lsa-interp}
 [ -x "$LSA" ] || { echo "cpu_runs.sh: $LSA is missing: run 'make install' first" >&2; exit 2; }
-SLOTS=${LSA_CPU_SLOTS:-$(nproc)}
+SLOTS=${LSA_CPU_SLOTS:-1}
+THREADS=${LSA_CPU_THREADS:-$(nproc)}
 mkdir -p "$RUNS"
 # Where a run stands, from the last records of its metrics.jsonl: its last finished epoch (0 before the first),
 # a tab, then its last logged step and epoch, its last epoch's seen-transformation val accuracy and the hours of
@@ -82,7 +88,7 @@ run() {
     [ "$architecture" = hooked ] && leave_to_cpu "$name" "$state"
     return 0
   fi
-  if [ "$(pgrep -fc "lsa-interp train .*$RUNS/")" -ge "$SLOTS" ]; then echo "$name: waiting for a core"; return; fi
+  if [ "$(pgrep -fc "lsa-interp train .*$RUNS/")" -ge "$SLOTS" ]; then echo "$name: waiting (at most $SLOTS at a time)"; return; fi
   if [ ! -d "$RUNS/data-$preset" ]; then "$LSA" data generate --preset "$preset" --seed 0 --out "$RUNS/data-$preset"; fi
   if [ -f "$out/state.pt" ]; then
     args=(--resume "$out")
@@ -90,7 +96,7 @@ run() {
     args=(--out "$out" --preset "$preset" --data "$RUNS/data-$preset" --batching "$batching" --seed "$seed" --device cpu
           --architecture "$architecture" --val-limit 5000 --checkpoint-every 1000 --micro-batches 4)
   fi
-  OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 setsid nohup nice -n 19 "$LSA" train "${args[@]}" \
+  OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS setsid nohup nice -n 19 "$LSA" train "${args[@]}" \
     >> "$RUNS/$name.log" 2>&1 < /dev/null &
   echo "$name: started (pid $!)"
   [ "$architecture" = hooked ] && leave_to_cpu "$name" "$(run_state "$out")"

@@ -13,9 +13,11 @@ ROOT = Path(__file__).parents[1]
 SCRIPT = ROOT / "scripts" / "cpu_runs.sh"
 
 
-def _stub_lsa(bin_dir: Path, calls: Path) -> Path:
+def _stub_lsa(bin_dir: Path, calls: Path, linger: int = 0) -> Path:
+    """`python` and a stand-in `lsa-interp` that records its arguments and thread counts, then lives ``linger`` s."""
     bin_dir.mkdir()
-    for name, body in (("python", f'exec {sys.executable} "$@"'), ("lsa-interp", f'echo "$*" >> {calls}')):
+    train = f'echo "$*" >> {calls}; echo "$OMP_NUM_THREADS $MKL_NUM_THREADS" >> {calls}.threads; sleep {linger}'
+    for name, body in (("python", f'exec {sys.executable} "$@"'), ("lsa-interp", train)):
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod((bin_dir / name).stat().st_mode | stat.S_IXUSR)
     return bin_dir / "lsa-interp"
@@ -39,13 +41,17 @@ def _repo(tmp_path: Path, replicates: tuple[str, ...] = ()) -> Path:
     return repo
 
 
-def _run(tmp_path: Path, calls: Path, replicates: tuple[str, ...] = ()) -> str:
+def _run(
+    tmp_path: Path, calls: Path, replicates: tuple[str, ...] = (), slots: str | None = "8", linger: int = 0
+) -> str:
+    """The script's output, with the stand-in `lsa-interp` (living ``linger`` s) and ``slots`` runs at a time (None:
+    the script's default)."""
     repo = _repo(tmp_path, replicates)
     env = {
-        **os.environ,
-        "LSA": str(_stub_lsa(tmp_path / "bin", calls)),
+        **{k: v for k, v in os.environ.items() if not k.startswith("LSA_CPU_")},
+        "LSA": str(_stub_lsa(tmp_path / "bin", calls, linger)),
         "LSA_CPU_RUNS": str(tmp_path / "runs"),
-        "LSA_CPU_SLOTS": "8",
+        **({"LSA_CPU_SLOTS": slots} if slots else {}),
     }
     script = repo / "scripts" / "cpu_runs.sh"
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120, check=True)
@@ -81,6 +87,17 @@ def test_a_replaced_machine_trains_again_only_the_runs_that_are_not_shipped(tmp_
     assert any(
         "/copy-20-random-s3 " in line and "--seed 3 " in line and "--architecture hooked" in line for line in trains
     )
+
+
+def test_by_default_the_first_unfinished_run_trains_alone_on_every_core(tmp_path):
+    calls = tmp_path / "calls.txt"
+    out = _run(tmp_path, calls, slots=None, linger=20)
+    subprocess.run(["pkill", "-f", f"lsa-interp train .*{tmp_path}"], check=False)
+    assert "nocopy-20-random-s0: started" in out
+    assert "copy-200-alphabet-reference-s1: waiting (at most 1 at a time)" in out
+    assert len(_train_calls(calls, 1)) == 1
+    cores = str(os.cpu_count())
+    assert Path(f"{calls}.threads").read_text().split() == [cores, cores]
 
 
 def test_a_run_shipped_under_replicates_by_its_name_is_not_trained_again(tmp_path):
