@@ -30,7 +30,8 @@
 #       states of unfinished stacks; no datasets) once, and copies chunk group PART (0: parts 00-03, 1: parts
 #       04-07, ...) with the checksum to $OUT.
 # MINUTES: the device minutes left (device status: budget_left_s / 60, read after a first call, e.g. `receive`, has
-# started the machine) less 1.5 (the seconds between calls, the pack call, the close; scripts/README.md). Each
+# started the machine) less 1.5 (the seconds between calls, the pack call, the close; scripts/README.md); a `start`
+# that is the machine's first call takes START_MINUTES (1.5) more off. Each
 # command returns well inside the device tool's 10 minutes; the next must follow within 30 s, or the machine (and
 # the sweep on it) is given back.
 set -uo pipefail
@@ -91,6 +92,11 @@ STARTUP_SECONDS=${STARTUP_SECONDS:-90}
 CHECK_SECONDS=${CHECK_SECONDS:-20}
 # After a sweep whose stacks all finished, the driver plans the queue's next stack if this many minutes remain.
 FOLLOW_MINUTES=${FOLLOW_MINUTES:-3}
+# A mark that an earlier call of this session ran on this machine (`receive` leaves it): MINUTES read after that call
+# no longer hold the machine's start. A `start` that is the machine's first call takes START_MINUTES off MINUTES (30 s
+# of start on the H100, 1-2 minutes more where no H100 opens and the call goes on to an H200; scripts/README.md).
+WARM_MARK=$WORK/.warm
+START_MINUTES=${START_MINUTES:-1.5}
 SESSION=$WORK/session
 SWEEP=$WORK/grid
 RECEIVED=${RECEIVED:-$WORK/received}
@@ -314,9 +320,15 @@ receive() {
 case ${1:-} in
 receive)
   receive
+  touch "$WARM_MARK"
   ;;
 start)
   minutes=${2:?usage: gpu_train.sh start MINUTES [BENCH_JSON]}
+  if [[ ! -f $WARM_MARK ]]; then
+    minutes=$(awk -v m="$minutes" -v s="$START_MINUTES" 'BEGIN { printf "%.2f", m - s }')
+    echo "the first call on this machine: MINUTES hold its start, so the sweep gets $minutes (START_MINUTES less)"
+  fi
+  touch "$WARM_MARK"
   receive || exit 2
   if [[ -f $RECEIVED/carry.sha256 ]]; then
     rm -rf "$CARRY"

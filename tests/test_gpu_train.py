@@ -37,9 +37,10 @@ def _fake_commands(tmp_path: Path, **bodies: str) -> str:
 def _session_env(tmp_path: Path, path: str, done: Path, **more: str) -> dict[str, str]:
     """The environment of one dry-run GPU session: fake commands first on ``path``, the queue
     ``tmp_path/queue.toml``, finished runs in ``done``, the machine's work folder ``tmp_path/work``, ``$OUT``
-    ``tmp_path/out``; ``more`` adds or overrides variables."""
+    ``tmp_path/out``, no minutes taken for the machine's start; ``more`` adds or overrides variables."""
     return {
         **os.environ,
+        "START_MINUTES": "0",
         "PATH": path,
         "QUEUE": str(tmp_path / "queue.toml"),
         "DONE": str(done),
@@ -134,6 +135,7 @@ def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_i
         "QUEUE": str(grid),
         "DONE": str(tmp_path / "none"),
         "STARTUP_SECONDS": "3",
+        "START_MINUTES": "0",
         "CARRY_SURVIVAL": "1",  # the stack's size, not its risk: 26 sessions would weigh R by 0.6 ** 25
         "WATCH_EVERY": "1",
         "OMP_NUM_THREADS": "1",
@@ -242,8 +244,8 @@ def test_after_the_carried_stack_finishes_the_session_trains_the_queues_next_sta
         "PATH": path,
         "QUEUE": str(grid), "DONE": str(tmp_path / "none"), "CARRY": str(tmp_path / "carry"),
         "GPU_TRAIN_DIR": str(work), "BUNDLE": str(tmp_path / "bundle"), "OUT": str(tmp_path / "out"),
-        "STARTUP_SECONDS": "1", "FOLLOW_MINUTES": "0.1", "WATCH_EVERY": "1", "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(ROOT),
+        "STARTUP_SECONDS": "1", "START_MINUTES": "0", "FOLLOW_MINUTES": "0.1", "WATCH_EVERY": "1",
+        "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
     }  # fmt: skip
     script = ["bash", str(ROOT / "scripts" / "gpu_train.sh")]
     # 2.5 minutes: the carried run's last epoch must end before the deadline for its sweep to move to done-1; on
@@ -294,6 +296,24 @@ def test_without_a_benchmark_argument_start_plans_from_the_committed_step_times_
     env["ELSEWHERE"] = "tiny-random-s1 not-a-run"  # the CPU machine's runs go to the planner
     started = subprocess.run([*script, "start", "0.01"], env=env, capture_output=True, text=True, timeout=120)
     assert started.returncode == 2 and "--elsewhere: not a run of the queue: not-a-run" in started.stderr
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_start_that_is_the_machines_first_call_takes_its_start_off_the_minutes(tmp_path):
+    """MINUTES read before the machine started hold its start: a first `start` takes START_MINUTES off them; after a
+    `receive` on the same machine it does not."""
+    write_tiny_grid(tmp_path / "queue.toml")
+    env = _session_env(tmp_path, _fake_commands(tmp_path), tmp_path / "none", CARRY_MIB="0", START_MINUTES="1.5")
+    env["STARTUP_SECONDS"] = "600"  # longer than either: nothing fits, and the planner's error names its minutes
+    script = ["bash", str(ROOT / "scripts" / "gpu_train.sh")]
+    planned = lambda done: float(re.search(r"fits in ([0-9.]+) minutes", done.stderr).group(1))
+    first = subprocess.run([*script, "start", "1.8"], env=env, capture_output=True, text=True, timeout=120)
+    assert "the first call on this machine: MINUTES hold its start, so the sweep gets 0.30" in first.stdout
+    assert first.returncode == 2 and planned(first) <= 0.3
+    shutil.rmtree(tmp_path / "work")
+    subprocess.run([*script, "receive"], env=env, capture_output=True, text=True, timeout=120, check=True)
+    warm = subprocess.run([*script, "start", "1.8"], env=env, capture_output=True, text=True, timeout=120)
+    assert warm.returncode == 2 and "first call" not in warm.stdout and 1.5 < planned(warm) <= 1.8
 
 
 def test_an_unknown_subcommand_is_a_usage_error():
