@@ -16,12 +16,12 @@
 # replaced before a run finished three times, losing what it trained (docs/results.md): a run that needs 3.6
 # sessions on one core needs 2.5 on two, and with about 6 in 8 session boundaries keeping the machine, 2 boundaries
 # to survive instead of 3 is 0.56 against 0.42 that it finishes at all. So the first unfinished run gets the cores.
-# The order: the seed-0 runs issue 14 ships (copy-200 alphabet, copy-20 and nocopy-20 random); then copy-200 alphabet seed 1 on
-# a plain nn.Transformer (--architecture reference), issue 14's check of the loop beside a cell below the paper's
-# interval, which the GPU queue does not hold (a GPU session can run it beside its stack, scripts/README.md);
-# then the fp32 half of the queue's precision check, copy-20 random seeds 1-4, which the GPU queue trains next
-# as well (an fp32 run there takes two sessions); then seeds 1 and 2 of copy-200 alphabet. A finished run,
-# shipped under checkpoints/replicates/ or recorded under analyses/runs/, counts as done for the GPU planner
+# The order: the seed-0 runs issue 14 ships (copy-200 alphabet, copy-20 and nocopy-20 random); then copy-200 alphabet
+# seed 1 on a plain nn.Transformer (--architecture reference), issue 14's check of the loop beside a cell below the
+# paper's interval, which the GPU queue does not hold (a GPU session can run it beside its stack, scripts/README.md);
+# then the fp32 half of the queue's precision check, copy-20 random seeds 1-4, which the GPU queue trains next as
+# well (an fp32 run there takes two sessions); then seeds 1 and 2 of copy-200 alphabet. A finished run, shipped under
+# checkpoints/replicates/ or recorded under analyses/runs/, counts as done for the GPU planner
 # (lsa_interp/sweep/done.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
