@@ -20,7 +20,7 @@
 # seed 1 on a plain nn.Transformer (--architecture reference), issue 14's check of the loop beside a cell below the
 # paper's interval, which the GPU queue does not hold (a GPU session can run it beside its stack, scripts/README.md);
 # then the fp32 half of the queue's precision check, copy-20 random seeds 1-4, which the GPU queue trains next as
-# well (an fp32 run there takes two sessions); then seeds 1 and 2 of copy-200 alphabet. A finished run, shipped under
+# well (an fp32 run there takes a whole session); then seeds 1 and 2 of copy-200 alphabet. A finished run, shipped under
 # checkpoints/replicates/ or recorded under analyses/runs/, counts as done for the GPU planner
 # (lsa_interp/sweep/done.py).
 set -euo pipefail
