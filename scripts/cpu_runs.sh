@@ -1,21 +1,21 @@
 #!/bin/bash
-# Start, or resume, long training runs on this project's CPUs, at the lowest priority, so that a session's own
-# work keeps the cores it needs. A session's background jobs end with it; run this
+# Start, or resume, long training runs on this project's CPUs: one thread and the lowest priority each, so that a
+# session's own work keeps the cores it needs. A session's background jobs end with it; run this
 # again in the next session and every run continues from its last state (saved every 1,000 steps).
 # The runs live outside the checkout (each session gets its work tree laid anew; the machine itself may be
 # kept), in $LSA_CPU_RUNS (default ~/.local/share/lsa-interp/cpu-grid). A machine that was shut down
 # keeps nothing (as the one before the session of 2026-11-26 19:04 did, 10.5 epochs into nocopy-20): then every
 # run that is not shipped starts again from step 0 (same seed, same weights).
-#   bash scripts/cpu_runs.sh            # start or resume the runs below, in order, one at a time on every core
+#   bash scripts/cpu_runs.sh            # start or resume the runs below, in order, one per core
 #   tail -n 2 ~/.local/share/lsa-interp/cpu-grid/*/metrics.jsonl
 # Runs: NAME PRESET BATCHING [SEED [ARCHITECTURE]] (default seed 0 and our hooked model; the reference's
-# batches in 4 micro-batches, 5,000 val rows per epoch). At most $LSA_CPU_SLOTS run at once (default 1), each on
-# $LSA_CPU_THREADS threads (default: the number of cores); a run past them waits for a later call, after an earlier
-# run has finished. One run on both cores trains at 1.43 times one thread's rate (199-200 against 140 tasks/s,
-# nocopy-20, the runs paused, 2026-11-28), less than two runs on a core each (280 in all), but this machine has been
-# replaced before a run finished three times, losing what it trained (docs/results.md): a run that needs 3.6
-# sessions on one core needs 2.5 on two, and with about 6 in 8 session boundaries keeping the machine, 2 boundaries
-# to survive instead of 3 is 0.56 against 0.42 that it finishes at all. So the first unfinished run gets the cores.
+# batches in 4 micro-batches, 5,000 val rows per epoch). At most $LSA_CPU_SLOTS run at once (default: the number of
+# cores), each on $LSA_CPU_THREADS threads (default 1); a run past them waits for a later call, after an earlier run
+# has finished. One run on both cores trains at 1.43 times one thread's rate while nothing else runs (199-200 against
+# 140 tasks/s, nocopy-20, 2026-11-28), but a session's own work on one core stalls it: its two threads wait for each
+# other, and with one core held by a busy loop it logged 21 tasks/s where it had logged 147-160. Two runs on a core
+# each kept 96-117 tasks/s through whole sessions of such work (2026-11-27). So each run gets one core;
+# LSA_CPU_SLOTS=1 LSA_CPU_THREADS=2 gives the first unfinished run both, for a machine left alone.
 # The order: the seed-0 runs issue 14 ships (copy-200 alphabet, copy-20 and nocopy-20 random); then copy-200 alphabet
 # seed 1 on a plain nn.Transformer (--architecture reference), issue 14's check of the loop beside a cell below the
 # paper's interval, which the GPU queue does not hold (a GPU session can run it beside its stack, scripts/README.md);
@@ -28,8 +28,8 @@ cd "$(dirname "$0")/.."
 RUNS=${LSA_CPU_RUNS:-$HOME/.local/share/lsa-interp/cpu-grid}
 LSA=${LSA:-$PWD/.venv/bin/lsa-interp}
 [ -x "$LSA" ] || { echo "cpu_runs.sh: $LSA is missing: run 'make install' first" >&2; exit 2; }
-SLOTS=${LSA_CPU_SLOTS:-1}
-THREADS=${LSA_CPU_THREADS:-$(nproc)}
+SLOTS=${LSA_CPU_SLOTS:-$(nproc)}
+THREADS=${LSA_CPU_THREADS:-1}
 mkdir -p "$RUNS"
 # Where a run stands, from the last records of its metrics.jsonl: its last finished epoch (0 before the first),
 # a tab, then its last logged step and epoch, its last epoch's seen-transformation val accuracy and the hours of

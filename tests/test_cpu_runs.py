@@ -41,17 +41,15 @@ def _repo(tmp_path: Path, replicates: tuple[str, ...] = ()) -> Path:
     return repo
 
 
-def _run(
-    tmp_path: Path, calls: Path, replicates: tuple[str, ...] = (), slots: str | None = "8", linger: int = 0
-) -> str:
-    """The script's output, with the stand-in `lsa-interp` (living ``linger`` s) and ``slots`` runs at a time (None:
-    the script's default)."""
+def _run(tmp_path: Path, calls: Path, replicates: tuple[str, ...] = (), linger: int = 0, **settings: str) -> str:
+    """The script's output, with the stand-in `lsa-interp` (living ``linger`` s) and ``settings`` as its
+    ``LSA_CPU_*`` variables (default: 8 slots)."""
     repo = _repo(tmp_path, replicates)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("LSA_CPU_")},
         "LSA": str(_stub_lsa(tmp_path / "bin", calls, linger)),
         "LSA_CPU_RUNS": str(tmp_path / "runs"),
-        **({"LSA_CPU_SLOTS": slots} if slots else {}),
+        **{f"LSA_CPU_{name.upper()}": value for name, value in (settings or {"slots": "8"}).items()},
     }
     script = repo / "scripts" / "cpu_runs.sh"
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120, check=True)
@@ -89,15 +87,22 @@ def test_a_replaced_machine_trains_again_only_the_runs_that_are_not_shipped(tmp_
     )
 
 
-def test_by_default_the_first_unfinished_run_trains_alone_on_every_core(tmp_path):
-    calls = tmp_path / "calls.txt"
-    out = _run(tmp_path, calls, slots=None, linger=20)
+def test_by_default_each_run_trains_on_one_thread_and_the_first_may_take_every_core(tmp_path):
+    """By default each run on one thread. LSA_CPU_SLOTS=1 LSA_CPU_THREADS=2: the first unfinished run alone on
+    both, the next waiting."""
+    calls = tmp_path / "default" / "calls.txt"
+    (tmp_path / "default").mkdir()
+    out = _run(tmp_path / "default", calls)
+    assert len(_train_calls(calls, 8)) == 8 and "nocopy-20-random-s0: started" in out
+    assert set(Path(f"{calls}.threads").read_text().split()) == {"1"}
+    calls = tmp_path / "alone" / "calls.txt"
+    (tmp_path / "alone").mkdir()
+    out = _run(tmp_path / "alone", calls, linger=20, slots="1", threads="2")
     subprocess.run(["pkill", "-f", f"lsa-interp train .*{tmp_path}"], check=False)
     assert "nocopy-20-random-s0: started" in out
     assert "copy-200-alphabet-reference-s1: waiting (at most 1 at a time)" in out
     assert len(_train_calls(calls, 1)) == 1
-    cores = str(os.cpu_count())
-    assert Path(f"{calls}.threads").read_text().split() == [cores, cores]
+    assert Path(f"{calls}.threads").read_text().split() == ["2", "2"]
 
 
 def test_a_run_shipped_under_replicates_by_its_name_is_not_trained_again(tmp_path):
