@@ -123,7 +123,7 @@ def precision_effect(model: HookedEncoderDecoder, split: ResidentSplit, batches:
     ratios."""
     stack = replicate_stack(model)
     losses: dict[str, list[float]] = {"fp32": [], "bf16": []}
-    sums, difference_total, difference_norms2, cosines = {}, 0.0, 0.0, []
+    sums, difference_norms2, cosines = {}, 0.0, []
     for b in range(batches):
         batch = split.batch(np.arange(b * BATCH, (b + 1) * BATCH))
         gradients = {}
@@ -132,7 +132,6 @@ def precision_effect(model: HookedEncoderDecoder, split: ResidentSplit, batches:
             losses[precision].append(loss)
             sums.setdefault(precision, _Sums(gradients[precision].numel(), batches)).add(b, gradients[precision])
         difference = gradients["bf16"] - gradients["fp32"]
-        difference_total = difference_total + difference
         difference_norms2 += float(difference @ difference)
         cosines.append(_cosine(gradients["bf16"], gradients["fp32"]))
     fp32, bf16 = sums["fp32"], sums["bf16"]
@@ -146,7 +145,7 @@ def precision_effect(model: HookedEncoderDecoder, split: ResidentSplit, batches:
         "loss_bf16": float(np.mean(losses["bf16"])),
         "batch_error": (difference_norms2 / fp32.norms2) ** 0.5,
         "batch_cosine": float(np.median(cosines)),
-        "mean_error": float((difference_total / batches).norm()) / signal,
+        "mean_error": float((bf16.mean - fp32.mean).norm()) / signal,
         "mean_cosine": _cosine(bf16.mean, fp32.mean),
         "mean_error_if_noise": (difference_norms2 / batches) ** 0.5 / batches**0.5 / signal,
         "batch_spread": max(fp32.norms2 / batches - signal**2, 0.0) ** 0.5 / signal,
