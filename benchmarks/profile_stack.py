@@ -107,7 +107,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--compile", action="store_true", help="torch.compile inside the step")
-    parser.add_argument("--attention", default="sdpa", choices=["sdpa", "triton"], help="the stack's attention")
+    parser.add_argument(
+        "--attention", default="sdpa", choices=["sdpa", "triton", "flash"], help="the stack's attention"
+    )
     parser.add_argument("--packing", action="store_true", help="pack each step's rows without padding")
     parser.add_argument("--one-change", action="store_true", help="time one-change variants of the largest stack")
     parser.add_argument("--json", type=Path, default=None)

@@ -135,7 +135,7 @@ def stack_stepper(data_dir: str, device: torch.device, stacking: str, replicates
         precision=precision,
         compile=stacking.startswith("native-compile"),
         cuda_graph=stacking != "native-eager",
-        attention="triton" if "-triton" in stacking else "sdpa",
+        attention=next((name for name in ("triton", "flash") if f"-{name}" in stacking), "sdpa"),
         packing=stacking.endswith("-packed"),
     )
     if stacking != "vmap":
@@ -220,6 +220,9 @@ def stacking_matrix(args, data_dir: str, device: torch.device, save=None) -> dic
         if stacking == "vmap" and replicates == 1:
             skipped.append({**name, "why": "one vmap replicate is the single model"})
             continue
+        if "-flash" in stacking and precision != "bf16":
+            skipped.append({**name, "why": "the flash attention runs in bf16 only"})
+            continue
         if time.monotonic() - started > 60 * args.budget_minutes:
             skipped.append({**name, "why": f"over the {args.budget_minutes}-minute budget"})
             continue
@@ -229,8 +232,10 @@ def stacking_matrix(args, data_dir: str, device: torch.device, save=None) -> dic
         try:
             contender = stack_stepper(data_dir, device, stacking, replicates, precision)
             result = {**name, **measure_config(contender, single, args.steps, device)}
-        except torch.cuda.OutOfMemoryError as error:
-            skipped.append({**name, "why": f"out of memory: {str(error).splitlines()[0][:200]}"})
+        except Exception as error:  # one configuration failing must not cost the others their timings
+            kind = "out of memory" if isinstance(error, torch.cuda.OutOfMemoryError) else type(error).__name__
+            skipped.append({**name, "why": f"{kind}: {str(error).splitlines()[0][:200]}"})
+            print(f"{device.type} {stacking} R={replicates} {precision}: {skipped[-1]['why']}", flush=True)
             torch.set_float32_matmul_precision("highest")
             _report_progress(report, started, save)
             continue
@@ -276,8 +281,9 @@ def main() -> None:
         "--stacking",
         default=None,
         help="stacking mode: native,native-compile,native-eager,vmap,native-triton,native-compile-triton, each "
-        "native one also with -packed (comma-separated; -triton: the stack's own attention kernel; -packed: rows "
-        "packed without padding)",
+        "native one also with -packed, and native-flash-packed, native-compile-flash-packed (comma-separated; "
+        "-triton: the stack's own attention kernel; -flash: FlashAttention-2's variable-length kernel, bf16 only; "
+        "-packed: rows packed without padding)",
     )
     parser.add_argument("--replicates", default="1,8,32,64", help="stacking mode: replicate counts")
     parser.add_argument("--precision", default="fp32", help="stacking mode: fp32,tf32,bf16")

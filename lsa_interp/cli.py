@@ -208,9 +208,10 @@ def train(
     attention: Annotated[
         str,
         typer.Option(
-            help="sdpa (torch's scaled_dot_product_attention) or triton: the stacked step's own kernel for short "
-            "rows and 16-wide heads (trains as a stack; needs a CUDA GPU and the triton package; measure first: "
-            "benchmarks/train_throughput.py --stacking native-triton).",
+            help="sdpa (torch's scaled_dot_product_attention), triton: the stacked step's own kernel for short "
+            "rows and 16-wide heads (needs the triton package), or flash: FlashAttention-2's variable-length kernel "
+            "over packed rows (needs --packing and --precision bf16); triton and flash train as a stack on a CUDA "
+            "GPU (measure first: benchmarks/train_throughput.py --stacking native-triton,native-compile-flash-packed).",
         ),
     ] = "sdpa",
     packing: Annotated[

@@ -25,10 +25,13 @@
 #   bash scripts/gpu_session.sh acceptance [MINUTES]
 #                                        at most MINUTES (default 4), for the minutes a training session has
 #                                        left: issue 13's unmet acceptance rows in the stacks never timed at
-#                                        them, as far as the minutes go: fp32 at R = 8 compiled, packed and
-#                                        not (target 2.5x; 2.35x compiled before its optimizer update was
-#                                        compiled), then bf16 at R = 64 compiled and packed (target 16x); then,
-#                                        with the time left, the packed stack's GPU tests
+#                                        them, as far as the minutes go: bf16 at R = 64 compiled and packed,
+#                                        with FlashAttention-2's variable-length kernel (--attention flash,
+#                                        never run on a GPU before) and with SDPA (target 16x), then fp32 at
+#                                        R = 8 compiled, packed and not (target 2.5x; 2.35x compiled before its
+#                                        optimizer update was compiled), then bf16 at R = 32 with the flash
+#                                        kernel (target 12x); then, with the time left, the packed stack's GPU
+#                                        tests (the flash kernel's among them)
 # Everything it prints is also written under $OUT:
 #   $OUT/gpu.txt         the GPU (nvidia-smi) and torch
 #   $OUT/gpu_tests.txt   the pytest report
@@ -37,7 +40,8 @@
 #   extra: $OUT/vmap.json (R = 8, 32, 64), $OUT/tf32.json (native), $OUT/compile-bf16.json (R = 1, 4, 8, 64)
 #          and benchmark.txt
 #   triton: $OUT/triton_tests.txt, $OUT/attention.json (the kernel alone), $OUT/triton.json and benchmark.txt
-#   acceptance: $OUT/acceptance-fp32.json, $OUT/acceptance-bf16.json, benchmark.txt and acceptance_tests.txt
+#   acceptance: $OUT/acceptance-bf16-R64.json, acceptance-fp32-R8.json, acceptance-bf16-R32.json, benchmark.txt
+#               and acceptance_tests.txt
 #               (timings only: nothing is kept for gpu_train.sh)
 # Usage, from the repository root on the device machine. The image lacks transformer-lens, datasets, plotly
 # and beartype: run scripts/gpu_wheels.sh here first and carry .whl; they are installed into /tmp/site once
@@ -70,17 +74,20 @@ if [[ ${1:-} == acceptance ]]; then
   : >"$OUT/benchmark.txt"
   # A compiled configuration takes about a minute (compile, capture, three rounds): each call starts only with one
   # minute per configuration left, and its time limit ends it before the minutes are up.
-  for timing in "fp32 8 native-compile-packed,native-compile" "bf16 64 native-compile-packed"; do
+  for timing in "bf16 64 native-compile-flash-packed,native-compile-packed" \
+    "fp32 8 native-compile-packed,native-compile" "bf16 32 native-compile-flash-packed"; do
     read -r precision replicates stackings <<<"$timing"
     configurations=$(tr ',' '\n' <<<"$stackings" | wc -l)
     (($(left "$minutes") >= 60 * configurations)) || break
     timeout "$(left "$minutes")" "${BENCH[@]}" --replicates "$replicates" --stacking "$stackings" \
-      --precision "$precision" --json "$OUT/acceptance-$precision.json" 2>&1 | tee -a "$OUT/benchmark.txt"
+      --precision "$precision" --json "$OUT/acceptance-$precision-R$replicates.json" 2>&1 |
+      tee -a "$OUT/benchmark.txt"
   done
   seconds=$(left "$minutes")
   if ((seconds >= 60)); then
     timeout "$seconds" python3 -m pytest -q -p no:cacheprovider -rA tests/training/test_packing.py \
-      tests/training/test_stack_graph.py -k "(packed or packing) and not triton" >"$OUT/acceptance_tests.txt" 2>&1
+      tests/training/test_stack_graph.py -k "(packed or packing or flash) and not triton" \
+      >"$OUT/acceptance_tests.txt" 2>&1
     echo "the packed stack's GPU tests: exit $? ($(grep -c '^PASSED' "$OUT/acceptance_tests.txt") passed)" |
       tee -a "$OUT/benchmark.txt"
   fi

@@ -376,11 +376,13 @@ def test_gpu_session_names_its_optional_parts(arguments):
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-@pytest.mark.parametrize(("minutes", "expected"), [("1", []), ("1.9", ["pytest"]), ("2.6", ["fp32", "bf16", "pytest"])])
+@pytest.mark.parametrize(
+    ("minutes", "expected"), [("1", []), ("1.9", ["pytest"]), ("2.6", ["bf16", "fp32", "bf16", "pytest"])]
+)
 def test_gpu_session_acceptance_starts_only_what_its_minutes_leave_time_for(tmp_path, minutes, expected):
     """A fake python3 records its calls and takes no time: a timing call starts only with a minute left per
-    configuration it times (the fp32 call times two), the packed tests with one minute left, 10 s kept for copies;
-    each call's time limit is the seconds left."""
+    configuration it times (the first two calls time two), the packed tests with one minute left, 10 s kept for
+    copies; each call's time limit is the seconds left, and each writes its own JSON."""
     log = tmp_path / "calls.txt"
     fakes = {"python3": f'echo "$@" >> {log}', "timeout": f'echo "limit $1" >> {log}; shift; exec "$@"'}
     env = {**os.environ, "PATH": _fake_commands(tmp_path, **fakes), "OUT": str(tmp_path / "out")}
@@ -398,7 +400,16 @@ def test_gpu_session_acceptance_starts_only_what_its_minutes_leave_time_for(tmp_
         for call in calls
         if "--replicates" in call
     ]
-    assert timed == [("8", "native-compile-packed,native-compile"), ("64", "native-compile-packed")][: len(timed)]
+    assert (
+        timed
+        == [
+            ("64", "native-compile-flash-packed,native-compile-packed"),
+            ("8", "native-compile-packed,native-compile"),
+            ("32", "native-compile-flash-packed"),
+        ][: len(timed)]
+    )
+    outputs = [call[call.index("--json") + 1].rsplit("/", 1)[1] for call in calls if "--json" in call]
+    assert outputs == ["acceptance-bf16-R64.json", "acceptance-fp32-R8.json", "acceptance-bf16-R32.json"][: len(timed)]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

@@ -10,9 +10,11 @@ from lsa_interp.data.batching import BATCHING_METHODS
 PRECISIONS = ("fp32", "tf32", "bf16")
 """fp32 (the recipe); tf32 matmuls; bf16 autocast."""
 
-ATTENTIONS = ("sdpa", "triton")
+ATTENTIONS = ("sdpa", "triton", "flash")
 """sdpa: ``scaled_dot_product_attention`` (the default); triton: the stacked step's own kernel for short rows and
-16-wide heads (`lsa_interp.training.small_attention`; needs the ``triton`` package and a CUDA device)."""
+16-wide heads (`lsa_interp.training.small_attention`; needs the ``triton`` package and a CUDA device); flash:
+FlashAttention-2's variable-length kernel over packed rows (`lsa_interp.training.packing.packed_flash`; needs
+packing, bf16 and a CUDA device)."""
 
 ARCHITECTURES = ("hooked", "reference")
 """hooked: `HookedEncoderDecoder` (the default); reference: the same network built from a plain
@@ -54,6 +56,8 @@ class Recipe:
             raise ValueError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}")
         if self.attention not in ATTENTIONS:
             raise ValueError(f"unknown attention {self.attention!r}; choose one of: {', '.join(ATTENTIONS)}")
+        if self.attention == "flash" and not (self.packing and self.precision == "bf16"):
+            raise ValueError("the flash attention runs on packed rows in bf16: use packing and precision bf16")
         if self.batch_size < 1:
             raise ValueError(f"batch size must be positive, got {self.batch_size}")
         if self.max_steps is not None and self.max_steps < 1:

@@ -5,8 +5,10 @@ tokens for the paper's data) because a CUDA graph has fixed shapes; the paper's 
 long on average. `pack_rows` lays each replicate's rows of a step end to end in a buffer of ``capacity``
 tokens instead (still a fixed shape: the capacity must hold the replicate's longest batch), so that the
 embeddings, projections, MLPs, norms and the loss see only real tokens. The attention then needs each
-row's start and length: `lsa_interp.training.small_attention.packed_small_attention`, or `packed_sdpa`, which
-unpacks to padded rows for ``scaled_dot_product_attention`` and packs the result back.
+row's start and length: `lsa_interp.training.small_attention.packed_small_attention`; `packed_sdpa`, which
+unpacks to padded rows for ``scaled_dot_product_attention`` and packs the result back; or `packed_flash`,
+FlashAttention-2's variable-length kernel over the packed buffer as it is (CUDA, bf16), whose sequences
+(`sequence_bounds`) are the rows and filler sequences over each replicate's unused slots.
 
 Token ``t`` of replicate ``r`` lives at flat index ``r * capacity + t``; row ``b`` of replicate ``r`` is flat
 row ``r * batch + b``. Everything here runs on the device without a host synchronisation.
@@ -137,3 +139,66 @@ def packed_sdpa(
         heads_first(q_rows), heads_first(k_rows), heads_first(v_rows), attn_mask=mask, dropout_p=dropout_p
     )
     return queries.repack(heads_first(z))
+
+
+def filler_sequences(*sides: PackedRows) -> int:
+    """How many filler sequences `sequence_bounds` cuts each replicate's unused slots into: enough that none is
+    longer than its side's ``width`` on any of ``sides``, and one count for all of them (so that row i of a
+    replicate is sequence i on every side, as cross-attention pairs them)."""
+    return max(math.ceil(side.tokens.shape[1] / side.width) for side in sides)
+
+
+def sequence_bounds(rows: PackedRows, fillers: int) -> Int[Tensor, " bound"]:
+    """Where each sequence of a variable-length attention starts in the flat packed buffer, and its end:
+    int32 ``[rep * (batch + fillers) + 1]``, non-decreasing, from 0 to ``rep * capacity``.
+
+    Replicate r's sequences are its rows in order (empty ones included, as empty sequences), then its unused
+    slots cut into ``fillers`` sequences of at most ``width`` tokens each (empty ones at the end). Every slot
+    belongs to exactly one sequence, so the attention writes every output; no row sees a filler's keys.
+    Needs ``fillers >= ceil(capacity / width)`` (`filler_sequences`).
+    """
+    reps, capacity = rows.tokens.shape
+    device = rows.starts.device
+    base = torch.arange(reps, device=device)[:, None] * capacity
+    unused = base + rows.lengths.view(reps, -1).sum(1, keepdim=True)
+    steps = torch.arange(fillers, device=device) * rows.width
+    filler_starts = torch.minimum(unused + steps, base + capacity)
+    starts = torch.cat([rows.starts.view(reps, -1), filler_starts], 1).flatten()
+    return torch.cat([starts, starts.new_full((1,), reps * capacity)]).int()
+
+
+def flash_varlen(
+    q: Float[Tensor, "q_token head d_head"],
+    k: Float[Tensor, "k_token head d_head"],
+    v: Float[Tensor, "k_token head d_head"],
+    q_bounds: Int[Tensor, " bound"],
+    k_bounds: Int[Tensor, " bound"],
+    q_longest: int,
+    k_longest: int,
+    causal: bool,
+    dropout_p: float,
+) -> Float[Tensor, "q_token head d_head"]:
+    """FlashAttention-2's variable-length attention (PyTorch's ``aten::_flash_attention_forward``, differentiable;
+    CUDA, fp16 or bf16): sequence i's queries ``q[q_bounds[i]:q_bounds[i + 1]]`` attend to its keys only
+    (``causal``: to keys at or before their own position), with attention dropout. The public
+    ``torch.nn.attention.varlen.varlen_attn`` takes no dropout, which the recipe has.
+    ``q_longest``/``k_longest``: no sequence is longer. A sequence without keys gets zeros."""
+    return torch.ops.aten._flash_attention_forward(
+        q, k, v, q_bounds, k_bounds, q_longest, k_longest, dropout_p, causal, False
+    )[0]
+
+
+def packed_flash(
+    q: Float[Tensor, "q_token head d_head"],
+    k: Float[Tensor, "k_token head d_head"],
+    v: Float[Tensor, "k_token head d_head"],
+    queries: PackedRows,
+    keys: PackedRows,
+    bounds: tuple[Tensor, Tensor],
+    causal: bool,
+    dropout_p: float,
+) -> Float[Tensor, "q_token head d_head"]:
+    """Attention of packed rows through `flash_varlen`, with no unpacking: each row's queries see the row's own
+    keys (and, ``causal``, earlier ones). ``bounds``: the queries' and the keys' `sequence_bounds`, of one
+    filler count. Slots of no row hold what their filler sequence computed (finite, and read by no row)."""
+    return flash_varlen(q, k, v, *bounds, queries.width, keys.width, causal, dropout_p)

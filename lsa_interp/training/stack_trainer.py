@@ -78,6 +78,8 @@ class StackTrainer:
         self.device = pick_device(config.device)
         if config.attention == "triton" and self.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             raise ValueError("the triton attention needs a CUDA device (on a CPU, only under TRITON_INTERPRET=1)")
+        if config.attention == "flash" and self.device.type != "cuda":
+            raise ValueError("the flash attention needs a CUDA device")
         set_matmul_precision(config.precision)
         self.graphed = self.device.type == "cuda" and config.cuda_graph
         data_dirs = [run.data_dir for run in config.runs]

@@ -9,8 +9,9 @@ encoder-decoder of ``lsa_interp.model.layers`` for all replicates at once: batch
 replicates folded into its batch dimension (key-padding and causal masks, attention dropout); with
 ``attention="triton"``, training steps use `lsa_interp.training.small_attention` instead (one program per
 row and head, for 16-wide heads and short rows; seeded by the ``attention_step`` buffer, which each training
-forward advances). The per-replicate loss is the mean cross-entropy over non-PAD targets, as
-`lsa_interp.training.validation.loss_fn`.
+forward advances), and with ``attention="flash"`` packed training steps use FlashAttention-2's variable-length
+kernel (`lsa_interp.training.packing.packed_flash`; CUDA, bf16). The per-replicate loss is the mean
+cross-entropy over non-PAD targets, as `lsa_interp.training.validation.loss_fn`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.dropout import dropout as cpu_dropout
 from lsa_interp.model.layers import sinusoidal_table
 from lsa_interp.training.config import ATTENTIONS
-from lsa_interp.training.packing import PackedRows, packed_sdpa
+from lsa_interp.training.packing import PackedRows, filler_sequences, packed_flash, packed_sdpa, sequence_bounds
 
 Params = dict[str, Tensor]
 """Parameter name -> stacked view ``[R, *shape]``."""
@@ -59,13 +60,15 @@ class Keys(NamedTuple):
 
 class PackedKeys(NamedTuple):
     """`Keys` of packed rows (`lsa_interp.training.packing`): the queries' and the keys' rows; ``paired`` for
-    self-attention (the same rows)."""
+    self-attention (the same rows); ``bounds``: the queries' and the keys' `sequence_bounds` where the flash
+    attention runs (else None)."""
 
     queries: PackedRows
     keys: PackedRows
     causal: bool
     call: int
     paired: bool
+    bounds: tuple[Tensor, Tensor] | None = None
 
 
 def stacked_linear(
@@ -203,6 +206,8 @@ class StackedEncoderDecoder(nn.Module):
         return stacked_linear(z, p[prefix + "out_proj.weight"], p[prefix + "out_proj.bias"])
 
     def _attend_packed(self, q: Tensor, k: Tensor, v: Tensor, keys: PackedKeys, drop: float) -> Tensor:
+        if keys.bounds is not None:
+            return packed_flash(q, k, v, keys.queries, keys.keys, keys.bounds, keys.causal, drop)
         if self.attention == "sdpa" or not self.training:
             return packed_sdpa(q, k, v, keys.queries, keys.keys, keys.causal, drop)
         rows = keys.queries, keys.keys
@@ -314,9 +319,17 @@ class StackedEncoderDecoder(nn.Module):
         if self.training and self.attention == "triton":
             self.attention_step.add_(1)
         p = self.views()
+        src_bounds = tgt_bounds = None
+        if self.attention == "flash" and self.training:
+            fillers = filler_sequences(src, tgt_in)
+            src_bounds, tgt_bounds = sequence_bounds(src, fillers), sequence_bounds(tgt_in, fillers)
+        pair = lambda queries, keys: None if queries is None else (queries, keys)
         x = self._embed(p["encoder.embed.weight"], src.tokens, positions=src.positions)
-        memory = self._encoder(p, x, PackedKeys(src, src, False, 0, True))
-        keys = (PackedKeys(tgt_in, tgt_in, True, SELF_CALLS, True), PackedKeys(tgt_in, src, False, CROSS_CALLS, False))
+        memory = self._encoder(p, x, PackedKeys(src, src, False, 0, True, pair(src_bounds, src_bounds)))
+        keys = (
+            PackedKeys(tgt_in, tgt_in, True, SELF_CALLS, True, pair(tgt_bounds, tgt_bounds)),
+            PackedKeys(tgt_in, src, False, CROSS_CALLS, False, pair(tgt_bounds, src_bounds)),
+        )
         x = self._embed(p["decoder.embed.weight"], tgt_in.tokens, positions=tgt_in.positions)
         logits = self._decoder(p, x, memory, keys)
         flat_loss = F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=PAD, reduction="none")

@@ -59,8 +59,12 @@ def test_recipe_values_are_checked_for_a_run_and_for_a_stack():
             make(batch_size=0)
         with pytest.raises(ValueError, match="max steps must be positive, got 0"):
             make(max_steps=0)
-        with pytest.raises(ValueError, match="unknown attention 'flash'; choose one of: sdpa, triton"):
-            make(attention="flash")
+        with pytest.raises(ValueError, match="unknown attention 'flex'; choose one of: sdpa, triton, flash"):
+            make(attention="flex")
+        for bad in ({}, {"packing": True}, {"precision": "bf16"}, {"packing": True, "precision": "tf32"}):
+            with pytest.raises(ValueError, match="the flash attention runs on packed rows in bf16: use packing and"):
+                make(attention="flash", **bad)
+        assert make(attention="flash", packing=True, precision="bf16").attention == "flash"
     with pytest.raises(ValueError, match="epochs must be positive, got 0"):
         TrainConfig(data_dir="d", epochs=0)
     with pytest.raises(ValueError, match="one model at a time: use replicates 1, no compile"):
@@ -96,6 +100,15 @@ def test_a_run_with_the_triton_attention_is_a_stack_that_needs_a_gpu(tmp_path, m
     assert not (tmp_path / "run").exists()
     with pytest.raises(ValueError, match="one model at a time: use replicates 1, no compile, sdpa attention"):
         TrainConfig(data_dir="d", architecture="reference", attention="triton")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_a_run_with_the_flash_attention_is_a_stack_that_needs_a_gpu(tmp_path):
+    config = TrainConfig(data_dir=str(tmp_path), device="cpu", attention="flash", packing=True, precision="bf16")
+    assert config.stacked
+    with pytest.raises(ValueError, match="the flash attention needs a CUDA device"):
+        start_run(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_the_train_command_passes_compile_to_the_run(tmp_path, monkeypatch):

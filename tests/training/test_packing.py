@@ -10,8 +10,15 @@ import torch.nn.functional as F
 
 from lsa_interp.data.vocab import PAD
 from lsa_interp.model import ModelConfig
-from lsa_interp.training import RunSpec, StackConfig, StackTrainer
-from lsa_interp.training.packing import capacity_for, pack_rows, packed_sdpa
+from lsa_interp.training import RunSpec, StackConfig, StackTrainer, packing
+from lsa_interp.training.packing import (
+    capacity_for,
+    filler_sequences,
+    pack_rows,
+    packed_flash,
+    packed_sdpa,
+    sequence_bounds,
+)
 from lsa_interp.training.stacked_model import StackedEncoderDecoder
 from tests.helpers import assert_same_weights, ragged_stack_batch
 from tests.training.test_stack_trainer import NO_DROPOUT
@@ -69,6 +76,152 @@ def test_packed_sdpa_is_padded_attention_on_each_rows_own_tokens(causal):
     expected = expected.transpose(1, 2)[own.flatten(0, 1)]
     assert torch.allclose(out[(packed.slot_row < 6)], expected, atol=1e-6)
     assert not out[packed.slot_row == 6].any() and torch.isfinite(flat_values.grad).all()  # the empty row: no NaN
+
+
+def test_sequence_bounds_are_the_rows_then_fillers_no_wider_than_a_row_over_the_unused_slots():
+    tokens, lengths = _rows([[2, 0, 3], [1, 4, 0]], width=5)
+    packed = pack_rows(tokens, lengths, capacity=12)
+    assert filler_sequences(packed) == 3 and filler_sequences(packed, pack_rows(tokens, lengths, 16)) == 4
+    bounds = sequence_bounds(packed, 3)
+    assert bounds.dtype == torch.int32
+    # replicate 0: rows at 0, 2 (empty), 2; slots 5..11 unused: fillers 5..9, 10..11 and an empty one; then 12 on
+    assert bounds.tolist() == [0, 2, 2, 5, 10, 12, 12, 13, 17, 17, 22, 24, 24]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sequence_bounds_put_every_slot_in_one_sequence_and_each_row_in_its_own(seed):
+    generator = torch.Generator().manual_seed(seed)
+    reps, batch, width = 3, 6, 9
+    lengths = torch.randint(0, width + 1, (reps, batch), generator=generator)
+    capacity = int(lengths.sum(1).max()) + int(torch.randint(0, 30, (), generator=generator))
+    tokens = torch.where(torch.arange(width) < lengths[..., None], 4, PAD)
+    packed = pack_rows(tokens, lengths, capacity)
+    fillers = filler_sequences(packed)
+    bounds = sequence_bounds(packed, fillers).long()
+    sizes = bounds.diff().view(reps, batch + fillers)
+    assert bounds[0] == 0 and bounds[-1] == reps * capacity and (sizes >= 0).all()
+    assert torch.equal(sizes[:, :batch], lengths) and (sizes[:, batch:] <= width).all()
+    assert torch.equal(bounds[:-1].view(reps, -1)[:, :batch].flatten(), packed.starts)
+
+
+def _varlen_attention(q, k, v, q_bounds, k_bounds, q_longest, k_longest, causal, dropout_p):
+    """What `packing.flash_varlen` computes (FlashAttention-2's variable-length semantics), sequence by sequence on
+    any device: each sequence's queries over its own keys, causal from the sequence's first position, zeros for a
+    sequence without keys. Checks the kernel's preconditions: int32 bounds and no sequence over its longest."""
+    assert q_bounds.dtype == k_bounds.dtype == torch.int32 and dropout_p == 0.0
+    assert int(q_bounds.diff().max()) <= q_longest and int(k_bounds.diff().max()) <= k_longest
+    out = torch.zeros_like(q)
+    for (q0, q1), (k0, k1) in zip(q_bounds.view(-1, 1).unfold(0, 2, 1).view(-1, 2).tolist(),
+                                  k_bounds.view(-1, 1).unfold(0, 2, 1).view(-1, 2).tolist()):  # fmt: skip
+        if q1 > q0 and k1 > k0:
+            heads_first = lambda t: t.transpose(0, 1)
+            mask = torch.ones(q1 - q0, k1 - k0, dtype=torch.bool).tril() if causal else None
+            z = F.scaled_dot_product_attention(
+                heads_first(q[q0:q1]), heads_first(k[k0:k1]), heads_first(v[k0:k1]), attn_mask=mask
+            )
+            out = out.index_copy(0, torch.arange(q0, q1), heads_first(z))
+    return out
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_packed_flash_attends_over_each_rows_own_keys_as_packed_sdpa_does(monkeypatch, causal):
+    monkeypatch.setattr(packing, "flash_varlen", _varlen_attention)
+    torch.manual_seed(1)
+    src_lengths, tgt_lengths = torch.tensor([[5, 0, 2], [1, 4, 3]]), torch.tensor([[2, 0, 3], [1, 1, 2]])
+    src = pack_rows(torch.where(torch.arange(5) < src_lengths[..., None], 4, PAD), src_lengths, 11)
+    tgt = pack_rows(torch.where(torch.arange(3) < tgt_lengths[..., None], 4, PAD), tgt_lengths, 7)
+    fillers = filler_sequences(src, tgt)
+    bounds = {"src": sequence_bounds(src, fillers), "tgt": sequence_bounds(tgt, fillers)}
+    values = {"src": torch.randn(22, 2, 4, requires_grad=True), "tgt": torch.randn(14, 2, 4, requires_grad=True)}
+    rows = {"src": src, "tgt": tgt}
+    for query, key in (("src", "src"), ("tgt", "tgt"), ("tgt", "src")):
+        if causal and query != key:
+            continue
+        q, kv = values[query], values[key]
+        out = packed_flash(q, kv, kv, rows[query], rows[key], (bounds[query], bounds[key]), causal, 0.0)
+        expected = packed_sdpa(q, kv, kv, rows[query], rows[key], causal, 0.0)
+        real = rows[query].slot_row < 6
+        assert torch.allclose(out[real], expected[real], atol=1e-6), (query, key)
+        grads = torch.autograd.grad(out[real].sum(), (q, kv))
+        expected_grads = torch.autograd.grad(expected[real].sum(), (q, kv))
+        assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads, expected_grads)), (query, key)
+
+
+def test_a_flash_stack_wires_its_packed_rows_into_the_kernel_as_packed_sdpa_does(monkeypatch):
+    calls = []
+
+    def spy(q, k, v, q_bounds, k_bounds, q_longest, k_longest, causal, dropout_p):
+        calls.append((len(q_bounds), len(k_bounds), q_longest, k_longest, causal))
+        return _varlen_attention(q, k, v, q_bounds, k_bounds, q_longest, k_longest, causal, dropout_p)
+
+    monkeypatch.setattr(packing, "flash_varlen", spy)
+    src, tgt_in, tgt_out = ragged_stack_batch()
+    valid = torch.tensor([[True, True, True], [True, False, True]])
+    tgt_out = tgt_out.masked_fill(~valid[..., None], PAD)
+    cfg = ModelConfig(d_model=32, n_heads=2, d_mlp=64, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0)
+    padded = StackedEncoderDecoder.from_seeds(cfg, [3, 4]).train()
+    flash = StackedEncoderDecoder.from_seeds(cfg, [3, 4], attention="flash").train()
+    expected = padded.losses(src, tgt_in, tgt_out)
+    expected.sum().backward()
+    packed_src = pack_rows(src, (src != PAD).sum(-1) * valid, 40)
+    packed_tgt = pack_rows(tgt_in, (tgt_in != PAD).sum(-1) * valid, 16)
+    losses = flash.packed_losses(packed_src, packed_tgt, packed_tgt.gather(tgt_out))
+    losses.sum().backward()
+    assert (losses - expected).abs().max() < 1e-6
+    assert (flash.flat.grad - padded.flat.grad).abs().max() < 1e-6
+    bounds = 2 * (3 + 4) + 1  # 2 replicates x (3 rows + ceil(40 / 12) fillers), and the end
+    encoder, decoder_self, cross = (
+        (bounds, bounds, 12, 12, False),
+        (bounds, bounds, 5, 5, True),
+        (bounds, bounds, 5, 12, False),
+    )
+    assert calls == [encoder, encoder, decoder_self, cross, decoder_self, cross]
+    flash.eval()
+    calls.clear()
+    assert torch.allclose(flash.packed_losses(packed_src, packed_tgt, packed_tgt.gather(tgt_out)), losses, atol=1e-6)
+    assert not calls  # evaluation runs packed_sdpa: the kernel only trains
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("query, key, causal", [("src", "src", False), ("tgt", "tgt", True), ("tgt", "src", False)])
+def test_on_a_gpu_packed_flash_computes_packed_sdpa_in_bf16(query, key, causal):
+    """The real kernel (bf16) against packed SDPA, with empty rows and, in cross-attention, filler queries whose
+    filler has no keys (the source buffer is full)."""
+    torch.manual_seed(2)
+    src_lengths, tgt_lengths = torch.tensor([[9, 0, 4], [12, 12, 12]]), torch.tensor([[3, 0, 5], [1, 6, 2]])
+    packed = lambda lengths, width, capacity: pack_rows(
+        torch.where(torch.arange(width) < lengths[..., None], 4, PAD).cuda(), lengths.cuda(), capacity
+    )
+    rows = {"src": packed(src_lengths, 12, 36), "tgt": packed(tgt_lengths, 6, 16)}
+    fillers = filler_sequences(*rows.values())
+    bounds = {side: sequence_bounds(side_rows, fillers) for side, side_rows in rows.items()}
+    q = torch.randn(rows[query].tokens.numel(), 2, 16, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    kv = torch.randn(rows[key].tokens.numel(), 2, 16, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    out = packed_flash(q, kv, kv, rows[query], rows[key], (bounds[query], bounds[key]), causal, 0.0)
+    expected = packed_sdpa(q, kv, kv, rows[query], rows[key], causal, 0.0)
+    real = rows[query].slot_row < 6
+    assert torch.isfinite(out).all() and (out[real] - expected[real]).abs().max() < 2e-2
+    grads = torch.autograd.grad(out[real].float().sum(), (q, kv))
+    expected_grads = torch.autograd.grad(expected[real].float().sum(), (q, kv))
+    for grad, expected_grad in zip(grads, expected_grads):
+        assert torch.isfinite(grad).all() and (grad - expected_grad).abs().max() < 2e-2 * expected_grad.abs().max()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_packed_flash_drops_about_p_of_the_weights_rescaled_and_draws_new_masks_each_call():
+    """Equal scores give each of a row's n keys the weight 1/n, and one-hot values read the weights out: with
+    dropout p each is 0 or 1/(n (1 - p)), about 1 - p of them kept, the mask new at every call."""
+    rows = pack_rows(torch.full((4, 64, 16), 4, device="cuda"), torch.full((4, 64), 16, device="cuda"), 1024)
+    bounds = sequence_bounds(rows, filler_sequences(rows))
+    q = torch.zeros(4096, 8, 16, device="cuda", dtype=torch.bfloat16)
+    position = torch.arange(4096, device="cuda") % 16
+    v = torch.eye(16, device="cuda", dtype=torch.bfloat16)[position][:, None, :].expand(4096, 8, 16).contiguous()
+    weights = [packed_flash(q, q, v, rows, rows, (bounds, bounds), False, 0.25).float() for _ in range(2)]
+    for w in weights:
+        kept = w > 0
+        assert torch.allclose(w[kept], torch.full_like(w[kept], 1 / (16 * 0.75)), rtol=1e-2)
+        assert abs(kept.float().mean().item() - 0.75) < 0.01
+    assert (weights[0] != weights[1]).float().mean() > 0.2
 
 
 def test_capacity_holds_the_fullest_step_with_a_margin_in_multiples_of_16():

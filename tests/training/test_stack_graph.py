@@ -126,8 +126,9 @@ def test_the_triton_attention_trains_like_sdpa_in_the_graph(data_dirs, tmp_path,
 @pytest.mark.parametrize(
     "compile, attention, packing",
     [(False, "sdpa", False), (True, "sdpa", False), (False, "triton", False), (True, "triton", False),
-     (True, "sdpa", True), (True, "triton", True)],
-    ids=["plain", "compiled", "triton", "triton-compiled", "compiled-packed", "triton-compiled-packed"],
+     (True, "sdpa", True), (True, "triton", True), (True, "flash", True)],
+    ids=["plain", "compiled", "triton", "triton-compiled", "compiled-packed", "triton-compiled-packed",
+         "flash-compiled-packed"],
 )  # fmt: skip
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
 def test_each_graph_replay_draws_fresh_dropout_masks(
@@ -141,7 +142,10 @@ def test_each_graph_replay_draws_fresh_dropout_masks(
         pytest.skip("needs the triton package")
     monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", compile)  # see the test above
     model = {**(TWO_HEADS if attention == "triton" else SMALL_MODEL), "dropout": dropout}
-    config = _config(data_dirs, lr=0.0, model=model, compile=compile, attention=attention, packing=packing)
+    precision = "bf16" if attention == "flash" else "fp32"
+    config = _config(
+        data_dirs, lr=0.0, model=model, compile=compile, attention=attention, packing=packing, precision=precision
+    )
     trainer = StackTrainer.start(config, tmp_path / "run")
     trainer.train_step()  # loads the first window, captures the graph and replays step 0
     trainer.stepper.take_losses()
@@ -187,6 +191,22 @@ def test_a_packed_graph_trains_like_the_padded_one(data_dirs, tmp_path, monkeypa
     assert relative[0].max() < 1e-5 and relative.max() < 1e-4, f"relative loss gaps by step: {relative.amax(1)}"
     moved = _gap(padded, start)
     assert moved > 1e-3 and _gap(padded, packed) < 0.25 * moved
+
+
+@pytest.mark.parametrize("compile", [False, True], ids=["plain", "compiled"])
+def test_a_packed_graph_with_the_flash_attention_trains_like_packed_sdpa_in_bf16(
+    data_dirs, tmp_path, monkeypatch, compile
+):
+    """FlashAttention-2's variable-length kernel over the packed buffer computes packed SDPA's losses at each of 12
+    steps in bf16 (both round the same projections; only the attention kernels differ)."""
+    monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", compile)  # see the compile test above
+    common = dict(max_steps=12, model={**TWO_HEADS, "dropout": 0.0}, log_every=1, packing=True, precision="bf16")
+    _trained(data_dirs, tmp_path / "sdpa", compile=compile, **common)
+    _trained(data_dirs, tmp_path / "flash", compile=compile, attention="flash", **common)
+    expected, losses = _step_losses(tmp_path / "sdpa"), _step_losses(tmp_path / "flash")
+    relative = (losses - expected).abs() / expected
+    assert losses.shape == expected.shape == (12, 3)
+    assert relative[0].max() < 5e-3 and relative.max() < 2e-2, f"relative loss gaps by step: {relative.amax(1)}"
 
 
 def test_a_step_too_full_for_the_packed_graph_runs_eagerly_at_its_own_size(data_dirs, tmp_path, monkeypatch):

@@ -134,8 +134,8 @@ def test_dropout_keeps_one_minus_p_with_masks_per_replicate_and_per_step():
 
 def test_an_unknown_attention_or_a_missing_triton_is_named():
     cfg = ModelConfig(d_model=32, n_heads=2, d_mlp=64, n_encoder_layers=1, n_decoder_layers=1)
-    with pytest.raises(ValueError, match="unknown attention 'flash'; choose one of: sdpa, triton"):
-        StackedEncoderDecoder(cfg, 2, attention="flash")
+    with pytest.raises(ValueError, match="unknown attention 'flex'; choose one of: sdpa, triton, flash"):
+        StackedEncoderDecoder(cfg, 2, attention="flex")
     try:
         import triton  # noqa: F401
     except ImportError:
