@@ -319,16 +319,14 @@ class StackedEncoderDecoder(nn.Module):
         if self.training and self.attention == "triton":
             self.attention_step.add_(1)
         p = self.views()
-        src_bounds = tgt_bounds = None
-        if self.attention == "flash" and self.training:
-            fillers = filler_sequences(src, tgt_in)
-            src_bounds, tgt_bounds = sequence_bounds(src, fillers), sequence_bounds(tgt_in, fillers)
-        pair = lambda queries, keys: None if queries is None else (queries, keys)
+        flash = self.attention == "flash" and self.training
+        bounds = [sequence_bounds(side, filler_sequences(src, tgt_in)) for side in (src, tgt_in)] if flash else None
+        pair = lambda queries, keys: (bounds[queries], bounds[keys]) if flash else None  # 0: source, 1: target
         x = self._embed(p["encoder.embed.weight"], src.tokens, positions=src.positions)
-        memory = self._encoder(p, x, PackedKeys(src, src, False, 0, True, pair(src_bounds, src_bounds)))
+        memory = self._encoder(p, x, PackedKeys(src, src, False, 0, True, pair(0, 0)))
         keys = (
-            PackedKeys(tgt_in, tgt_in, True, SELF_CALLS, True, pair(tgt_bounds, tgt_bounds)),
-            PackedKeys(tgt_in, src, False, CROSS_CALLS, False, pair(tgt_bounds, src_bounds)),
+            PackedKeys(tgt_in, tgt_in, True, SELF_CALLS, True, pair(1, 1)),
+            PackedKeys(tgt_in, src, False, CROSS_CALLS, False, pair(1, 0)),
         )
         x = self._embed(p["decoder.embed.weight"], tgt_in.tokens, positions=tgt_in.positions)
         logits = self._decoder(p, x, memory, keys)
