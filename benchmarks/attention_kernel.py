@@ -14,8 +14,10 @@ tile's area over 512, 1 to 8: `earlier_table`; ``benchmarks/kernel_registers.py`
 ``kernel_hinted_ms`` times it with the rows' shortest length as its hint, as a training stack passes the
 data's: it then makes ``hinted_launches`` instead of ``launches`` launches a call, and the launches it
 leaves out hold no row, so ``empty_launch_us`` (the time saved per launch left out, forward and backward)
-is what a launch whose programs all return at once costs. ``--json OUT`` writes every number. It tells a
-slow stack with the kernel apart from a slow kernel.
+is what a launch whose programs all return at once costs. In bf16 on CUDA, ``flash_ms`` times
+FlashAttention-2's variable-length kernel (`lsa_interp.training.packing.flash_varlen`, ``--attention flash``)
+over the same rows packed end to end without padding, as a packed stack hands them to it. ``--json OUT`` writes
+every number. It tells a slow stack with the kernel apart from a slow kernel.
 
     python -m benchmarks.attention_kernel --replicates 8,64 --precision bf16 \
         --lengths benchmarks/results/packing-copy-20-random.json --json runs/bench/attention.json
@@ -87,6 +89,25 @@ def sdpa(q, k, v, key_len, causal: bool, dropout: float):
     if causal:
         mask = mask & torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+
+
+def packed(x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's first ``lengths`` positions of ``x [rows, heads, width, d]`` end to end, ``[tokens, heads, d]``
+    (a leaf that needs a gradient), and the rows' int32 bounds in it ``[rows + 1]``."""
+    keep = torch.arange(x.shape[2], device=x.device)[None, :] < lengths[:, None]
+    tokens = x.detach().transpose(1, 2)[keep].requires_grad_()
+    return tokens, F.pad(lengths.cumsum(0), (1, 0)).int()
+
+
+def flash_call(q, k, v, key_len, query_len, causal: bool, dropout: float):
+    """`packing.flash_varlen` over the rows of padded ``q``, ``k``, ``v`` packed (see `packed`), and the gradient
+    its output takes."""
+    from lsa_interp.training.packing import flash_varlen
+
+    (pq, q_bounds), (pk, k_bounds) = packed(q, key_len if query_len is None else query_len), packed(k, key_len)
+    pv, _ = packed(v, key_len)
+    call = partial(flash_varlen, pq, pk, pv, q_bounds, k_bounds, q.shape[2], k.shape[2], causal, dropout)
+    return call, torch.randn_like(pq)
 
 
 def _forward_backward(attend, grad) -> None:
@@ -164,6 +185,8 @@ def compare(
         grad = torch.randn_like(q)
         steps = {who: partial(_forward_backward, call, grad) for who, call in calls.items()}
         steps["kernel_earlier_warps_ms"] = partial(_with_warps, earlier, steps["kernel_ms"])
+        if device.type == "cuda" and dtype == torch.bfloat16:
+            steps["flash_ms"] = partial(_forward_backward, *flash_call(q, k, v, key_len, query_len, causal, dropout))
         times = {who: timed(step, rounds, device) for who, step in steps.items()}
         counts = [launch_count((q_width, k_width), query_len is None, shortest) for shortest in ((1, 1), hint)]
         left_out = counts[0] - counts[1]
@@ -210,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             plain = f"  (no dropout {r['kernel_no_dropout_ms']:8.3f} ms)" if "kernel_no_dropout_ms" in r else ""
             plain += f"  (earlier warps {r['kernel_earlier_warps_ms']:8.3f} ms)"
             empty = "" if r["empty_launch_us"] is None else f", {r['empty_launch_us']:.1f} us per empty launch"
+            empty += f"  flash {r['flash_ms']:8.3f} ms" if "flash_ms" in r else ""
             print(
                 f"R={reps:>3} {r['attention']:<13} sdpa {r['sdpa_ms']:8.3f} ms  kernel {r['kernel_ms']:8.3f} ms  "
                 f"{r['ratio']:.2f}x{plain}  hinted {r['kernel_hinted_ms']:8.3f} ms ({r['launches']} -> "

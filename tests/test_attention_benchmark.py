@@ -40,6 +40,24 @@ def test_sdpa_sees_only_each_rows_keys():
     assert not torch.allclose(attention_kernel.sdpa(q, k, changed + 1, key_len, False, 0.0)[0], out[0])
 
 
+def test_rows_packed_for_the_flash_kernel_are_each_rows_own_positions_end_to_end(monkeypatch):
+    q, k, v = attention_kernel.attention_inputs(3, 4, 6, torch.float32, torch.device("cpu"), heads=2)
+    key_len, query_len = torch.tensor([2, 6, 0]), torch.tensor([4, 1, 0])
+    tokens, bounds = attention_kernel.packed(k, key_len)
+    assert bounds.dtype == torch.int32 and bounds.tolist() == [0, 2, 8, 8]
+    assert tokens.shape == (8, 2, 16) and tokens.requires_grad and tokens.is_leaf
+    assert torch.equal(tokens[2:8], k[1].detach().transpose(0, 1)) and torch.equal(
+        tokens[:2], k[0, :, :2].transpose(0, 1)
+    )
+    seen = []
+    monkeypatch.setattr("lsa_interp.training.packing.flash_varlen", lambda *args: seen.append(args) or args[0])
+    call, grad = attention_kernel.flash_call(q, k, v, key_len, query_len, False, 0.1)
+    assert call() is seen[0][0] and grad.shape == (5, 2, 16)
+    _, _, _, q_bounds, k_bounds, q_width, k_width, causal, dropout = seen[0]
+    assert q_bounds.tolist() == [0, 4, 5, 5] and k_bounds.tolist() == [0, 2, 8, 8]
+    assert (q_width, k_width, causal, dropout) == (4, 6, False, 0.1)
+
+
 @pytest.mark.parametrize("content", [None, "not json", '{"widths": {"src": 93, "tgt": 22}}'])
 def test_bad_arguments_are_a_usage_error(tmp_path, content, capsys):
     args = ["--replicates", "0"]
