@@ -403,7 +403,7 @@ def test_gpu_session_acceptance_starts_only_what_its_minutes_leave_time_for(tmp_
     assert (
         timed
         == [
-            ("64", "native-compile-flash-packed,native-compile-packed"),
+            ("64", "native-compile-packed,native-compile-flash-packed"),
             ("8", "native-compile-packed,native-compile"),
             ("32", "native-compile-flash-packed"),
         ][: len(timed)]
