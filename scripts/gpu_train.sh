@@ -18,7 +18,9 @@
 #       Trains it detached (it outlives the command while the machine stays warm) until MINUTES are up (saving
 #       the state of a stack that has not finished); a sweep whose stacks all finished early is moved to
 #       runs/done-K and followed by the queue's next stack while FOLLOW_MINUTES are left. Watches to about
-#       9.5 minutes in all.
+#       9.5 minutes in all. A compiled stack loads the kernels earlier sessions compiled on this GPU kind
+#       (COMPILE_CACHE_KEPT/KIND, committed) and writes those it compiles anew into runs/compile-cache
+#       (lsa_interp/training/compile_cache.py).
 #       BENCH_JSON: the stack step times; default benchmarks/results/stacking-KIND.json (KIND from nvidia-smi:
 #       h100, h200), else runs/gpu-session/stacking.json (scripts/gpu_session.sh), else on an H200 the H100's
 #       (step_times), else a 3-minute probe.
@@ -26,9 +28,9 @@
 #       prints each stack's last step line and the driver's new lines (checks, plans, sweeps started) every 30 s
 #       for SECONDS (default 540) or until the sweep has ended.
 #   bash scripts/gpu_train.sh pack PART
-#       bundles runs/grid, runs/session and runs/done-* (models, evaluations, metrics, plans, the drive log, the
-#       states of unfinished stacks; no datasets) once, and copies chunk group PART (0: parts 00-03, 1: parts
-#       04-07, ...) with the checksum to $OUT.
+#       bundles runs/grid, runs/session, runs/done-* (models, evaluations, metrics, plans, the drive log, the
+#       states of unfinished stacks; no datasets) and runs/compile-cache once, and copies chunk group PART (0:
+#       parts 00-03, 1: parts 04-07, ...) with the checksum to $OUT.
 # MINUTES: the device minutes left (device status: budget_left_s / 60, read after a first call, e.g. `receive`, has
 # started the machine) less 1.5 (the seconds between calls, the pack call, the close; scripts/README.md); a `start`
 # that is the machine's first call takes START_MINUTES (1.5) more off. Each
@@ -98,6 +100,9 @@ FOLLOW_MINUTES=${FOLLOW_MINUTES:-3}
 WARM_MARK=$WORK/.warm
 START_MINUTES=${START_MINUTES:-1.5}
 SESSION=$WORK/session
+# Compiled kernels kept between sessions: the committed ones, one folder per GPU kind, and this machine's new ones.
+COMPILE_CACHE_KEPT=${COMPILE_CACHE_KEPT:-benchmarks/compile-cache}
+COMPILE_CACHE=$WORK/compile-cache
 SWEEP=$WORK/grid
 RECEIVED=${RECEIVED:-$WORK/received}
 OUT=${OUT:-$WORK/out}
@@ -338,6 +343,7 @@ start)
   deadline=$(awk -v b="$began" -v m="$minutes" 'BEGIN { printf "%d", b + 60 * m }')
   # The model number (h100 of "NVIDIA H100 80GB HBM3": H followed by digits, so not the H of HBM3).
   kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o -E 'H[0-9]+' | head -n 1 | tr H h)
+  export LSA_COMPILE_CACHE=$COMPILE_CACHE:$COMPILE_CACHE_KEPT/$kind
   bench=${3:-$(step_times stacking "$kind")}
   [[ -f $bench ]] || bench=runs/gpu-session/stacking.json
   probe=${STACKING/auto/native}
@@ -375,7 +381,7 @@ pack)
   if [[ ! -f $BUNDLE/bundle.sha256 ]]; then
     cp "$WORK/drive.log" "$WORK"/preflight-*.txt "$SESSION/" 2>/dev/null
     roots=()
-    for root in "$SWEEP" "$SESSION" "$WORK"/done-*; do
+    for root in "$SWEEP" "$SESSION" "$WORK"/done-* "$COMPILE_CACHE"; do
       [[ -d $root ]] && roots+=("$root")
     done
     python3 scripts/pack_results.py pack "${roots[@]}" --states --out "$BUNDLE" || exit 1

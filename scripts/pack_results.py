@@ -47,6 +47,8 @@ KEEP_SUFFIXES = (".json", ".csv", ".md", ".log", ".txt")
 """Results, tables, logs and the GPU test reports (`gpu_train.sh`'s preflight checks, `gpu_session.sh`'s)."""
 SKIP_PARTS = {"data", "__pycache__"}
 WEIGHTS, STATE, DONE = "model.safetensors", "state.pt", "done"
+COMPILE_CACHE = "compile-cache"
+"""A root of this name holds a session's new compiled kernels (lsa_interp/training/compile_cache.py): kept whole."""
 CONTINUES = ("config.json", "train_config.json", "metrics.jsonl", STATE)
 """What continues an unfinished stack in its run directory (datasets are made again from their seeds)."""
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,6 +68,8 @@ def wanted(
     parts = path.relative_to(root).parts
     if any(part in SKIP_PARTS or part.startswith(".") for part in parts):
         return False
+    if root.name == COMPILE_CACHE:
+        return True
     stack = stack_of(path, root)
     if stack is not None and not (finished or stack_finished)(stack):
         return path.parent == stack and path.name in CONTINUES and (states or path.name != STATE)

@@ -324,7 +324,8 @@ def test_an_unknown_subcommand_is_a_usage_error():
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_a_compiled_stack_whose_gpu_check_passes_trains_on_beside_it(tmp_path):
     """The compiled stack's sweep (a stand-in of 2 s) starts before its GPU check (a fake pytest of 1 s) has passed,
-    is neither stopped nor started again, and the driver reports the check with its time."""
+    is neither stopped nor started again, and the driver reports the check with its time; it gets the compile
+    cache's folders."""
     calls, sweeps = tmp_path / "pytest_calls.txt", tmp_path / "sweeps.txt"
     preflight = tmp_path / "work" / "preflight-compiled.txt"
     path = _fake_commands(
@@ -334,7 +335,8 @@ def test_a_compiled_stack_whose_gpu_check_passes_trains_on_beside_it(tmp_path):
     echo "$@" >> {calls}; sleep 1
     for test in "$@"; do case $test in tests/*) echo "PASSED $test";; esac; done; exit 0 ;;
   "-m lsa_interp sweep")
-    echo "start, checks passed: $(grep -c PASSED {preflight})" >> {sweeps}; sleep 2; echo end >> {sweeps}; exit 0 ;;
+    echo "start, checks passed: $(grep -c PASSED {preflight})" >> {sweeps}; echo "cache $LSA_COMPILE_CACHE" >> {sweeps}
+    sleep 2; echo end >> {sweeps}; exit 0 ;;
 esac
 exec {sys.executable} "$@"
 """,
@@ -351,7 +353,9 @@ exec {sys.executable} "$@"
     assert started.returncode == 0, started.stderr[-2000:]
     assert json.loads((tmp_path / "out" / "plan.json").read_text())["stacking"] == "native-compile"
     assert len(calls.read_text().splitlines()) == 1
-    assert sweeps.read_text().splitlines() == ["start, checks passed: 0", "end"]
+    # Its stacks load the committed kernels of this GPU kind and keep new ones in the work folder (see pack).
+    cache = f"cache {tmp_path / 'work' / 'compile-cache'}:benchmarks/compile-cache/h100"
+    assert sweeps.read_text().splitlines() == ["start, checks passed: 0", cache, "end"]
     drive_log = (tmp_path / "work" / "drive.log").read_text()
     assert re.search(r"^\d\d:\d\d:\d\d the compiled stack passed its check on this GPU$", drive_log, re.MULTILINE)
     assert "failed" not in drive_log and re.search(

@@ -63,6 +63,22 @@ def test_the_sessions_gpu_test_reports_travel_with_its_results(tmp_path):
     assert (back / "triton" / "triton.json").is_file()
 
 
+def test_a_sessions_new_compiled_kernels_travel_whole_but_a_bin_elsewhere_stays(tmp_path):
+    cache, session = tmp_path / "compile-cache", tmp_path / "session"
+    cache.mkdir()
+    session.mkdir()
+    (cache / "0123abcd.bin").write_bytes(os.urandom(1000))
+    (cache / "0123abcd.json").write_text('{"artifacts": {}}')
+    (cache / ".0123abcd.bin.x.tmp").write_bytes(b"half written")
+    (session / "other.bin").write_bytes(b"not a kernel cache")
+    pack_results.pack([session, cache], tmp_path / "bundle", chunk_mib=1)
+    pack_results.unpack([tmp_path / "bundle"], tmp_path / "back")
+    back = tmp_path / "back"
+    assert (back / "compile-cache" / "0123abcd.bin").read_bytes() == (cache / "0123abcd.bin").read_bytes()
+    assert sorted(p.name for p in (back / "compile-cache").iterdir()) == ["0123abcd.bin", "0123abcd.json"]
+    assert not (back / "session" / "other.bin").exists()
+
+
 def test_html_pages_stay_behind_and_records_keep_everything_but_the_weights(tmp_path):
     sweep = tmp_path / "grid"
     replicate = sweep / "stacks" / "stack-0" / "replicate-0"

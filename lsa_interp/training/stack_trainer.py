@@ -9,7 +9,9 @@ losses and learning rates; per stack epoch, the epoch of the longest run, one va
 replicate with ``replicate``, ``run``, ``epoch`` (the replicate's own) and ``matching_score``), ``state.pt``
 (atomically, every stack epoch, every ``checkpoint_every`` steps, at the bounds and on SIGINT/SIGTERM;
 a killed run resumes bit-identically on CPU), and at the end ``replicate-{i}/model`` per replicate and, once
-every run has finished, a ``done`` marker.
+every run has finished, a ``done`` marker. Each process that trains logs one ``startup`` record after its first
+step: the seconds since the trainer was made (data, model, graph capture, compile) and, for a compiled stack with
+``LSA_COMPILE_CACHE`` set, what `lsa_interp.training.compile_cache` loaded and saved.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch
 from lsa_interp.data.dataset import read_manifest
 from lsa_interp.model import ModelConfig
 from lsa_interp.model.checkpoint import save_model
+from lsa_interp.training.compile_cache import cache_folders, load_compile_caches, save_compile_cache
 from lsa_interp.training.config import Recipe, TrainConfig
 from lsa_interp.training.packing import capacity_for
 from lsa_interp.training.precision import precision_autocast, set_matmul_precision
@@ -74,6 +77,7 @@ class StackTrainer:
     """A stack of runs in ``run_dir``: build with `StackTrainer.start` or `StackTrainer.resume`, then `run`."""
 
     def __init__(self, config: StackConfig, run_dir: Path, state: dict[str, Any] | None = None) -> None:
+        self.created = time.monotonic()
         self.config, self.run_dir = config, run_dir
         self.device = pick_device(config.device)
         if config.attention == "triton" and self.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
@@ -176,9 +180,13 @@ class StackTrainer:
         deadline = None if cfg.max_minutes is None else time.monotonic() + 60 * cfg.max_minutes
         window_start, window_tasks = time.perf_counter(), 0
         clock = window_start  # training wall time, without validation and checkpoints, accrues into self.elapsed
+        folders = cache_folders() if cfg.compile else []
+        loaded, first = load_compile_caches(folders) if folders else 0, self.step + 1
         with stop_on_signals() as stop:
             while self.step < limit and "signal" not in stop:
                 window_tasks += self.train_step()
+                if self.step == first:
+                    self._log_startup(folders, loaded)
                 if self.step % cfg.log_every == 0 or self.step == limit:
                     now = time.perf_counter()
                     record = self._step_record(window_tasks / max(now - window_start, 1e-9))
@@ -206,6 +214,17 @@ class StackTrainer:
             return self.run_dir
         self._save_final()
         return self.run_dir
+
+    def _log_startup(self, folders: list[Path], loaded: int) -> None:
+        """The ``startup`` record: seconds from the trainer's making to the end of its first step, and, with
+        cache ``folders``, how many compiled artifacts were loaded and the file the new ones went to."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        record: dict[str, Any] = {"type": "startup", "step": self.step, "seconds": time.monotonic() - self.created}
+        if folders:
+            saved = save_compile_cache(folders)
+            record["compile_cache"] = {"loaded": loaded, "saved": None if saved is None else saved.name}
+        self.log(record)
 
     @property
     def limit(self) -> int:
