@@ -19,6 +19,10 @@ torch.set_num_threads(1)
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# A GPU session exports LSA_COMPILE_CACHE for its sweeps (scripts/gpu_train.sh), and its GPU checks run these tests
+# beside them: their tiny stacks must neither load the session's compiled kernels nor add theirs to its cache.
+os.environ.pop("LSA_COMPILE_CACHE", None)
+
 
 @pytest.fixture(scope="session")
 def copy20():
