@@ -1,6 +1,7 @@
 """Evaluation of a model on a dataset: greedy exact match, the paper's Table 1, accuracy by transformation,
 copy vs non-copy, the alternate-rule error analysis, the confusions between rules whose queries look alike
-(`family_confusion`), and JSON / markdown / HTML reports.
+(`family_confusion`), answers that repeat a training row's answer for the same alphabet and query
+(`training_recall`), and JSON / markdown / HTML reports.
 
 >>> result = evaluate_model(load_model("copy-200"), load_dataset("data/copy-200"), limit=2000)  # doctest: +SKIP
 >>> write_report(result, "runs/eval/copy-200")                                                   # doctest: +SKIP
@@ -25,6 +26,13 @@ from lsa_interp.evaluation.metrics import (
     standard_alphabet_answer,
     table1,
 )
+from lsa_interp.evaluation.recall import (
+    RecallCounts,
+    recall_totals,
+    seen_rule_answers,
+    trained_answers,
+    training_recall,
+)
 from lsa_interp.evaluation.report import (
     PAPER_TABLE1,
     REPORT_FILES,
@@ -48,6 +56,7 @@ __all__ = [
     "AlternateRuleCounts",
     "EvaluationResult",
     "FamilyCounts",
+    "RecallCounts",
     "Table1",
     "accuracy",
     "alternate_rule_errors",
@@ -62,13 +71,17 @@ __all__ = [
     "markdown_report",
     "other_rule_answer",
     "predict",
+    "recall_totals",
     "report_sections",
     "rich_tables",
     "score_predictions",
+    "seen_rule_answers",
     "shipped_evaluation",
     "standard_alphabet_answer",
     "subsample",
     "table1",
+    "trained_answers",
+    "training_recall",
     "transformation_figure",
     "write_report",
 ]
