@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from lsa_interp.data.task import Task
 from lsa_interp.data.transformations import SEEN
@@ -171,35 +172,37 @@ OUTCOME_COLOURS = {"correct": "#2a9d8f", "recalled": "#e76f51", "seen_rule": "#f
 def recall_figure(
     models: Mapping[str, Mapping[str, RecallCounts]], title: str, kinds: Sequence[str] = ROW_KINDS
 ) -> go.Figure:
-    """Stacked bars of the outcomes' shares per model (``{model: {group: RecallCounts}}``, groups such as
-    single rules or `recall_totals`'), one bar per row kind of ``kinds``; hover shows the counts. Raises
-    ValueError for an unknown kind."""
+    """Stacked bars of the outcomes' shares, one panel per group (``{model: {group: RecallCounts}}``, groups such
+    as single rules or `recall_totals`', in order of first appearance) with a bar per model and row kind of
+    ``kinds`` (the panels share the x axis); hover shows the counts. Raises ValueError for an unknown kind or no
+    groups."""
     unknown = set(kinds) - set(ROW_KINDS)
     if unknown:
         raise ValueError(f"unknown row kind(s) {sorted(unknown)}; allowed: {list(ROW_KINDS)}")
-    x_models, x_kinds = [], []
-    bars: dict[str, list] = {outcome: [] for outcome in OUTCOMES}
-    counts_text: dict[str, list] = {outcome: [] for outcome in OUTCOMES}
-    for model, groups in models.items():
-        for group, counts in groups.items():
-            for kind in kinds:
-                x_models.append(f"{model}: {group}" if len(groups) > 1 else model)
-                x_kinds.append(f"{kind} ({counts.rows(kind)})")
-                for outcome in OUTCOMES:
-                    bars[outcome].append(counts.percent(kind, outcome))
-                    counts_text[outcome].append(counts.counts[kind][outcome])
-    figure = go.Figure(
-        [
-            go.Bar(
-                name=outcome,
-                x=[x_models, x_kinds],
-                y=bars[outcome],
-                customdata=counts_text[outcome],
-                marker_color=OUTCOME_COLOURS[outcome],
-                hovertemplate=f"{outcome}: %{{y:.1f}}% (%{{customdata}} rows)<extra></extra>",
-            )
-            for outcome in OUTCOMES
-        ]
+    groups = list(dict.fromkeys(group for per_group in models.values() for group in per_group))
+    if not groups:
+        raise ValueError("no groups to draw")
+    figure = make_subplots(
+        rows=len(groups), cols=1, subplot_titles=groups, shared_xaxes=True, vertical_spacing=0.25 / len(groups)
     )
-    figure.update_layout(barmode="stack", title=title, yaxis_title="% of rows", legend_title="answer")
+    for row, group in enumerate(groups, start=1):
+        bars = [(model, kind, per[group]) for model, per in models.items() if group in per for kind in kinds]
+        for outcome in OUTCOMES:
+            figure.add_trace(
+                go.Bar(
+                    name=outcome,
+                    legendgroup=outcome,
+                    showlegend=row == 1,
+                    x=[[model for model, _, _ in bars], [kind for _, kind, _ in bars]],
+                    y=[counts.percent(kind, outcome) for _, kind, counts in bars],
+                    customdata=[(counts.counts[kind][outcome], counts.rows(kind)) for _, kind, counts in bars],
+                    marker_color=OUTCOME_COLOURS[outcome],
+                    hovertemplate=f"{group}, {outcome}: %{{y:.1f}}% (%{{customdata[0]}} of %{{customdata[1]}} rows)"
+                    "<extra></extra>",
+                ),
+                row=row,
+                col=1,
+            )
+        figure.update_yaxes(title_text="% of rows", range=[0, 100], row=row, col=1)
+    figure.update_layout(barmode="stack", title=title, legend_title="answer", height=200 + 260 * len(groups))
     return figure

@@ -88,7 +88,10 @@ def test_seen_rule_answers_are_a_familys_siblings_or_the_window_rules_on_a_run_o
         "succ": "cdeg",
         "pred": "adef",  # before c comes a in PERM
     }
-    assert seen_rule_answers(task("bac", "cab", "reverse")) == {"extend_sequence": "bacd", "succ": "bad"}  # b starts PERM
+    assert seen_rule_answers(task("bac", "cab", "reverse")) == {
+        "extend_sequence": "bacd",
+        "succ": "bad",
+    }  # b starts PERM
     assert seen_rule_answers(task("cdfe", "cdef", "sort")) == {}  # not a run of the alphabet
     assert seen_rule_answers(task("ccddee", "ccddeeff", "extend_group")) == {}
 
@@ -122,19 +125,26 @@ def test_the_split_by_problem_string_never_leaks_and_shares_queries_between_rule
     assert all(counts.percent(kind, "correct") in (None, 100.0) for counts in result.values() for kind in ROW_KINDS)
 
 
-def test_the_figure_stacks_every_outcome_for_both_row_kinds():
+def test_the_figure_has_a_panel_per_group_with_a_bar_per_model_and_row_kind():
     result = training_recall([task("cdef", "adef", "pred")], ["cdeg"], trained_answers(TRAIN))
     figure = recall_figure({"m1": recall_totals(result), "m2": result}, "t")
-    assert [bar.name for bar in figure.data] == list(OUTCOMES)
-    recalled = figure.data[OUTCOMES.index("recalled")]
-    assert list(recalled.x[1][:2]) == ["trained (1)", "untrained (0)"]
-    assert recalled.y[0] == 100.0 and recalled.y[1] is None
-    assert list(recalled.x[0]) == ["m1: seen", "m1: seen", "m1: new", "m1: new", "m2", "m2"]
+    assert [a.text for a in figure.layout.annotations] == ["seen", "new", "pred"]  # panels, first appearance
+    assert [bar.name for bar in figure.data] == list(OUTCOMES) * 3
+    assert [bar.showlegend for bar in figure.data] == [True] * 4 + [False] * 8  # one legend entry per outcome
+    seen_recalled, pred_recalled = figure.data[OUTCOMES.index("recalled")], figure.data[8 + OUTCOMES.index("recalled")]
+    assert list(seen_recalled.x[0]) == ["m1", "m1"]
+    assert list(seen_recalled.x[1]) == ["trained", "untrained"]
+    assert list(seen_recalled.y) == [100.0, None]
+    assert [list(pair) for pair in seen_recalled.customdata] == [[1, 1], [0, 0]]  # (rows with the outcome, rows)
+    assert list(pred_recalled.x[0]) == ["m2", "m2"]  # only the models that have the group
+    assert figure.layout.yaxis.range == (0, 100)
 
 
 def test_the_figure_draws_the_kinds_asked_for_and_refuses_others():
     result = training_recall([task("cdef", "adef", "pred")], ["cdeg"], trained_answers(TRAIN))
     figure = recall_figure({"m": result}, "t", kinds=("trained",))
-    assert list(figure.data[0].x[1]) == ["trained (1)"]
+    assert list(figure.data[0].x[1]) == ["trained"]
     with pytest.raises(ValueError, match=r"unknown row kind\(s\) \['seen'\]; allowed: \['trained', 'untrained'\]"):
         recall_figure({"m": result}, "t", kinds=("seen",))
+    with pytest.raises(ValueError, match="no groups to draw"):
+        recall_figure({"m": {}}, "t")
