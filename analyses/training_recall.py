@@ -6,7 +6,7 @@ rules; ``--rows`` for fewer) and counts, apart for rows whose query was trained 
 answers that are correct, a trained answer (recalled), another seen rule's untrained answer (seen rule), or other.
 A model that reads the rule from the example is as right on the first kind of row as on the second; one that reads
 only the query gives the trained answer. The same count on the new-alphabet test set
-(``--new-alphabet-rows``), where nothing was trained, tells a recalled answer from a seen rule applied to the query.
+(``--new-alphabet-rows``), where nothing was trained, counts a seen rule applied to the query without recall.
 It writes ``analyses/results/training_recall.json`` and ``.html``.
 
     python analyses/training_recall.py --model copy-20 --model nocopy-20

@@ -14,7 +14,8 @@ alphabet with another answer) from the rest (``untrained``) and counts each row'
 - ``other``: anything else.
 
 On alphabets the model never trained on (the new-alphabet test set) nothing can be recalled: every row is
-``untrained``, and the ``seen_rule`` share there tells recall from a rule applied to the query.
+``untrained``, and a ``seen_rule`` answer there is a seen rule applied to the query, never a recalled row (an
+unfamiliar alphabet lowers that share as well).
 
 A row whose own answer was trained for its alphabet and query would be a leak between the splits; the split by
 problem string rules it out, and `RecallCounts.leaked` counts such rows (expected 0).
@@ -45,12 +46,12 @@ WINDOW_RULE = RULE_FAMILIES["window"][0]
 
 def trained_answers(train: Iterable[Task]) -> dict[tuple[str, str], dict[str, str]]:
     """Index the train split: ``{(alphabet, query): {answer: rule}}`` over every row (copy rows repeat a
-    non-copy row's query and answer, so they add nothing). Raises ValueError for a row without an answer."""
+    non-copy row's query and answer, so they add nothing). Raises ValueError for a row without its answer or rule."""
     index: dict[tuple[str, str], dict[str, str]] = {}
     for task in train:
-        if task.answer is None:
-            raise ValueError(f"train task {task} has no answer")
-        index.setdefault((task.alphabet, task.query), {}).setdefault(task.answer, task.transformation or "?")
+        if task.answer is None or task.transformation is None:
+            raise ValueError(f"train task {task} needs its answer and rule")
+        index.setdefault((task.alphabet, task.query), {}).setdefault(task.answer, task.transformation)
     return index
 
 
@@ -114,7 +115,7 @@ def seen_rule_answers(task: Task) -> dict[str, str]:
     extend_sequence's, succ's and pred's; else none."""
     if task.transformation in FAMILY_OF:
         return {rule: answer for rule, answer in family_answers(task).items() if rule != task.transformation}
-    if len(task.query) > 1 and task.query in task.alphabet:
+    if task.query in task.alphabet:
         return family_answers(Task(task.alphabet, task.examples, task.query, None, WINDOW_RULE))
     return {}
 

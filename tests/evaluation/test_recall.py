@@ -37,8 +37,10 @@ def test_the_index_holds_every_answer_per_alphabet_and_query_with_its_rule():
     assert index[(PERM, "cdef")] == {"cdeg": "succ", "cdefg": "extend_sequence"}
     assert index[(PERM, "mnnop")] == {"mnop": "remove_redundant"}
     assert index[("abcdefghijklmnopqrstuvwxyz", "cdef")] == {"bdef": "pred"}
-    with pytest.raises(ValueError, match="no answer"):
-        trained_answers([Task(PERM, (("abc", "abd"),), "cde")])
+    with pytest.raises(ValueError, match="needs its answer and rule"):
+        trained_answers([Task(PERM, (("abc", "abd"),), "cde", transformation="succ")])
+    with pytest.raises(ValueError, match="needs its answer and rule"):
+        trained_answers([Task(PERM, (("abc", "abd"),), "cde", "cdf")])
 
 
 def test_rows_are_split_by_trained_queries_and_answers_counted_in_order():
