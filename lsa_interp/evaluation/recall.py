@@ -116,7 +116,7 @@ def seen_rule_answers(task: Task) -> dict[str, str]:
     if task.transformation in FAMILY_OF:
         return {rule: answer for rule, answer in family_answers(task).items() if rule != task.transformation}
     if task.query in task.alphabet:
-        return family_answers(Task(task.alphabet, task.examples, task.query, None, WINDOW_RULE))
+        return family_answers(Task(task.alphabet, (), task.query, None, WINDOW_RULE))
     return {}
 
 
@@ -139,7 +139,7 @@ def training_recall(
     if len(tasks) != len(predictions):
         raise ValueError(f"{len(tasks)} tasks but {len(predictions)} predictions")
     result: dict[str, RecallCounts] = {}
-    for task, prediction in zip(tasks, predictions, strict=True):
+    for task, prediction in zip(tasks, predictions):
         if task.answer is None or task.transformation is None:
             raise ValueError(f"task {task} needs its answer and rule")
         if task.is_copy:

@@ -6,8 +6,10 @@ import pytest
 
 from lsa_interp.data import Task
 from lsa_interp.evaluation.recall import (
+    OUTCOME_COLOURS,
     OUTCOMES,
     ROW_KINDS,
+    RecallCounts,
     recall_figure,
     recall_totals,
     seen_rule_answers,
@@ -62,6 +64,7 @@ def test_rows_are_split_by_trained_queries_and_answers_counted_in_order():
     tasks, predictions = [t for t, _ in rows], [p for _, p in rows]
     result = training_recall(tasks, predictions, trained_answers(TRAIN))
     assert list(result) == ["pred", "rr_succ", "reverse"]  # the paper's order
+    assert [counts.rule for counts in result.values()] == list(result)
     counts = result["pred"]
     assert counts.counts == {
         "trained": {"correct": 1, "recalled": 3, "seen_rule": 0, "other": 1},
@@ -73,6 +76,7 @@ def test_rows_are_split_by_trained_queries_and_answers_counted_in_order():
     assert counts.leaked == 0
     assert result["rr_succ"].recalled_from == {"remove_redundant": 1}
     totals = recall_totals(result)
+    assert [(group, counts.rule) for group, counts in totals.items()] == [("seen", "seen"), ("new", "new")]
     assert totals["seen"].rows("trained") == 6 and totals["seen"].counts["trained"]["recalled"] == 4
     assert totals["new"].counts["trained"]["recalled"] == 1
     assert totals["new"].recalled_from == {"succ": 1}
@@ -105,10 +109,27 @@ def test_a_new_rule_answered_with_an_untrained_window_rules_answer_is_a_seen_rul
 
 
 def test_a_row_whose_own_answer_was_trained_is_a_leak_not_a_trained_query():
-    result = training_recall([task("cdef", "cdeg", "succ")], ["cdeg"], trained_answers(TRAIN[:1]))
-    assert result["succ"].leaked == 1
-    assert result["succ"].counts["untrained"]["correct"] == 1
+    leak = task("cdef", "cdeg", "succ")
+    result = training_recall([leak, leak], ["cdeg", "cdeg"], trained_answers(TRAIN[:1]))
+    assert result["succ"].leaked == 2
+    assert result["succ"].counts["untrained"]["correct"] == 2
     assert result["succ"].trained_by == {}
+    both = training_recall([leak], ["cdeg"], trained_answers(TRAIN[:2]))  # extend_sequence trained the query too
+    assert both["succ"].leaked == 1 and both["succ"].rows("trained") == 1
+    assert recall_totals(result | {"pred": both["succ"]})["seen"].leaked == 3
+
+
+def test_counts_add_up_rule_by_rule():
+    first, second = RecallCounts("a"), RecallCounts("b")
+    first.counts["trained"]["recalled"], second.counts["trained"]["recalled"] = 2, 3
+    first.trained_by, second.trained_by = {"succ": 2}, {"succ": 3, "pred": 1}
+    first.recalled_from, second.recalled_from = {"succ": 2}, {"succ": 1}
+    first.leaked, second.leaked = 1, 2
+    first.add(second)
+    assert first.counts["trained"]["recalled"] == 5 and first.rule == "a"
+    assert first.trained_by == {"succ": 5, "pred": 1} and first.recalled_from == {"succ": 3}
+    assert first.leaked == 3
+    assert first.to_dict()["recalled_from"] == {"succ": 3} and first.to_dict()["trained_by"] == {"pred": 1, "succ": 5}
 
 
 def test_bad_input_raises():
@@ -139,7 +160,17 @@ def test_the_figure_has_a_panel_per_group_with_a_bar_per_model_and_row_kind():
     assert list(seen_recalled.y) == [100.0, None]
     assert [list(pair) for pair in seen_recalled.customdata] == [[1, 1], [0, 0]]  # (rows with the outcome, rows)
     assert list(pred_recalled.x[0]) == ["m2", "m2"]  # only the models that have the group
-    assert figure.layout.yaxis.range == (0, 100)
+    layout = figure.layout
+    assert layout.barmode == "stack" and layout.title.text == "t" and layout.legend.title.text == "answer"
+    assert [layout[f"yaxis{i}"].range for i in ("", 2, 3)] == [(0, 100)] * 3
+    assert [layout[f"yaxis{i}"].title.text for i in ("", 2, 3)] == ["% of rows"] * 3
+    assert (layout.xaxis.matches, layout.xaxis2.matches, layout.xaxis.domain) == ("x3", "x3", (0.0, 1.0))  # shared
+    for bar in figure.data:
+        assert bar.marker.color == OUTCOME_COLOURS[bar.name] and bar.legendgroup == bar.name
+        assert bar.hovertemplate.endswith(
+            f"{bar.name}: %{{y:.1f}}% (%{{customdata[0]}} of %{{customdata[1]}} rows)<extra></extra>"
+        )
+    assert recall_figure({"m1": result}, "t").layout.height < layout.height  # taller with more panels
 
 
 def test_the_figure_draws_the_kinds_asked_for_and_refuses_others():
