@@ -183,6 +183,12 @@ def recall_figure(
     groups = list(dict.fromkeys(group for per_group in models.values() for group in per_group))
     if not groups:
         raise ValueError("no groups to draw")
+    return _panels(models, groups, title, kinds)
+
+
+def _panels(
+    models: Mapping[str, Mapping[str, RecallCounts]], groups: list[str], title: str, kinds: Sequence[str]
+) -> go.Figure:  # pragma: no mutate block
     figure = make_subplots(
         rows=len(groups), cols=1, subplot_titles=groups, shared_xaxes=True, vertical_spacing=0.25 / len(groups)
     )
