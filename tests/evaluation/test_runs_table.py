@@ -134,6 +134,11 @@ def test_batching_and_table1_summaries_pool_the_right_runs_beside_the_paper(tmp_
         make_run(tmp_path, f"cr{seed}", "copy-20", "random", seed, seen)
     make_run(tmp_path, "ca0", "copy-20", "alphabet", 0, 80.0)
     make_run(tmp_path, "ct0", "copy-20", "transformation", 0, 10.0)
+    make_run(tmp_path, "cb0", "copy-20", "transformation_alphabet", 0, 20.0)
+    make_run(tmp_path, "la0", "copy-200", "alphabet", 0, 96.0)
+    make_run(tmp_path, "lr0", "copy-200", "random", 0, 98.0)
+    make_run(tmp_path, "lt0", "copy-200", "transformation", 0, 50.0)
+    make_run(tmp_path, "ma0", "copy-40", "alphabet", 0, 93.0)
     frame = runs_table(find_runs([tmp_path]))
     batching = batching_summary(frame).set_index(["preset", "batching"])
     assert batching.loc[("copy-20", "random"), "n"] == 3
@@ -141,9 +146,13 @@ def test_batching_and_table1_summaries_pool_the_right_runs_beside_the_paper(tmp_
     paper = PAPER_BATCHING[("copy-20", "random")][0]
     assert tuple(batching.loc[("copy-20", "random"), [f"paper_{CELLS[0]}{s}" for s in ("", "_low", "_high")]]) == paper
     table1 = table1_summary(frame).set_index("preset")
-    assert table1.loc["copy-20", "n"] == 4  # alphabet and random pooled, transformation batching left out
-    assert table1.loc["copy-20", CELLS[0]] == pytest.approx(88.25)
+    assert list(table1.index) == ["copy-20", "copy-200"]  # copy-40 is not a row of Table 1
+    assert table1.loc["copy-20", "n"] == 6  # every batching method pooled, as the paper's 20-alphabet rows are
+    assert table1.loc["copy-20", CELLS[0]] == pytest.approx((90 + 92 + 91 + 80 + 10 + 20) / 6)
+    assert table1.loc["copy-200", "n"] == 2  # alphabet and random batching only, as the paper's copy-200 row
+    assert table1.loc["copy-200", CELLS[0]] == pytest.approx(97.0)
     assert table1.loc["copy-20", f"paper_{CELLS[0]}"] == PAPER_TABLE1["copy-20"][0]
+    assert table1.loc["copy-200", f"paper_{CELLS[3]}"] == PAPER_TABLE1["copy-200"][3]
     assert few_shot_summary(frame)["n_shots"].tolist() == [1]
 
 
