@@ -34,7 +34,7 @@ RECIPE_PRECISION = "fp32"
 def bootstrap_interval(values: np.ndarray | list[float], seed: int = 0) -> tuple[float, float, float]:
     """(mean, low, high): the mean of ``values`` and its percentile bootstrap 95% interval. NaN values are
     dropped; one value gives (value, NaN, NaN), none gives three NaNs; identical values give a zero-width
-    interval."""
+    interval (scipy's percentiles of identical means)."""
     data = np.asarray(values, dtype=float)
     data = data[~np.isnan(data)]
     if data.size == 0:
@@ -42,8 +42,6 @@ def bootstrap_interval(values: np.ndarray | list[float], seed: int = 0) -> tuple
     mean = float(data.mean())
     if data.size == 1:
         return mean, float("nan"), float("nan")
-    if np.all(data == data[0]):
-        return mean, mean, mean
     result = stats.bootstrap(
         (data,), np.mean, n_resamples=RESAMPLES, confidence_level=0.95, method="percentile", random_state=seed
     )
@@ -95,12 +93,12 @@ def precision_summary(frame: pd.DataFrame, include_partial: bool = False) -> pd.
     columns = ["preset", "batching", "precision", "n", "mean", "sd", "difference", "within_spread"]
     runs, rows = complete_runs(frame, include_partial), []
     if runs.empty or "precision" not in runs:
-        return pd.DataFrame(rows, columns=columns)
-    for (preset, batching), group in runs.groupby(["preset", "batching"], sort=True):
+        return pd.DataFrame(columns=columns)
+    for (preset, batching), group in runs.groupby(["preset", "batching"]):
         if group["precision"].nunique() < 2:
             continue
         stats_of = {
-            precision: (len(values), float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else math.nan)
+            precision: (len(values), float(values.mean()), float(values.std(ddof=1)))
             for precision, values in group.groupby("precision")[CELLS[0]]
         }
         reference = stats_of.get(RECIPE_PRECISION)
@@ -117,8 +115,8 @@ def precision_summary(frame: pd.DataFrame, include_partial: bool = False) -> pd.
 def summarize(frame: pd.DataFrame, by: list[str], columns: tuple[str, ...] = CELLS) -> pd.DataFrame:
     """Per group of ``by``: ``n`` runs and, per column, ``<column>`` (mean), ``<column>_low``, ``<column>_high``."""
     rows = []
-    for key, group in frame.groupby(by, sort=True):
-        row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+    for key, group in frame.groupby(by):
+        row = dict(zip(by, key))
         row["n"] = len(group)
         for column in columns:
             row[column], row[f"{column}_low"], row[f"{column}_high"] = bootstrap_interval(group[column].to_numpy())
@@ -184,8 +182,8 @@ def occurrence_summary(frame: pd.DataFrame, include_partial: bool = False) -> pd
         return pd.DataFrame(columns=columns)
     runs = runs[runs["preset"].isin(list(PAPER_MATCHING_OCCURRENCE)) & runs["matching_head"].notna()]
     rows = []
-    for preset, group in runs.groupby("preset", sort=True):
-        for batching, part in [*group.groupby("batching", sort=True), ("all", group)]:
+    for preset, group in runs.groupby("preset"):
+        for batching, part in [*group.groupby("batching"), ("all", group)]:
             paper = PAPER_MATCHING_OCCURRENCE[preset].get(batching, (math.nan, math.nan))
             rows.append([preset, batching, len(part), int(part["matching_head"].astype(bool).sum()), *paper])
     return pd.DataFrame(rows, columns=columns)
