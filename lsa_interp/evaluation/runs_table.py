@@ -155,8 +155,7 @@ def find_runs(roots: Iterable[str | os.PathLike]) -> list[Path]:
     for root in map(Path, roots):
         if not root.exists():
             raise FileNotFoundError(f"{root} does not exist")
-        candidates = [root] if root.is_file() else [root, *root.rglob("*")]
-        for path in candidates:
+        for path in [root, *root.rglob("*")]:
             if path.is_dir() and (path / CONFIG_FILE).is_file() and (path / EVALUATION_FILE).is_file():
                 found.add(path)
     return sorted(found)

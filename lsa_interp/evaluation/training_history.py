@@ -94,7 +94,7 @@ def training_runs(path: str | os.PathLike) -> list[Path]:
     path = Path(path)
     if (path / CONFIG_FILE).is_file():
         return [path]
-    found = sorted(config.parent for config in path.rglob(CONFIG_FILE)) if path.is_dir() else []
+    found = sorted(config.parent for config in path.rglob(CONFIG_FILE))
     if not found:
         raise FileNotFoundError(f"{path} is not a training run and holds none (no {CONFIG_FILE} in or below it)")
     return found

@@ -24,7 +24,15 @@ from lsa_interp.evaluation.grid_summary import (
     table1_summary,
 )
 from lsa_interp.evaluation.paper_tables import CELLS, PAPER_BATCHING, PAPER_TABLE1
-from lsa_interp.evaluation.runs_table import find_runs, read_runs_table, run_record, runs_table
+from lsa_interp.evaluation.runs_table import (
+    find_runs,
+    matching_record,
+    read_runs_table,
+    run_record,
+    runs_table,
+    training_progress,
+    write_runs_table,
+)
 from lsa_interp.model import HookedEncoderDecoder
 from lsa_interp.model.checkpoint import save_model
 from lsa_interp.viz.grid_figures import matching_vs_rule_figure
@@ -347,3 +355,70 @@ def test_a_run_found_shipped_and_in_its_sweeps_records_is_one_row_with_the_check
     config["metadata"]["train_seconds"] = 75.0  # the same seed, trained again
     (record / "config.json").write_text(json.dumps(config))
     assert len(runs_table(find_runs([tmp_path / "records", tmp_path / "checkpoints"]))) == 3
+
+
+def test_the_table_writes_and_reads_back_as_it_was_into_new_folders(tmp_path):
+    for name, seed in (("b", 1), ("a", 0)):
+        make_run(tmp_path / "runs", name, "copy-20", "random", seed, 90.0 + seed)
+    frame = runs_table(find_runs([tmp_path / "runs"]))
+    assert frame.index.tolist() == [0, 1] and "index" not in frame and frame["seed"].tolist() == [0, 1]
+    path = write_runs_table(frame, tmp_path / "new" / "nested" / "runs.csv")
+    back = read_runs_table(path)
+    assert back.columns.tolist() == frame.columns.tolist()
+    assert back[CELLS[0]].tolist() == [90.0, 91.0] and back["run"].tolist() == frame["run"].tolist()
+    assert find_runs([path]) == [] and find_runs([tmp_path / "runs" / "a"]) == [tmp_path / "runs" / "a"]
+
+
+def test_training_progress_counts_a_run_complete_within_a_millionth_of_its_planned_epochs():
+    assert training_progress({"epochs_completed": 20 - 1e-6, "epochs": 20}) == (20 - 1e-6, 20, True)
+    assert training_progress({"epochs_completed": 19.5, "epochs": 20})[2] is False
+    assert training_progress({"epochs_completed": 20.0, "train_config": {"epochs": 20}}) == (20.0, 20, True)
+    assert training_progress({"epochs_completed": 20.0}) == (20.0, None, False)
+    assert training_progress({"epochs": 20}) == (None, 20, False)
+
+
+def test_a_run_record_needs_both_files_and_takes_its_preset_from_the_evaluation_when_its_metadata_has_none(tmp_path):
+    directory = make_run(tmp_path, "run", "copy-20", "random", 0, 90.0)
+    config = json.loads((directory / "config.json").read_text())
+    del config["metadata"]["preset"]
+    (directory / "config.json").write_text(json.dumps(config))
+    evaluation = json.loads((directory / "evaluation.json").read_text())
+    for key in ("training_preset", "preset"):
+        evaluation.pop(key, None)
+    (directory / "evaluation.json").write_text(json.dumps({**evaluation, "preset": "nocopy-20"}))
+    assert run_record(directory)["preset"] == "nocopy-20"
+    (directory / "evaluation.json").write_text(json.dumps({**evaluation, "training_preset": "copy-200"}))
+    assert run_record(directory)["preset"] == "copy-200"
+    (directory / "config.json").write_text(json.dumps({"model": {}}))
+    with pytest.raises(ValueError, match="not an evaluated"):
+        run_record(directory)
+
+
+def test_matching_columns_without_an_analysis_and_from_a_checkpoints_own(tmp_path):
+    directory = make_run(tmp_path, "run", "copy-20", "random", 0, 90.0)
+    nothing = matching_record(directory)
+    assert list(nothing) == ["matching_head", "matching_heads", "matching_best_head", "matching_best_score"]
+    assert nothing["matching_head"] is None and nothing["matching_heads"] is None
+    assert nothing["matching_best_head"] is None and math.isnan(nothing["matching_best_score"])
+    summary = {"matching_heads": "2.7", "best_head": "2.7", "best_score": 0.61}
+    (directory / "matching_heads.json").write_text(json.dumps({"summary": summary}))
+    assert matching_record(directory) == {
+        "matching_head": True, "matching_heads": "2.7", "matching_best_head": "2.7", "matching_best_score": 0.61,
+    }  # fmt: skip
+
+
+def test_a_run_found_twice_keeps_the_copy_with_weights_wherever_it_comes_and_a_missing_key_value(tmp_path):
+    records = make_run(tmp_path / "a-records", "run", "copy-20", "random", 0, 80.0)  # sorts first
+    shipped = make_run(tmp_path / "z-checkpoints", "run", "copy-20", "random", 0, 95.0)
+    (records / "model.safetensors").unlink()
+    for directory in (records, shipped):  # hardware unknown: a key column with a missing value
+        config = json.loads((directory / "config.json").read_text())
+        config["metadata"].pop("hardware")
+        (directory / "config.json").write_text(json.dumps(config))
+    (records / "matching_heads.json").write_text(
+        json.dumps({"summary": {"matching_heads": "2.7", "best_head": "2.7", "best_score": 0.5}})
+    )
+    frame = runs_table(find_runs([tmp_path]))
+    assert len(frame) == 1 and frame.index.tolist() == [0]
+    row = frame.iloc[0]
+    assert row["run"] == str(shipped) and row[CELLS[0]] == 95.0 and row["matching_best_score"] == 0.5

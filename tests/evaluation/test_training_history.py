@@ -139,3 +139,44 @@ def test_a_directory_of_runs_gives_every_run_below_it(tmp_path):
     assert training_runs(runs[1]) == [runs[1]]
     frame = histories([tmp_path / "records", runs[1]])  # a run found twice is read once
     assert frame["run"].tolist() == ["copy-20-random-s0", "copy-20-random-s1"]
+
+
+def test_a_single_runs_config_names_its_replicates_from_its_seed_with_the_defaults_of_a_plain_run(tmp_path):
+    frame = epoch_history(write_run(tmp_path / "bare", {}, [epoch(0, 1, 0.5)]))
+    assert frame[["run", "preset", "batching", "precision"]].values.tolist() == [
+        ["data-random-s0", None, "random", "fp32"]
+    ]
+    config = {"preset": "copy-20", "seed": 3, "replicates": 2, "batching": "alphabet"}
+    frame = epoch_history(write_run(tmp_path / "two", config, [epoch(0, 1, 0.5), epoch(1, 1, 0.6)]))
+    assert frame["run"].tolist() == ["copy-20-alphabet-s3", "copy-20-alphabet-s4"]
+    assert frame["replicate"].tolist() == [0, 1]
+
+
+def test_an_epoch_record_keeps_its_own_run_name_and_scalars_but_not_its_type_or_nested_records(tmp_path):
+    records = [epoch(0, 1, 0.5, run="named-by-the-record"), epoch(3, 1, 0.4)]  # replicate 3: past the config's one
+    frame = epoch_history(write_run(tmp_path / "run", {"preset": "copy-20"}, records))
+    assert frame["run"].tolist() == ["named-by-the-record", "replicate-3"]
+    assert frame["replicate"].tolist() == [0, 3] and frame["preset"].isna().tolist() == [False, True]
+    assert "type" not in frame and "val_acc_by_transformation" not in frame and frame["epoch"].tolist() == [1, 1]
+
+
+def test_window_losses_reach_replicates_past_the_configs_and_the_first_epoch_counts_from_step_1(tmp_path):
+    records = [
+        {"type": "step", "step": 1, "train_loss": 9.0, "train_loss_by_replicate": [9.0, 5.0, 7.0]},
+        epoch(0, 1, 0.5), epoch(2, 1, 0.5),
+        {"type": "epoch", "epoch": 2, "val_acc_noncopy": 0.6, "replicate": 0},  # no step: no window is its own
+    ]  # fmt: skip
+    frame = epoch_history(write_run(tmp_path / "run", {"preset": "copy-20"}, records))
+    assert frame["replicate"].tolist() == [0, 2, 0]
+    assert frame["train_loss"].tolist()[:2] == [9.0, 7.0] and frame["train_loss"].isna().tolist()[2]
+
+
+def test_a_run_without_metrics_has_no_history_and_histories_number_their_rows_afresh(tmp_path):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "train_config.json").write_text(json.dumps({"preset": "copy-20"}))
+    assert epoch_history(bare).empty and histories([bare]).empty
+    write_run(tmp_path / "a", {"preset": "copy-20", "seed": 0}, [epoch(0, 1, 0.5), epoch(0, 2, 0.6)])
+    write_run(tmp_path / "b", {"preset": "copy-20", "seed": 1}, [epoch(0, 1, 0.7)])
+    frame = histories([tmp_path / "a", tmp_path / "b", bare])
+    assert frame.index.tolist() == [0, 1, 2] and frame["run"].tolist()[2] == "copy-20-random-s1"
