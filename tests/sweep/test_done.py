@@ -101,3 +101,34 @@ def test_the_shipped_cpu_runs_stand_for_the_queues_runs_and_the_bucketed_gpu_run
     assert grid_run_name(read_metadata(root / "checkpoints" / "copy-200"), queue) == "copy-200-alphabet-s0"
     bucketed = root / "analyses" / "runs" / "h100-copy-200-alphabet-bucketed"  # shipped as copy-200 until 2026-11-27
     assert grid_run_name(read_metadata(bucketed), queue) is None
+
+
+def test_settings_a_record_leaves_out_take_their_defaults():
+    bare = {"drop": ["model", "architecture"]}  # records from before either was written: our model, its sizes
+    assert grid_run_name(trained_on_its_own(**bare), GRID) == "copy-20-random-s0"
+    meta = trained_on_its_own()
+    del meta["data_seed"]  # the data seed 0
+    assert grid_run_name(meta, GRID) == "copy-20-random-s0"
+    bucketing_grid = parse_grid({"seeds": [0], "recipe": {"length_bucketing": True}, "cells": GRID_CELLS})
+    assert grid_run_name(trained_on_its_own(drop=["length_bucketing"]), bucketing_grid) == "copy-20-random-s0"
+
+
+def test_the_metadatas_own_batching_and_precision_name_the_run_before_its_recipes():
+    meta = trained_on_its_own(batching="random", recipe={"batching": "alphabet"})
+    assert grid_run_name(meta, GRID) == "copy-20-random-s0"
+    assert grid_run_name(trained_on_its_own(precision="bf16"), GRID) == "copy-20-random-s0-bf16"
+    no_preset = trained_on_its_own()
+    del no_preset["preset"]
+    assert grid_run_name(no_preset, GRID) is None
+
+
+def test_numbers_of_the_recipe_match_up_to_rounding_only():
+    assert grid_run_name(trained_on_its_own(recipe={"lr": 0.001 * (1 + 1e-15)}), GRID) == "copy-20-random-s0"
+    assert grid_run_name(trained_on_its_own(recipe={"lr": 0.001 * (1 + 1e-9)}), GRID) is None
+    assert grid_run_name(trained_on_its_own(recipe={"batch_size": 32.0}), GRID) == "copy-20-random-s0"
+    assert grid_run_name(trained_on_its_own(recipe={"batch_size": True}), GRID) is None
+
+
+def test_a_config_without_metadata_has_none(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model": {}}))
+    assert read_metadata(tmp_path) == {}
