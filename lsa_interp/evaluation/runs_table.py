@@ -170,17 +170,18 @@ hardware) is still the same run."""
 
 def _one_row_per_run(frame: pd.DataFrame) -> pd.DataFrame:
     """A run found twice (shipped into checkpoints/ with its sweep's evaluation, and in the sweep's weightless
-    records under analyses/runs/) becomes one row: the copy with weights (its evaluation, where the two differ),
-    its empty cells (the matching-head analysis, which stays beside the records) filled from the other."""
+    records under analyses/runs/) becomes one row: the copy with weights (its evaluation, where the two differ;
+    the first by path of several), its empty cells (the matching-head analysis, which stays beside the records)
+    filled from the other. The index is left as it comes (`runs_table` numbers the rows)."""
     key = [column for column in SAME_RUN if column in frame]
     twice = frame.duplicated(key, keep=False)
     if not twice.any():
         return frame
     found = frame[twice]
     weightless = ~found["run"].map(lambda run: (Path(run) / "model.safetensors").is_file())
-    found = found.assign(_weightless=weightless).sort_values("_weightless", kind="stable")
+    found = found.assign(_weightless=weightless).sort_values(["_weightless", "run"])
     merged = found.drop(columns="_weightless").groupby(key, dropna=False, sort=False, as_index=False).first()
-    return pd.concat([frame[~twice], merged[frame.columns]], ignore_index=True)
+    return pd.concat([frame[~twice], merged[frame.columns]])
 
 
 def runs_table(model_dirs: Iterable[str | os.PathLike]) -> pd.DataFrame:
@@ -191,7 +192,7 @@ def runs_table(model_dirs: Iterable[str | os.PathLike]) -> pd.DataFrame:
     if frame.empty:
         return frame
     frame = _one_row_per_run(frame)
-    return frame.sort_values(["preset", "batching", "seed", "run"], kind="stable").reset_index(drop=True)
+    return frame.sort_values(["preset", "batching", "seed", "run"]).reset_index(drop=True)
 
 
 def write_runs_table(frame: pd.DataFrame, path: str | os.PathLike) -> Path:

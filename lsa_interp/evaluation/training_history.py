@@ -32,17 +32,17 @@ def _replicate_labels(config: dict[str, Any]) -> list[tuple[str, str | None, str
     return [(f"{preset or 'data'}-{batching}-s{seed + i}", preset, batching) for i in range(replicates)]
 
 
-def _window_losses(records: list[dict[str, Any]], replicates: int) -> list[dict[int, float]]:
-    """Per replicate, the logged training loss of each step window by its last step. A step logged twice (a run
+def _window_losses(records: list[dict[str, Any]]) -> dict[int, dict[int, float]]:
+    """By replicate, the logged training loss of each step window by its last step. A step logged twice (a run
     resumed from a state before it) keeps its last record, the one the run went on from."""
-    losses: list[dict[int, float]] = [{} for _ in range(replicates)]
+    losses: dict[int, dict[int, float]] = {}
     for record in records:
         if record.get("type") != "step" or "train_loss" not in record:
             continue
         by_replicate = record.get("train_loss_by_replicate", [record["train_loss"]])
-        for index, loss in enumerate(by_replicate[:replicates]):
+        for index, loss in enumerate(by_replicate):
             if loss is not None:
-                losses[index][record["step"]] = loss
+                losses.setdefault(index, {})[record["step"]] = loss
     return losses
 
 
@@ -68,7 +68,7 @@ def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
     metrics = run_dir / METRICS_FILE
     records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
     epochs = [record for record in records if record.get("type") == "epoch"]
-    windows = _window_losses(records, max([len(labels)] + [r.get("replicate", 0) + 1 for r in epochs]))
+    windows = _window_losses(records)
     ends: dict[int, set[int]] = {}
     for record in epochs:
         ends.setdefault(record.get("replicate", 0), set()).add(record.get("step", 0))
@@ -76,11 +76,12 @@ def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
     for record in epochs:
         index = record.get("replicate", 0)
         name, preset, batching = labels[index] if index < len(labels) else (f"replicate-{index}", None, None)
-        row = {"run": record.get("run", name), "preset": preset, "batching": batching, "precision": precision}
+        row = {"run": name, "preset": preset, "batching": batching, "precision": precision}
         row["replicate"] = index
-        row.update({k: v for k, v in record.items() if not isinstance(v, dict) and k not in ("type", "run")})
+        row.update({k: v for k, v in record.items() if not isinstance(v, dict) and k != "type"})
         end = record.get("step", 0)
-        row["train_loss"] = _epoch_train_loss(windows[index], max((s for s in ends[index] if s < end), default=0), end)
+        after = max((s for s in ends[index] if s < end), default=0)
+        row["train_loss"] = _epoch_train_loss(windows.get(index, {}), after, end)
         row.update({f"acc_{rule}": value for rule, value in record.get("val_acc_by_transformation", {}).items()})
         row.update({f"sibling_{family}": v for family, v in record.get("val_sibling_by_family", {}).items()})
         rows.append(row)

@@ -32,27 +32,27 @@ class StackAdamW:
         self.exp_avg_sq = torch.zeros_like(param)
         self.steps = torch.zeros(param.shape[0], 1, device=param.device)
 
-    @torch.no_grad()
     def step(self, lr: Float[Tensor, " rep"], active: Float[Tensor, " rep"]) -> None:
         """One update of the replicates whose ``active`` is 1, with learning rates ``lr``; others untouched."""
-        beta1, beta2 = self.betas
-        grad, on = self.param.grad, active[:, None]
-        rate = (lr * active)[:, None]
-        self.steps += on
-        self.param.mul_(1 - rate * self.weight_decay)
-        self.exp_avg.lerp_(grad, (1 - beta1) * on)
-        self.exp_avg_sq.mul_(1 - (1 - beta2) * on).addcmul_(grad, grad * ((1 - beta2) * on))
-        steps = self.steps.clamp(min=1)
-        bias1, bias2 = 1 - beta1**steps, 1 - beta2**steps
-        denom = (self.exp_avg_sq.sqrt() / bias2.sqrt()).add_(self.eps)
-        self.param.addcdiv_(self.exp_avg * (rate / bias1), denom, value=-1.0)
+        with torch.no_grad():
+            beta1, beta2 = self.betas
+            grad, on = self.param.grad, active[:, None]
+            rate = (lr * active)[:, None]
+            self.steps += on
+            self.param.mul_(1 - rate * self.weight_decay)
+            self.exp_avg.lerp_(grad, (1 - beta1) * on)
+            self.exp_avg_sq.mul_(1 - (1 - beta2) * on).addcmul_(grad, grad * ((1 - beta2) * on))
+            steps = self.steps.clamp(min=1)
+            bias1, bias2 = 1 - beta1**steps, 1 - beta2**steps
+            denom = (self.exp_avg_sq.sqrt() / bias2.sqrt()).add_(self.eps)
+            self.param.addcdiv_(self.exp_avg * (rate / bias1), denom, value=-1.0)
 
     def state_dict(self) -> dict[str, Any]:
         """Moments and per-replicate step counts (tensors are copies)."""
         return {"exp_avg": self.exp_avg.clone(), "exp_avg_sq": self.exp_avg_sq.clone(), "steps": self.steps.clone()}
 
-    @torch.no_grad()
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict` output in place (tensors keep their addresses, as a CUDA graph needs)."""
-        for name in ("exp_avg", "exp_avg_sq", "steps"):
-            getattr(self, name).copy_(state[name])
+        with torch.no_grad():
+            for name in ("exp_avg", "exp_avg_sq", "steps"):
+                getattr(self, name).copy_(state[name])

@@ -123,13 +123,13 @@ class StackedEncoderDecoder(nn.Module):
         stack.attention_step.fill_(seeds[0] << ATTENTION_SEED_SHIFT)
         return stack.to(device)
 
-    @torch.no_grad()
     def load_replicate(self, index: int, model: HookedEncoderDecoder) -> None:
         """Copy ``model``'s parameters into replicate ``index``. Raises ValueError for another architecture."""
-        params = dict(model.named_parameters())
-        if list(params) != self.names or [tuple(p.shape) for p in params.values()] != self.shapes:
-            raise ValueError("the model's parameters do not match the stack's architecture")
-        self.flat[index].copy_(torch.cat([p.detach().reshape(-1) for p in params.values()]))
+        with torch.no_grad():
+            params = dict(model.named_parameters())
+            if list(params) != self.names or [tuple(p.shape) for p in params.values()] != self.shapes:
+                raise ValueError("the model's parameters do not match the stack's architecture")
+            self.flat[index].copy_(torch.cat([p.detach().reshape(-1) for p in params.values()]))
 
     def views(self) -> Params:
         """Every named parameter as a view ``[R, *shape]`` of ``flat`` (gradients flow into ``flat``)."""
@@ -145,17 +145,17 @@ class StackedEncoderDecoder(nn.Module):
         """
         return self.write_replicate(index, _unseeded_model(self.cfg).to(self.flat.device))
 
-    @torch.no_grad()
     def write_replicate(self, index: int, model: HookedEncoderDecoder) -> HookedEncoderDecoder:
         """Copy replicate ``index`` into ``model`` (same architecture) and return it in eval mode.
 
         Raises IndexError for an index outside the stack.
         """
-        if not 0 <= index < self.replicates:
-            raise IndexError(f"replicate {index} out of range for a stack of {self.replicates}")
-        state = {name: view[index] for name, view in self.views().items()}
-        model.load_state_dict({**state, "pos_embedding": self.pos_embedding})
-        return model.eval()
+        with torch.no_grad():
+            if not 0 <= index < self.replicates:
+                raise IndexError(f"replicate {index} out of range for a stack of {self.replicates}")
+            state = {name: view[index] for name, view in self.views().items()}
+            model.load_state_dict({**state, "pos_embedding": self.pos_embedding})
+            return model.eval()
 
     def _dropout(self, x: Tensor) -> Tensor:
         # CUDA: the fused native kernel (one pass, a byte of mask); CPU: the cheaper mask of model.dropout.
@@ -353,35 +353,35 @@ class StackedEncoderDecoder(nn.Module):
         total, count = self.token_losses(src, tgt_in, tgt_out, shortest)
         return total / count.clamp(min=1)
 
-    @torch.no_grad()
     def greedy_decode(self, src: Int[Tensor, "rep batch src_pos"], max_new_tokens: int) -> Int[Tensor, "rep batch n"]:
         """Greedy answers of every replicate from ``>`` with a key/value cache: EOS included, PAD after it.
 
         Stops once every row has emitted EOS (``n <= max_new_tokens``). Raises ValueError when
         ``max_new_tokens`` is not in 1..max_len.
         """
-        if not 0 < max_new_tokens <= self.cfg.max_len:
-            raise ValueError(f"max_new_tokens must be in 1..{self.cfg.max_len}, got {max_new_tokens}")
-        p = self.views()
-        memory = self.encode(p, src)
-        cross_kv = self._cross_kv(p, memory)
-        cross = Keys(rearrange(src != PAD, "r b k -> (r b) 1 1 k"), None, False, CROSS_CALLS)
-        keys = (Keys(None, None, False, SELF_CALLS), cross)
-        cache = _SelfAttentionCache(max_new_tokens)
-        token = torch.full(src.shape[:2], ARROW, dtype=torch.long, device=src.device)
-        outputs = torch.full((*src.shape[:2], max_new_tokens), PAD, dtype=torch.long, device=src.device)
-        done = torch.zeros(src.shape[:2], dtype=torch.bool, device=src.device)
-        for step in range(max_new_tokens):
-            x = self._embed(p["decoder.embed.weight"], token[..., None], start=step)
-            for layer, kv in enumerate(cross_kv):
-                x = self._decoder_layer(p, layer, x, kv, keys, cache)
-            logits = stacked_linear(self._norm(p, "decoder.ln_final.", x), p["unembed.weight"], p["unembed.bias"])
-            token = logits[:, :, 0].argmax(-1)
-            outputs[:, :, step] = token.masked_fill(done, PAD)
-            done |= token == EOS
-            if bool(done.all()):
-                return outputs[:, :, : step + 1]
-        return outputs
+        with torch.no_grad():
+            if not 0 < max_new_tokens <= self.cfg.max_len:
+                raise ValueError(f"max_new_tokens must be in 1..{self.cfg.max_len}, got {max_new_tokens}")
+            p = self.views()
+            memory = self.encode(p, src)
+            cross_kv = self._cross_kv(p, memory)
+            cross = Keys(rearrange(src != PAD, "r b k -> (r b) 1 1 k"), None, False, CROSS_CALLS)
+            keys = (Keys(None, None, False, SELF_CALLS), cross)
+            cache = _SelfAttentionCache(max_new_tokens)
+            token = torch.full(src.shape[:2], ARROW, dtype=torch.long, device=src.device)
+            outputs = torch.full((*src.shape[:2], max_new_tokens), PAD, dtype=torch.long, device=src.device)
+            done = torch.zeros(src.shape[:2], dtype=torch.bool, device=src.device)
+            for step in range(max_new_tokens):
+                x = self._embed(p["decoder.embed.weight"], token[..., None], start=step)
+                for layer, kv in enumerate(cross_kv):
+                    x = self._decoder_layer(p, layer, x, kv, keys, cache)
+                logits = stacked_linear(self._norm(p, "decoder.ln_final.", x), p["unembed.weight"], p["unembed.bias"])
+                token = logits[:, :, 0].argmax(-1)
+                outputs[:, :, step] = token.masked_fill(done, PAD)
+                done |= token == EOS
+                if bool(done.all()):
+                    return outputs[:, :, : step + 1]
+            return outputs
 
 
 def _unseeded_model(cfg: ModelConfig) -> HookedEncoderDecoder:

@@ -422,3 +422,60 @@ def test_a_run_found_twice_keeps_the_copy_with_weights_wherever_it_comes_and_a_m
     assert len(frame) == 1 and frame.index.tolist() == [0]
     row = frame.iloc[0]
     assert row["run"] == str(shipped) and row[CELLS[0]] == 95.0 and row["matching_best_score"] == 0.5
+
+
+def test_a_row_holds_the_recipe_the_task_counts_and_every_transformations_accuracy(tmp_path):
+    row = run_record(make_run(tmp_path, "a", "copy-20", "alphabet", 3, 88.5, epochs=12.5))
+    shipped = json.loads(SHIPPED_EVALUATION.read_text())
+    assert (row["hardware"], row["epochs"], row["epochs_planned"], row["complete"]) == ("test", 12.5, 20, False)
+    assert (row["n_val"], row["n_new"]) == (shipped["n_tasks"]["seen_alphabets"], shipped["n_tasks"]["new_alphabets"])
+    assert row["copy_accuracy"] == shipped["copy_vs_non_copy"]["seen_alphabets"]["copy"]["percent"]
+    for prefix, split in (("acc_seen_", "seen_alphabets"), ("acc_new_", "new_alphabets")):
+        cells = shipped["by_transformation"][split]
+        assert len(cells) > 10 and {rule: row[prefix + rule] for rule in cells} == {
+            rule: cell["percent"] for rule, cell in cells.items()
+        }
+
+
+def test_settings_the_metadata_leaves_out_come_from_the_recipe_then_the_defaults(tmp_path):
+    directory = make_run(tmp_path, "a", "copy-20", "alphabet", 0, 90.0, train_config={"batching": "random"})
+    config = json.loads((directory / "config.json").read_text())
+    meta = config["metadata"]
+    for key in ("batching", "precision", "hardware"):
+        meta.pop(key)
+    meta["device"] = "cpu"
+    meta["train_config"]["precision"] = "tf32"
+    (directory / "config.json").write_text(json.dumps(config))
+    row = run_record(directory)
+    assert (row["batching"], row["condition"], row["precision"], row["hardware"]) == (
+        "random", "copy-20/random", "tf32", "cpu",
+    )  # fmt: skip
+    meta["train_config"] = {}
+    meta.pop("device")
+    (directory / "config.json").write_text(json.dumps(config))
+    row = run_record(directory)
+    assert (row["batching"], row["precision"], row["hardware"]) == ("unknown", "fp32", None)
+
+
+def test_a_run_of_data_no_preset_names_and_an_evaluation_without_the_outcome_analysis(tmp_path):
+    directory = make_run(tmp_path, "a", "my-data", "random", 0, 90.0)
+    evaluation = json.loads((directory / "evaluation.json").read_text())
+    evaluation.pop("alternate_rule")
+    (directory / "evaluation.json").write_text(json.dumps(evaluation))
+    row = run_record(directory)
+    assert (row["condition"], row["n_alphabets"], row["copy"], row["n_shots"]) == ("my-data/random", None, None, None)
+    assert not [column for column in row if column.endswith(("_correct", "_applied_other_rule"))]
+    evaluation["alternate_rule"] = {"new_alphabets": {}}
+    (directory / "evaluation.json").write_text(json.dumps(evaluation))
+    assert run_record(directory)[CELLS[0]] == 90.0
+
+
+def test_of_several_copies_of_a_run_with_weights_the_first_by_path_counts_in_any_order(tmp_path):
+    copies = [
+        make_run(tmp_path / folder, "run", "copy-20", "random", 0, seen) for folder, seen in (("b", 91.0), ("a", 93.0))
+    ]
+    records = make_run(tmp_path / "c", "run", "copy-20", "random", 0, 80.0)
+    (records / "model.safetensors").unlink()
+    for order in (copies + [records], [records, *reversed(copies)]):
+        frame = runs_table(order)
+        assert frame["run"].tolist() == [str(copies[1])] and frame[CELLS[0]].tolist() == [93.0]

@@ -180,3 +180,14 @@ def test_a_run_without_metrics_has_no_history_and_histories_number_their_rows_af
     write_run(tmp_path / "b", {"preset": "copy-20", "seed": 1}, [epoch(0, 1, 0.7)])
     frame = histories([tmp_path / "a", tmp_path / "b", bare])
     assert frame.index.tolist() == [0, 1, 2] and frame["run"].tolist()[2] == "copy-20-random-s1"
+
+
+def test_a_plain_runs_records_carry_no_replicate_and_one_past_its_single_model_is_named_by_its_index(tmp_path):
+    records = [
+        {"type": "step", "step": 50, "train_loss": 2.0},
+        {"type": "epoch", "step": 100, "epoch": 1, "val_acc_noncopy": 0.5},  # as a single run's trainer logs it
+        epoch(1, 1, 0.4),
+    ]
+    frame = epoch_history(write_run(tmp_path / "run", {"preset": "copy-20", "seed": 2}, records))
+    assert frame["run"].tolist() == ["copy-20-random-s2", "replicate-1"] and frame["replicate"].tolist() == [0, 1]
+    assert frame["train_loss"].tolist()[0] == 2.0 and frame["train_loss"].isna().tolist() == [False, True]
