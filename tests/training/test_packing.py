@@ -279,3 +279,17 @@ def test_a_packed_stack_with_dropout_resumes_bit_for_bit(data_dir, tmp_path):
     assert resumed.capacity == whole.capacity
     resumed.run()
     assert resumed.step == 4 and torch.equal(resumed.model.flat, whole.model.flat)
+
+
+def test_packed_sdpa_drops_attention_weights_with_the_rate_it_is_given():
+    lengths = torch.tensor([[5, 3], [4, 5]])
+    packed = pack_rows(torch.where(torch.arange(5) < lengths[..., None], 4, PAD), lengths, capacity=10)
+    values = torch.randn(20, 2, 4, generator=torch.Generator().manual_seed(0))
+    inside = packed.slot_row < 4
+    plain = packed_sdpa(values, values, values, packed, packed, False, 0.0)
+    torch.manual_seed(1)
+    dropped = torch.stack([packed_sdpa(values, values, values, packed, packed, False, 0.5) for _ in range(400)])
+    assert not torch.allclose(dropped[0][inside], plain[inside], atol=1e-3)
+    error = (dropped.mean(0) - plain)[inside].abs()  # 1 / (1 - p) keeps the mean: within 5 standard errors
+    assert (error <= 5 * dropped.std(0)[inside] / len(dropped) ** 0.5 + 1e-6).all()
+    assert not dropped[:, ~inside].any()

@@ -9,8 +9,9 @@ import jaxtyping
 import pytest
 import torch
 
-from lsa_interp.data.vocab import PAD
+from lsa_interp.data.vocab import EOS, PAD
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.training.packing import pack_rows
 from lsa_interp.training.stack_adamw import StackAdamW
 from lsa_interp.training.stacked_model import StackedEncoderDecoder
 from lsa_interp.training.validation import loss_fn
@@ -143,3 +144,46 @@ def test_an_unknown_attention_or_a_missing_triton_is_named():
             StackedEncoderDecoder(cfg, 2, attention="triton")
     else:
         assert StackedEncoderDecoder(cfg, 2, attention="triton").attention == "triton"
+
+
+def test_greedy_answers_stop_at_the_step_every_row_has_ended_and_the_token_budget_is_bounded():
+    stack = StackedEncoderDecoder.from_seeds(CFG, SEEDS).eval()
+    src = _batch()[0]
+    with torch.no_grad():
+        stack.views()["unembed.bias"][:, EOS] += 100.0  # every replicate answers EOS at once
+    for budget in (1, 5, CFG.max_len):
+        assert stack.greedy_decode(src, budget).tolist() == [[[EOS]] * 6] * 3
+    for budget in (0, CFG.max_len + 1):
+        with pytest.raises(ValueError, match="max_new_tokens"):
+            stack.greedy_decode(src, budget)
+    with torch.no_grad():
+        stack.views()["unembed.bias"][1:, EOS] -= 100.0  # replicates 1 and 2 answer on
+    assert stack.greedy_decode(src, 4).shape == (3, 6, 4)
+
+
+def test_a_replicate_whose_batch_has_one_target_token_gets_that_tokens_loss():
+    stack = StackedEncoderDecoder.from_seeds(CFG, SEEDS)
+    src, tgt_in, tgt_out = _batch()
+    tgt_out[0, 1:] = PAD
+    tgt_out[0, 0, 1:] = PAD
+    total, count = stack.token_losses(src, tgt_in, tgt_out)
+    assert count[0] == 1 and (count[1:] > 1).all()
+    losses = stack.losses(src, tgt_in, tgt_out)
+    torch.testing.assert_close(losses, total / count)
+    packed_src = pack_rows(src, (src != PAD).sum(-1), capacity=96)
+    packed_tgt = pack_rows(tgt_in, (tgt_in != PAD).sum(-1), capacity=32)
+    torch.testing.assert_close(stack.packed_losses(packed_src, packed_tgt, packed_tgt.gather(tgt_out)), losses)
+
+
+def test_stack_adamws_defaults_are_torch_adamws():
+    torch.manual_seed(0)
+    param = torch.randn(2, 30, requires_grad=True)
+    single = torch.nn.Parameter(param[0].detach().clone())
+    torch_opt = torch.optim.AdamW([single], lr=0.1)
+    stacked = StackAdamW(param)
+    for _ in range(3):
+        grad = torch.randn(30)
+        param.grad, single.grad = torch.stack([grad, grad]), grad.clone()
+        stacked.step(torch.full((2,), 0.1), torch.ones(2))
+        torch_opt.step()
+    torch.testing.assert_close(param.detach()[0], single.detach(), rtol=1e-4, atol=1e-5)
