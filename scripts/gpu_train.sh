@@ -159,9 +159,11 @@ driver_news() {
   echo $((shown + $(printf '%s\n' "$news" | wc -l))) >"$WORK/drive.shown"
 }
 
+# Print where the sweep stands every WATCH_EVERY seconds for $1 seconds, at least once (a watch started late in
+# its second, on a loaded machine, would otherwise print nothing), until the sweep has ended.
 watch_sweep() {
   local until=$(($(date +%s) + $1))
-  while (($(date +%s) < until)); do
+  while true; do
     date +%T
     driver_news
     for metrics in "$SWEEP"/stacks/*/metrics.jsonl; do
@@ -174,6 +176,7 @@ watch_sweep() {
       tail -n 15 "$SESSION/sweep.log" 2>/dev/null
       return 0
     fi
+    (($(date +%s) < until)) || return 0
     sleep "$WATCH_EVERY"
   done
 }
