@@ -125,10 +125,10 @@ class StackedEncoderDecoder(nn.Module):
 
     def load_replicate(self, index: int, model: HookedEncoderDecoder) -> None:
         """Copy ``model``'s parameters into replicate ``index``. Raises ValueError for another architecture."""
+        params = dict(model.named_parameters())
+        if list(params) != self.names or [tuple(p.shape) for p in params.values()] != self.shapes:
+            raise ValueError("the model's parameters do not match the stack's architecture")
         with torch.no_grad():
-            params = dict(model.named_parameters())
-            if list(params) != self.names or [tuple(p.shape) for p in params.values()] != self.shapes:
-                raise ValueError("the model's parameters do not match the stack's architecture")
             self.flat[index].copy_(torch.cat([p.detach().reshape(-1) for p in params.values()]))
 
     def views(self) -> Params:
@@ -150,9 +150,9 @@ class StackedEncoderDecoder(nn.Module):
 
         Raises IndexError for an index outside the stack.
         """
+        if not 0 <= index < self.replicates:
+            raise IndexError(f"replicate {index} out of range for a stack of {self.replicates}")
         with torch.no_grad():
-            if not 0 <= index < self.replicates:
-                raise IndexError(f"replicate {index} out of range for a stack of {self.replicates}")
             state = {name: view[index] for name, view in self.views().items()}
             model.load_state_dict({**state, "pos_embedding": self.pos_embedding})
             return model.eval()
@@ -359,9 +359,9 @@ class StackedEncoderDecoder(nn.Module):
         Stops once every row has emitted EOS (``n <= max_new_tokens``). Raises ValueError when
         ``max_new_tokens`` is not in 1..max_len.
         """
+        if not 0 < max_new_tokens <= self.cfg.max_len:
+            raise ValueError(f"max_new_tokens must be in 1..{self.cfg.max_len}, got {max_new_tokens}")
         with torch.no_grad():
-            if not 0 < max_new_tokens <= self.cfg.max_len:
-                raise ValueError(f"max_new_tokens must be in 1..{self.cfg.max_len}, got {max_new_tokens}")
             p = self.views()
             memory = self.encode(p, src)
             cross_kv = self._cross_kv(p, memory)
