@@ -16,7 +16,10 @@ SCRIPT = ROOT / "scripts" / "cpu_runs.sh"
 def _stub_lsa(bin_dir: Path, calls: Path, linger: int = 0) -> Path:
     """`python` and a stand-in `lsa-interp` that records its arguments and thread counts, then lives ``linger`` s."""
     bin_dir.mkdir()
-    train = f'echo "$*" >> {calls}; echo "$OMP_NUM_THREADS $MKL_NUM_THREADS" >> {calls}.threads; sleep {linger}'
+    train = (
+        f'echo "$*" >> {calls}; echo "$OMP_NUM_THREADS $MKL_NUM_THREADS" >> {calls}.threads; '
+        f'echo "$1 $(nice) $(cat /proc/self/autogroup 2> /dev/null)" >> {calls}.priority; sleep {linger}'
+    )
     for name, body in (("python", f'exec {sys.executable} "$@"'), ("lsa-interp", train)):
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod((bin_dir / name).stat().st_mode | stat.S_IXUSR)
@@ -103,6 +106,31 @@ def test_by_default_each_run_trains_on_one_thread_and_the_first_may_take_every_c
     assert "copy-200-alphabet-reference-s1: waiting (at most 1 at a time)" in out
     assert len(_train_calls(calls, 1)) == 1
     assert Path(f"{calls}.threads").read_text().split() == ["2", "2"]
+
+
+def test_each_run_trains_at_nice_19_in_an_autogroup_of_its_own_also_at_nice_19(tmp_path):
+    """A run's session gets a CPU share of its own where the kernel groups sessions (autogroups), so nice 19 alone
+    would rank it only against itself: its autogroup is at nice 19 too, and the caller's is left as it was."""
+    calls = tmp_path / "calls.txt"
+    own = Path("/proc/self/autogroup").read_text().strip() if Path("/proc/self/autogroup").exists() else ""
+    _run(tmp_path, calls)
+    _train_calls(calls, 8)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        priorities = [
+            line.split(maxsplit=1)[1]
+            for line in Path(f"{calls}.priority").read_text().splitlines()
+            if line.startswith("train ")
+        ]
+        if len(priorities) == 8:
+            break
+        time.sleep(0.1)
+    assert len(priorities) == 8 and {line.split()[0] for line in priorities} == {"19"}
+    if own:
+        groups = [line.split(maxsplit=1)[1] for line in priorities]
+        assert all(group.endswith("nice 19") and group.split()[0] != own.split()[0] for group in groups)
+        assert len({group.split()[0] for group in groups}) == 8
+        assert Path("/proc/self/autogroup").read_text().strip() == own
 
 
 def test_a_run_shipped_under_replicates_by_its_name_is_not_trained_again(tmp_path):
