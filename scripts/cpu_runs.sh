@@ -101,9 +101,10 @@ run() {
   fi
   # setsid gives the run a session of its own, and with the kernel's autogroups (sched_autogroup_enabled) a session
   # of its own CPU share: nice then only ranks the processes inside that session, so the run would take as much of
-  # the CPU as the session's own work. Its session's autogroup gets nice 19 as well.
-  OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS setsid nohup sh -c \
-    '{ echo 19 > /proc/self/autogroup; } 2> /dev/null; exec nice -n 19 "$0" "$@"' "$LSA" train "${args[@]}" \
+  # the CPU as the session's own work. Its session's autogroup gets nice 19 as well (last: from then on a busy
+  # machine may leave the run waiting).
+  OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS setsid nohup nice -n 19 sh -c \
+    '{ echo 19 > /proc/self/autogroup; } 2> /dev/null; exec "$0" "$@"' "$LSA" train "${args[@]}" \
     >> "$RUNS/$name.log" 2>&1 < /dev/null &
   echo "$name: started (pid $!)"
   [ "$architecture" = hooked ] && leave_to_cpu "$name" "$(run_state "$out")"
