@@ -13,7 +13,7 @@ from lsa_interp.data.vocab import EOS, PAD
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.training.packing import pack_rows
 from lsa_interp.training.stack_adamw import StackAdamW
-from lsa_interp.training.stacked_model import StackedEncoderDecoder
+from lsa_interp.training.stacked_model import Keys, StackedEncoderDecoder
 from lsa_interp.training.validation import loss_fn
 
 CFG = ModelConfig(d_model=32, n_heads=4, d_mlp=64, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0)
@@ -187,3 +187,43 @@ def test_stack_adamws_defaults_are_torch_adamws():
         stacked.step(torch.full((2,), 0.1), torch.ones(2))
         torch_opt.step()
     torch.testing.assert_close(param.detach()[0], single.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_attention_drops_weights_in_training_and_keeps_their_mean():
+    """The padded stack's attention (scaled_dot_product_attention) applies the recipe's attention dropout in
+    training only: an output that differs from evaluation's at each draw, with evaluation's output as its mean."""
+    stack = StackedEncoderDecoder.from_seeds(ModelConfig(**{**CFG.to_dict(), "dropout": 0.3}), SEEDS)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3 * 6, 4, 14, 8, generator=g) for _ in range(3))
+    keep = torch.ones(3, 6, 14, dtype=torch.bool)
+    keep[:, :, 11:] = False
+    keys = Keys(keep.view(18, 1, 1, 14), keep.sum(-1).view(18), False, 0, shortest=(11, 11))
+    with torch.no_grad():
+        p = stack.views()
+        plain = stack.eval()._attend(p, "encoder.0.attn.", q, k, v, keys)
+        stack.train()
+        draws = torch.stack([stack._attend(p, "encoder.0.attn.", q, k, v, keys) for _ in range(400)])
+    assert not torch.allclose(draws[0], plain) and not torch.equal(draws[0], draws[1])
+    error = (draws.mean(0) - plain).abs() / (draws.std(0) / 20 + 1e-6)
+    assert error.max() < 5
+
+
+def test_a_model_with_the_stacks_parameter_names_but_other_shapes_is_refused():
+    stack = StackedEncoderDecoder.from_seeds(CFG, SEEDS)
+    torch.manual_seed(0)
+    wider = HookedEncoderDecoder(ModelConfig(**{**CFG.to_dict(), "d_mlp": 128}))
+    assert list(dict(wider.named_parameters())) == stack.names
+    with pytest.raises(ValueError, match="do not match"):
+        stack.load_replicate(0, wider)
+
+
+def test_the_stacks_layer_norm_uses_the_configured_epsilon():
+    """With a large ``ln_eps`` (where it changes the numbers), each replicate's loss is the single model's."""
+    cfg = ModelConfig(**{**CFG.to_dict(), "ln_eps": 0.5})
+    stack = StackedEncoderDecoder.from_seeds(cfg, SEEDS).eval()
+    src, tgt_in, tgt_out = _batch()
+    losses = stack.losses(src, tgt_in, tgt_out)
+    for index, seed in enumerate(SEEDS):
+        torch.manual_seed(seed)
+        single = HookedEncoderDecoder(cfg).eval()
+        torch.testing.assert_close(losses[index], loss_fn(single, src[index], tgt_in[index], tgt_out[index]))
