@@ -118,7 +118,7 @@ def test_each_run_trains_at_nice_19_in_an_autogroup_of_its_own_also_at_nice_19(t
     from /proc while the runs live: on a busy machine they may wait for the CPU as soon as they are at nice 19."""
     if not Path("/proc/self/autogroup").exists():
         pytest.skip("the kernel groups no sessions (no /proc/self/autogroup)")
-    own = Path("/proc/self/autogroup").read_text()
+    own = Path("/proc/self/autogroup").read_text()  # empty in the kernel's default group (no setsid above us, as in CI)
     out = _run(tmp_path, tmp_path / "calls.txt", linger=120)
     try:
         groups, deadline = {}, time.monotonic() + 60
@@ -130,7 +130,8 @@ def test_each_run_trains_at_nice_19_in_an_autogroup_of_its_own_also_at_nice_19(t
             assert int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16]) == 19  # its nice
     finally:
         subprocess.run(["pkill", "-f", f"lsa-interp train .*{tmp_path}"], check=False)
-    assert len(groups) == 8 and len(set(groups.values())) == 8 and own.split()[0] not in groups.values()
+    assert len(groups) == 8 and len(set(groups.values())) == 8
+    assert own == "" or own.split()[0] not in groups.values()
     assert Path("/proc/self/autogroup").read_text() == own
 
 
