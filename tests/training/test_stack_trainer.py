@@ -3,6 +3,7 @@ stops when its run ends, validates like `validate_model`, saves loadable models 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,7 +20,17 @@ from safetensors.torch import load_file
 from lsa_interp.data import load_dataset
 from lsa_interp.evaluation import card
 from lsa_interp.model.checkpoint import load_model
-from lsa_interp.training import RunSpec, StackConfig, StackTrainer, TrainConfig, Trainer, resume_run, start_run
+from lsa_interp.training import (
+    RunSpec,
+    StackConfig,
+    StackTrainer,
+    TrainConfig,
+    Trainer,
+    resume_run,
+    stack_trainer,
+    start_run,
+)
+from lsa_interp.training.stack_validation import validate_stack
 from lsa_interp.training.validation import ResidentSplit, validate_model
 from tests.helpers import assert_same_weights
 
@@ -106,6 +118,100 @@ def test_batched_validation_equals_validate_model_on_each_replicate(data_dir, ot
         nan_free = lambda values: json.loads(json.dumps(values).replace("NaN", "null"))
         assert nan_free({k: record[k] for k in alone}) == nan_free(alone)
         assert record["replicate"] == index
+
+
+def test_epoch_records_are_of_the_replicates_that_trained_in_the_stack_epoch_at_their_own_epochs(
+    data_dir, other_dir, tmp_path
+):
+    """A stack epoch is the longest run's (9 steps here); a run of 10 steps an epoch is at 0.9 of its own after it,
+    and a run that ended with an earlier stack epoch is not validated again."""
+    runs = [
+        RunSpec(str(data_dir), seed=1, epochs=1, preset="tiny"),
+        RunSpec(str(data_dir), seed=2, epochs=2, preset="tiny"),
+        RunSpec(str(other_dir), seed=3, batching="alphabet", epochs=1, preset="tiny4"),
+    ]
+    trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL), tmp_path / "stack")
+    assert trainer.plan.steps_per_epoch.tolist() == [9, 9, 10] and trainer.plan.total_steps.tolist() == [9, 18, 10]
+    expected = {9: {0: 1.0, 1: 1.0, 2: 0.9}, 18: {1: 2.0, 2: 1.0}}
+    for step, epochs in expected.items():
+        trainer.step = step  # the records read the step count and the weights only: no training needed
+        records = trainer.epoch_records()
+        assert [(r["replicate"], r["run"], r["epoch"]) for r in records] == [
+            (index, runs[index].name, epoch) for index, epoch in epochs.items()
+        ]
+        assert all(r["type"] == "epoch" and r["step"] == step for r in records)
+        assert all(type(r["stack_epoch"]) is int and r["stack_epoch"] == step // 9 for r in records)
+        assert all(-1.0 <= r["matching_score"] <= 1.0 for r in records)
+        alone = [validate_stack(trainer.model, trainer.val, trainer._autocast, [r])[0] for r in epochs]
+        assert [r["val_loss"] for r in records] == [a["val_loss"] for a in alone]  # each its own replicate's
+    assert len({r["val_loss"] for r in alone}) == 2
+
+
+def test_a_bf16_stack_validates_under_bf16_autocast_and_an_fp32_stack_without(data_dir, tmp_path):
+    runs = [RunSpec(str(data_dir), seed=0, preset="tiny")]
+    contexts = {"fp32": contextlib.nullcontext, "bf16": lambda: torch.autocast("cpu", dtype=torch.bfloat16)}
+    losses = {}
+    for precision, context in contexts.items():
+        trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, precision=precision), tmp_path / precision)
+        trainer.step = trainer.steps_per_epoch
+        losses[precision] = trainer.epoch_records()[0]["val_loss"]
+        assert losses[precision] == validate_stack(trainer.model, trainer.val, context, [0])[0]["val_loss"]
+    assert losses["fp32"] != losses["bf16"]  # the same weights (seed 0): only the precision differs
+
+
+def _clocked(trainer, clock, per_step, saves):
+    """Make ``trainer`` run on the fake ``clock`` (``clock[0]`` seconds), which each step moves ``per_step[0]`` seconds
+    on, and list the step of every state it saves in ``saves``."""
+    train_step, save_state = trainer.train_step, trainer.save_state
+    trainer.train_step = lambda: (clock.__setitem__(0, clock[0] + per_step[0]), train_step())[1]
+    trainer.save_state = lambda: (saves.append(trainer.step), save_state())[1]
+    return trainer
+
+
+def test_a_stack_stops_at_its_minutes_and_resumes_under_new_ones_to_the_weights_of_one_run(
+    data_dir, tmp_path, monkeypatch
+):
+    """On a clock that moves 61 s a step, 2 minutes end the run after step 2 (122 s), its state and models saved,
+    not done; resumed with 4 minutes on a clock of 60 s a step, it trains until the clock is past them (step 7: the
+    fourth step's 240 s are not past), from that state, cutting what was logged after it, saving every 3 steps and at
+    its end, and ends (dropout on) with the weights of a run of 7 steps that nobody stopped. Its step records (every
+    2 steps) count the tasks of 2 steps of both replicates in 2 steps' seconds, its models the seconds it trained."""
+    clock, per_step, saves = [0.0], [61.0], []
+    monkeypatch.setattr(
+        stack_trainer, "time", SimpleNamespace(monotonic=lambda: clock[0], perf_counter=lambda: clock[0])
+    )
+    runs = [RunSpec(str(data_dir), seed=s, epochs=2, preset="tiny") for s in (0, 1)]
+    config = _stack_config(runs, model=SMALL_MODEL, log_every=2, checkpoint_every=3, max_minutes=2.0)
+    _clocked(StackTrainer.start(config, tmp_path / "cut"), clock, per_step, saves).run()
+    assert saves == [2] and torch.load(tmp_path / "cut" / "state.pt", weights_only=False)["step"] == 2
+    meta = load_model(tmp_path / "cut" / "replicate-1" / "model").metadata
+    assert (meta["steps"], meta["train_seconds"]) == (2, 122.0) and not (tmp_path / "cut" / "done").exists()
+    with open(tmp_path / "cut" / "metrics.jsonl", "a") as metrics:
+        metrics.write(json.dumps({"type": "step", "step": 3}) + "\n")  # logged by a process killed after its state
+    per_step[0], resumed = 60.0, StackTrainer.resume(tmp_path / "cut", max_minutes=4.0)
+    assert resumed.step == 2 and resumed.config.max_minutes == 4.0
+    _clocked(resumed, clock, per_step, saves).run()
+    assert resumed.step == 7 and saves == [2, 3, 6, 7]
+    meta = load_model(tmp_path / "cut" / "replicate-0" / "model").metadata
+    assert (meta["steps"], meta["train_seconds"]) == (7, 422.0)
+    whole = StackTrainer.start(replace(config, max_steps=7, max_minutes=None), tmp_path / "whole")
+    _clocked(whole, clock, per_step, []).run()
+    assert torch.equal(resumed.model.flat, whole.model.flat)
+    records = lambda run: [r for r in map(json.loads, (run / "metrics.jsonl").open()) if r["type"] == "step"]
+    assert [r["step"] for r in records(tmp_path / "cut")] == [2, 4, 6]
+    assert [r["step"] for r in records(tmp_path / "whole")] == [2, 4, 6, 7]  # and at its last step
+    rates = [r["tasks_per_s"] for r in records(tmp_path / "cut")]
+    assert rates == [256 / 122, 256 / 120, 176 / 120]  # each replicate's short batch (536 = 8 x 64 + 24) in 5-6
+
+
+def test_a_signal_stops_the_stack_after_its_step_with_the_state_saved_and_no_models(data_dir, tmp_path):
+    runs = [RunSpec(str(data_dir), seed=s, epochs=2, preset="tiny") for s in (0, 1)]
+    trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, checkpoint_every=100), tmp_path / "stack")
+    train_step = trainer.train_step
+    trainer.train_step = lambda: (trainer.step == 3 and os.kill(os.getpid(), signal.SIGTERM), train_step())[1]
+    trainer.run()
+    assert trainer.step == 4 and torch.load(tmp_path / "stack" / "state.pt", weights_only=False)["step"] == 4
+    assert not (tmp_path / "stack" / "replicate-0").exists()
 
 
 def test_a_saved_replicate_loads_back_with_the_same_weights_and_answers(data_dir, other_dir, tmp_path, monkeypatch):
