@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from lsa_interp.data import load_dataset
+from lsa_interp.data.vocab import EOS, PAD
 from lsa_interp.evaluation import card
 from lsa_interp.model.checkpoint import load_model
 from lsa_interp.training import (
@@ -28,10 +29,11 @@ from lsa_interp.training import (
     Trainer,
     resume_run,
     stack_trainer,
+    stack_validation,
     start_run,
 )
 from lsa_interp.training.stack_validation import validate_stack
-from lsa_interp.training.validation import ResidentSplit, validate_model
+from lsa_interp.training.validation import ResidentSplit, matching_score, validate_model
 from tests.helpers import assert_same_weights
 
 SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
@@ -106,18 +108,60 @@ def test_mixed_stack_matches_single_runs_and_a_finished_replicate_stops_changing
     assert load_model(tmp_path / "stack" / "replicate-0" / "model").metadata["steps"] == short
 
 
-def test_batched_validation_equals_validate_model_on_each_replicate(data_dir, other_dir, tmp_path):
-    runs = [RunSpec(str(data_dir), seed=1, preset="tiny"), RunSpec(str(other_dir), seed=2, preset="tiny4")]
-    trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, max_steps=6), tmp_path / "stack")
+def test_batched_validation_equals_validate_model_on_each_replicate(data_dir, large_dir, tmp_path, monkeypatch):
+    """In chunks of 5 rows a replicate, over val splits of different sizes (the shorter one padded), each record of
+    all replicates (no list given) equals `validate_model`'s on its replicate, with its matching score."""
+    runs = [RunSpec(str(data_dir), seed=1, preset="tiny"), RunSpec(str(large_dir), seed=2, preset="tiny8")]
+    trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, max_steps=6, val_limit=None), tmp_path / "s")
     trainer.run()
-    records = trainer.epoch_records()
+    assert trainer.val.size.tolist() == [67, 126]
+    monkeypatch.setattr(stack_validation, "ROWS_PER_CHUNK", 10)
+    records = validate_stack(trainer.model, trainer.val, trainer._autocast, prompts=trainer.prompts)
+    assert len(records) == 2
     for index, record in enumerate(records):
-        val = ResidentSplit(trainer.val.parts[index].split, trainer.device)
-        alone = validate_model(trainer.model.replicate_model(index), val, trainer._autocast)
-        assert record["val_loss"] == pytest.approx(alone.pop("val_loss"), rel=1e-5)
+        model = trainer.model.replicate_model(index)
+        alone = validate_model(model, ResidentSplit(trainer.val.parts[index].split, trainer.device), trainer._autocast)
+        assert record.pop("matching_score") == matching_score(model, trainer.prompts)
+        assert record.pop("val_loss") == pytest.approx(alone.pop("val_loss"), rel=1e-6)
         nan_free = lambda values: json.loads(json.dumps(values).replace("NaN", "null"))
-        assert nan_free({k: record[k] for k in alone}) == nan_free(alone)
-        assert record["replicate"] == index
+        assert nan_free(record) == nan_free(alone)
+
+
+def test_batched_validation_counts_a_row_right_exactly_when_its_whole_answer_is(
+    data_dir, large_dir, tmp_path, monkeypatch
+):
+    """A decoder that answers a row right when the sum of its source tokens is even (else EOS alone), as wide as the
+    chunk's widest right answer: the records count exactly those rows, chunk by chunk, in each replicate's split."""
+    runs = [RunSpec(str(data_dir), seed=1, preset="tiny"), RunSpec(str(large_dir), seed=2, preset="tiny8")]
+    trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, val_limit=None), tmp_path / "s")
+    val = trainer.val
+    tokens = lambda row: tuple(int(t) for t in row if t != PAD)
+    answers = {
+        (r, tokens(val.src[i])): tokens(val.tgt_out[i])
+        for r in range(2)
+        for i in range(int(val.offset[r]), int(val.offset[r] + val.size[r]))
+    }
+    right = lambda r, src: sum(tokens(src)) % 2 == 0
+
+    def oracle(src, max_len):
+        out = [[answers[r, tokens(row)] if right(r, row) else (EOS,) for row in rows] for r, rows in enumerate(src)]
+        width = max(len(answer) for rows in out for answer in rows)
+        assert width <= max_len
+        return torch.tensor([[list(a) + [PAD] * (width - len(a)) for a in rows] for rows in out])
+
+    monkeypatch.setattr(trainer.model, "greedy_decode", oracle)
+    monkeypatch.setattr(stack_validation, "ROWS_PER_CHUNK", 10)
+    records = validate_stack(trainer.model, val, trainer._autocast)
+    for r, record in enumerate(records):
+        part = val.parts[r].split
+        hits = torch.tensor([right(r, val.src[int(val.offset[r]) + i]) for i in range(int(val.size[r]))])
+        assert 0 < hits.sum() < len(hits)
+        expected = {
+            "val_acc": float(hits.float().mean()),
+            "val_acc_copy": float(hits[part.is_copy].float().mean()),
+            "val_acc_noncopy": float(hits[~part.is_copy].float().mean()),
+        }
+        assert {key: record[key] for key in expected} == expected
 
 
 def test_epoch_records_are_of_the_replicates_that_trained_in_the_stack_epoch_at_their_own_epochs(
