@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from types import SimpleNamespace
 
 import pytest
@@ -32,8 +32,10 @@ from lsa_interp.training import (
     stack_validation,
     start_run,
 )
+from lsa_interp.training.stack_trainer import run_train_config
 from lsa_interp.training.stack_validation import validate_stack
 from lsa_interp.training.validation import ResidentSplit, matching_score, validate_model
+from lsa_interp.utils import hardware_description
 from tests.helpers import assert_same_weights
 
 SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
@@ -246,6 +248,58 @@ def test_a_stack_stops_at_its_minutes_and_resumes_under_new_ones_to_the_weights_
     assert [r["step"] for r in records(tmp_path / "whole")] == [2, 4, 6, 7]  # and at its last step
     rates = [r["tasks_per_s"] for r in records(tmp_path / "cut")]
     assert rates == [256 / 122, 256 / 120, 176 / 120]  # each replicate's short batch (536 = 8 x 64 + 24) in 5-6
+
+
+def test_each_saved_replicate_records_its_own_run_and_the_stacks_recipe(data_dir, other_dir, tmp_path, monkeypatch):
+    """What `lsa-interp results` tabulates: each model's preset (the dataset's where its run names none), seeds,
+    batching, precision, steps and epochs of its own, the stack's training seconds (on a clock of 2.468 s a step)."""
+    clock = [0.0]
+    monkeypatch.setattr(
+        stack_trainer, "time", SimpleNamespace(monotonic=lambda: clock[0], perf_counter=lambda: clock[0])
+    )
+    runs = [
+        RunSpec(str(data_dir), seed=3, epochs=1),
+        RunSpec(str(other_dir), seed=4, batching="alphabet", epochs=2, preset="tiny4"),
+    ]
+    config = _stack_config(runs, model=SMALL_MODEL, max_steps=5, precision="bf16")
+    _clocked(StackTrainer.start(config, tmp_path / "stack"), clock, [2.468], []).run()
+    own = [
+        {
+            "preset": "tiny",
+            "seed": 3,
+            "data_seed": 3,
+            "batching": "random",
+            "epochs_completed": 5 / 9,
+            "run": runs[0].name,
+        },
+        {
+            "preset": "tiny4",
+            "seed": 4,
+            "data_seed": 4,
+            "batching": "alphabet",
+            "epochs_completed": 0.5,
+            "run": runs[1].name,
+        },
+    ]
+    for index, expected in enumerate(own):
+        meta = load_model(tmp_path / "stack" / f"replicate-{index}" / "model").metadata
+        assert {key: meta[key] for key in expected} == expected
+        assert (meta["replicate"], meta["stack_replicates"], meta["steps"], meta["train_seconds"]) == (
+            index,
+            2,
+            5,
+            12.3,
+        )
+        assert (meta["precision"], meta["device"], meta["torch"]) == ("bf16", "cpu", torch.__version__)
+        assert meta["hardware"] == hardware_description("cpu")
+        assert meta["train_config"] == json.loads(json.dumps(asdict(run_train_config(config, runs[index]))))
+    assert not (tmp_path / "stack" / "done").exists()
+
+
+def test_a_finished_stack_marks_itself_done_with_its_steps_and_replicates(data_dir, tmp_path):
+    runs = [RunSpec(str(data_dir), seed=s, epochs=1, preset="tiny") for s in (0, 1)]
+    StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, val_limit=8), tmp_path / "stack").run()
+    assert json.loads((tmp_path / "stack" / "done").read_text()) == {"steps": 9, "replicates": 2}
 
 
 def test_a_signal_stops_the_stack_after_its_step_with_the_state_saved_and_no_models(data_dir, tmp_path):
