@@ -246,6 +246,11 @@ def test_a_stack_stops_at_its_minutes_and_resumes_under_new_ones_to_the_weights_
     records = lambda run: [r for r in map(json.loads, (run / "metrics.jsonl").open()) if r["type"] == "step"]
     assert [r["step"] for r in records(tmp_path / "cut")] == [2, 4, 6]
     assert [r["step"] for r in records(tmp_path / "whole")] == [2, 4, 6, 7]  # and at its last step
+    for record in records(tmp_path / "cut"):  # the schedule's rate at the step just run, the replicates' mean loss
+        lr = resumed.plan.window(record["step"] - 1, 1).lr[0].tolist()
+        assert record["lr_by_replicate"] == lr and record["lr"] == lr[resumed.longest] and lr[0] < config.lr
+        assert record["epoch"] == record["step"] / 9
+        assert record["train_loss"] == pytest.approx(sum(record["train_loss_by_replicate"]) / 2)
     rates = [r["tasks_per_s"] for r in records(tmp_path / "cut")]
     assert rates == [256 / 122, 256 / 120, 176 / 120]  # each replicate's short batch (536 = 8 x 64 + 24) in 5-6
 
