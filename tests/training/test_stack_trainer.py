@@ -307,6 +307,34 @@ def test_a_finished_stack_marks_itself_done_with_its_steps_and_replicates(data_d
     assert json.loads((tmp_path / "stack" / "done").read_text()) == {"steps": 9, "replicates": 2}
 
 
+def test_a_stack_in_batches_of_4_rows_matches_a_single_run(data_dir, tmp_path):
+    """Batches of 4 rows, whose longest rows differ from step to step: each eager step is cut to its own."""
+    single = _single(data_dir, tmp_path, "single", seed=7, batch_size=4, max_steps=10)
+    config = _stack_config([RunSpec(str(data_dir), seed=7, preset="tiny")], batch_size=4, max_steps=10)
+    trainer = StackTrainer.start(config, tmp_path / "stack")
+    widths = {int(trainer.train.src_len[trainer.plan.window(step, 1).rows[0, 0]].max()) for step in range(10)}
+    assert len(widths) > 1
+    trainer.run()
+    _assert_close(_replicate(tmp_path / "stack", 0), single)
+
+
+def test_windows_of_3_steps_train_what_one_window_of_256_does(data_dir, tmp_path, monkeypatch):
+    """The batches of 7 steps sent to the device 3 steps at a time (the last window cut at the run's end): the same
+    weights and losses as in one window."""
+    runs = [RunSpec(str(data_dir), seed=s, preset="tiny") for s in (0, 1)]
+    config = _stack_config(runs, model=SMALL_MODEL, max_steps=7, log_every=1)
+    trainers = {}
+    for steps in (256, 3):
+        monkeypatch.setattr(stack_trainer, "WINDOW_STEPS", steps)
+        trainers[steps] = StackTrainer.start(config, tmp_path / str(steps))
+        trainers[steps].run()
+    assert trainers[3]._window.start == 6 and trainers[3]._window.count == 1
+    assert torch.equal(trainers[3].model.flat, trainers[256].model.flat)
+    losses = lambda run: [r["train_loss_by_replicate"] for r in map(json.loads, (run / "metrics.jsonl").open())
+                          if r["type"] == "step"]  # fmt: skip
+    assert losses(tmp_path / "3") == losses(tmp_path / "256") and len(losses(tmp_path / "3")) == 7
+
+
 def test_a_signal_stops_the_stack_after_its_step_with_the_state_saved_and_no_models(data_dir, tmp_path):
     runs = [RunSpec(str(data_dir), seed=s, epochs=2, preset="tiny") for s in (0, 1)]
     trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, checkpoint_every=100), tmp_path / "stack")
