@@ -34,7 +34,7 @@ from lsa_interp.training import (
 )
 from lsa_interp.training.stack_trainer import run_train_config
 from lsa_interp.training.stack_validation import validate_stack
-from lsa_interp.training.validation import ResidentSplit, matching_score, validate_model
+from lsa_interp.training.validation import ResidentSplit, accuracy_record, matching_score, validate_model
 from lsa_interp.utils import hardware_description
 from tests.helpers import assert_same_weights
 
@@ -132,38 +132,48 @@ def test_batched_validation_equals_validate_model_on_each_replicate(data_dir, la
 def test_batched_validation_counts_a_row_right_exactly_when_its_whole_answer_is(
     data_dir, large_dir, tmp_path, monkeypatch
 ):
-    """A decoder that answers a row right when the sum of its source tokens is even (else EOS alone), as wide as the
-    chunk's widest right answer: the records count exactly those rows, chunk by chunk, in each replicate's split."""
+    """A decoder that answers a row right when the sum of its source tokens is even, else with its first sibling
+    rule's answer where it has one and it fits the chunk's steps (else EOS alone), as wide as the chunk's widest
+    answer: the records count exactly those rows as right and as sibling answers, in chunks of 3 rows (fewer than an
+    answer's tokens), in each replicate's split."""
     runs = [RunSpec(str(data_dir), seed=1, preset="tiny"), RunSpec(str(large_dir), seed=2, preset="tiny8")]
     trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, val_limit=None), tmp_path / "s")
     val = trainer.val
     tokens = lambda row: tuple(int(t) for t in row if t != PAD)
-    answers = {
-        (r, tokens(val.src[i])): tokens(val.tgt_out[i])
-        for r in range(2)
-        for i in range(int(val.offset[r]), int(val.offset[r] + val.size[r]))
-    }
+    rows_of = lambda r: range(int(val.offset[r]), int(val.offset[r] + val.size[r]))
+    answers, siblings = {}, {}
+    for r in range(2):
+        for i in rows_of(r):
+            answers[r, tokens(val.src[i])] = tokens(val.tgt_out[i])
+            siblings[r, tokens(val.src[i])] = tokens(val.parts[r].siblings[i - int(val.offset[r]), 0])
     right = lambda r, src: sum(tokens(src)) % 2 == 0
+    given = set()  # the rows answered with a sibling's answer: those whose answer fits the chunk's decoding steps
+
+    def answer(r, src, max_len):
+        key = r, tokens(src)
+        if right(r, src):
+            return answers[key]
+        if siblings[key] and len(siblings[key]) <= max_len:
+            given.add(key)
+            return siblings[key]
+        return (EOS,)
 
     def oracle(src, max_len):
-        out = [[answers[r, tokens(row)] if right(r, row) else (EOS,) for row in rows] for r, rows in enumerate(src)]
-        width = max(len(answer) for rows in out for answer in rows)
+        out = [[answer(r, row, max_len) for row in rows] for r, rows in enumerate(src)]
+        width = max(len(a) for rows in out for a in rows)
         assert width <= max_len
         return torch.tensor([[list(a) + [PAD] * (width - len(a)) for a in rows] for rows in out])
 
     monkeypatch.setattr(trainer.model, "greedy_decode", oracle)
-    monkeypatch.setattr(stack_validation, "ROWS_PER_CHUNK", 10)
+    monkeypatch.setattr(stack_validation, "ROWS_PER_CHUNK", 6)  # 3 rows, fewer than tokens
     records = validate_stack(trainer.model, val, trainer._autocast)
     for r, record in enumerate(records):
         part = val.parts[r].split
-        hits = torch.tensor([right(r, val.src[int(val.offset[r]) + i]) for i in range(int(val.size[r]))])
-        assert 0 < hits.sum() < len(hits)
-        expected = {
-            "val_acc": float(hits.float().mean()),
-            "val_acc_copy": float(hits[part.is_copy].float().mean()),
-            "val_acc_noncopy": float(hits[~part.is_copy].float().mean()),
-        }
-        assert {key: record[key] for key in expected} == expected
+        hits = torch.tensor([right(r, val.src[i]) for i in rows_of(r)])
+        sibling = torch.tensor([(r, tokens(val.src[i])) in given for i in rows_of(r)])
+        assert 0 < hits.sum() < len(hits) and sibling.any()
+        expected = accuracy_record(hits, part, record["val_loss"], sibling)
+        assert json.dumps(record) == json.dumps(expected)
 
 
 def test_epoch_records_are_of_the_replicates_that_trained_in_the_stack_epoch_at_their_own_epochs(
@@ -333,6 +343,24 @@ def test_windows_of_3_steps_train_what_one_window_of_256_does(data_dir, tmp_path
     losses = lambda run: [r["train_loss_by_replicate"] for r in map(json.loads, (run / "metrics.jsonl").open())
                           if r["type"] == "step"]  # fmt: skip
     assert losses(tmp_path / "3") == losses(tmp_path / "256") and len(losses(tmp_path / "3")) == 7
+
+
+def test_tasks_per_second_count_windows_under_a_second_and_restart_after_an_epochs_validation(
+    data_dir, tmp_path, monkeypatch
+):
+    """On a clock of 0.125 s a step, every step logged: each record's rate is its step's tasks over 0.125 s, also
+    the first after the epoch's end (step 10), whose validation takes no time on that clock."""
+    clock = [0.0]
+    monkeypatch.setattr(
+        stack_trainer, "time", SimpleNamespace(monotonic=lambda: clock[0], perf_counter=lambda: clock[0])
+    )
+    runs = [RunSpec(str(data_dir), seed=0, preset="tiny")]
+    trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, max_steps=11, log_every=1), tmp_path / "s")
+    _clocked(trainer, clock, [0.125], []).run()
+    tasks = trainer.plan.window(0, 11).valid.reshape(11, -1).sum(1).tolist()
+    records = [r for r in map(json.loads, (tmp_path / "s" / "metrics.jsonl").open()) if r["type"] == "step"]
+    assert [r["tasks_per_s"] for r in records] == [n / 0.125 for n in tasks]
+    assert [r["type"] for r in map(json.loads, (tmp_path / "s" / "metrics.jsonl").open())].count("epoch") == 1
 
 
 def test_a_signal_stops_the_stack_after_its_step_with_the_state_saved_and_no_models(data_dir, tmp_path):
