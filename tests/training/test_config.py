@@ -75,6 +75,17 @@ def test_recipe_values_are_checked_for_a_run_and_for_a_stack():
         TrainConfig(data_dir="d", micro_batches=2, packing=True)
 
 
+def test_a_run_of_a_stack_is_named_by_its_preset_batching_and_seed_unless_named():
+    assert RunSpec("d", seed=3, batching="alphabet", preset="copy-20").name == "copy-20-alphabet-s3"
+    assert RunSpec("d", seed=3).name == "data-random-s3"  # no preset: the data
+    assert RunSpec("d", name="mine").name == "mine"
+    for bad, message in (({"seed": -1}, "seed must be non-negative"), ({"epochs": 0}, "epochs must be positive")):
+        with pytest.raises(ValueError, match=message):
+            RunSpec("d", **bad)
+    with pytest.raises(ValueError, match="unknown batching 'none'"):
+        RunSpec("d", batching="none")
+
+
 def test_a_compiled_run_of_one_model_trains_as_a_stack_of_one(tmp_path):
     from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
     from lsa_interp.data.transformations import SEEN

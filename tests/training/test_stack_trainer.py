@@ -312,20 +312,19 @@ def test_each_saved_replicate_records_its_own_run_and_the_stacks_recipe(data_dir
 
 
 def test_a_finished_stack_marks_itself_done_with_its_steps_and_replicates(data_dir, tmp_path):
-    runs = [RunSpec(str(data_dir), seed=s, epochs=1, preset="tiny") for s in (0, 1)]
-    StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, val_limit=8), tmp_path / "stack").run()
-    assert json.loads((tmp_path / "stack" / "done").read_text()) == {"steps": 9, "replicates": 2}
-
-
-def test_a_stack_in_batches_of_4_rows_matches_a_single_run(data_dir, tmp_path):
-    """Batches of 4 rows, whose longest rows differ from step to step: each eager step is cut to its own."""
-    single = _single(data_dir, tmp_path, "single", seed=7, batch_size=4, max_steps=10)
-    config = _stack_config([RunSpec(str(data_dir), seed=7, preset="tiny")], batch_size=4, max_steps=10)
-    trainer = StackTrainer.start(config, tmp_path / "stack")
-    widths = {int(trainer.train.src_len[trainer.plan.window(step, 1).rows[0, 0]].max()) for step in range(10)}
-    assert len(widths) > 1
+    """Runs of 1 and 2 epochs (9 steps each): past step 9 the first logs no loss and no learning rate, the stack's
+    loss is the second's, and once the second has finished the stack takes no step more."""
+    runs = [RunSpec(str(data_dir), seed=s, epochs=s + 1, preset="tiny") for s in (0, 1)]
+    trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, val_limit=8, log_every=3), tmp_path / "stack")
     trainer.run()
-    _assert_close(_replicate(tmp_path / "stack", 0), single)
+    assert json.loads((tmp_path / "stack" / "done").read_text()) == {"steps": 18, "replicates": 2}
+    records = [r for r in map(json.loads, (tmp_path / "stack" / "metrics.jsonl").open()) if r["type"] == "step"]
+    assert [r["step"] for r in records] == [3, 6, 9, 12, 15, 18]
+    for record in records[3:]:
+        assert record["train_loss_by_replicate"][0] is None and record["lr_by_replicate"][0] == 0.0
+        assert record["train_loss"] == record["train_loss_by_replicate"][1] > 0
+    with pytest.raises(IndexError, match="past the end"):
+        trainer.train_step()
 
 
 def test_windows_of_3_steps_train_what_one_window_of_256_does(data_dir, tmp_path, monkeypatch):
