@@ -336,8 +336,13 @@ def test_windows_of_3_steps_train_what_one_window_of_256_does(data_dir, tmp_path
     for steps in (256, 3):
         monkeypatch.setattr(stack_trainer, "WINDOW_STEPS", steps)
         trainers[steps] = StackTrainer.start(config, tmp_path / str(steps))
+        load, loaded = trainers[steps].stepper.load_window, []
+        trainers[steps].stepper.load_window = lambda window, load=load, loaded=loaded: (
+            loaded.append(window.start),
+            load(window),
+        )[1]
         trainers[steps].run()
-    assert trainers[3]._window.start == 6 and trainers[3]._window.count == 1
+    assert loaded == [0, 3, 6] and trainers[3]._window.count == 1  # sent once each
     assert torch.equal(trainers[3].model.flat, trainers[256].model.flat)
     losses = lambda run: [r["train_loss_by_replicate"] for r in map(json.loads, (run / "metrics.jsonl").open())
                           if r["type"] == "step"]  # fmt: skip
