@@ -364,7 +364,9 @@ def test_tasks_per_second_count_windows_under_a_second_and_restart_after_an_epoc
     tasks = trainer.plan.window(0, 11).valid.reshape(11, -1).sum(1).tolist()
     records = [r for r in map(json.loads, (tmp_path / "s" / "metrics.jsonl").open()) if r["type"] == "step"]
     assert [r["tasks_per_s"] for r in records] == [n / 0.125 for n in tasks]
-    assert [r["type"] for r in map(json.loads, (tmp_path / "s" / "metrics.jsonl").open())].count("epoch") == 1
+    lines = list(map(json.loads, (tmp_path / "s" / "metrics.jsonl").open()))
+    assert [r["type"] for r in lines].count("epoch") == 1
+    assert [(r["step"], r["seconds"]) for r in lines if r["type"] == "startup"] == [(1, 0.125)]  # made at 0 s
 
 
 def test_a_signal_stops_the_stack_after_its_step_with_the_state_saved_and_no_models(data_dir, tmp_path):
@@ -405,6 +407,9 @@ def test_start_and_resume_refuse_what_they_cannot_use(data_dir, tmp_path):
     (tmp_path / "used" / "x").write_text("x")
     with pytest.raises(FileExistsError, match="not empty"):
         StackTrainer.start(config, tmp_path / "used")
+    (tmp_path / "forced").mkdir()
+    (tmp_path / "forced" / "x").write_text("x")
+    assert StackTrainer.start(config, tmp_path / "forced", force=True).run_dir == tmp_path / "forced"
     with pytest.raises(FileNotFoundError, match="not a stacked training run"):
         StackTrainer.resume(tmp_path / "used")
     with pytest.raises(ValueError, match="not divisible"):
