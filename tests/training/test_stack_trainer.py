@@ -215,6 +215,21 @@ def test_a_bf16_stack_validates_under_bf16_autocast_and_an_fp32_stack_without(da
     assert losses["fp32"] != losses["bf16"]  # the same weights (seed 0): only the precision differs
 
 
+def _fake_clock(monkeypatch):
+    """Make the trainer module's clocks read ``clock[0]`` seconds (0 to begin with); returns ``clock``."""
+    clock = [0.0]
+    monkeypatch.setattr(
+        stack_trainer, "time", SimpleNamespace(monotonic=lambda: clock[0], perf_counter=lambda: clock[0])
+    )
+    return clock
+
+
+def _records(run_dir, kind=None):
+    """The records of ``run_dir``'s ``metrics.jsonl`` (those of type ``kind`` only, if given)."""
+    lines = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+    return [r for r in lines if kind is None or r["type"] == kind]
+
+
 def _clocked(trainer, clock, per_step, saves):
     """Make ``trainer`` run on the fake ``clock`` (``clock[0]`` seconds), which each step moves ``per_step[0]`` seconds
     on, and list the step of every state it saves in ``saves``."""
@@ -232,10 +247,7 @@ def test_a_stack_stops_at_its_minutes_and_resumes_under_new_ones_to_the_weights_
     fourth step's 240 s are not past), from that state, cutting what was logged after it, saving every 3 steps and at
     its end, and ends (dropout on) with the weights of a run of 7 steps that nobody stopped. Its step records (every
     2 steps) count the tasks of 2 steps of both replicates in 2 steps' seconds, its models the seconds it trained."""
-    clock, per_step, saves = [0.0], [61.0], []
-    monkeypatch.setattr(
-        stack_trainer, "time", SimpleNamespace(monotonic=lambda: clock[0], perf_counter=lambda: clock[0])
-    )
+    clock, per_step, saves = _fake_clock(monkeypatch), [61.0], []
     runs = [RunSpec(str(data_dir), seed=s, epochs=2, preset="tiny") for s in (0, 1)]
     config = _stack_config(runs, model=SMALL_MODEL, log_every=2, checkpoint_every=3, max_minutes=2.0)
     _clocked(StackTrainer.start(config, tmp_path / "cut"), clock, per_step, saves).run()
@@ -253,25 +265,23 @@ def test_a_stack_stops_at_its_minutes_and_resumes_under_new_ones_to_the_weights_
     whole = StackTrainer.start(replace(config, max_steps=7, max_minutes=None), tmp_path / "whole")
     _clocked(whole, clock, per_step, []).run()
     assert torch.equal(resumed.model.flat, whole.model.flat)
-    records = lambda run: [r for r in map(json.loads, (run / "metrics.jsonl").open()) if r["type"] == "step"]
-    assert [r["step"] for r in records(tmp_path / "cut")] == [2, 4, 6]
-    assert [r["step"] for r in records(tmp_path / "whole")] == [2, 4, 6, 7]  # and at its last step
-    for record in records(tmp_path / "cut"):  # the schedule's rate at the step just run, the replicates' mean loss
+    assert [r["step"] for r in _records(tmp_path / "cut", "step")] == [2, 4, 6]
+    assert [r["step"] for r in _records(tmp_path / "whole", "step")] == [2, 4, 6, 7]  # and at its last step
+    for record in _records(
+        tmp_path / "cut", "step"
+    ):  # the schedule's rate at the step just run, the replicates' mean loss
         lr = resumed.plan.window(record["step"] - 1, 1).lr[0].tolist()
         assert record["lr_by_replicate"] == lr and record["lr"] == lr[resumed.longest] and lr[0] < config.lr
         assert record["epoch"] == record["step"] / 9
         assert record["train_loss"] == pytest.approx(sum(record["train_loss_by_replicate"]) / 2)
-    rates = [r["tasks_per_s"] for r in records(tmp_path / "cut")]
+    rates = [r["tasks_per_s"] for r in _records(tmp_path / "cut", "step")]
     assert rates == [256 / 122, 256 / 120, 176 / 120]  # each replicate's short batch (536 = 8 x 64 + 24) in 5-6
 
 
 def test_each_saved_replicate_records_its_own_run_and_the_stacks_recipe(data_dir, other_dir, tmp_path, monkeypatch):
     """What `lsa-interp results` tabulates: each model's preset (the dataset's where its run names none), seeds,
     batching, precision, steps and epochs of its own, the stack's training seconds (on a clock of 2.468 s a step)."""
-    clock = [0.0]
-    monkeypatch.setattr(
-        stack_trainer, "time", SimpleNamespace(monotonic=lambda: clock[0], perf_counter=lambda: clock[0])
-    )
+    clock = _fake_clock(monkeypatch)
     runs = [
         RunSpec(str(data_dir), seed=3, epochs=1),
         RunSpec(str(other_dir), seed=4, batching="alphabet", epochs=2, preset="tiny4"),
@@ -318,7 +328,7 @@ def test_a_finished_stack_marks_itself_done_with_its_steps_and_replicates(data_d
     trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, val_limit=8, log_every=3), tmp_path / "stack")
     trainer.run()
     assert json.loads((tmp_path / "stack" / "done").read_text()) == {"steps": 18, "replicates": 2}
-    records = [r for r in map(json.loads, (tmp_path / "stack" / "metrics.jsonl").open()) if r["type"] == "step"]
+    records = _records(tmp_path / "stack", "step")
     assert [r["step"] for r in records] == [3, 6, 9, 12, 15, 18]
     for record in records[3:]:
         assert record["train_loss_by_replicate"][0] is None and record["lr_by_replicate"][0] == 0.0
@@ -332,20 +342,19 @@ def test_windows_of_3_steps_train_what_one_window_of_256_does(data_dir, tmp_path
     weights and losses as in one window."""
     runs = [RunSpec(str(data_dir), seed=s, preset="tiny") for s in (0, 1)]
     config = _stack_config(runs, model=SMALL_MODEL, max_steps=7, log_every=1)
-    trainers = {}
-    for steps in (256, 3):
+    trainers, loaded = {}, []
+    for steps in (256, 3):  # WINDOW_STEPS is read while training too: each stack trains under its own
         monkeypatch.setattr(stack_trainer, "WINDOW_STEPS", steps)
         trainers[steps] = StackTrainer.start(config, tmp_path / str(steps))
-        load, loaded = trainers[steps].stepper.load_window, []
-        trainers[steps].stepper.load_window = lambda window, load=load, loaded=loaded: (
-            loaded.append(window.start),
-            load(window),
-        )[1]
+        if steps == 3:
+            stepper = trainers[3].stepper
+            stepper.load_window = lambda window, load=stepper.load_window: (loaded.append(window.start), load(window))[
+                1
+            ]
         trainers[steps].run()
     assert loaded == [0, 3, 6] and trainers[3]._window.count == 1  # sent once each
     assert torch.equal(trainers[3].model.flat, trainers[256].model.flat)
-    losses = lambda run: [r["train_loss_by_replicate"] for r in map(json.loads, (run / "metrics.jsonl").open())
-                          if r["type"] == "step"]  # fmt: skip
+    losses = lambda run: [r["train_loss_by_replicate"] for r in _records(run, "step")]
     assert losses(tmp_path / "3") == losses(tmp_path / "256") and len(losses(tmp_path / "3")) == 7
 
 
@@ -354,17 +363,13 @@ def test_tasks_per_second_count_windows_under_a_second_and_restart_after_an_epoc
 ):
     """On a clock of 0.125 s a step, every step logged: each record's rate is its step's tasks over 0.125 s, also
     the first after the epoch's end (step 10), whose validation takes no time on that clock."""
-    clock = [0.0]
-    monkeypatch.setattr(
-        stack_trainer, "time", SimpleNamespace(monotonic=lambda: clock[0], perf_counter=lambda: clock[0])
-    )
+    clock = _fake_clock(monkeypatch)
     runs = [RunSpec(str(data_dir), seed=0, preset="tiny")]
     trainer = StackTrainer.start(_stack_config(runs, model=SMALL_MODEL, max_steps=11, log_every=1), tmp_path / "s")
     _clocked(trainer, clock, [0.125], []).run()
     tasks = trainer.plan.window(0, 11).valid.reshape(11, -1).sum(1).tolist()
-    records = [r for r in map(json.loads, (tmp_path / "s" / "metrics.jsonl").open()) if r["type"] == "step"]
-    assert [r["tasks_per_s"] for r in records] == [n / 0.125 for n in tasks]
-    lines = list(map(json.loads, (tmp_path / "s" / "metrics.jsonl").open()))
+    lines = _records(tmp_path / "s")
+    assert [r["tasks_per_s"] for r in lines if r["type"] == "step"] == [n / 0.125 for n in tasks]
     assert [r["type"] for r in lines].count("epoch") == 1
     assert [(r["step"], r["seconds"]) for r in lines if r["type"] == "startup"] == [(1, 0.125)]  # made at 0 s
 
