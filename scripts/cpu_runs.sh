@@ -68,6 +68,16 @@ from lsa_interp.sweep.done import finished_runs
 from lsa_interp.sweep.grid import load_grid
 print("\n".join(sorted(finished_runs(["analyses/runs", "checkpoints"], load_grid("grids/queue.toml")))))
 ')
+# How many runs are alive whose command line matches $1: session leaders only (each run has a session of its own,
+# setsid below), so that a child a run forks, in its moment between fork and exec or for good, is not a second run.
+# (Counting every match, a run's forked child once took the last of 8 slots in CI, 2026-12-02.)
+live_runs() {
+  local pid count=0
+  for pid in $(pgrep -f "$1"); do
+    if [ "$(ps -o sid= -p "$pid" | tr -d ' ')" = "$pid" ]; then count=$((count + 1)); fi
+  done
+  echo "$count"
+}
 shipped() {
   grep -qxF "$1" <<< "$SHIPPED" || [ -f "checkpoints/replicates/$1/model.safetensors" ]
 }
@@ -85,13 +95,13 @@ run() {
   local name=$1 preset=$2 batching=$3 seed=${4:-0} architecture=${5:-hooked} out=$RUNS/$1 args state
   if shipped "$name"; then echo "$name: shipped"; return; fi
   if [ -f "$out/model/model.safetensors" ]; then echo "$name: finished"; return; fi
-  if pgrep -f "lsa-interp train .*$out( |$)" > /dev/null; then
+  if [ "$(live_runs "lsa-interp train .*$out( |$)")" -gt 0 ]; then
     state=$(run_state "$out")
     echo "$name: running${state#*$'\t'}"
     [ "$architecture" = hooked ] && leave_to_cpu "$name" "$state"
     return 0
   fi
-  if [ "$(pgrep -fc "lsa-interp train .*$RUNS/")" -ge "$SLOTS" ]; then echo "$name: waiting (at most $SLOTS at a time)"; return; fi
+  if [ "$(live_runs "lsa-interp train .*$RUNS/")" -ge "$SLOTS" ]; then echo "$name: waiting (at most $SLOTS at a time)"; return; fi
   if [ ! -d "$RUNS/data-$preset" ]; then "$LSA" data generate --preset "$preset" --seed 0 --out "$RUNS/data-$preset"; fi
   if [ -f "$out/state.pt" ]; then
     args=(--resume "$out")

@@ -18,11 +18,12 @@ SCRIPT = ROOT / "scripts" / "cpu_runs.sh"
 
 def _stub_lsa(bin_dir: Path, calls: Path, linger: int = 0) -> Path:
     """`python` and a stand-in `lsa-interp` that records its arguments and thread counts; a `train` call
-    then lives ``linger`` s (a `data generate` call returns at once)."""
+    then lives ``linger`` s (a `data generate` call returns at once) in a child it forks, which keeps its command
+    line: a run's child is not a run of its own."""
     bin_dir.mkdir()
     train = (
         f'echo "$*" >> {calls}; echo "$OMP_NUM_THREADS $MKL_NUM_THREADS" >> {calls}.threads; '
-        f'[ "$1" != train ] || sleep {linger}'
+        f'[ "$1" != train ] || (sleep {linger}; :)'
     )
     for name, body in (("python", f'exec {sys.executable} "$@"'), ("lsa-interp", train)):
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
@@ -160,7 +161,7 @@ def test_the_queue_runs_past_half_their_epochs_are_named_for_a_gpu_session_and_a
     _epochs_logged(runs / "copy-20-random-s2", 9)
     _epochs_logged(runs / "copy-200-alphabet-reference-s1", 15)
     reference = f"lsa-interp train --resume {runs / 'copy-200-alphabet-reference-s1'}"
-    running = subprocess.Popen([reference, "60"], executable="/bin/sleep")  # its command line, as pgrep sees it
+    running = subprocess.Popen([reference, "60"], executable="/bin/sleep", start_new_session=True)  # as setsid
     try:
         out = _run(tmp_path, tmp_path / "calls.txt")  # exit status 0 checked: a running reference run returns 0
     finally:
@@ -186,7 +187,9 @@ def test_a_running_run_says_how_long_its_training_needs_at_its_recent_rate(tmp_p
     lines = [f'{{"type": "step", "step": {100 * (i + 1)}, "epoch": {0.05 * (i + 1):.2f}, "tasks_per_s": {rate}}}'
              for i, rate in enumerate(rates)]  # fmt: skip
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    running = subprocess.Popen([f"lsa-interp train --resume {run}", "60"], executable="/bin/sleep")
+    running = subprocess.Popen(
+        [f"lsa-interp train --resume {run}", "60"], executable="/bin/sleep", start_new_session=True
+    )
     try:
         out = _run(tmp_path, tmp_path / "calls.txt")
     finally:
