@@ -230,5 +230,6 @@ def test_a_step_too_full_for_the_packed_graph_runs_eagerly_at_its_own_size(data_
     trainer.run()
     eager = [size for size in sizes if size != trainer.capacity]
     assert eager and all(any(n > c for n, c in zip(size, trainer.capacity)) for size in eager)
+    assert sizes.count(trainer.capacity) == stack_step.WARMUP_STEPS + 1  # warm-up and capture: a step that fits replays
     moved = _gap(padded, start)
     assert _gap(padded, trainer.model.flat.detach().cpu()) < 1e-3 * max(moved, 1.0)
