@@ -337,6 +337,49 @@ def test_a_finished_stack_marks_itself_done_with_its_steps_and_replicates(data_d
         trainer.train_step()
 
 
+def test_a_stack_validates_val_limit_rows_of_each_replicate_and_all_of_them_without_a_limit(
+    data_dir, large_dir, tmp_path
+):
+    runs = [RunSpec(str(data_dir), seed=0, preset="tiny"), RunSpec(str(large_dir), seed=1, preset="tiny8")]
+    sizes = [len(load_dataset(d).splits["val"]) for d in (data_dir, large_dir)]
+    assert StackTrainer(_stack_config(runs, val_limit=40), tmp_path).val.size.tolist() == [40, 40]
+    assert StackTrainer(_stack_config(runs, val_limit=None), tmp_path).val.size.tolist() == sizes > [40, 40]
+
+
+def test_a_length_bucketed_stack_batches_rows_of_a_length_together(data_dir, tmp_path):
+    """Random batching, one group: sorted by length in one window of 50 batches, at most one batch of the epoch
+    holds rows of two lengths (the tiny dataset's sources are 39 and 40 tokens); unbucketed, nearly all do."""
+    runs = [RunSpec(str(data_dir), seed=0, preset="tiny")]
+    mixed = {}
+    for bucketing in (False, True):
+        trainer = StackTrainer(_stack_config(runs, length_bucketing=bucketing), tmp_path)
+        lengths = trainer.train.src_len
+        mixed[bucketing] = sum(len(set(lengths[batch].tolist())) > 1 for batch in trainer.plan.epoch_plan(0, 0))
+    assert mixed[True] <= 1 and mixed[False] >= 7
+
+
+def test_a_stack_decays_its_weights_at_its_configs_rate(data_dir, tmp_path):
+    runs = [RunSpec(str(data_dir), seed=0, preset="tiny")]
+    weights = {}
+    for decay in (0.0, 0.5, 0.5):
+        trainer = StackTrainer(_stack_config(runs, weight_decay=decay, max_steps=2), tmp_path)
+        for _ in range(2):
+            trainer.train_step()
+        weights.setdefault(decay, []).append(trainer.model.flat.detach().clone())
+    assert torch.equal(*weights[0.5]) and (weights[0.0][0] - weights[0.5][0]).abs().max() > 1e-4
+
+
+def test_a_compiled_stack_on_a_cpu_steps_eagerly_and_compiles_nothing(data_dir, tmp_path, monkeypatch):
+    """``compile`` compiles the graphed step, which a CPU does not capture."""
+    monkeypatch.setattr(torch, "compile", lambda *args, **kwargs: pytest.fail("torch.compile called"))
+    trainer = StackTrainer.start(
+        _stack_config([RunSpec(str(data_dir), preset="tiny")], compile=True, max_steps=2, device="cpu"),
+        tmp_path / "stack",
+    )
+    trainer.run()
+    assert trainer.step == 2 and trainer.stepper.graph is None
+
+
 def test_windows_of_3_steps_train_what_one_window_of_256_does(data_dir, tmp_path, monkeypatch):
     """The batches of 7 steps sent to the device 3 steps at a time (the last window cut at the run's end): the same
     weights and losses as in one window."""
