@@ -127,3 +127,10 @@ def test_stack_config_carries_each_runs_spec(tmp_path):
     ]
     assert config.batch_size == 16 and config.val_limit == 8 and config.model == {"d_model": 32}
     assert Path(config.runs[0].data_dir) == (tmp_path / "data" / "copy-20-d0").resolve()
+
+
+def test_a_stack_of_bf16_runs_trains_in_bf16_and_one_of_fp32_runs_in_fp32(tmp_path):
+    grid = parse_grid(_grid())
+    for precision in ("bf16", "fp32"):
+        stack = pack([SweepRun("copy-20", "random", 0, precision)], 1)[0]
+        assert stack_config(grid, tmp_path, stack).precision == precision

@@ -19,6 +19,8 @@ def test_step_time_is_measured_interpolated_or_extrapolated_from_the_two_largest
     assert step_ms_at(table, 64) == pytest.approx(20.0)
     assert step_ms_at({8: 6.0}, 16) == pytest.approx(12.0)
     assert step_ms_at({8: 6.0}, 2) == 6.0
+    assert step_ms_at({2: 5.0, 8: 8.0, 32: 20.0}, 1) == pytest.approx(5.0)  # below the smallest: no faster than it
+    assert step_ms_at({2: 4.0, 4: 6.0, 32: 20.0}, 3) == pytest.approx(5.0)
 
 
 def test_the_planner_reads_the_document_the_benchmark_writes(monkeypatch):
