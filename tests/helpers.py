@@ -17,6 +17,8 @@ from lsa_interp.model import ModelConfig
 ROOT = Path(__file__).parents[1]
 TINY = ModelConfig(d_model=16, n_heads=2, d_mlp=32, n_encoder_layers=1, n_decoder_layers=1)
 """A model small enough to build, save and decode with in a test."""
+SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
+"""The training tests' model, as a config's ``model`` mapping."""
 
 
 def load_script(relative: str) -> ModuleType:

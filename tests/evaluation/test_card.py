@@ -18,8 +18,7 @@ from lsa_interp.evaluation.run import evaluate_model, evaluation_dataset
 from lsa_interp.model import checkpoint as checkpoint_module
 from lsa_interp.model import load_model
 from lsa_interp.training import TrainConfig, Trainer
-
-SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
+from tests.helpers import SMALL_MODEL
 
 
 @pytest.fixture(scope="module")

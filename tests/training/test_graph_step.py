@@ -15,8 +15,8 @@ from lsa_interp.training import TrainConfig, resume_run, start_run
 from lsa_interp.training.graph_step import padded_plan
 from lsa_interp.training.validation import loss_fn
 from lsa_interp.training.vmap_replicates import VmapReplicateTrainer
+from tests.helpers import SMALL_MODEL
 
-SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 

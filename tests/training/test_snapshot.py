@@ -13,8 +13,8 @@ from lsa_interp.training import TrainConfig, Trainer
 from lsa_interp.training.snapshot import load_run_or_model, run_snapshot
 from lsa_interp.training.stack_config import RunSpec, StackConfig
 from lsa_interp.training.stack_trainer import StackTrainer
+from tests.helpers import SMALL_MODEL
 
-SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
 STEPS_PER_EPOCH = 29  # 1,824 training rows at batch 64
 
 

@@ -13,8 +13,8 @@ import torch
 from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
 from lsa_interp.data.transformations import SEEN
 from lsa_interp.training import RunSpec, StackConfig, StackTrainer
+from tests.helpers import SMALL_MODEL
 
-SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 

@@ -12,8 +12,9 @@ import torch
 from lsa_interp.training import RunSpec, StackConfig, StackTrainer
 from lsa_interp.training.stack_step import StackStep
 from lsa_interp.training.stacked_model import StackedEncoderDecoder
+from tests.helpers import SMALL_MODEL
 
-NO_DROPOUT = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2, "dropout": 0.0}
+NO_DROPOUT = {**SMALL_MODEL, "dropout": 0.0}
 
 
 def _trainer(data_dir, other_dir, tmp_path) -> StackTrainer:

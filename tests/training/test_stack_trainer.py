@@ -36,9 +36,8 @@ from lsa_interp.training.stack_trainer import run_train_config
 from lsa_interp.training.stack_validation import validate_stack
 from lsa_interp.training.validation import ResidentSplit, accuracy_record, matching_score, validate_model
 from lsa_interp.utils import hardware_description
-from tests.helpers import assert_same_weights
+from tests.helpers import SMALL_MODEL, assert_same_weights
 
-SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
 NO_DROPOUT = {**SMALL_MODEL, "dropout": 0.0}
 
 

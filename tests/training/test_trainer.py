@@ -23,9 +23,7 @@ from lsa_interp.model.checkpoint import load_model
 from lsa_interp.training import TrainConfig, Trainer, exact_match, lr_factor
 from lsa_interp.training.validation import loss_fn, matching_prompts, matching_score
 from lsa_interp.utils import hardware_description
-from tests.helpers import assert_same_weights
-
-SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
+from tests.helpers import SMALL_MODEL, assert_same_weights
 
 
 @pytest.fixture(scope="module")

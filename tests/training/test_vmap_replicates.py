@@ -11,8 +11,7 @@ from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
 from lsa_interp.model.checkpoint import load_model
 from lsa_interp.training import TrainConfig, start_run
 from lsa_interp.training.vmap_replicates import VmapReplicateTrainer
-
-SMALL_MODEL = {"d_model": 32, "n_heads": 4, "d_mlp": 64, "n_encoder_layers": 2, "n_decoder_layers": 2}
+from tests.helpers import SMALL_MODEL
 
 
 @pytest.fixture(scope="module")
