@@ -93,17 +93,19 @@ def plan_stacks(grid: Grid, out: Path) -> list[Stack]:
     """
     runs = expand(grid)
     path = out / PLAN_FILE
-    saved = json.loads(path.read_text()) if path.is_file() else {"recipe": {}, "model": {}, "stacks": []}
     recipe = json.loads(json.dumps(grid.recipe))
-    if saved["stacks"] and (saved["recipe"], saved["model"]) != (recipe, grid.model):
-        raise ValueError(f"the grid's recipe or model differs from the sweep in {out} ({path}); use a new --out")
-    stacks = [Stack(s["name"], tuple(SweepRun(**r) for r in s["runs"])) for s in saved["stacks"]]
+    stacks: list[Stack] = []
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if (saved["recipe"], saved["model"]) != (recipe, grid.model):
+            raise ValueError(f"the grid's recipe or model differs from the sweep in {out} ({path}); use a new --out")
+        stacks = [Stack(s["name"], tuple(SweepRun(**r) for r in s["runs"])) for s in saved["stacks"]]
     planned = {run.name: run for stack in stacks for run in stack.runs}
     for run in runs:
         if run.name in planned and planned[run.name] != run:
             raise ValueError(f"run {run.name} was planned in {out} as {planned[run.name]}; use a new --out")
     new = [run for run in runs if run.name not in planned]
-    if new or not path.is_file():
+    if new:  # a grid has at least one run, so a sweep's first invocation always writes its plan
         stacks += pack(new, grid.replicates, first_index=len(stacks))
         document = {
             "recipe": recipe,

@@ -62,19 +62,17 @@ def merge_benchmarks(documents: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def step_ms_at(table: dict[int, float], replicates: int) -> float:
-    """The step time of a stack of ``replicates``: measured, interpolated, or extrapolated linearly."""
+    """The step time of a stack of ``replicates``: measured, interpolated between the nearest measured sizes, or
+    extrapolated linearly from the two largest (from the one size, in proportion); below the smallest measured size,
+    the smallest's time (a smaller stack is not assumed faster than what was measured)."""
     if replicates in table:
         return table[replicates]
     sizes = sorted(table)
+    if replicates < sizes[0]:
+        return table[sizes[0]]
     if len(sizes) == 1:
-        return table[sizes[0]] * max(1.0, replicates / sizes[0])
-    below = [size for size in sizes if size < replicates]
+        return table[sizes[0]] * replicates / sizes[0]
     above = [size for size in sizes if size > replicates]
-    if below and above:
-        low, high = below[-1], above[0]
-    elif above:
-        low, high = sizes[0], sizes[1]
-    else:
-        low, high = sizes[-2], sizes[-1]
+    low, high = (max(size for size in sizes if size < replicates), above[0]) if above else (sizes[-2], sizes[-1])
     slope = (table[high] - table[low]) / (high - low)
     return max(table[low] + slope * (replicates - low), min(table.values()))

@@ -9,7 +9,18 @@ from pathlib import Path
 import pytest
 
 from lsa_interp.sweep.grid import load_grid, parse_grid
-from lsa_interp.sweep.plan import PLAN_FILE, SweepRun, expand, pack, plan_stacks, stack_config
+from lsa_interp.sweep.plan import (
+    PLAN_FILE,
+    SweepRun,
+    analysis_dir,
+    data_dir,
+    expand,
+    model_dir,
+    pack,
+    plan_stacks,
+    stack_config,
+    stack_dir,
+)
 
 GRIDS = Path(__file__).resolve().parents[2] / "grids"
 
@@ -117,6 +128,27 @@ def test_plan_is_kept_and_extended(tmp_path):
         plan_stacks(parse_grid(_grid(epochs=3)), tmp_path)
 
 
+def test_the_first_invocation_writes_the_plan_into_new_directories_and_later_ones_leave_it_untouched(tmp_path):
+    grid = parse_grid(_grid(replicates=2, seeds=[0, 1, 2]))
+    out = tmp_path / "sweeps" / "first" / "grid"
+    plan_stacks(grid, out)
+    written = (out / PLAN_FILE).stat()
+    plan_stacks(grid, out)
+    plan_stacks(parse_grid(_grid(replicates=2, seeds=[1])), out)
+    kept = (out / PLAN_FILE).stat()
+    assert (kept.st_ino, kept.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)  # an atomic rewrite is a new file
+
+
+def test_the_sweep_directory_has_the_documented_layout(tmp_path):
+    """docs/sweeps.md and the module docstring: what `gpu_train.sh`, `pack_results.py` and a user's scripts look for."""
+    (stack,) = plan_stacks(parse_grid(_grid(data_seed=2)), tmp_path)
+    replicate = tmp_path / "stacks" / "stack-000" / "replicate-1"
+    assert stack_dir(tmp_path, stack) == tmp_path / "stacks" / "stack-000"
+    assert model_dir(tmp_path, stack, 1) == replicate / "model"
+    assert analysis_dir(tmp_path, stack, 1, "matching") == replicate / "analysis" / "matching"
+    assert data_dir(tmp_path, stack.runs[0]) == tmp_path / "data" / "copy-20-d2"
+
+
 def test_stack_config_carries_each_runs_spec(tmp_path):
     grid = parse_grid(_grid(recipe={"batch_size": 16, "val_limit": 8}, model={"d_model": 32}))
     (stack,) = plan_stacks(grid, tmp_path)
@@ -127,6 +159,14 @@ def test_stack_config_carries_each_runs_spec(tmp_path):
     ]
     assert config.batch_size == 16 and config.val_limit == 8 and config.model == {"d_model": 32}
     assert Path(config.runs[0].data_dir) == (tmp_path / "data" / "copy-20-d0").resolve()
+
+
+def test_a_runs_name_with_its_precision_and_data_seed_labels_its_spec(tmp_path):
+    grid = parse_grid(_grid(seeds=[3], precision="bf16", data_seed=1))
+    (stack,) = plan_stacks(grid, tmp_path)
+    (spec,) = stack_config(grid, tmp_path, stack).runs
+    assert spec.name == "copy-20-random-s3-bf16-d1"
+    assert Path(spec.data_dir) == (tmp_path / "data" / "copy-20-d1").resolve()
 
 
 def test_a_stack_of_bf16_runs_trains_in_bf16_and_one_of_fp32_runs_in_fp32(tmp_path):

@@ -21,6 +21,8 @@ def test_step_time_is_measured_interpolated_or_extrapolated_from_the_two_largest
     assert step_ms_at({8: 6.0}, 2) == 6.0
     assert step_ms_at({2: 5.0, 8: 8.0, 32: 20.0}, 1) == pytest.approx(5.0)  # below the smallest: no faster than it
     assert step_ms_at({2: 4.0, 4: 6.0, 32: 20.0}, 3) == pytest.approx(5.0)
+    assert step_ms_at({2: 6.0, 4: 5.0, 32: 20.0}, 1) == 6.0  # a noisy table: still the smallest size's time
+    assert step_ms_at({2: 6.0, 4: 5.0, 8: 4.5}, 16) == 4.5  # extrapolated, never below the fastest measured
 
 
 def test_the_planner_reads_the_document_the_benchmark_writes(monkeypatch):
@@ -61,3 +63,7 @@ def test_merged_documents_keep_each_ones_cuda_run_in_order():
     assert merge_benchmarks([{"runs": [cpu]}])["runs"][0]["results"] == cpu["results"]
     with pytest.raises(ValueError, match="it has no 'runs'"):
         merge_benchmarks([{"runs": []}])
+    cut_short = {"runs": [{"device": "cuda"}]}  # a run without results adds none; the planner names what is missing
+    assert merge_benchmarks([cut_short, native])["runs"][0]["results"] == native["runs"][1]["results"]
+    with pytest.raises(ValueError, match="measured no native stack at bf16"):
+        step_times(cut_short, "native", "bf16")
