@@ -4,6 +4,8 @@ and the ``lsa-interp evaluate`` command end to end."""
 from __future__ import annotations
 
 import json
+import re
+import time
 from dataclasses import replace
 
 import pytest
@@ -41,6 +43,7 @@ STD = STANDARD_ALPHABET
 PERM = "bacdefghijklmnopqrstuvwxzy"  # a <-> b and y <-> z swapped
 SMALL = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64, max_len=128)
 TINY = DatasetConfig(name="tiny", n_alphabets=4, window_lengths=(3,), n_reshuffle=2, n_new_alphabets=4)
+SPLITS = ("val", "test_new_alphabets")  # the splits evaluate_model decodes
 
 
 def rows(n_correct: int, n_wrong: int, transformation: str, alphabet: str = PERM, copy: bool = False):
@@ -249,6 +252,35 @@ def test_evaluate_model_equals_scoring_the_models_answers(model, tiny, decoded):
     assert limited.n_tasks == {"seen_alphabets": 10, "new_alphabets": 10} and limited.limit == 10
     with pytest.raises(ValueError, match="lacks split"):
         evaluate_model(model, Dataset(tiny.config, 0, {"val": val}, [], []))
+
+
+def test_evaluate_model_scores_the_datasets_own_training_rules_and_times_itself(model, tiny, decoded):
+    (val, val_out), (new, new_out) = decoded["val"], decoded["test_new_alphabets"]
+    rules = tiny.config.train_transformations[:2]
+    dataset = Dataset(
+        replace(tiny.config, train_transformations=rules), tiny.seed, dict(zip(SPLITS, (val, new))), [], []
+    )
+    expected = score_predictions(val, val_out, new, new_out, rules)
+    started = time.perf_counter()
+    result = evaluate_model(model, dataset, batch_size=16)
+    elapsed = time.perf_counter() - started
+    assert result.table1 == expected.table1 and result.by_transformation == expected.by_transformation
+    assert result.model == ""
+    assert isinstance(result.seconds, float) and 0 < result.seconds <= elapsed
+    assert result.seconds == round(result.seconds, 3)
+
+
+def test_evaluate_model_draws_a_progress_bar_on_stderr_only_when_asked(model, tiny, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    evaluate_model(model, tiny, limit=6, batch_size=4)
+    assert capsys.readouterr() == ("", "")
+    evaluate_model(model, tiny, limit=6, batch_size=4, progress=True)
+    out, err = capsys.readouterr()
+    assert out == ""
+    for split in SPLITS:
+        line = next(line for line in err.splitlines() if f"decoding {split} " in line).strip()
+        assert line.startswith(f"decoding {split} ") and " 6/6 " in line and " 100% " in line
+        assert re.search(r" [0-9,]+ tasks/s ", line) and re.search(r"(?<![A-Za-z])ETA(?![A-Za-z])", line)
 
 
 @pytest.fixture

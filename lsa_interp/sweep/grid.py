@@ -89,7 +89,7 @@ def parse_grid(data: dict[str, Any]) -> Grid:
     cells = tuple(_cell(cell, defaults, names, f"cells[{i}]") for i, cell in enumerate(cells_data))
     return Grid(
         cells=cells,
-        replicates=_integer(data.get("replicates", 8), "replicates", 1),
+        replicates=_integer(data.get("replicates", Grid.replicates), "replicates", 1),
         recipe=_recipe(data.get("recipe", {})),
         model=_model(data.get("model", {})),
         datasets=datasets,

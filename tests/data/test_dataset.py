@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from lsa_interp.data import generate_dataset, load_dataset, read_manifest, save_dataset
-from lsa_interp.data.dataset import count_rows, sample_tasks
+from lsa_interp.data.dataset import Dataset, count_rows, sample_tasks
 
 
 def test_round_trip(tiny, tmp_path):
@@ -92,3 +93,31 @@ def test_counts_and_samples(tiny, tmp_path):
     assert len(sample) == 4 and all(t in tiny.splits["val"] for t in sample)
     summary = tiny.summary()
     assert summary["tasks"].sum() == sum(tiny.sizes().values())
+
+
+def test_row_counts_are_integers_per_rule_name_under_named_columns(tiny, tmp_path):
+    counts = count_rows(save_dataset(tiny, tmp_path / "ds"))
+    assert counts.columns.names == ["split", "is_copy"]
+    assert sorted(counts.columns) == sorted((split, copy) for split in tiny.splits for copy in (False, True))
+    assert not isinstance(counts.index, pd.CategoricalIndex)  # plain rule names, not the Parquet dictionary
+    assert counts.index.tolist() == sorted({t.transformation for tasks in tiny.splits.values() for t in tasks})
+    assert all(dtype == "int64" for dtype in counts.dtypes)
+
+
+def test_samples_are_the_evenly_spaced_rows_from_the_first(tiny, tmp_path):
+    out = save_dataset(tiny, tmp_path / "ds")
+    val = tiny.splits["val"]
+    step = len(val) // 4
+    assert sample_tasks(out, "val", 4) == [val[i] for i in range(0, len(val), step)][:4]
+    assert sample_tasks(out, "val", 1) == [val[0]]
+    assert sample_tasks(out, "val", len(val)) == val
+    assert sample_tasks(out, "val", 0) == []
+    one = save_dataset(Dataset(tiny.config, tiny.seed, {"val": val[:1]}, [], []), tmp_path / "one")
+    assert sample_tasks(one, "val", 3) == val[:1]
+
+
+def test_summary_is_sorted_with_a_fresh_index(tiny):
+    summary = tiny.summary()
+    assert summary.index.tolist() == list(range(len(summary)))
+    keys = list(zip(summary["split"], summary["transformation"], summary["copy"]))
+    assert keys == sorted(keys)

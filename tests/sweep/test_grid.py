@@ -25,8 +25,11 @@ from lsa_interp.sweep.plan import (
 GRIDS = Path(__file__).resolve().parents[2] / "grids"
 
 
+CELL = {"presets": ["copy-20"], "batching": ["random"]}
+
+
 def _grid(**top) -> dict:
-    return {"seeds": [0, 1], "cells": [{"presets": ["copy-20"], "batching": ["random"]}], **top}
+    return {"seeds": [0, 1], "cells": [CELL], **top}
 
 
 def test_paper_grid_is_the_issue_14_grid():
@@ -69,13 +72,49 @@ def test_tiny_grid_defines_its_own_datasets():
         (_grid(datasets={"copy-20": {"n_alphabets": 4}}), "datasets.copy-20", "another"),
         (_grid(datasets={"mine": {"n_alphabet": 4}}), "datasets.mine", "n_alphabet"),
         (_grid(eval_limit=2.5), "eval_limit", "integer"),
+        (_grid(eval_limit=0), "eval_limit", ">= 1"),
+        (_grid(max_minutes=0), "max_minutes", "positive number"),
+        (_grid(max_minutes=-2.5), "max_minutes", "positive number"),
+        (_grid(max_minutes="9"), "max_minutes", "positive number"),
+        (_grid(max_minutes=True), "max_minutes", "positive number"),
+        ({"seeds": [0], "cells": []}, "cells", "one or more"),
+        ({"seeds": [0], "cells": 5}, "cells", "one or more"),
+        ({"seeds": [0], "cells": [5]}, "cells", "one or more"),
+        (_grid(cells=[{"presets": "copy-20", "batching": ["random"]}]), "cells[0].presets", "non-empty list"),
+        (_grid(cells=[{"presets": [], "batching": ["random"]}]), "cells[0].presets", "non-empty list"),
+        (_grid(cells=[{"presets": ["copy-20"], "batching": []}]), "cells[0].batching", "non-empty list"),
+        (_grid(cells=[{"presets": ["copy-20"], "batching": ["random"], "epoch": 3}]), "cells[0].epoch", "epochs"),
+        (_grid(cells=[{**CELL, "precision": "fp16"}]), "cells[0].precision", "bf16"),
+        (_grid(epochs=0), "epochs", ">= 1"),
+        (_grid(cells=[{**CELL, "epochs": 0}]), "cells[0].epochs", ">= 1"),
+        (_grid(data_seed=-1), "data_seed", ">= 0"),
+        (_grid(cells=[{**CELL, "data_seed": -1}]), "cells[0].data_seed", ">= 0"),
+        (_grid(seeds=[]), "seeds", "non-empty list"),
+        (_grid(seeds=5), "seeds", "non-empty list"),
+        (_grid(seeds={"begin": 0, "stop": 2}), "seeds.begin", "start, stop"),
+        (_grid(seeds={"start": -1, "stop": 2}), "seeds.start", ">= 0"),
+        (_grid(seeds={"start": 2, "stop": 2}), "seeds.stop", ">= 3"),
+        (_grid(recipe={"betas": [0.9]}), "recipe.betas", "list of 2 numbers"),
+        (_grid(recipe={"betas": [0.9, "x"]}), "recipe.betas[1]", "positive number"),
+        (_grid(recipe={"lr": "0.1"}), "recipe.lr", "positive number"),
+        (_grid(recipe={"batch_size": 0}), "recipe.batch_size", ">= 1"),
+        (_grid(recipe={"attention": "flash"}), "recipe", "packing"),  # a combination only a stack's config refuses
     ],
 )
 def test_bad_grid_names_the_field(data, field, allowed):
-    with pytest.raises(ValueError, match=re.escape(field) + ":") as err:
+    """The message starts with the field, where it was given (a cell's own setting, or the top level's)."""
+    with pytest.raises(ValueError, match="^" + re.escape(field) + ":") as err:
         parse_grid(data)
     assert allowed in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_the_edges_a_grid_accepts():
+    grid = parse_grid(_grid(seeds={"stop": 3}, eval_limit=1, max_minutes=30, recipe={"batch_size": 1, "lr": 1}))
+    assert grid.cells[0].seeds == (0, 1, 2) and grid.eval_limit == 1 and grid.max_minutes == 30.0
+    assert grid.recipe == {"batch_size": 1, "lr": 1.0} and grid.replicates == 8
+    assert parse_grid(_grid(seeds={"start": 2, "stop": 3})).cells[0].seeds == (2,)
+    assert (parse_grid(_grid()).eval_limit, parse_grid(_grid()).max_minutes) == (None, None)
 
 
 def test_bad_toml_and_missing_file(tmp_path):
