@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -35,6 +35,7 @@ from lsa_interp.evaluation import (
     transformation_figure,
     write_report,
 )
+from lsa_interp.evaluation import run as evaluation_run
 from lsa_interp.evaluation.result import NEW_ALPHABETS, SEEN_ALPHABETS, SPLIT_OF
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
 from tests.helpers import run
@@ -199,6 +200,7 @@ def test_subsample_is_deterministic_ordered_and_bounded():
     assert picked == subsample(tasks, 7) and len(picked) == 7
     assert [tasks.index(t) for t in picked] == sorted(tasks.index(t) for t in picked)
     assert subsample(tasks, None) == tasks and subsample(tasks, 50) == tasks
+    assert len(subsample(tasks, 1)) == 1
     with pytest.raises(ValueError, match="limit must be positive"):
         subsample(tasks, 0)
 
@@ -254,20 +256,18 @@ def test_evaluate_model_equals_scoring_the_models_answers(model, tiny, decoded):
         evaluate_model(model, Dataset(tiny.config, 0, {"val": val}, [], []))
 
 
-def test_evaluate_model_scores_the_datasets_own_training_rules_and_times_itself(model, tiny, decoded):
+def test_evaluate_model_scores_the_datasets_own_training_rules_and_times_itself(model, tiny, decoded, monkeypatch):
     (val, val_out), (new, new_out) = decoded["val"], decoded["test_new_alphabets"]
     rules = tiny.config.train_transformations[:2]
     dataset = Dataset(
         replace(tiny.config, train_transformations=rules), tiny.seed, dict(zip(SPLITS, (val, new))), [], []
     )
     expected = score_predictions(val, val_out, new, new_out, rules)
-    started = time.perf_counter()
+    clock = iter([100.0, 101.23456])  # the decoding's start and end
+    monkeypatch.setattr(evaluation_run, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
     result = evaluate_model(model, dataset, batch_size=16)
-    elapsed = time.perf_counter() - started
     assert result.table1 == expected.table1 and result.by_transformation == expected.by_transformation
-    assert result.model == ""
-    assert isinstance(result.seconds, float) and 0 < result.seconds <= elapsed
-    assert result.seconds == round(result.seconds, 3)
+    assert result.model == "" and result.seconds == 1.235
 
 
 def test_evaluate_model_draws_a_progress_bar_on_stderr_only_when_asked(model, tiny, capsys, monkeypatch):
@@ -281,6 +281,7 @@ def test_evaluate_model_draws_a_progress_bar_on_stderr_only_when_asked(model, ti
         line = next(line for line in err.splitlines() if f"decoding {split} " in line).strip()
         assert line.startswith(f"decoding {split} ") and " 6/6 " in line and " 100% " in line
         assert re.search(r" [0-9,]+ tasks/s ", line) and re.search(r"(?<![A-Za-z])ETA(?![A-Za-z])", line)
+        assert "━" in line and len(re.findall(r"(?<!\S)\d+:\d\d:\d\d(?!\S)", line)) == 2  # the bar, elapsed, left
 
 
 @pytest.fixture

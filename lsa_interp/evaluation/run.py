@@ -28,7 +28,7 @@ from lsa_interp.data.dataset import Dataset, load_dataset
 from lsa_interp.data.generate import generate_dataset
 from lsa_interp.data.presets import get_preset
 from lsa_interp.data.task import Task
-from lsa_interp.data.tokenizer import decode_batch
+from lsa_interp.data.tokenizer import decode_batch, source_text
 from lsa_interp.evaluation.result import NEW_ALPHABETS, SEEN_ALPHABETS, SPLIT_OF, EvaluationResult, score_predictions
 from lsa_interp.model import HookedEncoderDecoder
 
@@ -65,11 +65,6 @@ def evaluation_dataset(
     return generate_dataset(get_preset(preset), seed)
 
 
-def _source_length(task: Task) -> int:
-    """Encoder input length: alphabet, ``|`` + example + ``>`` + example per shot, ``|`` query, EOS."""
-    return len(task.alphabet) + sum(len(i) + len(o) + 2 for i, o in task.examples) + len(task.query) + 2
-
-
 def predict(
     model: HookedEncoderDecoder,
     tasks: Sequence[Task],
@@ -86,7 +81,7 @@ def predict(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
-    order = sorted(range(len(tasks)), key=lambda i: _source_length(tasks[i]))
+    order = sorted(range(len(tasks)), key=lambda i: len(source_text(tasks[i])))
     predictions: list[str] = [""] * len(tasks)
     was_training = model.training
     model.eval()

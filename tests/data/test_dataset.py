@@ -102,6 +102,10 @@ def test_row_counts_are_integers_per_rule_name_under_named_columns(tiny, tmp_pat
     assert not isinstance(counts.index, pd.CategoricalIndex)  # plain rule names, not the Parquet dictionary
     assert counts.index.tolist() == sorted({t.transformation for tasks in tiny.splits.values() for t in tasks})
     assert all(dtype == "int64" for dtype in counts.dtypes)
+    val = tiny.splits["val"]  # one split: no concatenation that would turn the Parquet dictionary into strings
+    one = count_rows(save_dataset(Dataset(tiny.config, tiny.seed, {"val": val}, [], []), tmp_path / "one"))
+    assert not isinstance(one.index, pd.CategoricalIndex)
+    assert one.index.tolist() == sorted({t.transformation for t in val})
 
 
 def test_samples_are_the_evenly_spaced_rows_from_the_first(tiny, tmp_path):
