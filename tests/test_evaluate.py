@@ -14,6 +14,7 @@ from rich.console import Console
 
 from lsa_interp.data import PRESETS, STANDARD_ALPHABET, DatasetConfig, Task, generate_dataset, save_dataset
 from lsa_interp.data.dataset import Dataset
+from lsa_interp.data.tokenizer import source_text
 from lsa_interp.evaluation import (
     REPORT_FILES,
     Accuracy,
@@ -233,6 +234,21 @@ def test_predict_keeps_input_order_and_exact_match(model, decoded):
     answered = [t for t in self_answered(tasks, full) if t not in tasks]
     assert len(answered) >= 8
     assert accuracy(answered, predict(model, answered, batch_size=8)).percent == 100.0
+
+
+def test_predict_decodes_its_batches_in_order_of_encoder_length(model, decoded, monkeypatch):
+    tasks, _ = decoded["val"]
+    lengths, generate = [], model.generate
+    monkeypatch.setattr(
+        model,
+        "generate",
+        lambda batch, **kw: lengths.extend(len(source_text(t)) for t in batch) or generate(batch, **kw),
+    )
+    sizes = []
+    one_by_one = predict(model, tasks, batch_size=1, on_batch=sizes.append)
+    assert exact_match(tasks, one_by_one) == exact_match(tasks, predict(model, tasks, batch_size=7))
+    assert sizes == [1] * len(tasks)
+    assert lengths[: len(tasks)] == sorted(lengths[: len(tasks)]) and len(set(lengths)) > 1
 
 
 def test_evaluate_model_equals_scoring_the_models_answers(model, tiny, decoded):
