@@ -125,3 +125,12 @@ def test_summary_is_sorted_with_a_fresh_index(tiny):
     assert summary.index.tolist() == list(range(len(summary)))
     keys = list(zip(summary["split"], summary["transformation"], summary["copy"]))
     assert keys == sorted(keys)
+
+
+def test_a_dataset_saves_into_an_empty_or_new_nested_directory_and_keeps_an_empty_split(tiny, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert load_dataset(save_dataset(tiny, empty)).splits == tiny.splits
+    splits = {**tiny.splits, "test": []}
+    out = save_dataset(Dataset(tiny.config, tiny.seed, splits, [], []), tmp_path / "new" / "nested" / "ds")
+    assert load_dataset(out).splits == splits
