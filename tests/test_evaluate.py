@@ -322,6 +322,8 @@ def test_evaluation_dataset_preset_and_seed(model, tiny_copy20, tmp_path):
     assert set(loaded.splits) == {"val", "test_new_alphabets"} and loaded.seed == 5
     with pytest.raises(ValueError, match="preset 'copy-20' does not match"):
         evaluation_dataset(trained, preset="copy-20", data_dir=tmp_path / "d")
+    with pytest.raises(ValueError, match=r"^seed 4 does not match the dataset in .* \(seed 5\)$"):
+        evaluation_dataset(trained, seed=4, data_dir=tmp_path / "d")
 
 
 def assert_offline_html(path):

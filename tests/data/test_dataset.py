@@ -26,6 +26,7 @@ def test_manifest_content(tiny, tmp_path):
     manifest = read_manifest(out)
     assert manifest["preset"] == "tiny" and manifest["seed"] == 3
     assert manifest["sizes"] == tiny.sizes() and manifest["splits"] == ["train", "val", "test", "test_new_alphabets"]
+    assert {split: info["rows"] for split, info in manifest["files"].items()} == tiny.sizes()  # the sweep reads these
     assert len(manifest["train_alphabets"]) == 5 and manifest["package_version"]
     assert sorted(p.name for p in out.iterdir()) == sorted([f"{s}.parquet" for s in tiny.splits] + ["manifest.json"])
 
@@ -45,6 +46,11 @@ def test_refuses_to_overwrite_without_force(tiny, tmp_path):
     save_dataset(tiny, out, force=True)
     assert not (out / "extra.txt").exists()
     assert save_dataset(tiny, tmp_path / "empty_dir_ok").exists()
+    stray = tmp_path / "stray"
+    stray.write_text("a file where the dataset goes")
+    with pytest.raises(FileExistsError, match="not empty"):
+        save_dataset(tiny, stray)
+    assert load_dataset(save_dataset(tiny, stray, force=True)).splits == tiny.splits
 
 
 def test_failed_write_leaves_nothing_behind(tiny, tmp_path, monkeypatch):
