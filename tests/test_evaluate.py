@@ -313,6 +313,7 @@ def test_evaluation_dataset_preset_and_seed(model, tiny_copy20, tmp_path):
     assert evaluation_dataset(trained, seed=1).seed == 1
     recorded = HookedEncoderDecoder(SMALL, metadata={"preset": "copy-20", "seed": 2, "data_seed": 4})
     assert evaluation_dataset(recorded).seed == 4  # the dataset's seed, not the initialisation seed
+    assert evaluation_dataset(HookedEncoderDecoder(SMALL, metadata={"preset": "copy-20"})).seed == 0
     with pytest.raises(ValueError, match="records no training preset"):
         evaluation_dataset(model)
     with pytest.raises(ValueError, match="unknown preset 'nope'"):

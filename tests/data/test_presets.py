@@ -1,0 +1,90 @@
+"""`DatasetConfig`: the paper's 13 presets, every check of a config, and its dict form."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from lsa_interp.data.presets import PRESETS, DatasetConfig, get_preset
+from lsa_interp.data.transformations import PAPER, SEEN
+
+
+def test_the_papers_thirteen_presets():
+    assert list(PRESETS) == [
+        "nocopy-20", "copy-20", "copy-40", "copy-60", "copy-80", "copy-100", "copy-140", "copy-200", "copy-400",
+        "copy-20-2shot", "copy-20-3shot", "copy-20-4shot", "copy-20-5shot",
+    ]  # fmt: skip
+    base = PRESETS["copy-20"]
+    assert (base.n_alphabets, base.copy, base.n_shots, base.n_reshuffle, base.match_size_of) == (20, True, 1, 10, None)
+    assert (base.train_transformations, base.eval_transformations) == (SEEN, PAPER)
+    nocopy = PRESETS["nocopy-20"]
+    assert (nocopy.copy, nocopy.n_reshuffle, nocopy.match_size_of) == (False, 20, "copy-20")
+    for n in (40, 60, 80, 100, 140, 200, 400):
+        assert (PRESETS[f"copy-{n}"].n_alphabets, PRESETS[f"copy-{n}"].match_size_of) == (n, "copy-20")
+    for k in (2, 3, 4, 5):
+        shots = PRESETS[f"copy-20-{k}shot"]
+        assert (shots.n_shots, shots.n_alphabets, shots.match_size_of) == (k, 20, None)
+    assert all(config.name == name for name, config in PRESETS.items())
+    assert get_preset("copy-200") is PRESETS["copy-200"]
+
+
+def test_an_unknown_preset_lists_the_presets():
+    with pytest.raises(ValueError, match="unknown preset 'copy-21'; choose one of: nocopy-20, copy-20, copy-40"):
+        get_preset("copy-21")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"n_alphabets": 21}, "n_alphabets must be a multiple of 4"),
+        (
+            {"n_alphabets": 8, "permutation_levels": (2, 5, 10)},
+            "n_alphabets must be a multiple of 3 (one share per level), got 8",
+        ),
+        ({"n_shots": 0}, "n_shots must be between 1 and 5, got 0"),
+        ({"n_shots": 6}, "n_shots must be between 1 and 5, got 6"),
+        ({"n_reshuffle": 0}, "n_reshuffle and new_alphabet_reshuffle must be at least 1"),
+        ({"new_alphabet_reshuffle": 0}, "n_reshuffle and new_alphabet_reshuffle must be at least 1"),
+        ({"train_transformations": ("succ", "nope")}, "unknown transformation(s) ['nope']"),
+        ({"eval_transformations": ("nope",)}, "unknown transformation(s) ['nope']"),
+        (
+            {"train_transformations": (*SEEN, PAPER[-1]), "eval_transformations": SEEN},
+            "train_transformations must be a subset of eval_transformations",
+        ),
+        ({"window_lengths": (2, 3)}, "window lengths must lie in 3..13, got (2, 3)"),
+        ({"window_lengths": (3, 14)}, "window lengths must lie in 3..13, got (3, 14)"),
+        ({"split_fractions": (0.8, 0.1, 0.2)}, "split_fractions must be positive and sum to 1"),
+        ({"split_fractions": (1.0, 0.0, 0.0)}, "split_fractions must be positive and sum to 1"),
+        ({"split_fractions": (1.1, -0.05, -0.05)}, "split_fractions must be positive and sum to 1"),
+        ({"match_size_of": "copy-21"}, "match_size_of must name a preset, got 'copy-21'"),
+    ],
+)
+def test_a_bad_config_is_refused_with_what_is_allowed(options, message):
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        DatasetConfig(name="mine", **options)
+
+
+def test_the_edges_a_config_accepts():
+    for options in (
+        {"n_shots": 1},
+        {"n_shots": 5},
+        {"n_reshuffle": 1, "new_alphabet_reshuffle": 1},
+        {"window_lengths": (3, 13)},
+        {"split_fractions": (0.7, 0.2, 0.1)},  # sums to 1 only up to rounding
+        {"train_transformations": PAPER},
+        {"n_alphabets": 0},
+        {"match_size_of": "copy-200"},
+    ):
+        DatasetConfig(name="mine", **options)
+
+
+def test_the_dict_form_round_trips_through_json_and_refuses_unknown_keys():
+    config = DatasetConfig(name="mine", n_alphabets=8, window_lengths=(3, 4), notes="for a test")
+    data = json.loads(json.dumps(config.to_dict()))
+    assert data["window_lengths"] == [3, 4] and data["name"] == "mine"
+    again = DatasetConfig.from_dict(data)
+    assert again == config and again.window_lengths == (3, 4) and again.notes == "for a test"
+    with pytest.raises(ValueError, match=re.escape("unknown dataset config key(s): ['n_alphabet', 'shots']")):
+        DatasetConfig.from_dict({"name": "mine", "n_alphabet": 8, "shots": 2})
