@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -19,6 +20,12 @@ def test_round_trip(tiny, tmp_path):
         assert [t.transformation for t in loaded.splits[split]] == [t.transformation for t in tiny.splits[split]]
     assert loaded.config == tiny.config and loaded.seed == tiny.seed
     assert loaded.train_alphabets == tiny.train_alphabets and loaded.new_alphabets == tiny.new_alphabets
+
+
+def test_a_few_shot_dataset_round_trips_with_every_example(tiny_config, tmp_path):
+    three_shot = generate_dataset(replace(tiny_config, name="tiny-3shot", n_shots=3, window_lengths=(3,)), seed=1)
+    assert {len(t.examples) for t in three_shot.splits["train"]} == {3}
+    assert load_dataset(save_dataset(three_shot, tmp_path / "ds")).splits == three_shot.splits
 
 
 def test_manifest_content(tiny, tmp_path):
