@@ -45,7 +45,6 @@ STD = STANDARD_ALPHABET
 PERM = "bacdefghijklmnopqrstuvwxzy"  # a <-> b and y <-> z swapped
 SMALL = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64, max_len=128)
 TINY = DatasetConfig(name="tiny", n_alphabets=4, window_lengths=(3,), n_reshuffle=2, n_new_alphabets=4)
-SPLITS = ("val", "test_new_alphabets")  # the splits evaluate_model decodes
 
 
 def rows(n_correct: int, n_wrong: int, transformation: str, alphabet: str = PERM, copy: bool = False):
@@ -275,9 +274,8 @@ def test_evaluate_model_equals_scoring_the_models_answers(model, tiny, decoded):
 def test_evaluate_model_scores_the_datasets_own_training_rules_and_times_itself(model, tiny, decoded, monkeypatch):
     (val, val_out), (new, new_out) = decoded["val"], decoded["test_new_alphabets"]
     rules = tiny.config.train_transformations[:2]
-    dataset = Dataset(
-        replace(tiny.config, train_transformations=rules), tiny.seed, dict(zip(SPLITS, (val, new))), [], []
-    )
+    splits = {SPLIT_OF[SEEN_ALPHABETS]: val, SPLIT_OF[NEW_ALPHABETS]: new}
+    dataset = Dataset(replace(tiny.config, train_transformations=rules), tiny.seed, splits, [], [])
     expected = score_predictions(val, val_out, new, new_out, rules)
     clock = iter([100.0, 101.23456])  # the decoding's start and end
     monkeypatch.setattr(evaluation_run, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
@@ -293,7 +291,7 @@ def test_evaluate_model_draws_a_progress_bar_on_stderr_only_when_asked(model, ti
     evaluate_model(model, tiny, limit=6, batch_size=4, progress=True)
     out, err = capsys.readouterr()
     assert out == ""
-    for split in SPLITS:
+    for split in SPLIT_OF.values():
         line = next(line for line in err.splitlines() if f"decoding {split} " in line).strip()
         assert line.startswith(f"decoding {split} ") and " 6/6 " in line and " 100% " in line
         assert re.search(r" [0-9,]+ tasks/s ", line) and re.search(r"(?<![A-Za-z])ETA(?![A-Za-z])", line)

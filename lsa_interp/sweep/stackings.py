@@ -72,7 +72,7 @@ def step_ms_at(table: dict[int, float], replicates: int) -> float:
         return table[sizes[0]]
     if len(sizes) == 1:
         return table[sizes[0]] * replicates / sizes[0]
-    above = [size for size in sizes if size > replicates]
-    low, high = (max(size for size in sizes if size < replicates), above[0]) if above else (sizes[-2], sizes[-1])
+    below, above = [size for size in sizes if size < replicates], [size for size in sizes if size > replicates]
+    low, high = (below[-1], above[0]) if above else (sizes[-2], sizes[-1])
     slope = (table[high] - table[low]) / (high - low)
     return max(table[low] + slope * (replicates - low), min(table.values()))
