@@ -64,3 +64,21 @@ def test_the_same_seed_gives_the_same_draws_and_another_seed_others(protocol):
 def test_bad_arguments_are_refused(draws, alphabets, message):
     with pytest.raises(ValueError, match=message):
         paper_new_alphabet_draws(CONFIG, alphabets, draws)
+
+
+def _query_of_each_answer(tasks) -> dict[tuple[str, str | None, str], str]:
+    """(alphabet, rule, answer) -> query over every problem a set of tasks shows, its examples included."""
+    return {
+        (t.alphabet, t.transformation, answer): query
+        for t in tasks
+        for query, answer in (*t.examples, (t.query, t.answer))
+    }
+
+
+def test_the_seed_also_draws_the_random_parts_of_the_problems(protocol):
+    """A sort problem's answer is its window; its query, the window with two letters swapped, is the random part."""
+    zero = _query_of_each_answer(protocol.tasks)
+    one = _query_of_each_answer(paper_new_alphabet_draws(CONFIG, NEW, draws=1, seed=1).tasks)
+    shared = [key for key in zero.keys() & one.keys() if key[1] == "sort"]
+    assert len(shared) > 100
+    assert sum(zero[key] != one[key] for key in shared) > len(shared) / 2
