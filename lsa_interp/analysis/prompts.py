@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import no_type_check
 
 from lsa_interp.data.alphabets import make_alphabets
 from lsa_interp.data.task import STANDARD_ALPHABET, Task
@@ -33,10 +34,12 @@ def analysis_alphabets(kind: str | Sequence[str], seed: int = 0, n: int = 20) ->
     raise ValueError(f"unknown alphabets {kind!r}; choose standard, permuted or give a list of alphabets")
 
 
+@no_type_check
 def _problem(name: str, start: int, length: int, seed: int) -> Problem | None:
     return get_transformation(name).build(start, length, random.Random(seed))
 
 
+@no_type_check
 def _letters(alphabet: str, positions: list[int]) -> str:
     return "".join(alphabet[p] for p in positions)
 
