@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+from collections import Counter
+
 import pytest
 
-from lsa_interp.data import NEW, PAPER, PRESETS, SEEN, STANDARD_ALPHABET, generate_dataset, permutation_level
+import lsa_interp.data.generate as generate_module
+from lsa_interp.data import (
+    NEW,
+    PAPER,
+    PRESETS,
+    SEEN,
+    STANDARD_ALPHABET,
+    DatasetConfig,
+    Task,
+    generate_dataset,
+    permutation_level,
+)
+from lsa_interp.data.generate import split_sizes
+from lsa_interp.data.problems import build_problems
 from lsa_interp.data.vocab import LETTERS
 from tests.data.solver import solve
 
@@ -123,3 +141,84 @@ def test_answers_use_the_tasks_alphabet(copy20):
         and t.alphabet.index(t.query[-1]) + 1 != LETTERS.index(t.query[-1]) + 1
     )
     assert permuted.answer[-1] == permuted.alphabet[permuted.alphabet.index(permuted.query[-1]) + 1]
+
+
+SMALL = DatasetConfig(
+    name="small", n_alphabets=4, window_lengths=(3,), n_reshuffle=2, n_new_alphabets=4, new_alphabet_reshuffle=1
+)
+# sha256 of each split of SMALL with seed 0 (`_digest`), taken on 2026-12-02. Every random stage draws from its own
+# stream of the seed, so these change only when a stage changes what it draws: the shipped checkpoints' cards are
+# re-checked on regenerated data, and a changed draw would move their numbers.
+SMALL_DIGESTS = {
+    "train": "7a9787a77c0c3f1ad49378b3b7eae0b936dd4df5b6c4a8593964fdef70383883",
+    "val": "dc0c9719f2d50e38fb9d4110ccfb8cadefe178cbc6f107701ce1da2d5c66ea55",
+    "test": "7a156ec14860e89d27beab1115f4f0dc50773aeb5b364464f8a01608075de778",
+    "test_new_alphabets": "8a2235e0784e2d28616214c6b194fcfe805d8f19f7627c96779a50f5b5cb6ccf",
+    "alphabets": "b0561276d771faaf3b34f4f6ef3d7b74efc9eace869f2d53c7a5fc1098a5ce19",
+}
+
+
+def _digest(items) -> str:
+    rows = [[t.alphabet, t.examples, t.query, t.answer, t.transformation] if isinstance(t, Task) else t for t in items]
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
+def _digests(data) -> dict[str, str]:
+    return {**{name: _digest(tasks) for name, tasks in data.splits.items()},
+            "alphabets": _digest([data.train_alphabets, data.new_alphabets])}  # fmt: skip
+
+
+def test_a_seed_draws_the_same_data_it_always_did():
+    assert _digests(generate_dataset(SMALL, seed=0)) == SMALL_DIGESTS
+
+
+def test_each_stage_reports_itself_once_in_order():
+    """One message a stage, with its counts: a problem is paired twice (2 reshuffles; a pairing whose example is the
+    query problem itself is dropped), and each pair is split with its copy row."""
+    messages = []
+    data = generate_dataset(SMALL, seed=0, progress=messages.append)
+    problems = len(build_problems(data.train_alphabets, SMALL.eval_transformations, SMALL.window_lengths, "count"))
+    assert messages[:2] == [
+        f"building problems for 5 alphabets x {len(SMALL.eval_transformations)} rules",
+        f"pairing {problems:,} problems with examples (2 reshuffles)",
+    ]
+    assert messages[3:] == ["building the new-alphabet test set (4 alphabets)", "building tasks"]
+    rows = int(re.fullmatch(r"splitting ([\d,]+) rows by problem string", messages[2]).group(1).replace(",", ""))
+    assert rows % 2 == 0 and 0.9 * 4 * problems < rows <= 4 * problems
+    sized = []
+    assert split_sizes(SMALL, 0, sized.append) == {k: v for k, v in data.sizes().items() if k != "test_new_alphabets"}
+    assert sized == messages[:3]
+    assert split_sizes(SMALL, 1) != split_sizes(SMALL, 0)
+
+
+def test_a_dataset_matched_to_a_presets_size_takes_its_train_size_and_an_eighth_of_it_for_val_and_test(monkeypatch):
+    monkeypatch.setitem(generate_module.PRESETS, "copy-20", SMALL)
+    larger = DatasetConfig(**{**SMALL.to_dict(), "name": "larger", "n_alphabets": 8, "match_size_of": "copy-20"})
+    messages = []
+    data = generate_dataset(larger, seed=0, progress=messages.append)
+    own = split_sizes(DatasetConfig(**{**larger.to_dict(), "match_size_of": None}), 0)["train"]
+    target = split_sizes(SMALL, 0)["train"]
+    assert own > target and data.sizes()["train"] == target
+    assert data.sizes()["val"] == data.sizes()["test"] == target // 8
+    assert f"down-sampling train from {own:,} to copy-20's {target:,} rows" in messages
+    assert len({t.alphabet for t in data.splits["train"]}) == 9
+
+
+def test_the_new_alphabet_set_pairs_each_problem_its_own_number_of_times_without_copies():
+    for reshuffle in (1, 3):
+        config = DatasetConfig(**{**SMALL.to_dict(), "new_alphabet_reshuffle": reshuffle})
+        data = generate_dataset(config, seed=0)
+        new = data.splits["test_new_alphabets"]
+        assert len(data.new_alphabets) == 4 and STANDARD_ALPHABET not in data.new_alphabets
+        assert not set(data.new_alphabets) & set(data.train_alphabets)
+        problems = build_problems(data.new_alphabets, SMALL.eval_transformations, SMALL.window_lengths, "count")
+        assert 0.9 * reshuffle * len(problems) < len(new) <= reshuffle * len(problems)
+        assert not any(t.is_copy for t in new)
+        per_problem = Counter((t.alphabet, t.query, t.answer) for t in new)
+        assert max(per_problem.values()) == reshuffle
+
+
+@pytest.mark.parametrize("seed", [1.5, "0", None])
+def test_a_seed_that_is_not_an_integer_is_refused(seed):
+    with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+        generate_dataset(SMALL, seed=seed)
