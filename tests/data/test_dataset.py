@@ -90,6 +90,29 @@ def test_missing_or_foreign_directories(tmp_path):
         load_dataset(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("manifest", "error", "message"),
+    [
+        ("{not json", ValueError, r"manifest.json is not valid JSON \("),
+        ('{"format": "lsa-interp-dataset", "format_version": 2}', ValueError, "manifest of version 1$"),
+        ('{"format_version": 1}', ValueError, "not an lsa-interp-dataset manifest"),
+        (None, FileNotFoundError, "no manifest.json\\); create one with 'lsa-interp data generate'"),
+    ],
+)
+def test_a_manifest_that_is_not_ours_is_refused_with_its_reason(tmp_path, manifest, error, message):
+    if manifest is None:
+        (tmp_path / "manifest.json").mkdir()  # a directory of that name is no manifest
+    else:
+        (tmp_path / "manifest.json").write_text(manifest)
+    with pytest.raises(error, match=message):
+        read_manifest(tmp_path)
+
+
+def test_a_manifest_of_ours_is_read_whole(tmp_path):
+    (tmp_path / "manifest.json").write_text('{"format": "lsa-interp-dataset", "format_version": 1, "seed": 7}')
+    assert read_manifest(str(tmp_path)) == {"format": "lsa-interp-dataset", "format_version": 1, "seed": 7}
+
+
 def test_unknown_split(tiny, tmp_path):
     out = save_dataset(tiny, tmp_path / "ds")
     with pytest.raises(ValueError, match="unknown split"):
