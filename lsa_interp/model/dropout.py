@@ -22,8 +22,11 @@ def dropout(x: Float[Tensor, ...], p: float, training: bool) -> Float[Tensor, ..
     words = torch.empty_like(x[..., : (last + 3) // 4], dtype=torch.int64, memory_format=torch.contiguous_format)
     words.random_()
     uniform15 = _fields15(words)[..., :last]
-    scale = (uniform15 >= round(p * 32768)).to(x.dtype).mul_(1.0 / (1.0 - p))
-    return x * scale  # a float multiplier: on CPU, mul (and its backward) costs a third of torch.where
+    if torch._C._functorch.is_batchedtensor(uniform15):  # vmap has no `out=`
+        keep = (uniform15 >= round(p * 32768)).to(x.dtype)
+    else:  # the comparison written as floats: a quarter of the time of a boolean mask and its conversion (CPU)
+        keep = torch.ge(uniform15, round(p * 32768), out=torch.empty(uniform15.shape, dtype=x.dtype, device=x.device))
+    return x * keep.mul_(1.0 / (1.0 - p))  # a float multiplier: on CPU, mul (and its backward) costs a third of where
 
 
 def _fields15(words: Int[Tensor, "*batch words"]) -> Int[Tensor, "*batch fields"]:
