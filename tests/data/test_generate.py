@@ -169,7 +169,21 @@ def _digests(data) -> dict[str, str]:
 
 
 def test_a_seed_draws_the_same_data_it_always_did():
-    assert _digests(generate_dataset(SMALL, seed=0)) == SMALL_DIGESTS
+    data = generate_dataset(SMALL)  # the default seed is 0
+    assert data.seed == 0 and _digests(data) == SMALL_DIGESTS
+
+
+def test_configured_permutation_levels_make_both_alphabet_sets_and_the_new_ones_avoid_the_training_ones():
+    """Only 325 alphabets swap exactly two letters: two independent draws of 40 share about five (40 x 40 / 325),
+    so the new-alphabet set must be drawn around the training set's alphabets, not beside it."""
+    config = DatasetConfig(name="swaps", n_alphabets=40, window_lengths=(3,), n_reshuffle=1, n_new_alphabets=40,
+                           new_alphabet_reshuffle=1, permutation_levels=(2,))  # fmt: skip
+    data = generate_dataset(config, seed=0)
+    permuted = [a for a in data.train_alphabets if a != STANDARD_ALPHABET]
+    assert len(permuted) == len(data.new_alphabets) == 40
+    assert {permutation_level(a) for a in permuted + data.new_alphabets} == {2}
+    assert not set(data.new_alphabets) & set(data.train_alphabets)
+    assert {t.alphabet for t in data.splits["test_new_alphabets"]} == set(data.new_alphabets)
 
 
 def test_each_stage_reports_itself_once_in_order():
