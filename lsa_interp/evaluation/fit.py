@@ -116,7 +116,7 @@ def by_permutation_level(tasks: Sequence[Task], predictions: Sequence[str]) -> d
     return {level: accuracy(*grouped[level]) for level in sorted(grouped)}
 
 
-def fit_figure(result: FitResult) -> go.Figure:
+def fit_figure(result: FitResult) -> go.Figure:  # pragma: no mutate block
     """Grouped bars of train against val accuracy: per seen transformation (top) and per permutation level of
     the alphabet (bottom); hover shows the counts."""
     fig = make_subplots(

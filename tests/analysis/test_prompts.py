@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lsa_interp.analysis.prompts import analysis_alphabets, minimal_pairs, rule_tasks
+from lsa_interp.analysis import prompts
+from lsa_interp.analysis.prompts import analysis_alphabets, minimal_pairs, paper_prompts, rule_tasks
 from lsa_interp.data.alphabets import make_alphabets
 from lsa_interp.data.task import STANDARD_ALPHABET
 from lsa_interp.data.transformations import PAPER
@@ -57,3 +58,75 @@ def test_permuted_analysis_alphabets_are_fresh(copy200):
     assert not set(fresh) & set(make_alphabets(400, seed=0))
     with pytest.raises(ValueError, match="unknown alphabets"):
         analysis_alphabets("weird")
+
+
+def test_a_seed_draws_the_same_tasks_it_always_did():
+    """The analyses' numbers are reproducible across versions only if the default seed's draws stay put."""
+    assert [str(t) for t in rule_tasks("succ", 3)] == [
+        f"{STANDARD_ALPHABET} | uvw > uvx | stu > stv",
+        f"{STANDARD_ALPHABET} | fghij > fghik | uvwxy > uvwxz",
+        f"{STANDARD_ALPHABET} | rstuv > rstuw | cdefg > cdefh",
+    ]
+    pairs = minimal_pairs("remove_redundant", "rr_succ", 2)  # rules whose problems draw from their own seed
+    assert [(str(p.source), str(p.target)) for p in pairs] == [
+        (
+            f"{STANDARD_ALPHABET} | defgghi > defghi | stuvvwx > stuvwx",
+            f"{STANDARD_ALPHABET} | defgghi > defghj | stuvvwx > stuvwy",
+        ),
+        (f"{STANDARD_ALPHABET} | rsttu > rstu | ffghi > fghi", f"{STANDARD_ALPHABET} | rsttu > rstv | ffghi > fghj"),
+    ]
+    assert [(p.source.transformation, p.target.transformation) for p in pairs] == [("remove_redundant", "rr_succ")] * 2
+    assert [p.target.examples[0][1] for p in minimal_pairs("succ", "pred", 2)] == ["oqrstuv", "prstu"]
+    assert [t.examples[0][0] for t in paper_prompts("pred", 3)] == ["ghi", "hij", "klm"]
+    assert [t.query for t in paper_prompts("pred", 2, fixed_query=False)] == ["bcd", "klm"]
+
+
+def test_permuted_alphabets_follow_the_seed():
+    for seed in (0, 1):
+        pool = set(analysis_alphabets("permuted", seed))
+        assert {t.alphabet for t in rule_tasks("succ", 3, seed=seed, alphabets="permuted")} <= pool
+        assert {p.source.alphabet for p in minimal_pairs("succ", "pred", 3, seed=seed, alphabets="permuted")} <= pool
+
+
+def _counting(monkeypatch, answers):
+    """Replace the problem builder by one that returns ``answers`` in turn and then None; returns its call log."""
+    calls, queue = [], list(answers)
+    monkeypatch.setattr(prompts, "_problem", lambda *args: calls.append(args) or (queue.pop(0) if queue else None))
+    return calls
+
+
+def test_the_draws_give_up_after_a_run_of_stale_tries(monkeypatch):
+    monkeypatch.setattr(prompts, "_STALE_TRIES", 5)
+    calls = _counting(monkeypatch, [])
+    with pytest.raises(ValueError, match="only 0 distinct succ tasks"):
+        rule_tasks("succ", 1)
+    assert len(calls) == 2 * 5  # two problems a try
+    calls = _counting(monkeypatch, [])
+    with pytest.raises(ValueError, match="never give the same example input"):
+        minimal_pairs("succ", "pred", 1)
+    assert len(calls) == 4 * 5  # two problems of each rule a try
+    calls = _counting(monkeypatch, _PAIR)  # a pair on the first try restarts the count
+    assert len(minimal_pairs("succ", "pred", 2, at_most=True)) == 1 and len(calls) == 4 * (1 + 5)
+
+
+_PAIR = [([0, 1, 2], [0, 1, 3]), ([5, 6, 7], [5, 6, 8]), ([0, 1, 2], [0, 0, 2]), ([5, 6, 7], [4, 6, 7])]
+"""source example, source query, target example, target query: the same inputs, different outputs."""
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        pytest.param({2: ([0, 1, 3], [0, 0, 2])}, id="the example inputs differ"),
+        pytest.param({3: ([5, 6, 8], [4, 6, 7])}, id="the query inputs differ"),
+        pytest.param({2: ([0, 1, 2], [0, 1, 3])}, id="the example outputs agree"),
+        pytest.param({3: ([5, 6, 7], [5, 6, 8])}, id="the answers agree"),
+        pytest.param({1: _PAIR[0], 3: _PAIR[2]}, id="the example is the query"),
+    ],
+)
+def test_a_pair_needs_the_same_inputs_and_other_outputs(monkeypatch, changed):
+    monkeypatch.setattr(prompts, "_STALE_TRIES", 1)
+    _counting(monkeypatch, [changed.get(i, problem) for i, problem in enumerate(_PAIR)])
+    with pytest.raises(ValueError, match="never give the same"):
+        minimal_pairs("succ", "pred", 1)
+    _counting(monkeypatch, _PAIR)
+    assert minimal_pairs("succ", "pred", 1)[0].target.examples == (("abc", "aac"),)

@@ -76,3 +76,23 @@ def test_the_recorded_count_must_fit_the_card_within_four_sampling_sds():
     (problem,) = check_problems(_check(outside), _check(outside), 81.0, 44_975)
     assert f"{outside / 10:.2f}% of 1000 val rows" in problem and "card's 81.00% of 44,975" in problem
     assert len(check_problems(_check(700), _check(760), 81.0, 44_975)) == 2
+
+
+def test_the_margin_is_half_an_answer_and_its_edge_passes():
+    """A sample that is the whole split has no sampling error: only the half-answer margin (0.5 points of 100
+    rows) remains, and a count exactly at its edge passes."""
+    whole = (_check(50, rows=100), _check(50, rows=100))
+    assert check_problems(*whole, 50.5, 100) == []
+    (problem,) = check_problems(*whole, 50.52, 100)
+    assert "is 0.52 points from the card's 50.52% of 100 (allowed 0.50)" in problem
+
+
+def test_the_sampling_sd_of_tiny_populations():
+    assert sampling_sd(50.0, 1, 1) == 0.0  # one row of one: no finite-population factor to divide by
+    assert sampling_sd(50.0, 1, 2) == pytest.approx(50.0)  # one of two rows: factor (2-1)/(2-1)
+
+
+def test_a_check_file_is_indented_json_and_every_answer_right_reads_back(tmp_path):
+    path = write_answer_check(_check(1000), tmp_path)
+    assert path.read_text().startswith('{\n  "split": "val",\n') and path.read_text().endswith("}\n")
+    assert read_answer_check(tmp_path).correct == 1000

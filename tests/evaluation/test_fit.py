@@ -9,6 +9,7 @@ import pytest
 
 from lsa_interp.data import Task, save_dataset
 from lsa_interp.evaluation import fit
+from lsa_interp.evaluation.metrics import Accuracy
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
 from tests.helpers import run
 
@@ -89,3 +90,47 @@ def test_fit_command_prints_the_table_and_writes_an_offline_page(tiny, tmp_path,
     assert "Plotly.newPlot" in page and "<script src=" not in page.replace(" ", "") and "plotly.js v" in page
     code, _, err = run(["fit", "--model", str(model), "--data", str(tmp_path / "absent")], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "absent" in err
+
+
+def _result() -> fit.FitResult:
+    """val lacks succ, train lacks permutation level 5."""
+    return fit.FitResult(
+        model="m",
+        preset="p",
+        seed=1,
+        rows=10,
+        overall={"train": Accuracy(9, 10), "val": Accuracy(6, 10)},
+        by_transformation={"train": {"succ": Accuracy(4, 5), "pred": Accuracy(5, 5)}, "val": {"pred": Accuracy(6, 10)}},
+        by_level={"train": {0: Accuracy(9, 10)}, "val": {0: Accuracy(2, 4), 5: Accuracy(4, 6)}},
+    )
+
+
+def test_the_figure_plots_each_split_s_own_bars_with_their_counts():
+    figure = fit.fit_figure(_result())
+    train_rules, train_levels, val_rules, val_levels = figure.data
+    assert list(train_rules.x) == ["succ", "pred"] and list(train_rules.y) == [80.0, 100.0]
+    assert list(val_rules.x) == ["pred"] and [list(c) for c in val_rules.customdata] == [[6, 10]]
+    assert list(train_levels.x) == ["standard"] and list(val_levels.x) == ["standard", "5"]
+    assert list(val_levels.y) == [50.0, 200 / 3] and [list(c) for c in val_levels.customdata] == [[2, 4], [4, 6]]
+    assert val_rules.name == "val (60.0% overall)" and (val_rules.showlegend, val_levels.showlegend) == (True, False)
+    assert "Training fit of m on p" in figure.layout.title.text
+
+
+def test_write_fit_makes_missing_folders_and_writes_indented_json(tmp_path):
+    paths = fit.write_fit(_result(), tmp_path / "a" / "b", page=False)
+    assert set(paths) == {"json"} and not (tmp_path / "a" / "b" / "fit.html").exists()
+    text = paths["json"].read_text()
+    assert text.startswith('{\n  "model": "m",\n') and json.loads(text)["gap_points"] == pytest.approx(30.0)
+
+
+def test_training_fit_records_the_dataset_and_takes_a_single_row(tiny, monkeypatch):
+    monkeypatch.setattr(fit, "predict", lambda model, tasks, batch_size: [t.answer for t in tasks])
+    result = fit.training_fit(HookedEncoderDecoder(SMALL), tiny, rows=1)
+    assert (result.model, result.preset, result.seed, result.rows) == ("", tiny.config.name, tiny.seed, 1)
+    assert result.overall["train"].total == result.overall["val"].total == 1
+
+
+def test_levels_need_one_prediction_per_task():
+    task = Task("abcdefghijklmnopqrstuvwxyz", (("abc", "abd"),), "ijk", "ijl", "succ")
+    with pytest.raises(ValueError):
+        fit.by_permutation_level([task, task], ["ijl"])

@@ -61,3 +61,27 @@ def test_to_returns_a_new_cache(cache):
     moved = cache.to("cpu")
     assert moved is not cache and moved.keys() == cache.keys()
     assert torch.equal(moved.inputs.src, cache.inputs.src)
+
+
+def test_to_moves_every_tensor_and_the_inputs_and_keeps_the_config(cache):
+    moved = cache.to("meta")
+    assert all(tensor.device.type == "meta" for tensor in moved.values())
+    assert moved.inputs.src.device.type == "meta" and moved.cfg is cache.cfg
+    assert moved.pattern("encoder", 0).shape == cache.pattern("encoder", 0).shape
+    bare = ActivationCache(dict(cache.items()), cache.cfg).to("meta")
+    assert bare.inputs is None and "batch=None" in repr(bare)
+
+
+def test_negative_layers_reach_the_first_layer(cache):
+    assert cache.hook_name("encoder", -2, "hook_resid_pre") == "encoder.0.hook_resid_pre"
+    with pytest.raises(IndexError, match="out of range"):
+        cache.hook_name("encoder", -3, "hook_resid_pre")
+
+
+def test_the_hint_lists_six_similar_hooks_and_a_name_without_dots_is_a_key_error(cache):
+    many = ActivationCache({f"encoder.{i}.hook_x": torch.zeros(1) for i in range(9)}, cache.cfg)
+    with pytest.raises(KeyError) as error:
+        many["decoder.0.hook_x"]
+    assert str(error.value).count("hook_x'") == 2 + 6  # the name, the tail, six of the nine
+    with pytest.raises(KeyError, match="'hook_x' is not in the cache"):
+        many["hook_x"]

@@ -88,3 +88,28 @@ def test_the_mask_depends_on_the_shape_not_the_memory_layout():
         out = dropout(x, 0.5, training=True)
         torch.manual_seed(12)
         assert torch.equal(out != 0, _spec_keep(tuple(x.shape), 0.5))
+
+
+def test_vmapped_members_keep_a_field_equal_to_the_threshold():
+    """Under vmap the threshold is the same round(p * 2^15) and a field equal to it survives (p=0.3: 9830)."""
+    x = torch.ones(2, 32770)
+    torch.manual_seed(4)
+    out = torch.func.vmap(lambda row: dropout(row, 0.3, training=True), randomness="different")(x)
+    torch.manual_seed(4)
+    words = torch.empty(2, 8193, dtype=torch.int64).random_()
+    j = torch.arange(32770)
+    fields = (words[..., j // 4] >> (16 * (j % 4))) & 0x7FFF
+    at_threshold = fields == 9830
+    assert at_threshold.any() and (out[at_threshold] != 0).all()
+    assert torch.equal(out != 0, fields >= 9830)
+
+
+def test_the_output_has_the_input_dtype_and_its_exact_scale():
+    """float64 keeps its precision (the kept value is exactly 1/(1-p) in float64) and bfloat16 stays bfloat16."""
+    for dtype in (torch.float64, torch.bfloat16):
+        x = torch.ones(6, 40, dtype=dtype)
+        torch.manual_seed(9)
+        out = dropout(x, 0.3, training=True)
+        kept = out[out != 0]
+        assert out.dtype == dtype and kept.numel() > 0
+        assert torch.equal(kept, torch.full_like(kept, 1.0 / 0.7))

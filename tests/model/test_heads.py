@@ -48,3 +48,5 @@ def test_hook_names_and_sweep_order():
     assert Head("decoder", 2, 0, "cross_attn").hook("z") == "decoder.2.cross_attn.hook_z"
     heads = all_heads(CFG)
     assert len(heads) == 24 and heads[0].label == "1.1" and heads[-1].label == "3.8" and heads == sorted(heads)
+    cross = all_heads(CFG, "decoder", "cross_attn")
+    assert len(cross) == 24 and {h.attn for h in cross} == {"cross_attn"} and cross[-1].label == "cross:3.8"
