@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from lsa_interp.analysis import prompts
@@ -77,6 +79,8 @@ def test_a_seed_draws_the_same_tasks_it_always_did():
     ]
     assert [(p.source.transformation, p.target.transformation) for p in pairs] == [("remove_redundant", "rr_succ")] * 2
     assert [p.target.examples[0][1] for p in minimal_pairs("succ", "pred", 2)] == ["oqrstuv", "prstu"]
+    many = "\n".join(f"{p.source} {p.target.examples[0][1]}" for p in minimal_pairs("succ", "pred", 60))
+    assert hashlib.sha256(many.encode()).hexdigest()[:16] == "7a7cda1f6593b0c7"  # windows drawn past the first
     assert [t.examples[0][0] for t in paper_prompts("pred", 3)] == ["ghi", "hij", "klm"]
     assert [t.query for t in paper_prompts("pred", 2, fixed_query=False)] == ["bcd", "klm"]
 
@@ -86,6 +90,10 @@ def test_permuted_alphabets_follow_the_seed():
         pool = set(analysis_alphabets("permuted", seed))
         assert {t.alphabet for t in rule_tasks("succ", 3, seed=seed, alphabets="permuted")} <= pool
         assert {p.source.alphabet for p in minimal_pairs("succ", "pred", 3, seed=seed, alphabets="permuted")} <= pool
+
+
+_PAIR = [([0, 1, 2], [0, 1, 3]), ([5, 6, 7], [5, 6, 8]), ([0, 1, 2], [0, 0, 2]), ([5, 6, 7], [4, 6, 7])]
+"""source example, source query, target example, target query: the same inputs, different outputs."""
 
 
 def _counting(monkeypatch, answers):
@@ -101,16 +109,16 @@ def test_the_draws_give_up_after_a_run_of_stale_tries(monkeypatch):
     with pytest.raises(ValueError, match="only 0 distinct succ tasks"):
         rule_tasks("succ", 1)
     assert len(calls) == 2 * 5  # two problems a try
+    calls = _counting(monkeypatch, _PAIR[:2])  # a task on the first try restarts the count
+    with pytest.raises(ValueError, match="only 1 distinct succ tasks"):
+        rule_tasks("succ", 2)
+    assert len(calls) == 2 * (1 + 5)
     calls = _counting(monkeypatch, [])
     with pytest.raises(ValueError, match="never give the same example input"):
         minimal_pairs("succ", "pred", 1)
     assert len(calls) == 4 * 5  # two problems of each rule a try
     calls = _counting(monkeypatch, _PAIR)  # a pair on the first try restarts the count
     assert len(minimal_pairs("succ", "pred", 2, at_most=True)) == 1 and len(calls) == 4 * (1 + 5)
-
-
-_PAIR = [([0, 1, 2], [0, 1, 3]), ([5, 6, 7], [5, 6, 8]), ([0, 1, 2], [0, 0, 2]), ([5, 6, 7], [4, 6, 7])]
-"""source example, source query, target example, target query: the same inputs, different outputs."""
 
 
 @pytest.mark.parametrize(
@@ -130,3 +138,12 @@ def test_a_pair_needs_the_same_inputs_and_other_outputs(monkeypatch, changed):
         minimal_pairs("succ", "pred", 1)
     _counting(monkeypatch, _PAIR)
     assert minimal_pairs("succ", "pred", 1)[0].target.examples == (("abc", "aac"),)
+
+
+def test_permuted_alphabets_come_in_fours_from_their_documented_seed():
+    training = make_alphabets(400, seed=0)
+    drawn = make_alphabets(20, seed=10_001, exclude=training, include_standard=False)
+    assert analysis_alphabets("permuted", seed=1) == drawn != analysis_alphabets("permuted")
+    assert analysis_alphabets("permuted") == analysis_alphabets("permuted", seed=0, n=20)
+    assert len(analysis_alphabets("permuted", n=6)) == len(analysis_alphabets("permuted", n=3)) == 4
+    assert analysis_alphabets((STANDARD_ALPHABET,)) == [STANDARD_ALPHABET]
