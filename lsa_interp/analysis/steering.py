@@ -114,27 +114,9 @@ def steering_analysis(
     lengths: Sequence[int] = WINDOW_LENGTHS,
 ) -> AnalysisResult:
     """`steering_matrix` as a result: a source x target heat map of flip rates and the missing cells."""
-    import plotly.graph_objects as go
-
     matrix = steering_matrix(model, head, rules, n_pairs, seed, engine, alphabets, lengths)
     measured = ~torch.isnan(matrix.flip)
     mean_flip = float(matrix.flip[measured].mean()) if measured.any() else float("nan")
-    figure = go.Figure(
-        go.Heatmap(
-            z=matrix.flip.tolist(),
-            x=list(matrix.rules),
-            y=list(matrix.rules),
-            colorscale="Viridis",
-            zmin=0,
-            zmax=1,
-            colorbar={"title": "flip rate"},
-            texttemplate="%{z:.2f}",
-        ),
-        layout={
-            "xaxis": {"title": "target (prompts run)"},
-            "yaxis": {"title": "source (pattern taken from)", "autorange": "reversed"},
-        },
-    )
     label = matrix.label
     return AnalysisResult(
         name="steering",
@@ -155,7 +137,7 @@ def steering_analysis(
             "n_pairs": matrix.n_pairs,
             "missing": matrix.missing,
         },
-        figures={f"steering matrix of head {label}": figure},
+        figures={f"steering matrix of head {label}": _steering_figure(matrix)},
         findings=[
             Finding(
                 "steering by one head",
@@ -164,4 +146,26 @@ def steering_analysis(
                 None,
             )
         ],
+    )
+
+
+def _steering_figure(matrix: SteeringMatrix):  # pragma: no mutate block
+    """The flip rates as a source x target heat map (NaN cells blank)."""
+    import plotly.graph_objects as go
+
+    return go.Figure(
+        go.Heatmap(
+            z=matrix.flip.tolist(),
+            x=list(matrix.rules),
+            y=list(matrix.rules),
+            colorscale="Viridis",
+            zmin=0,
+            zmax=1,
+            colorbar={"title": "flip rate"},
+            texttemplate="%{z:.2f}",
+        ),
+        layout={
+            "xaxis": {"title": "target (prompts run)"},
+            "yaxis": {"title": "source (pattern taken from)", "autorange": "reversed"},
+        },
     )

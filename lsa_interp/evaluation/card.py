@@ -80,7 +80,7 @@ def card_header(
         f"- recipe: {recipe.get('epochs')} epochs, batch {recipe.get('batch_size')}, `{recipe.get('batching')}` "
         f"batching{bucketed}, AdamW lr {recipe.get('lr')} (betas {recipe.get('betas')}, weight decay "
         f"{recipe.get('weight_decay')}), warm-up over epoch 1, linear decay to {recipe.get('final_lr_factor')}x, "
-        f"dropout 0.1, {recipe.get('precision')}",
+        f"dropout {model.cfg.dropout}, {recipe.get('precision')}",
         f"- trained: {meta.get('steps')} steps ({epochs:.2f} epochs)" if epochs is not None else "- trained: unknown",
         *_partial_warning(epochs, recipe.get("epochs")),
         f"- hardware: {meta.get('hardware', meta.get('device', 'not recorded'))}; training wall time "

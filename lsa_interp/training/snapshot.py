@@ -47,7 +47,7 @@ def _epochs(run_dir: Path, state: dict[str, Any], run: str | None, planned: int)
         steps = [r for r in records if r.get("type") == "step" and r.get("step")]
         return state["step"] * steps[-1]["epoch"] / steps[-1]["step"] if steps else None
     first = next((r for r in records if r.get("type") == "epoch" and r.get("run") == run), None)
-    return min(planned, state["step"] * first["epoch"] / first["step"]) if first else None
+    return min(float(planned), state["step"] * first["epoch"] / first["step"]) if first else None
 
 
 def run_snapshot(

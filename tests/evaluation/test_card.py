@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+import torch
 
 from lsa_interp import cli
 from lsa_interp.analysis.matching import matching_analysis
@@ -77,6 +78,9 @@ def test_ship_writes_checkpoint_card_and_evaluation(run_dir, data_dir, tmp_path)
     assert load_model(target).metadata["steps"] == 6
     assert "partly trained: 0." in card and "of 1 epochs" in card
     assert "`random` batching, AdamW" in card  # new runs use the reference's batches, not length buckets
+    assert card.startswith("# tiny-model\n") and "\n## Evaluation\n" in card
+    assert (evaluation["model"], evaluation["limit"], fit["model"]) == ("tiny-model", 200, "tiny-model")
+    assert (target / "evaluation.json").read_text().startswith('{\n  "')
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
     val = evaluation_dataset(load_model(target), data_dir=data_dir)
     assert read_answer_check(target) == count_answers(load_model(target), val.splits["val"], val.seed)
@@ -93,6 +97,33 @@ def test_reduced_precision_is_measured_on_val(run_dir, tmp_path):
     target = ship_run(run_dir, "tiny-bf16", dest=tmp_path, storage="fp16", limit=50)
     card = (target / "card.md").read_text()
     assert "weights: fp16" in card and "greedy val answers" in card
+    from safetensors.torch import load_file
+
+    stored = load_file(target / "model.safetensors")  # stored in fp16, not only called so
+    parameters = {name for name, _ in load_model(target).named_parameters()}
+    assert parameters <= set(stored) and {stored[name].dtype for name in parameters} == {torch.float16}
+
+
+def test_ship_replaces_an_earlier_checkpoint_and_a_stale_staging_folder_in_a_new_folder(run_dir, tmp_path):
+    dest = tmp_path / "new" / "checkpoints"
+    first = ship_run(run_dir, "tiny", dest=dest, limit=20)
+    staging = dest / ".tiny.staging"
+    staging.mkdir()
+    (staging / "left-over").write_text("from a ship that was killed")
+    (first / "stray").write_text("not part of a checkpoint")
+    again = ship_run(run_dir, "tiny", dest=dest, limit=20)
+    assert again == first and not (again / "stray").exists() and not (again / "left-over").exists()
+    assert sorted(p.name for p in dest.iterdir()) == ["tiny"]
+
+
+def test_the_card_of_a_fresh_evaluation_says_how_to_repeat_it():
+    from lsa_interp.evaluation.card import card_markdown
+    from lsa_interp.evaluation.stored import read_evaluation
+
+    result = read_evaluation(checkpoint_module.CHECKPOINTS_DIR / "copy-20" / "evaluation.json")
+    card = card_markdown("n", _model_with({}), result, {"dtype": "fp32", "bytes": 1})
+    assert card.startswith("# n\n") and "- evaluated with `lsa-interp evaluate --model n` (numbers below)" in card
+    assert card.count("\n## Evaluation\n") == 1
 
 
 def test_ship_refuses_unfinished_runs_and_bad_storage(tmp_path, capsys):
@@ -222,3 +253,78 @@ def test_ship_reuses_the_full_split_evaluation_and_fit_beside_the_model_unless_a
             ship_run(run, "again-fp32", dest=tmp_path / "checkpoints", **options)
     assert len(evaluated) == 2
     assert (tmp_path / "checkpoints" / "again-fp32" / "card.md").read_text() == cards["fp32"]  # left as it was
+
+
+def _model_with(metadata: dict, dropout: float = 0.1):
+    from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+
+    cfg = ModelConfig(d_model=16, n_heads=2, d_mlp=32, n_encoder_layers=1, n_decoder_layers=1, dropout=dropout)
+    model = HookedEncoderDecoder(cfg)
+    model.metadata = metadata
+    return model
+
+
+def test_the_card_header_states_provenance_recipe_storage_and_fit():
+    from lsa_interp.evaluation.card import card_header
+    from lsa_interp.evaluation.fit import FitResult
+    from lsa_interp.evaluation.metrics import Accuracy
+
+    recipe = {"epochs": 20, "batch_size": 32, "batching": "alphabet", "lr": 0.001, "betas": [0.9, 0.95]}
+    recipe |= {"weight_decay": 0.01, "final_lr_factor": 0.05, "precision": "bf16", "length_bucketing": False}
+    model = _model_with(
+        {"preset": "copy-20", "data_seed": 0, "seed": 3, "train_config": recipe, "epochs_completed": 12.5}
+        | {"steps": 1234, "train_seconds": 5400.0, "hardware": "NVIDIA H100", "torch": "2.11.0"},
+        dropout=0.2,
+    )
+    fit = FitResult("x", "copy-20", 0, 10, {"train": Accuracy(9, 10), "val": Accuracy(1234, 2000)}, {}, {})
+    storage = {
+        "dtype": "fp16",
+        "bytes": 2_800_000,
+        "check": {"changed_answers": 3, "tasks": 45000, "fraction": 3 / 45000},
+    }
+    assert card_header("copy-20", model, storage, fit, reused=True).splitlines() == [
+        "# copy-20",
+        "",
+        "- data: preset `copy-20`, dataset seed 0; model seed 3",
+        "- recipe: 20 epochs, batch 32, `alphabet` batching, AdamW lr 0.001 (betas [0.9, 0.95], weight decay 0.01), "
+        "warm-up over epoch 1, linear decay to 0.05x, dropout 0.2, bf16",
+        "- trained: 1234 steps (12.50 epochs)",
+        "- **partly trained: 12.50 of 20 epochs.** The run was stopped early; its numbers are not comparable to the "
+        "paper's, which are for the full recipe",
+        "- hardware: NVIDIA H100; training wall time 1.50 h (5400.0 s); torch 2.11.0",
+        "- weights: fp16 (2.8 MB); changes 3 of 45,000 greedy val answers (0.007%) against fp32",
+        "- training fit (`fit.json`): 90.0% of 10 train rows, 61.7% of 2,000 val rows (non-copy, seen "
+        "transformations; `lsa-interp fit --model x`)",
+        "- evaluated at the end of training, on its hardware, in fp32 (the run's `evaluation.json` and `fit.json`; "
+        "the stored weights change the val answers counted above); `lsa-interp evaluate --model copy-20` evaluates "
+        "it again",
+    ]
+    bare = card_header("bare", _model_with({"train_config": {}, "device": "cpu"}), {"dtype": "fp32", "bytes": 5e6})
+    assert bare.splitlines()[3:] == [
+        "- recipe: None epochs, batch None, `None` batching (length-bucketed), AdamW lr None (betas None, weight decay "
+        "None), warm-up over epoch 1, linear decay to Nonex, dropout 0.1, None",
+        "- trained: unknown",
+        "- hardware: cpu; training wall time 0.00 h (0.0 s); torch None",
+        "- weights: fp32 (5.0 MB)",
+        "- evaluated with `lsa-interp evaluate --model bare` (numbers below)",
+    ]
+    assert "hardware: not recorded;" in card_header("x", _model_with({}), {"dtype": "fp32", "bytes": 1})
+
+
+def test_a_run_at_its_planned_epochs_is_not_partial_and_the_warning_reads_in_full():
+    assert _partial_warning(20 - 1e-6, 20) == []
+    assert _partial_warning(2.1627, 20) == [
+        "- **partly trained: 2.16 of 20 epochs.** The run was stopped early; its numbers are not comparable to the "
+        "paper's, which are for the full recipe"
+    ]
+
+
+def test_the_precision_check_counts_changed_answers(monkeypatch):
+    from lsa_interp.evaluation import card
+
+    full, reduced = _model_with({}), _model_with({})
+    answers = {id(full): ["b", "a", "c", "d"], id(reduced): ["x", "a", "c", "d"]}
+    monkeypatch.setattr(card, "predict", lambda model, tasks: answers[id(model)][: len(tasks)])
+    assert card.precision_check(full, reduced, [1, 2, 3, 4]) == {"tasks": 4, "changed_answers": 1, "fraction": 0.25}
+    assert card.precision_check(full, reduced, [1])["fraction"] == 1.0
+    assert card.precision_check(full, reduced, [])["fraction"] == 0.0

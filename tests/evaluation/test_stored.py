@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from lsa_interp.evaluation.report import markdown_report
+from lsa_interp.evaluation.result import NOTES
 from lsa_interp.evaluation.stored import (
     evaluation_from_dict,
     fit_from_dict,
@@ -63,3 +64,12 @@ def test_a_shipped_evaluation_is_found_by_name_or_directory_and_a_missing_one_li
         shipped_evaluation("copy-2000")
     with pytest.raises(FileNotFoundError, match="no evaluation at"):
         shipped_evaluation(tmp_path)  # a directory without one
+
+
+def test_a_subset_s_limit_its_notes_and_each_family_s_rule_read_back():
+    evaluation = json.loads((SHIPPED / "evaluation.json").read_text())
+    result = evaluation_from_dict({**evaluation, "limit": 200, "notes": ["a note"]})
+    assert result.limit == 200 and result.notes == ("a note",)
+    assert evaluation_from_dict({k: v for k, v in evaluation.items() if k != "notes"}).notes == tuple(NOTES)
+    families = result.rule_families
+    assert families and all(counts.rule == rule for row in families.values() for rule, counts in row.items())

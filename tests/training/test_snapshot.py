@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -92,3 +94,29 @@ def test_evaluate_takes_a_run_directory(data_dir, tmp_path, capsys):
         cli.main(args)
     assert exit_info.value.code == 0
     assert "Which rule was applied" in capsys.readouterr().out
+
+
+def test_epochs_come_from_the_records_before_the_state_s_offset(tmp_path):
+    """A single run's epochs from its last step record before the offset; a stack's replicate from its own first
+    epoch record, capped at its planned epochs. Records past the offset (another ratio) are not read."""
+    from lsa_interp.training.run_dir import METRICS_FILE
+    from lsa_interp.training.snapshot import _epochs
+
+    assert _epochs(tmp_path, {"metrics_offset": 0, "step": 1}, None, 3) is None  # no metrics yet
+    before = [
+        {"type": "step", "step": 5, "epoch": 0.1, "run": "a"},
+        {"type": "step", "step": 10, "epoch": 0.5},
+        {"type": "epoch", "run": "a", "step": 40, "epoch": 1},
+    ]
+    after = [{"type": "step", "step": 30, "epoch": 3.0}, {"type": "epoch", "run": "b", "step": 1, "epoch": 1}]
+    text = "".join(json.dumps(r) + "\n" for r in before)
+    (tmp_path / METRICS_FILE).write_text(text + "".join(json.dumps(r) + "\n" for r in after))
+    state = {"metrics_offset": len(text.encode()), "step": 15}
+    assert _epochs(tmp_path, state, None, 3) == pytest.approx(0.75)
+    assert _epochs(tmp_path, state, "a", 3) == pytest.approx(0.375)
+    assert _epochs(tmp_path, {**state, "step": 400}, "a", 3) == 3
+    assert _epochs(tmp_path, state, "b", 3) is None
+    epochs_only = tmp_path / "epochs-only"
+    epochs_only.mkdir()
+    (epochs_only / METRICS_FILE).write_text(json.dumps(before[2]) + "\n")
+    assert _epochs(epochs_only, {"metrics_offset": 10**6, "step": 15}, None, 3) is None  # no step record yet
