@@ -49,6 +49,17 @@ def test_an_unfinished_run_opens_at_its_saved_step_with_its_metadata(data_dir, t
     assert load_run_or_model(tmp_path / "run").metadata["steps"] == 35
     with pytest.raises(ValueError, match="replicate 1 out of range"):
         run_snapshot(tmp_path / "run", replicate=1)
+    state = torch.load(tmp_path / "run" / "state.pt", weights_only=False)
+    assert meta["train_seconds"] == round(state["elapsed"], 1) and "run" not in meta
+    on_meta = load_run_or_model(tmp_path / "run", device="meta")
+    assert {p.device.type for p in on_meta.parameters()} == {"meta"}
+
+
+def test_a_run_without_a_preset_takes_its_dataset_s_and_its_finished_model_loads_as_a_checkpoint(data_dir, tmp_path):
+    Trainer.start(_config(data_dir, preset=None, max_steps=4, epochs=1), tmp_path / "run").run()
+    assert run_snapshot(tmp_path / "run").metadata["preset"] == "tiny"  # from the dataset's manifest
+    model = load_run_or_model(tmp_path / "run" / "model", device="meta")  # a checkpoint inside a run directory
+    assert "snapshot" not in model.metadata and {p.device.type for p in model.parameters()} == {"meta"}
 
 
 def test_a_run_on_the_plain_transformer_opens_as_the_same_function(data_dir, tmp_path):
@@ -74,6 +85,12 @@ def test_each_run_of_a_stack_opens_as_its_replicate(data_dir, tmp_path):
     meta = second.metadata
     assert (meta["run"], meta["seed"], meta["batching"], meta["steps"]) == ("b", 1, "alphabet", 40)
     assert 1 < meta["epochs_completed"] <= 2
+    records = [json.loads(line) for line in (tmp_path / "stack" / "metrics.jsonl").read_text().splitlines()]
+    b_epoch = next(r for r in records if r.get("type") == "epoch" and r.get("run") == "b")
+    assert meta["epochs_completed"] == pytest.approx(40 * b_epoch["epoch"] / b_epoch["step"])  # b's epochs, not a's
+    assert {p.device.type for p in load_run_or_model(tmp_path / "stack" / "replicate-1", "meta").parameters()} == {
+        "meta"
+    }
     assert run_snapshot(tmp_path / "stack").metadata["run"] == "a"
     with pytest.raises(ValueError, match="replicate 2 out of range: the stack has 2 runs"):
         run_snapshot(tmp_path / "stack", replicate=2)
