@@ -74,3 +74,20 @@ def test_the_defaults_draw_50_pairs_with_seed_0(planted, monkeypatch):
     )
     steering.steering_matrix(planted, rules=("succ", "pred"))
     assert [(a[2], k["seed"], k.get("at_most", False)) for a, k in calls] == [(1, 0, False), (50, 0, True)] * 2
+
+
+def test_the_analysis_passes_its_settings_on_and_states_the_paper_s_claim(planted, monkeypatch):
+    from lsa_interp.analysis.prompts import WINDOW_LENGTHS
+    from lsa_interp.data.transformations import PAPER
+
+    calls, real = [], steering.steering_matrix
+    monkeypatch.setattr(
+        steering, "steering_matrix", lambda *a: calls.append(a[1:]) or real(planted, a[1], ("sort", "pred"))
+    )
+    result = steering.steering_analysis(planted, "m")
+    assert calls == [("auto", PAPER, 50, 0, "hooks", "standard", WINDOW_LENGTHS)]
+    steering.steering_analysis(planted, "m", "2.3", ("a",), 7, 9, "nnsight", "permuted", (4, 5))
+    assert calls[1] == ("2.3", ("a",), 7, 9, "nnsight", "permuted", (4, 5))
+    (finding,) = result.findings
+    assert finding.name == "steering by one head"
+    assert finding.paper == "head 2.7's pattern from successor prompts turns predecessor answers into successor answers"

@@ -328,3 +328,49 @@ def test_the_precision_check_counts_changed_answers(monkeypatch):
     assert card.precision_check(full, reduced, [1, 2, 3, 4]) == {"tasks": 4, "changed_answers": 1, "fraction": 0.25}
     assert card.precision_check(full, reduced, [1])["fraction"] == 1.0
     assert card.precision_check(full, reduced, [])["fraction"] == 0.0
+
+
+def test_the_header_s_hours_megabytes_and_changed_share_and_a_reused_fp32_evaluation():
+    from lsa_interp.evaluation.card import card_header
+
+    model = _model_with({"train_config": {}, "train_seconds": 18.0})
+    storage = {"dtype": "fp16", "bytes": 2_850_000, "check": {"changed_answers": 5, "tasks": 1000, "fraction": 0.005}}
+    lines = card_header("n", model, storage).splitlines()
+    assert "- hardware: not recorded; training wall time 0.01 h (18.0 s); torch None" in lines
+    assert "- weights: fp16 (2.9 MB); changes 5 of 1,000 greedy val answers (0.500%) against fp32" in lines
+    reused = card_header("n", model, {"dtype": "fp32", "bytes": 1}, reused=True).splitlines()[-1]
+    assert reused == (
+        "- evaluated at the end of training, on its hardware, in fp32 (the run's `evaluation.json` and `fit.json`); "
+        "`lsa-interp evaluate --model n` evaluates it again"
+    )
+
+
+def test_stored_results_are_reused_only_for_the_whole_splits_of_the_training_preset(tmp_path):
+    from lsa_interp.evaluation.card import _stored_results
+
+    shipped = checkpoint_module.CHECKPOINTS_DIR / "copy-20"
+    evaluation, fit = (
+        json.loads((shipped / "evaluation.json").read_text()),
+        json.loads((shipped / "fit.json").read_text()),
+    )
+    model = _model_with({"preset": evaluation["training_preset"]})
+
+    def stored(evaluation_overrides: dict, fit_overrides: dict):
+        (tmp_path / "evaluation.json").write_text(json.dumps({**evaluation, **evaluation_overrides}))
+        (tmp_path / "fit.json").write_text(json.dumps({**fit, **fit_overrides}))
+        return _stored_results(tmp_path, model, "n", None)
+
+    result, fit_result = stored({}, {})
+    assert result.model == fit_result.model == "n"
+    assert stored({}, {"preset": "another"}) is None
+    assert stored({"limit": 200}, {}) is None
+
+
+def test_a_refreshed_card_writes_indented_json_where_the_checkpoint_had_none(shipped, tmp_path):
+    from lsa_interp.evaluation.stored import read_evaluation
+
+    copy = shutil.copytree(shipped, tmp_path / "copy")
+    result = read_evaluation(copy / "evaluation.json")
+    (copy / "evaluation.json").unlink()
+    refresh_card(copy, result)
+    assert (copy / "evaluation.json").read_text().startswith('{\n  "')

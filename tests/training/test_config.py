@@ -145,3 +145,9 @@ def test_the_train_command_passes_compile_to_the_run(tmp_path, monkeypatch):
     with pytest.raises(SystemExit):
         cli.main(["train", "--data", str(tmp_path), "--out", str(tmp_path / "packed"), "--packing"])
     assert seen[-1].packing and seen[-1].stacked and not seen[-2].packing
+
+
+def test_micro_batches_may_go_down_to_one_row_each():
+    assert TrainConfig(data_dir="d", batch_size=8, micro_batches=8).micro_batches == 8
+    with pytest.raises(ValueError, match="between 1 and the batch size 8, got 9"):
+        TrainConfig(data_dir="d", batch_size=8, micro_batches=9)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -137,3 +138,11 @@ def test_epochs_come_from_the_records_before_the_state_s_offset(tmp_path):
     epochs_only.mkdir()
     (epochs_only / METRICS_FILE).write_text(json.dumps(before[2]) + "\n")
     assert _epochs(epochs_only, {"metrics_offset": 10**6, "step": 15}, None, 3) is None  # no step record yet
+
+
+def test_a_run_whose_dataset_is_gone_still_opens(data_dir, tmp_path):
+    moved = shutil.copytree(data_dir, tmp_path / "data")
+    Trainer.start(_config(moved, max_steps=2, epochs=1), tmp_path / "run").run()
+    shutil.rmtree(moved)
+    meta = run_snapshot(tmp_path / "run").metadata
+    assert (meta["preset"], meta["data_seed"], meta["steps"]) == ("tiny", None, 2)
