@@ -10,7 +10,9 @@ import torch
 
 from lsa_interp.analysis import steering
 from lsa_interp.analysis.planted import PLANTED_HEAD, planted_model
+from lsa_interp.analysis.prompts import WINDOW_LENGTHS
 from lsa_interp.data.task import STANDARD_ALPHABET
+from lsa_interp.data.transformations import PAPER
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +79,6 @@ def test_the_defaults_draw_50_pairs_with_seed_0(planted, monkeypatch):
 
 
 def test_the_analysis_passes_its_settings_on_and_states_the_paper_s_claim(planted, monkeypatch):
-    from lsa_interp.analysis.prompts import WINDOW_LENGTHS
-    from lsa_interp.data.transformations import PAPER
-
     calls, real = [], steering.steering_matrix
     monkeypatch.setattr(
         steering, "steering_matrix", lambda *a: calls.append(a[1:]) or real(planted, a[1], ("sort", "pred"))

@@ -8,16 +8,28 @@ import shutil
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from lsa_interp import cli
 from lsa_interp.analysis.matching import matching_analysis
 from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
+from lsa_interp.evaluation import card as card_module
 from lsa_interp.evaluation.answer_check import count_answers, read_answer_check
-from lsa_interp.evaluation.card import _partial_warning, refresh_card, ship_run
+from lsa_interp.evaluation.card import (
+    _partial_warning,
+    _stored_results,
+    card_header,
+    card_markdown,
+    refresh_card,
+    ship_run,
+)
+from lsa_interp.evaluation.fit import FitResult
+from lsa_interp.evaluation.metrics import Accuracy
 from lsa_interp.evaluation.report import markdown_report
 from lsa_interp.evaluation.run import evaluate_model, evaluation_dataset
+from lsa_interp.evaluation.stored import read_evaluation
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig, load_model
 from lsa_interp.model import checkpoint as checkpoint_module
-from lsa_interp.model import load_model
 from lsa_interp.training import TrainConfig, Trainer
 from tests.helpers import SMALL_MODEL
 
@@ -97,8 +109,6 @@ def test_reduced_precision_is_measured_on_val(run_dir, tmp_path):
     target = ship_run(run_dir, "tiny-bf16", dest=tmp_path, storage="fp16", limit=50)
     card = (target / "card.md").read_text()
     assert "weights: fp16" in card and "greedy val answers" in card
-    from safetensors.torch import load_file
-
     stored = load_file(target / "model.safetensors")  # stored in fp16, not only called so
     parameters = {name for name, _ in load_model(target).named_parameters()}
     assert parameters <= set(stored) and {stored[name].dtype for name in parameters} == {torch.float16}
@@ -117,9 +127,6 @@ def test_ship_replaces_an_earlier_checkpoint_and_a_stale_staging_folder_in_a_new
 
 
 def test_the_card_of_a_fresh_evaluation_says_how_to_repeat_it():
-    from lsa_interp.evaluation.card import card_markdown
-    from lsa_interp.evaluation.stored import read_evaluation
-
     result = read_evaluation(checkpoint_module.CHECKPOINTS_DIR / "copy-20" / "evaluation.json")
     card = card_markdown("n", _model_with({}), result, {"dtype": "fp32", "bytes": 1})
     assert card.startswith("# n\n") and "- evaluated with `lsa-interp evaluate --model n` (numbers below)" in card
@@ -225,13 +232,11 @@ def test_ship_reuses_the_full_split_evaluation_and_fit_beside_the_model_unless_a
 ):
     """A sweep writes the model's full-split evaluation and training fit beside it: shipping takes them (renamed)
     without evaluating, also in fp16 after its val check; --reevaluate or a limit evaluate again."""
-    from lsa_interp.evaluation import card
-
     run = shutil.copytree(run_dir, tmp_path / "run")
     for name in ("evaluation.json", "fit.json"):
         shutil.copy(shipped / name, run / "model" / name)  # the tiny run's own full-split numbers
     evaluated = []
-    monkeypatch.setattr(card, "evaluate_model", lambda *args, **kwargs: evaluated.append(1) or 1 / 0)
+    monkeypatch.setattr(card_module, "evaluate_model", lambda *args, **kwargs: evaluated.append(1) or 1 / 0)
     stored, cards = json.loads((shipped / "evaluation.json").read_text()), {}
     for storage in ("fp32", "fp16"):
         target = ship_run(run, f"again-{storage}", dest=tmp_path / "checkpoints", storage=storage)
@@ -256,8 +261,6 @@ def test_ship_reuses_the_full_split_evaluation_and_fit_beside_the_model_unless_a
 
 
 def _model_with(metadata: dict, dropout: float = 0.1):
-    from lsa_interp.model import HookedEncoderDecoder, ModelConfig
-
     cfg = ModelConfig(d_model=16, n_heads=2, d_mlp=32, n_encoder_layers=1, n_decoder_layers=1, dropout=dropout)
     model = HookedEncoderDecoder(cfg)
     model.metadata = metadata
@@ -265,10 +268,6 @@ def _model_with(metadata: dict, dropout: float = 0.1):
 
 
 def test_the_card_header_states_provenance_recipe_storage_and_fit():
-    from lsa_interp.evaluation.card import card_header
-    from lsa_interp.evaluation.fit import FitResult
-    from lsa_interp.evaluation.metrics import Accuracy
-
     recipe = {"epochs": 20, "batch_size": 32, "batching": "alphabet", "lr": 0.001, "betas": [0.9, 0.95]}
     recipe |= {"weight_decay": 0.01, "final_lr_factor": 0.05, "precision": "bf16", "length_bucketing": False}
     model = _model_with(
@@ -320,19 +319,19 @@ def test_a_run_at_its_planned_epochs_is_not_partial_and_the_warning_reads_in_ful
 
 
 def test_the_precision_check_counts_changed_answers(monkeypatch):
-    from lsa_interp.evaluation import card
-
     full, reduced = _model_with({}), _model_with({})
     answers = {id(full): ["b", "a", "c", "d"], id(reduced): ["x", "a", "c", "d"]}
-    monkeypatch.setattr(card, "predict", lambda model, tasks: answers[id(model)][: len(tasks)])
-    assert card.precision_check(full, reduced, [1, 2, 3, 4]) == {"tasks": 4, "changed_answers": 1, "fraction": 0.25}
-    assert card.precision_check(full, reduced, [1])["fraction"] == 1.0
-    assert card.precision_check(full, reduced, [])["fraction"] == 0.0
+    monkeypatch.setattr(card_module, "predict", lambda model, tasks: answers[id(model)][: len(tasks)])
+    assert card_module.precision_check(full, reduced, [1, 2, 3, 4]) == {
+        "tasks": 4,
+        "changed_answers": 1,
+        "fraction": 0.25,
+    }
+    assert card_module.precision_check(full, reduced, [1])["fraction"] == 1.0
+    assert card_module.precision_check(full, reduced, [])["fraction"] == 0.0
 
 
 def test_the_header_s_hours_megabytes_and_changed_share_and_a_reused_fp32_evaluation():
-    from lsa_interp.evaluation.card import card_header
-
     model = _model_with({"train_config": {}, "train_seconds": 18.0})
     storage = {"dtype": "fp16", "bytes": 2_850_000, "check": {"changed_answers": 5, "tasks": 1000, "fraction": 0.005}}
     lines = card_header("n", model, storage).splitlines()
@@ -346,8 +345,6 @@ def test_the_header_s_hours_megabytes_and_changed_share_and_a_reused_fp32_evalua
 
 
 def test_stored_results_are_reused_only_for_the_whole_splits_of_the_training_preset(tmp_path):
-    from lsa_interp.evaluation.card import _stored_results
-
     shipped = checkpoint_module.CHECKPOINTS_DIR / "copy-20"
     evaluation, fit = (
         json.loads((shipped / "evaluation.json").read_text()),
@@ -367,8 +364,6 @@ def test_stored_results_are_reused_only_for_the_whole_splits_of_the_training_pre
 
 
 def test_a_refreshed_card_writes_indented_json_where_the_checkpoint_had_none(shipped, tmp_path):
-    from lsa_interp.evaluation.stored import read_evaluation
-
     copy = shutil.copytree(shipped, tmp_path / "copy")
     result = read_evaluation(copy / "evaluation.json")
     (copy / "evaluation.json").unlink()

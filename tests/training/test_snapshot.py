@@ -13,7 +13,8 @@ from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
 from lsa_interp.data.loaders import load_tokenized
 from lsa_interp.data.vocab import PAD
 from lsa_interp.training import TrainConfig, Trainer
-from lsa_interp.training.snapshot import load_run_or_model, run_snapshot
+from lsa_interp.training.run_dir import METRICS_FILE
+from lsa_interp.training.snapshot import _epochs, load_run_or_model, run_snapshot
 from lsa_interp.training.stack_config import RunSpec, StackConfig
 from lsa_interp.training.stack_trainer import StackTrainer
 from tests.helpers import SMALL_MODEL
@@ -86,7 +87,7 @@ def test_each_run_of_a_stack_opens_as_its_replicate(data_dir, tmp_path):
     meta = second.metadata
     assert (meta["run"], meta["seed"], meta["batching"], meta["steps"]) == ("b", 1, "alphabet", 40)
     assert 1 < meta["epochs_completed"] <= 2
-    records = [json.loads(line) for line in (tmp_path / "stack" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "stack" / METRICS_FILE).read_text().splitlines()]
     b_epoch = next(r for r in records if r.get("type") == "epoch" and r.get("run") == "b")
     assert meta["epochs_completed"] == pytest.approx(40 * b_epoch["epoch"] / b_epoch["step"])  # b's epochs, not a's
     assert {p.device.type for p in load_run_or_model(tmp_path / "stack" / "replicate-1", "meta").parameters()} == {
@@ -117,9 +118,6 @@ def test_evaluate_takes_a_run_directory(data_dir, tmp_path, capsys):
 def test_epochs_come_from_the_records_before_the_state_s_offset(tmp_path):
     """A single run's epochs from its last step record before the offset; a stack's replicate from its own first
     epoch record, capped at its planned epochs. Records past the offset (another ratio) are not read."""
-    from lsa_interp.training.run_dir import METRICS_FILE
-    from lsa_interp.training.snapshot import _epochs
-
     assert _epochs(tmp_path, {"metrics_offset": 0, "step": 1}, None, 3) is None  # no metrics yet
     before = [
         {"type": "step", "step": 5, "epoch": 0.1, "run": "a"},
