@@ -62,6 +62,24 @@ def _fit_line(fit: FitResult | None) -> list[str]:
     ]
 
 
+def _recorded(value: Any, form: str = "{}") -> str:
+    """``value`` written by ``form``, or "not recorded" where the metadata lacks it."""
+    return "not recorded" if value is None else form.format(value)
+
+
+def _recipe_line(recipe: dict[str, Any], dropout: float) -> str:
+    """The recipe of the card header from a run's ``train_config``; "not recorded" without one."""
+    if not recipe:
+        return f"- recipe: not recorded (the model carries no training configuration); dropout {dropout}"
+    bucketed = " (length-bucketed)" if recipe.get("length_bucketing", True) else ""
+    return (
+        f"- recipe: {recipe.get('epochs')} epochs, batch {recipe.get('batch_size')}, `{recipe.get('batching')}` "
+        f"batching{bucketed}, AdamW lr {recipe.get('lr')} (betas {recipe.get('betas')}, weight decay "
+        f"{recipe.get('weight_decay')}), warm-up over epoch 1, linear decay to {recipe.get('final_lr_factor')}x, "
+        f"dropout {dropout}, {recipe.get('precision')}"
+    )
+
+
 def card_header(
     name: str, model: HookedEncoderDecoder, storage: dict[str, Any], fit: FitResult | None = None, reused: bool = False
 ) -> str:
@@ -71,20 +89,18 @@ def card_header(
     meta = model.metadata
     recipe = meta.get("train_config", {})
     epochs = meta.get("epochs_completed")
-    seconds = meta.get("train_seconds", 0)
-    bucketed = " (length-bucketed)" if recipe.get("length_bucketing", True) else ""
+    seconds = meta.get("train_seconds")
+    wall_time = "not recorded" if seconds is None else f"{seconds / 3600:.2f} h ({seconds:.1f} s)"
     lines = [
         f"# {name}",
         "",
-        f"- data: preset `{meta.get('preset')}`, dataset seed {meta.get('data_seed')}; model seed {meta.get('seed')}",
-        f"- recipe: {recipe.get('epochs')} epochs, batch {recipe.get('batch_size')}, `{recipe.get('batching')}` "
-        f"batching{bucketed}, AdamW lr {recipe.get('lr')} (betas {recipe.get('betas')}, weight decay "
-        f"{recipe.get('weight_decay')}), warm-up over epoch 1, linear decay to {recipe.get('final_lr_factor')}x, "
-        f"dropout {model.cfg.dropout}, {recipe.get('precision')}",
+        f"- data: preset {_recorded(meta.get('preset'), '`{}`')}, dataset seed {_recorded(meta.get('data_seed'))}; "
+        f"model seed {_recorded(meta.get('seed'))}",
+        _recipe_line(recipe, model.cfg.dropout),
         f"- trained: {meta.get('steps')} steps ({epochs:.2f} epochs)" if epochs is not None else "- trained: unknown",
         *_partial_warning(epochs, recipe.get("epochs")),
-        f"- hardware: {meta.get('hardware', meta.get('device', 'not recorded'))}; training wall time "
-        f"{seconds / 3600:.2f} h ({seconds:.1f} s); torch {meta.get('torch')}",
+        f"- hardware: {meta.get('hardware', meta.get('device', 'not recorded'))}; training wall time {wall_time}; "
+        f"torch {_recorded(meta.get('torch'))}",
         f"- weights: {storage['dtype']} ({storage['bytes'] / 1e6:.1f} MB)"
         + (
             f"; changes {storage['check']['changed_answers']} of {storage['check']['tasks']:,} greedy val answers "

@@ -298,15 +298,22 @@ def test_the_card_header_states_provenance_recipe_storage_and_fit():
         "the stored weights change the val answers counted above); `lsa-interp evaluate --model copy-20` evaluates "
         "it again",
     ]
-    bare = card_header("bare", _model_with({"train_config": {}, "device": "cpu"}), {"dtype": "fp32", "bytes": 5e6})
-    assert bare.splitlines()[3:] == [
-        "- recipe: None epochs, batch None, `None` batching (length-bucketed), AdamW lr None (betas None, weight decay "
-        "None), warm-up over epoch 1, linear decay to Nonex, dropout 0.1, None",
+    bare = card_header("bare", _model_with({"device": "cpu"}), {"dtype": "fp32", "bytes": 5e6})
+    assert bare.splitlines()[2:] == [
+        "- data: preset not recorded, dataset seed not recorded; model seed not recorded",
+        "- recipe: not recorded (the model carries no training configuration); dropout 0.1",
         "- trained: unknown",
-        "- hardware: cpu; training wall time 0.00 h (0.0 s); torch None",
+        "- hardware: cpu; training wall time not recorded; torch not recorded",
         "- weights: fp32 (5.0 MB)",
         "- evaluated with `lsa-interp evaluate --model bare` (numbers below)",
     ]
+    seeded = _model_with({"preset": "copy-20", "data_seed": 0, "seed": 0, "train_seconds": 0.0})
+    assert card_header("s", seeded, {"dtype": "fp32", "bytes": 1}).splitlines()[2] == (
+        "- data: preset `copy-20`, dataset seed 0; model seed 0"
+    )
+    assert "training wall time 0.00 h (0.0 s)" in card_header("s", seeded, {"dtype": "fp32", "bytes": 1})
+    bucketed = _model_with({"train_config": {"epochs": 20, "batching": "random"}})
+    assert "`random` batching (length-bucketed)" in card_header("b", bucketed, {"dtype": "fp32", "bytes": 1})
     assert "hardware: not recorded;" in card_header("x", _model_with({}), {"dtype": "fp32", "bytes": 1})
 
 
@@ -335,7 +342,7 @@ def test_the_header_s_hours_megabytes_and_changed_share_and_a_reused_fp32_evalua
     model = _model_with({"train_config": {}, "train_seconds": 18.0})
     storage = {"dtype": "fp16", "bytes": 2_850_000, "check": {"changed_answers": 5, "tasks": 1000, "fraction": 0.005}}
     lines = card_header("n", model, storage).splitlines()
-    assert "- hardware: not recorded; training wall time 0.01 h (18.0 s); torch None" in lines
+    assert "- hardware: not recorded; training wall time 0.01 h (18.0 s); torch not recorded" in lines
     assert "- weights: fp16 (2.9 MB); changes 5 of 1,000 greedy val answers (0.500%) against fp32" in lines
     reused = card_header("n", model, {"dtype": "fp32", "bytes": 1}, reused=True).splitlines()[-1]
     assert reused == (
