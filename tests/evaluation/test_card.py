@@ -376,3 +376,61 @@ def test_a_refreshed_card_writes_indented_json_where_the_checkpoint_had_none(shi
     (copy / "evaluation.json").unlink()
     refresh_card(copy, result)
     assert (copy / "evaluation.json").read_text().startswith('{\n  "')
+
+
+class _DatasetChosen(Exception):
+    """Raised by a stand-in for `evaluation_dataset` to end a ship once it has chosen the run's dataset."""
+
+
+def _dataset_dir_shipped_with(monkeypatch, run, replicate=None):
+    """The ``data_dir`` that shipping ``run`` hands to `evaluation_dataset` (None: the preset is regenerated)."""
+    chosen = []
+
+    def record(model, **options):
+        chosen.append(options.get("data_dir"))
+        raise _DatasetChosen
+
+    monkeypatch.setattr(card_module, "evaluation_dataset", record)
+    with pytest.raises(_DatasetChosen):
+        ship_run(run, "x", replicate=replicate, dest=run.parent / "checkpoints")
+    return chosen[0]
+
+
+def test_a_ship_evaluates_on_the_run_s_own_dataset_while_it_is_there(run_dir, data_dir, tmp_path, monkeypatch):
+    run = shutil.copytree(run_dir, tmp_path / "run")
+    config = run / "train_config.json"
+    assert _dataset_dir_shipped_with(monkeypatch, run) == data_dir
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"data_dir": str(tmp_path / "gone")}))
+    assert _dataset_dir_shipped_with(monkeypatch, run) is None
+    config.unlink()
+    assert _dataset_dir_shipped_with(monkeypatch, run) is None
+    stack = tmp_path / "stack"
+    shutil.copytree(run_dir / "model", stack / "replicate-1" / "model")
+    runs = [{"data_dir": str(tmp_path / "other")}, {"data_dir": data_dir}]
+    (stack / "train_config.json").write_text(json.dumps({"runs": runs, "data_dir": str(tmp_path / "other")}))
+    (tmp_path / "other").mkdir()
+    assert _dataset_dir_shipped_with(monkeypatch, stack, replicate=1) == data_dir
+
+
+def test_reduced_precision_is_refused_from_exactly_the_limit_of_changed_answers(run_dir, tmp_path, monkeypatch):
+    limit = card_module.MAX_CHANGED_ANSWERS
+    for fraction, ships in ((limit, False), (limit * 0.99, True)):
+        check = {"tasks": 1000, "changed_answers": round(fraction * 1000), "fraction": fraction}
+        monkeypatch.setattr(card_module, "precision_check", lambda full, reduced, tasks, check=check: check)
+        dest = tmp_path / str(ships)
+        if ships:
+            assert (ship_run(run_dir, "tiny", dest=dest, storage="fp16", limit=20) / "card.md").is_file()
+        else:
+            with pytest.raises(ValueError, match="fp16 storage changes 1 val answers"):
+                ship_run(run_dir, "tiny", dest=dest, storage="fp16", limit=20)
+            assert list(dest.iterdir()) == []
+
+
+def test_a_ship_that_fails_before_its_staging_folder_exists_raises_its_own_error(run_dir, tmp_path, monkeypatch):
+    def no_space(model, directory, storage):
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(card_module, "save_model", no_space)
+    with pytest.raises(OSError, match="no space left"):
+        ship_run(run_dir, "tiny", dest=tmp_path, limit=20)
+    assert list(tmp_path.iterdir()) == []
