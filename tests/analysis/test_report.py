@@ -277,3 +277,23 @@ def test_the_report_files_name_the_model_its_time_and_each_figure(tmp_path):
     page = paths["html"].read_text()
     assert "re-measured on <b>copy-x</b> in 5 s" in page and "lsa-interp report: copy-x" in page
     assert "<h2>roles: bars</h2>" in page
+
+
+def test_assemble_puts_the_control_findings_before_the_rows_of_steps_that_could_not_run(monkeypatch):
+    calls = []
+
+    def controls(report, model, n_pairs, seed):
+        calls.append((report.model, n_pairs, seed, [r.name for r in report.results]))
+        return [Finding("control", "-", "measured", True)]
+
+    monkeypatch.setattr(report_module, "control_findings", controls)
+    failed = Finding("rasp", "-", "could not run: no preset", None)
+    outcomes = {
+        "rasp": (failed, 0.5),
+        "roles": (AnalysisResult("roles", "m", {}), 1.5),
+        "splice": (AnalysisResult("splice", "m", {}), 2.5),
+    }
+    report = report_module.assemble(planted_model(), "m", 7, outcomes)
+    assert calls == [("m", report_module.REPORT_SIZES["patch_pairs"], 7, ["roles", "splice"])]
+    assert report.model == "m" and report.extra == [Finding("control", "-", "measured", True), failed]
+    assert list(report.seconds.items()) == [("roles", 1.5), ("rasp", 0.5), ("splice", 2.5)]

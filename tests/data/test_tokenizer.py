@@ -80,9 +80,10 @@ def test_a_generated_arrow_stays_in_the_answer_and_only_a_decoder_input_drops_it
     assert decode_batch(torch.tensor([[ARROW, 1, EOS, 5], [ARROW, ARROW, 4, PAD]])) == [">b", ">>e<pad>"]
     assert decode([ARROW, 0, 2, 3, EOS, PAD], skip_start=True) == "acd"
     assert decode_batch(torch.tensor([[ARROW, 1, EOS, 5], [2, 3, 4, PAD]]), skip_start=True) == ["b", "cde<pad>"]
-    assert token_str(ARROW) == ">" and token_str(VOCAB_SIZE - 1) == ">"
-    with pytest.raises(IndexError):
-        token_str(30)
+    assert token_str(ARROW) == ">" and token_str(VOCAB_SIZE - 1) == ">" and token_str(0) == "a"
+    for outside in (30, -1):  # -1 would otherwise index from the end
+        with pytest.raises(IndexError, match="outside the vocabulary 0..29"):
+            token_str(outside)
 
 
 def test_batch_select_and_to():

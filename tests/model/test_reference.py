@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from lsa_interp.data.tokenizer import encode_tasks
-from lsa_interp.data.vocab import EOS, PAD
-from lsa_interp.model.reference import ReferenceTransformer, reference_greedy_decode
+from lsa_interp.data.vocab import EOS, PAD, VOCAB_SIZE
+from lsa_interp.model.reference import ReferenceTransformer, reference_greedy_decode, save_reference_checkpoint
 
 
 def test_reference_has_the_papers_size_and_names():
@@ -28,3 +30,21 @@ def test_reference_decoding_pads_after_eos(small_cfg, make_tasks):
     for row in tokens.tolist():
         if EOS in row:
             assert all(token == PAD for token in row[row.index(EOS) + 1 :])
+
+
+def test_a_reference_checkpoint_has_the_authors_layout(small_cfg, tmp_path):
+    reference = ReferenceTransformer(dataclasses.replace(small_cfg, dropout=0.25))
+    save_reference_checkpoint(reference, tmp_path / "ref.pt", val_acc_hist=[0.5])
+    payload = torch.load(tmp_path / "ref.pt", weights_only=True)
+    assert sorted(payload) == ["loss_hist", "mlc_config", "net_state_dict", "train_config", "val_acc_hist"]
+    cfg = reference.cfg
+    assert payload["mlc_config"] == {"emb_size": cfg.d_model, "nhead": cfg.n_heads, "dim_feedforward": cfg.d_mlp}
+    assert payload["train_config"] == {"dropout": 0.25, "vocab_size": VOCAB_SIZE}
+    assert payload["loss_hist"] == [] and payload["val_acc_hist"] == [0.5]
+    assert payload["net_state_dict"].keys() == reference.state_dict().keys()
+
+
+def test_the_reference_layer_norms_take_the_configured_epsilon(small_cfg):
+    reference = ReferenceTransformer(dataclasses.replace(small_cfg, ln_eps=1e-3))
+    norms = [m for m in reference.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert len(norms) > 4 and {m.eps for m in norms} == {1e-3}
