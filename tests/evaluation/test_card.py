@@ -382,12 +382,16 @@ class _DatasetChosen(Exception):
     """Raised by a stand-in for `evaluation_dataset` to end a ship once it has chosen the run's dataset."""
 
 
-def _dataset_dir_shipped_with(monkeypatch, run, replicate=None):
-    """The ``data_dir`` that shipping ``run`` hands to `evaluation_dataset` (None: the preset is regenerated)."""
+def _dataset_dir_shipped_with(monkeypatch, run, replicate=None, splits=None):
+    """The ``data_dir`` that shipping ``run`` hands to `evaluation_dataset` (None: the preset is regenerated);
+    the splits it asks for are appended to ``splits``."""
+    splits = [] if splits is None else splits
     chosen = []
 
     def record(model, **options):
-        chosen.append(options.get("data_dir"))
+        assert isinstance(model, HookedEncoderDecoder) and model.metadata["preset"] == "tiny"
+        chosen.append(options["data_dir"])
+        splits.append(options["splits"])
         raise _DatasetChosen
 
     monkeypatch.setattr(card_module, "evaluation_dataset", record)
@@ -399,7 +403,12 @@ def _dataset_dir_shipped_with(monkeypatch, run, replicate=None):
 def test_a_ship_evaluates_on_the_run_s_own_dataset_while_it_is_there(run_dir, data_dir, tmp_path, monkeypatch):
     run = shutil.copytree(run_dir, tmp_path / "run")
     config = run / "train_config.json"
-    assert _dataset_dir_shipped_with(monkeypatch, run) == data_dir
+    splits = []
+    assert _dataset_dir_shipped_with(monkeypatch, run, splits=splits) == data_dir
+    monkeypatch.setattr(card_module, "_stored_results", lambda *args: ("evaluation", "fit"))
+    assert _dataset_dir_shipped_with(monkeypatch, run, splits=splits) == data_dir
+    assert splits == [("val", "test_new_alphabets", "train"), ("val",)]  # stored results: the val check only
+    monkeypatch.undo()
     config.write_text(json.dumps(json.loads(config.read_text()) | {"data_dir": str(tmp_path / "gone")}))
     assert _dataset_dir_shipped_with(monkeypatch, run) is None
     config.unlink()
