@@ -145,10 +145,12 @@ def _analysis_stand_ins(monkeypatch, calls, failing=()):
 def test_the_report_passes_each_analysis_its_size_seed_and_name(monkeypatch):
     sizes = dict(zip(report_module.REPORT_SIZES, range(11, 11 + len(report_module.REPORT_SIZES))))
     monkeypatch.setattr(report_module, "REPORT_SIZES", sizes)
-    calls = {}
+    calls, controls = {}, []
     _analysis_stand_ins(monkeypatch, calls)
+    monkeypatch.setattr(report_module, "control_findings", lambda *args: controls.append(args[2:]) or [])
     model = planted_model()
     report = run_report(model, "m", seed=7)
+    assert report.model == "m" and controls == [(sizes["patch_pairs"], 7)]
     common = {"seed": 7, "model_name": "m"}
     assert calls == {
         "role_assignment": ((model,), {"n_tasks": sizes["roles"]} | common),
@@ -174,6 +176,7 @@ def test_a_step_that_cannot_run_becomes_a_row_and_steps_run_in_the_report_s_orde
     seen = []
     report = run_report(planted_model(), "m", progress=seen.append, steps=["rasp", "roles"])
     assert seen == ["roles", "rasp"] and set(calls) == {"role_assignment", "paper_rasp_tasks", "rasp_comparison"}
+    assert calls["role_assignment"][1]["seed"] == 0 and calls["paper_rasp_tasks"][0][1] == 0  # the default seed
     assert report.seconds == {"roles": 2.3, "rasp": 0.0}
     assert [r.name for r in report.results] == ["stand-in role_assignment"]
     assert report.extra == [Finding("rasp", "-", "could not run: rasp_comparison needs a preset", None)]
@@ -270,12 +273,16 @@ def test_the_report_files_name_the_model_its_time_and_each_figure(tmp_path):
     figure = go.Figure(go.Bar(x=["a"], y=[1.0]))
     results = [AnalysisResult("roles", "m", {"n": 1}, figures={"bars": figure}), AnalysisResult("rasp", "m", {})]
     report = Report("copy-x", results, [Finding("x", "1", "2", True)], {"roles": 1.2, "rasp": 3.4})
-    paths = report.write(tmp_path / "new")
+    paths = report.write(tmp_path / "new" / "report")
     text = paths["json"].read_text()
     assert text.startswith('{\n  "model": "copy-x",\n  "findings": [') and text.endswith("}\n")
     assert json.loads(text)["seconds"] == {"roles": 1.2, "rasp": 3.4}
     page = paths["html"].read_text()
-    assert "re-measured on <b>copy-x</b> in 5 s" in page and "lsa-interp report: copy-x" in page
+    assert (
+        "<p>Every finding of the paper re-measured on <b>copy-x</b> in 5 s (head labels 1-based, as in the paper: "
+        "2.7 = encoder layer 2, head 7).</p>"
+    ) in page
+    assert "lsa-interp report: copy-x" in page
     assert "<h2>roles: bars</h2>" in page
 
 
