@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from lsa_interp import cli
+from lsa_interp.data.task import Task
 from lsa_interp.data.vocab import PAD
 from lsa_interp.model import ModelConfig
 
@@ -65,3 +66,24 @@ def ragged_stack_batch(device: str = "cpu", src_width: int = 12) -> tuple[torch.
     tgt_in, tgt_out = (torch.randint(4, 20, (2, 3, 5), generator=generator) for _ in range(2))
     tgt_in[0, 0, 3:], tgt_out[0, 0, 3:] = PAD, PAD
     return src.to(device), tgt_in.to(device), tgt_out.to(device)
+
+
+SWAPPED = "bacdefghijklmnopqrstuvwxzy"
+"""A permuted alphabet: a <-> b and y <-> z swapped."""
+
+
+def answered_rows(n_correct: int, n_wrong: int, rule: str, alphabet: str = SWAPPED, copy: bool = False):
+    """``n_correct + n_wrong`` distinct tasks of ``rule`` and answers to them, the first ``n_correct`` right (a
+    copy row's example is its own query and answer)."""
+    tasks, answers = [], []
+    for i in range(n_correct + n_wrong):
+        query, answer = alphabet[i : i + 3], alphabet[i + 1 : i + 4]
+        example = (query, answer) if copy else ("mno", "nop")
+        tasks.append(Task(alphabet, (example,), query, answer, rule))
+        answers.append(answer if i < n_correct else answer[::-1] + "q")
+    return tasks, answers
+
+
+def joined_rows(*parts):
+    """The tasks and answers of several `answered_rows` parts, end to end."""
+    return [t for p in parts for t in p[0]], [a for p in parts for a in p[1]]

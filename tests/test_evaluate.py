@@ -39,46 +39,31 @@ from lsa_interp.evaluation import (
 from lsa_interp.evaluation import run as evaluation_run
 from lsa_interp.evaluation.result import NEW_ALPHABETS, SEEN_ALPHABETS, SPLIT_OF
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
-from tests.helpers import run
+from tests.helpers import SWAPPED, answered_rows, joined_rows, run
 
 STD = STANDARD_ALPHABET
-PERM = "bacdefghijklmnopqrstuvwxzy"  # a <-> b and y <-> z swapped
+PERM = SWAPPED  # a <-> b and y <-> z swapped
 SMALL = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64, max_len=128)
 TINY = DatasetConfig(name="tiny", n_alphabets=4, window_lengths=(3,), n_reshuffle=2, n_new_alphabets=4)
-
-
-def rows(n_correct: int, n_wrong: int, transformation: str, alphabet: str = PERM, copy: bool = False):
-    """``n_correct + n_wrong`` distinct tasks and predictions, the first ``n_correct`` of them right."""
-    tasks, predictions = [], []
-    for i in range(n_correct + n_wrong):
-        query, answer = alphabet[i : i + 3], alphabet[i + 1 : i + 4]
-        example = (query, answer) if copy else ("mno", "nop")
-        tasks.append(Task(alphabet, (example,), query, answer, transformation))
-        predictions.append(answer if i < n_correct else answer[::-1] + "q")
-    return tasks, predictions
-
-
-def concat(*parts):
-    return [t for p in parts for t in p[0]], [x for p in parts for x in p[1]]
 
 
 @pytest.fixture(scope="module")
 def handmade():
     """Seen-alphabet (val-like) and new-alphabet sets with known counts per Table 1 cell."""
-    seen = concat(
-        rows(2, 1, "succ"),
-        rows(1, 1, "pred", STD),  # seen T: 3/5 (1/2 of it in the standard alphabet)
-        rows(0, 2, "reverse"),
-        rows(1, 0, "shift", STD),  # new T: 1/3 (1/1 standard)
-        rows(2, 0, "succ", STD, copy=True),
-        rows(0, 1, "reverse", copy=True),  # copy rows: left out of Table 1
+    seen = joined_rows(
+        answered_rows(2, 1, "succ"),
+        answered_rows(1, 1, "pred", STD),  # seen T: 3/5 (1/2 of it in the standard alphabet)
+        answered_rows(0, 2, "reverse"),
+        answered_rows(1, 0, "shift", STD),  # new T: 1/3 (1/1 standard)
+        answered_rows(2, 0, "succ", STD, copy=True),
+        answered_rows(0, 1, "reverse", copy=True),  # copy rows: left out of Table 1
     )
-    new = concat(rows(1, 3, "sort"), rows(1, 1, "rr_sort"))
+    new = joined_rows(answered_rows(1, 3, "sort"), answered_rows(1, 1, "rr_sort"))
     return seen, new
 
 
 def test_exact_match_accuracy_and_errors():
-    tasks, predictions = rows(2, 1, "succ")
+    tasks, predictions = answered_rows(2, 1, "succ")
     assert exact_match(tasks, predictions) == [True, True, False]
     assert accuracy(tasks, predictions) == Accuracy(2, 3) and accuracy([], []).percent is None
     with pytest.raises(ValueError, match="2 predictions for 3 tasks"):
@@ -195,7 +180,7 @@ def test_score_predictions_result_and_json(handmade):
 
 
 def test_subsample_is_deterministic_ordered_and_bounded():
-    tasks = rows(0, 20, "succ")[0]
+    tasks = answered_rows(0, 20, "succ")[0]
     picked = subsample(tasks, 7)
     assert picked == subsample(tasks, 7) and len(picked) == 7
     assert [tasks.index(t) for t in picked] == sorted(tasks.index(t) for t in picked)

@@ -9,35 +9,22 @@ from dataclasses import replace
 import pytest
 from rich.console import Console
 
-from lsa_interp.data import STANDARD_ALPHABET, Task
+from lsa_interp.data import STANDARD_ALPHABET
 from lsa_interp.evaluation import markdown_report, rich_tables, score_predictions, transformation_figure, write_report
 from lsa_interp.evaluation.report import paper_preset
 from lsa_interp.evaluation.stored import read_evaluation
 from lsa_interp.model.checkpoint import CHECKPOINTS_DIR
-
-PERM = "bacdefghijklmnopqrstuvwxzy"
-
-
-def _rows(n_correct: int, n_wrong: int, rule: str, alphabet: str = PERM, copy: bool = False):
-    """Tasks of ``rule`` and answers to them, the first ``n_correct`` right and the rest wrong."""
-    tasks, answers = [], []
-    for i in range(n_correct + n_wrong):
-        query, answer = alphabet[i : i + 3], alphabet[i + 1 : i + 4]
-        tasks.append(Task(alphabet, ((query, answer) if copy else ("mno", "nop"),), query, answer, rule))
-        answers.append(answer if i < n_correct else answer[::-1] + "q")
-    return tasks, answers
-
-
-def _joined(*parts):
-    return [t for p in parts for t in p[0]], [a for p in parts for a in p[1]]
+from tests.helpers import answered_rows, joined_rows
 
 
 @pytest.fixture(scope="module")
 def result():
     """A scored evaluation: succ and pred only in some splits, a novel rule, copy rows on seen alphabets only."""
-    seen = _joined(_rows(2, 1, "succ"), _rows(1, 1, "pred", STANDARD_ALPHABET), _rows(0, 2, "reverse"))
-    seen = _joined(seen, _rows(2, 0, "succ", copy=True))
-    new = _joined(_rows(1, 3, "sort"), _rows(1, 0, "succ", STANDARD_ALPHABET))
+    seen = joined_rows(
+        answered_rows(2, 1, "succ"), answered_rows(1, 1, "pred", STANDARD_ALPHABET), answered_rows(0, 2, "reverse")
+    )
+    seen = joined_rows(seen, answered_rows(2, 0, "succ", copy=True))
+    new = joined_rows(answered_rows(1, 3, "sort"), answered_rows(1, 0, "succ", STANDARD_ALPHABET))
     scored = score_predictions(*seen, *new)
     return replace(scored, training_preset=None, preset="tiny", model="m", seed=3, limit=40, seconds=1.25)
 
