@@ -103,18 +103,6 @@ def test_the_report_over_two_processes_equals_the_serial_one(small_sizes):
 def _analysis_stand_ins(monkeypatch, calls, failing=()):
     """Replace every analysis the report runs by a stand-in that records its call (``failing``: raise
     ValueError instead); the helpers that draw task sets return their name."""
-    from lsa_interp.analysis import (
-        copy_attention,
-        cross_attention,
-        decoder_lens,
-        elimination,
-        invariance,
-        matching,
-        patching,
-        rasp,
-        roles,
-        splice,
-    )
 
     def stand_in(name, returns=None):
         def record(*args, **kwargs):
@@ -125,21 +113,21 @@ def _analysis_stand_ins(monkeypatch, calls, failing=()):
 
         return record
 
-    for module, function in [
-        (roles, "role_assignment"),
-        (matching, "matching_analysis"),
-        (patching, "patching_analysis"),
-        (invariance, "mapping_invariance"),
-        (cross_attention, "cross_attention_targets"),
-        (elimination, "elimination"),
-        (decoder_lens, "decoder_lens"),
-        (rasp, "rasp_comparison"),
-        (splice, "splice_analysis"),
-        (copy_attention, "copy_attention_analysis"),
+    for path in [
+        "roles.role_assignment",
+        "matching.matching_analysis",
+        "patching.patching_analysis",
+        "invariance.mapping_invariance",
+        "cross_attention.cross_attention_targets",
+        "elimination.elimination",
+        "decoder_lens.decoder_lens",
+        "rasp.rasp_comparison",
+        "splice.splice_analysis",
+        "copy_attention.copy_attention_analysis",
     ]:
-        monkeypatch.setattr(module, function, stand_in(function))
-    monkeypatch.setattr(decoder_lens, "lens_tasks", stand_in("lens_tasks", "lens tasks"))
-    monkeypatch.setattr(rasp, "paper_rasp_tasks", stand_in("paper_rasp_tasks", "rasp tasks"))
+        monkeypatch.setattr(f"lsa_interp.analysis.{path}", stand_in(path.split(".")[1]))
+    monkeypatch.setattr("lsa_interp.analysis.decoder_lens.lens_tasks", stand_in("lens_tasks", "lens tasks"))
+    monkeypatch.setattr("lsa_interp.analysis.rasp.paper_rasp_tasks", stand_in("paper_rasp_tasks", "rasp tasks"))
 
 
 def test_the_report_passes_each_analysis_its_size_seed_and_name(monkeypatch):
@@ -200,17 +188,16 @@ def _detected(labels, score):
 
 def _patched_together(monkeypatch, rates):
     """Stand-ins for the minimal pairs and for patching heads together at ``rates`` (by joined label)."""
-    from lsa_interp.analysis import patching, prompts
-
     calls = []
-    monkeypatch.setattr(prompts, "minimal_pairs", lambda *args, **kwargs: calls.append((args, kwargs)) or "pairs")
+    record_pairs = lambda *args, **kwargs: calls.append((args, kwargs)) or "pairs"
+    monkeypatch.setattr("lsa_interp.analysis.prompts.minimal_pairs", record_pairs)
 
     def patch(model, pairs, heads):
         label = "+".join(h.label for h in heads)
         calls.append((pairs, label))
         return SimpleNamespace(label=label, flip_rate=rates[label])
 
-    monkeypatch.setattr(patching, "patch_pairs", patch)
+    monkeypatch.setattr("lsa_interp.analysis.patching.patch_pairs", patch)
     return calls
 
 

@@ -405,10 +405,10 @@ def test_a_ship_evaluates_on_the_run_s_own_dataset_while_it_is_there(run_dir, da
     config = run / "train_config.json"
     splits = []
     assert _dataset_dir_shipped_with(monkeypatch, run, splits=splits) == data_dir
-    monkeypatch.setattr(card_module, "_stored_results", lambda *args: ("evaluation", "fit"))
-    assert _dataset_dir_shipped_with(monkeypatch, run, splits=splits) == data_dir
+    with monkeypatch.context() as stored:
+        stored.setattr(card_module, "_stored_results", lambda *args: ("evaluation", "fit"))
+        assert _dataset_dir_shipped_with(monkeypatch, run, splits=splits) == data_dir
     assert splits == [("val", "test_new_alphabets", "train"), ("val",)]  # stored results: the val check only
-    monkeypatch.undo()
     config.write_text(json.dumps(json.loads(config.read_text()) | {"data_dir": str(tmp_path / "gone")}))
     assert _dataset_dir_shipped_with(monkeypatch, run) is None
     config.unlink()
