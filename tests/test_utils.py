@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import gc
+import hashlib
 import os
 import stat
+from pathlib import Path
 
 import pytest
+import torch
 
-from lsa_interp.utils import atomic_write, make_staging_dir
+from lsa_interp import utils
+from lsa_interp.utils import (
+    atomic_write,
+    generated_doc_main,
+    hardware_description,
+    make_staging_dir,
+    no_cyclic_gc,
+    sha256_file,
+)
 
 
 def test_atomic_write_gives_usual_permissions_and_cleans_up(tmp_path):
@@ -29,3 +41,81 @@ def test_atomic_write_gives_usual_permissions_and_cleans_up(tmp_path):
         atomic_write(tmp_path / "out.txt", fail)
     assert (tmp_path / "out.txt").read_text() == "done"
     assert sorted(p.name for p in tmp_path.iterdir()) == [staging.name, "out.txt"]
+
+
+def test_atomic_write_replaces_an_old_file_and_cleans_up_after_an_interrupt(tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+
+    def interrupted(path):
+        path.write_text("half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(target, interrupted)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"] and target.read_text() == "old"
+    seen = []
+    atomic_write(target, lambda path: (seen.append(path), path.write_text("new")))
+    assert target.read_text() == "new" and not seen[0].exists()
+    assert seen[0].parent == tmp_path and seen[0].name.startswith(".out.txt.") and seen[0].name.endswith(".tmp")
+
+
+def test_permissions_follow_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        atomic_write(tmp_path / "out.txt", lambda p: p.write_text("done"))
+        staging = make_staging_dir(tmp_path / "checkpoint")
+        assert os.umask(0o027) == 0o027, "the umask is restored"
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == 0o640
+    assert stat.S_IMODE(staging.stat().st_mode) == 0o750 and list(staging.iterdir()) == []
+    assert staging.parent == tmp_path and make_staging_dir(tmp_path / "checkpoint") != staging
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_no_cyclic_gc_pauses_the_collector_and_restores_it(enabled):
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with no_cyclic_gc():
+            assert not gc.isenabled()
+        assert gc.isenabled() == enabled
+        with pytest.raises(ValueError), no_cyclic_gc():
+            raise ValueError("inside")
+        assert gc.isenabled() == enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_sha256_file_reads_files_larger_than_its_block(tmp_path):
+    data = bytes(range(256)) * 5000  # 1.22 MiB: two blocks
+    (tmp_path / "big").write_bytes(data)
+    (tmp_path / "empty").write_bytes(b"")
+    assert sha256_file(tmp_path / "big") == hashlib.sha256(data).hexdigest()
+    assert sha256_file(str(tmp_path / "empty")) == hashlib.sha256(b"").hexdigest()
+
+
+def test_hardware_description_names_the_cpu_model_and_torch_threads(tmp_path, monkeypatch):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: X\nmodel name\t: Test CPU 9000: rev 2 \nflags\t: avx\n")
+    monkeypatch.setattr(utils, "Path", lambda path: info if path == "/proc/cpuinfo" else Path(path))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    assert hardware_description("cpu") == "Test CPU 9000: rev 2, 3 torch threads"
+    info.write_text("processor\t: 0\n")
+    assert hardware_description("cpu") == "CPU, 3 torch threads"
+    info.unlink()
+    assert hardware_description("cpu") == "CPU, 3 torch threads"
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "Test GPU")
+    monkeypatch.setattr(torch.version, "cuda", "12.9")
+    assert hardware_description("cuda") == "Test GPU (CUDA 12.9)"
+
+
+def test_generated_doc_main_prints_or_writes_the_document(tmp_path, capsys):
+    generated_doc_main(lambda: "# Title\n", "a document", [])
+    assert capsys.readouterr().out == "# Title\n"
+    generated_doc_main(lambda: "# Title\n", "a document", ["--out", str(tmp_path / "doc.md")])
+    assert (tmp_path / "doc.md").read_text() == "# Title\n" and capsys.readouterr().out == ""
+    with pytest.raises(SystemExit):
+        generated_doc_main(lambda: "", "a document", ["--help"])
+    assert "a document" in capsys.readouterr().out

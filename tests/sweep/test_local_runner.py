@@ -1,0 +1,134 @@
+"""The sweep's jobs and the in-process runner: what counts as done, and the order and bounds of the work."""
+
+from __future__ import annotations
+
+import pytest
+
+from lsa_interp.sweep import local_runner
+from lsa_interp.sweep.grid import load_grid
+from lsa_interp.sweep.jobs import past, stack_jobs
+from lsa_interp.sweep.plan import plan_stacks
+from tests.sweep.tiny_grid import write_tiny_grid
+
+
+@pytest.fixture
+def jobs(tmp_path):
+    """The tiny grid's one stack of four runs as jobs, with two analyses per run: (grid, jobs)."""
+    grid = load_grid(write_tiny_grid(tmp_path / "grid.toml", analyses=("matching", "rasp")))
+    out = tmp_path / "out"
+    return grid, stack_jobs(grid, out, plan_stacks(grid, out))
+
+
+def test_a_stack_is_done_once_every_run_is_evaluated_and_analysed(jobs):
+    _, (job,) = jobs
+    assert job.tasks(3) == 3 * 8 * 4 and job.tasks(0) == 0
+    assert [run.name for run in job.runs] == [
+        "tiny-random-s0", "tiny-random-s1", "tiny-nocopy-random-s0", "tiny-nocopy-random-s1",
+    ]  # fmt: skip
+    assert not job.done
+    for run in job.runs:
+        run.model_dir.mkdir(parents=True)
+        (run.model_dir / "evaluation.json").write_text("{}")
+    assert all(run.evaluated for run in job.runs) and not job.done
+    first = job.runs[0]
+    assert [name for name, _ in first.missing_analyses()] == ["matching", "rasp"]
+    first.analyses[1][1].mkdir(parents=True)
+    assert first.missing_analyses() == [first.analyses[0]]
+    for run in job.runs:
+        for _, out in run.analyses:
+            out.mkdir(parents=True, exist_ok=True)
+    assert job.done
+    (job.runs[2].model_dir / "evaluation.json").unlink()
+    assert not job.runs[2].evaluated and not job.done
+
+
+def test_past_only_once_the_deadline_is_reached(monkeypatch):
+    monkeypatch.setattr("lsa_interp.sweep.jobs.time.time", lambda: 100.0)
+    assert not past(None) and not past(100.5) and past(100.0) and past(99.0)
+
+
+class _Display:
+    def __init__(self, log: list):
+        self.log = log
+
+    def trained(self, stack, tasks, total):
+        self.log.append(("trained", stack, tasks, total))
+
+    def stack_finished(self, stack):
+        self.log.append(("stack_finished", stack))
+
+    def run_finished(self):
+        self.log.append(("run_finished",))
+
+
+def _stand_ins(monkeypatch, log: list, finishes: bool = True, evaluated: tuple[bool, ...] = (True,) * 4):
+    def train(config, directory, deadline, progress):
+        log.append(("train", directory.name, deadline))
+        progress({"step": 2, "total_steps": 6})
+        return finishes
+
+    def evaluate(model_dir, data_dir, name, limit, device):
+        log.append(("evaluate", name, limit, device))
+        return evaluated[len([e for e in log if e[0] == "evaluate"]) - 1]
+
+    def analyse(model_dir, out, analysis, name, device):
+        log.append(("analyse", name, analysis, device))
+        out.mkdir(parents=True)
+
+    monkeypatch.setattr(local_runner, "train_stack", train)
+    monkeypatch.setattr(local_runner, "evaluate_run", evaluate)
+    monkeypatch.setattr(local_runner, "analyse_run", analyse)
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_each_stack_is_trained_then_each_run_evaluated_and_analysed(jobs, monkeypatch, cuda):
+    grid, stacks = jobs
+    log, device = [], "cuda" if cuda else "cpu"
+    monkeypatch.setattr("torch.cuda.is_available", lambda: cuda)
+    _stand_ins(monkeypatch, log, evaluated=(True, False, True, True))
+    local_runner.execute_local(stacks, grid, 1e12, _Display(log))
+    assert log[:3] == [("train", "stack-000", 1e12), ("trained", "stack-000", 64, 192), ("stack_finished", "stack-000")]
+    runs = [run.name for run in stacks[0].runs]
+    expected = []
+    for run, counted in zip(runs, (True, False, True, True)):
+        expected += [("evaluate", run, 40, device)] + [("run_finished",)] * counted
+        expected += [("analyse", run, "matching", device), ("analyse", run, "rasp", device)]
+    assert log[3:] == expected
+
+
+def test_a_stack_that_stops_unfinished_ends_the_invocation(jobs, monkeypatch):
+    grid, stacks = jobs
+    log = []
+    _stand_ins(monkeypatch, log, finishes=False)
+    local_runner.execute_local(stacks + stacks, grid, None, _Display(log))
+    assert [entry[0] for entry in log] == ["train", "trained"], "no evaluation, no second stack"
+
+
+def test_only_the_missing_analyses_run(jobs, monkeypatch):
+    grid, stacks = jobs
+    log = []
+    _stand_ins(monkeypatch, log)
+    for run in stacks[0].runs:
+        run.analyses[0][1].mkdir(parents=True)
+    local_runner.execute_local(stacks, grid, None, _Display(log))
+    assert [entry[2] for entry in log if entry[0] == "analyse"] == ["rasp"] * 4
+
+
+@pytest.mark.parametrize(
+    ("checks", "last"),
+    [(0, None), (1, ("stack_finished", "stack-000")), (2, ("run_finished",)), (3, ("analyse", "matching"))],
+)
+def test_no_new_work_starts_past_the_deadline(jobs, monkeypatch, checks, last):
+    """The deadline is checked before the stack, before each run's evaluation and before each analysis: it
+    passes after ``checks`` of those checks."""
+    grid, stacks = jobs
+    log, answers = [], iter([False] * checks + [True] * 100)
+    _stand_ins(monkeypatch, log)
+    monkeypatch.setattr(local_runner, "past", lambda deadline: next(answers))
+    local_runner.execute_local(stacks, grid, 5.0, _Display(log))
+    if last is None:
+        assert log == []
+    elif last[0] == "analyse":
+        assert log[-1][:1] + log[-1][2:3] == last and [e[0] for e in log].count("analyse") == 1
+    else:
+        assert log[-1] == last

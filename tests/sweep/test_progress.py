@@ -1,0 +1,136 @@
+"""The sweep's progress display, and what `run_sweep` tells it and makes before any training."""
+
+from __future__ import annotations
+
+import json
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from lsa_interp.data.dataset import read_manifest
+from lsa_interp.sweep import runner
+from lsa_interp.sweep.progress import SweepProgress, _TasksPerSecond
+from tests.sweep.tiny_grid import write_tiny_grid
+
+
+def _shown(capsys) -> tuple[str, int]:
+    """The runs line and the percentage of the display's last render on stderr."""
+    text = capsys.readouterr().err
+    runs = re.findall(r"sweep: \d+/\d+ runs done", text)
+    percent = re.findall(r"(\d+)%", text)
+    assert runs and percent, text
+    return runs[-1], int(percent[-1])
+
+
+def test_the_bar_counts_each_stack_up_to_its_estimate(capsys):
+    with SweepProgress(4, 1, {"a": (100, 30), "b": (50, 80)}):
+        pass
+    assert _shown(capsys) == ("sweep: 1/4 runs done", 53)
+    with SweepProgress(4, 1, {"a": (100, 30), "b": (50, 80)}) as display:
+        display.trained("a", 60)
+    assert _shown(capsys) == ("sweep: 1/4 runs done", 73)
+    with SweepProgress(4, 1, {"a": (100, 30), "b": (50, 80)}) as display:
+        display.trained("a", 300)
+    assert _shown(capsys) == ("sweep: 1/4 runs done", 100)
+
+
+def test_a_stack_s_exact_total_replaces_its_estimate(capsys):
+    with SweepProgress(4, 0, {"a": (100, 0), "b": (50, 50)}) as display:
+        display.trained("a", 60, 250)
+    assert _shown(capsys) == ("sweep: 0/4 runs done", 37)
+    with SweepProgress(4, 0, {"a": (100, 0), "b": (50, 0)}) as display:
+        display.trained("a", 60, 250)
+        display.stack_finished("a")
+    assert _shown(capsys) == ("sweep: 0/4 runs done", 83)
+
+
+def test_finished_runs_are_counted_in_the_description(capsys):
+    with SweepProgress(3, 1, {"a": (10, 0)}) as display:
+        display.run_finished()
+        display.run_finished()
+    assert _shown(capsys) == ("sweep: 3/3 runs done", 0)
+
+
+def test_a_sweep_with_nothing_to_train_shows_an_empty_bar(capsys):
+    with SweepProgress(2, 2, {}):
+        pass
+    assert _shown(capsys) == ("sweep: 2/2 runs done", 0)
+
+
+def test_a_disabled_display_prints_nothing(capsys):
+    with SweepProgress(4, 0, {"a": (10, 0)}, enabled=False) as display:
+        display.trained("a", 5)
+    assert capsys.readouterr().err == ""
+
+
+def test_the_rate_column_reads_tasks_per_second():
+    column = _TasksPerSecond()
+    assert column.render(SimpleNamespace(speed=None)).plain == ""
+    assert column.render(SimpleNamespace(speed=1234.6)).plain == "1,235 tasks/s"
+
+
+class _Recorder:
+    """A stand-in display that keeps what `run_sweep` opened it with."""
+
+    opened: list = []
+
+    def __init__(self, runs_total, runs_done, stacks, enabled):
+        _Recorder.opened.append((runs_total, runs_done, stacks, enabled))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    _Recorder.opened = []
+    monkeypatch.setattr(runner, "SweepProgress", _Recorder)
+    return _Recorder.opened
+
+
+def test_run_sweep_estimates_each_stack_s_tasks_from_its_datasets(tmp_path, recorded):
+    bounded = write_tiny_grid(tmp_path / "bounded.toml", max_steps=6)
+    summary = runner.run_sweep(bounded, tmp_path / "a", max_minutes=0, progress=False)
+    assert recorded == [(4, 0, {"stack-000": (6 * 8 * 4, 0)}, False)]
+    assert (summary.runs, summary.finished, summary.results, summary.complete) == (4, 0, None, False)
+    unbounded = write_tiny_grid(tmp_path / "unbounded.toml", max_steps=10**6)
+    stack = tmp_path / "b" / "stacks" / "stack-000"
+    stack.mkdir(parents=True)
+    (stack / "metrics.jsonl").write_text(json.dumps({"type": "step", "step": 5}) + "\n")
+    runner.run_sweep(unbounded, tmp_path / "b", max_minutes=0, progress=True)
+    rows = [
+        read_manifest(tmp_path / "b" / "data" / name)["files"]["train"]["rows"]
+        for name in ("tiny-d0", "tiny-nocopy-d0")
+    ]
+    assert rows[0] > rows[1], "the copy dataset is the longer: it bounds the lock-step stack"
+    rows = rows[0]
+    assert recorded[1] == (4, 0, {"stack-000": (-(-rows // 8) * 8 * 4, 5 * 8 * 4)}, True)
+
+
+def test_run_sweep_counts_finished_runs_and_makes_only_the_data_still_needed(tmp_path, recorded, monkeypatch):
+    grid = write_tiny_grid(tmp_path / "grid.toml")
+    out = tmp_path / "out"
+    model = out / "stacks" / "stack-000" / "replicate-0" / "model"
+    model.mkdir(parents=True)
+    (model / "evaluation.json").write_text("{}")
+    tables = []
+    monkeypatch.setattr(runner, "runs_table", lambda dirs: ("table", dirs))
+    monkeypatch.setattr(runner, "write_runs_table", lambda table, path: tables.append((table, path)))
+    summary = runner.run_sweep(grid, out, max_minutes=0, progress=False)
+    assert recorded[0][:2] == (4, 1)
+    assert (summary.runs, summary.finished, summary.results) == (4, 1, out / "results.csv")
+    assert tables == [(("table", [model]), out / "results.csv")]
+    assert (out / "grid.toml").read_text() == grid.read_text()
+    assert sorted(p.name for p in (out / "data").iterdir()) == ["tiny-d0", "tiny-nocopy-d0"]
+    fresh = tmp_path / "fresh"
+    for i in range(4):
+        done = fresh / "stacks" / "stack-000" / f"replicate-{i}" / "model"
+        done.mkdir(parents=True)
+        (done / "evaluation.json").write_text("{}")
+    summary = runner.run_sweep(grid, fresh, max_minutes=0, progress=False)
+    assert summary.complete and recorded[1][:3] == (4, 4, {})
+    assert not (fresh / "data").exists(), "every run is finished: no dataset is made"

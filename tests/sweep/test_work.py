@@ -1,0 +1,286 @@
+"""The sweep's units of work, each on its own: what each one skips, what it makes, and what it leaves behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from lsa_interp.data.dataset import load_dataset, read_manifest
+from lsa_interp.evaluation.fit import FIT_ROWS
+from lsa_interp.model.checkpoint import save_model
+from lsa_interp.model.hooked import HookedEncoderDecoder
+from lsa_interp.sweep import work
+from lsa_interp.sweep.grid import load_grid
+from lsa_interp.sweep.plan import data_dir, plan_stacks, stack_config
+from lsa_interp.training.run_dir import CONFIG_FILE, DONE_FILE, METRICS_FILE
+from tests.helpers import TINY
+from tests.sweep.tiny_grid import write_tiny_grid
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """The small tiny grid planned in ``tmp_path/out`` with its two datasets made: (grid, out, stack config)."""
+    grid = load_grid(write_tiny_grid(tmp_path / "grid.toml", max_steps=2, small=True))
+    out = tmp_path / "out"
+    stacks = plan_stacks(grid, out)
+    for run in stacks[0].runs:
+        work.ensure_dataset(grid.dataset_config(run.dataset), run.data_seed, data_dir(out, run))
+    return grid, out, stack_config(grid, out, stacks[0])
+
+
+def test_ensure_dataset_makes_it_once_and_again_for_another_seed_or_preset(sweep, tmp_path):
+    grid, out, _ = sweep
+    tiny, nocopy = grid.dataset_config("tiny"), grid.dataset_config("tiny-nocopy")
+    directory = tmp_path / "data"
+    assert work.ensure_dataset(tiny, 0, directory)
+    stamp = (directory / "manifest.json").stat().st_mtime_ns
+    assert not work.ensure_dataset(tiny, 0, directory)
+    assert (directory / "manifest.json").stat().st_mtime_ns == stamp
+    assert work.ensure_dataset(tiny, 1, directory)
+    assert (read_manifest(directory)["preset"], read_manifest(directory)["seed"]) == ("tiny", 1)
+    assert work.ensure_dataset(nocopy, 1, directory)
+    assert (read_manifest(directory)["preset"], read_manifest(directory)["seed"]) == ("tiny-nocopy", 1)
+
+
+def test_ensure_dataset_replaces_a_directory_without_a_manifest(sweep, tmp_path):
+    grid, _, _ = sweep
+    directory = tmp_path / "half"
+    directory.mkdir()
+    (directory / "train.parquet").write_text("cut short")
+    assert work.ensure_dataset(grid.dataset_config("tiny"), 0, directory)
+    assert read_manifest(directory)["seed"] == 0
+
+
+def _write_models(directory: Path, steps: list[int]) -> None:
+    for i, step in enumerate(steps):
+        path = directory / f"replicate-{i}" / "model" / "config.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"metadata": {"steps": step}}))
+
+
+def test_stack_finished_by_its_marker_or_by_every_model_at_max_steps(sweep, tmp_path):
+    _, _, config = sweep
+    assert config.replicates == 4 and config.max_steps == 2
+    directory = tmp_path / "stack"
+    directory.mkdir()
+    assert not work.stack_finished(directory, config)
+    _write_models(directory, [2, 1, 1])
+    assert not work.stack_finished(directory, config), "a replicate's model is missing"
+    _write_models(directory / "more", [])
+    (directory / "replicate-3" / "model").mkdir(parents=True)
+    (directory / "replicate-3" / "model" / "config.json").write_text(json.dumps({"metadata": {}}))
+    assert work.stack_finished(directory, config), "the longest replicate reached max_steps"
+    (directory / "replicate-0" / "model" / "config.json").write_text(json.dumps({"metadata": {"steps": 1}}))
+    assert not work.stack_finished(directory, config)
+    (directory / "replicate-0" / "model" / "config.json").write_text(json.dumps({"metadata": {"steps": 3}}))
+    assert work.stack_finished(directory, config)
+    assert not work.stack_finished(directory, config.with_bounds(max_steps=4))
+    unbounded = type(config).from_dict({**config.to_dict(), "max_steps": None})
+    assert not work.stack_finished(directory, unbounded), "without max_steps only the marker says it is done"
+    (directory / DONE_FILE).write_text("")
+    assert work.stack_finished(directory, unbounded) and work.stack_finished(tmp_path / "stack", config)
+
+
+def test_steps_logged_is_the_last_step_record(tmp_path):
+    assert work.steps_logged(tmp_path) == 0
+    records = [{"type": "startup", "step": 1}, {"type": "epoch", "step": 9}]
+    (tmp_path / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert work.steps_logged(tmp_path) == 0
+    records[1:1] = [{"type": "step", "step": 4}, {"type": "step", "step": 6}]
+    (tmp_path / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert work.steps_logged(tmp_path) == 6
+
+
+def test_train_stack_trains_once_and_then_reports_finished(sweep, monkeypatch):
+    _, out, config = sweep
+    directory = out / "stack"
+    records = []
+    assert work.train_stack(config, directory, progress=records.append)
+    assert [r["step"] for r in records] == [2] and records[0]["total_steps"] == 2
+    saved = json.loads((directory / CONFIG_FILE).read_text())
+    assert [run["name"] for run in saved["runs"]] == [run.name for run in config.runs]
+    monkeypatch.setattr(work.StackTrainer, "resume", lambda *a, **k: pytest.fail("a finished stack trained again"))
+    assert work.train_stack(config, directory)
+
+
+def test_train_stack_past_its_deadline_starts_nothing(sweep):
+    _, out, config = sweep
+    assert not work.train_stack(config, out / "stack", deadline=0.0)
+    assert not (out / "stack").exists()
+
+
+def test_train_stack_resumes_a_stopped_stack_with_the_minutes_left(sweep, monkeypatch):
+    _, out, config = sweep
+    directory = out / "stack"
+    work.StackTrainer.start(config, directory)
+    work.StackTrainer.resume(directory, max_steps=1).run()
+    assert work.steps_logged(directory) == 1 and not work.stack_finished(directory, config)
+    bounds = []
+    resume = work.StackTrainer.resume
+
+    def spy(run_dir, max_steps=None, max_minutes=None):
+        bounds.append((Path(run_dir), max_steps, max_minutes))
+        return resume(run_dir, max_steps=max_steps, max_minutes=max_minutes)
+
+    monkeypatch.setattr(work.StackTrainer, "resume", spy)
+    monkeypatch.setattr(work.StackTrainer, "start", lambda *a, **k: pytest.fail("a started stack restarted"))
+    assert work.train_stack(config, directory, deadline=work.time.time() + 600)
+    ((run_dir, max_steps, minutes),) = bounds
+    assert run_dir == directory and max_steps is None and 9.9 < minutes <= 10
+    assert work.steps_logged(directory) == 2
+
+
+def test_point_at_datasets_rewrites_only_the_moved_runs(sweep, tmp_path):
+    _, _, config = sweep
+    directory = tmp_path / "stack"
+    directory.mkdir()
+    saved = json.loads(json.dumps(config.to_dict()))
+    saved["runs"][0]["data_dir"] = "/elsewhere/tiny-d0"
+    saved["runs"].append({**saved["runs"][1], "name": "", "data_dir": "/elsewhere/unnamed"})
+    (directory / CONFIG_FILE).write_text(json.dumps(saved))
+    work.point_at_datasets(directory, config)
+    runs = json.loads((directory / CONFIG_FILE).read_text())["runs"]
+    assert [run["data_dir"] for run in runs] == [run.data_dir for run in config.runs] + ["/elsewhere/unnamed"]
+    assert [run["name"] for run in runs[:4]] == [run.name for run in config.runs]
+    stamp = (directory / CONFIG_FILE).stat().st_mtime_ns
+    work.point_at_datasets(directory, config)
+    assert (directory / CONFIG_FILE).stat().st_mtime_ns == stamp, "nothing moved: the file stays as it was"
+
+
+@pytest.fixture
+def saved_model(sweep, tmp_path) -> tuple[Path, Path]:
+    """An untrained tiny model saved beside the sweep's tiny dataset: (model dir, data dir)."""
+    _, out, config = sweep
+    torch.manual_seed(0)
+    model_dir = save_model(HookedEncoderDecoder(TINY), tmp_path / "model")
+    return model_dir, Path(config.runs[0].data_dir)
+
+
+def _spy_splits(monkeypatch) -> list[tuple[str, ...]]:
+    loads = []
+
+    def spy(directory, splits=None):
+        loads.append(tuple(splits))
+        return load_dataset(directory, splits=splits)
+
+    monkeypatch.setattr(work, "load_dataset", spy)
+    return loads
+
+
+def test_evaluate_run_writes_the_evaluation_and_the_fit_once(saved_model, monkeypatch):
+    model_dir, data = saved_model
+    loads = _spy_splits(monkeypatch)
+    assert work.evaluate_run(model_dir, data, "tiny-run", limit=12)
+    assert loads == [("train", "val", "test_new_alphabets")]
+    evaluation = json.loads((model_dir / "evaluation.json").read_text())
+    fit = json.loads((model_dir / "fit.json").read_text())
+    assert evaluation["model"] == "tiny-run" and fit["model"] == "tiny-run"
+    assert evaluation["limit"] == 12 and fit["rows"] == 12, "the limit bounds the fit's rows too"
+    assert not (model_dir / "fit.html").exists(), "a sweep writes no pages"
+    assert not work.evaluate_run(model_dir, data, "tiny-run", limit=12)
+    assert len(loads) == 1, "both files there: the model and data are not read again"
+
+
+def test_evaluate_run_makes_only_what_is_missing(saved_model, monkeypatch):
+    model_dir, data = saved_model
+    loads = _spy_splits(monkeypatch)
+    work.evaluate_run(model_dir, data, "tiny-run", limit=12)
+    (model_dir / "fit.json").unlink()
+    stamp = (model_dir / "evaluation.json").stat().st_mtime_ns
+    assert not work.evaluate_run(model_dir, data, "tiny-run", limit=12), "only the fit was written"
+    assert loads[-1] == ("train", "val") and (model_dir / "fit.json").is_file()
+    assert (model_dir / "evaluation.json").stat().st_mtime_ns == stamp
+    (model_dir / "evaluation.json").unlink()
+    assert work.evaluate_run(model_dir, data, "tiny-run", limit=12)
+    assert loads[-1] == ("val", "test_new_alphabets")
+
+
+def test_evaluate_run_sizes_its_batches_and_fit_rows(saved_model, monkeypatch):
+    model_dir, data = saved_model
+    calls = {}
+
+    class Stored:
+        def to_dict(self):
+            return {"stand-in": True}
+
+    def fit(model, dataset, rows, name, batch_size):
+        calls["fit"] = (rows, name, batch_size)
+        return "fit"
+
+    def evaluate(model, dataset, limit, model_name, batch_size):
+        calls["evaluate"] = (limit, model_name, batch_size)
+        return Stored()
+
+    monkeypatch.setattr(work, "training_fit", fit)
+    monkeypatch.setattr(work, "write_fit", lambda result, out, page: (out / "fit.json").write_text(result))
+    monkeypatch.setattr(work, "evaluate_model", evaluate)
+    work.evaluate_run(model_dir, data, "a", limit=None)
+    assert calls == {"fit": (FIT_ROWS, "a", 512), "evaluate": (None, "a", 512)}
+    for name in ("fit.json", "evaluation.json"):
+        (model_dir / name).unlink()
+    work.evaluate_run(model_dir, data, "b", limit=FIT_ROWS + 1)
+    assert calls["fit"] == (FIT_ROWS, "b", 512) and calls["evaluate"] == (FIT_ROWS + 1, "b", 512)
+    for name in ("fit.json", "evaluation.json"):
+        (model_dir / name).unlink()
+    model = HookedEncoderDecoder(TINY)
+    monkeypatch.setattr(type(model), "device", property(lambda self: torch.device("cuda")))
+    monkeypatch.setattr(work, "load_model", lambda directory, device: model)
+    work.evaluate_run(model_dir, data, "c", limit=7, device="cuda")
+    assert calls == {"fit": (7, "c", work.GPU_EVAL_BATCH), "evaluate": (7, "c", work.GPU_EVAL_BATCH)}
+    assert json.loads((model_dir / "evaluation.json").read_text()) == {"stand-in": True}
+
+
+def test_evaluate_run_needs_its_model_and_data(saved_model, tmp_path):
+    model_dir, data = saved_model
+    with pytest.raises(FileNotFoundError):
+        work.evaluate_run(tmp_path / "no-model", data, "x")
+    with pytest.raises(FileNotFoundError):
+        work.evaluate_run(model_dir, tmp_path / "no-data", "x")
+    assert not (model_dir / "evaluation.json").exists() and not (model_dir / "fit.json").exists()
+
+
+class _Written:
+    def __init__(self, fail: bool = False):
+        self.fail = fail
+
+    def write(self, directory: Path) -> None:
+        directory.mkdir()
+        (directory / "result.json").write_text("{}")
+        if self.fail:
+            raise RuntimeError("the analysis failed half-way")
+
+
+def test_analyse_run_writes_through_a_staging_directory_once(saved_model, tmp_path, monkeypatch):
+    model_dir, _ = saved_model
+    calls = []
+
+    def analysis(name):
+        def run(model, model_name, seed):
+            calls.append((name, type(model).__name__, model_name, seed))
+            return _Written()
+
+        return run
+
+    monkeypatch.setattr(work, "analysis_function", analysis)
+    out = tmp_path / "analysis" / "matching"
+    out.parent.mkdir()
+    stale = out.with_name(".matching.staging")
+    stale.mkdir()
+    (stale / "old.json").write_text("{}")
+    assert work.analyse_run(model_dir, out, "matching", "tiny-run")
+    assert calls == [("matching", "HookedEncoderDecoder", "tiny-run", 0)]
+    assert sorted(p.name for p in out.iterdir()) == ["result.json"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["matching"], "the stale staging directory is gone"
+    assert not work.analyse_run(model_dir, out, "matching", "tiny-run") and len(calls) == 1
+
+
+def test_a_failed_analysis_leaves_no_output_that_counts_as_done(saved_model, tmp_path, monkeypatch):
+    model_dir, _ = saved_model
+    monkeypatch.setattr(work, "analysis_function", lambda name: lambda model, model_name, seed: _Written(fail=True))
+    out = tmp_path / "matching"
+    with pytest.raises(RuntimeError, match="half-way"):
+        work.analyse_run(model_dir, out, "matching", "tiny-run")
+    assert not out.exists()
