@@ -61,17 +61,24 @@ class _Display:
         self.log.append(("run_finished",))
 
 
-def _stand_ins(monkeypatch, log: list, finishes: bool = True, evaluated: tuple[bool, ...] = (True,) * 4):
+def _stand_ins(monkeypatch, jobs, log: list, finishes: bool = True, evaluated: tuple[bool, ...] = (True,) * 4):
+    """Training, evaluation and analysis stand-ins that log their calls and check that each is given its own job's
+    or run's config and directories."""
+    runs = {run.name: run for job in jobs for run in job.runs}
+
     def train(config, directory, deadline, progress):
+        assert (config, directory) == next((j.config, j.directory) for j in jobs if j.directory == directory)
         log.append(("train", directory.name, deadline))
         progress({"step": 2, "total_steps": 6})
         return finishes
 
     def evaluate(model_dir, data_dir, name, limit, device):
+        assert (model_dir, data_dir) == (runs[name].model_dir, runs[name].data_dir)
         log.append(("evaluate", name, limit, device))
         return evaluated[len([e for e in log if e[0] == "evaluate"]) - 1]
 
     def analyse(model_dir, out, analysis, name, device):
+        assert model_dir == runs[name].model_dir and out == dict(runs[name].analyses)[analysis]
         log.append(("analyse", name, analysis, device))
         out.mkdir(parents=True)
 
@@ -85,7 +92,7 @@ def test_each_stack_is_trained_then_each_run_evaluated_and_analysed(jobs, monkey
     grid, stacks = jobs
     log, device = [], "cuda" if cuda else "cpu"
     monkeypatch.setattr("torch.cuda.is_available", lambda: cuda)
-    _stand_ins(monkeypatch, log, evaluated=(True, False, True, True))
+    _stand_ins(monkeypatch, stacks, log, evaluated=(True, False, True, True))
     local_runner.execute_local(stacks, grid, 1e12, _Display(log))
     assert log[:3] == [("train", "stack-000", 1e12), ("trained", "stack-000", 64, 192), ("stack_finished", "stack-000")]
     runs = [run.name for run in stacks[0].runs]
@@ -99,7 +106,7 @@ def test_each_stack_is_trained_then_each_run_evaluated_and_analysed(jobs, monkey
 def test_a_stack_that_stops_unfinished_ends_the_invocation(jobs, monkeypatch):
     grid, stacks = jobs
     log = []
-    _stand_ins(monkeypatch, log, finishes=False)
+    _stand_ins(monkeypatch, stacks, log, finishes=False)
     local_runner.execute_local(stacks + stacks, grid, None, _Display(log))
     assert [entry[0] for entry in log] == ["train", "trained"], "no evaluation, no second stack"
 
@@ -107,7 +114,7 @@ def test_a_stack_that_stops_unfinished_ends_the_invocation(jobs, monkeypatch):
 def test_only_the_missing_analyses_run(jobs, monkeypatch):
     grid, stacks = jobs
     log = []
-    _stand_ins(monkeypatch, log)
+    _stand_ins(monkeypatch, stacks, log)
     for run in stacks[0].runs:
         run.analyses[0][1].mkdir(parents=True)
     local_runner.execute_local(stacks, grid, None, _Display(log))
@@ -123,8 +130,13 @@ def test_no_new_work_starts_past_the_deadline(jobs, monkeypatch, checks, last):
     passes after ``checks`` of those checks."""
     grid, stacks = jobs
     log, answers = [], iter([False] * checks + [True] * 100)
-    _stand_ins(monkeypatch, log)
-    monkeypatch.setattr(local_runner, "past", lambda deadline: next(answers))
+    _stand_ins(monkeypatch, stacks, log)
+
+    def past(deadline):
+        assert deadline == 5.0, "each check is against the sweep's deadline"
+        return next(answers)
+
+    monkeypatch.setattr(local_runner, "past", past)
     local_runner.execute_local(stacks, grid, 5.0, _Display(log))
     if last is None:
         assert log == []

@@ -35,6 +35,14 @@ def test_the_bar_counts_each_stack_up_to_its_estimate(capsys):
     assert _shown(capsys) == ("sweep: 1/4 runs done", 100)
 
 
+def test_the_line_shows_runs_bar_percentage_rate_elapsed_and_eta(capsys):
+    with SweepProgress(4, 1, {"a": (100, 30), "b": (50, 80)}):
+        pass
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    # The rate column is empty until rich has a speed: two spaces after the percentage.
+    assert re.fullmatch(r"sweep: 1/4 runs done [━╸]+ +53%  \d:\d\d:\d\d ETA (-:--:--|\d:\d\d:\d\d)", line), line
+
+
 def test_a_stack_s_exact_total_replaces_its_estimate(capsys):
     with SweepProgress(4, 0, {"a": (100, 0), "b": (50, 50)}) as display:
         display.trained("a", 60, 250)
@@ -134,3 +142,50 @@ def test_run_sweep_counts_finished_runs_and_makes_only_the_data_still_needed(tmp
     summary = runner.run_sweep(grid, fresh, max_minutes=0, progress=False)
     assert summary.complete and recorded[1][:3] == (4, 4, {})
     assert not (fresh / "data").exists(), "every run is finished: no dataset is made"
+
+
+@pytest.fixture
+def executed(monkeypatch):
+    """Stand-ins for both executors and for Ray's check: what `run_sweep` hands them."""
+    calls = []
+    monkeypatch.setattr(runner, "require_ray", lambda: calls.append(("require_ray",)))
+    monkeypatch.setattr(runner, "execute_local", lambda *args: calls.append(("local", *args)))
+    monkeypatch.setattr(runner, "execute_ray", lambda *args: calls.append(("ray", *args)))
+    return calls
+
+
+def test_run_sweep_hands_its_jobs_grid_deadline_and_display_to_the_executor(tmp_path, recorded, executed, monkeypatch):
+    grid_file = write_tiny_grid(tmp_path / "grid.toml")
+    monkeypatch.setattr(runner.time, "time", lambda: 1000.0)
+    runner.run_sweep(grid_file, tmp_path / "out", max_minutes=2.5)
+    ((kind, jobs, grid, deadline, display),) = executed
+    assert kind == "local" and [job.name for job in jobs] == ["stack-000"] and grid.eval_limit == 40
+    assert deadline == 1000.0 + 150 and isinstance(display, _Recorder)
+    assert recorded[0][3] is True, "the display is shown by default"
+    executed.clear()
+    runner.run_sweep(grid_file, tmp_path / "out", ray="auto")
+    assert executed[0] == ("require_ray",)
+    ((kind, jobs, grid, deadline, display, address),) = executed[1:]
+    assert (kind, [job.name for job in jobs], deadline, address) == ("ray", ["stack-000"], None, "auto")
+    assert grid.eval_limit == 40 and isinstance(display, _Recorder)
+
+
+def test_the_grid_s_own_minutes_bound_an_invocation_unless_it_is_given_its_own(
+    tmp_path, recorded, executed, monkeypatch
+):
+    grid_file = write_tiny_grid(tmp_path / "grid.toml")
+    grid_file.write_text("max_minutes = 4\n" + grid_file.read_text())
+    monkeypatch.setattr(runner.time, "time", lambda: 1000.0)
+    runner.run_sweep(grid_file, tmp_path / "out", progress=False)
+    runner.run_sweep(grid_file, tmp_path / "out", max_minutes=1, progress=False)
+    assert [call[3] for call in executed] == [1000.0 + 240, 1000.0 + 60]
+    assert "require_ray" not in [call[0] for call in executed], "in-process sweeps do not need Ray"
+
+
+def test_the_estimate_counts_a_last_partial_batch_as_a_step(tmp_path, recorded, executed):
+    grid_file = write_tiny_grid(tmp_path / "grid.toml", max_steps=10**6, batch_size=7)
+    runner.run_sweep(grid_file, tmp_path / "out", progress=False)
+    rows = read_manifest(tmp_path / "out" / "data" / "tiny-d0")["files"]["train"]["rows"]
+    assert rows % 7, "the test needs a partial batch"
+    ((estimate, done),) = recorded[0][2].values()
+    assert estimate == (rows // 7 + 1) * 7 * 4 and isinstance(estimate, int) and done == 0

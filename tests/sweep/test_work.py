@@ -84,6 +84,15 @@ def test_stack_finished_by_its_marker_or_by_every_model_at_max_steps(sweep, tmp_
     assert work.stack_finished(directory, unbounded) and work.stack_finished(tmp_path / "stack", config)
 
 
+def test_a_model_that_does_not_say_its_steps_counts_as_step_0(sweep, tmp_path):
+    _, _, config = sweep
+    for i in range(4):
+        path = tmp_path / f"replicate-{i}" / "model" / "config.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"metadata": {}}))
+    assert not work.stack_finished(tmp_path, config.with_bounds(max_steps=1))
+
+
 def test_steps_logged_is_the_last_step_record(tmp_path):
     assert work.steps_logged(tmp_path) == 0
     records = [{"type": "startup", "step": 1}, {"type": "epoch", "step": 9}]
@@ -92,6 +101,9 @@ def test_steps_logged_is_the_last_step_record(tmp_path):
     records[1:1] = [{"type": "step", "step": 4}, {"type": "step", "step": 6}]
     (tmp_path / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records))
     assert work.steps_logged(tmp_path) == 6
+    records.append({"type": "step"})
+    (tmp_path / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert work.steps_logged(tmp_path) == 0, "a step record without its step counts as step 0"
 
 
 def test_train_stack_trains_once_and_then_reports_finished(sweep, monkeypatch):
@@ -106,10 +118,28 @@ def test_train_stack_trains_once_and_then_reports_finished(sweep, monkeypatch):
     assert work.train_stack(config, directory)
 
 
-def test_train_stack_past_its_deadline_starts_nothing(sweep):
+def test_train_stack_past_its_deadline_starts_nothing(sweep, monkeypatch):
     _, out, config = sweep
     assert not work.train_stack(config, out / "stack", deadline=0.0)
+    monkeypatch.setattr(work.time, "time", lambda: 1000.0)
+    assert not work.train_stack(config, out / "stack", deadline=1000.0), "no minute left at the deadline itself"
     assert not (out / "stack").exists()
+
+
+def test_train_stack_trains_with_less_than_a_minute_left(sweep):
+    _, out, config = sweep
+    assert work.train_stack(config, out / "stack", deadline=work.time.time() + 30)
+    assert work.steps_logged(out / "stack") == 2
+
+
+def test_train_stack_starts_over_a_directory_that_holds_no_stack(sweep):
+    """A stack directory without its config (a start cut short, a stray file) is started afresh, not refused."""
+    _, out, config = sweep
+    directory = out / "stack"
+    directory.mkdir()
+    (directory / METRICS_FILE).write_text(json.dumps({"type": "step", "step": 9}) + "\n")
+    assert work.train_stack(config, directory)
+    assert work.steps_logged(directory) == 2
 
 
 def test_train_stack_resumes_a_stopped_stack_with_the_minutes_left(sweep, monkeypatch):
@@ -148,6 +178,9 @@ def test_point_at_datasets_rewrites_only_the_moved_runs(sweep, tmp_path):
     stamp = (directory / CONFIG_FILE).stat().st_mtime_ns
     work.point_at_datasets(directory, config)
     assert (directory / CONFIG_FILE).stat().st_mtime_ns == stamp, "nothing moved: the file stays as it was"
+    (directory / CONFIG_FILE).write_text(json.dumps({"batch_size": 8}))
+    work.point_at_datasets(directory, config)
+    assert json.loads((directory / CONFIG_FILE).read_text()) == {"batch_size": 8}, "a config without runs is left be"
 
 
 @pytest.fixture
