@@ -120,3 +120,13 @@ def test_generated_doc_main_prints_or_writes_the_document(tmp_path, capsys):
         generated_doc_main(lambda: "", "a document", ["--help"])
     shown = " ".join(capsys.readouterr().out.split())
     assert "a document" in shown and "--out OUT file to write (default: standard output)" in shown
+
+
+def test_a_writer_that_removed_its_file_still_raises_its_own_error(tmp_path):
+    def remove_then_fail(path):
+        path.unlink()
+        raise RuntimeError("the writer's own error")
+
+    with pytest.raises(RuntimeError, match="the writer's own error"):
+        atomic_write(tmp_path / "out.txt", remove_then_fail)
+    assert list(tmp_path.iterdir()) == []

@@ -163,10 +163,10 @@ def test_run_sweep_hands_its_jobs_grid_deadline_and_display_to_the_executor(tmp_
     assert deadline == 1000.0 + 150 and isinstance(display, _Recorder)
     assert recorded[0][3] is True, "the display is shown by default"
     executed.clear()
-    runner.run_sweep(grid_file, tmp_path / "out", ray="auto")
+    runner.run_sweep(grid_file, tmp_path / "out", ray="auto", max_minutes=1)
     assert executed[0] == ("require_ray",)
     ((kind, jobs, grid, deadline, display, address),) = executed[1:]
-    assert (kind, [job.name for job in jobs], deadline, address) == ("ray", ["stack-000"], None, "auto")
+    assert (kind, [job.name for job in jobs], deadline, address) == ("ray", ["stack-000"], 1000.0 + 60, "auto")
     assert grid.eval_limit == 40 and isinstance(display, _Recorder)
 
 
