@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pandas as pd
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from lsa_interp.analysis.planted import planted_model
 from lsa_interp.data.task import Task
 from lsa_interp.evaluation.paper_tables import CELLS
+from lsa_interp.explorer import draw
 from lsa_interp.explorer.catalogue import ModelCatalogue, ModelEntry, discover_models, entries_for_path
 from lsa_interp.explorer.draw import draw_tasks, filter_tasks, outcome_of
 from lsa_interp.explorer.render import ViewRenderer, export_html
@@ -202,3 +204,34 @@ def test_render_shows_errors_inline_and_exports(model):
     assert any("-> " in line and "(changed)" in line for line in view.summary_lines())
     page = export_html(view)
     assert page.startswith("<!DOCTYPE html>") and "ablate=3.1" in page and "<script src=" not in page
+
+
+def test_filtering_defaults_to_every_non_copy_task():
+    copy = Task.parse("abcdefghijklmnopqrstuvwxyz | bcd > acd | bcd > acd", "pred")
+    permuted = Task.parse("bacdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > bcd", "pred")
+    assert filter_tasks([PRED, copy, permuted]) == [PRED, permuted]
+
+
+def test_drawing_shuffles_with_its_seed_and_decodes_a_chunk_at_a_time(model, monkeypatch):
+    tasks = [
+        Task.parse(f"abcdefghijklmnopqrstuvwxyz | ghi > fhi | {a}{b}c > x", "pred")
+        for a in "bcdefghij"
+        for b in "klmnopqrstuvwxy"
+    ]
+    assert len(tasks) == 135
+    calls = []
+    predict = draw.predict
+    monkeypatch.setattr(
+        draw, "predict", lambda m, chunk, batch_size: calls.append((len(chunk), batch_size)) or predict(m, chunk)
+    )
+    drawn = draw_tasks(model, tasks)
+    order = list(tasks)
+    random.Random(0).shuffle(order)
+    assert [t for t, _ in drawn] == order[:20] and calls == [(64, 64)]
+    assert [t for t, _ in draw_tasks(model, tasks, seed=1)] != order[:20]
+    calls.clear()
+    wrong = draw_tasks(model, tasks, "wrong", n=100)
+    assert len(wrong) == 100 and calls == [(64, 64), (64, 64)], "found in two chunks: the third is not decoded"
+    assert [t for t, _ in wrong] == order[:100]
+    calls.clear()
+    assert len(draw_tasks(model, tasks, "any", n=64)) == 64 and calls == [(64, 64)]

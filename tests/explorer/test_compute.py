@@ -10,10 +10,12 @@ from lsa_interp.analysis.patching import patch_pairs
 from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_answer, planted_model
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.data.task import Task
+from lsa_interp.data.tokenizer import encode_tasks
 from lsa_interp.explorer.compute import (
     CellBox,
     Interventions,
     Prediction,
+    StepChange,
     ablate_cells,
     ablate_heads,
     compare,
@@ -120,7 +122,10 @@ def test_mean_ablation_fills_the_reference_mean(tiny):
     ("interventions", "message"),
     [
         (Interventions(ablated_heads=(Head("decoder", 2, 0),)), "no head dec:3.1"),
-        (Interventions(cells=(CellBox(0, (0, 39), (0, 1)),)), "outside 0..38"),
+        (Interventions(cells=(CellBox(0, (0, 39), (0, 1)),)), "cell positions 0-39 are outside 0..38"),
+        (Interventions(cells=(CellBox(0, (0, 1), (0, 32)),)), "cell dims 0-32 are outside 0..31"),
+        (Interventions(cells=(CellBox(2, (0, 1), (0, 1)),)), "cells in encoder layer 3"),
+        (Interventions(ablated_heads=(Head("encoder", 0, 4),)), "no head 1.5"),
         (Interventions(cells=(CellBox(0, (0, 1), (0, 1), "half"),)), "unknown ablation mode"),
         (Interventions(patched_heads=(Head("encoder", 0, 0),)), "needs a source task"),
         (Interventions(patched_heads=(Head("decoder", 0, 0),), source=TASK), "not an encoder self-attention"),
@@ -138,3 +143,104 @@ def test_compare_marks_changed_steps():
     rows = compare(clean, changed)
     assert [r.differs for r in rows] == [False, True, True]
     assert rows[2].changed == "" and rows[0].changed_prob == 0.6
+
+
+def test_the_clean_run_of_an_intervention_keeps_its_lens():
+    box = CellBox(0, (0, 0), (0, 0))
+    ivs = Interventions(lens_layer=1, cells=(box,), ablated_heads=(Head("encoder", 0, 0),))
+    assert ivs.active and ivs.without_changes() == Interventions(lens_layer=1)
+    assert not ivs.without_changes().active
+
+
+@pytest.fixture(scope="module")
+def normed():
+    """A tiny model whose layer norms have weights and biases far from 1 and 0, and a large epsilon: a lens
+    that skipped any of them would read other numbers."""
+    torch.manual_seed(1)
+    cfg = ModelConfig(d_model=32, n_heads=4, d_mlp=64, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0, ln_eps=0.5)
+    model = HookedEncoderDecoder(cfg).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "ln" in name:
+                parameter.copy_(torch.randn_like(parameter))
+    return model
+
+
+def _encode_recording(model, names: list[str], interventions: Interventions | None = None) -> dict:
+    """Encode ``TASK`` under ``interventions`` and return what each hook point in ``names`` gave, as the
+    intervention left it (the recording hooks come after the intervention's)."""
+    seen = {}
+    record = [(name, lambda x, hook: seen.setdefault(hook.name, x.clone())) for name in names]
+    with model.hooks(fwd_hooks=intervention_hooks(model, interventions or Interventions()) + record):
+        model.encode(encode_tasks([TASK], with_answers=False).src)
+    return seen
+
+
+def test_the_lens_reads_a_layer_through_the_final_norm_with_its_weights(normed):
+    names = ["encoder.0.hook_resid_post", "encoder.ln_final.hook_out"]
+    seen = _encode_recording(normed, names, Interventions(lens_layer=0))
+    torch.testing.assert_close(seen[names[1]], normed.encoder.ln_final(seen[names[0]]))
+    assert normed.encoder.ln_final.eps == 0.5
+
+
+def test_ablating_a_head_zeroes_its_output_and_no_other(tiny):
+    name = Head("encoder", 1, 2).hook("z")
+    clean = _encode_recording(tiny, [name])[name]
+    ablated = _encode_recording(tiny, [name], Interventions(ablated_heads=(Head("encoder", 1, 2),)))[name]
+    assert torch.count_nonzero(ablated[:, :, 2]) == 0 and torch.count_nonzero(clean[:, :, 2]) > 0
+    keep = [0, 1, 3]
+    torch.testing.assert_close(ablated[:, :, keep], clean[:, :, keep])
+
+
+@pytest.mark.parametrize("mode", ["zero", "mean"])
+def test_cell_ablation_changes_its_box_and_nothing_outside_it(tiny, mode):
+    means = reference_means(tiny, n=8)
+    box = CellBox(0, (3, 5), (2, 9), mode)
+    clean = _encode_recording(tiny, ["encoder.0.hook_resid_post"])["encoder.0.hook_resid_post"][0]
+    changed = run_task(tiny, TASK, Interventions(cells=(box,)), means=means).resid[0]
+    inside = torch.zeros_like(clean, dtype=torch.bool)
+    inside[3:6, 2:10] = True
+    expected = torch.zeros(3, 8) if mode == "zero" else means[0, 2:10].expand(3, 8)
+    torch.testing.assert_close(changed[3:6, 2:10], expected)
+    torch.testing.assert_close(changed[~inside], clean[~inside])
+
+
+def test_mean_ablation_without_means_takes_the_model_s_reference_means(tiny):
+    box = CellBox(1, (0, 4), (0, 31), "mean")
+    given = ablate_cells(tiny, TASK, [box], means=reference_means(tiny))
+    assert ablate_cells(tiny, TASK, [box]) == given
+    assert given != ablate_cells(tiny, TASK, [CellBox(1, (0, 4), (0, 31), "zero")])
+    assert ablate_cells(tiny, TASK, [box], means=torch.zeros(2, 32)) == ablate_cells(
+        tiny, TASK, [CellBox(1, (0, 4), (0, 31), "zero")]
+    ), "given means are used as they are"
+
+
+def test_one_step_runs_record_their_single_decoder_row(tiny):
+    data = run_task(tiny, TASK, max_new_tokens=1)
+    assert data.decoder_attn.shape == (2, 4, 1, 1) and torch.allclose(data.decoder_attn, torch.ones(2, 4, 1, 1))
+    assert data.top_probs.shape == (1, 5)
+
+
+def test_each_helper_returns_k_tokens_per_step(tiny, planted):
+    pair = minimal_pairs("succ", "pred", 1)[0]
+    cases = [
+        lambda **k: lens_top_k(tiny, TASK, 1, **k),
+        lambda **k: ablate_cells(tiny, TASK, [CellBox(0, (0, 0), (0, 0))], **k),
+        lambda **k: ablate_heads(tiny, TASK, [Head("encoder", 0, 0)], **k),
+        lambda **k: patch_heads_from(planted, pair.target, pair.source, [PLANTED_HEAD], **k),
+    ]
+    for case in cases:
+        assert {len(step) for step in case().steps} == {5}
+        assert {len(step) for step in case(k=2).steps} == {2}
+
+
+def test_compare_numbers_steps_from_1_and_fills_the_shorter_run():
+    clean = Prediction("ab", ((("a", 0.9),), (("b", 0.8),), (("EOS", 0.7),)))
+    changed = Prediction("a", ((("a", 0.6),), (("EOS", 0.5),)))
+    assert compare(clean, changed) == [
+        StepChange(1, "a", "a", 0.9, 0.6),
+        StepChange(2, "b", "EOS", 0.8, 0.5),
+        StepChange(3, "EOS", "", 0.7, 0.0),
+    ]
+    assert compare(changed, clean)[2] == StepChange(3, "", "EOS", 0.0, 0.7)
+    assert compare(Prediction("", ()), Prediction("", ())) == []

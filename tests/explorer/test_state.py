@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.explorer.compute import CellBox
 from lsa_interp.explorer.state import (
     ViewState,
@@ -80,3 +81,33 @@ def test_minimal_pair_action_sets_an_aligned_pair():
     state = with_minimal_pair(ViewState(), seed=3)
     assert state.patch == "auto" and "|" in state.source and state.task != state.source
     assert state.task.split("|")[-1] == state.source.split("|")[-1]  # same query
+
+
+def test_a_query_names_the_model_always_and_other_fields_only_when_changed():
+    assert ViewState().to_query() == "?model="
+    assert ViewState(model="m", layer="1", tab="training").to_query() == "?model=m&layer=1&tab=training"
+
+
+def test_the_last_layer_is_allowed():
+    assert parse_layer("3", 3) == 2 and parse_layer(" ", 3) == 2
+
+
+def test_box_selection_edges():
+    box = selection_box({"range": {"x": [5.2, 5.4], "y": [-3, 0.3]}}, 0, "zero", 39, 128)
+    assert box == CellBox(0, (0, 0), (5, 5), "zero"), "one dimension and the first position"
+    assert selection_box({"range": {"x": [0, 1], "y": [30, 99]}}, 0, "zero", 39, 128).positions == (30, 38)
+    assert selection_box({"range": {"x": [200, 300], "y": [1, 2]}}, 0, "zero", 39, 128) is None, "right of the map"
+    assert selection_box({"range": {"x": [1, 2], "y": [50, 60]}}, 0, "zero", 39, 128) is None, "below the map"
+
+
+def test_the_state_s_cells_become_interventions():
+    ivs = interventions_of(ViewState(cells="1:0-2:3-4:mean"), CFG)
+    assert ivs.cells == (CellBox(0, (0, 2), (3, 4), "mean"),) and not ivs.patched_heads
+
+
+def test_the_minimal_pair_is_the_seed_s_first_three_letter_pair():
+    for seed in (3, 4):
+        (pair,) = minimal_pairs("succ", "pred", 1, seed=seed, lengths=(3,))
+        state = with_minimal_pair(ViewState(), seed=seed)
+        assert (state.task, state.source) == (str(pair.target.with_answer(None)), str(pair.source.with_answer(None)))
+    assert with_minimal_pair(ViewState(), seed=3).task != with_minimal_pair(ViewState(), seed=4).task
