@@ -102,7 +102,7 @@ def model_history(entry: ModelEntry, records: Path = RECORDS_DIR) -> pd.DataFram
     return history.sort_values("epoch").reset_index(drop=True)
 
 
-def history_figure(history: pd.DataFrame, title: str) -> go.Figure:
+def history_figure(history: pd.DataFrame, title: str) -> go.Figure:  # pragma: no mutate block
     """Validation accuracy (%) per epoch in three panels: the summary curves (and the matching-head score of a
     stacked run), each seen transformation, each new transformation; below them, where the history has them, the
     training and validation losses (log axis)."""

@@ -102,6 +102,7 @@ def test_training_history_of_a_replicate_and_why_there_is_none(tmp_path):
     )  # fmt: skip
     history = model_history(ModelEntry("stack/replicate-1", None, tmp_path / "stack", 1))
     assert history["epoch"].tolist() == [1, 2] and history["acc_succ"].tolist() == [0.6, 0.8]
+    assert history.index.tolist() == [0, 1] and "index" not in history.columns
     fig = history_figure(history, "t")
     assert [(t.name, t.xaxis) for t in fig.data] == [
         ("overall", "x"), ("matching-head score (x100)", "x"), ("succ", "x2"), ("fix_pred_succ", "x3")
@@ -179,6 +180,11 @@ def test_grid_tables_from_the_results_layout(tmp_path, model):
     assert batching.loc["random", "seenT/seenA"] == "92.0"  # one run: no interval
     assert batching.loc["alphabet", "paper seenT/seenA"] == "95.8 [87.3, 100.0]"
     assert set(grid_tables(pd.DataFrame([rows[3]]))) == {"runs"}  # no complete run: no summary
+    unmeasured = {**rows[0], "preset": "copy-20", "batching": "random", "condition": "copy-20/random"}
+    unmeasured["new_transformations_new_alphabets"] = float("nan")
+    tables = grid_tables(pd.DataFrame([unmeasured]))
+    assert tables["runs"].loc[0, "newT/newA"] == "", "a cell without a number is left empty"
+    assert tables["Table 1"].loc[0, "newT/newA"] == "" and tables["batching"].loc[0, "newT/newA"] == ""
 
     runs_csv = tmp_path / "analyses" / "runs.csv"
     save_model(model, tmp_path / "sweep" / "stacks" / "stack-000" / "replicate-0" / "model")

@@ -1,0 +1,209 @@
+"""One explorer view from its state: the summary, which runs it makes and keeps, its figures and its export."""
+
+from __future__ import annotations
+
+import html
+
+import pytest
+import torch
+
+from lsa_interp.analysis.planted import PLANTED_HEAD, planted_model
+from lsa_interp.data.task import Task
+from lsa_interp.explorer import render
+from lsa_interp.explorer.catalogue import ModelCatalogue
+from lsa_interp.explorer.compute import CellBox, Interventions, Prediction, reference_means, run_task
+from lsa_interp.explorer.render import RenderedView, ViewRenderer, export_html
+from lsa_interp.explorer.state import ViewState
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.model.heads import Head
+
+TASK = "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd"
+SPACED = "task: a b c d e f g h i j k l m n o p q r s t u v w x y z | g h i > f h i | b c d"
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return planted_model()
+
+
+@pytest.fixture
+def renderer(planted):
+    torch.manual_seed(0)
+    tiny = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, d_mlp=64, n_encoder_layers=2, n_decoder_layers=2))
+    return ViewRenderer(ModelCatalogue(models={"planted": planted, "tiny": tiny.eval()}))
+
+
+def test_a_view_without_interventions_says_so(renderer):
+    view = renderer.render(ViewState(model="planted"))
+    assert view.summary_lines() == [
+        SPACED,
+        "model's answer: f",
+        "decoder lens: encoder layer 3",
+        "answer: f (no intervention)",
+    ]
+    assert view.changes == [] and not view.answer_changed and view.n_encoder_layers == 3
+    assert len(view.roles) == 39 and view.roles[0] == "alphabet"
+
+
+def test_a_view_names_each_intervention_and_the_verdict(renderer):
+    state = ViewState(model="planted", layer="3", ablate="3.1+1.2", cells="1:0-1:0-3:zero,2:4-4:0-0:zero", patch="2.1")
+    view = renderer.render(state)
+    lines = view.summary_lines()
+    assert lines[:3] == [SPACED, "model's answer: f", "decoder lens: encoder layer 3"]
+    source = Task.parse(state.source)
+    assert lines[3] == f"interventions: 2 cell box(es) ablated; heads ablated: 3.1 1.2; patterns of 2.1 from {source}"
+    assert (
+        lines[4] == f"answer: f -> {view.run.answer or '(empty)'} ({'changed' if view.answer_changed else 'unchanged'})"
+    )
+    assert [change.step for change in view.changes] == list(range(1, len(view.changes) + 1)) and view.changes
+
+
+def test_an_unchanged_answer_and_an_empty_one(renderer):
+    view = renderer.render(ViewState(model="planted", ablate="1.1"))
+    assert view.summary_lines()[-1] == "answer: f -> f (unchanged)" and not view.answer_changed
+    empty = RenderedView(
+        ViewState(), task=Task.parse(TASK), run=Prediction("", ()), clean=Prediction("", ()),
+        interventions=Interventions(lens_layer=0),
+    )  # fmt: skip
+    assert empty.summary_lines()[1:] == [
+        "model's answer: (empty)", "decoder lens: encoder layer 1", "answer: (empty) (no intervention)",
+    ]  # fmt: skip
+    changed = RenderedView(
+        ViewState(), task=Task.parse(TASK), run=Prediction("", ()), clean=view.clean,
+        interventions=Interventions(ablated_heads=(Head("encoder", 0, 0),)),
+    )  # fmt: skip
+    assert changed.summary_lines()[-1] == "answer: f -> (empty) (changed)"
+    unlensed = RenderedView(
+        ViewState(), task=Task.parse(TASK), run=view.run, clean=view.clean, interventions=Interventions()
+    )
+    assert unlensed.summary_lines()[2] == "decoder lens: encoder layer last"
+
+
+@pytest.mark.parametrize("missing", ["task", "run", "clean", "interventions"])
+def test_a_view_short_of_any_part_shows_its_error_or_nothing(renderer, missing):
+    full = renderer.render(ViewState(model="planted"))
+    parts = {name: getattr(full, name) for name in ("task", "run", "clean", "interventions")}
+    assert RenderedView(ViewState(), **{**parts, missing: None}).summary_lines() == []
+    assert RenderedView(ViewState(), error="bad", **{**parts, missing: None}).summary_lines() == ["bad"]
+
+
+def test_the_model_s_own_answer_ignores_the_lens(renderer, planted):
+    view = renderer.render(ViewState(model="planted", layer="1"))
+    assert view.model_answer == planted.solve(Task.parse(TASK)) == "f" and view.run.answer != "f"
+    assert view.summary_lines()[1:3] == ["model's answer: f", "decoder lens: encoder layer 1"]
+
+
+def test_no_model_named_is_the_first_of_the_catalogue(renderer):
+    assert renderer.render(ViewState()).n_encoder_layers == 3
+    assert renderer.render(ViewState(model="tiny")).n_encoder_layers == 2
+
+
+def test_patch_auto_patches_the_matching_heads_found_once(renderer, monkeypatch):
+    found = []
+    monkeypatch.setattr(render, "matching_heads", lambda model: found.append(model) or [PLANTED_HEAD])
+    for patch in ("auto", " AUTO "):
+        view = renderer.render(ViewState(model="planted", patch=patch))
+        assert view.error == "" and view.interventions.patched_heads == (PLANTED_HEAD,)
+    assert len(found) == 1 and found[0] is renderer.catalogue.model("planted")
+    assert renderer.render(ViewState(model="tiny", patch="auto")).interventions.patched_heads == (PLANTED_HEAD,)
+    assert len(found) == 2, "each model has its own matching heads"
+
+
+def test_runs_are_kept_and_the_least_recently_used_dropped(renderer, monkeypatch, planted):
+    task, other = Task.parse(TASK), Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | cde")
+    data, runs = run_task(planted, task), []
+    monkeypatch.setattr(render, "run_task", lambda model, task, ivs, k, means: runs.append((task, ivs)) or data)
+    monkeypatch.setattr(render, "_RUNS", 2)
+    first = renderer.run("planted", task, Interventions())
+    assert renderer.run("planted", task, Interventions()) is first and len(runs) == 1
+    renderer.run("tiny", task, Interventions())
+    assert len(runs) == 2, "another model is another run"
+    renderer.run("planted", task, Interventions())  # used again: now the most recent
+    renderer.run("planted", other, Interventions())
+    assert len(runs) == 3
+    renderer.run("planted", task, Interventions())
+    assert len(runs) == 3, "kept: the tiny model's run was dropped"
+    renderer.run("tiny", task, Interventions())
+    assert len(runs) == 4
+
+
+def test_mean_cells_use_the_model_s_reference_means_computed_once(renderer, monkeypatch):
+    tiny = renderer.catalogue.model("tiny")
+    made = []
+    monkeypatch.setattr(render, "reference_means", lambda model: made.append(model) or reference_means(model))
+    for cells in ("2:3-5:0-31:mean", "2:3-6:0-31:mean"):
+        view = renderer.render(ViewState(model="tiny", cells=cells))
+        assert view.error == ""
+    assert made == [tiny]
+    box = CellBox(1, (3, 6), (0, 31), "mean")
+    expected = run_task(tiny, Task.parse(TASK), Interventions(cells=(box,)), 5, reference_means(tiny))
+    torch.testing.assert_close(renderer.run("tiny", Task.parse(TASK), view.interventions).resid, expected.resid)
+    renderer.render(ViewState(model="tiny", cells="2:3-5:0-31:zero"))
+    assert len(made) == 1
+
+
+def test_errors_become_one_line(renderer, monkeypatch):
+    for error, shown in [
+        (KeyError("no such cell"), "no such cell"),
+        (ValueError("first line\nsecond line"), "first line"),
+        (ValueError(""), "ValueError"),
+        (KeyError(), "KeyError"),
+        (FileNotFoundError("no checkpoint"), "no checkpoint"),
+    ]:
+        monkeypatch.setattr(renderer, "_render", lambda state, error=error: (_ for _ in ()).throw(error))
+        view = renderer.render(ViewState(model="m"))
+        assert (view.error, view.state) == (shown, ViewState(model="m"))
+
+
+def _title(figure) -> str:
+    return figure["layout"]["title"]["text"]
+
+
+def test_the_figures_show_the_graph_layer_and_the_head_view(renderer):
+    view = renderer.render(ViewState(model="tiny", graph="2", heads="all", ablate="1.1"))
+    titles = {name: _title(figure) for name, figure in view.figures.items()}
+    assert titles == {
+        "encoder self-attention": "encoder layer 2 self-attention, every head",
+        "encoder hidden states": "encoder layer 2 hidden states (hook_resid_post): drag a box to select cells",
+        "decoder self-attention": "decoder layer 2 self-attention (causal), every head",
+        "cross-attention": "decoder layer 2 cross-attention, every head",
+        "top-k": f"answer: top-5 next tokens per decoding step ({view.clean.answer or '(empty)'} -> "
+        f"{view.run.answer or '(empty)'})",
+    }
+    assert {len(figure["data"]) for name, figure in view.figures.items() if "attention" in name} == {4}
+    averaged = renderer.render(ViewState(model="tiny", graph="1", heads="sideways"))
+    assert {len(f["data"]) for name, f in averaged.figures.items() if "attention" in name} == {1}
+    assert _title(averaged.figures["top-k"]) == "answer: top-5 next tokens per decoding step"
+    assert [trace["name"] for trace in averaged.figures["top-k"]["data"]] == ["this run"] * len(averaged.run.steps)
+
+
+def test_the_planted_model_s_one_decoder_layer_serves_every_graph_layer(renderer):
+    view = renderer.render(ViewState(model="planted", graph="3"))
+    assert _title(view.figures["encoder self-attention"]).startswith("encoder layer 3 ")
+    assert _title(view.figures["decoder self-attention"]).startswith("decoder layer 1 ")
+    assert _title(view.figures["cross-attention"]).startswith("decoder layer 1 ")
+
+
+def test_ticks_carry_the_token_roles_and_the_hidden_states_outline_the_shown_layer_s_cells(renderer):
+    view = renderer.render(ViewState(model="planted", graph="2", cells="2:30-31:0-9:zero,1:0-0:0-0:zero"))
+    for name, axes in [
+        ("encoder self-attention", ("xaxis", "yaxis")), ("encoder hidden states", ("yaxis",)),
+        ("cross-attention", ("xaxis",)),
+    ]:  # fmt: skip
+        for axis in axes:
+            ticks = view.figures[name]["layout"][axis]["ticktext"]
+            assert len(ticks) == 39 and all(tick.startswith("<span style='color:") for tick in ticks), (name, axis)
+    assert "<span" not in "".join(view.figures["cross-attention"]["layout"]["yaxis"]["ticktext"])
+    assert len(view.figures["encoder hidden states"]["layout"]["shapes"]) == 1
+    assert [t["name"] for t in view.figures["top-k"]["data"]][:2] == ["this run", "clean run (0 if not in its top-k)"]
+
+
+def test_export_is_one_page_of_the_summary_the_link_the_roles_and_every_figure(renderer):
+    view = renderer.render(ViewState(model="planted", ablate="3.1"))
+    page = export_html(view)
+    assert "<br>".join(html.escape(line) for line in view.summary_lines()) in page
+    assert html.escape(view.state.to_query()) in page and "alphabet" in page
+    for figure in view.figures.values():  # plotly's JSON writes ">" as "\u003e"
+        assert _title(figure).replace(">", "\\u003e") in page
+    bare = export_html(RenderedView(ViewState(model="x"), error="unknown model 'x'"))
+    assert "unknown model &#x27;x&#x27;" in bare and "role" not in bare.lower().split("<body")[-1][:400]
