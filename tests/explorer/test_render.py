@@ -16,6 +16,8 @@ from lsa_interp.explorer.render import RenderedView, ViewRenderer, export_html
 from lsa_interp.explorer.state import ViewState
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.heads import Head
+from lsa_interp.viz.attention_figures import role_legend_html
+from lsa_interp.viz.html import figures_page
 
 TASK = "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd"
 SPACED = "task: a b c d e f g h i j k l m n o p q r s t u v w x y z | g h i > f h i | b c d"
@@ -46,12 +48,16 @@ def test_a_view_without_interventions_says_so(renderer):
 
 
 def test_a_view_names_each_intervention_and_the_verdict(renderer):
-    state = ViewState(model="planted", layer="3", ablate="3.1+1.2", cells="1:0-1:0-3:zero,2:4-4:0-0:zero", patch="2.1")
+    state = ViewState(
+        model="planted", layer="3", ablate="3.1+1.2", cells="1:0-1:0-3:zero,2:4-4:0-0:zero", patch="2.1+1.1"
+    )
     view = renderer.render(state)
     lines = view.summary_lines()
     assert lines[:3] == [SPACED, "model's answer: f", "decoder lens: encoder layer 3"]
     source = Task.parse(state.source)
-    assert lines[3] == f"interventions: 2 cell box(es) ablated; heads ablated: 3.1 1.2; patterns of 2.1 from {source}"
+    assert (
+        lines[3] == f"interventions: 2 cell box(es) ablated; heads ablated: 3.1 1.2; patterns of 2.1 1.1 from {source}"
+    )
     assert (
         lines[4] == f"answer: f -> {view.run.answer or '(empty)'} ({'changed' if view.answer_changed else 'unchanged'})"
     )
@@ -73,6 +79,15 @@ def test_an_unchanged_answer_and_an_empty_one(renderer):
         interventions=Interventions(ablated_heads=(Head("encoder", 0, 0),)),
     )  # fmt: skip
     assert changed.summary_lines()[-1] == "answer: f -> (empty) (changed)"
+    from_empty = RenderedView(
+        ViewState(), task=Task.parse(TASK), run=view.run, clean=Prediction("", ()), interventions=changed.interventions
+    )
+    assert from_empty.summary_lines()[-1] == "answer: (empty) -> f (changed)"
+    data = renderer.run("planted", Task.parse(TASK), Interventions())
+    title = render._figures(data, from_empty, 0, "average", 1)["top-k"]["layout"]["title"]["text"]
+    assert title == "answer: top-5 next tokens per decoding step ((empty) -> f)"
+    title = render._figures(data, changed, 0, "average", 1)["top-k"]["layout"]["title"]["text"]
+    assert title == "answer: top-5 next tokens per decoding step (f -> (empty))"
     unlensed = RenderedView(
         ViewState(), task=Task.parse(TASK), run=view.run, clean=view.clean, interventions=Interventions()
     )
@@ -201,9 +216,11 @@ def test_ticks_carry_the_token_roles_and_the_hidden_states_outline_the_shown_lay
 def test_export_is_one_page_of_the_summary_the_link_the_roles_and_every_figure(renderer):
     view = renderer.render(ViewState(model="planted", ablate="3.1"))
     page = export_html(view)
-    assert "<br>".join(html.escape(line) for line in view.summary_lines()) in page
-    assert html.escape(view.state.to_query()) in page and "alphabet" in page
+    lines = "<br>".join(html.escape(line) for line in view.summary_lines())
+    link = html.escape(view.state.to_query())
+    assert f"<p>{lines}</p><p>view: <code>{link}</code></p>{role_legend_html(view.roles)}" in page
     for figure in view.figures.values():  # plotly's JSON writes ">" as "\u003e"
         assert _title(figure).replace(">", "\\u003e") in page
     bare = export_html(RenderedView(ViewState(model="x"), error="unknown model 'x'"))
-    assert "unknown model &#x27;x&#x27;" in bare and "role" not in bare.lower().split("<body")[-1][:400]
+    intro = "<p>unknown model &#x27;x&#x27;</p><p>view: <code>?model=x</code></p>"
+    assert bare == figures_page("lsa-interp explorer: x", {}, intro=intro), "no figures and no role legend"
