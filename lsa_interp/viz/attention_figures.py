@@ -43,7 +43,7 @@ def role_segments(roles: Sequence[str]) -> list[tuple[int, int, str]]:
     return segments
 
 
-def role_legend_html(roles: Sequence[str]) -> str:
+def role_legend_html(roles: Sequence[str]) -> str:  # pragma: no mutate block
     """An HTML line naming the colour of every role in ``roles`` (first-seen order)."""
     spans = [
         f"<span style='display:inline-block;width:0.8em;height:0.8em;background:{ROLE_COLOURS[role]}'></span> "
@@ -53,7 +53,7 @@ def role_legend_html(roles: Sequence[str]) -> str:
     return "<p>token roles: " + " &nbsp; ".join(spans) + "</p>"
 
 
-def _role_shapes(roles: Sequence[str], axis: str) -> list[dict]:
+def _role_shapes(roles: Sequence[str], axis: str) -> list[dict]:  # pragma: no mutate block
     """A colour band per role run outside the plot (top for ``x``, right for ``y``) and a line between runs."""
     shapes = []
     for first, last, role in role_segments(roles):
@@ -70,7 +70,9 @@ def _role_shapes(roles: Sequence[str], axis: str) -> list[dict]:
     return shapes
 
 
-def _axis(labels: Sequence[str], roles: Sequence[str] | None, title: str, reversed_: bool = False) -> dict:
+def _axis(
+    labels: Sequence[str], roles: Sequence[str] | None, title: str, reversed_: bool = False
+) -> dict:  # pragma: no mutate block
     """A category axis with one tick per position, tick labels coloured by role."""
     text = (
         list(labels)
@@ -178,7 +180,7 @@ def attention_figure(
     title: str,
     q_roles: Sequence[str] | None = None,
     k_roles: Sequence[str] | None = None,
-) -> go.Figure:
+) -> go.Figure:  # pragma: no mutate block
     """Heatmaps (destination rows x source columns) of every head and each layer's head average, one shown.
 
     Trace ``layer * (n_heads + 1) + head`` is that head; ``head = n_heads`` the average (names say which).
@@ -221,7 +223,7 @@ def attention_figure(
 
 def hidden_state_figure(
     resid: Float[Tensor, "layer pos d_model"], labels: Sequence[str], roles: Sequence[str]
-) -> go.Figure:
+) -> go.Figure:  # pragma: no mutate block
     """Heatmaps of each encoder layer's output (tokens x dimensions) with a layer selector."""
     values = resid.detach().float().cpu().numpy()
     n_layers, _, d_model = values.shape
@@ -279,7 +281,7 @@ def hidden_state_figure(
 
 def top_k_figure(
     inputs: Sequence[str], outputs: Sequence[str], tokens: Sequence[Sequence[str]], probs: np.ndarray
-) -> go.Figure:
+) -> go.Figure:  # pragma: no mutate block
     """A table: one row per decoder step (its input, the greedy output, the ``k`` likeliest tokens)."""
     n_steps, k = probs.shape
     ranked = [[f"{tokens[step][rank]} {probs[step, rank]:.3f}" for step in range(n_steps)] for rank in range(k)]

@@ -18,7 +18,7 @@ _ALPHABET_SERIES = {
 _DASH = {"alphabet": "solid", "random": "dash"}
 
 
-def alphabets_figure(summary: pd.DataFrame) -> go.Figure:
+def alphabets_figure(summary: pd.DataFrame) -> go.Figure:  # pragma: no mutate block
     """Figure 4 from `lsa_interp.evaluation.grid_summary.alphabets_summary`: seen-transformation accuracy on
     seen and new alphabets against the number of training alphabets, per batching method, with bootstrap
     bands (where a condition has two or more runs) and the paper's means as open markers."""
@@ -62,7 +62,7 @@ def _mean_over_shared_epochs(runs: pd.DataFrame, column: str) -> pd.Series:
     return logged[logged["epoch"] <= last].groupby("epoch")[column].mean()
 
 
-def training_curves_figure(history: pd.DataFrame) -> go.Figure:
+def training_curves_figure(history: pd.DataFrame) -> go.Figure:  # pragma: no mutate block
     """Validation accuracy of non-copy tasks, the best matching-head score and the share of extend / succ / pred
     tasks answered with a sibling rule's answer (the example not read) per epoch, one thin line per run and a thick
     mean per group (copy vs no-copy training data; up to the last epoch all its runs reached), from
@@ -107,7 +107,7 @@ def training_curves_figure(history: pd.DataFrame) -> go.Figure:
 _PRECISION_COLOURS = {"fp32": "#2ca02c", "tf32": "#9467bd", "bf16": "#d62728"}
 
 
-def precision_curves_figure(history: pd.DataFrame) -> go.Figure | None:
+def precision_curves_figure(history: pd.DataFrame) -> go.Figure | None:  # pragma: no mutate block
     """Per epoch, the seen-transformation validation accuracy and (where the histories have it) the mean training
     loss of each condition (preset / batching) trained in more than one precision, one row of panels per
     condition: one thin line per run and a thick mean per precision, up to the last epoch all its runs reached (the
@@ -155,7 +155,7 @@ def precision_curves_figure(history: pd.DataFrame) -> go.Figure | None:
     return fig
 
 
-def matching_vs_rule_figure(runs: pd.DataFrame) -> go.Figure:
+def matching_vs_rule_figure(runs: pd.DataFrame) -> go.Figure:  # pragma: no mutate block
     """One point per run of `lsa_interp.evaluation.runs_table.runs_table` that has both a matching-head analysis
     and rule-family counts: its best matching-head score against the share of the look-alike rules' tasks it
     answered with a sibling rule's answer (the example not read), copy against no-copy runs."""

@@ -28,7 +28,10 @@ def model():
     return HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64))
 
 
-@pytest.fixture(scope="module")
+# Built anew for each test (a fraction of a second): mutmut's test statistics credit what a fixture calls to the
+# first test that set it up, so a module-scoped view would leave every other test out of the mutation runs of
+# the viewer's functions (docs/testing.md).
+@pytest.fixture
 def view(model) -> AttentionView:
     model.train()  # the viewer must decode and cache in eval mode, then restore the mode
     built = attention_view(model, TASK, top_k=4, max_new_tokens=STEPS)
