@@ -11,6 +11,7 @@ import torch
 from lsa_interp.data.task import Task
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.inputs import decoder_input_from_generated
+from lsa_interp.viz import attention as viewer
 from lsa_interp.viz.attention import BLOCK_TITLES, AttentionView, attention_view
 from lsa_interp.viz.attention_data import display_token
 from lsa_interp.viz.attention_figures import ROLE_COLOURS
@@ -236,3 +237,56 @@ def test_attention_view_of_a_task_string_and_bad_input(model):
         attention_view(model, TASK, top_k=0)
     with pytest.raises(ValueError):
         attention_view(model, "abc | d")
+
+
+def test_each_click_names_the_layer_and_head_in_the_title(view):
+    fig = view.figures[ENC]
+    fig = type(fig)(fig)
+    click(fig, "head 2")
+    assert shown(fig) == (
+        ["layer 1 head 2"],
+        f"{ENC}: layer 1, head 2",
+        [("buttons", "layer 1"), ("dropdown", "head 2")],
+    ), "the first layer's head menu is the one shown at first"
+    click(fig, "layer 2")
+    assert shown(fig) == (
+        ["layer 2 head 2"],
+        f"{ENC}: layer 2, head 2",
+        [("buttons", "layer 2"), ("dropdown", "head 2")],
+    ), "the second layer's head menu shows the head chosen"
+    click(fig, "head average")
+    click(fig, "layer 1")
+    assert shown(fig)[1] == f"{ENC}: layer 1, head average"
+
+
+def test_circuitsvis_gets_each_square_block_s_tokens_heads_and_mask(view, monkeypatch):
+    calls = []
+    monkeypatch.setattr("circuitsvis.attention.attention_heads", lambda **kwargs: calls.append(kwargs) or kwargs)
+    view.circuitsvis("encoder", 1)
+    view.circuitsvis("decoder", 1)
+    encoder, decoder = calls
+    assert encoder["tokens"] == list(view.data.src_tokens) and decoder["tokens"] == list(view.data.tgt_tokens)
+    assert encoder["attention_head_names"] == ["2.1", "2.2", "2.3", "2.4"]
+    assert decoder["attention_head_names"] == ["dec:2.1", "dec:2.2", "dec:2.3", "dec:2.4"]
+    assert encoder["mask_upper_tri"] is False and decoder["mask_upper_tri"] is True
+    np.testing.assert_array_equal(encoder["attention"], view.data.encoder_attn[1].numpy())
+    np.testing.assert_array_equal(decoder["attention"], view.data.decoder_attn[1].numpy())
+
+
+def test_pages_go_into_new_folders_as_utf_8_documents(model, tmp_path):
+    view = AttentionView(attention_view(model, TASK, max_new_tokens=STEPS).data, title="attention — ü")
+    page = view.write(tmp_path / "new" / "nested" / "view.html").read_bytes().decode("utf-8")
+    assert "<title>attention — ü</title>" in page and "<br>model's greedy answer: <code>" in page
+    written = view.write_circuitsvis(tmp_path / "other" / "deep" / "dec.html", "decoder", 1)
+    text = written.read_bytes().decode("utf-8")
+    title = f"decoder layer 2 (1-based): {TASK.spaced()}"
+    assert text.startswith(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title.replace('>', '&gt;')}")
+
+
+def test_attention_view_passes_on_its_options(model, monkeypatch):
+    calls = []
+    collect = viewer.collect_attention
+    monkeypatch.setattr(viewer, "collect_attention", lambda *args: calls.append(args[2:]) or collect(*args))
+    view = attention_view(model, TASK, title="mine")
+    assert calls == [(5, viewer.DEFAULT_MAX_NEW_TOKENS)] and view.title == "mine"
+    assert attention_view(model, TASK, top_k=3, max_new_tokens=2).data.top_probs.shape == (2, 3)

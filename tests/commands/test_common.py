@@ -1,0 +1,101 @@
+"""The helpers every analysis command shares: its output directory, its window lengths, its printed tables."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from lsa_interp.analysis.types import AnalysisResult, Finding
+from lsa_interp.commands import common
+
+
+def test_the_default_output_is_named_after_the_model_or_its_directory():
+    assert common.default_out("copy-200") == common.Path("runs/analysis/copy-200")
+    assert common.default_out("runs/grid/stacks/stack-000/replicate-1") == common.Path("runs/analysis/replicate-1")
+
+
+def test_an_output_directory_is_made_with_its_parents_and_tried_before_any_work(tmp_path, monkeypatch):
+    out = tmp_path / "a" / "b" / "c"
+    assert common.writable_out(out) == out and out.is_dir() and list(out.iterdir()) == []
+    monkeypatch.chdir(tmp_path)
+    assert common.out_dir(None, "models/copy-20") == common.Path("runs/analysis/copy-20")
+    assert (tmp_path / "runs" / "analysis" / "copy-20").is_dir()
+    assert common.out_dir(tmp_path / "given", "copy-20") == tmp_path / "given"
+
+
+def test_an_output_that_cannot_be_written_is_refused(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=r"cannot write to --out .*file.*give a writable directory"):
+        common.writable_out(tmp_path / "file")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        if os.access(locked, os.W_OK):  # root writes anywhere
+            pytest.skip("this user can write into a read-only directory")
+        with pytest.raises(ValueError, match="cannot write to --out"):
+            common.writable_out(locked)
+    finally:
+        locked.chmod(stat.S_IRWXU)
+
+
+def test_window_lengths():
+    assert common.parse_lengths("3") == (3,) and common.parse_lengths(" 3, 4,5 ,") == (3, 4, 5)
+    for bad in ("", "2", "3,x", "-3", "3.5"):
+        with pytest.raises(ValueError, match="bad --lengths"):
+            common.parse_lengths(bad)
+
+
+def test_a_model_is_opened_on_the_device_asked_for(monkeypatch):
+    calls = []
+    monkeypatch.setattr(
+        "lsa_interp.training.snapshot.load_run_or_model", lambda name, device: calls.append((name, device))
+    )
+    common.open_model("copy-200", device="cuda")
+    common.open_model("copy-20")
+    assert calls == [("copy-200", "cuda"), ("copy-20", "cpu")]
+
+
+def _cells(printed: str) -> list[tuple[str, ...]]:
+    """The cells of every table row that rich printed (header and body), stripped."""
+    return [
+        tuple(cell.strip() for cell in line.strip()[1:-1].replace("┃", "│").split("│"))
+        for line in printed.splitlines()
+        if line.strip()[:1] in ("│", "┃")
+    ]
+
+
+def test_finish_prints_the_summary_and_findings_then_writes_the_files(tmp_path, capsys):
+    result = AnalysisResult(
+        "matching", "copy-20", {"best score": 0.123456, "heads": 3, "label": "2.7"},
+        findings=[
+            Finding("a head matches", "yes", "0.12", True),
+            Finding("no-copy lacks it", "5/20", "7/20", False),
+            Finding("untested", "-", "-", None),
+        ],
+    )  # fmt: skip
+    common.finish(result, tmp_path / "out", "copy-20")
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0].strip() == "matching: copy-20"
+    assert _cells(printed) == [
+        ("measure", "value"), ("best score", "0.1235"), ("heads", "3"), ("label", "2.7"),
+        ("finding", "paper", "ours", "verdict"),
+        ("a head matches", "yes", "0.12", "holds"),
+        ("no-copy lacks it", "5/20", "7/20", "does not hold"),
+        ("untested", "-", "-", "n/a"),
+    ]  # fmt: skip
+    heads = next(line for line in printed.splitlines() if "heads" in line)
+    assert heads.rstrip().endswith("      3 │"), "values are right-aligned"
+    assert "findings" in [line.strip() for line in printed.splitlines()]
+    assert printed.splitlines()[-1] == f"wrote {tmp_path / 'out' / 'matching.json'}"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["matching.json"]
+
+
+def test_finish_without_findings_prints_no_findings_table_and_writes_to_the_default(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    common.finish(AnalysisResult("roles", "runs/x/copy-200", {"tasks": 4}), None, "runs/x/copy-200")
+    printed = capsys.readouterr().out
+    assert _cells(printed) == [("measure", "value"), ("tasks", "4")] and "findings" not in printed
+    assert (tmp_path / "runs" / "analysis" / "copy-200" / "roles.json").is_file()
