@@ -138,6 +138,7 @@ def click(fig, label):
         if found:
             setattr(menus[int(found[1])], found[2], value)
         else:
+            assert key == "title.text", f"plotly.js would not apply {key!r}"
             fig.layout.title.text = value
 
 
