@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import stat
-
 import pytest
 
 from lsa_interp.analysis.types import AnalysisResult, Finding
@@ -29,16 +26,18 @@ def test_an_output_that_cannot_be_written_is_refused(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match=r"cannot write to --out .*file.*give a writable directory"):
         common.writable_out(tmp_path / "file")
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
-    try:
-        if os.access(locked, os.W_OK):  # root writes anywhere
-            pytest.skip("this user can write into a read-only directory")
-        with pytest.raises(ValueError, match="cannot write to --out"):
-            common.writable_out(locked)
-    finally:
-        locked.chmod(stat.S_IRWXU)
+
+
+def test_a_directory_whose_write_probe_fails_is_refused(tmp_path, monkeypatch):
+    """The probe file, not the directory's mode bits, decides (root may write into a read-only directory)."""
+
+    def refuse(**kwargs):
+        assert kwargs["dir"] == tmp_path / "out" and kwargs["prefix"] == ".write-test-"
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("tempfile.NamedTemporaryFile", refuse)
+    with pytest.raises(ValueError, match=r"cannot write to --out .*out: Permission denied; give a writable directory"):
+        common.writable_out(tmp_path / "out")
 
 
 def test_window_lengths():

@@ -54,11 +54,11 @@ def test_ensure_dataset_replaces_a_directory_without_a_manifest(sweep, tmp_path)
     assert read_manifest(directory)["seed"] == 0
 
 
-def _write_models(directory: Path, steps: list[int]) -> None:
-    for i, step in enumerate(steps):
-        path = directory / f"replicate-{i}" / "model" / "config.json"
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps({"metadata": {"steps": step}}))
+def _write_model(directory: Path, replicate: int, steps: int | None) -> None:
+    """A replicate's model config saying it trained ``steps`` steps (None: a config that does not say)."""
+    path = directory / f"replicate-{replicate}" / "model" / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"metadata": {} if steps is None else {"steps": steps}}))
 
 
 def test_stack_finished_by_its_marker_or_by_every_model_at_max_steps(sweep, tmp_path):
@@ -67,14 +67,14 @@ def test_stack_finished_by_its_marker_or_by_every_model_at_max_steps(sweep, tmp_
     directory = tmp_path / "stack"
     directory.mkdir()
     assert not work.stack_finished(directory, config)
-    _write_models(directory, [2, 1, 1])
+    for replicate, steps in enumerate([2, 1, 1]):
+        _write_model(directory, replicate, steps)
     assert not work.stack_finished(directory, config), "a replicate's model is missing"
-    (directory / "replicate-3" / "model").mkdir(parents=True)
-    (directory / "replicate-3" / "model" / "config.json").write_text(json.dumps({"metadata": {}}))
+    _write_model(directory, 3, None)
     assert work.stack_finished(directory, config), "the longest replicate reached max_steps"
-    (directory / "replicate-0" / "model" / "config.json").write_text(json.dumps({"metadata": {"steps": 1}}))
+    _write_model(directory, 0, 1)
     assert not work.stack_finished(directory, config)
-    (directory / "replicate-0" / "model" / "config.json").write_text(json.dumps({"metadata": {"steps": 3}}))
+    _write_model(directory, 0, 3)
     assert work.stack_finished(directory, config)
     assert not work.stack_finished(directory, config.with_bounds(max_steps=4))
     unbounded = type(config).from_dict({**config.to_dict(), "max_steps": None})
@@ -85,10 +85,8 @@ def test_stack_finished_by_its_marker_or_by_every_model_at_max_steps(sweep, tmp_
 
 def test_a_model_that_does_not_say_its_steps_counts_as_step_0(sweep, tmp_path):
     _, _, config = sweep
-    for i in range(4):
-        path = tmp_path / f"replicate-{i}" / "model" / "config.json"
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps({"metadata": {}}))
+    for replicate in range(4):
+        _write_model(tmp_path, replicate, None)
     assert not work.stack_finished(tmp_path, config.with_bounds(max_steps=1))
 
 
