@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import locale
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -274,7 +276,21 @@ def test_circuitsvis_gets_each_square_block_s_tokens_heads_and_mask(view, monkey
     np.testing.assert_array_equal(decoder["attention"], view.data.decoder_attn[1].numpy())
 
 
-def test_pages_go_into_new_folders_as_utf_8_documents(model, tmp_path):
+@pytest.fixture
+def ascii_locale():
+    """The C locale's ASCII as Python's default file encoding for the test (a machine without a UTF-8 locale)."""
+    saved = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        if sys.flags.utf8_mode or locale.getencoding().upper().replace("-", "") == "UTF8":
+            pytest.skip("Python's UTF-8 mode or a C locale in UTF-8: every default encoding here is UTF-8")
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, saved)
+
+
+def test_pages_go_into_new_folders_as_utf_8_documents(model, tmp_path, ascii_locale):
+    """UTF-8 whatever the locale's encoding (here ASCII, which cannot hold the title's dash and umlaut)."""
     view = AttentionView(attention_view(model, TASK, max_new_tokens=STEPS).data, title="attention — ü")
     page = view.write(tmp_path / "new" / "nested" / "view.html").read_bytes().decode("utf-8")
     assert "<title>attention — ü</title>" in page and "<br>model's greedy answer: <code>" in page
