@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         print(f"accuracy_by_length: error: {error}", file=sys.stderr)
         return 2
-    atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n"))
+    atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8"))
     cells = sorted({cell for table in result["models"].values() for cell in table})
     print(f"{'rule/length':24s} " + " ".join(f"{name[-18:]:>18s}" for name in args.model))
     for cell in cells:

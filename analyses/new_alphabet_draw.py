@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     result = {"split": SPLIT, "models": {name: alphabet_draw(name, args.rows) for name in args.model}}
-    atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n"))
+    atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8"))
     for name, found in result["models"].items():
         levels = " / ".join(f"{v['percent']:.1f}" for v in found["by_level"].values())
         print(f"{name}: {found['overall']:.1f}% (levels {levels}); draw sd {found['draw_sd']}, 95% {found['draw_95']}")

@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"new_alphabet_protocol: error: {error}", file=sys.stderr)
         return 2
     result = {"draws": args.draws, "models": models, "summary": summary(models)}
-    atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n"))
+    atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8"))
     html = args.out.with_suffix(".html")
     atomic_write(
         html,

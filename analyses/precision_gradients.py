@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"precision_gradients: error: {error}", file=sys.stderr)
         return 2
     document = {"batches": args.batches, "batch_size": BATCH, "seed": args.seed, "models": results}
-    atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(document, indent=2) + "\n"))
+    atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8"))
     columns = ("loss_fp32", "loss_bf16", "batch_error", "mean_error", "mean_error_if_noise", "batch_spread")
     columns += ("adam_error", "adam_halves")
     print(f"{'model':28s} " + " ".join(f"{c[-12:]:>12s}" for c in columns))

@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": len(items),
         "models": {name: compare(items, name) for name in args.model},
     }
-    atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n"))
+    atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8"))
     for name, found in result["models"].items():
         for group in ("new_to_both", "their_training_alphabets"):
             cell = found[group]["in"]

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results = {name: model_confusion(name, args.rows) for name in args.model}
     text = json.dumps({"rows_per_model": args.rows, "split": "val", "models": results}, indent=2) + "\n"
-    atomic_write(args.out, lambda tmp: tmp.write_text(text))
+    atomic_write(args.out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     for name, result in results.items():
         for rule, counts in result["rules"].items():
             siblings = ", ".join(f"{s} {100 * n / counts['total']:.1f}" for s, n in counts["as_rule"].items())

@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     text = json.dumps({"rows_per_model": rows, "models": summary}, indent=2) + "\n"
     page = figures_page("Training recall: answers that repeat a trained answer", _figures(results))
-    atomic_write(args.out, lambda tmp: tmp.write_text(text))
-    atomic_write(args.out.with_suffix(".html"), lambda tmp: tmp.write_text(page))
+    atomic_write(args.out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    atomic_write(args.out.with_suffix(".html"), lambda tmp: tmp.write_text(page, encoding="utf-8"))
     for name, result in summary.items():
         for key in SPLITS:
             for rule in (*LOOK_ALIKE_RULES, *WINDOW_NEW_RULES):

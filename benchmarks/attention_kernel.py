@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         parser.error("--replicates, --batch-size and --rounds take positive integers, --dropout a value in [0, 1)")
     try:
-        lengths = json.loads(args.lengths.read_text()) if args.lengths else None
+        lengths = json.loads(args.lengths.read_text(encoding="utf-8")) if args.lengths else None
         if lengths is not None and not {"widths", "row_lengths"} <= set(lengths):
             raise ValueError
     except (OSError, ValueError, TypeError):
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         if args.json:
-            atomic_write(args.json, lambda tmp: tmp.write_text(json.dumps(document, indent=2) + "\n"))
+            atomic_write(args.json, lambda tmp: tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8"))
     return 0
 
 

@@ -93,7 +93,7 @@ def compile_counts(kernel, names: list[str], dtype: str, tq: int, tk: int, causa
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     with tempfile.TemporaryDirectory() as folder:
         ptx = Path(folder) / "kernel.ptx"
-        ptx.write_text(compiled.asm["ptx"])
+        ptx.write_text(compiled.asm["ptx"], encoding="utf-8")
         report = subprocess.run([str(ptxas), "-arch=sm_90a", "-v", str(ptx), "-o", str(Path(folder) / "k.cubin")],
                                 capture_output=True, text=True, check=True)  # fmt: skip
     text = report.stdout + report.stderr
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         document["warps"][key] = {name: best_warps(rows, tq, tk) for name, rows in counts.items()}
         print(key, document["warps"][key], flush=True)
         if args.json:
-            atomic_write(args.json, lambda tmp: tmp.write_text(json.dumps(document, indent=1) + "\n"))
+            atomic_write(args.json, lambda tmp: tmp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8"))
     return 0
 
 

@@ -213,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     src_len, tgt_len, src_width, tgt_width, alphabet, transformation = row_lengths(args.data)
     keys = batch_keys(args.batching, alphabet, transformation)
     rows = stack_rows(keys, args.batch_size, max(sizes), args.steps)
-    profile = json.loads(args.profile.read_text()) if args.profile else {}
-    baseline = json.loads(args.baseline.read_text()) if args.baseline else {}
+    profile = json.loads(args.profile.read_text(encoding="utf-8")) if args.profile else {}
+    baseline = json.loads(args.baseline.read_text(encoding="utf-8")) if args.baseline else {}
     results = []
     for reps in sizes:
         result = measure(src_len, tgt_len, (src_width, tgt_width), rows, reps, tile)
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             "results": results,
             "row_lengths": length_pairs(src_len, tgt_len),
         }
-        atomic_write(args.json, lambda tmp: tmp.write_text(json.dumps(document, indent=2) + "\n"))
+        atomic_write(args.json, lambda tmp: tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8"))
     return 0
 
 

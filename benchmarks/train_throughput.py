@@ -263,7 +263,7 @@ def _report_progress(report: dict, started: float, save) -> dict:
 
 def _write_json(path: Path, document: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(document, indent=2) + "\n"))
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8"))
 
 
 def _release(device: torch.device) -> None:

@@ -66,7 +66,7 @@ def hardware_description(device_type: str) -> str:
         cpu = next(
             (
                 line.split(":", 1)[1].strip()
-                for line in cpuinfo.read_text().splitlines()
+                for line in cpuinfo.read_text(encoding="utf-8").splitlines()
                 if line.startswith("model name")
             ),
             cpu,
@@ -100,4 +100,4 @@ def generated_doc_main(render: Callable[[], str], description: str, argv: list[s
     if args.out is None:
         sys.stdout.write(text)
     else:
-        args.out.write_text(text)
+        args.out.write_text(text, encoding="utf-8")

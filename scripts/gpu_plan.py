@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         grid = load_grid(args.queue)
-        bench = merge_benchmarks([json.loads(path.read_text()) for path in args.bench])
+        bench = merge_benchmarks([json.loads(path.read_text(encoding="utf-8")) for path in args.bench])
         missing = [str(root) for root in args.done if not root.is_dir()]
         if missing:
             raise ValueError(f"--done: not a directory: {', '.join(missing)}")
@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_plan: error: {error}", file=sys.stderr)
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(args.out, lambda tmp: tmp.write_text(text))
+    atomic_write(args.out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     print(json.dumps({**plan.summary(), "grid": str(args.out)}, indent=2))
     return 0
 

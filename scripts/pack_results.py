@@ -95,11 +95,13 @@ def stack_finished(stack: Path) -> bool:
     if (stack / DONE).is_file():
         return True
     config = stack / "train_config.json"
-    max_steps = json.loads(config.read_text()).get("max_steps") if config.is_file() else None
+    max_steps = json.loads(config.read_text(encoding="utf-8")).get("max_steps") if config.is_file() else None
     models = list(stack.glob("replicate-*/model/config.json")) if max_steps else []
     if not models:
         return False
-    return max(json.loads(m.read_text()).get("metadata", {}).get("steps", 0) for m in models) >= max_steps
+    return (
+        max(json.loads(m.read_text(encoding="utf-8")).get("metadata", {}).get("steps", 0) for m in models) >= max_steps
+    )
 
 
 def bundle_bytes(roots: list[Path], states: bool = False) -> bytes:
@@ -136,7 +138,7 @@ def write_chunks(data: bytes, out: Path, name: str, first: int, rest: int) -> li
     chunks = [out / f"{name}.tar.part{index:02d}" for index in range(len(bounds) - 1)]
     for chunk, start, end in zip(chunks, bounds, bounds[1:], strict=False):
         chunk.write_bytes(data[start:end])
-    (out / f"{name}.sha256").write_text(f"{hashlib.sha256(data).hexdigest()} {len(chunks)}\n")
+    (out / f"{name}.sha256").write_text(f"{hashlib.sha256(data).hexdigest()} {len(chunks)}\n", encoding="utf-8")
     return chunks
 
 
@@ -146,7 +148,7 @@ def parts_status(sources: list[Path], name: str = "bundle") -> tuple[dict[int, P
     count)."""
     chunks = {int(c.name.rsplit("part", 1)[1]): c for source in sources for c in source.glob(f"{name}.tar.part[0-9]*")}
     sums = [s / f"{name}.sha256" for s in sources if (s / f"{name}.sha256").is_file()]
-    fields = sums[0].read_text().split() if sums else []
+    fields = sums[0].read_text(encoding="utf-8").split() if sums else []
     return chunks, fields[0] if fields else None, int(fields[1]) if len(fields) > 1 else None
 
 

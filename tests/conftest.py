@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import locale
 import os
+import sys
 
 import pytest
 import torch
@@ -48,3 +50,17 @@ def tiny_config():
 @pytest.fixture(scope="session")
 def tiny(tiny_config):
     return generate_dataset(tiny_config, seed=3)
+
+
+@pytest.fixture
+def ascii_locale():
+    """ASCII as Python's default text encoding for the test: a machine whose locale is not UTF-8 (Windows' cp1252,
+    a POSIX locale in Latin-1), where a file opened without ``encoding`` cannot hold plotly.js or a card's dash."""
+    saved = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        if sys.flags.utf8_mode or locale.getencoding().upper().replace("-", "") == "UTF8":
+            pytest.skip("Python's UTF-8 mode or a C locale in UTF-8: every default encoding here is UTF-8")
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, saved)

@@ -111,9 +111,9 @@ class Population:
         paths = {"json": out / "population.json", "html": out / "population.html"}
         doc = {"models": self.rows, "table": self.table(), "conditions": self.by_condition()}
         text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
-        atomic_write(paths["json"], lambda p: p.write_text(text))
+        atomic_write(paths["json"], lambda p: p.write_text(text, encoding="utf-8"))
         page = figures_page(f"lsa-interp report over {len(self.rows)} models", self._figures(), [], self._intro())
-        atomic_write(paths["html"], lambda p: p.write_text(page))
+        atomic_write(paths["html"], lambda p: p.write_text(page, encoding="utf-8"))
         return paths
 
     def _intro(self) -> str:

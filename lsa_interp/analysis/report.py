@@ -82,7 +82,7 @@ class Report:
         out.mkdir(parents=True, exist_ok=True)
         paths = {"json": out / "report.json", "html": out / "report.html"}
         text = json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
-        atomic_write(paths["json"], lambda p: p.write_text(text))
+        atomic_write(paths["json"], lambda p: p.write_text(text, encoding="utf-8"))
         figures = {f"{r.name}: {title}": fig for r in self.results for title, fig in r.figures.items()}
         total = sum(self.seconds.values())
         intro = (
@@ -90,7 +90,7 @@ class Report:
             "(head labels 1-based, as in the paper: 2.7 = encoder layer 2, head 7).</p>"
         )
         page = figures_page(f"lsa-interp report: {self.model}", figures, self.findings, intro)
-        atomic_write(paths["html"], lambda p: p.write_text(page))
+        atomic_write(paths["html"], lambda p: p.write_text(page, encoding="utf-8"))
         return paths
 
 

@@ -64,13 +64,13 @@ class AnalysisResult:
         out.mkdir(parents=True, exist_ok=True)
         paths = {"json": out / f"{self.name}.json"}
         text = json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
-        atomic_write(paths["json"], lambda tmp: Path(tmp).write_text(text))
+        atomic_write(paths["json"], lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
         if self.figures:
             from lsa_interp.viz.html import figures_page
 
             paths["html"] = out / f"{self.name}.html"
             page = figures_page(f"{self.name}: {self.model}", self.figures, self.findings)
-            atomic_write(paths["html"], lambda tmp: Path(tmp).write_text(page))
+            atomic_write(paths["html"], lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
         return paths
 
 

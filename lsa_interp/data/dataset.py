@@ -142,7 +142,7 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike, force: bool = Fal
             "new_alphabets": dataset.new_alphabets,
             "files": files,
         }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         if out.exists():
             shutil.rmtree(out) if out.is_dir() else out.unlink()
         os.replace(tmp, out)
@@ -160,7 +160,7 @@ def read_manifest(data_dir: str | os.PathLike) -> dict:
             f"{data_dir} is not a dataset directory (no {MANIFEST}); create one with 'lsa-interp data generate'"
         )
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path} is not valid JSON ({err})") from None
     if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:

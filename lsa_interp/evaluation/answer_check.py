@@ -61,7 +61,7 @@ def count_answers(
 def write_answer_check(check: AnswerCheck, directory: str | Path) -> Path:
     """Write ``check`` to ``directory/check.json`` (atomically); returns the path."""
     path = Path(directory) / CHECK_FILE
-    atomic_write(path, lambda p: p.write_text(json.dumps(asdict(check), indent=2) + "\n"))
+    atomic_write(path, lambda p: p.write_text(json.dumps(asdict(check), indent=2) + "\n", encoding="utf-8"))
     return path
 
 
@@ -71,7 +71,7 @@ def read_answer_check(directory: str | Path) -> AnswerCheck:
     path = Path(directory) / CHECK_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{directory} has no {CHECK_FILE}; ship it again (lsa-interp ship) to count one")
-    fields = json.loads(path.read_text())
+    fields = json.loads(path.read_text(encoding="utf-8"))
     try:
         check = AnswerCheck(**fields)
     except TypeError as error:

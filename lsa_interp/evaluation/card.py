@@ -181,7 +181,7 @@ def ship_run(
     model = load_model(source)
     stored = None if reevaluate else _stored_results(source, model, name, limit)
     config_file = Path(run_dir) / "train_config.json"
-    recipe = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    recipe = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
     runs = recipe.get("runs")  # a stacked run: each replicate has its own dataset
     data_dir = runs[replicate]["data_dir"] if runs and replicate is not None else recipe.get("data_dir")
     dataset = evaluation_dataset(  # reused: only the val split, for the answer check and the storage check
@@ -207,12 +207,15 @@ def ship_run(
             result = evaluate_model(shipped, dataset, limit=limit, progress=progress, model_name=name)
             fit = training_fit(shipped, dataset, min(FIT_ROWS, limit or FIT_ROWS), model_name=name)
         write_answer_check(count_answers(shipped, dataset.splits["val"], dataset.seed), staging)
-        atomic_write(staging / EVALUATION_FILE, lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
+        atomic_write(
+            staging / EVALUATION_FILE,
+            lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8"),
+        )
         write_fit(fit, staging, page=False)
         if analyse is not None:
             analyse(shipped, staging)
         card = card_markdown(name, shipped, result, info, fit, reused=stored is not None)
-        atomic_write(staging / CARD_FILE, lambda p: p.write_text(card))
+        atomic_write(staging / CARD_FILE, lambda p: p.write_text(card, encoding="utf-8"))
     except BaseException:  # nothing half-written stays behind
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -234,17 +237,23 @@ def refresh_card(checkpoint_dir: str | Path, result: EvaluationResult) -> Path:
     card_path = directory / CARD_FILE
     if not card_path.is_file():
         raise FileNotFoundError(f"{directory} holds no {CARD_FILE}: ship the run first (lsa-interp ship)")
-    header, marker, _ = card_path.read_text().partition("## Evaluation")
+    header, marker, _ = card_path.read_text(encoding="utf-8").partition("## Evaluation")
     if not marker:
         raise ValueError(f"{card_path} has no '## Evaluation' part to replace")
     if result.limit is not None:
         raise ValueError(f"the evaluation covers {result.limit} rows per split; a card needs the full splits")
-    old = json.loads((directory / EVALUATION_FILE).read_text()) if (directory / EVALUATION_FILE).is_file() else {}
+    old = (
+        json.loads((directory / EVALUATION_FILE).read_text(encoding="utf-8"))
+        if (directory / EVALUATION_FILE).is_file()
+        else {}
+    )
     new = result.to_dict()
     for field in ("model", "preset"):
         if field in old and old[field] != new.get(field):
             raise ValueError(f"the evaluation is of {field} {new.get(field)!r}; the checkpoint's: {old[field]!r}")
     report = markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
-    atomic_write(directory / EVALUATION_FILE, lambda path: path.write_text(json.dumps(new, indent=2) + "\n"))
-    atomic_write(card_path, lambda path: path.write_text(header + report))
+    atomic_write(
+        directory / EVALUATION_FILE, lambda path: path.write_text(json.dumps(new, indent=2) + "\n", encoding="utf-8")
+    )
+    atomic_write(card_path, lambda path: path.write_text(header + report, encoding="utf-8"))
     return card_path

@@ -159,7 +159,7 @@ def write_fit(result: FitResult, out_dir: str | os.PathLike, page: bool = True) 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {kind: out / name for kind, name in FIT_FILES.items() if page or kind == "json"}
-    atomic_write(paths["json"], lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
+    atomic_write(paths["json"], lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8"))
     if page:
         figure = fit_figure(result)
         atomic_write(paths["html"], lambda p: figure.write_html(p, include_plotlyjs=True))

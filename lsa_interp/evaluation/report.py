@@ -242,8 +242,8 @@ def write_report(result: EvaluationResult, out_dir: str | os.PathLike) -> dict[s
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {kind: out / name for kind, name in REPORT_FILES.items()}
-    atomic_write(paths["json"], lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
-    atomic_write(paths["markdown"], lambda p: p.write_text(markdown_report(result)))
+    atomic_write(paths["json"], lambda p: p.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8"))
+    atomic_write(paths["markdown"], lambda p: p.write_text(markdown_report(result), encoding="utf-8"))
     figure = transformation_figure(result)
     atomic_write(paths["html"], lambda p: figure.write_html(p, include_plotlyjs=True))
     return paths

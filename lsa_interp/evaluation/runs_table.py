@@ -57,8 +57,8 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
     for name in (CONFIG_FILE, EVALUATION_FILE):
         if not (model_dir / name).is_file():
             raise FileNotFoundError(f"{model_dir} holds no {name}; evaluate the run first (lsa-interp ship)")
-    config = json.loads((model_dir / CONFIG_FILE).read_text())
-    evaluation = json.loads((model_dir / EVALUATION_FILE).read_text())
+    config = json.loads((model_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    evaluation = json.loads((model_dir / EVALUATION_FILE).read_text(encoding="utf-8"))
     if "metadata" not in config or "table1" not in evaluation:
         raise ValueError(f"{model_dir} is not an evaluated lsa-interp checkpoint")
     meta = config["metadata"]
@@ -108,13 +108,13 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
 
 def read_metadata(model_dir: str | os.PathLike) -> dict[str, Any]:
     """The training metadata in a model directory's ``config.json`` (empty when it has none)."""
-    return json.loads((Path(model_dir) / CONFIG_FILE).read_text()).get("metadata", {})
+    return json.loads((Path(model_dir) / CONFIG_FILE).read_text(encoding="utf-8")).get("metadata", {})
 
 
 def fit_record(model_dir: str | os.PathLike) -> dict[str, float]:
     """``fit_train`` and ``fit_val`` (exact match %) from the run's ``fit.json``; NaN without one."""
     path = Path(model_dir) / FIT_FILE
-    overall = json.loads(path.read_text())["overall"] if path.is_file() else {}
+    overall = json.loads(path.read_text(encoding="utf-8"))["overall"] if path.is_file() else {}
     return {f"fit_{split}": _percent(overall.get(split)) for split in ("train", "val")}
 
 
@@ -139,7 +139,7 @@ def matching_record(model_dir: str | os.PathLike) -> dict[str, Any]:
             "matching_best_head": None,
             "matching_best_score": math.nan,
         }
-    summary = json.loads(path.read_text())["summary"]
+    summary = json.loads(path.read_text(encoding="utf-8"))["summary"]
     return {
         "matching_head": summary["matching_heads"] != "none",
         "matching_heads": summary["matching_heads"],

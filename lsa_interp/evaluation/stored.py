@@ -78,12 +78,12 @@ def fit_from_dict(data: dict[str, Any]) -> FitResult:
 
 def read_evaluation(path: str | os.PathLike) -> EvaluationResult:
     """`evaluation_from_dict` of the JSON file at ``path``; raises FileNotFoundError, or ValueError."""
-    return evaluation_from_dict(json.loads(Path(path).read_text()))
+    return evaluation_from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 def read_fit(path: str | os.PathLike) -> FitResult:
     """`fit_from_dict` of the JSON file at ``path``; raises FileNotFoundError, or ValueError."""
-    return fit_from_dict(json.loads(Path(path).read_text()))
+    return fit_from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 def shipped_evaluation(name_or_path: str | os.PathLike) -> EvaluationResult:

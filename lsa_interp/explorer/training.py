@@ -68,7 +68,7 @@ def training_record(meta: dict[str, Any], records: Path = RECORDS_DIR) -> tuple[
         return None
     found = []
     for run_dir in run_dirs:
-        config = json.loads((run_dir / CONFIG_FILE).read_text())
+        config = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
         if "runs" in config:
             found += [(run_dir, i) for i, run in enumerate(config["runs"]) if meta.get("run") == run.get("name")]
         elif not meta.get("run") and _same_run(config, meta.get("train_config", {})):

@@ -85,7 +85,7 @@ def save_model(
             "weights_sha256": sha256_file(tmp / WEIGHTS_FILE),
             "metadata": {**model.metadata, **(metadata or {})},
         }
-        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, default=_json_default) + "\n")
+        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, default=_json_default) + "\n", encoding="utf-8")
         if directory.exists():
             old = directory.with_name(f".{directory.name}.old")
             directory.rename(old)
@@ -104,7 +104,7 @@ def _read_config(directory: Path) -> dict[str, Any]:
     if not config_path.is_file():
         raise CheckpointError(f"{directory} is not a checkpoint directory: {CONFIG_FILE} is missing")
     try:
-        config = json.loads(config_path.read_text())
+        config = json.loads(config_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{config_path} is corrupted (not valid JSON: {err})") from err
     if not isinstance(config, dict) or config.get("format") != FORMAT_NAME:

@@ -63,7 +63,7 @@ def load_grid(path: str | Path) -> Grid:
     """Read and validate the grid file at ``path``; raises ValueError (prefixed with the path) for any problem."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValueError(f"{path}: no such grid file") from None
     except tomllib.TOMLDecodeError as err:

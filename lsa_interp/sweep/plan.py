@@ -96,7 +96,7 @@ def plan_stacks(grid: Grid, out: Path) -> list[Stack]:
     recipe = json.loads(json.dumps(grid.recipe))
     stacks: list[Stack] = []
     if path.is_file():
-        saved = json.loads(path.read_text())
+        saved = json.loads(path.read_text(encoding="utf-8"))
         if (saved["recipe"], saved["model"]) != (recipe, grid.model):
             raise ValueError(f"the grid's recipe or model differs from the sweep in {out} ({path}); use a new --out")
         stacks = [Stack(s["name"], tuple(SweepRun(**r) for r in s["runs"])) for s in saved["stacks"]]
@@ -113,7 +113,7 @@ def plan_stacks(grid: Grid, out: Path) -> list[Stack]:
             "stacks": [{"name": s.name, "runs": [asdict(r) for r in s.runs]} for s in stacks],
         }
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda tmp: tmp.write_text(json.dumps(document, indent=2) + "\n"))
+        atomic_write(path, lambda tmp: tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8"))
     wanted = {run.name for run in runs}
     return [stack for stack in stacks if any(run.name in wanted for run in stack.runs)]
 

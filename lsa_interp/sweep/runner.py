@@ -55,8 +55,8 @@ def run_sweep(
     if ray is not None:
         require_ray()
     stacks = plan_stacks(grid, out)
-    text = Path(grid_path).read_text()
-    atomic_write(out / GRID_COPY, lambda tmp: tmp.write_text(text))
+    text = Path(grid_path).read_text(encoding="utf-8")
+    atomic_write(out / GRID_COPY, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     minutes = max_minutes if max_minutes is not None else grid.max_minutes
     deadline = None if minutes is None else time.time() + 60 * minutes
     jobs = [job for job in stack_jobs(grid, out, stacks) if not job.done]

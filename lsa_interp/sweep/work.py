@@ -52,7 +52,10 @@ def stack_finished(directory: Path, config: StackConfig) -> bool:
     models = [directory / replicate_dir(i) / MODEL_DIR / MODEL_CONFIG_FILE for i in range(config.replicates)]
     if config.max_steps is None or not all(path.is_file() for path in models):
         return False
-    return max(json.loads(path.read_text())["metadata"].get("steps", 0) for path in models) >= config.max_steps
+    return (
+        max(json.loads(path.read_text(encoding="utf-8"))["metadata"].get("steps", 0) for path in models)
+        >= config.max_steps
+    )
 
 
 def steps_logged(directory: Path) -> int:
@@ -60,7 +63,11 @@ def steps_logged(directory: Path) -> int:
     path = directory / METRICS_FILE
     if not path.is_file():
         return 0
-    steps = [json.loads(line).get("step", 0) for line in path.read_text().splitlines() if '"type": "step"' in line]
+    steps = [
+        json.loads(line).get("step", 0)
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if '"type": "step"' in line
+    ]
     return steps[-1] if steps else 0
 
 
@@ -93,7 +100,7 @@ def point_at_datasets(directory: Path, config: StackConfig) -> None:
     run name): a stack carried to another machine saved the absolute paths of the checkout it started in, and
     the sweep there makes the same datasets again from their seeds under its own directory."""
     path = directory / CONFIG_FILE
-    saved = json.loads(path.read_text())
+    saved = json.loads(path.read_text(encoding="utf-8"))
     wanted = {run.name: run.data_dir for run in config.runs if run.name}
     moved = [
         run for run in saved.get("runs", []) if run.get("name") in wanted and run["data_dir"] != wanted[run["name"]]
@@ -101,7 +108,7 @@ def point_at_datasets(directory: Path, config: StackConfig) -> None:
     for run in moved:
         run["data_dir"] = wanted[run["name"]]
     if moved:
-        atomic_write(path, lambda tmp: tmp.write_text(json.dumps(saved, indent=2) + "\n"))
+        atomic_write(path, lambda tmp: tmp.write_text(json.dumps(saved, indent=2) + "\n", encoding="utf-8"))
 
 
 def evaluate_run(model_dir: Path, data_dir: Path, name: str, limit: int | None = None, device: str = "cpu") -> bool:
@@ -124,7 +131,7 @@ def evaluate_run(model_dir: Path, data_dir: Path, name: str, limit: int | None =
     if target.is_file():
         return False
     result = evaluate_model(model, dataset, limit=limit, model_name=name, batch_size=batch_size)
-    atomic_write(target, lambda tmp: tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n"))
+    atomic_write(target, lambda tmp: tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8"))
     return True
 
 

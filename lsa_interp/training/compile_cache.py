@@ -64,6 +64,8 @@ def save_compile_cache(folders: list[Path]) -> Path | None:
     folders[0].mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     about = {"torch": torch.__version__, "device": device, "bytes": len(data), "artifacts": artifacts}
-    atomic_write(folders[0] / f"{name}.json", lambda tmp: tmp.write_text(json.dumps(about, indent=2) + "\n"))
+    atomic_write(
+        folders[0] / f"{name}.json", lambda tmp: tmp.write_text(json.dumps(about, indent=2) + "\n", encoding="utf-8")
+    )
     atomic_write(folders[0] / f"{name}.bin", lambda tmp: tmp.write_bytes(data))
     return folders[0] / f"{name}.bin"

@@ -39,7 +39,7 @@ def prepare_run_dir(run_dir: str | os.PathLike, config: dict[str, Any], force: b
     for old in [run_dir / MODEL_DIR, *run_dir.glob("replicate-*")]:
         shutil.rmtree(old, ignore_errors=True)
     text = json.dumps(config, indent=2) + "\n"
-    atomic_write(run_dir / CONFIG_FILE, lambda tmp: tmp.write_text(text))
+    atomic_write(run_dir / CONFIG_FILE, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return run_dir
 
 
@@ -72,7 +72,7 @@ def cut_metrics(run_dir: Path, offset: int) -> None:
 
 def append_record(run_dir: Path, record: dict[str, Any]) -> None:
     """Append one JSON line to ``metrics.jsonl``."""
-    with (run_dir / METRICS_FILE).open("a") as handle:
+    with (run_dir / METRICS_FILE).open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
 
 

@@ -34,7 +34,7 @@ def resume_run(
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a training run (no {CONFIG_FILE})")
-    config = TrainConfig.from_dict(json.loads(path.read_text()))
+    config = TrainConfig.from_dict(json.loads(path.read_text(encoding="utf-8")))
     if config.replicates > 1:
         raise ValueError(f"{run_dir} was trained by the retired vmap stack and cannot resume; train it again")
     return Trainer.resume(run_dir, max_steps=max_steps, max_minutes=max_minutes)

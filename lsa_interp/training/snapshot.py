@@ -64,7 +64,7 @@ def run_snapshot(
     state = read_state(run_dir)
     if state is None:
         raise FileNotFoundError(f"{run_dir} has saved no state yet (no {STATE_FILE}); wait for its first save")
-    data = json.loads((run_dir / CONFIG_FILE).read_text())
+    data = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
     if data.pop(STACK_KEY, False):
         stack_config = StackConfig.from_dict(data)
         if not 0 <= replicate < len(stack_config.runs):

@@ -70,7 +70,7 @@ CAPACITY_SAMPLE_STEPS = 2048
 def is_stack_run(run_dir: str | os.PathLike) -> bool:
     """True when ``run_dir`` holds a stacked run's ``train_config.json``."""
     path = Path(run_dir) / CONFIG_FILE
-    return path.is_file() and bool(json.loads(path.read_text()).get(STACK_KEY))
+    return path.is_file() and bool(json.loads(path.read_text(encoding="utf-8")).get(STACK_KEY))
 
 
 class StackTrainer:
@@ -138,7 +138,7 @@ class StackTrainer:
         run_dir = Path(run_dir)
         if not is_stack_run(run_dir):
             raise FileNotFoundError(f"{run_dir} is not a stacked training run (no {CONFIG_FILE} with {STACK_KEY!r})")
-        data = json.loads((run_dir / CONFIG_FILE).read_text())
+        data = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
         data.pop(STACK_KEY)
         config = StackConfig.from_dict(data).with_bounds(max_steps, max_minutes)
         trainer = cls(config, run_dir, read_state(run_dir))
@@ -312,7 +312,7 @@ class StackTrainer:
             save_model(self.model.replicate_model(index), target, metadata=self._metadata(index), overwrite=True)
         if self.step >= self.total_steps:
             text = json.dumps({"steps": self.step, "replicates": self.config.replicates}) + "\n"
-            atomic_write(self.run_dir / DONE_FILE, lambda tmp: tmp.write_text(text))
+            atomic_write(self.run_dir / DONE_FILE, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def run_train_config(config: StackConfig, run: RunSpec) -> TrainConfig:

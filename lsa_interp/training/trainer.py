@@ -166,7 +166,7 @@ class Trainer:
         run_dir = Path(run_dir)
         if not (run_dir / CONFIG_FILE).is_file():
             raise FileNotFoundError(f"{run_dir} is not a training run (no {CONFIG_FILE})")
-        config = TrainConfig.from_dict(json.loads((run_dir / CONFIG_FILE).read_text()))
+        config = TrainConfig.from_dict(json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8")))
         bounds = {"max_steps": max_steps, "max_minutes": max_minutes}
         config = replace(config, **{k: v for k, v in bounds.items() if v is not None})
         trainer = cls(config, run_dir, read_state(run_dir))

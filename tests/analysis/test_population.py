@@ -144,17 +144,17 @@ def test_by_condition_counts_matching_heads_and_averages_figure5_attention():
     assert Population(without).by_condition()["copy / alphabet"]["matching_head"] == "-"
 
 
-def test_written_population_holds_rows_table_conditions_and_the_page(tmp_path):
+def test_written_population_holds_rows_table_conditions_and_the_page(tmp_path, ascii_locale):
     """population.json has the rows, the k/N table and the conditions; the page shows k/N and the attention."""
     paths = Population(ROWS).write(tmp_path / "out" / "deeper")
     assert paths == {"json": tmp_path / "out/deeper/population.json", "html": tmp_path / "out/deeper/population.html"}
     assert Population(ROWS).write(tmp_path / "out" / "deeper") == paths  # an existing directory is reused
-    text = paths["json"].read_text()
+    text = paths["json"].read_text(encoding="utf-8")
     assert text.startswith('{\n  "models": [\n    {') and text.endswith("}\n")  # indented by 2, newline-ended
     doc = json.loads(text)
     assert doc["models"] == ROWS and doc["table"][0]["holds"] == 2 and doc["table"][0]["judged"] == 3
     assert doc["conditions"]["copy / alphabet"]["matching_head"] == "1/2"
-    page = paths["html"].read_text()
+    page = paths["html"].read_text(encoding="utf-8")
     assert "over 3 models" in page and f"<td>{MATCHING}</td><td>paper A</td><td>2/3</td>" in page
     assert "<td>copy / alphabet</td><td>2</td><td>1/2</td><td>0.250</td>" in page
     assert "<td>nocopy / alphabet</td><td>1</td><td>1/1</td><td>-</td>" in page

@@ -256,15 +256,15 @@ def test_control_findings_thresholds_and_a_control_that_is_a_matching_head(monke
     assert report_module.control_findings(Report("m", _detected("2.3", SCORES).results[:1]), model, 5, 0) == []
 
 
-def test_the_report_files_name_the_model_its_time_and_each_figure(tmp_path):
+def test_the_report_files_name_the_model_its_time_and_each_figure(tmp_path, ascii_locale):
     figure = go.Figure(go.Bar(x=["a"], y=[1.0]))
     results = [AnalysisResult("roles", "m", {"n": 1}, figures={"bars": figure}), AnalysisResult("rasp", "m", {})]
     report = Report("copy-x", results, [Finding("x", "1", "2", True)], {"roles": 1.2, "rasp": 3.4})
     paths = report.write(tmp_path / "new" / "report")
-    text = paths["json"].read_text()
+    text = paths["json"].read_text(encoding="utf-8")
     assert text.startswith('{\n  "model": "copy-x",\n  "findings": [') and text.endswith("}\n")
     assert json.loads(text)["seconds"] == {"roles": 1.2, "rasp": 3.4}
-    page = paths["html"].read_text()
+    page = paths["html"].read_text(encoding="utf-8")
     assert (
         "<p>Every finding of the paper re-measured on <b>copy-x</b> in 5 s (head labels 1-based, as in the paper: "
         "2.7 = encoder layer 2, head 7).</p>"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+
+import plotly.graph_objects as go
 import pytest
 
 from lsa_interp.analysis.types import AnalysisResult, Finding
@@ -90,6 +93,24 @@ def test_finish_prints_the_summary_and_findings_then_writes_the_files(tmp_path, 
     assert "findings" in [line.strip() for line in printed.splitlines()]
     assert printed.splitlines()[-1] == f"wrote {tmp_path / 'out' / 'matching.json'}"
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["matching.json"]
+
+
+def test_finish_names_every_file_it_wrote(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(common.shutil, "get_terminal_size", lambda: os.terminal_size((400, 24)))  # one line
+    figure = go.Figure(go.Bar(x=["a"], y=[1.0]))
+    common.finish(AnalysisResult("roles", "copy-20", {"n": 1}, figures={"bars": figure}), tmp_path, "copy-20")
+    out = capsys.readouterr().out.splitlines()[-1]
+    assert out == f"wrote {tmp_path / 'roles.json'}, {tmp_path / 'roles.html'}"
+
+
+@pytest.mark.parametrize(("columns", "width"), [(80, 120), (200, 200)])
+def test_tables_are_printed_at_least_120_columns_wide(columns, width, monkeypatch, tmp_path, capsys):
+    """A narrow terminal still gets 120 columns (a finding's text wraps less); a wider one gets its own width."""
+    monkeypatch.setattr(common.shutil, "get_terminal_size", lambda: os.terminal_size((columns, 24)))
+    long = "a finding whose statement runs on " * 12
+    common.finish(AnalysisResult("x", "m", {"n": 1}, findings=[Finding(long, long, long, True)]), tmp_path, "m")
+    lines = capsys.readouterr().out.splitlines()[:-1]
+    assert max(len(line) for line in lines) == width
 
 
 def test_finish_without_findings_prints_no_findings_table_and_writes_to_the_default(tmp_path, capsys, monkeypatch):

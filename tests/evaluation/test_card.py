@@ -171,16 +171,20 @@ def test_only_runs_stopped_early_are_marked_partial():
     assert "2.16 of 20 epochs" in _partial_warning(2.1627, 20)[0]
 
 
-def test_a_refreshed_card_keeps_its_header_and_takes_the_new_evaluation(shipped, data_dir, tmp_path):
+def test_a_refreshed_card_keeps_its_header_and_takes_the_new_evaluation(shipped, data_dir, tmp_path, ascii_locale):
+    """Cards are UTF-8 (their tables' dashes, a header's names) whatever the locale's encoding."""
     target = shutil.copytree(shipped, tmp_path / "tiny")
-    header = (target / "card.md").read_text().partition("## Evaluation")[0]
+    header = (target / "card.md").read_text(encoding="utf-8").partition("## Evaluation")[
+        0
+    ] + "Trained by Zoë – here.\n\n"
     (target / "evaluation.json").write_text(json.dumps({"model": "tiny", "preset": "tiny", "stale": True}))
-    (target / "card.md").write_text(header + "## Evaluation\n\nstale numbers\n")
+    (target / "card.md").write_text(header + "## Evaluation\n\nstale numbers\n", encoding="utf-8")
     model = load_model(target)
     result = evaluate_model(model, evaluation_dataset(model, data_dir=data_dir), model_name="tiny")
     assert refresh_card(target, result) == target / "card.md"
-    assert json.loads((target / "evaluation.json").read_text()) == json.loads(json.dumps(result.to_dict()))
-    card = (target / "card.md").read_text()
+    evaluation = json.loads((target / "evaluation.json").read_text(encoding="utf-8"))
+    assert evaluation == json.loads(json.dumps(result.to_dict()))
+    card = (target / "card.md").read_text(encoding="utf-8")
     assert card == header + markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
     assert "stale" not in card and "Which rule was applied" in card
     assert sorted(p.name for p in target.iterdir()) == sorted(p.name for p in shipped.iterdir())

@@ -186,15 +186,15 @@ def test_the_bar_chart_groups_each_alphabet_set_s_rules_by_category(result):
     assert other.layout.title.text.endswith("(model on tiny)")
 
 
-def test_write_report_writes_the_json_the_markdown_and_the_chart(result, tmp_path):
+def test_write_report_writes_the_json_the_markdown_and_the_chart(result, tmp_path, ascii_locale):
     paths = write_report(result, tmp_path / "new" / "eval")
     assert paths == {
         "json": tmp_path / "new" / "eval" / "evaluation.json",
         "markdown": tmp_path / "new" / "eval" / "evaluation.md",
         "html": tmp_path / "new" / "eval" / "accuracy_by_transformation.html",
     }
-    text = paths["json"].read_text()
+    text = paths["json"].read_text(encoding="utf-8")
     assert text == json.dumps(result.to_dict(), indent=2) + "\n"
-    assert paths["markdown"].read_text() == markdown_report(result)
-    page = paths["html"].read_text()
+    assert paths["markdown"].read_text(encoding="utf-8") == markdown_report(result)
+    page = paths["html"].read_text(encoding="utf-8")
     assert "Exact match by transformation" in page and "<script src=" not in page

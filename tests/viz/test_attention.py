@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import locale
+import dataclasses
 import re
-import sys
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from lsa_interp.model.inputs import decoder_input_from_generated
 from lsa_interp.viz import attention as viewer
 from lsa_interp.viz.attention import BLOCK_TITLES, AttentionView, attention_view
 from lsa_interp.viz.attention_data import display_token
-from lsa_interp.viz.attention_figures import ROLE_COLOURS
+from lsa_interp.viz.attention_figures import ROLE_COLOURS, role_legend_html
 
 torch.set_num_threads(1)
 
@@ -276,19 +275,6 @@ def test_circuitsvis_gets_each_square_block_s_tokens_heads_and_mask(view, monkey
     np.testing.assert_array_equal(decoder["attention"], view.data.decoder_attn[1].numpy())
 
 
-@pytest.fixture
-def ascii_locale():
-    """The C locale's ASCII as Python's default file encoding for the test (a machine without a UTF-8 locale)."""
-    saved = locale.setlocale(locale.LC_CTYPE)
-    locale.setlocale(locale.LC_CTYPE, "C")
-    try:
-        if sys.flags.utf8_mode or locale.getencoding().upper().replace("-", "") == "UTF8":
-            pytest.skip("Python's UTF-8 mode or a C locale in UTF-8: every default encoding here is UTF-8")
-        yield
-    finally:
-        locale.setlocale(locale.LC_CTYPE, saved)
-
-
 def test_pages_go_into_new_folders_as_utf_8_documents(model, tmp_path, ascii_locale):
     """UTF-8 whatever the locale's encoding (here ASCII, which cannot hold the title's dash and umlaut)."""
     view = AttentionView(attention_view(model, TASK, max_new_tokens=STEPS).data, title="attention — ü")
@@ -307,3 +293,49 @@ def test_attention_view_passes_on_its_options(model, monkeypatch):
     view = attention_view(model, TASK, title="mine")
     assert calls == [(5, viewer.DEFAULT_MAX_NEW_TOKENS)] and view.title == "mine"
     assert attention_view(model, TASK, top_k=3, max_new_tokens=2).data.top_probs.shape == (2, 3)
+
+
+def _intro_lines(view: AttentionView) -> list[str]:
+    """The lines of the page's introduction, before the role legend."""
+    intro = view._intro()
+    assert intro.startswith("<p>") and intro.endswith(role_legend_html(view.data.src_roles))
+    paragraph = intro.removesuffix(role_legend_html(view.data.src_roles))
+    assert paragraph.endswith("</p>") and paragraph.count("<p>") == 1
+    return paragraph.removeprefix("<p>").removesuffix("</p>").split("<br>")
+
+
+def test_the_introduction_names_the_task_the_answer_and_its_verdict(view):
+    numbering = (
+        "Layers and heads are numbered from 1, as in the paper (head 2.7 = encoder layer 2, head 7). "
+        "Hover a cell for source -> destination: weight."
+    )
+    task = "a b c d e f g h i j k l m n o p q r s t u v w x y z | g h i &gt; f h i | b c d"
+    right = AttentionView(dataclasses.replace(view.data, task=TASK.with_answer("acd"), answer="acd"))
+    assert _intro_lines(right) == [
+        f"task: <code>{task} &gt; a c d</code>",
+        "model's greedy answer: <code>acd</code>",
+        "expected answer: <code>acd</code> (correct)",
+        numbering,
+    ]
+    wrong = AttentionView(dataclasses.replace(view.data, task=TASK.with_answer("acd"), answer=""))
+    assert _intro_lines(wrong)[1:3] == [
+        "model's greedy answer: <code>(empty)</code>",
+        "expected answer: <code>acd</code> (wrong)",
+    ]
+    unknown = AttentionView(dataclasses.replace(view.data, task=TASK, answer="a<d"))
+    assert _intro_lines(unknown) == [
+        f"task: <code>{task}</code>",
+        "model's greedy answer: <code>a&lt;d</code>",
+        numbering,
+    ]
+
+
+def test_circuitsvis_shows_the_first_encoder_layer_by_default(view, monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr("circuitsvis.attention.attention_heads", lambda **kwargs: calls.append(kwargs) or kwargs)
+    view.circuitsvis()
+    assert calls[0]["attention_head_names"] == ["1.1", "1.2", "1.3", "1.4"]
+    np.testing.assert_array_equal(calls[0]["attention"], view.data.encoder_attn[0].numpy())
+    monkeypatch.undo()
+    page = view.write_circuitsvis(tmp_path / "default.html").read_text(encoding="utf-8")
+    assert f"<title>encoder layer 1 (1-based): {TASK.spaced().replace('>', '&gt;')}</title>" in page
