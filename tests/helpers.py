@@ -87,3 +87,18 @@ def answered_rows(n_correct: int, n_wrong: int, rule: str, alphabet: str = SWAPP
 def joined_rows(*parts):
     """The tasks and answers of several `answered_rows` parts, end to end."""
     return [t for p in parts for t in p[0]], [a for p in parts for a in p[1]]
+
+
+def explicit_attention(q, k, v, key_len, causal=False, keep=None, p=0.0, query_len=None):
+    """Explicit attention of the first ``query_len`` queries (default: ``key_len``) over the first ``key_len``
+    keys, with a given dropout mask; zeros for later queries."""
+    positions = lambda n: torch.arange(n, device=q.device)[None, :]
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    valid = (positions(k.shape[2]) < key_len[:, None])[:, None, None, :]
+    if causal:
+        valid = valid & torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+    weights = scores.masked_fill(~valid, float("-inf")).softmax(-1).nan_to_num()
+    if keep is not None:
+        weights = torch.where(keep, weights / (1 - p), 0.0)
+    asked = positions(q.shape[2]) < (key_len if query_len is None else query_len)[:, None]
+    return (weights @ v) * asked[:, None, :, None]

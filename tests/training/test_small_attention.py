@@ -15,7 +15,7 @@ from lsa_interp.data.vocab import PAD
 from lsa_interp.model import ModelConfig
 from lsa_interp.training import StackConfig, StackTrainer, TrainConfig
 from lsa_interp.training.stacked_model import StackedEncoderDecoder
-from tests.helpers import ragged_stack_batch
+from tests.helpers import explicit_attention, ragged_stack_batch
 
 pytest.importorskip("triton")  # without a GPU, run under Triton's interpreter (tests/conftest.py)
 from lsa_interp.training import small_attention as small_attention_module
@@ -24,21 +24,6 @@ from lsa_interp.training.small_attention import launch_count, packed_small_atten
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOLERANCE = 1e-5 if DEVICE == "cpu" else 2e-3  # CUDA: fp32 dots on tensor cores (tf32 in torch's reference)
-
-
-def reference(q, k, v, key_len, causal=False, keep=None, p=0.0, query_len=None):
-    """Explicit attention of the first ``query_len`` queries (default: ``key_len``) over the first ``key_len``
-    keys, with a given dropout mask; zeros for later queries."""
-    positions = lambda n: torch.arange(n, device=q.device)[None, :]
-    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
-    valid = (positions(k.shape[2]) < key_len[:, None])[:, None, None, :]
-    if causal:
-        valid = valid & torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
-    weights = scores.masked_fill(~valid, float("-inf")).softmax(-1).nan_to_num()
-    if keep is not None:
-        weights = torch.where(keep, weights / (1 - p), 0.0)
-    asked = positions(q.shape[2]) < (key_len if query_len is None else query_len)[:, None]
-    return (weights @ v) * asked[:, None, :, None]
 
 
 def _inputs(rows, heads, lq, lk, seed=0, d_head=16):
@@ -79,7 +64,7 @@ def test_without_dropout_it_is_explicit_attention_forward_and_backward(lq, lk, c
     out = small_attention(q, k, v, key_len, seed, causal=causal, query_len=query_len, shortest=shortest)
     grad = torch.randn_like(out)
     ours = _grads(out, (q, k, v), grad)
-    expected = reference(q, k, v, key_len, causal, query_len=query_len)
+    expected = explicit_attention(q, k, v, key_len, causal, query_len=query_len)
     theirs = _grads(expected, (q, k, v), grad)
     assert (out - expected).abs().max() < TOLERANCE
     assert all((a - b).abs().max() < TOLERANCE for a, b in zip(ours, theirs))
@@ -94,7 +79,7 @@ def test_in_bf16_it_is_explicit_attention_within_bf16_rounding():
     out = small_attention(*half, key_len, seed, query_len=query_len)
     grad = torch.randn_like(out)
     ours = _grads(out, half, grad)
-    expected = reference(q, k, v, key_len, query_len=query_len)
+    expected = explicit_attention(q, k, v, key_len, query_len=query_len)
     theirs = _grads(expected, (q, k, v), grad.float())
     assert out.dtype == torch.bfloat16 and (out.float() - expected).abs().max() < 3e-2
     assert all((a.float() - b).abs().max() < 5e-2 * max(1.0, b.abs().max().item()) for a, b in zip(ours, theirs))
@@ -164,7 +149,7 @@ def test_with_dropout_the_gradients_are_those_of_the_mask_it_drew():
     out = small_attention(q, k, v, key_len, torch.tensor([11], device=DEVICE), dropout_p=0.3, call=2)
     grad = torch.randn_like(out)
     ours = _grads(out, (q, k, v), grad)
-    expected = reference(q, k, v, key_len, keep=keep, p=0.3)
+    expected = explicit_attention(q, k, v, key_len, keep=keep, p=0.3)
     theirs = _grads(expected, (q, k, v), grad)
     assert (out - expected).abs().max() < TOLERANCE
     assert all((a - b).abs().max() < TOLERANCE for a, b in zip(ours, theirs))
