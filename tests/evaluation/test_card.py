@@ -174,9 +174,8 @@ def test_only_runs_stopped_early_are_marked_partial():
 def test_a_refreshed_card_keeps_its_header_and_takes_the_new_evaluation(shipped, data_dir, tmp_path, ascii_locale):
     """Cards are UTF-8 (their tables' dashes, a header's names) whatever the locale's encoding."""
     target = shutil.copytree(shipped, tmp_path / "tiny")
-    header = (target / "card.md").read_text(encoding="utf-8").partition("## Evaluation")[
-        0
-    ] + "Trained by Zoë – here.\n\n"
+    header = (target / "card.md").read_text(encoding="utf-8").partition("## Evaluation")[0]
+    header += "Trained by Zoë – here.\n\n"
     (target / "evaluation.json").write_text(json.dumps({"model": "tiny", "preset": "tiny", "stale": True}))
     (target / "card.md").write_text(header + "## Evaluation\n\nstale numbers\n", encoding="utf-8")
     model = load_model(target)
