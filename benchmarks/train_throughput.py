@@ -169,7 +169,6 @@ def timed(step, steps: int, device: torch.device) -> tuple[float, float]:
 def measure_config(contender, baseline, steps: int, device: torch.device) -> dict:
     """Warm both steps up (the first call of a graphed step captures it), then 3 alternating rounds."""
     timed(contender, 2, device)
-    torch.set_float32_matmul_precision("highest")  # tf32 was on while the contender captured its graph
     timed(baseline, 2, device)
     rounds = [(timed(contender, steps, device), timed(baseline, steps, device)) for _ in range(3)]
     rates = [(tasks / seconds, base_tasks / base_seconds) for (seconds, tasks), (base_seconds, base_tasks) in rounds]
@@ -236,7 +235,6 @@ def stacking_matrix(args, data_dir: str, device: torch.device, save=None) -> dic
             kind = "out of memory" if isinstance(error, torch.cuda.OutOfMemoryError) else type(error).__name__
             skipped.append({**name, "why": f"{kind}: {str(error).splitlines()[0][:200]}"})
             print(f"{device.type} {stacking} R={replicates} {precision}: {skipped[-1]['why']}", flush=True)
-            torch.set_float32_matmul_precision("highest")
             _report_progress(report, started, save)
             continue
         if device.type == "cuda":

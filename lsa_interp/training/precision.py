@@ -6,9 +6,12 @@ import torch
 
 
 def set_matmul_precision(precision: str) -> None:
-    """Let fp32 matmuls use TF32 for ``tf32`` runs (a process-wide torch setting); other precisions keep it."""
-    if precision == "tf32":
-        torch.set_float32_matmul_precision("high")
+    """Let fp32 matmuls use TF32 for ``tf32`` runs and keep them in full fp32 for every other precision.
+
+    The setting is process-wide, so each trainer applies it at every step and validation: a run after (or
+    alternating with) a ``tf32`` run in the same process, as in a sweep or a benchmark, keeps its own precision.
+    """
+    torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
 
 
 def precision_autocast(precision: str, device_type: str, graphed: bool) -> torch.autocast:

@@ -84,7 +84,6 @@ class StackTrainer:
             raise ValueError("the triton attention needs a CUDA device (on a CPU, only under TRITON_INTERPRET=1)")
         if config.attention == "flash" and self.device.type != "cuda":
             raise ValueError("the flash attention needs a CUDA device")
-        set_matmul_precision(config.precision)
         self.graphed = self.device.type == "cuda" and config.cuda_graph
         data_dirs = [run.data_dir for run in config.runs]
         self.train = StackSplit(data_dirs, "train", self.device)
@@ -238,6 +237,7 @@ class StackTrainer:
         """
         if self.step >= self.limit:
             raise IndexError(f"step {self.step} is past the end of this stack ({self.limit} steps)")
+        set_matmul_precision(self.config.precision)
         window = self._window
         if window is None or not window.start <= self.step < window.start + window.count:
             window = self._window = self.plan.window(self.step, min(WINDOW_STEPS, self.limit - self.step))
@@ -267,6 +267,7 @@ class StackTrainer:
         """Validation records of the replicates that trained during the stack epoch that just ended."""
         since = self.step - self.steps_per_epoch
         chosen = [r for r in range(self.config.replicates) if self.plan.total_steps[r] > since]
+        set_matmul_precision(self.config.precision)
         records = validate_stack(self.model, self.val, self._autocast, chosen, self.prompts)
         return [
             {

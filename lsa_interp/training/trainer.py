@@ -55,7 +55,6 @@ class Trainer:
     def __init__(self, config: TrainConfig, run_dir: Path, state: dict[str, Any] | None = None) -> None:
         self.config, self.run_dir = config, run_dir
         self.device = pick_device(config.device)
-        set_matmul_precision(config.precision)
         self.graphed = self.device.type == "cuda" and config.cuda_graph
         if self.graphed and config.micro_batches > 1:
             raise ValueError(
@@ -191,7 +190,9 @@ class Trainer:
     def _autocast(self) -> torch.autocast:
         return precision_autocast(self.config.precision, self.device.type, self.graphed)
 
-    def _set_lr(self) -> None:
+    def _begin_step(self) -> None:
+        """Apply the run's matmul precision (process-wide, see `set_matmul_precision`) and this step's rate."""
+        set_matmul_precision(self.config.precision)
         cfg = self.config
         factor = lr_factor(
             self.step, self.steps_per_epoch, cfg.epochs, cfg.warmup_start, cfg.final_lr_factor, self.warmup_steps
@@ -211,7 +212,7 @@ class Trainer:
         On CUDA (unless ``cuda_graph`` is off) the step is a `GraphedStep` replay, which reads the batch of
         step ``self.step`` from its device copy of the epoch plan (the same batch as ``rows``).
         """
-        self._set_lr()
+        self._begin_step()
         if self.graphed:
             if self._graph is None:
                 self._graph = GraphedStep(self)
@@ -323,6 +324,7 @@ class Trainer:
     def validated(self, model: HookedEncoderDecoder) -> dict[str, Any]:
         """Validation loss and greedy exact-match accuracy of ``model`` (see `validate_model`) and its best
         matching-head score (``matching_score``, see `matching_score`)."""
+        set_matmul_precision(self.config.precision)
         record = validate_model(model, self.val, self._autocast)
         return {**record, "matching_score": matching_score(model, self.prompts)}
 

@@ -118,7 +118,7 @@ class VmapReplicateTrainer(Trainer):
         """One optimizer step of every replicate; returns the ``[replicates]`` losses without syncing."""
         if self.graphed:
             return super().train_step(batch)
-        self._set_lr()
+        self._begin_step()
         with self._autocast():
             losses = self.stacked_loss(*self.stacked_batch(batch))
         self.optimizer.zero_grad(set_to_none=True)
