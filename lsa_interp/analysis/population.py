@@ -169,7 +169,7 @@ def run_population(
     that fails to load raises its error."""
     if not paths:
         raise ValueError("give at least one checkpoint")
-    workers = workers or os.cpu_count() or 1
+    workers = workers if workers is not None else os.cpu_count() or 1
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     names = [str(p) for p in paths]

@@ -223,8 +223,9 @@ def test_run_population_uses_at_most_one_worker_per_model_and_the_default_steps(
     monkeypatch.setattr(population.os, "cpu_count", lambda: None)
     run_population(["a", "b"])
     assert [pool.max_workers for pool in inline] == [2, 1, 3, 1]
-    with pytest.raises(ValueError, match="at least 1"):
-        run_population(["a"], workers=-1)
+    for bad in (0, -1):  # 0 is refused, not read as "the default"
+        with pytest.raises(ValueError, match="at least 1"):
+            run_population(["a"], workers=bad)
 
 
 def test_one_model_report_gives_its_condition_and_findings(tmp_path):
