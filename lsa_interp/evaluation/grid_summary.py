@@ -75,13 +75,21 @@ def counted_runs(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataF
     runs = complete_runs(frame, include_partial)
     if runs.empty or "precision" not in runs:
         return runs
-    ranks = {"_not_fp32": runs["precision"] != RECIPE_PRECISION}
+    return _closest_to_recipe(runs, ["preset", "batching", "seed"])
+
+
+def _closest_to_recipe(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One run per value of ``keys``: the first by the ranking of `counted_runs` (fp32 only where ``keys`` leaves
+    the precision free)."""
+    ranks = {}
+    if "precision" not in keys:
+        ranks["_not_fp32"] = runs["precision"] != RECIPE_PRECISION
     if "length_bucketing" in runs:
         ranks["_bucketed"] = runs["length_bucketing"].astype(bool)
     if "architecture" in runs:
         ranks["_other_model"] = runs["architecture"] != "hooked"
-    first = runs.assign(**ranks).sort_values(list(ranks), kind="stable")
-    return first.drop_duplicates(["preset", "batching", "seed"]).drop(columns=list(ranks)).sort_index()
+    first = runs.assign(**ranks).sort_values(list(ranks), kind="stable") if ranks else runs
+    return first.drop_duplicates(keys).drop(columns=list(ranks)).sort_index()
 
 
 def precision_summary(frame: pd.DataFrame, include_partial: bool = False) -> pd.DataFrame:
@@ -89,11 +97,13 @@ def precision_summary(frame: pd.DataFrame, include_partial: bool = False) -> pd.
     runs (``n``), the ``mean`` and sample standard deviation ``sd`` of seen-transformation seen-alphabet accuracy,
     and, beside fp32, the ``difference`` of the means and ``within_spread``: whether that difference is smaller
     than the larger of the two standard deviations (then the faster precision may train the rest of a grid;
-    None where neither has two runs)."""
+    None where neither has two runs). Each seed counts once per precision (ranked as in `counted_runs`), so the
+    spread is between seeds."""
     columns = ["preset", "batching", "precision", "n", "mean", "sd", "difference", "within_spread"]
     runs, rows = complete_runs(frame, include_partial), []
     if runs.empty or "precision" not in runs:
         return pd.DataFrame(columns=columns)
+    runs = _closest_to_recipe(runs, ["preset", "batching", "precision", "seed"])
     for (preset, batching), group in runs.groupby(["preset", "batching"]):
         if group["precision"].nunique() < 2:
             continue

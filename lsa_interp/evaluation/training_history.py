@@ -105,8 +105,16 @@ def training_runs(path: str | os.PathLike) -> list[Path]:
 
 def histories(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
     """`epoch_history` of every training run in ``paths`` (a run, or a directory of runs: `training_runs`; a run
-    found twice is read once), concatenated (empty when none has epoch records). Raises FileNotFoundError for a
-    path that holds no run."""
+    found twice is read once), concatenated (empty when none has epoch records), with each row's ``run_dir``.
+    ``run`` names one model: where run directories share a name (the same preset, batching and seed trained on
+    two machines, or on the plain `nn.Transformer`), each such name gets its directory in brackets. Raises
+    FileNotFoundError for a path that holds no run."""
     runs = dict.fromkeys(run.resolve() for path in paths for run in training_runs(path))
-    frames = [frame for frame in (epoch_history(run) for run in runs) if not frame.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    frames = [frame.assign(run_dir=str(run)) for run in runs if not (frame := epoch_history(run)).empty]
+    if not frames:
+        return pd.DataFrame()
+    frame = pd.concat(frames, ignore_index=True)
+    directories = frame.groupby("run")["run_dir"].nunique()
+    shared = frame["run"].isin(directories[directories > 1].index)
+    frame.loc[shared, "run"] = frame.loc[shared, "run"] + " [" + frame.loc[shared, "run_dir"] + "]"
+    return frame

@@ -235,6 +235,24 @@ def test_complete_runs_leaves_out_partial_runs_unless_asked():
     assert complete_runs(frame, include_partial=True)[CELLS[0]].tolist() == [90.0, 80.0]
 
 
+def test_the_precision_check_counts_each_seed_once_per_precision():
+    """A seed trained twice in one precision (here copy-200 seed 0: the CPU run and the length-bucketed H100 run)
+    is one sample: the run closest to the recipe counts, as in `counted_runs`, and the spread is between seeds."""
+    rows = [
+        run("copy-200", "alphabet", 0, 84.0, length_bucketing=True, architecture="hooked"),
+        run("copy-200", "alphabet", 0, 87.0, length_bucketing=False, architecture="hooked"),
+        run("copy-200", "alphabet", 0, 80.0, length_bucketing=False, architecture="reference"),
+        run("copy-200", "alphabet", 1, 89.0, length_bucketing=False, architecture="hooked"),
+        run("copy-200", "alphabet", 1, 70.0, precision="bf16", length_bucketing=False, architecture="hooked"),
+        run("copy-200", "alphabet", 1, 71.0, precision="bf16", length_bucketing=True, architecture="hooked"),
+    ]
+    check = precision_summary(pd.DataFrame(rows)).set_index("precision")
+    assert check["n"].to_dict() == {"bf16": 1, "fp32": 2}
+    assert check.loc["fp32", "mean"] == pytest.approx(88.0)  # seeds 0 (87.0, not bucketed, hooked) and 1
+    assert check.loc["fp32", "sd"] == pytest.approx(np.std([87.0, 89.0], ddof=1))
+    assert check.loc["bf16", "mean"] == pytest.approx(70.0)
+
+
 def test_counted_runs_keeps_one_run_per_seed_and_every_run_without_precisions():
     rows = [run("copy-20", "random", 0, 90.0, precision="bf16"), run("copy-20", "random", 0, 91.0),
             run("copy-20", "random", 1, 92.0, complete=False)]  # fmt: skip

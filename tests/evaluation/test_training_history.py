@@ -191,3 +191,20 @@ def test_a_plain_runs_records_carry_no_replicate_and_one_past_its_single_model_i
     frame = epoch_history(write_run(tmp_path / "run", {"preset": "copy-20", "seed": 2}, records))
     assert frame["run"].tolist() == ["copy-20-random-s2", "replicate-1"] and frame["replicate"].tolist() == [0, 1]
     assert frame["train_loss"].tolist()[0] == 2.0 and frame["train_loss"].isna().tolist() == [False, True]
+
+
+def test_runs_of_one_name_in_two_directories_stay_two_runs_and_the_mean_stops_at_the_shorter(tmp_path):
+    """The same preset, batching and seed trained on two machines (or on the plain nn.Transformer) are two
+    models: each gets its directory in brackets, and the group's mean ends at the last epoch both reached."""
+    config = {"preset": "copy-20", "seed": 1, "batching": "random"}
+    cpu = write_run(tmp_path / "cpu" / "copy-20-random-s1", config, [epoch(0, n, 0.1 * n) for n in (1, 2, 3)])
+    gpu = write_run(tmp_path / "gpu" / "stack-000", config, [epoch(0, n, 0.2 * n) for n in (1, 2)])
+    other = write_run(tmp_path / "gpu" / "stack-001", {**config, "seed": 2}, [epoch(0, n, 0.3 * n) for n in (1, 2)])
+    frame = histories([cpu, gpu, other])
+    assert frame["run_dir"].tolist() == [str(cpu.resolve())] * 3 + [str(gpu.resolve())] * 2 + [str(other.resolve())] * 2
+    assert frame["run"].tolist() == [f"copy-20-random-s1 [{cpu.resolve()}]"] * 3 + [
+        f"copy-20-random-s1 [{gpu.resolve()}]"
+    ] * 2 + ["copy-20-random-s2"] * 2
+    figure = training_curves_figure(frame)
+    mean = next(t for t in figure.data if t.name == "copy (mean of 3)")
+    assert list(mean.x) == [1, 2] and list(mean.y) == pytest.approx([20.0, 40.0])
