@@ -202,9 +202,12 @@ def test_runs_of_one_name_in_two_directories_stay_two_runs_and_the_mean_stops_at
     other = write_run(tmp_path / "gpu" / "stack-001", {**config, "seed": 2}, [epoch(0, n, 0.3 * n) for n in (1, 2)])
     frame = histories([cpu, gpu, other])
     assert frame["run_dir"].tolist() == [str(cpu.resolve())] * 3 + [str(gpu.resolve())] * 2 + [str(other.resolve())] * 2
-    assert frame["run"].tolist() == [f"copy-20-random-s1 [{cpu.resolve()}]"] * 3 + [
-        f"copy-20-random-s1 [{gpu.resolve()}]"
-    ] * 2 + ["copy-20-random-s2"] * 2
+    assert (
+        frame["run"].tolist()
+        == [f"copy-20-random-s1 [{cpu.resolve()}]"] * 3
+        + [f"copy-20-random-s1 [{gpu.resolve()}]"] * 2
+        + ["copy-20-random-s2"] * 2
+    )
     figure = training_curves_figure(frame)
     mean = next(t for t in figure.data if t.name == "copy (mean of 3)")
     assert list(mean.x) == [1, 2] and list(mean.y) == pytest.approx([20.0, 40.0])
