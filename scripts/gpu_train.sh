@@ -235,21 +235,26 @@ stack_kind() {
 }
 
 # The session's stack as the plain stack, after its checks failed: a carried stack ($SESSION/carried) from its
-# carried state again, its saved configs (each stack's train_config.json, which a resumed stack trains by) and the
-# session's grid without torch.compile, the triton attention and packing; else the plain stack planned afresh for
-# the time left until epoch second $1.
+# carried state again, its saved configs (each stack's train_config.json, which a resumed stack trains by), the
+# sweep's saved plan (plan.json, whose recipe the sweep compares with the grid's) and the session's grid without
+# torch.compile, the triton attention and packing; else the plain stack planned afresh for the time left until
+# epoch second $1.
 plain_instead() {
   rm -rf "$SWEEP"
   if [[ -f $SESSION/carried ]]; then
     mkdir -p "$SWEEP" && cp -r "$CARRY/grid/." "$SWEEP/" || return 1
     sed -i -e '/^compile = true$/d' -e '/^attention = "triton"$/d' -e '/^packing = true$/d' "$SESSION/grid.toml"
     python3 -c 'import json, os, sys
-for path in sys.argv[1:]:
-    config = json.load(open(path))
-    config.update(compile=False, attention="sdpa", packing=False)
+def rewrite(path, change):
+    document = json.load(open(path))
+    change(document)
     with open(path + ".part", "w") as part:
-        json.dump(config, part, indent=2)
-    os.replace(path + ".part", path)' "$SWEEP"/stacks/*/train_config.json || return 1
+        json.dump(document, part, indent=2)
+    os.replace(path + ".part", path)
+for path in sys.argv[2:]:
+    rewrite(path, lambda config: config.update(compile=False, attention="sdpa", packing=False))
+rewrite(sys.argv[1], lambda plan: [plan["recipe"].pop(key, None) for key in ("compile", "attention", "packing")])
+' "$SWEEP/plan.json" "$SWEEP"/stacks/*/train_config.json || return 1
   else
     plan "$(minutes_until "$1")" native >/dev/null || return 1
   fi

@@ -168,6 +168,7 @@ def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_i
         assert (stack / "state.pt").is_file() and not list(back.rglob("model.safetensors"))
         assert json.loads((stack / "train_config.json").read_text())["compile"] is False
         assert "compile" not in (tmp_path / "kept" / "session" / "grid.toml").read_text()
+        assert "compile" not in json.loads((tmp_path / "kept" / "grid" / "plan.json").read_text())["recipe"]
     plan = json.loads((tmp_path / "one" / "out" / "plan.json").read_text())
     assert plan["sessions"] > 1 and plan["replicates"] == 4
     first, both = steps
@@ -175,9 +176,12 @@ def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_i
 
 
 def _mark_compiled(kept: Path) -> None:
-    """Make the kept stack one that trained compiled: its saved config and its session's grid say so."""
+    """Make the kept stack one that trained compiled: its saved config, its sweep's plan and its session's grid
+    say so."""
     for config in kept.glob("grid/stacks/*/train_config.json"):
         config.write_text(json.dumps({**json.loads(config.read_text()), "compile": True}))
+    plan = json.loads((kept / "grid" / "plan.json").read_text())
+    (kept / "grid" / "plan.json").write_text(json.dumps({**plan, "recipe": {**plan["recipe"], "compile": True}}))
     grid = kept / "session" / "grid.toml"
     grid.write_text(grid.read_text().replace("[recipe]\n", "[recipe]\ncompile = true\n"))
     assert "compile = true" in grid.read_text()
