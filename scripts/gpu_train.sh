@@ -38,6 +38,7 @@
 # the sweep on it) is given back.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
+began=$(date +%s)
 SCRIPT=$PWD/scripts/gpu_train.sh
 case ${1:-} in
 start | receive | watch | pack | drive) ;;
@@ -107,7 +108,6 @@ SWEEP=$WORK/grid
 RECEIVED=${RECEIVED:-$WORK/received}
 OUT=${OUT:-$WORK/out}
 mkdir -p "$OUT" "$SESSION"
-began=$(date +%s)
 
 PROGRESS='
 import json, sys
@@ -343,6 +343,12 @@ start)
   fi
   touch "$WARM_MARK"
   receive || exit 2
+  # Parts without the checksum (it comes with part 00, in the first call) are a carried stack whose first part this
+  # machine never received (a machine given back between calls): planning afresh would train its runs from step 0.
+  if compgen -G "$RECEIVED/carry.tar.part*" >/dev/null && [[ ! -f $RECEIVED/carry.sha256 ]]; then
+    echo "gpu_train.sh: parts of a carried stack but no carry.sha256 (it comes with part 00): send part 00 again" >&2
+    exit 2
+  fi
   if [[ -f $RECEIVED/carry.sha256 ]]; then
     rm -rf "$CARRY"
     python3 scripts/pack_results.py unpack "$RECEIVED" --name carry --into "$CARRY" || exit 2

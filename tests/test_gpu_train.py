@@ -320,6 +320,21 @@ def test_a_start_that_is_the_machines_first_call_takes_its_start_off_the_minutes
     assert warm.returncode == 2 and "first call" not in warm.stdout and 1.5 < planned(warm) <= 1.8
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_start_with_parts_of_a_carried_stack_but_no_checksum_refuses_to_plan_afresh(tmp_path):
+    """Part 00 and the checksum come with the first call; on a machine given back after it, the later parts alone
+    arrive. `start` must not plan the queue afresh then (it would train the carried runs from step 0): exit 2."""
+    write_tiny_grid(tmp_path / "queue.toml")
+    env = _session_env(tmp_path, _fake_commands(tmp_path), tmp_path / "none", UPLOAD=str(tmp_path / "upload"))
+    (tmp_path / "upload").mkdir()
+    (tmp_path / "upload" / "carry.tar.part01").write_bytes(b"the second part")
+    script = ["bash", str(ROOT / "scripts" / "gpu_train.sh")]
+    started = subprocess.run([*script, "start", "5"], env=env, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 2, started.stdout
+    assert "no carry.sha256 (it comes with part 00): send part 00 again" in started.stderr
+    assert "training until" not in started.stdout and not (tmp_path / "work" / "grid").exists()
+
+
 def test_an_unknown_subcommand_is_a_usage_error():
     result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_train.sh"), "train"], capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.startswith("usage: gpu_train.sh start MINUTES")
