@@ -62,8 +62,8 @@ runs per (preset, batching method)."""
 PAPER_BATCHING_ROWS: dict[tuple[str, str], int] = {key: 5 for key in PAPER_BATCHING} | {("copy-20", "random"): 11}
 """How many rows of the authors' table of runs each batching cell averages: 5 runs, except copy-20 with random
 batching, whose 91.5 [90.4, 92.6] is the mean over 11 rows: its 5 runs, each listed twice (4 with the same numbers,
-the base run with two different results), and a sixth run of another name. Over its 5 runs, each once with its later result, it is 91.2
-(Figure 4's number; docs/results.md)."""
+the base run with two different results), and a sixth run of another name. Over its 5 runs, each once with its later
+result, it is 91.2 (Figure 4's number; docs/results.md)."""
 
 PAPER_ALPHABETS: dict[int, dict[str, tuple[float, float, float, float]]] = {
     20: {"alphabet": (90.2, 32.4, 10.0, 3.8), "random": (91.2, 34.2, 10.1, 4.0)},

@@ -79,19 +79,23 @@ def train_stack(
 ) -> bool:
     """Train (or resume) the stack in ``directory`` until it ends or the wall-clock ``deadline`` (time.time()).
 
-    A new stack is started; one with a saved state resumes from it. Returns whether the stack finished.
+    A new stack is started; one with a saved state resumes from it. The minutes left are counted once the trainer
+    is built (its data and model take seconds), so training stops at the deadline. Returns whether the stack
+    finished.
     """
     if stack_finished(directory, config):
         return True
+    if deadline is not None and deadline <= time.time():
+        return False
+    if not (directory / CONFIG_FILE).is_file():
+        trainer = StackTrainer.start(config, directory, force=True)
+    else:
+        point_at_datasets(directory, config)
+        trainer = StackTrainer.resume(directory)
     minutes = None if deadline is None else (deadline - time.time()) / 60
     if minutes is not None and minutes <= 0:
         return False
-    if not (directory / CONFIG_FILE).is_file():
-        StackTrainer.start(config, directory, force=True)
-    else:
-        point_at_datasets(directory, config)
-    trainer = StackTrainer.resume(directory, max_minutes=minutes)
-    trainer.run(progress=progress)
+    trainer.run(progress=progress, max_minutes=minutes)
     return stack_finished(directory, config)
 
 

@@ -168,15 +168,17 @@ class StackTrainer:
         """Append one JSON line to ``metrics.jsonl``."""
         append_record(self.run_dir, record)
 
-    def run(self, progress: Callable[[dict[str, Any]], None] | None = None) -> Path:
+    def run(self, progress: Callable[[dict[str, Any]], None] | None = None, max_minutes: float | None = None) -> Path:
         """Train until every run has finished, ``max_steps``, ``max_minutes`` or a signal; return the run dir.
 
-        ``progress`` receives every logged step record (with ``total_steps``). The replicates' models are
-        written when training stops for any reason but a signal (then only the state is saved).
+        ``max_minutes`` (counted from this call) overrides the config's. ``progress`` receives every logged step
+        record (with ``total_steps``). The replicates' models are written when training stops for any reason but a
+        signal (then only the state is saved).
         """
         cfg = self.config
         limit = self.limit
-        deadline = None if cfg.max_minutes is None else time.monotonic() + 60 * cfg.max_minutes
+        minutes = cfg.max_minutes if max_minutes is None else max_minutes
+        deadline = None if minutes is None else time.monotonic() + 60 * minutes
         window_start, window_tasks = time.perf_counter(), 0
         clock = window_start  # training wall time, without validation and checkpoints, accrues into self.elapsed
         folders = cache_folders() if cfg.compile else []

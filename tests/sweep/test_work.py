@@ -146,18 +146,49 @@ def test_train_stack_resumes_a_stopped_stack_with_the_minutes_left(sweep, monkey
     work.StackTrainer.resume(directory, max_steps=1).run()
     assert work.steps_logged(directory) == 1 and not work.stack_finished(directory, config)
     bounds = []
-    resume = work.StackTrainer.resume
+    run = work.StackTrainer.run
 
-    def spy(run_dir, max_steps=None, max_minutes=None):
-        bounds.append((Path(run_dir), max_steps, max_minutes))
-        return resume(run_dir, max_steps=max_steps, max_minutes=max_minutes)
+    def spy(trainer, progress=None, max_minutes=None):
+        bounds.append((trainer.run_dir, trainer.config.max_steps, max_minutes))
+        return run(trainer, progress=progress, max_minutes=max_minutes)
 
-    monkeypatch.setattr(work.StackTrainer, "resume", spy)
+    monkeypatch.setattr(work.StackTrainer, "run", spy)
     monkeypatch.setattr(work.StackTrainer, "start", lambda *a, **k: pytest.fail("a started stack restarted"))
     assert work.train_stack(config, directory, deadline=work.time.time() + 600)
     ((run_dir, max_steps, minutes),) = bounds
-    assert run_dir == directory and max_steps is None and 9.9 < minutes <= 10
+    assert run_dir == directory and max_steps == config.max_steps and 9.9 < minutes <= 10
     assert work.steps_logged(directory) == 2
+
+
+@pytest.mark.parametrize("started", [False, True])
+def test_train_stack_builds_one_trainer_and_counts_the_minutes_left_after_building_it(sweep, monkeypatch, started):
+    """Building a trainer (data to the device, the model, the plan) takes seconds, on a GPU more: the minutes the
+    stack trains are those left once it is built, so that it stops at the deadline; a new stack is built once."""
+    _, out, config = sweep
+    directory = out / "stack"
+    if started:
+        work.StackTrainer.start(config, directory)
+    clock = [1000.0]
+    monkeypatch.setattr(work.time, "time", lambda: clock[0])
+    built, given = [], []
+    init, run = work.StackTrainer.__init__, work.StackTrainer.run
+
+    def slow_init(trainer, *args, **kwargs):
+        init(trainer, *args, **kwargs)
+        built.append(trainer)
+        clock[0] += 120.0  # two minutes of building
+
+    def spy(trainer, progress=None, max_minutes=None):
+        given.append(max_minutes)
+        return run(trainer, progress=progress, max_minutes=max_minutes)
+
+    monkeypatch.setattr(work.StackTrainer, "__init__", slow_init)
+    monkeypatch.setattr(work.StackTrainer, "run", spy)
+    assert work.train_stack(config, directory, deadline=1600.0)
+    assert len(built) == 1 and given == [pytest.approx(8.0)]
+    clock[0] = 1500.0  # building runs past the deadline: nothing trains
+    assert not work.train_stack(config, out / "late", deadline=1600.0)
+    assert given == [pytest.approx(8.0)] and work.steps_logged(out / "late") == 0
 
 
 def test_point_at_datasets_rewrites_only_the_moved_runs(sweep, tmp_path):

@@ -277,6 +277,17 @@ def test_a_stack_stops_at_its_minutes_and_resumes_under_new_ones_to_the_weights_
     assert rates == [256 / 122, 256 / 120, 176 / 120]  # each replicate's short batch (536 = 8 x 64 + 24) in 5-6
 
 
+@pytest.mark.parametrize("saved_minutes", [None, 100.0])
+def test_the_minutes_given_to_run_override_the_configs(data_dir, tmp_path, monkeypatch, saved_minutes):
+    """`run(max_minutes=M)` (the sweep's minutes left, counted once the trainer is built) bounds this call whatever
+    the config says: 2 minutes on a clock of 61 s a step end it after step 2."""
+    clock, saves = _fake_clock(monkeypatch), []
+    config = _stack_config([RunSpec(str(data_dir), seed=0, epochs=2)], model=SMALL_MODEL, max_minutes=saved_minutes)
+    trainer = _clocked(StackTrainer.start(config, tmp_path / "stack"), clock, [61.0], saves)
+    trainer.run(max_minutes=2.0)
+    assert trainer.step == 2 and saves == [2] and trainer.config.max_minutes == saved_minutes
+
+
 def test_each_saved_replicate_records_its_own_run_and_the_stacks_recipe(data_dir, other_dir, tmp_path, monkeypatch):
     """What `lsa-interp results` tabulates: each model's preset (the dataset's where its run names none), seeds,
     batching, precision, steps and epochs of its own, the stack's training seconds (on a clock of 2.468 s a step)."""
