@@ -89,16 +89,26 @@ def pack(runs: list[SweepRun], replicates: int, first_index: int = 0) -> list[St
 def plan_stacks(grid: Grid, out: Path) -> list[Stack]:
     """The stacks holding the grid's runs: the saved plan's, plus new stacks for runs it lacks (saved).
 
-    Raises ValueError when the saved plan has another recipe or model, or a run of the same name differs.
+    Raises ValueError when the saved plan has another recipe, model or definition of a dataset the grid defines
+    (``[datasets.NAME]``), or a run of the same name differs.
     """
     runs = expand(grid)
     path = out / PLAN_FILE
     recipe = json.loads(json.dumps(grid.recipe))
+    datasets = {name: json.loads(json.dumps(config.to_dict())) for name, config in grid.datasets.items()}
     stacks: list[Stack] = []
     if path.is_file():
         saved = json.loads(path.read_text(encoding="utf-8"))
         if (saved["recipe"], saved["model"]) != (recipe, grid.model):
             raise ValueError(f"the grid's recipe or model differs from the sweep in {out} ({path}); use a new --out")
+        changed = sorted(
+            name for name, config in saved.get("datasets", {}).items() if datasets.get(name, config) != config
+        )
+        if changed:
+            raise ValueError(
+                f"the grid's dataset {changed[0]} differs from the sweep in {out} ({path}); use a new --out"
+            )
+        datasets = {**saved.get("datasets", {}), **datasets}
         stacks = [Stack(s["name"], tuple(SweepRun(**r) for r in s["runs"])) for s in saved["stacks"]]
     planned = {run.name: run for stack in stacks for run in stack.runs}
     for run in runs:
@@ -110,6 +120,7 @@ def plan_stacks(grid: Grid, out: Path) -> list[Stack]:
         document = {
             "recipe": recipe,
             "model": grid.model,
+            "datasets": datasets,
             "stacks": [{"name": s.name, "runs": [asdict(r) for r in s.runs]} for s in stacks],
         }
         out.mkdir(parents=True, exist_ok=True)

@@ -35,10 +35,12 @@ GPU_EVAL_BATCH = 4096
 
 
 def ensure_dataset(config: DatasetConfig, seed: int, directory: Path) -> bool:
-    """Generate and save ``config`` with ``seed`` into ``directory`` unless that dataset is there; True if made."""
+    """Generate and save ``config`` with ``seed`` into ``directory`` unless that dataset is there (the same name,
+    seed and options); True if made."""
     if (directory / "manifest.json").is_file():
         manifest = read_manifest(directory)
-        if (manifest["preset"], manifest["seed"]) == (config.name, seed):
+        options = json.loads(json.dumps(config.to_dict()))  # as the manifest holds them: tuples become lists
+        if (manifest["preset"], manifest["seed"], manifest["config"]) == (config.name, seed, options):
             return False
     save_dataset(generate_dataset(config, seed=seed), directory, force=True)
     return True

@@ -167,6 +167,24 @@ def test_plan_is_kept_and_extended(tmp_path):
         plan_stacks(parse_grid(_grid(epochs=3)), tmp_path)
 
 
+def test_a_grid_that_redefines_one_of_its_datasets_is_refused_and_a_new_one_is_kept(tmp_path):
+    """Runs of a redefined ``[datasets.NAME]`` would train on other data under the same names: refused, like a
+    changed recipe; a dataset the saved plan lacks (a plan written before datasets were saved, or a new one) joins."""
+    tiny = {"n_alphabets": 4, "window_lengths": [3], "n_reshuffle": 1, "n_new_alphabets": 4}
+    cell = {"presets": ["tiny"], "batching": ["random"]}
+    plan_stacks(parse_grid({"seeds": [0], "cells": [cell], "datasets": {"tiny": tiny}}), tmp_path)
+    saved = json.loads((tmp_path / PLAN_FILE).read_text())
+    assert saved["datasets"]["tiny"]["n_alphabets"] == 4
+    wider = {"seeds": [0, 1], "cells": [cell], "datasets": {"tiny": {**tiny, "n_alphabets": 8}}}
+    with pytest.raises(ValueError, match="the grid's dataset tiny differs from the sweep"):
+        plan_stacks(parse_grid(wider), tmp_path)
+    other = {"seeds": [0], "cells": [cell, {"presets": ["other"], "batching": ["random"]}]}
+    plan_stacks(parse_grid({**other, "datasets": {"tiny": tiny, "other": {**tiny, "n_alphabets": 8}}}), tmp_path)
+    assert set(json.loads((tmp_path / PLAN_FILE).read_text())["datasets"]) == {"tiny", "other"}
+    (tmp_path / PLAN_FILE).write_text(json.dumps({k: v for k, v in saved.items() if k != "datasets"}))
+    assert plan_stacks(parse_grid(wider), tmp_path)  # an older plan without datasets: nothing to compare
+
+
 def test_the_first_invocation_writes_the_plan_into_new_directories_and_later_ones_leave_it_untouched(tmp_path):
     grid = parse_grid(_grid(replicates=2, seeds=[0, 1, 2]))
     out = tmp_path / "sweeps" / "first" / "grid"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -43,6 +44,9 @@ def test_ensure_dataset_makes_it_once_and_again_for_another_seed_or_preset(sweep
     assert (read_manifest(directory)["preset"], read_manifest(directory)["seed"]) == ("tiny", 1)
     assert work.ensure_dataset(nocopy, 1, directory)
     assert (read_manifest(directory)["preset"], read_manifest(directory)["seed"]) == ("tiny-nocopy", 1)
+    wider = dataclasses.replace(nocopy, n_alphabets=8)  # the same name and seed, other options: made again
+    assert work.ensure_dataset(wider, 1, directory) and read_manifest(directory)["config"]["n_alphabets"] == 8
+    assert not work.ensure_dataset(wider, 1, directory)
 
 
 def test_ensure_dataset_replaces_a_directory_without_a_manifest(sweep, tmp_path):
