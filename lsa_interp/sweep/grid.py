@@ -114,9 +114,10 @@ def _integer(value: Any, name: str, minimum: int = 0) -> int:
     return value
 
 
-def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ValueError(f"{name}: must be a positive number, got {value!r}")
+def _number(value: Any, name: str, positive: bool = True) -> float:
+    """``value`` as a float; raises ValueError when it is no number, or not positive where ``positive``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or (positive and value <= 0):
+        raise ValueError(f"{name}: must be a {'positive ' if positive else ''}number, got {value!r}")
     return float(value)
 
 
@@ -190,9 +191,9 @@ def _recipe(data: Any) -> dict[str, Any]:
         elif isinstance(default, tuple):
             if not isinstance(value, list) or len(value) != len(default):
                 raise ValueError(f"{name}: must be a list of {len(default)} numbers, got {value!r}")
-            value = tuple(_number(v, f"{name}[{i}]") for i, v in enumerate(value))
+            value = tuple(_number(v, f"{name}[{i}]", positive=False) for i, v in enumerate(value))
         elif isinstance(default, float):
-            value = _number(value, name)
+            value = _number(value, name, positive=False)  # its range is the recipe's to check (0 is a valid decay)
         else:
             value = _integer(value, name, 1)
         recipe[key] = value

@@ -29,7 +29,8 @@ LEGACY_LENGTH_BUCKETING = True
 @dataclass(frozen=True, kw_only=True)
 class Recipe:
     """What one run and a stack of runs share: the optimizer, schedule, precision, model and bounds (defaults:
-    the paper's recipe). Raises ValueError for an unknown precision or a non-positive batch size or step bound."""
+    the paper's recipe). Raises ValueError for an unknown precision, a non-positive batch size, step bound or
+    learning rate, AdamW betas outside [0, 1), or a negative weight decay or schedule factor."""
 
     batch_size: int = 32
     lr: float = 1e-3
@@ -62,6 +63,13 @@ class Recipe:
             raise ValueError(f"batch size must be positive, got {self.batch_size}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max steps must be positive, got {self.max_steps}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+        if not all(0 <= beta < 1 for beta in self.betas):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas}")
+        for name in ("weight_decay", "warmup_start", "final_lr_factor"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be at least 0, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True, kw_only=True)

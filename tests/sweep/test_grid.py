@@ -95,8 +95,11 @@ def test_tiny_grid_defines_its_own_datasets():
         (_grid(seeds={"start": -1, "stop": 2}), "seeds.start", ">= 0"),
         (_grid(seeds={"start": 2, "stop": 2}), "seeds.stop", ">= 3"),
         (_grid(recipe={"betas": [0.9]}), "recipe.betas", "list of 2 numbers"),
-        (_grid(recipe={"betas": [0.9, "x"]}), "recipe.betas[1]", "positive number"),
-        (_grid(recipe={"lr": "0.1"}), "recipe.lr", "positive number"),
+        (_grid(recipe={"betas": [0.9, "x"]}), "recipe.betas[1]", "must be a number"),
+        (_grid(recipe={"lr": "0.1"}), "recipe.lr", "must be a number"),
+        (_grid(recipe={"lr": 0}), "recipe", "lr must be positive"),  # ranges are the recipe's (a stack's config)
+        (_grid(recipe={"betas": [0.9, 1.0]}), "recipe", "betas must be two numbers in [0, 1)"),
+        (_grid(recipe={"weight_decay": -0.01}), "recipe", "weight_decay must be at least 0"),
         (_grid(recipe={"batch_size": 0}), "recipe.batch_size", ">= 1"),
         (_grid(recipe={"attention": "flash"}), "recipe", "packing"),  # a combination only a stack's config refuses
     ],
@@ -115,6 +118,11 @@ def test_the_edges_a_grid_accepts():
     assert grid.recipe == {"batch_size": 1, "lr": 1.0} and grid.replicates == 8
     assert parse_grid(_grid(seeds={"start": 2, "stop": 3})).cells[0].seeds == (2,)
     assert (parse_grid(_grid()).eval_limit, parse_grid(_grid()).max_minutes) == (None, None)
+    zeros = {"weight_decay": 0, "warmup_start": 0, "final_lr_factor": 0, "betas": [0, 0.999]}  # no decay, a 0 floor
+    assert parse_grid(_grid(recipe=zeros)).recipe == {**zeros, "weight_decay": 0.0, "betas": (0.0, 0.999)} | {
+        "warmup_start": 0.0,
+        "final_lr_factor": 0.0,
+    }
 
 
 def test_bad_toml_and_missing_file(tmp_path):

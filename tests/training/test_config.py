@@ -65,6 +65,19 @@ def test_recipe_values_are_checked_for_a_run_and_for_a_stack():
             with pytest.raises(ValueError, match="the flash attention runs on packed rows in bf16: use packing and"):
                 make(attention="flash", **bad)
         assert make(attention="flash", packing=True, precision="bf16").attention == "flash"
+        for bad, message in (
+            ({"lr": 0.0}, "lr must be positive, got 0.0"),
+            ({"lr": float("nan")}, "lr must be positive, got nan"),
+            ({"betas": (0.9, 1.0)}, r"betas must be two numbers in \[0, 1\), got \(0.9, 1.0\)"),
+            ({"betas": (-0.1, 0.9)}, "betas must be two numbers"),
+            ({"weight_decay": -0.01}, "weight_decay must be at least 0, got -0.01"),
+            ({"warmup_start": -1e-4}, "warmup_start must be at least 0"),
+            ({"final_lr_factor": float("nan")}, "final_lr_factor must be at least 0, got nan"),
+        ):
+            with pytest.raises(ValueError, match=message):
+                make(**bad)
+        edges = {"betas": (0.0, 0.999), "weight_decay": 0.0, "warmup_start": 0.0, "final_lr_factor": 0.0}
+        assert make(**edges, lr=1e-9).weight_decay == 0.0  # no decay and a schedule that starts or ends at 0
     with pytest.raises(ValueError, match="epochs must be positive, got 0"):
         TrainConfig(data_dir="d", epochs=0)
     with pytest.raises(ValueError, match="one model at a time: use replicates 1, no compile"):
