@@ -107,11 +107,13 @@ class Trainer:
         return {"foreach": not self.graphed, "fused": self.graphed, "capturable": self.graphed}
 
     def _settle_optimizer(self) -> None:
-        """After loading a state saved under the other step kind (graphed or eager): this run's flags and
-        learning-rate type, and AdamW step counters where that kind keeps them."""
+        """After loading a state: this run's flags and learning-rate type, and AdamW step counters where its step
+        kind keeps them. A graphed run gets its rate as a new tensor on the device whatever the state held: a
+        state is read onto the CPU, and fused AdamW reads a CPU rate once, as a number, so a graph captured with
+        it would train every later step at that rate while the schedule filled a tensor the graph never reads."""
         for group in self.optimizer.param_groups:
             group.update(self._adamw_flags())
-            if self.graphed and not isinstance(group["lr"], Tensor):
+            if self.graphed:
                 group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
             elif not self.graphed and isinstance(group["lr"], Tensor):
                 group["lr"] = float(group["lr"])

@@ -102,6 +102,29 @@ def test_a_graphed_run_resumes_where_it_stopped(data_dir, tmp_path):
     assert lines and all(np.isfinite(json.loads(line).get("train_loss", 0.0)) for line in lines)
 
 
+@cuda
+@pytest.mark.parametrize("resumed", [False, True])
+def test_a_graphs_update_reads_the_schedules_rate_also_after_a_resume(data_dir, tmp_path, resumed):
+    """The captured update reads the rate tensor the schedule fills: with the rate at 0 a replay leaves the weights
+    as they are (AdamW's decay is scaled by the rate too). A resumed run read its rate onto the CPU, where fused
+    AdamW takes it as a number at capture: every later step then ran at that one rate."""
+    config = TrainConfig(data_dir=str(data_dir), device="cuda", max_steps=6, val_limit=8, model=SMALL_MODEL)
+    trainer = start_run(config, tmp_path)
+    if resumed:
+        trainer.run()
+        trainer = resume_run(tmp_path, max_steps=12)
+    trainer.train_step(trainer.epoch_plan(0)[trainer.step])  # captures the graph
+    group = trainer.optimizer.param_groups[0]
+    assert group["lr"].device.type == "cuda"
+    group["lr"].fill_(0.0)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer._graph.replay(trainer.step)
+    assert all(torch.equal(a, p) for a, p in zip(before, trainer.model.parameters()))
+    group["lr"].fill_(1e-3)
+    trainer._graph.replay(trainer.step)
+    assert not all(torch.equal(a, p) for a, p in zip(before, trainer.model.parameters()))
+
+
 def test_the_optimizer_takes_the_flags_and_rate_type_of_the_step_kind_it_is_handed_to(data_dir, tmp_path):
     """Eager -> graphed: fused, capturable, the rate as a tensor of the same value, float32 step counters on the
     training device; graphed -> eager: foreach and a float rate again."""
@@ -120,6 +143,10 @@ def test_the_optimizer_takes_the_flags_and_rate_type_of_the_step_kind_it_is_hand
     assert (group["foreach"], group["fused"], group["capturable"]) == (True, False, False)
     assert type(group["lr"]) is float and group["lr"] == pytest.approx(rate)
     assert all(s["step"].device.type == "cpu" for s in trainer.optimizer.state.values())
+    trainer.graphed = True
+    loaded = group["lr"] = torch.tensor(0.25)  # a graphed state's rate, read onto the CPU (read_state)
+    trainer._settle_optimizer()
+    assert group["lr"] is not loaded and float(group["lr"]) == 0.25 and group["lr"].device == trainer.device
 
 
 def test_the_graph_step_trains_the_models_parameters_on_the_single_models_loss(data_dir, tmp_path):
