@@ -117,6 +117,9 @@ class StackTrainer:
             self.optimizer.load_state_dict(state["optimizer"])
             restore_rng(state, self.device)
             self.step, self.elapsed, self.metrics_offset = state["step"], state["elapsed"], state["metrics_offset"]
+            if "window_loss_sum" in state:  # the losses since the last step record (states since 2026-12-05)
+                self.stepper.loss_sum.copy_(state["window_loss_sum"])
+                self.stepper.loss_count.copy_(state["window_loss_count"])
 
     @classmethod
     def start(cls, config: StackConfig, run_dir: str | os.PathLike, force: bool = False) -> StackTrainer:
@@ -161,6 +164,8 @@ class StackTrainer:
             **rng_state(self.device),
             "step": self.step,
             "elapsed": self.elapsed,
+            "window_loss_sum": self.stepper.loss_sum.cpu(),
+            "window_loss_count": self.stepper.loss_count.cpu(),
         }
         self.metrics_offset = write_state(self.run_dir, state)
 
@@ -209,6 +214,8 @@ class StackTrainer:
                     clock = time.perf_counter()
                     if epoch_end:
                         window_start, window_tasks = clock, 0  # tasks/s counts training time only
+                    # an epoch's validation may itself run past the deadline: stop at the state just saved
+                    out_of_time = deadline is not None and time.monotonic() > deadline
                 if out_of_time:
                     break
         if "signal" in stop:

@@ -74,12 +74,17 @@ class Trainer:
         self.total_steps = self.steps_per_epoch * config.epochs
         self.step, self.elapsed, self.metrics_offset = 0, 0.0, 0
         self.current_lr = config.lr
+        # The losses summed since the last step record, saved with the state so that a resumed run's first record
+        # averages the same steps as an uninterrupted run's.
+        self.window_loss, self.window_steps = torch.zeros((), device=self.device), 0
         if state is not None:
             self._load_weights(state)
             self.optimizer.load_state_dict(state["optimizer"])
             self._settle_optimizer()
             restore_rng(state, self.device)
             self.step, self.elapsed, self.metrics_offset = state["step"], state["elapsed"], state["metrics_offset"]
+            if "window_loss" in state:
+                self.window_loss, self.window_steps = state["window_loss"].to(self.device), state["window_steps"]
 
     def _build_models(self) -> None:
         """Create the model of the config's architecture (seeded with the run's seed) and its optimizer."""
@@ -182,6 +187,8 @@ class Trainer:
             **rng_state(self.device),
             "step": self.step,
             "elapsed": self.elapsed,
+            "window_loss": self.window_loss.detach().cpu(),
+            "window_steps": self.window_steps,
         }
         self.metrics_offset = write_state(self.run_dir, state)
 
@@ -246,19 +253,14 @@ class Trainer:
         cfg = self.config
         limit = min(self.total_steps, cfg.max_steps or self.total_steps)
         deadline = None if cfg.max_minutes is None else time.monotonic() + 60 * cfg.max_minutes
-        loss_sum, loss_count, window_start, window_tasks = (
-            torch.zeros((), device=self.device),
-            0,
-            time.perf_counter(),
-            0,
-        )
+        window_start, window_tasks = time.perf_counter(), 0
         clock = window_start  # training wall time, without validation and checkpoints, accrues into self.elapsed
         with stop_on_signals() as stop:
             while self.step < limit and "signal" not in stop:
                 epoch, offset = divmod(self.step, self.steps_per_epoch)
                 for batch in self.epoch_plan(epoch)[offset:]:
-                    loss_sum = loss_sum + self.train_step(batch)
-                    loss_count, window_tasks = loss_count + 1, window_tasks + self.tasks_in(batch)
+                    self.window_loss = self.window_loss + self.train_step(batch)
+                    self.window_steps, window_tasks = self.window_steps + 1, window_tasks + self.tasks_in(batch)
                     if self.step % cfg.log_every == 0 or self.step == limit:
                         now = time.perf_counter()
                         record = {
@@ -266,14 +268,14 @@ class Trainer:
                             "step": self.step,
                             "epoch": self.step / self.steps_per_epoch,
                             "lr": self.current_lr,
-                            **self._loss_record(loss_sum / loss_count),
+                            **self._loss_record(self.window_loss / self.window_steps),
                             "tasks_per_s": window_tasks / max(now - window_start, 1e-9),
                         }
                         self.log(record)
                         if progress:
                             progress({**record, "total_steps": limit})
-                        loss_sum = torch.zeros((), device=self.device)
-                        loss_count, window_start, window_tasks = 0, now, 0
+                        self.window_loss, self.window_steps = torch.zeros((), device=self.device), 0
+                        window_start, window_tasks = now, 0
                     out_of_time = deadline is not None and time.monotonic() > deadline
                     epoch_end = self.step % self.steps_per_epoch == 0
                     if (

@@ -288,6 +288,45 @@ def test_the_minutes_given_to_run_override_the_configs(data_dir, tmp_path, monke
     assert trainer.step == 2 and saves == [2] and trainer.config.max_minutes == saved_minutes
 
 
+def test_a_stack_whose_epoch_validation_runs_past_its_minutes_stops_at_that_epochs_state(
+    data_dir, tmp_path, monkeypatch
+):
+    """1 s a step and 100 s for an epoch's validation, 1 minute: the first epoch's validation (after step 9) ends
+    past the minute, so the stack stops there, as a single run does, not one step later."""
+    clock, saves = _fake_clock(monkeypatch), []
+    config = _stack_config([RunSpec(str(data_dir), seed=0, epochs=2)], model=SMALL_MODEL, max_minutes=1.0)
+    trainer = _clocked(StackTrainer.start(config, tmp_path / "stack"), clock, [1.0], saves)
+    epoch_records = trainer.epoch_records
+    trainer.epoch_records = lambda: (clock.__setitem__(0, clock[0] + 100.0), epoch_records())[1]
+    trainer.run()
+    assert trainer.steps_per_epoch == 9 and trainer.step == 9 and saves == [9]
+
+
+def test_a_stack_stopped_between_two_step_records_resumes_to_the_same_records(data_dir, tmp_path):
+    """Stopped at step 3 (records every 2 steps), the state holds step 3's losses, so the resumed stack's record at
+    step 4 averages steps 3-4 per replicate as the uninterrupted stack's does."""
+    runs = [RunSpec(str(data_dir), seed=s, epochs=1) for s in (0, 1)]
+    config = _stack_config(runs, model=SMALL_MODEL, log_every=2, max_steps=6)
+    StackTrainer.start(config, tmp_path / "whole").run()
+    cut = StackTrainer.start(config, tmp_path / "cut")
+    train_step = cut.train_step
+
+    def stop_after_step_3():
+        tasks = train_step()
+        if cut.step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return tasks
+
+    cut.train_step = stop_after_step_3
+    cut.run()
+    assert torch.load(tmp_path / "cut" / "state.pt", weights_only=True)["step"] == 3
+    StackTrainer.resume(tmp_path / "cut").run()
+    steps = lambda run: [{k: v for k, v in r.items() if k != "tasks_per_s"} for r in _records(run, "step")]
+    assert [r["step"] for r in steps(tmp_path / "cut")] == [2, 4, 6] and steps(tmp_path / "cut") == steps(
+        tmp_path / "whole"
+    )
+
+
 def test_each_saved_replicate_records_its_own_run_and_the_stacks_recipe(data_dir, other_dir, tmp_path, monkeypatch):
     """What `lsa-interp results` tabulates: each model's preset (the dataset's where its run names none), seeds,
     batching, precision, steps and epochs of its own, the stack's training seconds (on a clock of 2.468 s a step)."""

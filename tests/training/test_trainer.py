@@ -306,6 +306,27 @@ def test_a_run_stopped_by_a_signal_resumes_to_the_uninterrupted_weights_and_metr
     assert load_model(tmp_path / "cut" / "model").metadata["steps"] == 12
 
 
+def test_a_run_stopped_between_two_step_records_resumes_to_the_same_records(data_dir, tmp_path):
+    """Stopped at step 6 (records every 4 steps), the state holds the losses of steps 5 and 6, so the resumed run's
+    record at step 8 averages steps 5-8 as the uninterrupted run's does (not 7-8 alone)."""
+    Trainer.start(_quick_config(data_dir), tmp_path / "whole").run()
+    cut = Trainer.start(_quick_config(data_dir), tmp_path / "cut")
+    train_step = cut.train_step
+
+    def stop_after_step_6(batch):
+        loss = train_step(batch)
+        if cut.step == 6:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return loss
+
+    cut.train_step = stop_after_step_6
+    cut.run()
+    state = torch.load(tmp_path / "cut" / "state.pt", weights_only=True)
+    assert (state["step"], state["window_steps"]) == (6, 2) and [r["step"] for r in _lines(tmp_path / "cut")] == [4]
+    Trainer.resume(tmp_path / "cut").run()
+    assert _lines(tmp_path / "cut") == _lines(tmp_path / "whole")
+
+
 def test_a_run_logs_steps_validates_at_epoch_ends_and_saves_states_on_schedule(data_dir, tmp_path):
     """Step lines every ``log_every`` steps and at the last step; an epoch line (integer epoch) after each epoch's
     last step; a state at every ``checkpoint_every`` steps, each epoch end and the last step; ``resume`` takes new
