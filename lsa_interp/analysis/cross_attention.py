@@ -23,7 +23,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from lsa_interp.analysis.activations import analysis_tasks, map_cached
+from lsa_interp.analysis.activations import analysis_tasks, eval_mode, map_cached
 from lsa_interp.analysis.prompts import paper_prompts
 from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.task import Task
@@ -53,8 +53,8 @@ _WORDS = {
     "answer_in_alphabet": "answer letter in the alphabet",
 }
 MIN_ARGMAX_SHARE = 0.5
-"""A layer's finding holds when its head-mean pattern, or one of its heads, has the argmax on the expected
-category in at least this share of the tasks."""
+"""A layer's finding holds when its head-mean pattern (the authors averaged over heads, SPEC 5b) has the argmax on
+the expected category in at least this share of the tasks; the best single head is reported beside it."""
 
 
 def position_categories(task: Task) -> list[int]:
@@ -150,9 +150,10 @@ def cross_attention_targets(
         else:
             tasks = analysis_tasks([transformation], n_tasks, seed, alphabets)
     tasks = list(tasks)
-    solved = [t for t, answer in zip(tasks, model.solve(tasks)) if answer == t.answer] if solved_only else tasks
-    judged = solved or tasks
-    mass, head_cat, mean_cat, uniform, correct = first_step_attention(model, judged)
+    with eval_mode(model):
+        solved = [t for t, answer in zip(tasks, model.solve(tasks)) if answer == t.answer] if solved_only else tasks
+        judged = solved or tasks
+        mass, head_cat, mean_cat, uniform, correct = first_step_attention(model, judged)
     layer_share = shares(mean_cat)  # [layer, category]
     layer_mass = mass.mean(dim=(1, 2))
     head_share = shares(head_cat.transpose(1, 2))  # [layer, head, category]
@@ -218,10 +219,11 @@ def _finding(layer: int, layer_share: Tensor, head_share: Tensor, verdict: bool 
         f"decoder layer {layer + 1} attends to the {words}",
         f"layer {layer + 1} -> {words} (predecessor, first decoding step)",
         f"argmax there in {mean_share:.0%} of tasks (head mean), {head_best:.0%} for head {label}",
-        max(mean_share, head_best) >= MIN_ARGMAX_SHARE if verdict else None,
-        f"holds when the head mean or one head has its argmax there in >= {MIN_ARGMAX_SHARE:.0%} of the solved tasks"
+        mean_share >= MIN_ARGMAX_SHARE if verdict else None,
+        f"holds when the head-mean attention (the paper's measure) has its argmax there in >= "
+        f"{MIN_ARGMAX_SHARE:.0%} of the solved tasks; the best single head is shown beside it"
         + ("" if verdict else "; no verdict: the model solves none of the tasks"),
-        max(mean_share, head_best),
+        mean_share,
     )
 
 

@@ -20,6 +20,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from lsa_interp.analysis.activations import eval_mode
 from lsa_interp.analysis.prompts import rule_tasks
 from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.task import Task
@@ -93,8 +94,9 @@ def _encoder_patterns(model: HookedEncoderDecoder, batch: TokenBatch) -> Float[T
 def matching_scores(
     model: HookedEncoderDecoder, tasks: Sequence[Task] | None = None, batch_size: int = 128
 ) -> MatchingScores:
-    """Score every encoder head on ``tasks`` (default `matching_tasks`). Raises ValueError for no tasks."""
-    with torch.no_grad():
+    """Score every encoder head on ``tasks`` (default `matching_tasks`), in eval mode (no dropout; the model's mode
+    is restored). Raises ValueError for no tasks."""
+    with torch.no_grad(), eval_mode(model):
         tasks = list(tasks) if tasks is not None else matching_tasks()
         if not tasks:
             raise ValueError("matching_scores needs at least one task")

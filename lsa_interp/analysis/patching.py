@@ -25,6 +25,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from lsa_interp.analysis.activations import eval_mode
 from lsa_interp.analysis.pair_batch import PairBatch, pair_batch
 from lsa_interp.analysis.pattern_patches import Engine, LayerPatches, check_engine, replace_heads
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
@@ -190,9 +191,21 @@ class PatchResult:
         return self._fractions(self.clean, self.source_answers, self.target_answers)
 
     @property
+    def solved(self) -> int:
+        """Pairs whose clean answer is the target rule's answer."""
+        return sum(c == t for c, t in zip(self.clean, self.target_answers))
+
+    @property
+    def switched(self) -> int:
+        """Solved pairs whose patched answer is the source rule's answer."""
+        pairs = zip(self.clean, self.patched, self.source_answers, self.target_answers)
+        return sum(c == t and a == s for c, a, s, t in pairs)
+
+    @property
     def flip_rate(self) -> float:
-        """Fraction of pairs whose patched answer is the source rule's answer."""
-        return self.outcomes["source"]
+        """Fraction of the solved pairs that switch to the source rule's answer (0 when none is solved): an answer
+        that was the source's before patching did not switch."""
+        return self.switched / self.solved if self.solved else 0.0
 
     def summary(self) -> dict[str, float | int | str]:
         """Headline numbers (rates, mean logit differences over pairs whose first letters differ)."""
@@ -203,7 +216,10 @@ class PatchResult:
             "pairs": len(self.clean),
             "clean_target_accuracy": clean["target"],
             "clean_source_rate": clean["source"],
-            "flip_rate": patched["source"],
+            "flip_rate": self.flip_rate,
+            "switched": self.switched,
+            "solved": self.solved,
+            "patched_source_rate": patched["source"],
             "stay_rate": patched["target"],
             "neither_rate": patched["neither"],
             "logit_diff_clean": float(self.logit_diff_clean[valid].mean()) if valid.any() else float("nan"),
@@ -230,7 +246,7 @@ def patch_sweep(
     """Patch each head of ``heads`` on its own (see `resolve_heads`): one clean run, the source patterns read
     once, then one batched encode + KV-cached greedy decode of all pairs per head. Raises ValueError for bad
     pairs, heads or engine."""
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(model):
         batch = pairs if isinstance(pairs, PairBatch) else pair_batch(pairs)
         chosen = resolve_heads(model, heads)
         runner = make_engine(model, engine, max_new_tokens)
@@ -264,7 +280,7 @@ def patch_pairs(
     """Patch the named heads together, in one run, on ``pairs`` (a `Head`, a list, a label such as ``"2.7"`` or
     ``"1.3+2.3"``, or ``"auto"``: every detected matching head). Raises ValueError for ``"all"`` (use
     `patch_sweep`), bad pairs, heads or engine."""
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(model):
         if isinstance(head, str) and head.strip().lower() == "all":
             raise ValueError("patch_pairs patches the heads it is given together; use patch_sweep for every head")
         heads = resolve_heads(model, head)
@@ -346,8 +362,8 @@ def patching_analysis(
     solved = top.clean_outcomes["target"]
     which = f"head{'s' if len(top.heads) > 1 else ''} {top.label}"
     ours = (
-        f"{top.flip_rate:.0%} of {len(pairs)} {target} outputs switch to the {source} answer ({which}; "
-        f"clean {target} accuracy {solved:.0%})"
+        f"{top.flip_rate:.0%} of {top.solved} solved {target} prompts switch to the {source} answer ({which}; "
+        f"clean {target} accuracy {solved:.0%} of {len(pairs)})"
     )
     holds = top.flip_rate >= FLIP_THRESHOLD if solved >= 0.5 else None  # no verdict if the model fails the target
     return AnalysisResult(
@@ -362,7 +378,7 @@ def patching_analysis(
                 _PAPER,
                 ours,
                 holds,
-                f"holds when >= {FLIP_THRESHOLD:.0%} flip (10/10 is then at least 5 % likely)",
+                f"holds when >= {FLIP_THRESHOLD:.0%} of the solved prompts flip (10/10 is then at least 5 % likely)",
                 top.flip_rate,
             )
         ],

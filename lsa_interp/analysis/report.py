@@ -163,6 +163,9 @@ def control_findings(report: Report, model: HookedEncoderDecoder, n_pairs: int, 
     controls = [c for c in dict.fromkeys(control_head(scores, h) for h in detected) if c not in detected]
     pairs = minimal_pairs("succ", "pred", n_pairs, seed=seed, alphabets="standard", lengths=PAPER_LENGTHS)
     matched = patch_pairs(model, pairs, detected)
+    # switch rates over the pairs the model solves; no verdict when it solves at most half (as `patching_analysis`)
+    verdict = matched.solved > len(pairs) / 2
+    unsolved = "" if verdict else f"; no verdict: the model solves {matched.solved} of {len(pairs)} pred prompts"
     single = {label: values["flip_rate"] for label, values in by_name["patching"].data["heads"].items()}
     ours = f"head {matched.label}: {matched.flip_rate:.0%} switch"
     if len(detected) > 1:
@@ -173,8 +176,8 @@ def control_findings(report: Report, model: HookedEncoderDecoder, n_pairs: int, 
             "patching the matching head",
             paper,
             ours,
-            matched.flip_rate >= MATCHING_MIN_FLIP,
-            f"holds when >= {MATCHING_MIN_FLIP:.0%} flip",
+            matched.flip_rate >= MATCHING_MIN_FLIP if verdict else None,
+            f"holds when >= {MATCHING_MIN_FLIP:.0%} of the solved prompts flip" + unsolved,
             matched.flip_rate,
         )
     ]
@@ -190,7 +193,8 @@ def control_findings(report: Report, model: HookedEncoderDecoder, n_pairs: int, 
                 "control head flips few",
                 f"(not in the paper) at most {CONTROL_MAX_FLIP:.0%}",
                 f"{which}: {control.flip_rate:.0%} switch",
-                control.flip_rate <= CONTROL_MAX_FLIP,
+                control.flip_rate <= CONTROL_MAX_FLIP if verdict else None,
+                f"holds when <= {CONTROL_MAX_FLIP:.0%} of the solved prompts flip" + unsolved,
                 value=control.flip_rate,
             )
         )

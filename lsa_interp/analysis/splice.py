@@ -31,7 +31,9 @@ CASES: dict[str, tuple[int, ...]] = {
 EXPECTED: dict[str, str] = {"positions 0-31": "donor", "alphabet 8-25": "own"}
 """The outcome the paper saw in each case."""
 MAJORITY = 0.5
-"""A case holds when more than half the pairs give the paper's outcome (the paper shows one pair)."""
+"""A case holds when more than half the pairs the model solves give the paper's outcome (the paper shows one pair,
+which its model solved). No verdict when the model solves at most half of the target prompts: a model that already
+answers them with the donor's rule would pass the first case without any splice doing anything."""
 OUTCOMES = ("donor", "own", "neither")
 
 
@@ -90,19 +92,22 @@ def splice_analysis(
     pairs = minimal_pairs(donor_rule, target_rule, n_pairs, seed=seed, lengths=(3,), at_most=True)
     donors, targets = [p.source for p in pairs], [p.target for p in pairs]
     clean = model.solve(targets)
+    solved = [c == t.answer for c, t in zip(clean, targets)]
     table, outputs = {}, {}
     for name, positions in cases.items():
         answers = splice_decode(model, targets, donors, positions)
         kinds = [_outcome(a, d.answer, t.answer) for a, d, t in zip(answers, donors, targets)]
+        judged = [kind for kind, ok in zip(kinds, solved) if ok]
         table[name] = {
             **{kind: kinds.count(kind) / len(kinds) for kind in OUTCOMES},
             "unchanged": sum(a == c for a, c in zip(answers, clean)) / len(answers),
+            **{f"{kind} of solved": judged.count(kind) / len(judged) if judged else 0.0 for kind in OUTCOMES},
             "positions": f"{min(positions)}-{max(positions)}",
         }
         outputs[name] = answers
     summary = {
         "pairs": len(pairs),
-        "clean_own_answer": sum(c == t.answer for c, t in zip(clean, targets)) / len(pairs),
+        "clean_own_answer": sum(solved) / len(pairs),
         **{f"{name}: {kind}": table[name][kind] for name in table for kind in (*OUTCOMES, "unchanged")},
     }
     data = {
@@ -115,7 +120,8 @@ def splice_analysis(
         ],
     }
     figures = {"outcomes per splice": _figure(table, donor_rule, target_rule)}
-    findings = [_finding(name, table[name], donor_rule, target_rule) for name in table if name in EXPECTED]
+    verdict = summary["clean_own_answer"] > MAJORITY
+    findings = [_finding(name, table[name], donor_rule, target_rule, verdict) for name in table if name in EXPECTED]
     return AnalysisResult("splice", model_name, summary, data, figures, findings)
 
 
@@ -123,22 +129,23 @@ def _outcome(answer: str, donor: str | None, own: str | None) -> str:
     return "donor" if answer == donor else "own" if answer == own else "neither"
 
 
-def _finding(name: str, row: dict, donor_rule: str, target_rule: str) -> Finding:
+def _finding(name: str, row: dict, donor_rule: str, target_rule: str, verdict: bool = True) -> Finding:
     expected = EXPECTED[name]
     paper = f"{target_rule} prompt decoded from {name} of the {donor_rule} prompt: " + (
         "the output becomes the donor's answer (acd)" if expected == "donor" else "no change"
     )
-    share = row["donor"] if expected == "donor" else row["unchanged"]
+    share = row[f"{expected} of solved"]
     ours = (
         f"donor's answer {row['donor']:.0%}, own answer {row['own']:.0%}, neither {row['neither']:.0%}; "
-        f"unchanged {row['unchanged']:.0%}"
+        f"unchanged {row['unchanged']:.0%}; of the solved pairs, {share:.0%} the {expected} answer"
     )
     return Finding(
         f"memory splicing, {name}",
         paper,
         ours,
-        share > MAJORITY,
-        f"holds when more than {MAJORITY:.0%} of the pairs give the paper's outcome",
+        share > MAJORITY if verdict else None,
+        f"holds when more than {MAJORITY:.0%} of the pairs the model solves give the paper's outcome"
+        + ("" if verdict else f"; no verdict: the model solves at most {MAJORITY:.0%} of the {target_rule} prompts"),
         share,
     )
 

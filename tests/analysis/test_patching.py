@@ -256,7 +256,16 @@ def test_outcome_fractions_count_source_then_target_then_neither():
     result = _result(flips=3, stays=4, n=10, clean_target=8)
     assert result.outcomes == {"source": 0.3, "target": 0.4, "neither": pytest.approx(0.3)}
     assert result.clean_outcomes == {"source": pytest.approx(0.2), "target": 0.8, "neither": 0.0}
-    assert result.flip_rate == 0.3
+    assert (result.solved, result.switched, result.flip_rate) == (8, 3, 3 / 8)  # of the pairs solved clean
+
+
+def test_only_a_solved_pair_that_becomes_the_source_answer_switches():
+    """A pair whose clean answer was the source's already did not switch, whatever patching left it at; with no
+    pair solved the flip rate is 0."""
+    result = _result(flips=10, stays=0, n=10, clean_target=6)  # every patched answer is the source's
+    assert (result.solved, result.switched, result.flip_rate) == (6, 6, 1.0) and result.outcomes["source"] == 1.0
+    already = PatchResult((PLANTED_HEAD,), ["s"] * 2, ["t"] * 2, ["s", "s"], ["s", "s"], torch.zeros(2), torch.zeros(2))
+    assert (already.solved, already.switched, already.flip_rate) == (0, 0, 0.0)
 
 
 def test_summary_averages_logit_differences_over_pairs_with_different_first_letters():
@@ -277,7 +286,8 @@ def test_summary_averages_logit_differences_over_pairs_with_different_first_lett
     assert summary["clean_target_accuracy"] == pytest.approx(2 / 3) and summary["clean_source_rate"] == pytest.approx(
         1 / 3
     )
-    assert summary["flip_rate"] == summary["stay_rate"] == summary["neither_rate"] == pytest.approx(1 / 3)
+    assert summary["stay_rate"] == summary["neither_rate"] == summary["patched_source_rate"] == pytest.approx(1 / 3)
+    assert (summary["flip_rate"], summary["switched"], summary["solved"]) == (0.5, 1, 2)  # pair 0 of the 2 solved
     undefined = PatchResult((PLANTED_HEAD,), ["s"], ["t"], ["t"], ["t"], torch.tensor([nan]), torch.tensor([nan]))
     summary = undefined.summary()
     assert math.isnan(summary["logit_diff_clean"]) and math.isnan(summary["logit_diff_patched"])
@@ -327,13 +337,14 @@ def test_head_specs_ignore_case_and_surrounding_spaces(planted):
     [
         (742, 1000, True),  # 0.742 >= 0.05 ** (1/10) = 0.7411
         (741, 1000, False),  # 0.741 just below
-        (742, 500, True),  # clean target accuracy exactly 0.5 still gets a verdict
-        (741, 500, False),
-        (742, 499, None),  # the model fails the target rule: no verdict
+        (500, 500, True),  # clean target accuracy exactly 0.5 still gets a verdict
+        (370, 500, False),  # 0.74 of the solved
+        (499, 499, None),  # the model fails the target rule: no verdict
     ],
 )
 def test_patching_verdict_at_the_flip_threshold(planted, monkeypatch, flips, clean_target, holds):
-    """The finding holds from a flip rate of 0.05 ** (1/10) on, and has no verdict below 50 % clean accuracy."""
+    """The finding holds from a flip rate (of the solved pairs) of 0.05 ** (1/10) on, and has no verdict below 50 %
+    clean accuracy."""
     result = _result(flips, 1000 - flips, 1000, clean_target)
     seen = {}
 
@@ -344,11 +355,11 @@ def test_patching_verdict_at_the_flip_threshold(planted, monkeypatch, flips, cle
     monkeypatch.setattr(patching, "patch_pairs", fake)
     analysis = patching_analysis(planted, "planted", head="2.3", n_pairs=3, engine="nnsight")
     finding = analysis.findings[0]
-    assert finding.holds is holds and finding.value == flips / 1000
+    assert finding.holds is holds and finding.value == flips / clean_target
     assert finding.name == "attention-pattern patching"
     assert seen == {"head": "2.3", "engine": "nnsight", "pairs": 3}
     assert analysis.summary["source"] == "succ" and analysis.summary["target"] == "pred"
-    assert analysis.summary["engine"] == "nnsight" and analysis.summary["flip_rate"] == flips / 1000
+    assert analysis.summary["engine"] == "nnsight" and analysis.summary["flip_rate"] == flips / clean_target
     assert "best_head" not in analysis.summary and "flip_rate" not in analysis.data
 
 
@@ -411,11 +422,12 @@ def test_finding_text_states_the_rate_the_heads_and_the_clean_accuracy(planted, 
     """The finding's own line gives the flip rate of the pairs, the head (or heads) and the clean accuracy."""
     pair_of_heads = (Head("encoder", 0, 0), Head("encoder", 1, 2))
     for heads, named in (((PLANTED_HEAD,), "head 2.3;"), (pair_of_heads, "heads 1.1+2.3;")):
-        result = _result(3, 1, 4, clean_target=2, heads=heads)
+        result = _result(1, 1, 4, clean_target=2, heads=heads)
         monkeypatch.setattr(patching, "patch_pairs", lambda *args, result=result: result)
         finding = patching_analysis(planted, "planted", head="2.3", n_pairs=4).findings[0]
-        assert finding.ours == f"75% of 4 pred outputs switch to the succ answer ({named} clean pred accuracy 50%)"
-        assert "10/10" in finding.paper and "74%" in finding.detail
+        expected = f"50% of 2 solved pred prompts switch to the succ answer ({named} clean pred accuracy 50% of 4)"
+        assert finding.ours == expected
+        assert "10/10" in finding.paper and "74% of the solved prompts" in finding.detail
 
 
 def test_a_tokenized_pair_batch_is_accepted_as_is(planted, planted_pairs):

@@ -54,9 +54,10 @@ def test_report_on_the_planted_model(small_sizes, tmp_path):
     control = f"2.{int(scores.argmin()) + 1}"
     assert control != "2.3"
     matched, controlled = by_name["patching the matching head"], by_name["control head flips few"]
-    assert matched.ours == f"head 2.3: {flips['2.3']:.0%} switch" and matched.holds == (flips["2.3"] >= 0.741)
+    assert matched.ours == f"head 2.3: {flips['2.3']:.0%} switch" and matched.value == flips["2.3"]
     assert controlled.ours.startswith(f"head {control} (lowest matching score in layer 2)")
-    assert controlled.holds == (flips[control] <= 0.2)
+    # the planted model answers no pred prompt with pred's answer: no verdict on either
+    assert matched.holds is None and controlled.holds is None and "the model solves 0 of" in matched.detail
     assert by_name["decoder lens"].holds is None and "could not run" in by_name["decoder lens"].ours  # no preset
     paths = report.write(tmp_path)
     doc = json.loads(paths["json"].read_text())
@@ -186,8 +187,9 @@ def _detected(labels, score):
     )
 
 
-def _patched_together(monkeypatch, rates):
-    """Stand-ins for the minimal pairs and for patching heads together at ``rates`` (by joined label)."""
+def _patched_together(monkeypatch, rates, solved=5):
+    """Stand-ins for the minimal pairs (5 of them) and for patching heads together at ``rates`` (by joined label),
+    ``solved`` of the pairs solved clean."""
     calls = []
     record_pairs = lambda *args, **kwargs: calls.append((args, kwargs)) or "pairs"
     monkeypatch.setattr("lsa_interp.analysis.prompts.minimal_pairs", record_pairs)
@@ -195,7 +197,7 @@ def _patched_together(monkeypatch, rates):
     def patch(model, pairs, heads):
         label = "+".join(h.label for h in heads)
         calls.append((pairs, label))
-        return SimpleNamespace(label=label, flip_rate=rates[label])
+        return SimpleNamespace(label=label, flip_rate=rates[label], solved=solved)
 
     monkeypatch.setattr("lsa_interp.analysis.patching.patch_pairs", patch)
     return calls
@@ -219,7 +221,7 @@ def test_control_findings_patch_the_matching_heads_together_against_their_layers
             "10/10 pred outputs switch to succ (head 2.7)",
             "heads 2.3+1.2: 80% switch (alone: 2.3 60%, 1.2 25%)",
             True,
-            "holds when >= 74% flip",
+            "holds when >= 74% of the solved prompts flip",
             0.8,
         ),
         Finding(
@@ -227,9 +229,22 @@ def test_control_findings_patch_the_matching_heads_together_against_their_layers
             "(not in the paper) at most 20%",
             "heads 2.4+1.3 (lowest matching score of each matching head's layer): 20% switch",
             True,
+            "holds when <= 20% of the solved prompts flip",
             value=0.2,
         ),
     ]
+
+
+@pytest.mark.parametrize(("solved", "judged"), [(3, True), (2, False)])
+def test_control_findings_give_no_verdict_unless_the_model_solves_more_than_half_the_pred_prompts(
+    monkeypatch, solved, judged
+):
+    """Switch rates are over the solved pairs; a model that solves at most half of them gets no verdict."""
+    _patched_together(monkeypatch, {"2.3": 0.9, "2.4": 0.0}, solved=solved)
+    matched, control = report_module.control_findings(_detected("2.3", SCORES), planted_model(), n_pairs=5, seed=0)
+    assert (matched.holds, control.holds) == ((True, True) if judged else (None, None))
+    note = f"; no verdict: the model solves {solved} of 5 pred prompts"
+    assert matched.detail.endswith(note) != judged and control.detail.endswith(note) != judged
 
 
 def test_control_findings_thresholds_and_a_control_that_is_a_matching_head(monkeypatch):

@@ -99,8 +99,8 @@ def test_analysis_counts_outcomes_per_case(planted):
     assert cases["alphabet 8-25"]["unchanged"] == 1.0 and cases["positions 0-31"]["unchanged"] == 0.0
     assert cases["positions 0-31"]["positions"] == "0-31" and cases["arrow only"]["positions"] == "30-30"
     assert cases["positions 0-31"]["neither"] == 1.0  # the planted answers are one letter, the tasks' three
-    verdicts = {f.name: (f.holds, f.value) for f in result.findings}
-    assert verdicts == {"memory splicing, positions 0-31": (False, 0.0), "memory splicing, alphabet 8-25": (True, 1.0)}
+    verdicts = {f.name: (f.holds, f.value) for f in result.findings}  # it solves none of the tasks: no verdict
+    assert verdicts == {"memory splicing, positions 0-31": (None, 0.0), "memory splicing, alphabet 8-25": (None, 0.0)}
     assert result.summary["pairs"] == 4 and result.summary["clean_own_answer"] == 0.0
     assert result.data["donor_rule"] == "pred" and result.data["target_rule"] == "succ"
     row = result.data["pairs"][0]
@@ -111,20 +111,25 @@ def test_analysis_counts_outcomes_per_case(planted):
         "succ prompt decoded from positions 0-31 of the pred prompt: the output becomes the donor's answer (acd)"
     )
     assert alphabet.paper == "succ prompt decoded from alphabet 8-25 of the pred prompt: no change"
-    assert alphabet.ours == "donor's answer 0%, own answer 0%, neither 100%; unchanged 100%"
-    assert "more than 50%" in alphabet.detail
+    assert (
+        alphabet.ours
+        == "donor's answer 0%, own answer 0%, neither 100%; unchanged 100%; of the solved pairs, 0% the own answer"
+    )
+    assert "more than 50% of the pairs the model solves" in alphabet.detail
+    assert alphabet.detail.endswith("no verdict: the model solves at most 50% of the succ prompts")
 
 
-@pytest.mark.parametrize(("hits", "holds"), [(3, True), (2, False)])
-def test_a_case_holds_when_more_than_half_the_pairs_give_the_papers_outcome(planted, monkeypatch, hits, holds):
-    """The 0-31 case counts donor answers, the alphabet case unchanged answers; exactly half does not hold."""
+@pytest.mark.parametrize(("hits", "holds"), [(3, True), (2, True), (1, False)])
+def test_a_case_holds_when_more_than_half_the_solved_pairs_give_the_papers_outcome(planted, monkeypatch, hits, holds):
+    """Of 4 pairs the model solves the first 3: the 0-31 case counts donor answers among those 3, the alphabet case
+    own (unchanged) answers among them; pairs it does not solve do not count, whatever their outcome."""
     calls = []
 
     def fake(model, targets, donors, positions):
         calls.append(tuple(positions))
         if tuple(positions) == CASES["positions 0-31"]:
-            return [d.answer for d in donors[:hits]] + [t.answer for t in targets[hits:]]
-        return model.solve(targets)[:hits] + ["yy"] * (len(targets) - hits)
+            return [d.answer for d in donors[:hits]] + [t.answer for t in targets[hits:3]] + [donors[3].answer]
+        return [t.answer for t in targets[:hits]] + ["yy"] * (3 - hits) + [targets[3].answer]
 
     monkeypatch.setattr(splice, "splice_decode", fake)
     monkeypatch.setattr(planted, "solve", lambda targets: [t.answer for t in targets[:3]] + ["zz"] * (len(targets) - 3))
@@ -132,10 +137,23 @@ def test_a_case_holds_when_more_than_half_the_pairs_give_the_papers_outcome(plan
     assert result.model == "planted" and result.summary["clean_own_answer"] == 0.75
     assert calls == [CASES["positions 0-31"], CASES["alphabet 8-25"]]
     spliced, alphabet = result.findings
-    assert (spliced.holds, spliced.value) == (holds, hits / 4) and (alphabet.holds, alphabet.value) == (holds, hits / 4)
+    assert (spliced.holds, spliced.value) == (holds, hits / 3) and (alphabet.holds, alphabet.value) == (holds, hits / 3)
     row = result.data["cases"]["positions 0-31"]
-    assert (row["donor"], row["own"], row["neither"]) == (hits / 4, 1 - hits / 4, 0.0)
-    assert result.data["cases"]["alphabet 8-25"]["own"] == hits / 4 and MAJORITY == 0.5
+    assert (row["donor"], row["own"], row["neither"]) == ((hits + 1) / 4, (3 - hits) / 4, 0.0)  # every pair
+    assert (row["donor of solved"], row["own of solved"]) == (hits / 3, (3 - hits) / 3)
+    assert result.data["cases"]["alphabet 8-25"]["own"] == (hits + 1) / 4 and MAJORITY == 0.5
+
+
+@pytest.mark.parametrize(("solved", "verdict"), [(2, False), (3, True)])
+def test_no_verdict_unless_the_model_solves_more_than_half_the_prompts(planted, monkeypatch, solved, verdict):
+    """A model that answers the succ prompts with pred's answer already (nocopy-20 does, 65 of 100) would give the
+    donor's answer after any splice: with at most half the prompts solved, neither case gets a verdict."""
+    monkeypatch.setattr(splice, "splice_decode", lambda model, targets, donors, positions: [d.answer for d in donors])
+    answers = lambda targets: [t.answer for t in targets[:solved]] + ["zz"] * (len(targets) - solved)
+    monkeypatch.setattr(planted, "solve", answers)
+    spliced, alphabet = splice_analysis(planted, n_pairs=4).findings
+    assert (spliced.holds is not None, alphabet.holds is not None) == (verdict, verdict)
+    assert spliced.value == 1.0 and alphabet.value == 0.0
 
 
 def test_analysis_defaults_are_100_pred_into_succ_pairs_of_3_letters_seed_0(planted, monkeypatch):
