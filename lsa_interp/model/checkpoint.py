@@ -68,7 +68,7 @@ def save_model(
     if directory.exists() and not overwrite:
         raise FileExistsError(f"{directory} exists; pass overwrite=True to replace it")
     directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = make_staging_dir(directory)
+    tmp, old = make_staging_dir(directory), directory.with_name(f".{directory.name}.old")
     try:
         parameters = {name for name, _ in model.named_parameters()}
         state = {
@@ -87,7 +87,7 @@ def save_model(
         }
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, default=_json_default) + "\n", encoding="utf-8")
         if directory.exists():
-            old = directory.with_name(f".{directory.name}.old")
+            shutil.rmtree(old, ignore_errors=True)  # left by a save that was killed between its two renames
             directory.rename(old)
             tmp.rename(directory)
             shutil.rmtree(old)
@@ -95,6 +95,8 @@ def save_model(
             tmp.rename(directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old.exists() and not directory.exists():  # interrupted between the renames: the old model back
+            old.rename(directory)
         raise
     return directory
 

@@ -30,6 +30,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.d_model % 2:
+            raise ValueError(f"d_model must be even (sinusoidal positions pair its dimensions), got {self.d_model}")
         for name in ("d_model", "n_heads", "d_mlp", "vocab_size", "max_len"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

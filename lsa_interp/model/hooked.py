@@ -122,16 +122,17 @@ class HookedEncoderDecoder(HookedRootModule):
         ]
 
     def forward(
-        self, inputs: ModelInput, tgt: Int[Tensor, "batch tgt_pos"] | None = None
+        self, inputs: ModelInput, tgt: Int[Tensor, "batch tgt_pos"] | None = None, *, mask_tgt_pad: bool = True
     ) -> Float[Tensor, "batch tgt_pos vocab"]:
         """Return logits ``[batch, dec_pos, vocab]``.
 
         ``inputs``: a Task, list of Tasks, TokenBatch or encoder-id tensor. Tasks that all carry answers are
         teacher-forced (decoder input ``>`` + answer); otherwise the decoder input is ``>`` (one step).
-        ``tgt`` overrides the decoder input. Raises TypeError/ValueError for unusable inputs.
+        ``tgt`` overrides the decoder input; ``mask_tgt_pad=False`` reads a PAD in it as a token, as greedy
+        decoding feeds back a PAD the model emitted. Raises TypeError/ValueError for unusable inputs.
         """
         batch = to_token_batch(inputs, tgt).to(self.device)
-        return self.decode(batch.tgt_in, self.encode(batch.src), batch.src_pad_mask)
+        return self.decode(batch.tgt_in, self.encode(batch.src), batch.src_pad_mask, mask_tgt_pad)
 
     def run_with_cache(
         self,
@@ -140,11 +141,13 @@ class HookedEncoderDecoder(HookedRootModule):
         *,
         names_filter: NamesFilter = None,
         device: torch.device | str | None = None,
+        mask_tgt_pad: bool = True,
     ) -> tuple[Float[Tensor, "batch tgt_pos vocab"], ActivationCache]:
         """Run the model and return ``(logits, cache)`` of the hooks selected by ``names_filter``.
 
         ``names_filter``: None (all hooks), a name, a list of names or a predicate. Cached tensors are
-        detached copies, on ``device`` if given. Raises ValueError for an unknown hook name.
+        detached copies, on ``device`` if given. ``mask_tgt_pad`` as in `forward`. Raises ValueError for an
+        unknown hook name.
         """
         selected = self._select_hooks(names_filter)
         activations: dict[str, Tensor] = {}
@@ -155,7 +158,7 @@ class HookedEncoderDecoder(HookedRootModule):
 
         batch = to_token_batch(inputs, tgt)
         with self.hooks(fwd_hooks=[(name, save) for name in selected]):
-            logits = self(batch)
+            logits = self(batch, mask_tgt_pad=mask_tgt_pad)
         ordered = {name: activations[name] for name in selected if name in activations}
         return logits, ActivationCache(ordered, self.cfg, batch)
 
@@ -188,8 +191,11 @@ class HookedEncoderDecoder(HookedRootModule):
         hooks attached, all rows are decoded in one batch in input order (so batch-aligned hooks line up):
         encoder hooks fire once, decoder hooks once per step with one position. With ``return_cache=True``
         also returns the `ActivationCache` of the decoded sequence (the decoder inputs that produced it,
-        teacher-forced in one pass; see ``decoder_input_from_generated``).
+        teacher-forced in one pass; see ``decoder_input_from_generated``). Raises ValueError for a ``batch_size``
+        below 1.
         """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
         with torch.no_grad():
             batch = to_token_batch(inputs, teacher_force=False).to(self.device)
             if is_hooked(list(self.hook_points())):
@@ -198,7 +204,9 @@ class HookedEncoderDecoder(HookedRootModule):
                 tokens = self._decode_by_length(batch.src, max_new_tokens, batch_size, use_cache)
             if not return_cache:
                 return tokens
-            _, cache = self.run_with_cache(batch, decoder_input_from_generated(tokens), names_filter=names_filter)
+            # a PAD the model emitted was fed back unmasked; after a row's EOS the causal mask keeps PAD out of reach
+            tgt = decoder_input_from_generated(tokens)
+            _, cache = self.run_with_cache(batch, tgt, names_filter=names_filter, mask_tgt_pad=False)
             return tokens, cache
 
     def greedy_decode(

@@ -39,6 +39,32 @@ def test_save_is_atomic_and_refuses_to_overwrite(small_model, saved):
     assert sorted(p.name for p in saved.parent.iterdir()) == ["run"]
 
 
+def test_overwriting_clears_a_previous_saves_leftover_and_an_interrupted_one_puts_the_old_model_back(
+    small_model, saved, monkeypatch
+):
+    """A save killed between its two renames leaves ``.run.old``: the next save is not blocked by it. One interrupted
+    there (Ctrl-C) puts the model it was replacing back under its name."""
+    leftover = saved.with_name(".run.old")
+    leftover.mkdir()
+    (leftover / "stale").write_text("x")
+    save_model(small_model, saved, metadata={"epochs": 3}, overwrite=True)
+    assert load_model(saved).metadata["epochs"] == 3 and sorted(p.name for p in saved.parent.iterdir()) == ["run"]
+    rename, calls = Path.rename, []
+
+    def interrupted(self, target):
+        calls.append(Path(target).name)
+        if len(calls) == 2:  # the staged model into place
+            raise KeyboardInterrupt
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_model(small_model, saved, metadata={"epochs": 4}, overwrite=True)
+    monkeypatch.setattr(Path, "rename", rename)
+    assert calls[:2] == [".run.old", "run"] and load_model(saved).metadata["epochs"] == 3
+    assert sorted(p.name for p in saved.parent.iterdir()) == ["run"]
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_corrupted_or_truncated_weights_fail_clearly(saved, damage):
     weights = saved / "model.safetensors"

@@ -30,6 +30,7 @@ def test_round_trip_and_unknown_keys():
         ({"max_len": 0}, "max_len must be positive"),
         ({"n_decoder_layers": 0}, "at least one"),
         ({"dropout": 1.0}, "dropout"),
+        ({"d_model": 15, "n_heads": 3}, "d_model must be even"),  # sinusoidal positions pair the dimensions
     ],
 )
 def test_invalid_configs_raise(kwargs, message):

@@ -84,6 +84,22 @@ def test_generate_return_cache_gives_the_decoded_sequence(stopping_pair, make_ta
     assert cache.pattern("decoder", 1, "cross_attn").shape[2] == tgt_in.shape[1]
 
 
+def test_the_cache_of_a_generation_that_emitted_pad_is_the_run_that_decoded_it():
+    """Greedy decoding feeds a PAD the model emits back like any token (unmasked); the returned cache must be of
+    that run, so its logits give back every generated token up to EOS, the emitted PADs and what followed them."""
+    from lsa_interp.data import Task
+    from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+
+    torch.manual_seed(5)
+    model = HookedEncoderDecoder(ModelConfig()).eval()  # untrained: it emits PAD mid-answer
+    tokens, cache = model.generate(Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd"), return_cache=True)
+    row = tokens[0].tolist()
+    end = row.index(EOS) + 1 if EOS in row else len(row)
+    assert PAD in row[: end - 1], row  # the case under test
+    predicted = model.unembed(cache["decoder.ln_final.hook_out"]).argmax(-1)[0]
+    assert predicted[: min(end, len(predicted))].tolist() == row[: min(end, len(predicted))]
+
+
 def test_decoder_input_from_generated():
     generated = torch.tensor([[1, 2, EOS, PAD], [3, EOS, PAD, PAD], [4, 5, 6, 7]])
     expected = torch.tensor([[ARROW, 1, 2, PAD], [ARROW, 3, PAD, PAD], [ARROW, 4, 5, 6]])
@@ -118,6 +134,9 @@ def test_generate_rejects_bad_lengths(stopping_pair, make_tasks):
         model.generate(make_tasks(1), max_new_tokens=0)
     with pytest.raises(ValueError, match="max_new_tokens"):
         model.generate(make_tasks(1), max_new_tokens=model.cfg.max_len + 1)
+    for bad in (0, -1):  # -1 used to return all-PAD answers without decoding anything
+        with pytest.raises(ValueError, match=f"batch_size must be positive, got {bad}"):
+            model.solve(make_tasks(2), batch_size=bad)
 
 
 @pytest.fixture(scope="module")
