@@ -235,6 +235,27 @@ def test_predict_decodes_its_batches_in_order_of_encoder_length(model, decoded, 
     assert lengths[: len(tasks)] == sorted(lengths[: len(tasks)]) and len(set(lengths)) > 1
 
 
+def test_predict_decodes_with_full_fp32_matmuls_and_gives_the_setting_back(model, decoded, monkeypatch):
+    """The cards say "in fp32": a tf32 run earlier in the process (a sweep's) leaves TF32 matmuls on, so predict
+    turns them off while it decodes, restores the process's setting after, and keeps the model's mode."""
+    tasks, _ = decoded["val"]
+    seen, generate = [], model.generate
+    monkeypatch.setattr(
+        model,
+        "generate",
+        lambda batch, **kw: seen.append(torch.get_float32_matmul_precision()) or generate(batch, **kw),
+    )
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        model.train()
+        predict(model, tasks[:8], batch_size=4)
+        assert seen == ["highest", "highest"] and torch.get_float32_matmul_precision() == "high" and model.training
+    finally:
+        torch.set_float32_matmul_precision(before)
+        model.eval()
+
+
 def test_evaluate_model_equals_scoring_the_models_answers(model, tiny, decoded):
     (val, val_out), (new, new_out) = decoded["val"], decoded["test_new_alphabets"]
     val, new = self_answered(val, val_out), self_answered(new, new_out)

@@ -15,7 +15,9 @@ from lsa_interp.analysis.matching import control_head, matching_scores
 from lsa_interp.analysis.patching import patch_pairs
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.evaluation.answer_check import check_problems, count_answers, read_answer_check
-from lsa_interp.evaluation.card import EVALUATION_FILE
+from lsa_interp.evaluation.card import CARD_FILE, EVALUATION_FILE
+from lsa_interp.evaluation.report import markdown_report
+from lsa_interp.evaluation.stored import read_evaluation
 from lsa_interp.evaluation.runs_table import CHECKPOINT_MATCHING_FILE, matching_record
 from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, available_models, load_model
 
@@ -47,8 +49,16 @@ def test_a_replicate_reproduces_its_card_on_a_val_subset(path, request):
 
 
 def _reproduces_its_card(path, model, dataset) -> None:
+    """The evaluation is this checkpoint's (its name), of the full splits of its own dataset; the card shows exactly
+    that evaluation; and the answers on the recorded sample are counted again (a card moved to other weights of the
+    same preset would still pass that count alone: copy-20's six runs all score 60-64% on val)."""
     card = json.loads((path / EVALUATION_FILE).read_text())
-    assert card["preset"] == model.metadata["preset"]
+    assert card["model"] == str(path.relative_to(CHECKPOINTS_DIR)) and card["limit"] is None
+    assert (card["preset"], card["seed"]) == (model.metadata["preset"], model.metadata.get("data_seed", 0))
+    shown = (path / CARD_FILE).read_text(encoding="utf-8").partition("## Evaluation")
+    assert shown[1] + shown[2] == markdown_report(read_evaluation(path / EVALUATION_FILE)).replace(
+        "# Evaluation", "## Evaluation", 1
+    )
     recorded = read_answer_check(path)
     assert recorded.data_seed == dataset.seed, f"{path.name} was checked on dataset seed {recorded.data_seed}"
     recount = count_answers(model, dataset.splits["val"], dataset.seed, recorded.rows, recorded.seed)

@@ -137,7 +137,7 @@ def _stored_results(
 ) -> tuple[EvaluationResult, FitResult] | None:
     """The full-split evaluation and training fit beside ``model`` in ``source`` (a sweep writes them at the end
     of training), renamed ``name``, where shipping may reuse them: no ``limit``, both files readable and the
-    evaluation of the whole splits of the model's training preset."""
+    evaluation of the whole splits of the model's own dataset (its training preset and data seed)."""
     files = source / EVALUATION_FILE, source / FIT_FILE
     if limit is not None or not all(path.is_file() for path in files):
         return None
@@ -146,7 +146,10 @@ def _stored_results(
     except ValueError:  # written before a field existed
         return None
     trained_on = model.metadata.get("preset")
-    if result.limit is not None or result.training_preset != trained_on or fit.preset != trained_on:
+    data_seed = model.metadata.get("data_seed", model.metadata.get("seed", 0))
+    if result.limit is not None or {result.training_preset, result.preset, fit.preset} != {trained_on}:
+        return None
+    if result.seed != data_seed or fit.seed != data_seed:  # evaluated on another draw of the preset
         return None
     return dataclasses.replace(result, model=name), dataclasses.replace(fit, model=name)
 
@@ -231,7 +234,8 @@ def refresh_card(checkpoint_dir: str | Path, result: EvaluationResult) -> Path:
     storage, training fit). For evaluations that gained sections after the model was shipped.
 
     Returns the card's path. Raises FileNotFoundError when the directory holds no card, ValueError when the
-    card has no evaluation part or ``result`` is of another model or preset, or of a subset.
+    card has no evaluation part or ``result`` is of another model, preset or dataset seed, or of a subset. The
+    header's line on how the numbers were made names this evaluation.
     """
     directory = Path(checkpoint_dir)
     card_path = directory / CARD_FILE
@@ -248,10 +252,12 @@ def refresh_card(checkpoint_dir: str | Path, result: EvaluationResult) -> Path:
         else {}
     )
     new = result.to_dict()
-    for field in ("model", "preset"):
+    for field in ("model", "preset", "seed"):
         if field in old and old[field] != new.get(field):
             raise ValueError(f"the evaluation is of {field} {new.get(field)!r}; the checkpoint's: {old[field]!r}")
     report = markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
+    made = f"- evaluated with `lsa-interp evaluate --model {result.model}` (numbers below)"
+    header = "\n".join(made if line.startswith("- evaluated") else line for line in header.split("\n"))
     atomic_write(
         directory / EVALUATION_FILE, lambda path: path.write_text(json.dumps(new, indent=2) + "\n", encoding="utf-8")
     )

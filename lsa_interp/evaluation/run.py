@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+import torch
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -73,18 +74,19 @@ def predict(
 ) -> list[str]:
     """Return the model's greedy answer to each task (input order), decoded ``batch_size`` tasks at a time.
 
-    Tasks are batched by encoder length. When every task of a batch has an answer, decoding stops after the
-    longest answer of the batch + EOS (as the paper did): a longer output cannot match any answer of the
-    batch, so exact match is unaffected, though such outputs come back truncated. Runs in eval mode (the
-    model's mode is restored). ``on_batch(n)`` is called after each batch of ``n`` tasks. Raises ValueError
-    for a non-positive ``batch_size``.
+    Tasks are batched by encoder length. When every task of a batch has an answer, decoding stops after the longest
+    answer of the batch + EOS (as the paper did): a longer output cannot match any answer of the batch, so exact
+    match is unaffected, though such outputs come back truncated. Runs in eval mode with fp32 matmuls in full
+    precision (the model's mode and the process's matmul setting are restored). ``on_batch(n)`` is called after each
+    batch of ``n`` tasks. Raises ValueError for a non-positive ``batch_size``.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     order = sorted(range(len(tasks)), key=lambda i: len(source_text(tasks[i])))
     predictions: list[str] = [""] * len(tasks)
-    was_training = model.training
+    was_training, matmuls = model.training, torch.get_float32_matmul_precision()
     model.eval()
+    torch.set_float32_matmul_precision("highest")  # fp32 answers: a tf32 run earlier in the process leaves TF32 on
     try:
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
@@ -98,6 +100,7 @@ def predict(
                 on_batch(len(rows))
     finally:
         model.train(was_training)
+        torch.set_float32_matmul_precision(matmuls)
     return predictions
 
 

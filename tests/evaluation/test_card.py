@@ -175,15 +175,21 @@ def test_a_refreshed_card_keeps_its_header_and_takes_the_new_evaluation(shipped,
     """Cards are UTF-8 (their tables' dashes, a header's names) whatever the locale's encoding."""
     target = shutil.copytree(shipped, tmp_path / "tiny")
     header = (target / "card.md").read_text(encoding="utf-8").partition("## Evaluation")[0]
+    made = "- evaluated with `lsa-interp evaluate --model tiny` (numbers below)"
+    assert made in header
     header += "Trained by Zoë – here.\n\n"
+    at_the_end = "- evaluated at the end of training, on its hardware, in fp32 (the run's `evaluation.json`)"
     (target / "evaluation.json").write_text(json.dumps({"model": "tiny", "preset": "tiny", "stale": True}))
-    (target / "card.md").write_text(header + "## Evaluation\n\nstale numbers\n", encoding="utf-8")
+    (target / "card.md").write_text(
+        header.replace(made, at_the_end) + "## Evaluation\n\nstale numbers\n", encoding="utf-8"
+    )
     model = load_model(target)
     result = evaluate_model(model, evaluation_dataset(model, data_dir=data_dir), model_name="tiny")
     assert refresh_card(target, result) == target / "card.md"
     evaluation = json.loads((target / "evaluation.json").read_text(encoding="utf-8"))
     assert evaluation == json.loads(json.dumps(result.to_dict()))
     card = (target / "card.md").read_text(encoding="utf-8")
+    # the header says how these numbers were made: no longer at the end of training
     assert card == header + markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
     assert "stale" not in card and "Which rule was applied" in card
     assert sorted(p.name for p in target.iterdir()) == sorted(p.name for p in shipped.iterdir())
@@ -200,6 +206,8 @@ def test_a_card_is_not_refreshed_from_a_subset_another_preset_or_without_a_card(
         refresh_card(shipped, dataclasses.replace(full, preset="copy-200"))
     with pytest.raises(ValueError, match="of model 'copy-200'; the checkpoint's: 'tiny'"):
         refresh_card(shipped, dataclasses.replace(full, model="copy-200"))
+    with pytest.raises(ValueError, match=f"of seed 9; the checkpoint's: {full.seed}"):  # another draw of the preset
+        refresh_card(shipped, dataclasses.replace(full, seed=9))
     assert {path.name: path.read_bytes() for path in shipped.iterdir()} == before
     with pytest.raises(FileNotFoundError, match="holds no card.md"):
         refresh_card(tmp_path, full)
@@ -371,6 +379,8 @@ def test_stored_results_are_reused_only_for_the_whole_splits_of_the_training_pre
     assert result.model == fit_result.model == "n"
     assert stored({}, {"preset": "another"}) is None
     assert stored({"limit": 200}, {}) is None
+    assert stored({"preset": "nocopy-20"}, {}) is None  # the model evaluated on another preset's data
+    assert stored({"seed": 7}, {}) is None and stored({}, {"seed": 7}) is None  # on another draw of its preset
 
 
 def test_a_refreshed_card_writes_indented_json_where_the_checkpoint_had_none(shipped, tmp_path):
