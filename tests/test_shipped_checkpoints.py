@@ -17,8 +17,8 @@ from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.evaluation.answer_check import check_problems, count_answers, read_answer_check
 from lsa_interp.evaluation.card import CARD_FILE, EVALUATION_FILE
 from lsa_interp.evaluation.report import markdown_report
-from lsa_interp.evaluation.stored import read_evaluation
 from lsa_interp.evaluation.runs_table import CHECKPOINT_MATCHING_FILE, matching_record
+from lsa_interp.evaluation.stored import read_evaluation
 from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, available_models, load_model
 
 DATASETS = {"copy-200": "copy200", "copy-20": "copy20", "nocopy-20": "nocopy20"}
