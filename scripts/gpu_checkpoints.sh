@@ -12,6 +12,12 @@
 # A dataset generated elsewhere can be copied to runs/gpu/PRESET-data first (it is used when present).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The GPU image lacks some of what lsa_interp imports (transformer-lens, ...): the wheels carried in .whl
+# (scripts/gpu_wheels.sh), installed once per machine, as gpu_session.sh and gpu_train.sh do.
+if [[ -d .whl && ! -d /tmp/site ]]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}:/tmp/site
 LSA="python3 -m lsa_interp"
 RUNS=runs/gpu
 

@@ -220,7 +220,7 @@ passes_its_checks() {
   local tests=("tests/training/test_stack_graph.py::test_each_graph_replay_draws_fresh_dropout_masks[0.1-$1]")
   [[ $1 == *-packed ]] &&
     tests+=("tests/training/test_stack_graph.py::test_a_packed_graph_trains_like_the_padded_one[${1%-packed}]")
-  [[ -f $WORK/preflight-$1.txt ]] || timeout 240 python3 -m pytest -q -p no:cacheprovider -rA "${tests[@]}" \
+  [[ -f $WORK/preflight-$1.txt ]] || timeout -k 5 240 python3 -m pytest -q -p no:cacheprovider -rA "${tests[@]}" \
     >"$WORK/preflight-$1.txt" 2>&1
   (($(grep -c '^PASSED' "$WORK/preflight-$1.txt") == ${#tests[@]}))
 }
@@ -363,7 +363,7 @@ start)
   probe=${STACKING/auto/native}
   if [[ ! -f $bench ]] || ! measured "$bench" "$probe"; then
     bench=$SESSION/probe.json
-    timeout 200 python3 -m benchmarks.train_throughput --device cuda --replicates 1,4,8,16,32 --stacking "$probe" \
+    timeout -k 5 200 python3 -m benchmarks.train_throughput --device cuda --replicates 1,4,8,16,32 --stacking "$probe" \
       --precision fp32,bf16 --steps 20 --budget-minutes 2.5 --json "$bench"
   fi
   benches=(--bench "$bench")

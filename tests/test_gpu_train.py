@@ -399,6 +399,45 @@ def test_gpu_session_names_its_optional_parts(arguments):
     assert result.returncode == 2 and result.stderr == usage
 
 
+def _logging_timeout(log: Path) -> dict[str, str]:
+    """Fake ``python3`` and ``timeout`` that take no time and log their calls (``limit SECONDS`` for a timeout,
+    which must send SIGKILL after its SIGTERM: ``-k``)."""
+    timeout = f"""[ "$1" = -k ] || {{ echo "timeout without -k: $*" >&2; exit 3; }}
+shift 2
+echo "limit $1" >> {log}
+shift
+exec "$@"
+"""
+    return {"python3": f'echo "$@" >> {log}', "timeout": timeout}
+
+
+def test_every_time_limit_of_the_gpu_scripts_ends_its_command():
+    """A training loop turns SIGTERM into a stop flag and returns normally (run_dir.stop_on_signals): under
+    ``timeout N`` alone, pytest went on with its next test past the limit. Every timeout sends SIGKILL too."""
+    for script in ("gpu_session.sh", "gpu_train.sh"):
+        text = (ROOT / "scripts" / script).read_text()
+        calls = re.findall(r"(?<![\w#`])timeout (\S+)", text)
+        assert calls and all(option == "-k" for option in calls), (script, calls)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize(("minutes", "limits"), [(None, [180, 240]), ("2", [110, 110]), ("0.5", [])])
+def test_gpu_session_triton_gives_its_tests_no_more_than_its_minutes(tmp_path, minutes, limits):
+    """Its two runs of GPU tests take 180 and 240 s at most, and never more than the minutes left (10 s kept for
+    the copies): a session that runs `triton M` after its stack must still have time for `pack`. With under 30 s
+    left a run does not start, and the timings are not kept for the planner."""
+    log = tmp_path / "calls.txt"
+    env = {**os.environ, "PATH": _fake_commands(tmp_path, **_logging_timeout(log)), "OUT": str(tmp_path / "out")}
+    command = ["bash", str(ROOT / "scripts" / "gpu_session.sh"), "triton", *([minutes] if minutes else [])]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = log.read_text().splitlines()
+    tested = [int(lines[i - 1].split()[1]) for i, line in enumerate(lines) if "-m pytest" in line]
+    assert all(limit - 5 <= got <= limit for got, limit in zip(tested, limits)) and len(tested) == len(limits)
+    assert "and not flash" in next(line for line in lines if "test_packing.py" in line) if limits else True
+    assert ("failed or did not run" in result.stdout) == (not limits)
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.parametrize(
     ("minutes", "expected"), [("1", []), ("1.9", ["pytest"]), ("2.6", ["bf16", "fp32", "bf16", "pytest"])]
@@ -408,8 +447,7 @@ def test_gpu_session_acceptance_starts_only_what_its_minutes_leave_time_for(tmp_
     configuration it times (the first two calls time two), the packed tests with one minute left, 10 s kept for
     copies; each call's time limit is the seconds left, and each writes its own JSON."""
     log = tmp_path / "calls.txt"
-    fakes = {"python3": f'echo "$@" >> {log}', "timeout": f'echo "limit $1" >> {log}; shift; exec "$@"'}
-    env = {**os.environ, "PATH": _fake_commands(tmp_path, **fakes), "OUT": str(tmp_path / "out")}
+    env = {**os.environ, "PATH": _fake_commands(tmp_path, **_logging_timeout(log)), "OUT": str(tmp_path / "out")}
     command = ["bash", str(ROOT / "scripts" / "gpu_session.sh"), "acceptance", minutes]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
