@@ -134,7 +134,7 @@ def stack_stepper(data_dir: str, device: torch.device, stacking: str, replicates
         replicates=replicates,
         precision=precision,
         compile=stacking.startswith("native-compile"),
-        cuda_graph=stacking != "native-eager",
+        cuda_graph="-eager" not in stacking,
         attention=next((name for name in ("triton", "flash") if f"-{name}" in stacking), "sdpa"),
         packing=stacking.endswith("-packed"),
     )
@@ -208,6 +208,8 @@ def stacking_matrix(args, data_dir: str, device: torch.device, save=None) -> dic
         baseline_step()
         return BATCH
 
+    timed(single, 2, device)  # the baseline's graph and optimizer state exist before any configuration's memory
+
     configs = [
         (stacking, replicates, precision)
         for stacking in args.stacking.split(",")
@@ -252,6 +254,19 @@ def stacking_matrix(args, data_dir: str, device: torch.device, save=None) -> dic
     return _report_progress(report, started, save)
 
 
+STACKINGS = (
+    "vmap",
+    "native-flash-packed",
+    "native-compile-flash-packed",
+    *(
+        kind + packed
+        for kind in ("native", "native-compile", "native-eager", "native-triton", "native-compile-triton")
+        for packed in ("", "-packed")
+    ),
+)
+"""The stackings `--stacking` takes (a misspelt one used to run as the plain graphed stack under its own name)."""
+
+
 def _report_progress(report: dict, started: float, save) -> dict:
     report["seconds"] = time.monotonic() - started
     if save is not None:
@@ -265,8 +280,14 @@ def _write_json(path: Path, document: dict) -> None:
 
 
 def _release(device: torch.device) -> None:
+    """Between configurations: forget what the last one compiled (Dynamo keeps its entries on the shared code
+    objects, and past `recompile_limit` of them a "compiled" stack silently runs eagerly) and free its memory,
+    including the cuBLAS workspace each graph capture's side stream was given, so that a configuration's peak
+    memory is its own."""
     gc.collect()
+    torch._dynamo.reset()
     if device.type == "cuda":
+        getattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: None)()  # CUDA builds of torch only
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
 
@@ -288,6 +309,9 @@ def main() -> None:
     parser.add_argument("--budget-minutes", type=float, default=7.0, help="stacking mode: skip configurations after")
     parser.add_argument("--json", type=Path, default=None, help="stacking mode: write every number here")
     args = parser.parse_args()
+    unknown = [name for name in (args.stacking or "").split(",") if args.stacking and name not in STACKINGS]
+    if unknown:
+        parser.error(f"unknown stacking {', '.join(unknown)}; choose from: {', '.join(STACKINGS)}")
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     devices = [torch.device(d) for d in devices if d == "cpu" or torch.cuda.is_available()]
     dataset = generate_dataset(PRESETS["copy-20"], seed=0)
@@ -313,8 +337,8 @@ def compare_with_reference(data_dir: str, dataset, device: torch.device, steps: 
     ratios = ", ".join(f"{o / r:.2f}x" for o, r in rounds)
     print(
         f"{device.type}: reference step {ref_rate:,.0f} tasks/s | ours {ours_rate:,.0f} tasks/s | "
-        f"ratio {ours_rate / ref_rate:.2f}x (median of 3 alternating rounds: {ratios}; batch {BATCH}, "
-        f"{steps} steps a round, {torch.get_num_threads()} threads)"
+        f"ratio {statistics.median(o / r for o, r in rounds):.2f}x (median of 3 alternating rounds: {ratios}; "
+        f"batch {BATCH}, {steps} steps a round, {torch.get_num_threads()} threads)"
     )
     bucketed, default, _ = alternate(our_stepper(data_dir, device, length_bucketing=True), ours, steps, device)
     print(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from benchmarks import train_throughput
@@ -50,3 +51,45 @@ def test_a_stack_of_the_flash_attention_is_built_with_it_and_packing(monkeypatch
     assert [(c.attention, c.packing, c.compile) for c in configs] == [
         ("flash", True, True), ("triton", False, False), ("sdpa", True, True)
     ]  # fmt: skip
+
+
+def test_every_eager_stacking_runs_without_the_cuda_graph_and_a_misspelt_one_is_refused(monkeypatch, capsys):
+    """``native-eager-packed`` is eager too (it ran graphed, as any name but ``native-eager`` did), and a name the
+    benchmark does not know is an error rather than the plain graphed stack under that name."""
+    configs = []
+
+    class FakeStackTrainer:
+        @staticmethod
+        def start(config, run_dir, force=False):
+            configs.append(config)
+            return SimpleNamespace(train_step=lambda: 0)
+
+    monkeypatch.setattr(train_throughput, "StackTrainer", FakeStackTrainer)
+    for stacking in ("native-eager", "native-eager-packed", "native-packed", "native-compile"):
+        train_throughput.stack_stepper("d", torch.device("cpu"), stacking, 2, "fp32")
+    assert [c.cuda_graph for c in configs] == [False, False, True, True]
+    monkeypatch.setattr("sys.argv", ["train_throughput", "--device", "cpu", "--stacking", "native,nativ-compile"])
+    with pytest.raises(SystemExit) as exit_info:
+        train_throughput.main()
+    assert exit_info.value.code == 2 and "unknown stacking nativ-compile; choose from: vmap" in capsys.readouterr().err
+
+
+def test_the_baseline_is_built_before_the_first_configuration_and_compiled_code_is_forgotten_between_them(
+    monkeypatch,
+):
+    """The single model's graph and optimizer state exist before any configuration is measured (the first one's peak
+    memory used to include them), and each configuration starts after Dynamo's compiled entries are dropped (past
+    its recompile limit a "compiled" stack ran eagerly)."""
+    events = []
+    monkeypatch.setattr(train_throughput, "our_stepper", lambda data_dir, device: lambda: events.append("baseline"))
+    monkeypatch.setattr(train_throughput.torch._dynamo, "reset", lambda: events.append("reset"))
+
+    def stack_stepper(data_dir, device, stacking, replicates, precision):
+        events.append(f"build R={replicates}")
+        return lambda: 32 * replicates
+
+    monkeypatch.setattr(train_throughput, "stack_stepper", stack_stepper)
+    args = SimpleNamespace(stacking="native-compile", replicates="1,2", precision="bf16", steps=1, budget_minutes=5.0)
+    train_throughput.stacking_matrix(args, "unused", torch.device("cpu"))
+    assert events[:2] == ["baseline", "baseline"] and events[2] == "reset" and events[3] == "build R=1"
+    assert events.count("reset") == 2 and events.index("build R=2") - 1 == events.index("reset", 4)
