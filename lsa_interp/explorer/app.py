@@ -78,7 +78,9 @@ def _sync_callback(app: Dash, catalogue: ModelCatalogue) -> None:
             return (no_update if query == search else query), *_control_values(state, catalogue)
         state = ViewState(**dict(zip(CONTROLS, (v if v is not None else "" for v in controls))))
         try:
-            if trigger == "reset":
+            if trigger == "model":  # the lens and graph layers were the last model's: the new one's defaults
+                state = replace(state, layer="", graph=ViewState.graph)
+            elif trigger == "reset":
                 state = state.reset()
             elif trigger == "matching":
                 state = replace(state, patch="auto")
@@ -88,7 +90,7 @@ def _sync_callback(app: Dash, catalogue: ModelCatalogue) -> None:
                 state = with_selection(state, selected, mode, catalogue.model(state.model).cfg)
             elif trigger == "drawn" and drawn:
                 state = replace(state, task=drawn)
-        except ValueError:
+        except (ValueError, FileNotFoundError):
             pass  # the render callback reports what is wrong with the state
         return state.to_query(), *_control_values(state, catalogue)
 
@@ -99,7 +101,7 @@ def _control_values(state: ViewState, catalogue: ModelCatalogue) -> list[str]:
     if not state.layer and state.model in catalogue.entries:
         try:
             values[CONTROLS.index("layer")] = str(catalogue.model(state.model).cfg.n_encoder_layers)
-        except ValueError:
+        except (ValueError, FileNotFoundError):  # a checkpoint gone since the start: the render callback says so
             pass
     return values
 
@@ -120,14 +122,22 @@ def _render_callback(app: Dash, renderer: ViewRenderer) -> None:
         if state.tab != "graph":
             return (no_update,) * (6 + len(GRAPHS))
         view = renderer.render(state)
-        layers = _layer_options(view)
+        layers = _layer_options(view, renderer.catalogue)
         figures = [view.figures.get(name, {"data": [], "layout": {}}) for name in GRAPHS]
         legend = dcc.Markdown(role_legend_html(view.roles), dangerously_allow_html=True) if view.roles else ""
         return view.error, "\n".join(view.summary_lines()), _changes_table(view), legend, layers, layers, *figures
 
 
-def _layer_options(view: RenderedView) -> list[str]:
-    return [str(i) for i in range(1, view.n_encoder_layers + 1)]
+def _layer_options(view: RenderedView, catalogue: ModelCatalogue) -> list[str]:
+    """The model's encoder layers, 1-based: from the model itself where the view failed (a bad layer in the link
+    must not leave the radios without a layer to pick)."""
+    layers = view.n_encoder_layers
+    if not layers:
+        try:
+            layers = catalogue.model(view.state.model).cfg.n_encoder_layers
+        except (ValueError, FileNotFoundError):
+            layers = 0
+    return [str(i) for i in range(1, layers + 1)]
 
 
 def _changes_table(view: RenderedView) -> html.Div | str:
@@ -196,7 +206,7 @@ def _draw_callback(app: Dash, catalogue: ModelCatalogue) -> None:
         Output("drawn", "options"),
         Output("draw-message", "children"),
         Input("draw", "n_clicks"),
-        State("model", "value"),
+        Input("model", "value"),
         State("draw-split", "value"),
         State("draw-transformation", "value"),
         State("draw-alphabet", "value"),
@@ -204,6 +214,8 @@ def _draw_callback(app: Dash, catalogue: ModelCatalogue) -> None:
         prevent_initial_call=True,
     )
     def draw(clicks, name, split, transformation, alphabet, outcome):
+        if ctx.triggered_id == "model":  # the tasks drawn and their answers were the last model's
+            return [], ""
         try:
             with catalogue.lock:
                 dataset = catalogue.memo(name, "dataset", evaluation_dataset)
@@ -232,7 +244,9 @@ def serve(catalogue: ModelCatalogue, host: str = "127.0.0.1", port: int = 8050, 
 
 def explore(model: HookedEncoderDecoder | str | None = None, port: int = 8050, mode: str = "inline") -> Dash:
     """Show the explorer in a notebook (Dash's jupyter ``mode``: inline, tab or external) for ``model`` (a
-    loaded model, a shipped name or a directory; None: the shipped checkpoints). Returns the app."""
+    loaded model, a shipped name or a directory; None: the shipped checkpoints). Returns the app. A loaded model
+    is put in eval mode (the explorer runs it without dropout) and stays so: call ``model.train()`` to go on
+    training it."""
     if isinstance(model, HookedEncoderDecoder):
         catalogue = ModelCatalogue(discover_models(), {"notebook model": model})
     else:

@@ -15,7 +15,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, CONFIG_FILE, available_models, load_model, shipped_replicates
+from lsa_interp.model.checkpoint import (
+    CONFIG_FILE,
+    available_models,
+    checkpoint_path,
+    load_model,
+    shipped_replicates,
+)
 from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.training.run_dir import MODEL_DIR
 
@@ -82,14 +88,14 @@ def discover_models(extra: Iterable[str | Path] = (), shipped: bool = True) -> l
     Names are made unique with a ``#n`` suffix. Raises FileNotFoundError for an item that holds no model.
     """
     entries: list[ModelEntry] = []
+    names = available_models() + shipped_replicates()
     for item in extra:
-        if str(item) in available_models() and not Path(item).exists():
-            entries.append(ModelEntry(str(item), CHECKPOINTS_DIR / str(item)))
+        if str(item) in names and not Path(item).exists():
+            entries.append(ModelEntry(str(item), checkpoint_path(item)))
         else:
             entries += entries_for_path(item)
-    if shipped:
-        entries += [ModelEntry(name, CHECKPOINTS_DIR / name) for name in available_models()]
-        entries += [ModelEntry(name, CHECKPOINTS_DIR / name) for name in shipped_replicates()]
+    if shipped:  # by the loader's own resolution: a shipped `.pt` is the file, not a directory of its stem
+        entries += [ModelEntry(name, checkpoint_path(name)) for name in names]
     return _unique(entries)
 
 

@@ -56,7 +56,9 @@ def draw_tasks(
     found: list[tuple[Task, str]] = []
     for start in range(0, len(order), _CHUNK):
         chunk = order[start : start + _CHUNK]
-        answers = predict(model, chunk, batch_size=_CHUNK)
+        # without their answers, so that decoding is not cut at the chunk's longest answer: the list shows the
+        # model's whole answer, the one the explorer shows when the task is opened
+        answers = predict(model, [t.with_answer(None) for t in chunk], batch_size=_CHUNK)
         found += [(t, a) for t, a in zip(chunk, answers) if outcome in ("any", outcome_of(t, a))]
         if len(found) >= n:
             break

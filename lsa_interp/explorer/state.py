@@ -70,8 +70,9 @@ def parse_layer(text: str, n_layers: int) -> int:
 
 
 def parse_heads(text: str, cfg: ModelConfig) -> tuple[Head, ...]:
-    """Heads joined by ``+`` (``"2.7+dec:1.3"``, 1-based); "" gives none. Raises ValueError for a bad label."""
-    return tuple(parse_head(label, cfg) for label in text.split("+") if label.strip())
+    """Heads joined by ``+`` (``"2.7+dec:1.3"``, 1-based; a space, as a ``+`` typed into a URL reads, joins them
+    too); "" gives none. Raises ValueError for a bad label."""
+    return tuple(parse_head(label, cfg) for label in text.replace(" ", "+").split("+") if label.strip())
 
 
 def parse_cells(text: str) -> tuple[CellBox, ...]:

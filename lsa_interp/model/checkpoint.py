@@ -179,6 +179,12 @@ def _resolve(name_or_path: str | Path) -> Path:
     raise FileNotFoundError(f"no checkpoint named or at {name!r}; available names: {listing}")
 
 
+def checkpoint_path(name_or_path: str | Path) -> Path:
+    """The file or directory a shipped name (``copy-200``, ``replicates/copy-20-s1-bf16``, a ``.pt`` under
+    ``checkpoints/``) or a path refers to. Raises FileNotFoundError listing the shipped names."""
+    return _resolve(name_or_path)
+
+
 def checkpoint_name(name_or_path: str | Path) -> str | None:
     """The shipped name (``copy-200``, ``replicates/copy-20-s1-bf16``) of a checkpoint given by name or by its
     directory under ``checkpoints/``; None for anything else (a run, a reference ``.pt``, a directory elsewhere)."""

@@ -241,3 +241,16 @@ def test_drawing_shuffles_with_its_seed_and_decodes_a_chunk_at_a_time(model, mon
     assert [t for t, _ in wrong] == order[:100]
     calls.clear()
     assert len(draw_tasks(model, tasks, "any", n=64)) == 64 and calls == [(64, 64)]
+
+
+def test_drawn_tasks_carry_the_models_whole_answers(model, monkeypatch):
+    """The list shows what opening a task shows: the model's answer decoded without the tasks' answers, which would
+    cut decoding at the chunk's longest answer (a long wrong answer came back truncated)."""
+    tasks = [Task.parse(f"abcdefghijklmnopqrstuvwxyz | ghi > fhi | {a}cd > x", "pred") for a in "bcdefghij"]
+    chunks = []
+    predict = draw.predict
+    monkeypatch.setattr(draw, "predict", lambda m, chunk, batch_size: chunks.append(chunk) or predict(m, chunk))
+    drawn = draw_tasks(model, tasks, "any", n=5)
+    assert all(t.answer is None for chunk in chunks for t in chunk)
+    assert [a for _, a in drawn] == model.solve([t.with_answer(None) for t, _ in drawn])
+    assert all(t.answer == "x" for t, _ in drawn)  # the outcome is still judged against the task's answer

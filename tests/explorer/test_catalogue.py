@@ -7,8 +7,9 @@ import pytest
 from lsa_interp.analysis.planted import planted_model
 from lsa_interp.explorer import catalogue as catalogue_module
 from lsa_interp.explorer.catalogue import ModelCatalogue, ModelEntry, discover_models, entries_for_path
-from lsa_interp.model import save_model
+from lsa_interp.model import checkpoint, save_model
 from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, available_models, shipped_replicates
+from lsa_interp.model.reference import ReferenceTransformer, save_reference_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +113,20 @@ def test_in_memory_models_take_precedence_and_a_catalogue_needs_one(tmp_path, mo
     assert catalogue.model("mem") is memory and not memory.training
     with pytest.raises(ValueError, match="needs at least one model"):
         ModelCatalogue()
+
+
+def test_a_shipped_replicate_and_a_shipped_reference_file_are_opened_by_their_names(tmp_path, model, monkeypatch):
+    """``--model replicates/NAME`` is a shipped name as ``load_model`` reads it (it was taken for a path here and
+    refused), and a ``.pt`` under ``checkpoints/`` is the file itself (it was listed as a directory of its stem that
+    does not exist)."""
+    monkeypatch.setattr(checkpoint, "CHECKPOINTS_DIR", tmp_path / "checkpoints")
+    save_model(model, tmp_path / "checkpoints" / "replicates" / "copy-20-s1")
+    save_reference_checkpoint(ReferenceTransformer(model.cfg), tmp_path / "checkpoints" / "ref.pt")
+    monkeypatch.chdir(tmp_path)
+    found = discover_models(["replicates/copy-20-s1"])
+    assert [(e.name, e.path) for e in found] == [
+        ("replicates/copy-20-s1", tmp_path / "checkpoints" / "replicates" / "copy-20-s1"),
+        ("ref", tmp_path / "checkpoints" / "ref.pt"),
+    ]
+    catalogue = ModelCatalogue(found)
+    assert catalogue.model("ref").cfg == model.cfg and catalogue.model("replicates/copy-20-s1").cfg == model.cfg

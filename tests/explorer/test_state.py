@@ -11,6 +11,7 @@ from lsa_interp.explorer.state import (
     format_cells,
     interventions_of,
     parse_cells,
+    parse_heads,
     parse_layer,
     selection_box,
     with_minimal_pair,
@@ -111,3 +112,12 @@ def test_the_minimal_pair_is_the_seed_s_first_three_letter_pair():
         state = with_minimal_pair(ViewState(), seed=seed)
         assert (state.task, state.source) == (str(pair.target.with_answer(None)), str(pair.source.with_answer(None)))
     assert with_minimal_pair(ViewState(), seed=3).task != with_minimal_pair(ViewState(), seed=4).task
+
+
+def test_heads_typed_into_a_link_with_a_plus_are_read_as_joined():
+    """A ``+`` typed into a URL reads as a space: ``ablate=2.7+dec:1.3`` names both heads, as the app's own
+    links (``%2B``) do."""
+    typed = ViewState.from_query("?model=m&ablate=2.7+dec:1.3").ablate
+    assert typed == "2.7 dec:1.3"
+    assert parse_heads(typed, ModelConfig()) == parse_heads("2.7+dec:1.3", ModelConfig())
+    assert [h.label for h in parse_heads(typed, ModelConfig())] == ["2.7", "dec:1.3"]

@@ -1,0 +1,71 @@
+"""The explorer's callbacks driven as the browser drives them (tests/explorer/dash_calls.py): switching between
+models of different depths, a checkpoint gone since the start, the drawn tasks of another model."""
+
+from __future__ import annotations
+
+import shutil
+from urllib.parse import parse_qs
+
+import pytest
+import torch
+
+from lsa_interp.explorer.app import create_app
+from lsa_interp.explorer.catalogue import ModelCatalogue, ModelEntry
+from lsa_interp.explorer.layout import CONTROLS
+from lsa_interp.explorer.state import DEFAULT_TASK, ViewState
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
+from tests.explorer.dash_calls import call_callback
+
+
+def _model(encoder_layers: int) -> HookedEncoderDecoder:
+    torch.manual_seed(encoder_layers)
+    config = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=encoder_layers, n_decoder_layers=1, d_mlp=32)
+    return HookedEncoderDecoder(config)
+
+
+@pytest.fixture(scope="module")
+def app():
+    """Two models of 4 and 3 encoder layers, in that order."""
+    return create_app(ModelCatalogue([], {"deep": _model(4), "shallow": _model(3)}))
+
+
+def _sync(app, search: str, controls: dict[str, str], changed: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The URL's fields and the controls' values after the sync callback fired by ``changed``."""
+    inputs = [search, *(controls.get(name, getattr(ViewState(), name)) for name in CONTROLS), 0, 0, 0, None, None]
+    response = call_callback(app, "url.search...model.value", inputs, ["zero"], changed)
+    search = response["url"]["search"] if "url" in response else search  # left out: the link stays as it was
+    url = {k: v[-1] for k, v in parse_qs(search.lstrip("?")).items()}
+    return url, {name: response[name]["value"] for name in CONTROLS}
+
+
+def test_switching_to_a_shallower_model_takes_its_own_layers_not_the_last_models(app):
+    """Opened on the 4-layer model, the lens radio shows its last layer (4); the controls then name layer 4 and
+    graph 4. Picking the 3-layer model used to write layer=4 into the link: an error page whose radios had no layer
+    left to pick. The new model's defaults are taken instead, and its radios offer its own layers."""
+    _, controls = _sync(app, "?model=deep", {}, "url.search")
+    assert controls["layer"] == "4"
+    url, controls = _sync(app, "", {**controls, "graph": "4", "model": "shallow"}, "model.value")
+    assert url == {"model": "shallow"} and (controls["layer"], controls["graph"]) == ("3", "1")
+    other = _sync(app, "", {**controls, "task": DEFAULT_TASK.replace("bcd", "cde")}, "task.value")[0]
+    assert "layer" not in other or other["layer"] == "3"
+
+
+def test_a_link_with_a_layer_the_model_lacks_shows_the_error_and_keeps_the_layer_choices(app):
+    response = call_callback(app, "error.children", ["?model=shallow&layer=4"], changed="url.search")
+    assert response["error"]["children"] == "layer '4' is not one of 1..3"
+    assert response["layer"]["options"] == response["graph"]["options"] == ["1", "2", "3"]
+
+
+def test_a_checkpoint_removed_after_the_start_is_reported_not_a_server_error(tmp_path):
+    save_model(_model(3), tmp_path / "gone")
+    app = create_app(ModelCatalogue([ModelEntry("gone", tmp_path / "gone")], {"here": _model(3)}))
+    shutil.rmtree(tmp_path / "gone")
+    url, controls = _sync(app, "?model=gone", {}, "url.search")  # used to answer HTTP 500
+    assert url == {"model": "gone"} and controls["model"] == "gone"
+    rendered = call_callback(app, "error.children", ["?model=gone"], changed="url.search")
+    assert rendered["error"]["children"].startswith("no checkpoint named or at")
+
+
+def test_the_drawn_tasks_are_cleared_when_the_model_changes(app):
+    response = call_callback(app, "drawn.options", [1, "shallow"], ["val", "", "", "any"], changed="model.value")
+    assert response["drawn"]["options"] == [] and response["draw-message"]["children"] == ""
