@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from lsa_interp.commands.common import check_device, device_option, given_options, training_preset, writable_out
+
 app = typer.Typer(
     name="lsa-interp",
     no_args_is_help=True,
@@ -120,7 +122,9 @@ def evaluate(
         int | None, typer.Option(min=1, help="Evaluate a deterministic random subset of N rows per split.")
     ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Tasks decoded per batch.")] = 512,
-    device: Annotated[str | None, typer.Option(help="Torch device; default: cuda when available, else cpu.")] = None,
+    device: Annotated[
+        str | None, typer.Option(help="cpu or cuda; default: cuda when available, else cpu.", callback=device_option)
+    ] = None,
     card: Annotated[
         bool,
         typer.Option(
@@ -151,6 +155,8 @@ def evaluate(
         given = [option for option, value in options if value is not None]
         if given:
             raise UserError(f"--card writes a card of the full splits of the model's own dataset; drop {given[0]}")
+    if out is not None:
+        writable_out(out)
     net = load_run_or_model(model, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     with console.status("loading the dataset" if data else "generating the dataset"):
         dataset = evaluation_dataset(net, preset, seed, data)
@@ -171,8 +177,11 @@ def evaluate(
     "Resume after an interruption: lsa-interp train --resume runs/copy-200-s1",
 )
 def train(
+    ctx: typer.Context,
     out: Annotated[Path | None, typer.Option(help="Run directory (config, metrics.jsonl, state.pt, model/).")] = None,
-    preset: Annotated[str, typer.Option(help="Dataset preset to train on.")] = "copy-20",
+    preset: Annotated[
+        str | None, typer.Option(help="Dataset preset to train on; default copy-20, with --data the dataset's own.")
+    ] = None,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the model's initialisation, dropout and data order.")] = 0,
     data: Annotated[Path | None, typer.Option(help="A saved dataset; default: generate PRESET into OUT/data.")] = None,
     data_seed: Annotated[int, typer.Option(min=0, help="Seed of the generated dataset (without --data).")] = 0,
@@ -183,7 +192,13 @@ def train(
     ] = "random",
     lr: Annotated[float, typer.Option(min=0.0)] = 1e-3,
     precision: Annotated[str, typer.Option(help="fp32 (the recipe), tf32 matmuls, or bf16 autocast.")] = "fp32",
-    device: Annotated[str, typer.Option(help="auto (CUDA if available), cpu or cuda.")] = "auto",
+    device: Annotated[
+        str,
+        typer.Option(
+            help="auto (CUDA if available), cpu or cuda.",
+            callback=lambda value: check_device(value, ("auto", "cpu", "cuda")),
+        ),
+    ] = "auto",
     max_steps: Annotated[int | None, typer.Option(min=1, help="Stop after this many optimizer steps.")] = None,
     max_minutes: Annotated[float | None, typer.Option(min=0.0, help="Stop after this much wall time.")] = None,
     checkpoint_every: Annotated[int, typer.Option(min=1, help="Save the resumable state every N steps.")] = 2000,
@@ -253,12 +268,17 @@ def train(
     from lsa_interp.training import TrainConfig, resume_run, start_run
 
     if resume is not None:
+        given = [name for name in given_options(ctx) if name not in ("resume", "max_steps", "max_minutes")]
+        if given:
+            option = "--" + given[0].replace("_", "-")
+            raise UserError(f"{option} does not apply with --resume (the run keeps its config); only the bounds do")
         trainer = resume_run(resume, max_steps=max_steps, max_minutes=max_minutes)
     else:
         if out is None:
             raise UserError("give --out RUN_DIR for a new run (or --resume RUN_DIR to continue one)")
-        if out.exists() and any(out.iterdir()) and not force:
+        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
             raise UserError(f"{out} is not empty; pass --force to overwrite it or --resume {out} to continue it")
+        preset = training_preset(preset, data)
         config = TrainConfig(
             data_dir=str(data if data is not None else out / "data"),
             preset=preset,
@@ -283,9 +303,15 @@ def train(
             architecture=architecture,
             model=_parse_model_config(model_config),
         )
-        if data is None:
-            _generate_into(preset, data_seed, out / "data")
-        trainer = start_run(config, out, force=True)
+        created = not out.exists()
+        try:
+            if data is None:
+                _generate_into(preset, data_seed, out / "data")
+            trainer = start_run(config, out, force=True)
+        except BaseException:  # a config the trainer refuses (no CUDA, ...): no dataset left in the way of a retry
+            if data is None:
+                shutil.rmtree(out if created else out / "data", ignore_errors=True)
+            raise
     with Progress(
         TextColumn("[bold]train"),
         BarColumn(),
@@ -369,7 +395,7 @@ def main(argv: list[str] | None = None) -> None:
         if not message.strip():
             sys.exit(2)  # a group called without a command: its help is already printed
         _fail(f"{' '.join(message.split())}{hint}")
-    except (UserError, ValueError, FileExistsError, FileNotFoundError) as err:
+    except (UserError, ValueError, OSError) as err:  # OSError: a file or directory in the way, unreadable, ...
         if os.environ.get("LSA_INTERP_DEBUG"):
             raise
         _fail(str(err).splitlines()[0] if str(err) else type(err).__name__)

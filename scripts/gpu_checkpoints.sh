@@ -45,13 +45,13 @@ progress() {
 ship() {
   local run=$1 preset=${1%-reps}
   if [[ $run != *-reps ]]; then
-    $LSA ship "$RUNS/$run" --name "$preset"
+    $LSA ship "$RUNS/$run" --name "$preset" --force
     return
   fi
   for i in 0 1 2 3 4; do
     local name="replicates/$preset-s$((i + 1))"
-    $LSA ship "$RUNS/$run" --replicate "$i" --name "$name" --storage bf16 ||
-      $LSA ship "$RUNS/$run" --replicate "$i" --name "$name"
+    $LSA ship "$RUNS/$run" --replicate "$i" --name "$name" --storage bf16 --force ||
+      $LSA ship "$RUNS/$run" --replicate "$i" --name "$name" --force
   done
 }
 

@@ -24,7 +24,29 @@ OutOption = Annotated[
     Path | None, typer.Option(help="Directory for NAME.json and NAME.html; default runs/analysis/MODEL.")
 ]
 SeedOption = Annotated[int, typer.Option(min=0, help="Seed of the generated tasks.")]
-DeviceOption = Annotated[str, typer.Option(help="cpu or cuda.")]
+
+
+def check_device(device: str | None, allowed: tuple[str, ...] = ("cpu", "cuda")) -> str | None:
+    """``device`` (None passes) when it is one of ``allowed`` and usable here, checked while the options are read;
+    raises typer.BadParameter (exit 2) naming what is allowed, or that torch sees no CUDA device."""
+    if device is None:
+        return None
+    if device not in allowed:
+        raise typer.BadParameter(f"unknown device {device!r}; choose one of: {', '.join(allowed)}")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise typer.BadParameter("torch sees no CUDA device here; use cpu")
+    return device
+
+
+def device_option(value: str | None) -> str | None:
+    """`check_device` as a typer callback (typer hands a callback of one parameter the option's value)."""
+    return check_device(value)
+
+
+DeviceOption = Annotated[str, typer.Option(help="cpu or cuda.", callback=device_option)]
 HEAD_HELP = "Head labels are the paper's, 1-based: '2.7' = encoder layer 2, head 7 (index 1, 6 in the Python API)."
 
 
@@ -89,3 +111,23 @@ def finish(result: AnalysisResult, out: Path | None, model: str) -> None:
         console.print(findings)
     paths = result.write(out if out is not None else default_out(model))
     console.print("wrote " + ", ".join(str(p) for p in paths.values()), highlight=False)
+
+
+def given_options(ctx: typer.Context) -> list[str]:
+    """The names of the options given on the command line (not left at their defaults). The source is compared by
+    name: typer's context may come from its own copy of click, whose enum is not `click.core.ParameterSource`."""
+    return [name for name in ctx.params if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"]
+
+
+def training_preset(preset: str | None, data: Path | None) -> str:
+    """The preset a new run records: ``--data``'s own (its manifest), which ``--preset`` may only repeat; else
+    ``preset`` or copy-20. Raises ValueError (exit 2) for a ``--preset`` that is not the dataset's."""
+    import json
+
+    manifest = data / "manifest.json" if data is not None else None
+    if manifest is None or not manifest.is_file():  # no --data, or no dataset there: the trainer says so
+        return preset or "copy-20"
+    own = json.loads(manifest.read_text(encoding="utf-8"))["preset"]
+    if preset is not None and preset != own:
+        raise ValueError(f"--preset {preset} is not the preset of --data {data} ({own}); leave --preset out")
+    return own

@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         "detect matching heads; with --compare, count the runs of each group that have one. " + HEAD_HELP,
         epilog="Example: lsa-interp matching-heads --model copy-200 --out runs/analysis/copy-200\n\n"
         "Occurrence over replicate runs (quote the globs): lsa-interp matching-heads "
-        "--compare copy='checkpoints/replicates/copy-20-s*' --compare nocopy='checkpoints/replicates/nocopy-20-s*'",
+        "--compare copy='checkpoints/replicates/copy-20-s*' --compare nocopy=checkpoints/nocopy-20",
     )
     def matching_heads(
         model: ModelOption = "copy-200",
@@ -141,6 +141,10 @@ def register(app: typer.Typer) -> None:
             raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(_ENGINES)}")
         if matrix and head.strip().lower() == "all":
             raise ValueError("--matrix patches the heads it is given together; give --head L.H, L.H+L.H or auto")
+        if rules is not None and not matrix:
+            raise ValueError("--rules chooses the rules of --matrix; without it, patch --from into --to")
+        if matrix and (source, target) != ("succ", "pred"):
+            raise ValueError("--matrix patches every ordered pair of --rules; --from and --to do not apply")
         if alphabets is not None and alphabets not in _ALPHABETS:
             raise ValueError(f"unknown --alphabets {alphabets!r}; choose one of {', '.join(_ALPHABETS)}")
         names = [name.strip() for name in rules.split(",") if name.strip()] if rules else list(PAPER)

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         "report",
         epilog="Example: lsa-interp report --model copy-200 --out runs/report/copy-200\n\n"
         "Over many models: lsa-interp report --models 'checkpoints/replicates/copy-20-*' --models "
-        "'checkpoints/replicates/nocopy-20-*' --out runs/report/population",
+        "checkpoints/nocopy-20 --out runs/report/population",
     )
     def report(
         model: ModelOption = "copy-200",
@@ -49,7 +49,12 @@ def register(app: typer.Typer) -> None:
                 "analyses spread over them (one torch thread each).",
             ),
         ] = None,
-        out: OutOption = None,
+        out: Annotated[
+            Path | None,
+            typer.Option(
+                help="Directory for the report; default runs/analysis/MODEL, with --models runs/report/population."
+            ),
+        ] = None,
         seed: SeedOption = 0,
         device: DeviceOption = "cpu",
     ) -> None:
@@ -62,6 +67,8 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         if models:
+            if device != "cpu":
+                raise ValueError("--models runs each checkpoint in a CPU worker process; --device does not apply")
             _population(models, workers, out, seed)
             return
         from lsa_interp.analysis.report import STEPS

@@ -13,7 +13,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command(
         "ship",
-        epilog="Example: lsa-interp ship runs/copy-200 --name copy-200\n\n"
+        epilog="Example: lsa-interp ship runs/copy-200 --name copy-200 --force  (replaces the shipped copy-200)\n\n"
         "A replicate in bf16: lsa-interp ship runs/copy-20-reps --replicate 2 --name replicates/copy-20-s2 "
         "--storage bf16",
     )
@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
                 "which shipping otherwise reuses (fp16/bf16 storage after its val check)."
             ),
         ] = False,
+        force: Annotated[bool, typer.Option(help="Replace a checkpoint of that name (a re-trained one).")] = False,
     ) -> None:
         """Copy a finished run's model into checkpoints/NAME with a model card (card.md), evaluation.json and the
         matching-head analysis of the stored weights (matching_heads.json)."""
@@ -44,6 +45,8 @@ def register(app: typer.Typer) -> None:
 
         if storage not in STORAGE_DTYPES:
             raise ValueError(f"unknown storage {storage!r}; choose one of: {', '.join(STORAGE_DTYPES)}")
+        if ((dest or CHECKPOINTS_DIR) / name).exists() and not force:
+            raise FileExistsError(f"{(dest or CHECKPOINTS_DIR) / name} exists; pass --force to replace it")
         target = ship_run(
             run_dir,
             name,

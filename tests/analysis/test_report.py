@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lsa_interp import cli
+from lsa_interp.analysis import patching as patching_module
 from lsa_interp.analysis import report as report_module
 from lsa_interp.analysis.planted import planted_model
 from lsa_interp.analysis.report import Report, run_report
@@ -189,7 +190,9 @@ def _detected(labels, score):
 
 def _patched_together(monkeypatch, rates, solved=5):
     """Stand-ins for the minimal pairs (5 of them) and for patching heads together at ``rates`` (by joined label),
-    ``solved`` of the pairs solved clean."""
+    ``solved`` of the pairs solved clean. The patching module is imported at the top of this file: imported for the
+    first time while the prompts' ``minimal_pairs`` is the stand-in, it would keep the stand-in for the rest of the
+    test process (as it did for tests/analysis/test_patching_cli.py in the same xdist worker)."""
     calls = []
     record_pairs = lambda *args, **kwargs: calls.append((args, kwargs)) or "pairs"
     monkeypatch.setattr("lsa_interp.analysis.prompts.minimal_pairs", record_pairs)
@@ -199,7 +202,7 @@ def _patched_together(monkeypatch, rates, solved=5):
         calls.append((pairs, label))
         return SimpleNamespace(label=label, flip_rate=rates[label], solved=solved)
 
-    monkeypatch.setattr("lsa_interp.analysis.patching.patch_pairs", patch)
+    monkeypatch.setattr(patching_module, "patch_pairs", patch)
     return calls
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -202,6 +203,10 @@ def run_cli(args, capsys):
         (["train", "--out", "R", "--replicates", "0"], "Invalid value for '--replicates'"),
         (["train", "--out", "R", "--data", "D", "--micro-batches", "40"], "micro-batches must be between 1 and"),
         (["train", "--out", "R", "--data", "D", "--micro-batches", "2", "--replicates", "2"], "one model's eager"),
+        (["train", "--out", "R", "--data", "D", "--preset", "copy-20"], "--preset copy-20 is not the preset of --data"),
+        (["train", "--out", "R", "--data", "D", "--device", "tpu"], "unknown device 'tpu'; choose one of: auto, cpu"),
+        (["train", "--resume", "R", "--epochs", "1"], "--epochs does not apply with --resume"),
+        (["train", "--resume", "R", "--max-steps", "9", "--lr", "0.5"], "--lr does not apply with --resume"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path, capsys, monkeypatch, data_dir):
@@ -210,6 +215,25 @@ def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path, capsys, mon
     code, err = run_cli(args, capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "R").exists()  # nothing half-written
+
+
+def test_a_run_on_a_saved_dataset_records_that_dataset_s_preset(tmp_path, capsys, data_dir):
+    """``--preset`` defaulted to copy-20 and was recorded whatever ``--data`` held, so evaluating the model later
+    generated copy-20 data for a model trained on another dataset."""
+    code, _ = run_cli(["train", "--out", str(tmp_path / "R"), "--data", str(data_dir), "--max-steps", "1"], capsys)
+    assert code == 0 and load_model(tmp_path / "R" / "model").metadata["preset"] == "tiny"
+
+
+def test_a_new_run_that_fails_to_start_leaves_no_generated_dataset_behind(tmp_path, capsys, data_dir, monkeypatch):
+    """The dataset is generated into OUT/data before the trainer is built; a config the trainer refuses (here the
+    flash attention without a GPU) used to leave it there, so the same command was then refused as not empty."""
+    monkeypatch.setattr(cli, "_generate_into", lambda preset, seed, out: shutil.copytree(data_dir, out))
+    flash = ["--attention", "flash", "--packing", "--precision", "bf16", "--max-steps", "1"]
+    code, err = run_cli(["train", "--out", str(tmp_path / "R"), *flash], capsys)
+    assert code == 2 and "needs a CUDA device" in err and not (tmp_path / "R").exists()
+    (tmp_path / "kept").mkdir()
+    code, _ = run_cli(["train", "--out", str(tmp_path / "kept"), *flash, "--force"], capsys)
+    assert code == 2 and list((tmp_path / "kept").iterdir()) == []
 
 
 def test_cli_refuses_a_used_run_directory(tmp_path, capsys, data_dir):
