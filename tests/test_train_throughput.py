@@ -36,7 +36,8 @@ def test_a_failing_configuration_is_recorded_and_the_rest_are_still_timed(monkey
     ]
 
 
-def test_a_stack_of_the_flash_attention_is_built_with_it_and_packing(monkeypatch):
+def _recorded_stack_configs(monkeypatch) -> list:
+    """The configs the benchmark's stacks are started with, recorded by a stand-in `StackTrainer`."""
     configs = []
 
     class FakeStackTrainer:
@@ -46,6 +47,11 @@ def test_a_stack_of_the_flash_attention_is_built_with_it_and_packing(monkeypatch
             return SimpleNamespace(train_step=lambda: 0)
 
     monkeypatch.setattr(train_throughput, "StackTrainer", FakeStackTrainer)
+    return configs
+
+
+def test_a_stack_of_the_flash_attention_is_built_with_it_and_packing(monkeypatch):
+    configs = _recorded_stack_configs(monkeypatch)
     for stacking in ("native-compile-flash-packed", "native-triton", "native-compile-packed"):
         train_throughput.stack_stepper("d", torch.device("cpu"), stacking, 2, "bf16")
     assert [(c.attention, c.packing, c.compile) for c in configs] == [
@@ -56,15 +62,7 @@ def test_a_stack_of_the_flash_attention_is_built_with_it_and_packing(monkeypatch
 def test_every_eager_stacking_runs_without_the_cuda_graph_and_a_misspelt_one_is_refused(monkeypatch, capsys):
     """``native-eager-packed`` is eager too (it ran graphed, as any name but ``native-eager`` did), and a name the
     benchmark does not know is an error rather than the plain graphed stack under that name."""
-    configs = []
-
-    class FakeStackTrainer:
-        @staticmethod
-        def start(config, run_dir, force=False):
-            configs.append(config)
-            return SimpleNamespace(train_step=lambda: 0)
-
-    monkeypatch.setattr(train_throughput, "StackTrainer", FakeStackTrainer)
+    configs = _recorded_stack_configs(monkeypatch)
     for stacking in ("native-eager", "native-eager-packed", "native-packed", "native-compile"):
         train_throughput.stack_stepper("d", torch.device("cpu"), stacking, 2, "fp32")
     assert [c.cuda_graph for c in configs] == [False, False, True, True]
