@@ -163,8 +163,8 @@ def control_findings(report: Report, model: HookedEncoderDecoder, n_pairs: int, 
     controls = [c for c in dict.fromkeys(control_head(scores, h) for h in detected) if c not in detected]
     pairs = minimal_pairs("succ", "pred", n_pairs, seed=seed, alphabets="standard", lengths=PAPER_LENGTHS)
     matched = patch_pairs(model, pairs, detected)
-    # switch rates over the pairs the model solves; no verdict when it solves at most half (as `patching_analysis`)
-    verdict = matched.solved > len(pairs) / 2
+    # switch rates over the pairs the model solves; no verdict under half solved (as `patching_analysis`)
+    verdict = matched.solved >= len(pairs) / 2
     unsolved = "" if verdict else f"; no verdict: the model solves {matched.solved} of {len(pairs)} pred prompts"
     single = {label: values["flip_rate"] for label, values in by_name["patching"].data["heads"].items()}
     ours = f"head {matched.label}: {matched.flip_rate:.0%} switch"

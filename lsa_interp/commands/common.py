@@ -121,13 +121,13 @@ def given_options(ctx: typer.Context) -> list[str]:
 
 def training_preset(preset: str | None, data: Path | None) -> str:
     """The preset a new run records: ``--data``'s own (its manifest), which ``--preset`` may only repeat; else
-    ``preset`` or copy-20. Raises ValueError (exit 2) for a ``--preset`` that is not the dataset's."""
-    import json
+    ``preset`` or copy-20. Raises ValueError (exit 2) for a ``--preset`` that is not the dataset's, FileNotFoundError
+    (exit 2) for a ``--data`` that holds no dataset."""
+    from lsa_interp.data.dataset import read_manifest
 
-    manifest = data / "manifest.json" if data is not None else None
-    if manifest is None or not manifest.is_file():  # no --data, or no dataset there: the trainer says so
+    if data is None:
         return preset or "copy-20"
-    own = json.loads(manifest.read_text(encoding="utf-8"))["preset"]
+    own = read_manifest(data)["preset"]
     if preset is not None and preset != own:
         raise ValueError(f"--preset {preset} is not the preset of --data {data} ({own}); leave --preset out")
     return own

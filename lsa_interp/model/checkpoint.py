@@ -164,7 +164,9 @@ def shipped_replicates() -> list[str]:
     return sorted(f"{REPLICATES}/{p.name}" for p in folder.iterdir() if (p / CONFIG_FILE).is_file())
 
 
-def _resolve(name_or_path: str | Path) -> Path:
+def checkpoint_path(name_or_path: str | Path) -> Path:
+    """The file or directory a shipped name (``copy-200``, ``replicates/copy-20-s1-bf16``, a ``.pt`` under
+    ``checkpoints/``) or a path refers to. Raises FileNotFoundError listing the shipped names."""
     path = Path(name_or_path).expanduser()
     if path.exists():
         return path
@@ -179,17 +181,11 @@ def _resolve(name_or_path: str | Path) -> Path:
     raise FileNotFoundError(f"no checkpoint named or at {name!r}; available names: {listing}")
 
 
-def checkpoint_path(name_or_path: str | Path) -> Path:
-    """The file or directory a shipped name (``copy-200``, ``replicates/copy-20-s1-bf16``, a ``.pt`` under
-    ``checkpoints/``) or a path refers to. Raises FileNotFoundError listing the shipped names."""
-    return _resolve(name_or_path)
-
-
 def checkpoint_name(name_or_path: str | Path) -> str | None:
     """The shipped name (``copy-200``, ``replicates/copy-20-s1-bf16``) of a checkpoint given by name or by its
     directory under ``checkpoints/``; None for anything else (a run, a reference ``.pt``, a directory elsewhere)."""
     try:
-        path = _resolve(name_or_path).resolve()
+        path = checkpoint_path(name_or_path).resolve()
     except FileNotFoundError:
         return None
     root = CHECKPOINTS_DIR.resolve()
@@ -206,7 +202,7 @@ def load_model(name_or_path: str | Path, device: torch.device | str = "cpu") -> 
     file is read as a reference ``torch.save`` checkpoint. Raises FileNotFoundError (listing the shipped
     names) when nothing matches, CheckpointError/ValueError for corrupted or foreign files.
     """
-    path = _resolve(name_or_path)
+    path = checkpoint_path(name_or_path)
     if path.is_dir():
         return load_checkpoint_dir(path, device)
     if path.name in (CONFIG_FILE, WEIGHTS_FILE):
