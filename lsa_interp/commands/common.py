@@ -121,11 +121,10 @@ def given_options(ctx: typer.Context) -> list[str]:
 
 def training_preset(preset: str | None, data: Path | None) -> str:
     """The preset a new run records: ``--data``'s own (its manifest), which ``--preset`` may only repeat; else
-    ``preset`` or copy-20. Raises ValueError (exit 2) for a ``--preset`` that is not the dataset's, FileNotFoundError
-    (exit 2) for a ``--data`` that holds no dataset."""
-    from lsa_interp.data.dataset import read_manifest
+    ``preset`` or copy-20. Raises ValueError (exit 2) for a ``--preset`` that is not the dataset's."""
+    from lsa_interp.data.dataset import MANIFEST, read_manifest
 
-    if data is None:
+    if data is None or not (data / MANIFEST).is_file():  # no --data, or no dataset there: the trainer says so
         return preset or "copy-20"
     own = read_manifest(data)["preset"]
     if preset is not None and preset != own:
