@@ -16,6 +16,7 @@ from lsa_interp import cli
         (["patch", "--model", "copy-20", "--rules", "succ,pred"], "--rules chooses the rules of --matrix"),
         (["patch", "--model", "copy-20", "--matrix", "--from", "reverse"], "--from and --to do not apply"),
         (["report", "--models", "checkpoints/copy-20", "--device", "cuda"], "device"),
+        (["report", "--models", "checkpoints/copy-20", "--model", "copy-200"], "give --model or --models, not both"),
         (["evaluate", "--model", "copy-20", "--limit", "5", "--out", "FILE"], "cannot write to --out"),
         (["ship", "nowhere", "--name", "taken", "--dest", "CK"], "exists; pass --force to replace it"),
     ],

@@ -53,7 +53,8 @@ def _reproduces_its_card(path, model, dataset) -> None:
     that evaluation; and the answers on the recorded sample are counted again (a card moved to other weights of the
     same preset would still pass that count alone: copy-20's six runs all score 60-64% on val)."""
     card = json.loads((path / EVALUATION_FILE).read_text())
-    assert card["model"] == str(path.relative_to(CHECKPOINTS_DIR)) and card["limit"] is None
+    assert card["model"] == str(path.relative_to(CHECKPOINTS_DIR)), f"{path}'s evaluation is of {card['model']}"
+    assert card["limit"] is None, f"{path} was shipped with --limit {card['limit']}: ship it again without --limit"
     assert (card["preset"], card["seed"]) == (model.metadata["preset"], model.metadata.get("data_seed", 0))
     shown = (path / CARD_FILE).read_text(encoding="utf-8").partition("## Evaluation")
     assert shown[1] + shown[2] == markdown_report(read_evaluation(path / EVALUATION_FILE)).replace(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -59,8 +60,16 @@ def open_model(name: str, device: str = "cpu"):
 
 
 def default_out(model: str) -> Path:
-    """``runs/analysis/<model name or directory name>``."""
-    return Path("runs") / "analysis" / Path(model).name
+    """``runs/analysis/NAME``: NAME is the model's name or directory name, the run's for a run's ``model``
+    directory or a checkpoint's file, and ``STACK-replicate-I`` for a stack's replicate (two stacks' replicate-0
+    would otherwise write into one directory)."""
+    path = Path(model)
+    while path.name in ("model", "config.json", "model.safetensors") and path.parent.name:
+        path = path.parent
+    name = path.name
+    if re.fullmatch(r"replicate-\d+", name) and path.parent.name:
+        name = f"{path.parent.name}-{name}"
+    return Path("runs") / "analysis" / name
 
 
 def writable_out(out: Path) -> Path:

@@ -16,6 +16,7 @@ from lsa_interp.commands.common import (
     SeedOption,
     default_out,
     finish,
+    given_options,
     open_model,
     writable_out,
 )
@@ -24,7 +25,7 @@ ModelsOption = Annotated[
     list[str] | None,
     typer.Option(
         help="Checkpoints to report on together (a glob such as 'checkpoints/replicates/copy-20-*', a run "
-        "directory standing for its replicates; repeat the option for more): writes the k/N table."
+        "directory standing for its replicates; repeat the option for more): writes the k/N table. Replaces --model."
     ),
 ]
 
@@ -39,6 +40,7 @@ def register(app: typer.Typer) -> None:
         "checkpoints/nocopy-20 --out runs/report/population",
     )
     def report(
+        ctx: typer.Context,
         model: ModelOption = "copy-200",
         models: ModelsOption = None,
         workers: Annotated[
@@ -67,6 +69,8 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         if models:
+            if "model" in given_options(ctx):
+                raise ValueError("give --model or --models, not both: --models names every checkpoint reported on")
             if device != "cpu":
                 raise ValueError("--models runs each checkpoint in a CPU worker process; --device does not apply")
             _population(models, workers, out, seed)

@@ -27,7 +27,14 @@ def register(app: typer.Typer) -> None:
         dest: Annotated[
             Path | None, typer.Option(help="Checkpoints directory; default the repository's checkpoints/.")
         ] = None,
-        limit: Annotated[int | None, typer.Option(min=1, help="Evaluate a subset of N rows per split.")] = None,
+        limit: Annotated[
+            int | None,
+            typer.Option(
+                min=1,
+                help="Evaluate a subset of N rows per split (to try shipping out: CI accepts only cards of the full "
+                "splits).",
+            ),
+        ] = None,
         reevaluate: Annotated[
             bool,
             typer.Option(

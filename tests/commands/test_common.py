@@ -13,7 +13,12 @@ from lsa_interp.commands import common
 
 def test_the_default_output_is_named_after_the_model_or_its_directory():
     assert common.default_out("copy-200") == common.Path("runs/analysis/copy-200")
-    assert common.default_out("runs/grid/stacks/stack-000/replicate-1") == common.Path("runs/analysis/replicate-1")
+    assert common.default_out("replicates/copy-20-s1-bf16") == common.Path("runs/analysis/copy-20-s1-bf16")
+    stack = "runs/grid/stacks/stack-000/replicate-1"
+    assert common.default_out(stack) == common.default_out(f"{stack}/model/config.json")
+    assert common.default_out(stack) == common.Path("runs/analysis/stack-000-replicate-1")
+    assert common.default_out("runs/other/replicate-1") != common.default_out(stack)
+    assert common.default_out("runs/copy-20-s3/model") == common.Path("runs/analysis/copy-20-s3")
 
 
 def test_an_output_directory_is_made_with_its_parents_and_tried_before_any_work(tmp_path, monkeypatch):
