@@ -37,9 +37,11 @@ The estimate: the stack's longest run (``epochs x`` its steps per epoch, bounded
 ``ceil(rows / batch) + groups``) times the step time at that stack size (interpolated linearly between the
 measured sizes, extrapolated from the two largest beyond them), plus ``--overhead`` for validation, plus a
 fixed start-up time (every session; with ``--check-seconds S``, S more per GPU check that `gpu_train.sh`
-runs on each new machine beside the start-up of a compiled, triton or packed stack, `gpu_checks`), plus
-``--eval-seconds`` per run for evaluation and the queue's analyses. It prints the plan as JSON. Exit code 2
-with one line when nothing fits or an input is bad.
+runs on each new machine beside the start-up of a compiled, triton or packed stack, `gpu_checks`; none this
+session for a kind given as ``--checked KIND``, whose checks passed on this machine; a kind given as ``--failed
+KIND`` failed them here, and its stackings give way to the plain stack), plus ``--eval-seconds`` per run for
+evaluation and the queue's analyses. It prints the plan as JSON. Exit code 2 with one line when nothing fits or an
+input is bad.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ import functools
 import json
 import math
 import sys
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -61,6 +64,7 @@ from lsa_interp.sweep.plan import SweepRun, expand
 from lsa_interp.sweep.stackings import (
     AUTO_STACKINGS,
     STACKING_RECIPE,
+    check_kind,
     gpu_checks,
     merge_benchmarks,
     step_ms_at,
@@ -186,13 +190,17 @@ def plan_session(
     carry_survival: float = 1.0,
     session_minutes: float | None = None,
     check_seconds: float = 0.0,
+    checked: Collection[str] = (),
+    failed: Collection[str] = (),
 ) -> SessionPlan:
     """The largest stack of the queue's next unfinished runs that fits in ``minutes``: the first unfinished
     run's precision, and the later unfinished runs of that precision in queue order. When none fits and
     ``carry_mib`` is positive, the stack of at most ``carry_mib`` MiB of state that trains the most runs per
     minute, over as many sessions as it needs: this one (``minutes``) and later ones of ``session_minutes``
     each (default: ``minutes``). ``call_seconds``: what each device call beyond the first of a direction costs;
-    ``check_seconds``: what each of the stacking's `gpu_checks` adds to the start-up of every session;
+    ``check_seconds``: what each of the stacking's `gpu_checks` adds to the start-up of every session, but this
+    session's where they already passed on this machine (their `check_kind` in ``checked``); a stacking whose checks
+    failed here (its kind in ``failed``) is not planned: the plain stack (``native``) takes its place;
     ``carry_survival``: the chance a carried state survives to the next session (the module doc).
     ``stacking="auto"`` plans with each of `AUTO_STACKINGS` that ``bench`` measured at that precision and keeps
     the plan that finishes in this session with the most runs, else the one with the most runs per minute (the
@@ -207,9 +215,9 @@ def plan_session(
         raise ValueError(f"--check-seconds must be 0 or more, not {check_seconds:g}")
     if stacking == "auto":
         limits = (max_replicates, overhead, startup_seconds, eval_seconds, carry_mib, call_seconds, carry_survival)
-        limits += (session_minutes, check_seconds)
+        limits += (session_minutes, check_seconds, checked)
         plans, errors = [], []
-        for mode in AUTO_STACKINGS:
+        for mode in (mode for mode in AUTO_STACKINGS if check_kind(mode) not in failed):
             try:
                 plans.append(plan_session(grid, done, bench, minutes, mode, *limits))
             except ValueError as error:
@@ -217,7 +225,10 @@ def plan_session(
         if not plans:
             raise errors[0]
         return max(plans, key=_preference)
-    startup_seconds += check_seconds * gpu_checks(stacking)
+    if check_kind(stacking) and check_kind(stacking) in failed:
+        stacking = "native"
+    later_startup = startup_seconds + check_seconds * gpu_checks(stacking)
+    startup_seconds = startup_seconds if check_kind(stacking) in checked else later_startup
     queue = expand(grid)
     queued = {run.name for run in queue}
     left = [run for run in queue if not _finished(run, done, queued)]
@@ -239,7 +250,7 @@ def plan_session(
         return best
     if carry_mib <= 0:
         raise ValueError(f"not even one {precision} run fits in {minutes:g} minutes at this benchmark's step times")
-    costs = (overhead, startup_seconds, eval_seconds, call_seconds)
+    costs = (overhead, (startup_seconds, later_startup), eval_seconds, call_seconds)
     later = minutes if session_minutes is None else session_minutes
     return _continued_plan(candidates, grid, table, (minutes, later), carry_mib, costs, len(left), stacking,
                            carry_survival)  # fmt: skip
@@ -266,9 +277,10 @@ def _continued_plan(
     """The stack of at most ``carry_mib`` MiB of state that trains the most runs per minute (weighted by
     ``survival ** (sessions - 1)``, the chance its state survives every wait between sessions), over this
     session and later ones (``minutes``: this one's and a later one's), each of which starts up again and moves
-    the state down and (but the first) up again (``costs``: overhead, start-up, evaluation and call seconds as
-    in `plan_session`). Raises ValueError when a run's state or the start-up does not fit."""
-    overhead, startup_seconds, eval_seconds, call_seconds = costs
+    the state down and (but the first) up again (``costs``: overhead, start-up (this session's, a later one's),
+    evaluation and call seconds as in `plan_session`). Raises ValueError when a run's state or the start-up does
+    not fit."""
+    overhead, (startup_seconds, later_startup), eval_seconds, call_seconds = costs
     now, later = minutes
     per_run = state_mib(grid)
     if per_run > carry_mib or now <= startup_seconds / 60:
@@ -283,12 +295,12 @@ def _continued_plan(
         steps, ms = stack_steps(runs, grid, batch), step_ms_at(table, size)
         pack = extra_calls(size * per_run, PACK_MIB_PER_CALL) * call_seconds
         upload = extra_calls(size * per_run, UPLOAD_MIB_PER_CALL) * call_seconds
-        first, each = now - (startup_seconds + pack) / 60, later - (startup_seconds + pack + upload) / 60
+        first, each = now - (startup_seconds + pack) / 60, later - (later_startup + pack + upload) / 60
         if first <= 0 or each <= 0:
             continue
         work = (steps * ms / 1000 * (1 + overhead) + eval_seconds * size) / 60
         sessions = 1 + math.ceil(max(0.0, work - first) / each)
-        total = work + (sessions * (startup_seconds + pack) + (sessions - 1) * upload) / 60
+        total = work + (startup_seconds + sessions * pack + (sessions - 1) * (later_startup + upload)) / 60
         plan = SessionPlan(runs, candidates[0].precision, ms, steps, total, remaining, batch, stacking, sessions, pack)
         plan = replace(plan, survival=survival ** (sessions - 1))
         if best is None or plan.expected_rate > best.expected_rate:
@@ -358,6 +370,12 @@ def main(argv: list[str] | None = None) -> int:
         "--check-seconds", type=float, default=0.0, help="start-up per GPU check of a compiled, triton or packed stack"
     )
     parser.add_argument(
+        "--checked", action="append", default=[], help="a check kind (gpu_train.sh) that passed here: not charged now"
+    )
+    parser.add_argument(
+        "--failed", action="append", default=[], help="a check kind that failed here: its stackings are not planned"
+    )
+    parser.add_argument(
         "--carry-mib", type=float, default=0.0, help="state a session carries up: plan a stack over sessions (0: no)"
     )
     parser.add_argument(
@@ -394,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
             carry_survival=args.carry_survival,
             session_minutes=args.session_minutes,
             check_seconds=args.check_seconds,
+            checked=args.checked,
+            failed=args.failed,
         )
         text = session_grid(grid, plan)
     except (OSError, ValueError) as error:

@@ -200,14 +200,19 @@ plan() {
   for name in $ELSEWHERE; do
     done_args+=(--elsewhere "$name")
   done
-  # After a check has run on this machine (a follow-on plan), none is charged: not even to the later sessions of a
-  # stack that continues over sessions, whose machines would run it again.
-  local check=$CHECK_SECONDS
-  compgen -G "$WORK/preflight-*.txt" >/dev/null && check=0
+  # The checks already run on this machine (a follow-on plan): a kind that passed costs this session nothing more
+  # (the later sessions of a stack continued over sessions still pay it: their machines run it again); a kind that
+  # failed is not planned again.
+  local checks=() file kind
+  for file in "$WORK"/preflight-*.txt; do
+    [[ -f $file ]] || continue
+    kind=${file#"$WORK"/preflight-} && kind=${kind%.txt}
+    if passes_its_checks "$kind"; then checks+=(--checked "$kind"); else checks+=(--failed "$kind"); fi
+  done
   python3 scripts/gpu_plan.py --queue "$QUEUE" "${done_args[@]}" "${benches[@]}" --stacking "$2" --minutes "$1" \
     --carry-mib "$CARRY_MIB" --call-seconds "$CALL_SECONDS" --carry-survival "$CARRY_SURVIVAL" \
-    --session-minutes "$SESSION_MINUTES" --startup-seconds "$STARTUP_SECONDS" --check-seconds "$check" \
-    --out "$SESSION/grid.toml" >"$SESSION/plan.part" ||
+    --session-minutes "$SESSION_MINUTES" --startup-seconds "$STARTUP_SECONDS" --check-seconds "$CHECK_SECONDS" \
+    "${checks[@]}" --out "$SESSION/grid.toml" >"$SESSION/plan.part" ||
     { rm -f "$SESSION/plan.part" && return 1; }
   mv "$SESSION/plan.part" "$SESSION/plan.json" && cat "$SESSION/plan.json"
 }

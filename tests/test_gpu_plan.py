@@ -228,6 +228,29 @@ def test_cli_writes_the_grid_and_prints_the_plan(tmp_path, capsys):
     assert planned[0] == "copy-20-random-s3" and not {"copy-20-random-s2", "copy-20-random-s4"} & set(planned)
 
 
+def test_a_check_that_passed_on_this_machine_is_not_charged_again_and_a_failed_ones_stackings_are_not_planned():
+    """`gpu_train.sh` names the checks run on this machine: a passed kind costs this session nothing more (its
+    later sessions still pay it); a failed kind's stackings are left out of ``auto`` and give way to ``native``."""
+    grid = queue(COPY20)
+    compiled = bench({1: 1.5, 2: 1.9, 8: 5.0}, stacking="native-compile")
+    again = gpu_plan.plan_session(grid, set(), compiled, 10, "native-compile", check_seconds=75, checked=["compiled"])
+    assert len(again.runs) == 2
+    assert again.minutes == pytest.approx((STEPS_RANDOM * 0.0019 * 1.05 + 90 + 2 * EVAL) / 60)
+    other = gpu_plan.plan_session(grid, set(), compiled, 10, "native-compile", check_seconds=75, checked=["triton"])
+    assert len(other.runs) == 1
+    slow = bench({1: 2.6, 2: 3.0, 3: 3.3, 8: 9.0}, stacking="native-compile")
+    over = gpu_plan.plan_session(grid, set(), slow, 10, "native-compile", carry_mib=50, check_seconds=75,
+                                 checked=["compiled"])  # fmt: skip
+    work = (STEPS_RANDOM * 0.0033 * 1.05 + 3 * EVAL) / 60
+    assert (len(over.runs), over.sessions) == (3, 1 + math.ceil((work - (10 - 90 / 60)) / (10 - 165 / 60)))
+    assert over.minutes == pytest.approx(work + (90 + (over.sessions - 1) * 165) / 60)
+    native = bench({1: 2.0, 2: 3.0, 8: 9.0})
+    both = merge_benchmarks([native, compiled])
+    assert gpu_plan.plan_session(grid, set(), both, 10, "auto").stacking == "native-compile"
+    assert gpu_plan.plan_session(grid, set(), both, 10, "auto", failed=["compiled"]).stacking == "native"
+    assert gpu_plan.plan_session(grid, set(), both, 10, "native-compile", failed=["compiled"]).stacking == "native"
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -389,6 +389,47 @@ exec {sys.executable} "$@"
     assert "a later line" in watched.stdout and "passed its check" not in watched.stdout
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize(
+    ("kind", "outcome", "planned"),
+    [("compiled", "PASSED", "native-compile"), ("triton", "PASSED", "native"), ("compiled", "FAILED", "native")],
+)
+def test_a_plan_after_a_check_on_this_machine_charges_a_passed_kind_nothing_and_avoids_a_failed_one(
+    tmp_path, kind, outcome, planned
+):
+    """A follow-on plan on a machine where a check already ran. The compiled stack's check passed: the compiled stack
+    is planned without its check's start-up (here 10,000 s, which would leave it no room) and not checked again.
+    Only the triton stack's passed: the compiled one is charged its check and the plain stack planned. The compiled
+    stack's check failed: the plain stack is planned at once (the compiled one is not started and stopped again)."""
+    calls = tmp_path / "pytest_calls.txt"
+    path = _fake_commands(
+        tmp_path,
+        python3=f"""case "$1 $2 $3" in
+  "-m pytest "*) echo "$@" >> {calls}; exit 1 ;;
+  "-m lsa_interp sweep") exit 0 ;;
+esac
+exec {sys.executable} "$@"
+""",
+    )
+    write_tiny_grid(tmp_path / "queue.toml", max_steps=1000, batch_size=256, checkpoint_every=1000)
+    measured = [
+        {"stacking": k, "precision": "fp32", "replicates": r, "step_ms": ms}
+        for k, ms in {"native": 1.0, "native-compile": 0.5}.items()
+        for r in (1, 2, 3)
+    ]
+    (tmp_path / "bench.json").write_text(json.dumps({"runs": [{"device": "cuda", "results": measured}]}))
+    (tmp_path / "work").mkdir()
+    check = f"tests/training/test_stack_graph.py::test_each_graph_replay_draws_fresh_dropout_masks[0.1-{kind}]"
+    (tmp_path / "work" / f"preflight-{kind}.txt").write_text(f"{outcome} {check}\n")
+    env = _session_env(tmp_path, path, tmp_path / "none", CHECK_SECONDS="10000", WATCH_EVERY="1")
+    command = ["bash", str(ROOT / "scripts" / "gpu_train.sh"), "start", "5", str(tmp_path / "bench.json")]
+    started = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr[-2000:]
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert (plan["stacking"], len(plan["runs"])) == (planned, 4) and plan["estimated_minutes"] < 5
+    assert not calls.exists() and "failed its check" not in (tmp_path / "work" / "drive.log").read_text()
+
+
 @pytest.mark.parametrize(
     "arguments", [["all"], ["triton", "four"], ["extra", "4"], ["triton", "4", "5"], ["acceptance", "-1"]]
 )

@@ -31,6 +31,17 @@ def gpu_checks(stacking: str) -> int:
     return int(replayed) + int(bool(recipe.get("packing")))
 
 
+def check_kind(stacking: str) -> str:
+    """The name `gpu_train.sh` gives the GPU checks of a stack of ``stacking`` (its ``preflight-KIND.txt``):
+    ``compiled``, ``triton``, ``triton-compiled``, each with ``-packed`` for a packed stack; empty for a stack that
+    needs none."""
+    recipe = STACKING_RECIPE[stacking]
+    kind = "compiled" if recipe.get("compile") else ""
+    if recipe.get("attention") == "triton":
+        kind = "triton-compiled" if kind else "triton"
+    return f"{kind}-packed" if recipe.get("packing") else kind
+
+
 def step_times(bench: dict[str, Any], stacking: str, precision: str) -> dict[int, float]:
     """Stack size -> milliseconds per step of ``stacking`` at ``precision`` in a ``train_throughput.py --json``
     document (``{"runs": [{"device": ..., "results": [...]}, ...]}``: its CUDA run where it has one).

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
 
-from lsa_interp.sweep.stackings import STACKING_RECIPE, gpu_checks, merge_benchmarks, step_ms_at, step_times
+from lsa_interp.sweep.stackings import (
+    STACKING_RECIPE,
+    check_kind,
+    gpu_checks,
+    merge_benchmarks,
+    step_ms_at,
+    step_times,
+)
 
 
 def test_step_time_is_measured_interpolated_or_extrapolated_from_the_two_largest_sizes():
@@ -50,6 +60,21 @@ def test_a_compiled_or_triton_stack_is_checked_once_on_a_new_gpu_and_a_packed_on
         "native": 0, "native-compile": 1, "native-eager": 0, "native-triton": 1, "native-compile-triton": 1,
         "native-compile-packed": 2, "native-compile-triton-packed": 2,
     }  # fmt: skip
+
+
+def test_a_stackings_check_kind_is_the_name_gpu_train_gives_the_checks_of_its_grid(tmp_path):
+    """check_kind names what gpu_train.sh's stack_kind reads from a session grid whose recipe has the stacking's
+    options (its preflight-KIND.txt)."""
+    script = (Path(__file__).parents[2] / "scripts" / "gpu_train.sh").read_text()
+    function = re.search(r"^stack_kind\(\) \{.*?^\}$", script, re.M | re.S).group(0)
+    for name, recipe in STACKING_RECIPE.items():
+        grid = tmp_path / f"{name}.toml"
+        lines = [f"{key} = {json.dumps(value)}" for key, value in recipe.items()]
+        grid.write_text("[recipe]\n" + "".join(f"{line}\n" for line in lines))
+        shell = subprocess.run(["bash", "-c", f'{function}\nstack_kind "$1"', "-", str(grid)], capture_output=True,
+                               text=True, check=True)  # fmt: skip
+        assert check_kind(name) == shell.stdout.strip(), name
+    assert [check_kind(name) for name in ("native", "native-compile-triton-packed")] == ["", "triton-compiled-packed"]
 
 
 def test_merged_documents_keep_each_ones_cuda_run_in_order():
