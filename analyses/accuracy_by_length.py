@@ -50,7 +50,11 @@ def by_length(names: list[str], rules: tuple[str, ...]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", required=True, help="checkpoint name or directory (repeatable)")
-    parser.add_argument("--rule", action="append", help=f"a seen rule (repeatable; default: {', '.join(RULES)})")
+    parser.add_argument(
+        "--rule",
+        action="append",
+        help=f"a rule (repeatable; default: {', '.join(RULES)}: four seen rules and the new rr_sort)",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     try:
