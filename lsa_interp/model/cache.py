@@ -30,8 +30,13 @@ class ActivationCache:
         self.cfg = cfg
         self.inputs = inputs
 
-    def __getitem__(self, name: str) -> Tensor:
+    def __getitem__(self, name: object) -> Tensor:
         """Return the activation of hook ``name``; raises KeyError naming close matches if it is not cached."""
+        if not isinstance(name, str):
+            raise KeyError(
+                f"cache keys are full hook names such as 'encoder.1.attn.hook_pattern', not {name!r} (an "
+                "encoder-decoder has no TransformerLens shorthand: ('pattern', 1) could be either stack)"
+            )
         try:
             return self._activations[name]
         except KeyError:

@@ -72,7 +72,7 @@ def save_model(
     try:
         parameters = {name for name, _ in model.named_parameters()}
         state = {
-            key: value.detach().to("cpu", dtype=dtype if key in parameters else value.dtype).contiguous()
+            key: value.detach().to("cpu", dtype=dtype if key in parameters else _buffer_dtype(value)).contiguous()
             for key, value in model.state_dict().items()
         }
         save_file(state, str(tmp / WEIGHTS_FILE))
@@ -208,3 +208,9 @@ def load_model(name_or_path: str | Path, device: torch.device | str = "cpu") -> 
     if path.name in (CONFIG_FILE, WEIGHTS_FILE):
         return load_checkpoint_dir(path.parent, device)
     return load_reference_checkpoint(path, device=device)
+
+
+def _buffer_dtype(value: torch.Tensor) -> torch.dtype:
+    """Buffers are stored in fp32 when floating point (a model cast to bf16 would otherwise store its position
+    table in bf16 under ``weights_dtype`` fp32), else in their own dtype."""
+    return torch.float32 if value.is_floating_point() else value.dtype

@@ -189,16 +189,19 @@ class HookedEncoderDecoder(HookedRootModule):
         emitted EOS or after ``max_new_tokens``. Answers in tasks are ignored. Without hooks attached, rows
         are decoded ``batch_size`` at a time, grouped by input length, finished rows dropped early. With
         hooks attached, all rows are decoded in one batch in input order (so batch-aligned hooks line up):
-        encoder hooks fire once, decoder hooks once per step with one position. With ``return_cache=True``
-        also returns the `ActivationCache` of the decoded sequence (the decoder inputs that produced it,
-        teacher-forced in one pass; see ``decoder_input_from_generated``). Raises ValueError for a ``batch_size``
-        below 1.
+        encoder hooks fire once, decoder hooks once per step with one position (with ``use_cache=False``: every
+        position so far). With ``return_cache=True`` also returns the `ActivationCache` of the decoded sequence
+        (the decoder inputs that produced it, teacher-forced in one pass under the attached hooks; see
+        ``decoder_input_from_generated``). Raises ValueError for a ``batch_size`` below 1, and with
+        ``return_cache=True`` when the attached hooks make that pass answer otherwise than the decoding (a hook
+        that indexes positions acts on the pass's last one, not on each step's new one).
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         with torch.no_grad():
             batch = to_token_batch(inputs, teacher_force=False).to(self.device)
-            if is_hooked(list(self.hook_points())):
+            hooked = is_hooked(list(self.hook_points()))
+            if hooked:
                 tokens = self.greedy_decode(batch.src, max_new_tokens, use_cache, drop_finished=False)
             else:
                 tokens = self._decode_by_length(batch.src, max_new_tokens, batch_size, use_cache)
@@ -206,7 +209,9 @@ class HookedEncoderDecoder(HookedRootModule):
                 return tokens
             # a PAD the model emitted was fed back unmasked; after a row's EOS the causal mask keeps PAD out of reach
             tgt = decoder_input_from_generated(tokens)
-            _, cache = self.run_with_cache(batch, tgt, names_filter=names_filter, mask_tgt_pad=False)
+            logits, cache = self.run_with_cache(batch, tgt, names_filter=names_filter, mask_tgt_pad=False)
+            if hooked:
+                _check_cache_answers(logits, tokens)
             return tokens, cache
 
     def greedy_decode(
@@ -279,3 +284,18 @@ class HookedEncoderDecoder(HookedRootModule):
         tokens = self.generate(tasks, max_new_tokens=max_new_tokens, batch_size=batch_size)
         answers = decode_batch(tokens)
         return answers[0] if single else answers
+
+
+def _check_cache_answers(logits: Float[Tensor, "batch tgt_pos vocab"], tokens: Int[Tensor, "batch n"]) -> None:
+    """Raise ValueError when the teacher-forced pass behind ``generate``'s cache does not answer ``tokens`` (its
+    greedy token at each decoded position up to the row's EOS)."""
+    decoded = tokens[:, : logits.shape[1]]
+    differ = (logits.argmax(-1) != decoded) & (decoded != PAD)
+    if bool(differ.any()):
+        rows = differ.any(1).nonzero().flatten().tolist()
+        raise ValueError(
+            f"the cache would not be of the decoded tokens: under the attached hooks the teacher-forced pass answers "
+            f"rows {rows[:5]}{'...' if len(rows) > 5 else ''} otherwise (a hook that indexes positions acts on the "
+            "pass's last one, not each step's new one); make the hooks position-independent or cache with "
+            "run_with_cache on decoder_input_from_generated(tokens)"
+        )

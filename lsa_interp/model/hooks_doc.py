@@ -86,10 +86,21 @@ encoder output ("memory") read by every decoder cross-attention layer.
 - `generate`/`solve` with hooks attached: encoder hooks fire once; `decoder.{{l}}.cross_attn.hook_k`/`hook_v`
   fire once per decoding call; every other decoder hook fires once per step with `tgt_pos` = 1 (self-attention
   `hook_k`/`hook_v` hold the new position only; scores and patterns span every position so far). All rows
-  are decoded in one batch, in input order.
+  are decoded in one batch, in input order. With `use_cache=False` the decoder re-runs on every position so
+  far at each step: its hooks (cross-attention `hook_k`/`hook_v` too) fire once per step with `tgt_pos` = the
+  step's length, so a hook that indexes positions acts differently than with the cache.
+- `generate(..., return_cache=True)` caches one teacher-forced pass over the decoded tokens under the hooks
+  attached; it raises ValueError where that pass's greedy answers are not the decoded ones (a hook that
+  indexes positions, e.g. `t[:, -1]`, acts on the last position of the whole pass, not on each step's new one).
 - Attention skips its hook points (and runs fused with `scaled_dot_product_attention` when it has more than
   one query position) while none of them has a hook; attaching any hook (TransformerLens, PyTorch or
-  nnsight) to one of them makes that module call all of them.
+  nnsight) to one of them makes that module call all of them. The two paths differ by rounding (about 1e-5 in
+  the logits): compute a clean baseline under the same hook points as the patched run (an identity hook, or
+  `run_with_cache`), not with a bare `model(...)`, as the patching engines do.
+- Not in `run_with_cache` (TransformerLens has them): `remove_batch_dim`, `incl_bwd` (attach `dir="bwd"` hooks
+  with `add_hook` or `run_with_hooks` for gradients) and `return_cache_object`. Cache keys are full hook names.
+- Id tensors given as encoder input must be right-padded (PAD after the tokens); a row with a PAD before a
+  token is refused.
 - `attn.hook_result` exists only with `ModelConfig(use_hook_result=True)`.
 
 ## All hooks

@@ -27,7 +27,8 @@ def to_token_batch(
     """Return a `TokenBatch` whose ``tgt_in`` is set (``>`` + answer when teacher-forced, else ``>``).
 
     ``tgt`` overrides the decoder input. ``teacher_force=False`` ignores answers. Raises TypeError for an
-    unsupported input and ValueError for an empty list or a ``tgt`` whose batch size differs.
+    unsupported input and ValueError for an empty list, an id tensor with a PAD before a token (ids are
+    right-padded) or a ``tgt`` whose batch size differs.
     """
     if isinstance(inputs, Task):
         inputs = [inputs]
@@ -37,6 +38,9 @@ def to_token_batch(
         if inputs.dim() != 2 or inputs.dtype != torch.long:
             shape = tuple(inputs.shape)
             raise TypeError(f"encoder ids must be a [batch, src_pos] int64 tensor, got {shape} {inputs.dtype}")
+        pad = inputs == PAD
+        if bool((pad[:, :-1] & ~pad[:, 1:]).any()):
+            raise ValueError("encoder ids must be right-padded: a row has a PAD before a token (put PAD after them)")
         roles = torch.from_numpy(source_roles(inputs.cpu().numpy())).to(inputs.device)
         batch = TokenBatch(inputs, roles)
     elif isinstance(inputs, Sequence) and all(isinstance(t, Task) for t in inputs):

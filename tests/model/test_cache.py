@@ -42,6 +42,7 @@ def test_mapping_protocol(cache, small_model):
         (lambda c: c.resid("middle", 0), ValueError, "unknown stack"),
         (lambda c: c.pattern("encoder", 2), IndexError, "out of range"),
         (lambda c: c["encoder.0.attn.hook_result"], KeyError, "not in the cache"),
+        (lambda c: c["pattern", 0], KeyError, "full hook names such as 'encoder.1.attn.hook_pattern'"),
     ],
 )
 def test_errors_are_clear(cache, call, error, message):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -136,6 +137,15 @@ def test_reduced_precision_storage_halves_the_file_and_loads_as_fp32(small_model
         assert torch.equal(got, expected), key
     with pytest.raises(ValueError, match="unknown storage dtype 'int8'"):
         save_model(small_model, tmp_path / "bad", storage="int8")
+
+
+def test_a_model_cast_to_bf16_stores_its_buffers_in_fp32(small_model, tmp_path):
+    """save_model's promise: parameters in the storage dtype, floating buffers (the position table) in fp32."""
+    cast = copy.deepcopy(small_model).to(torch.bfloat16)
+    stored = load_file(save_model(cast, tmp_path / "cast") / "model.safetensors")
+    buffers = {name for name, _ in cast.named_buffers()}
+    assert buffers and {stored[name].dtype for name in buffers} == {torch.float32}
+    assert {stored[name].dtype for name, _ in cast.named_parameters()} == {torch.float32}
 
 
 def test_metadata_sets_and_objects_are_written_readably(small_model, tmp_path):

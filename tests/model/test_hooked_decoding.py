@@ -84,6 +84,33 @@ def test_generate_return_cache_gives_the_decoded_sequence(stopping_pair, make_ta
     assert cache.pattern("decoder", 1, "cross_attn").shape[2] == tgt_in.shape[1]
 
 
+def test_generate_return_cache_under_hooks_is_of_the_decoded_tokens_or_refused(stopping_pair, make_tasks):
+    """The cache is one teacher-forced pass under the attached hooks: a position-independent hook gives the cache of
+    the decoded tokens; one that changes each step's newest position (``t[:, -1]``) acts on the pass's last
+    position only, so that pass would answer otherwise, and generate refuses to return it."""
+    _, model = stopping_pair
+    tasks = make_tasks(8, seed=3)
+
+    def halve(tensor, hook):
+        return tensor * 0.5
+
+    def newest(tensor, hook):
+        tensor = tensor.clone()
+        tensor[:, -1] = 0
+        return tensor
+
+    with model.hooks(fwd_hooks=[("decoder.1.hook_mlp_out", halve)]):
+        tokens, cache = model.generate(tasks, return_cache=True)
+    width = min(cache.inputs.tgt_in.shape[1], tokens.shape[1])
+    keep = tokens[:, :width] != PAD
+    predicted = model.unembed(cache["decoder.ln_final.hook_out"]).argmax(-1)[:, :width]
+    assert torch.equal(predicted[keep], tokens[:, :width][keep])
+    with model.hooks(fwd_hooks=[("decoder.0.hook_resid_pre", newest)]):
+        assert not torch.equal(model.generate(tasks), model.generate(tasks, use_cache=False))
+        with pytest.raises(ValueError, match="the cache would not be of the decoded tokens"):
+            model.generate(tasks, return_cache=True)
+
+
 def test_the_cache_of_a_generation_that_emitted_pad_is_the_run_that_decoded_it():
     """Greedy decoding feeds a PAD the model emits back like any token (unmasked); the returned cache must be of
     that run, so its logits give back every generated token up to EOS, the emitted PADs and what followed them."""

@@ -36,6 +36,16 @@ def test_id_tensor_gets_roles_and_explicit_tgt(make_tasks):
         to_token_batch(reference.src.float())
 
 
+def test_left_padded_id_tensors_are_refused(make_tasks):
+    """Positions are not offset for leading PADs: a left-padded prompt would decode another answer."""
+    src = encode_tasks(make_tasks(2)).src
+    left = torch.cat([torch.full((2, 3), PAD), src[:, : (src != PAD).sum(1).min()]], dim=1)
+    with pytest.raises(ValueError, match="encoder ids must be right-padded"):
+        to_token_batch(left)
+    right = torch.cat([src, torch.full((2, 3), PAD)], dim=1)
+    assert torch.equal(to_token_batch(right).src, right)
+
+
 def test_masks():
     pad = torch.tensor([[False, False, True]])
     keys = key_mask(pad, torch.float32)
