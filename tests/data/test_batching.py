@@ -86,13 +86,24 @@ def test_length_bucketing_sorts_rows_by_length_within_a_window_of_50_batches():
 
 
 def test_bucketing_windows_restart_in_every_group():
-    keys = np.repeat([0, 1], 40)
-    lengths = np.random.default_rng(6).permutation(80)
-    plan = epoch_batches(keys, lengths, 4, seed=2, epoch=0)
-    for key in (0, 1):
-        group = sorted((b for b in plan if keys[b[0]] == key), key=lambda b: lengths[b].min())
-        ranges = [(lengths[b].min(), lengths[b].max()) for b in group]
-        assert len(group) == 10 and all(hi < lo for (_, hi), (lo, _) in zip(ranges, ranges[1:]))
+    """Windows of 50 batches (100 rows at batch size 2) count from each group's first row: group 1 (150 rows, after
+    130 of group 0) has windows of its rows 0-99 and 100-149 in the epoch's shuffled order, each sorted by length into
+    batches whose length ranges do not overlap (windows counted over the whole epoch would cut it at its row 70)."""
+    keys = np.repeat([0, 1], [130, 150])
+    lengths = np.random.default_rng(6).permutation(len(keys))
+    plan = epoch_batches(keys, lengths, 2, seed=2, epoch=0)
+    perm = np.random.default_rng([2, 0]).permutation(len(keys))  # the epoch's shuffle, as epoch_batches draws it
+    shuffled = perm[np.argsort(keys[perm], kind="stable")]
+    for key, size in ((0, 130), (1, 150)):
+        members = shuffled[keys[shuffled] == key]
+        windows = [set(members[start : start + 100].tolist()) for start in range(0, size, 100)]
+        batches = [b for b in plan if keys[b[0]] == key]
+        assert sum(len(b) for b in batches) == size
+        for window in windows:
+            inside = sorted((b for b in batches if set(b.tolist()) <= window), key=lambda b: lengths[b].min())
+            assert sum(len(b) for b in inside) == len(window), (key, len(window))
+            ranges = [(lengths[b].min(), lengths[b].max()) for b in inside]
+            assert all(hi < lo for (_, hi), (lo, _) in zip(ranges, ranges[1:]))
 
 
 def test_batch_size_must_be_positive():

@@ -86,6 +86,11 @@ def test_one_shot_pairing_drops_only_self_pairs():
     group_sizes = np.bincount(table.group)
     # each group is a random permutation: about one self pair per group is dropped, never many
     assert len(table) - len(group_sizes) * 4 < len(rows) < len(table)
+    # the examples are one permutation of the problems: the kept rows' examples and the dropped queries (their own
+    # examples) are every problem exactly once, so only rows whose example was their own query are dropped
+    dropped = np.setdiff1d(np.arange(len(table)), rows.query)
+    assert len(np.unique(rows.query)) == len(rows) and (rows.examples[:, 0] != rows.query).all()
+    assert np.sort(np.concatenate([rows.examples[:, 0], dropped])).tolist() == list(range(len(table)))
 
 
 @pytest.mark.parametrize("shots", [1, 2, 3])

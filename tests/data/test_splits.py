@@ -85,7 +85,13 @@ def test_split_row_indices_point_at_the_rows_select_splits_returns(table):
     allowed = {"train": ("succ",), "val": ("succ", "reverse"), "test": ("sort", "reverse")}
     index = split_row_indices(rows, table, problem_split, allowed)
     selected = select_splits(rows, table, problem_split, allowed)
-    for name in SPLIT_NAMES:
+    for split_id, name in enumerate(SPLIT_NAMES):
+        expected = [
+            i
+            for i, q in enumerate(rows.query.tolist())
+            if problem_split[q] == split_id and table.transformations[table.transformation[q]] in allowed[name]
+        ]
+        assert expected and index[name].tolist() == expected  # positions in rows (a query recurs across reshuffles)
         assert (rows.examples[index[name]] == selected[name].examples).all()
         assert (rows.query[index[name]] == selected[name].query).all()
 
@@ -95,3 +101,6 @@ def test_downsample_indices_draw_what_downsample_keeps():
     picked = downsample_indices(30, 11, np.random.default_rng(5))
     assert (downsample(rows, 11, np.random.default_rng(5)).query == rows.query[picked]).all()
     assert downsample_indices(4, 11, np.random.default_rng(5)).tolist() == [0, 1, 2, 3]
+    draws = [downsample_indices(30, 11, np.random.default_rng(seed)).tolist() for seed in range(20)]
+    assert all(draw == sorted(set(draw)) and len(draw) == 11 and 0 <= draw[0] and draw[-1] < 30 for draw in draws)
+    assert len({tuple(draw) for draw in draws}) > 10

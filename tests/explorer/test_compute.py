@@ -88,7 +88,8 @@ def test_patching_an_empty_head_changes_nothing(planted):
 def test_lens_matches_the_decoder_lens_analysis(tiny):
     for layer in (1, 2):
         assert lens_top_k(tiny, TASK, layer).answer == lens_predict(tiny, [TASK], layer)[0]
-    assert lens_top_k(tiny, TASK, 2) == lens_top_k(tiny, TASK, 2)
+    own = ablate_heads(tiny, TASK, [])  # the model itself: nothing changed
+    assert lens_top_k(tiny, TASK, 2) == own and lens_top_k(tiny, TASK, 1) != own  # the last layer's lens is the model
     with pytest.raises(ValueError, match="lens layer 3 is not in 1..2"):
         lens_top_k(tiny, TASK, 3)
 
