@@ -29,8 +29,10 @@ lint: $(BIN)/.installed
 
 # --dist worksteal: a worker that has run out of tests takes some of the other's (2026-12-02, 2 cores: 9.5 minutes
 # against 10.7 with the default split, of which about 10 s went with a test's needless sleep).
+# PYTHONUTF8=0: without a locale (LANG unset, as a CI runner may start) Python would start in its UTF-8 mode, in which
+# the tests of writing under an ASCII locale (the ascii_locale fixture) can only skip.
 test: $(BIN)/.installed chromium lint
-	$(BIN)/python -m pytest -n 2 --dist worksteal -q
+	PYTHONUTF8=0 $(BIN)/python -m pytest -n 2 --dist worksteal -q
 
 # Mutation testing (docs/testing.md): slow, not part of `make test`. Results are cached in mutants/ between runs;
 # MODULE=lsa_interp.data.batching re-runs the mutants of one module only.
