@@ -197,12 +197,18 @@ def cross_attention_targets(
         "heads": heads,
         "min_argmax_share": MIN_ARGMAX_SHARE,
     }
+    if not solved_only:
+        over = f"{len(judged)} tasks"
+    else:
+        over = f"{len(judged)} solved tasks" if solved else f"all {len(judged)} tasks: none was solved"
     figures = {
-        "argmax category of the head-mean cross-attention (first step)": _layer_figure(layer_share, "share of tasks"),
-        "mean cross-attention mass per category (first step)": _layer_figure(
-            layer_mass, "mean attention mass", uniform_mass
+        "argmax category of the head-mean cross-attention (first step)": _layer_figure(
+            layer_share, "share of tasks", over=over
         ),
-        "argmax category per head": _head_figure(head_share),
+        "mean cross-attention mass per category (first step)": _layer_figure(
+            layer_mass, "mean attention mass", uniform_mass, over
+        ),
+        "argmax category per head": _head_figure(head_share, over),
     }
     verdict = bool(solved)
     findings = [_finding(layer, layer_share, head_share, verdict) for layer in range(min(n_layers, len(EXPECTED)))]
@@ -227,7 +233,9 @@ def _finding(layer: int, layer_share: Tensor, head_share: Tensor, verdict: bool 
     )
 
 
-def _layer_figure(values: Tensor, title: str, uniform: Tensor | None = None):  # pragma: no mutate block
+def _layer_figure(  # pragma: no mutate block
+    values: Tensor, title: str, uniform: Tensor | None = None, over: str = ""
+):
     import plotly.graph_objects as go
 
     fig = go.Figure(
@@ -246,11 +254,11 @@ def _layer_figure(values: Tensor, title: str, uniform: Tensor | None = None):  #
                 marker=dict(symbol="line-ew-open", size=30, color="black"),
             )
         )
-    fig.update_layout(barmode="group", yaxis_title=title, height=420)
+    fig.update_layout(barmode="group", yaxis_title=title, height=420, title=f"over {over}" if over else None)
     return fig
 
 
-def _head_figure(head_share: Tensor):  # pragma: no mutate block
+def _head_figure(head_share: Tensor, over: str = ""):  # pragma: no mutate block
     import plotly.graph_objects as go
 
     n_layers, n_heads = head_share.shape[:2]
@@ -258,7 +266,7 @@ def _head_figure(head_share: Tensor):  # pragma: no mutate block
     z = head_share.reshape(n_layers * n_heads, -1).numpy()
     fig = go.Figure(go.Heatmap(z=z, x=list(CATEGORIES), y=labels, colorscale="Blues", zmin=0, zmax=1))
     fig.update_layout(
-        title="share of tasks with each head's argmax in each category",
+        title="share of tasks with each head's argmax in each category" + (f" (over {over})" if over else ""),
         yaxis_autorange="reversed",
         height=max(400, 22 * len(labels)),
     )

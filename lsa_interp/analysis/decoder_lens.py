@@ -204,15 +204,26 @@ def _figures(
     overall = go.Figure(go.Bar(name=model_name or "ours", x=names, y=[accuracy[k] for k in layers]))
     if len(layers) == len(PAPER_LENS):
         overall.add_bar(name="paper (copy-200)", x=names, y=[PAPER_LENS[k] for k in layers])
+    total = sum(row["n"] for row in by_transformation.values())
     overall.update_layout(
-        title="Decoder lens: exact match when the decoder reads encoder layer k (after the final norm)",
+        title=f"Decoder lens: exact match when the decoder reads encoder layer k (after the final norm), {total} tasks",
         yaxis_title="exact match (%)",
         yaxis_range=[0, 100],
         barmode="group",
     )
     groups = list(by_transformation)
+    labels = [f"{g} (n={by_transformation[g]['n']})" for g in groups]
     per_rule = go.Figure(
-        [go.Bar(name=f"layer {layer}", x=groups, y=[by_transformation[g][layer] for g in groups]) for layer in layers]
+        [
+            go.Bar(
+                name=f"layer {layer}",
+                x=labels,
+                y=[by_transformation[g][layer] for g in groups],
+                customdata=[by_transformation[g]["n"] for g in groups],
+                hovertemplate=f"layer {layer}, %{{x}}: %{{y:.1f}}% of %{{customdata}} tasks<extra></extra>",
+            )
+            for layer in layers
+        ]
     )
     per_rule.update_layout(
         title="Decoder lens by transformation",

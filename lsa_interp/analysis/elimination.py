@@ -267,7 +267,14 @@ def _token_figure(eos_attention: np.ndarray):  # pragma: no mutate block
 
     labels = token_labels(PAPER_PROMPT)[: len(eos_attention)]
     fig = go.Figure(go.Bar(x=labels, y=eos_attention))
-    fig.add_hrect(y0=PAPER_EOS_RANGE[0], y1=PAPER_EOS_RANGE[1], fillcolor="green", opacity=0.15)
+    fig.add_hrect(
+        y0=PAPER_EOS_RANGE[0],
+        y1=PAPER_EOS_RANGE[1],
+        fillcolor="green",
+        opacity=0.15,
+        annotation_text="paper range",
+        annotation_position="top left",
+    )
     fig.update_layout(
         title=f"last encoder layer, head-mean attention on EOS: {PAPER_PROMPT}",
         yaxis_title="attention on EOS",
@@ -286,7 +293,12 @@ def _role_figure(att: np.ndarray, roles: np.ndarray, seed: int, max_points: int 
         values = att[roles == r]
         values = rng.choice(values, size=min(len(values), max_points), replace=False)
         fig.add_trace(go.Box(y=values, name=ROLES[r], boxpoints=False))
-    fig.update_layout(yaxis_title="attention on EOS (head mean)", showlegend=False, height=400)
+    fig.update_layout(
+        title=f"attention on EOS by role (quartiles of a random sample of up to {max_points:,} positions per role)",
+        yaxis_title="attention on EOS (head mean)",
+        showlegend=False,
+        height=400,
+    )
     return fig
 
 

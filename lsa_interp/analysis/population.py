@@ -11,6 +11,7 @@ the per-model distributions as an offline plotly page.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -118,17 +119,18 @@ class Population:
 
     def _intro(self) -> str:
         rows = "".join(
-            f"<tr><td>{r['finding']}</td><td>{r['paper']}</td><td>{r['holds']}/{r['judged']}</td></tr>"
+            f"<tr><td>{html.escape(r['finding'])}</td><td>{html.escape(r['paper'])}</td>"
+            f"<td>{r['holds']}/{r['judged']}</td></tr>"
             for r in self.table()
         )
         conditions = "".join(
-            f"<tr><td>{name}</td><td>{c['models']}</td><td>{c['matching_head']}</td>"
+            f"<tr><td>{html.escape(name)}</td><td>{c['models']}</td><td>{c['matching_head']}</td>"
             f"<td>{'-' if c['figure5_attention'] is None else format(c['figure5_attention'], '.3f')}</td></tr>"
             for name, c in self.by_condition().items()
         )
         return (
-            "<table><tr><th>finding</th><th>paper</th><th>holds in (k/N judged)</th></tr>"
-            f"{rows}</table><h2>by condition</h2><table><tr><th>preset / batching</th><th>models</th>"
+            "<table class='findings'><tr><th>finding</th><th>paper</th><th>holds in (k/N judged)</th></tr>"
+            f"{rows}</table><h2>by condition</h2><table class='findings'><tr><th>preset / batching</th><th>models</th>"
             f"<th>matching head (paper: copy 20/20, no-copy 5/20)</th><th>Figure 5 attention (paper: ~0.23 / "
             f"~0.015)</th></tr>{conditions}</table>"
         )
@@ -137,21 +139,28 @@ class Population:
         import plotly.graph_objects as go
 
         figures = {}
+        groups = {r["model"]: r["condition"] for r in self.rows}
         for row in self.table():
             values = [(model, v) for model, v in row["values"].items() if v is not None]
             if not values:
                 continue
-            groups = {model: r["condition"] for r in self.rows for model in [r["model"]]}
+            ours = {r["model"]: (_find(r, row["finding"]) or {}).get("ours", "") for r in self.rows}
             fig = go.Figure(
                 go.Box(
                     x=[groups[m] for m, _ in values],
                     y=[v for _, v in values],
-                    text=[Path(m).name for m, _ in values],
+                    text=[f"{Path(m).name}: {ours[m]}" for m, _ in values],
+                    hovertemplate="%{text}<extra></extra>",
                     boxpoints="all",
                     pointpos=0,
                 )
             )
-            fig.update_layout(title=f"{row['finding']} (holds in {row['holds']}/{row['judged']})", height=380)
+            fig.update_layout(
+                title=f"{row['finding']} (holds in {row['holds']}/{row['judged']}; paper: {row['paper']})",
+                height=380,
+                yaxis_title="the finding's measure (each point's hover: its value with units)",
+                xaxis_title="preset / batching",
+            )
             figures[row["finding"]] = fig
         return figures
 

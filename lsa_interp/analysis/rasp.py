@@ -195,7 +195,7 @@ def rasp_comparison(
     }
     figures = {
         "attention mass on the selector's keys": score_heatmap(mass, heads, "mass on selected keys"),
-        "correlation with the selector": score_heatmap(correlation, heads, "Pearson correlation"),
+        "correlation with the selector": score_heatmap(correlation, heads, "Pearson correlation", signed=True),
         "selectors and their best heads": example_figure(
             selector_patterns(example_src)[0],
             [example_patterns[0, b.layer, b.head] for b in best.values()],
@@ -270,8 +270,11 @@ def _findings(best_rows: dict[str, dict]) -> list[Finding]:
     return findings
 
 
-def score_heatmap(scores: Float[Tensor, "heads selector"], heads: list[Head], title: str):  # pragma: no mutate block
-    """A plotly heat map of one score, heads (1-based labels) x selectors."""
+def score_heatmap(  # pragma: no mutate block
+    scores: Float[Tensor, "heads selector"], heads: list[Head], title: str, signed: bool = False
+):
+    """A plotly heat map of one score, heads (1-based labels) x selectors: 0..1, or with ``signed`` (a correlation)
+    -1..1 on a diverging scale centred on 0, so a negative score does not look like none."""
     import plotly.graph_objects as go
 
     figure = go.Figure(
@@ -279,9 +282,9 @@ def score_heatmap(scores: Float[Tensor, "heads selector"], heads: list[Head], ti
             z=scores.tolist(),
             x=list(SELECTORS),
             y=[h.label for h in heads],
-            zmin=0.0,
+            zmin=-1.0 if signed else 0.0,
             zmax=1.0,
-            colorscale="Viridis",
+            colorscale="RdBu_r" if signed else "Viridis",
             texttemplate="%{z:.2f}",
             colorbar={"title": title},
         )

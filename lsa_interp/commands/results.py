@@ -160,12 +160,15 @@ def register(app: typer.Typer) -> None:
         paired = matching_vs_rule_figure(frame)
         if paired.data:
             figures["Matching head and rule identification"] = paired
-        if curves is not None:
+        intro = f"<p>{len(frame)} runs from runs.csv</p>"
+        if curves is not None and curves.empty:
+            intro += "<p>No training curves: the --history runs have no epoch records yet.</p>"
+        elif curves is not None:
             figures["Training curves"] = training_curves_figure(curves)
             by_precision = precision_curves_figure(curves)
             if by_precision is not None:
                 figures["Precision check over training"] = by_precision
-        page = figures_page("Results over runs", figures, intro=f"<p>{len(frame)} runs from runs.csv</p>")
+        page = figures_page("Results over runs", figures, intro=intro)
         atomic_write(out / "figures.html", lambda p: p.write_text(page, encoding="utf-8"))
         console.print(
             f"{len(frame)} runs ({len(counted)} counted); wrote {out}/runs.csv, the summaries and {out}/figures.html",

@@ -113,11 +113,20 @@ def test_first_letter_accuracy_reads_the_greedy_first_letter():
 
 def test_only_solved_tasks_are_judged_and_none_solved_gives_no_verdict(model, monkeypatch):
     tasks = analysis_tasks(["pred"], 10, seed=3)
-    assert all(f.holds is None for f in cross_attention_targets(model, tasks=tasks).findings)  # solves none
+    unsolved = cross_attention_targets(model, tasks=tasks)
+    assert all(f.holds is None for f in unsolved.findings)  # solves none
+    titles = lambda result: [figure.layout.title.text for figure in result.figures.values()]
+    assert all(
+        title.endswith("all 10 tasks: none was solved") or "(over all 10 tasks" in title for title in titles(unsolved)
+    )
     monkeypatch.setattr(model, "solve", lambda ts: [t.answer if i % 2 else "" for i, t in enumerate(ts)])
     result = cross_attention_targets(model, tasks=tasks)
     assert result.summary["solved"] == 5 and result.summary["judged_tasks"] == 5
     assert all(f.holds is False for f in result.findings)
+    assert all("5 solved tasks" in title for title in titles(result))
+    assert all(
+        "over 10 tasks" in title for title in titles(cross_attention_targets(model, tasks=tasks, solved_only=False))
+    )
 
 
 def test_paper_prompts_by_default(model):

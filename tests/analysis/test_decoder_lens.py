@@ -98,6 +98,11 @@ def test_result_tables_figures_and_findings(tasks, tmp_path):
         assert overall == pytest.approx(result.data["accuracy"][layer])
     assert set(result.figures) == {"accuracy by encoder layer", "accuracy by transformation"}
     assert len(result.figures["accuracy by encoder layer"].data) == 1  # no paper bars for a 2-layer model
+    bars = result.figures["accuracy by transformation"].data
+    assert [bar.name for bar in bars] == ["layer 1", "layer 2"]
+    assert list(bars[0].x) == [f"{rule} (n=15)" for rule in by_rule] and list(bars[1].customdata) == [15] * 4
+    assert list(bars[1].y) == [row[2] for row in by_rule.values()]
+    assert "60 tasks" in result.figures["accuracy by encoder layer"].layout.title.text
     assert [f.holds for f in result.findings][-1] is True and len(result.findings) == 3
     assert result.findings[1].holds is None and result.findings[1].value == result.summary["model_accuracy"]
     paths = result.write(tmp_path)

@@ -158,11 +158,29 @@ def test_written_population_holds_rows_table_conditions_and_the_page(tmp_path, a
     assert "over 3 models" in page and f"<td>{MATCHING}</td><td>paper A</td><td>2/3</td>" in page
     assert "<td>copy / alphabet</td><td>2</td><td>1/2</td><td>0.250</td>" in page
     assert "<td>nocopy / alphabet</td><td>1</td><td>1/1</td><td>-</td>" in page
-    assert "<table><tr><th>finding</th><th>paper</th><th>holds in (k/N judged)</th></tr><tr><td>" in page
+    assert (
+        "<table class='findings'><tr><th>finding</th><th>paper</th><th>holds in (k/N judged)</th></tr><tr><td>" in page
+    )
     assert f"<td>0/0</td></tr><tr><td>{OTHER}</td>" in page  # one table row per finding
     assert "<td>0.250</td></tr><tr><td>nocopy / alphabet</td>" in page  # one table row per condition
     with pytest.raises(ValueError, match="Out of range float"):  # strict JSON: no NaN
         Population([{**ROWS[0], "seconds": float("nan")}]).write(tmp_path / "nan")
+
+
+def test_the_page_escapes_findings_and_shows_each_models_measure_with_its_units(tmp_path):
+    """A paper claim such as ``| and > (vertical stripes)`` is text, not markup; each box point's hover is the model
+    and its finding's own reading (the measure with its units), and the axes say what they hold."""
+    rows = [
+        {**ROWS[0], "findings": [{**_finding("pipe | and >", True, 0.9, "a < b"), "ours": "90% of heads"}]},
+        {**ROWS[2], "findings": [{**_finding("pipe | and >", False, 0.2, "a < b"), "ours": "20% of heads"}]},
+    ]
+    population = Population(rows)
+    page = population.write(tmp_path)["html"].read_text(encoding="utf-8")
+    assert "<td>pipe | and &gt;</td><td>a &lt; b</td><td>1/2</td>" in page and "<td>a < b</td>" not in page
+    (figure,) = population._figures().values()
+    assert list(figure.data[0].text) == ["m1: 90% of heads", "m3: 20% of heads"]
+    assert figure.layout.yaxis.title.text and figure.layout.xaxis.title.text == "preset / batching"
+    assert "paper: a < b" in figure.layout.title.text
 
 
 def test_condition_falls_back_to_the_training_config_preset():

@@ -139,6 +139,8 @@ def test_forced_heads_are_found_and_score_one():
     }
     example = result.figures["selectors and their best heads"]
     assert len(example.data) == 6 and len(example.data[4].z) == N  # running example: arrow's best head
+    mass, correlation = (result.figures[name].data[0] for name in list(result.figures)[:2])
+    assert (mass.zmin, mass.zmax, correlation.zmin, correlation.zmax) == (0.0, 1.0, -1.0, 1.0)  # a signed score
 
 
 def test_unforced_random_model_findings_fail():

@@ -313,6 +313,14 @@ def test_results_command_writes_the_tables_and_figures(tmp_path, capsys):
         cli.main(["results", "--runs", str(tmp_path / "runs"), *history, "--out", str(out)])
     page = (out / "figures.html").read_text()
     assert "Training curves" in page and "Precision check over training" in page
+    (tmp_path / "started").mkdir()  # a run of --history that has not finished an epoch: no empty panels
+    (tmp_path / "started" / "train_config.json").write_text(json.dumps(config))
+    with pytest.raises(SystemExit):
+        cli.main(
+            ["results", "--runs", str(tmp_path / "runs"), "--history", str(tmp_path / "started"), "--out", str(out)]
+        )
+    page = (out / "figures.html").read_text()
+    assert "Training curves" not in page and "have no epoch records yet" in page
     (tmp_path / "notes").mkdir()  # a --history that holds no run: an error before anything is written
     fresh, notes = tmp_path / "fresh", ["--history", str(tmp_path / "notes")]
     with pytest.raises(SystemExit) as exit_info:

@@ -73,6 +73,7 @@ def test_every_head_heatmap_is_the_cached_pattern(view, reference, title, stack,
             np.testing.assert_allclose(z, pattern[head].numpy(), atol=1e-6, rtol=0)
         average = trace(fig, f"layer {layer + 1} head average").z
         np.testing.assert_allclose(average, pattern.mean(0).numpy(), atol=1e-6, rtol=0)
+    assert {(heatmap.zmin, heatmap.zmax) for heatmap in fig.data} == {(0.0, 1.0)}  # heads compared on one scale
 
 
 def test_paper_head_2_3_is_layer_index_1_head_index_2(view, reference):
