@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import TokenBatch, encode_tasks
 from lsa_interp.data.vocab import PAD, ROLE_ID
-from lsa_interp.model.checkpoint import load_model
+from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, load_model
 from lsa_interp.model.heads import Head
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
@@ -243,10 +244,13 @@ def write_matching_json(model: HookedEncoderDecoder, model_name: str, out_dir: s
 
 
 def expand_checkpoints(pattern: str) -> list[Path]:
-    """Checkpoint directories matched by a glob ``pattern``: a training run directory stands for its
-    ``model/`` or every ``replicate-*/model``. Raises ValueError when nothing matches."""
+    """Checkpoint directories matched by a glob ``pattern``, relative to the working directory or else to the shipped
+    checkpoints (``copy-200``, ``'replicates/copy-20-*'``, ``'checkpoints/*'`` from anywhere): a training run
+    directory stands for its ``model/`` or every ``replicate-*/model``. Raises ValueError when nothing matches."""
     found: list[Path] = []
-    for match in sorted(glob.glob(pattern)):
+    roots = ("", str(CHECKPOINTS_DIR), str(CHECKPOINTS_DIR.parent))
+    matches = next((m for root in roots if (m := sorted(glob.glob(os.path.join(root, pattern))))), [])
+    for match in matches:
         path = Path(match)
         if (path / "model").is_dir():
             found.append(path / "model")

@@ -24,7 +24,7 @@ from lsa_interp.commands.common import (
 ModelsOption = Annotated[
     list[str] | None,
     typer.Option(
-        help="Checkpoints to report on together (a glob such as 'checkpoints/replicates/copy-20-*', a run "
+        help="Checkpoints to report on together (a shipped name, a glob such as 'replicates/copy-20-*', a run "
         "directory standing for its replicates; repeat the option for more): writes the k/N table. Replaces --model."
     ),
 ]

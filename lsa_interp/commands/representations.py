@@ -219,8 +219,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Apply mapping: where each decoder layer's cross-attention looks at the first decoding step (first
         query letter, changed example-out letter, answer letter in the alphabet, ...), over --tasks tasks.
-        A layer's finding holds when the head mean or one head has its argmax on the paper's target in >= 50 %
-        of the judged tasks (no verdict when the model solves none)."""
+        A layer's finding holds when the head mean has its argmax on the paper's target in >= 50 % of the judged
+        tasks (the best single head is shown beside it, not counted; no verdict when the model solves none)."""
         _check_prompts(prompts, alphabets=alphabets)
         _check([transformation], alphabets)
         from lsa_interp.analysis.cross_attention import cross_attention_targets

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +27,7 @@ from lsa_interp.analysis.planted import PLANTED_HEAD, planted_model
 from lsa_interp.analysis.prompts import rule_tasks
 from lsa_interp.data.task import Task
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
+from lsa_interp.model.checkpoint import CHECKPOINTS_DIR
 from lsa_interp.model.heads import Head
 
 torch.set_num_threads(1)
@@ -143,6 +145,16 @@ def test_occurrence_reads_checkpoints_and_run_directories(planted, plain, tasks,
     assert [row["model"] for row in result.data["runs"]["copy"]] == [str(p) for p in paths]  # named by path
     with pytest.raises(ValueError, match="no checkpoint matches"):
         expand_checkpoints(str(tmp_path / "nocopy-*"))
+
+
+def test_shipped_checkpoints_are_found_by_name_or_glob_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert expand_checkpoints("copy-20") == [CHECKPOINTS_DIR / "copy-20"]
+    assert expand_checkpoints("checkpoints/nocopy-20") == [CHECKPOINTS_DIR / "nocopy-20"]
+    replicates = expand_checkpoints("replicates/copy-20-s*")
+    assert replicates and all(path.parent == CHECKPOINTS_DIR / "replicates" for path in replicates)
+    (tmp_path / "copy-20").mkdir()  # the working directory comes first
+    assert expand_checkpoints("copy-20") == [Path("copy-20")]
 
 
 def test_bad_inputs_raise(planted):
