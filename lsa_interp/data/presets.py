@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from lsa_interp.data.alphabets import PERMUTATION_LEVELS
@@ -35,6 +36,12 @@ class DatasetConfig:
     notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        self._check_types()
+        if self.n_alphabets < 0:
+            raise ValueError(f"n_alphabets must be 0 or more (0: the standard alphabet only), got {self.n_alphabets}")
+        for name in ("eval_size_divisor", "n_new_alphabets"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.n_alphabets % len(self.permutation_levels):
             raise ValueError(
                 f"n_alphabets must be a multiple of {len(self.permutation_levels)} (one share per level), "
@@ -55,6 +62,37 @@ class DatasetConfig:
             raise ValueError(f"split_fractions must be positive and sum to 1, got {self.split_fractions}")
         if self.match_size_of is not None and self.match_size_of not in PRESETS_SPEC:
             raise ValueError(f"match_size_of must name a preset, got {self.match_size_of!r}")
+
+    def _check_types(self) -> None:
+        """Raise ValueError naming a field whose value has the wrong type (a grid file's or a manifest's values
+        carry none: ``n_alphabets = "a"`` failed later, as a TypeError of the arithmetic)."""
+
+        def integer(value: object) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        def sequence_of(check: Callable[[object], bool]) -> Callable[[object], bool]:
+            return lambda value: isinstance(value, tuple | list) and len(value) > 0 and all(map(check, value))
+
+        def number(value: object) -> bool:
+            return isinstance(value, int | float) and not isinstance(value, bool)
+
+        checks: dict[str, tuple[Callable[[object], bool], str]] = {
+            "name": (lambda v: isinstance(v, str), "a string"),
+            "copy": (lambda v: isinstance(v, bool), "true or false"),
+            "match_size_of": (lambda v: v is None or isinstance(v, str), "a preset name"),
+            "notes": (lambda v: isinstance(v, str), "a string"),
+            "train_transformations": (sequence_of(lambda t: isinstance(t, str)), "a list of rule names"),
+            "eval_transformations": (sequence_of(lambda t: isinstance(t, str)), "a list of rule names"),
+            "window_lengths": (sequence_of(integer), "a list of integers"),
+            "permutation_levels": (sequence_of(integer), "a list of integers"),
+            "split_fractions": (lambda v: sequence_of(number)(v) and len(v) == 3, "three numbers"),
+        }
+        for name in ("n_alphabets", "n_shots", "n_reshuffle", "eval_size_divisor", "n_new_alphabets"):
+            checks[name] = (integer, "an integer")
+        checks["new_alphabet_reshuffle"] = (integer, "an integer")
+        for name, (check, wanted) in checks.items():
+            if not check(getattr(self, name)):
+                raise ValueError(f"{name} must be {wanted}, got {getattr(self, name)!r}")
 
     def to_dict(self) -> dict:
         """JSON-ready form (tuples become lists)."""

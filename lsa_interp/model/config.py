@@ -28,13 +28,22 @@ class ModelConfig:
     use_hook_result: bool = False
 
     def __post_init__(self) -> None:
+        for field in fields(self):
+            value, kind = getattr(self, field.name), field.type
+            if kind == "bool":
+                ok, wanted = isinstance(value, bool), "true or false"
+            else:
+                numbers = (int, float) if kind == "float" else (int,)
+                ok, wanted = isinstance(value, numbers) and not isinstance(value, bool), f"a number ({kind})"
+            if not ok:
+                raise ValueError(f"{field.name} must be {wanted}, got {value!r}")
+        for name in ("d_model", "n_heads", "d_mlp", "vocab_size", "max_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.d_model % 2:
             raise ValueError(f"d_model must be even (sinusoidal positions pair its dimensions), got {self.d_model}")
-        for name in ("d_model", "n_heads", "d_mlp", "vocab_size", "max_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.n_encoder_layers < 1 or self.n_decoder_layers < 1:
             raise ValueError("the model needs at least one encoder and one decoder layer")
         if not 0.0 <= self.dropout < 1.0:

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from lsa_interp.data.presets import PRESETS, DatasetConfig, get_preset
 from lsa_interp.data.transformations import PAPER, SEEN
+
+ROOT = Path(__file__).parents[2]
 
 
 def test_the_papers_thirteen_presets():
@@ -59,11 +64,34 @@ def test_an_unknown_preset_lists_the_presets():
         ({"split_fractions": (1.0, 0.0, 0.0)}, "split_fractions must be positive and sum to 1"),
         ({"split_fractions": (1.1, -0.05, -0.05)}, "split_fractions must be positive and sum to 1"),
         ({"match_size_of": "copy-21"}, "match_size_of must name a preset, got 'copy-21'"),
+        ({"n_alphabets": -4}, "n_alphabets must be 0 or more (0: the standard alphabet only), got -4"),
+        ({"eval_size_divisor": 0}, "eval_size_divisor must be at least 1, got 0"),
     ],
 )
 def test_a_bad_config_is_refused_with_what_is_allowed(options, message):
     with pytest.raises(ValueError, match="^" + re.escape(message)):
         DatasetConfig(name="mine", **options)
+
+
+def test_values_of_the_wrong_type_are_refused_by_name():
+    """A grid file's or manifest's values carry no types: each wrong one is named in a ValueError (run without the
+    test session's runtime type checker, which would refuse these calls first, as a user's Python does not)."""
+    cases = {
+        "{'n_alphabets': 'a'}": "n_alphabets must be an integer, got 'a'",
+        "{'copy': 1}": "copy must be true or false, got 1",
+        "{'window_lengths': '345'}": "window_lengths must be a list of integers, got '345'",
+        "{'split_fractions': (0.8, 0.2)}": "split_fractions must be three numbers, got (0.8, 0.2)",
+        "{'train_transformations': 'succ'}": "train_transformations must be a list of rule names, got 'succ'",
+        "{'n_shots': 2}": "ok",
+    }
+    code = (
+        "from lsa_interp.data.presets import DatasetConfig\n"
+        "for options in [" + ", ".join(cases) + "]:\n"
+        "    try:\n        DatasetConfig(name='mine', **options)\n        print('ok')\n"
+        "    except ValueError as error:\n        print(error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert done.stdout.splitlines() == list(cases.values())
 
 
 def test_the_edges_a_config_accepts():

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from lsa_interp.model import ModelConfig
+
+ROOT = Path(__file__).parents[2]
 
 
 def test_defaults_are_the_papers_model():
@@ -31,8 +37,30 @@ def test_round_trip_and_unknown_keys():
         ({"n_decoder_layers": 0}, "at least one"),
         ({"dropout": 1.0}, "dropout"),
         ({"d_model": 15, "n_heads": 3}, "d_model must be even"),  # sinusoidal positions pair the dimensions
+        ({"n_heads": 0}, "n_heads must be positive, got 0"),  # before the divisibility check divides by it
     ],
 )
 def test_invalid_configs_raise(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ModelConfig(**kwargs)
+
+
+def test_values_of_the_wrong_type_are_refused_by_name():
+    """A --model-config or grid value of the wrong type (JSON and TOML carry no types) is a one-line ValueError, not
+    a TypeError from the divisibility check. Run without the test session's runtime type checker, which would
+    refuse these calls first, as a user's Python does not."""
+    cases = {
+        "{'d_model': 'x'}": "d_model must be a number (int), got 'x'",
+        "{'dropout': 'a'}": "dropout must be a number (float), got 'a'",
+        "{'d_mlp': 512.0}": "d_mlp must be a number (int), got 512.0",
+        "{'use_hook_result': 1}": "use_hook_result must be true or false, got 1",
+        "{'dropout': 0, 'ln_eps': 1e-6}": "ok",
+    }
+    code = (
+        "from lsa_interp.model.config import ModelConfig\n"
+        "for kwargs in [" + ", ".join(cases) + "]:\n"
+        "    try:\n        ModelConfig(**kwargs)\n        print('ok')\n"
+        "    except ValueError as error:\n        print(error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert done.stdout.splitlines() == list(cases.values())
