@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 PACKAGE_VERSION = "0.1.0"
 """The package's version (``lsa_interp.__version__``; recorded in dataset manifests)."""
@@ -100,4 +102,28 @@ def generated_doc_main(render: Callable[[], str], description: str, argv: list[s
     if args.out is None:
         sys.stdout.write(text)
     else:
-        args.out.write_text(text, encoding="utf-8")
+        atomic_write(args.out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def read_json_lines(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file that a training run appends to (``metrics.jsonl``), [] when it is missing.
+
+    A last line without its newline that does not parse is a record being written (or cut by a kill) and is left
+    out; any other line that does not parse raises ValueError naming the file and the line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return []
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number == len(lines):  # the unterminated last line
+                break
+            raise ValueError(f"{path} line {number} is not JSON ({error}); the run's log is damaged") from None
+    return records

@@ -130,3 +130,15 @@ def test_a_writer_that_removed_its_file_still_raises_its_own_error(tmp_path):
     with pytest.raises(RuntimeError, match="the writer's own error"):
         atomic_write(tmp_path / "out.txt", remove_then_fail)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_json_lines_leave_out_a_last_line_still_being_written_and_name_a_damaged_one(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    assert utils.read_json_lines(path) == []
+    path.write_text('{"step": 1}\n\n{"step": 2}\n{"step": 3, "los', encoding="utf-8")  # a kill cut the last line
+    assert utils.read_json_lines(path) == [{"step": 1}, {"step": 2}]
+    path.write_text('{"step": 1}\n{"step": 3}', encoding="utf-8")  # a whole last line without its newline counts
+    assert utils.read_json_lines(path) == [{"step": 1}, {"step": 3}]
+    path.write_text('{"step": 1}\n{"st\n{"step": 3}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"metrics\.jsonl line 2 is not JSON .*the run's log is damaged"):
+        utils.read_json_lines(path)

@@ -18,6 +18,8 @@ from typing import Any
 
 import pandas as pd
 
+from lsa_interp.utils import read_json_lines
+
 METRICS_FILE, CONFIG_FILE = "metrics.jsonl", "train_config.json"
 
 
@@ -63,12 +65,13 @@ def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{run_dir} is not a training run (no {CONFIG_FILE})")
-    config = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    try:
+        config = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{run_dir / CONFIG_FILE} is damaged (not JSON: {error})") from None
     labels, precision = _replicate_labels(config), config.get("precision", "fp32")
     metrics = run_dir / METRICS_FILE
-    records = (
-        [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines()] if metrics.is_file() else []
-    )
+    records = read_json_lines(metrics)
     epochs = [record for record in records if record.get("type") == "epoch"]
     windows = _window_losses(records)
     ends: dict[int, set[int]] = {}

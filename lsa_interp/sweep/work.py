@@ -28,7 +28,7 @@ from lsa_interp.sweep.plan import EVALUATION_FILE
 from lsa_interp.training.run_dir import CONFIG_FILE, DONE_FILE, METRICS_FILE, MODEL_DIR, replicate_dir
 from lsa_interp.training.stack_config import StackConfig
 from lsa_interp.training.stack_trainer import StackTrainer
-from lsa_interp.utils import atomic_write
+from lsa_interp.utils import atomic_write, read_json_lines
 
 GPU_EVAL_BATCH = 4096
 """Tasks per greedy-decoding batch when a sweep evaluates on a GPU."""
@@ -62,13 +62,8 @@ def stack_finished(directory: Path, config: StackConfig) -> bool:
 
 def steps_logged(directory: Path) -> int:
     """The step of the last step record in the stack's ``metrics.jsonl`` (0 when there is none)."""
-    path = directory / METRICS_FILE
-    if not path.is_file():
-        return 0
     steps = [
-        json.loads(line).get("step", 0)
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if '"type": "step"' in line
+        record.get("step", 0) for record in read_json_lines(directory / METRICS_FILE) if record.get("type") == "step"
     ]
     return steps[-1] if steps else 0
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from lsa_interp.data.batching import BATCHING_METHODS
@@ -128,5 +128,19 @@ class TrainConfig(Recipe):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        """Inverse of ``dataclasses.asdict``. A config saved before ``length_bucketing`` existed ran with it on."""
+        """Inverse of ``dataclasses.asdict``. A config saved before ``length_bucketing`` existed ran with it on.
+        Raises ValueError naming missing or unknown keys."""
+        check_keys(cls, data, "training config")
         return cls(**{"length_bucketing": LEGACY_LENGTH_BUCKETING, **data, "betas": tuple(data["betas"])})
+
+
+def check_keys(cls: type, data: dict[str, Any], what: str, needed: tuple[str, ...] = ("betas",)) -> None:
+    """Raise ValueError when ``data`` lacks a field of dataclass ``cls`` without a default (or one of ``needed``) or
+    has a key that is not a field (a damaged or foreign ``train_config.json``; older configs lack newer fields,
+    which keep their defaults)."""
+    names = {f.name for f in fields(cls)}
+    required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+    problems = [f"missing {key!r}" for key in sorted((required | set(needed)) - set(data))]
+    problems += [f"unknown key {key!r}" for key in sorted(set(data) - names)]
+    if problems:
+        raise ValueError(f"not a {what}: {'; '.join(problems)}")

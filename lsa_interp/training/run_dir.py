@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import signal
 from collections.abc import Iterator
@@ -43,13 +44,33 @@ def prepare_run_dir(run_dir: str | os.PathLike, config: dict[str, Any], force: b
     return run_dir
 
 
+def read_config(run_dir: Path) -> dict[str, Any]:
+    """The parsed ``train_config.json`` of ``run_dir``. Raises ValueError naming the file when it is not a JSON
+    object (a damaged run), FileNotFoundError when it is missing."""
+    path = run_dir / CONFIG_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is damaged (not JSON: {error}); start the run again") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is damaged (not a JSON object); start the run again")
+    return data
+
+
 def read_state(run_dir: Path) -> dict[str, Any] | None:
     """The last saved resumable state of ``run_dir`` (on the CPU), or None when none was saved.
 
     Loaded with ``weights_only=True``: a state holds tensors, dicts, lists and numbers, nothing to unpickle.
+    Raises ValueError naming the file when it is empty or truncated.
     """
     path = run_dir / STATE_FILE
-    return torch.load(path, weights_only=True, map_location="cpu") if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except (EOFError, RuntimeError, OSError, pickle.UnpicklingError) as error:
+        reason = (str(error).splitlines() or [type(error).__name__])[0]
+        raise ValueError(f"{path} is empty or truncated ({reason}); it cannot be resumed") from None
 
 
 def write_state(run_dir: Path, state: dict[str, Any]) -> int:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from lsa_interp.training.config import TrainConfig
-from lsa_interp.training.run_dir import CONFIG_FILE
+from lsa_interp.training.run_dir import CONFIG_FILE, read_config
 from lsa_interp.training.stack_config import StackConfig
 from lsa_interp.training.stack_trainer import StackTrainer, is_stack_run
 from lsa_interp.training.trainer import Trainer
@@ -34,7 +33,7 @@ def resume_run(
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a training run (no {CONFIG_FILE})")
-    config = TrainConfig.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    config = TrainConfig.from_dict(read_config(Path(run_dir)))
     if config.replicates > 1:
         raise ValueError(f"{run_dir} was trained by the retired vmap stack and cannot resume; train it again")
     return Trainer.resume(run_dir, max_steps=max_steps, max_minutes=max_minutes)

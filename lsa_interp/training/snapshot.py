@@ -23,7 +23,7 @@ from lsa_interp.model import HookedEncoderDecoder, ModelConfig, load_model
 from lsa_interp.model.convert import hooked_from_reference
 from lsa_interp.model.reference import ReferenceTransformer
 from lsa_interp.training.config import TrainConfig
-from lsa_interp.training.run_dir import CONFIG_FILE, METRICS_FILE, STATE_FILE, read_state
+from lsa_interp.training.run_dir import CONFIG_FILE, METRICS_FILE, STATE_FILE, read_config, read_state
 from lsa_interp.training.stack_config import StackConfig
 from lsa_interp.training.stack_trainer import STACK_KEY, run_train_config
 from lsa_interp.training.stacked_model import StackedEncoderDecoder
@@ -64,7 +64,7 @@ def run_snapshot(
     state = read_state(run_dir)
     if state is None:
         raise FileNotFoundError(f"{run_dir} has saved no state yet (no {STATE_FILE}); wait for its first save")
-    data = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    data = read_config(run_dir)
     if data.pop(STACK_KEY, False):
         stack_config = StackConfig.from_dict(data)
         if not 0 <= replicate < len(stack_config.runs):

@@ -42,6 +42,7 @@ from lsa_interp.training.run_dir import (
     cut_metrics,
     pick_device,
     prepare_run_dir,
+    read_config,
     read_state,
     replicate_dir,
     restore_rng,
@@ -69,8 +70,7 @@ CAPACITY_SAMPLE_STEPS = 2048
 
 def is_stack_run(run_dir: str | os.PathLike) -> bool:
     """True when ``run_dir`` holds a stacked run's ``train_config.json``."""
-    path = Path(run_dir) / CONFIG_FILE
-    return path.is_file() and bool(json.loads(path.read_text(encoding="utf-8")).get(STACK_KEY))
+    return (Path(run_dir) / CONFIG_FILE).is_file() and bool(read_config(Path(run_dir)).get(STACK_KEY))
 
 
 class StackTrainer:
@@ -140,7 +140,7 @@ class StackTrainer:
         run_dir = Path(run_dir)
         if not is_stack_run(run_dir):
             raise FileNotFoundError(f"{run_dir} is not a stacked training run (no {CONFIG_FILE} with {STACK_KEY!r})")
-        data = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+        data = read_config(run_dir)
         data.pop(STACK_KEY)
         config = StackConfig.from_dict(data).with_bounds(max_steps, max_minutes)
         trainer = cls(config, run_dir, read_state(run_dir))

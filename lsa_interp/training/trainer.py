@@ -8,7 +8,6 @@ every ``checkpoint_every`` steps and on SIGINT/SIGTERM. See `lsa_interp.training
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from lsa_interp.training.run_dir import (
     cut_metrics,
     pick_device,
     prepare_run_dir,
+    read_config,
     read_state,
     restore_rng,
     rng_state,
@@ -172,7 +172,7 @@ class Trainer:
         run_dir = Path(run_dir)
         if not (run_dir / CONFIG_FILE).is_file():
             raise FileNotFoundError(f"{run_dir} is not a training run (no {CONFIG_FILE})")
-        config = TrainConfig.from_dict(json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8")))
+        config = TrainConfig.from_dict(read_config(run_dir))
         bounds = {"max_steps": max_steps, "max_minutes": max_minutes}
         config = replace(config, **{k: v for k, v in bounds.items() if v is not None})
         trainer = cls(config, run_dir, read_state(run_dir))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 
 import pytest
 import torch
@@ -164,3 +164,22 @@ def test_micro_batches_may_go_down_to_one_row_each():
     assert TrainConfig(data_dir="d", batch_size=8, micro_batches=8).micro_batches == 8
     with pytest.raises(ValueError, match="between 1 and the batch size 8, got 9"):
         TrainConfig(data_dir="d", batch_size=8, micro_batches=9)
+
+
+def test_a_damaged_or_foreign_config_names_its_missing_and_unknown_keys():
+    """`train --resume` on a train_config.json that lost keys failed with a KeyError traceback; an older config that
+    lacks a newer field with a default still loads."""
+    config = asdict(TrainConfig(data_dir="d"))
+    assert TrainConfig.from_dict(config) == TrainConfig(data_dir="d")
+    older = {key: value for key, value in config.items() if key not in ("attention", "packing", "length_bucketing")}
+    assert TrainConfig.from_dict(older).data_dir == "d"
+    with pytest.raises(ValueError, match="^not a training config: missing 'betas'; missing 'data_dir'$"):
+        TrainConfig.from_dict({})
+    with pytest.raises(ValueError, match="^not a training config: unknown key 'zzz'$"):
+        TrainConfig.from_dict({**config, "zzz": 1})
+    stack = StackConfig.from_train_config(TrainConfig(data_dir="d", replicates=2)).to_dict()
+    assert StackConfig.from_dict(stack).runs[1].seed == 1
+    with pytest.raises(ValueError, match="^not a stack config: missing 'runs'$"):
+        StackConfig.from_dict({k: v for k, v in stack.items() if k != "runs"})
+    with pytest.raises(ValueError, match="^not a stack config's run: missing 'data_dir'$"):
+        StackConfig.from_dict({**stack, "runs": [{"seed": 0}]})

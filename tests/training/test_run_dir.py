@@ -95,3 +95,25 @@ def test_signals_become_a_flag_inside_the_context_and_handlers_are_restored_afte
         os.kill(os.getpid(), signal.SIGINT)
         assert flag == {"signal": signal.SIGTERM}
     assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+@pytest.mark.parametrize("cut", [0, 100])
+def test_an_empty_or_truncated_state_is_named_in_a_value_error(tmp_path, cut):
+    """torch.load of an empty file raises EOFError, which click reports as a bare "aborted" (exit 130)."""
+    rd.write_state(tmp_path, {"step": 3, "weights": torch.arange(1000.0)})
+    assert rd.read_state(tmp_path)["step"] == 3
+    data = (tmp_path / rd.STATE_FILE).read_bytes()
+    (tmp_path / rd.STATE_FILE).write_bytes(data[:cut])
+    with pytest.raises(ValueError, match=r"state\.pt is empty or truncated \(.+\); it cannot be resumed$"):
+        rd.read_state(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"), [("{\n", "not JSON"), ("[1, 2]", "not a JSON object"), ("\xff", "not JSON")]
+)
+def test_a_damaged_config_is_named_in_a_value_error(tmp_path, text, problem):
+    (tmp_path / rd.CONFIG_FILE).write_bytes(text.encode("latin-1"))
+    with pytest.raises(ValueError, match=rf"train_config\.json is damaged \({problem}"):
+        rd.read_config(tmp_path)
+    (tmp_path / rd.CONFIG_FILE).write_text(json.dumps({"seed": 1}), encoding="utf-8")
+    assert rd.read_config(tmp_path) == {"seed": 1}
