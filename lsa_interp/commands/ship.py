@@ -47,8 +47,10 @@ def register(app: typer.Typer) -> None:
         """Copy a finished run's model into checkpoints/NAME with a model card (card.md), evaluation.json and the
         matching-head analysis of the stored weights (matching_heads.json)."""
         from lsa_interp.analysis.matching import write_matching_json
-        from lsa_interp.evaluation.card import ship_run
+        from lsa_interp.evaluation.card import check_checkpoint_name, ship_run
         from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, STORAGE_DTYPES
+
+        check_checkpoint_name(name)
 
         if storage not in STORAGE_DTYPES:
             raise ValueError(f"unknown storage {storage!r}; choose one of: {', '.join(STORAGE_DTYPES)}")

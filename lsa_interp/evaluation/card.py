@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -178,7 +179,10 @@ def ship_run(
     FileNotFoundError when the run has no final model, ValueError when reduced-precision storage changes too
     many answers (nothing is written then).
     """
+    check_checkpoint_name(name)
     source = Path(run_dir) / (f"replicate-{replicate}" if replicate is not None else "") / "model"
+    if replicate is None and not source.exists() and any(Path(run_dir).glob("replicate-*/model/config.json")):
+        raise ValueError(f"{run_dir} is a stacked run: pick one of its models with --replicate I (0-based)")
     if not (source / "config.json").is_file():
         raise FileNotFoundError(f"{source} holds no final model; finish the run first (lsa-interp train --resume)")
     model = load_model(source)
@@ -222,10 +226,25 @@ def ship_run(
     except BaseException:  # nothing half-written stays behind
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
     if target.exists():
-        shutil.rmtree(target)
+        target.rename(old)  # the shipped checkpoint stays whole until the new one takes its place
     staging.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def check_checkpoint_name(name: str) -> None:
+    """Raise ValueError unless ``name`` is a checkpoint name: one or more parts of letters, digits, ``-``, ``_``
+    and ``.`` joined by ``/`` (``copy-200``, ``replicates/copy-20-s2``), none of them ``.`` or ``..``, nothing
+    absolute. (An empty name made the checkpoints directory itself the target, which shipping replaces.)"""
+    parts = name.split("/")
+    if not name or any(part in ("", ".", "..") or not re.fullmatch(r"[A-Za-z0-9._-]+", part) for part in parts):
+        raise ValueError(
+            f"bad checkpoint name {name!r}: use letters, digits, '-', '_' and '.', with '/' between parts "
+            "(e.g. copy-200 or replicates/copy-20-s2)"
+        )
 
 
 def refresh_card(checkpoint_dir: str | Path, result: EvaluationResult) -> Path:

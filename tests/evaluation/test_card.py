@@ -126,6 +126,19 @@ def test_ship_replaces_an_earlier_checkpoint_and_a_stale_staging_folder_in_a_new
     assert sorted(p.name for p in dest.iterdir()) == ["tiny"]
 
 
+@pytest.mark.parametrize("name", ["", ".", "..", "../escaped", "/abs", "a//b", "replicates/", "a b", "x/../y"])
+def test_a_name_that_is_not_a_checkpoint_name_is_refused_before_anything_is_touched(run_dir, tmp_path, capsys, name):
+    """An empty name made the checkpoints directory itself the target: shipping with --force replaced all of it."""
+    dest = tmp_path / "checkpoints"
+    (dest / "keep").mkdir(parents=True)
+    with pytest.raises(ValueError, match="bad checkpoint name"):
+        ship_run(run_dir, name, dest=dest, limit=20)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["ship", str(run_dir), "--name", name, "--dest", str(dest), "--force", "--limit", "20"])
+    assert info.value.code == 2 and "bad checkpoint name" in capsys.readouterr().err
+    assert sorted(p.name for p in dest.iterdir()) == ["keep"] and not (tmp_path / "escaped").exists()
+
+
 def test_the_card_of_a_fresh_evaluation_says_how_to_repeat_it():
     result = read_evaluation(checkpoint_module.CHECKPOINTS_DIR / "copy-20" / "evaluation.json")
     card = card_markdown("n", _model_with({}), result, {"dtype": "fp32", "bytes": 1})
@@ -138,6 +151,13 @@ def test_ship_refuses_unfinished_runs_and_bad_storage(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["ship", str(tmp_path / "run"), "--name", "x", "--dest", str(tmp_path)])
     assert info.value.code == 2 and "holds no final model" in capsys.readouterr().err
+    (tmp_path / "run" / "replicate-0" / "model").mkdir(parents=True)
+    (tmp_path / "run" / "replicate-0" / "model" / "config.json").write_text("{}")
+    with pytest.raises(SystemExit) as info:
+        cli.main(["ship", str(tmp_path / "run"), "--name", "x", "--dest", str(tmp_path)])
+    assert (
+        info.value.code == 2 and "is a stacked run: pick one of its models with --replicate" in capsys.readouterr().err
+    )
     with pytest.raises(SystemExit) as info:
         cli.main(["ship", str(tmp_path / "run"), "--name", "x", "--storage", "int8"])
     assert info.value.code == 2 and "unknown storage 'int8'" in capsys.readouterr().err
