@@ -131,15 +131,26 @@ def pack(roots: list[Path], out: Path, chunk_mib: float, states: bool = False) -
 def write_chunks(data: bytes, out: Path, name: str, first: int, rest: int) -> list[Path]:
     """Write ``data`` into ``out`` as ``NAME.tar.partNN`` chunks, the first of at most ``first`` bytes and the
     others ``rest`` (at least one chunk, empty for empty data), and ``NAME.sha256``: the checksum of the whole
-    and the number of chunks. Returns the chunks."""
+    and the number of chunks. Returns the chunks. Each file is written atomically, the checksum last, after the
+    chunks of an earlier bundle of that name (which would join into this one) and its checksum are removed."""
     bounds = [0]
     while bounds[-1] < len(data) or len(bounds) == 1:
         bounds.append(min(len(data), bounds[-1] + (first if len(bounds) == 1 else rest)))
+    (out / f"{name}.sha256").unlink(missing_ok=True)
+    for stale in out.glob(f"{name}.tar.part[0-9]*"):
+        stale.unlink()
     chunks = [out / f"{name}.tar.part{index:02d}" for index in range(len(bounds) - 1)]
     for chunk, start, end in zip(chunks, bounds, bounds[1:], strict=False):
-        chunk.write_bytes(data[start:end])
-    (out / f"{name}.sha256").write_text(f"{hashlib.sha256(data).hexdigest()} {len(chunks)}\n", encoding="utf-8")
+        _replace_with(chunk, data[start:end])
+    _replace_with(out / f"{name}.sha256", f"{hashlib.sha256(data).hexdigest()} {len(chunks)}\n".encode())
     return chunks
+
+
+def _replace_with(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file beside it (no half-written file under its name)."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_bytes(data)
+    partial.replace(path)
 
 
 def parts_status(sources: list[Path], name: str = "bundle") -> tuple[dict[int, Path], str | None, int | None]:
@@ -163,7 +174,8 @@ def joined(sources: list[Path], name: str = "bundle") -> bytes:
     missing = [f"{index:02d}" for index in range(count or 0) if index not in chunks]
     if missing:
         raise SystemExit(f"{name}: part(s) {', '.join(missing)} of {count} missing from {', '.join(map(str, sources))}")
-    data = b"".join(chunks[index].read_bytes() for index in sorted(chunks))
+    order = range(count) if count is not None else sorted(chunks)  # parts past the count are another bundle's
+    data = b"".join(chunks[index].read_bytes() for index in order)
     if hashlib.sha256(data).hexdigest() != expected:
         raise SystemExit("checksum mismatch: a chunk is missing or damaged")
     return data

@@ -221,3 +221,15 @@ def test_command_line_errors_are_one_line_with_exit_code_2(tmp_path):
                              str(tmp_path / "up")], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert result.returncode == 2 and result.stderr == f"pack_results: error: not a directory: {tmp_path / 'nowhere'}\n"
     assert not (tmp_path / "up").exists()
+
+
+def test_a_bundle_written_over_a_larger_one_joins_to_itself(tmp_path):
+    """A 3-chunk bundle then a 1-chunk one in the same folder left parts 01 and 02 behind, and joining the second
+    failed its checksum; now the earlier chunks go first, and parts past the count are never joined."""
+    first = pack_results.write_chunks(b"x" * 25, tmp_path, "bundle", 10, 10)
+    assert [chunk.name for chunk in first] == [f"bundle.tar.part{i:02d}" for i in range(3)]
+    second = pack_results.write_chunks(b"new", tmp_path, "bundle", 10, 10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle.sha256", "bundle.tar.part00"] and len(second) == 1
+    assert pack_results.joined([tmp_path]) == b"new"
+    (tmp_path / "bundle.tar.part05").write_bytes(b"a stray part of another bundle")
+    assert pack_results.joined([tmp_path]) == b"new"
