@@ -18,6 +18,11 @@ from lsa_interp import cli
         (["report", "--models", "checkpoints/copy-20", "--device", "cuda"], "device"),
         (["report", "--models", "checkpoints/copy-20", "--model", "copy-200"], "give --model or --models, not both"),
         (["evaluate", "--model", "copy-20", "--limit", "5", "--out", "FILE"], "cannot write to --out"),
+        (
+            ["attention", "--model", "copy-20", "--circuitsvis", "FILE", "--out", "CK/v.html"],
+            "cannot write to --circuitsvis",
+        ),
+        (["attention", "--model", "copy-20", "--out", "CK"], "is a directory; give the page's file name"),
         (["ship", "nowhere", "--name", "taken", "--dest", "CK"], "exists; pass --force to replace it"),
     ],
 )

@@ -72,7 +72,7 @@ def default_out(model: str) -> Path:
     return Path("runs") / "analysis" / name
 
 
-def writable_out(out: Path) -> Path:
+def writable_out(out: Path, option: str = "--out") -> Path:
     """Make sure ``out`` is a directory we can write files into (created if missing), before any work.
 
     Raises ValueError (exit 2) naming the directory and why when it cannot be created or written.
@@ -84,7 +84,7 @@ def writable_out(out: Path) -> Path:
         with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
             pass
     except OSError as err:
-        raise ValueError(f"cannot write to --out {out}: {err.strerror or err}; give a writable directory") from None
+        raise ValueError(f"cannot write to {option} {out}: {err.strerror or err}; give a writable directory") from None
     return out
 
 

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from lsa_interp.commands.common import DeviceOption, ModelOption, default_out, open_model
+from lsa_interp.commands.common import DeviceOption, ModelOption, default_out, open_model, writable_out
 
 _EXAMPLE_TASK = "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd"
 
@@ -53,8 +53,16 @@ def register(app: typer.Typer) -> None:
         from lsa_interp.viz.attention import attention_view
 
         parsed = Task.parse(task)
+        page = out if out is not None else default_out(model) / "attention.html"
+        if page.is_dir():
+            raise ValueError(f"--out {page} is a directory; give the page's file name (e.g. {page / 'attention.html'})")
+        writable_out(page.parent)
+        if circuitsvis is not None:
+            writable_out(
+                circuitsvis, "--circuitsvis"
+            )  # both outputs checked before any work: no page left behind by a failure
         view = attention_view(open_model(model, device), parsed, top_k=top_k)
-        path = view.write(out if out is not None else default_out(model) / "attention.html")
+        path = view.write(page)
         print(f"answer: {view.data.answer or '(empty)'}")
         print(f"wrote {path}")
         if circuitsvis is not None:
