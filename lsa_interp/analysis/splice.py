@@ -53,8 +53,11 @@ def splice_decode(
     donor_batch = encode_tasks(list(donors), with_answers=False).to(model.device)
     index = torch.tensor(list(positions), dtype=torch.long, device=model.device)
     width = min(target_batch.src.shape[1], donor_batch.src.shape[1])
-    if not len(index) or int(index.min()) < 0 or int(index.max()) >= width:
-        raise ValueError(f"splice positions must lie in 0..{width - 1}, got {list(positions)}")
+    if not len(index):
+        raise ValueError(f"give at least one splice position in 0..{width - 1}")
+    if int(index.min()) < 0 or int(index.max()) >= width:
+        got = f"{int(index.min())}..{int(index.max())}"
+        raise ValueError(f"splice positions must lie in 0..{width - 1} (the prompts' positions), got {got}")
     if bool((target_batch.src[:, index] == PAD).any() | (donor_batch.src[:, index] == PAD).any()):
         raise ValueError("a splice position falls on padding in some prompt; use prompts of equal length")
     was_training = model.training

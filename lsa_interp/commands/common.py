@@ -94,10 +94,11 @@ def out_dir(out: Path | None, model: str) -> Path:
 
 
 def parse_lengths(text: str) -> tuple[int, ...]:
-    """``"3"`` or ``"3,4,5"`` -> window lengths; raises ValueError (exit 2) unless each is an integer >= 3."""
+    """``"3"`` or ``"3,4,5"`` -> window lengths; raises ValueError (exit 2) unless each is an integer in 3..13 (the
+    data's window lengths: training uses 3..7)."""
     items = [item.strip() for item in text.split(",") if item.strip()]
-    if not items or not all(item.isdigit() and int(item) >= 3 for item in items):
-        raise ValueError(f"bad --lengths {text!r}: give window lengths of 3 or more, e.g. 3 or 3,4,5")
+    if not items or not all(item.isdigit() and 3 <= int(item) <= 13 for item in items):
+        raise ValueError(f"bad --lengths {text!r}: give window lengths in 3..13, e.g. 3 or 3,4,5")
     return tuple(int(item) for item in items)
 
 

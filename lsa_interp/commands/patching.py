@@ -74,6 +74,8 @@ def register(app: typer.Typer) -> None:
             matching_tasks,
         )
 
+        if threshold is not None and not 0 < threshold <= 1:
+            raise ValueError(f"--threshold must be in (0, 1] (a matching score above uniform), got {threshold}")
         limit = MATCHING_THRESHOLD if threshold is None else threshold
         scored = matching_tasks(tasks, seed)
         if compare:
@@ -147,7 +149,9 @@ def register(app: typer.Typer) -> None:
             raise ValueError("--matrix patches every ordered pair of --rules; --from and --to do not apply")
         if alphabets is not None and alphabets not in _ALPHABETS:
             raise ValueError(f"unknown --alphabets {alphabets!r}; choose one of {', '.join(_ALPHABETS)}")
-        names = [name.strip() for name in rules.split(",") if name.strip()] if rules else list(PAPER)
+        names = [name.strip() for name in rules.split(",") if name.strip()] if rules is not None else list(PAPER)
+        if not names:
+            raise ValueError("--rules names no rule: give rules joined by commas, e.g. succ,pred")
         windows = parse_lengths(lengths) if lengths else (WINDOW_LENGTHS if matrix else PAPER_LENGTHS)
         for name in (source, target, *names):
             get_transformation(name)

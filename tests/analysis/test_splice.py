@@ -65,8 +65,10 @@ def test_positions_must_lie_in_every_prompt(planted, pairs):
     """Positions outside 0..width-1, none at all, or on padding of a target or a donor are refused."""
     donors, targets = pairs
     for positions in ([39], [-1], [], [0, 39]):
-        with pytest.raises(ValueError, match="must lie in 0..38"):
+        with pytest.raises(ValueError, match=r"(must lie in|at least one splice position in) 0..38"):
             splice_decode(planted, targets, donors, positions)
+    with pytest.raises(ValueError, match=r"must lie in 0..38 \(the prompts' positions\), got 0..9999$"):
+        splice_decode(planted, targets, donors, range(10000))  # one short line, not ten thousand numbers
     longer = Task.parse("abcdefghijklmnopqrstuvwxyz | efgh > dfgh | rstu > qstu")  # 42 positions
     with pytest.raises(ValueError, match="padding"):
         splice_decode(planted, [targets[0], longer], [donors[0], longer], [40])

@@ -50,7 +50,8 @@ def test_a_directory_whose_write_probe_fails_is_refused(tmp_path, monkeypatch):
 
 def test_window_lengths():
     assert common.parse_lengths("3") == (3,) and common.parse_lengths(" 3, 4,5 ,") == (3, 4, 5)
-    for bad in ("", "2", "3,x", "-3", "3.5"):
+    assert common.parse_lengths("13") == (13,)
+    for bad in ("", "2", "3,x", "-3", "3.5", "14", "3,99"):
         with pytest.raises(ValueError, match="bad --lengths"):
             common.parse_lengths(bad)
 
