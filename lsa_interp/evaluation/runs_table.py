@@ -4,7 +4,7 @@ A run is a model directory (a `save_model` checkpoint: ``config.json`` with the 
 holds an ``evaluation.json`` (written by ``lsa-interp ship``, ``lsa-interp evaluate --out`` or a sweep).
 The table has one row per run and flat columns, so it reads back with ``pandas.read_csv``:
 
-- ``run`` (the directory), ``preset``, ``batching``, ``condition`` (``preset/batching``), ``seed``,
+- ``run`` (the directory), ``preset``, ``batching``, ``condition`` (``preset/batching``), ``seed``, ``data_seed``,
   ``n_alphabets``, ``copy``, ``n_shots``, ``precision``, ``length_bucketing`` (batches sorted by length, a
   departure from the recipe; runs whose config predates the option had it), ``architecture`` (``hooked``, or
   ``reference``: the plain `nn.Transformer`), ``hardware``, ``epochs``, ``epochs_planned``, ``complete`` (all
@@ -73,6 +73,7 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
         "batching": batching,
         "condition": f"{preset}/{batching}",
         "seed": meta.get("seed"),
+        "data_seed": meta.get("data_seed", 0),
         "n_alphabets": dataset.n_alphabets if dataset else None,
         "copy": dataset.copy if dataset else None,
         "n_shots": dataset.n_shots if dataset else None,
@@ -161,8 +162,8 @@ def find_runs(roots: Iterable[str | os.PathLike]) -> list[Path]:
     return sorted(found)
 
 
-SAME_RUN = ("preset", "batching", "seed", "precision", "architecture", "length_bucketing", "hardware", "epochs",
-            "train_seconds")  # fmt: skip
+SAME_RUN = ("preset", "batching", "seed", "data_seed", "precision", "architecture", "length_bucketing", "hardware",
+            "epochs", "train_seconds")  # fmt: skip
 """Columns that together name one trained run: its condition and recipe, its hardware and training time (to the
 tenth of a second). Not its evaluation: a shipped copy evaluated again (`lsa-interp evaluate --card`, on other
 hardware) is still the same run."""

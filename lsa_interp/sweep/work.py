@@ -8,6 +8,7 @@ The in-process runner calls them directly, the Ray runner as remote tasks.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from collections.abc import Callable
@@ -48,16 +49,19 @@ def ensure_dataset(config: DatasetConfig, seed: int, directory: Path) -> bool:
 
 def stack_finished(directory: Path, config: StackConfig) -> bool:
     """Whether the stack in ``directory`` has trained all it will: its ``done`` marker, or, under the recipe's
-    ``max_steps``, every replicate's final model with the longest one written at that step."""
+    ``max_steps``, every replicate's final model written at that step or after all its epochs (a stack stopped
+    early by --max-minutes and killed while saving has models of an earlier step: not finished)."""
     if (directory / DONE_FILE).is_file():
         return True
     models = [directory / replicate_dir(i) / MODEL_DIR / MODEL_CONFIG_FILE for i in range(config.replicates)]
     if config.max_steps is None or not all(path.is_file() for path in models):
         return False
-    return (
-        max(json.loads(path.read_text(encoding="utf-8"))["metadata"].get("steps", 0) for path in models)
-        >= config.max_steps
-    )
+    for path in models:
+        meta = json.loads(path.read_text(encoding="utf-8"))["metadata"]
+        all_epochs = (meta.get("epochs_completed") or 0) >= meta.get("train_config", {}).get("epochs", math.inf)
+        if meta.get("steps", 0) < config.max_steps and not all_epochs:
+            return False
+    return True
 
 
 def steps_logged(directory: Path) -> int:

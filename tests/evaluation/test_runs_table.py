@@ -432,6 +432,17 @@ def test_a_run_found_twice_keeps_the_copy_with_weights_wherever_it_comes_and_a_m
     assert row["run"] == str(shipped) and row[CELLS[0]] == 95.0 and row["matching_best_score"] == 0.5
 
 
+def test_two_runs_that_differ_only_in_their_data_seed_are_two_rows(tmp_path):
+    """A stack's replicates share their training time: two cells of one seed on data seeds 0 and 1 were merged."""
+    for data_seed in (0, 1):
+        directory = make_run(tmp_path / f"d{data_seed}", "run", "copy-20", "random", 0, 80.0 + data_seed)
+        config = json.loads((directory / "config.json").read_text())
+        config["metadata"]["data_seed"] = data_seed
+        (directory / "config.json").write_text(json.dumps(config))
+    frame = runs_table(find_runs([tmp_path]))
+    assert sorted(frame["data_seed"]) == [0, 1] and sorted(frame[CELLS[0]]) == [80.0, 81.0]
+
+
 def test_a_row_holds_the_recipe_the_task_counts_and_every_transformations_accuracy(tmp_path):
     row = run_record(make_run(tmp_path, "a", "copy-20", "alphabet", 3, 88.5, epochs=12.5))
     shipped = json.loads(SHIPPED_EVALUATION.read_text())

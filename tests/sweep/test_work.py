@@ -58,24 +58,30 @@ def test_ensure_dataset_replaces_a_directory_without_a_manifest(sweep, tmp_path)
     assert read_manifest(directory)["seed"] == 0
 
 
-def _write_model(directory: Path, replicate: int, steps: int | None) -> None:
-    """A replicate's model config saying it trained ``steps`` steps (None: a config that does not say)."""
+def _write_model(directory: Path, replicate: int, steps: int | None, all_epochs: bool = False) -> None:
+    """A replicate's model config saying it trained ``steps`` steps (None: a config that does not say), and with
+    ``all_epochs`` that those were all its epochs (a shorter run of the stack, finished before max_steps)."""
     path = directory / f"replicate-{replicate}" / "model" / "config.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"metadata": {} if steps is None else {"steps": steps}}))
+    meta = {} if steps is None else {"steps": steps}
+    if all_epochs:
+        meta |= {"epochs_completed": 1.0, "train_config": {"epochs": 1}}
+    path.write_text(json.dumps({"metadata": meta}))
 
 
-def test_stack_finished_by_its_marker_or_by_every_model_at_max_steps(sweep, tmp_path):
+def test_stack_finished_by_its_marker_or_by_every_model_at_max_steps_or_its_epochs(sweep, tmp_path):
     _, _, config = sweep
     assert config.replicates == 4 and config.max_steps == 2
     directory = tmp_path / "stack"
     directory.mkdir()
     assert not work.stack_finished(directory, config)
     for replicate, steps in enumerate([2, 1, 1]):
-        _write_model(directory, replicate, steps)
+        _write_model(directory, replicate, steps, all_epochs=replicate > 0)
     assert not work.stack_finished(directory, config), "a replicate's model is missing"
-    _write_model(directory, 3, None)
-    assert work.stack_finished(directory, config), "the longest replicate reached max_steps"
+    _write_model(directory, 3, 1)
+    assert not work.stack_finished(directory, config), "replicate 3 stopped at step 1 before its epochs ended"
+    _write_model(directory, 3, 2)
+    assert work.stack_finished(directory, config), "each replicate reached max_steps or trained all its epochs"
     _write_model(directory, 0, 1)
     assert not work.stack_finished(directory, config)
     _write_model(directory, 0, 3)
