@@ -329,6 +329,12 @@ def test_evaluation_dataset_preset_and_seed(model, tiny_copy20, tmp_path):
         evaluation_dataset(trained, preset="copy-20", data_dir=tmp_path / "d")
     with pytest.raises(ValueError, match=r"^seed 4 does not match the dataset in .* \(seed 5\)$"):
         evaluation_dataset(trained, seed=4, data_dir=tmp_path / "d")
+    # a grid's own dataset (no paper preset of its name): the dataset its training config names, while it is there
+    own = HookedEncoderDecoder(SMALL, metadata={"preset": "tiny", "train_config": {"data_dir": str(tmp_path / "d")}})
+    assert evaluation_dataset(own).seed == 5 and evaluation_dataset(own).config.name == TINY.name
+    moved = HookedEncoderDecoder(SMALL, metadata={"preset": "tiny", "train_config": {"data_dir": "no/such/dir"}})
+    with pytest.raises(ValueError, match="unknown preset 'tiny'"):
+        evaluation_dataset(moved)
 
 
 def assert_offline_html(path):

@@ -42,6 +42,8 @@ class DatasetConfig:
         for name in ("eval_size_divisor", "n_new_alphabets"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not all(2 <= level <= 26 for level in self.permutation_levels):
+            raise ValueError(f"permutation_levels must lie in 2..26 (letters moved), got {self.permutation_levels}")
         if self.n_alphabets % len(self.permutation_levels):
             raise ValueError(
                 f"n_alphabets must be a multiple of {len(self.permutation_levels)} (one share per level), "

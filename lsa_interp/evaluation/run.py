@@ -27,7 +27,7 @@ from rich.text import Text
 
 from lsa_interp.data.dataset import Dataset, load_dataset
 from lsa_interp.data.generate import generate_dataset
-from lsa_interp.data.presets import get_preset
+from lsa_interp.data.presets import PRESETS, get_preset
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import decode_batch, source_text
 from lsa_interp.evaluation.result import NEW_ALPHABETS, SEEN_ALPHABETS, SPLIT_OF, EvaluationResult, score_predictions
@@ -47,8 +47,10 @@ def evaluation_dataset(
 
     With ``data_dir``: those splits of that saved dataset (``preset``/``seed``, if given, must match its
     manifest). Otherwise ``preset`` (default: ``model.metadata["preset"]``) is generated with ``seed`` (default:
-    the metadata's ``data_seed``, else its ``seed``, else 0), every split. Raises ValueError for an unknown or
-    missing preset or a mismatch, FileNotFoundError for a missing dataset directory.
+    the metadata's ``data_seed``, else its ``seed``, else 0), every split; a model trained on a dataset of its own
+    (a grid's ``[datasets.NAME]``, no paper preset) reads the one its training config names while it is there.
+    Raises ValueError for an unknown or missing preset or a mismatch, FileNotFoundError for a missing dataset
+    directory.
     """
     if preset is not None:
         get_preset(preset)
@@ -58,6 +60,9 @@ def evaluation_dataset(
             if wanted is not None and wanted != found:
                 raise ValueError(f"{name} {wanted!r} does not match the dataset in {data_dir} ({name} {found!r})")
         return dataset
+    own = (model.metadata.get("train_config") or {}).get("data_dir")
+    if preset is None and model.metadata.get("preset") not in PRESETS and own and os.path.isdir(own):
+        return load_dataset(own, splits=splits)
     preset = preset or model.metadata.get("preset")
     if preset is None:
         raise ValueError("the model's metadata records no training preset; pass one (--preset) or a dataset (--data)")

@@ -93,7 +93,7 @@ def execute_ray(jobs: list[StackJob], grid: Grid, deadline: float | None, displa
                 display.trained(job.name, job.tasks(steps_logged(job.directory)))
             for ref in ready:
                 kind, item = pending.pop(ref)
-                if not ray.get(ref):
+                if not _result(ray, ref, kind, item):
                     continue
                 if kind == "evaluate":
                     display.run_finished()
@@ -110,3 +110,14 @@ def execute_ray(jobs: list[StackJob], grid: Grid, deadline: float | None, displa
     finally:
         if started:
             ray.shutdown()
+
+
+def _result(ray: Any, ref: Any, kind: str, item: Any) -> Any:
+    """``ray.get(ref)``; a task's error is raised again as its own exception, its message led by what failed
+    (Ray's wrapper's first line is only its task header, ``ray::_analyse_task() (pid=..., ip=...)``)."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as error:
+        cause = error.cause if isinstance(error.cause, Exception) else RuntimeError(str(error).splitlines()[-1])
+        what = getattr(item, "name", str(item))
+        raise type(cause)(f"{kind} {what}: {cause}") if isinstance(cause, ValueError | OSError) else cause from None

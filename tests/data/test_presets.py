@@ -66,6 +66,7 @@ def test_an_unknown_preset_lists_the_presets():
         ({"match_size_of": "copy-21"}, "match_size_of must name a preset, got 'copy-21'"),
         ({"n_alphabets": -4}, "n_alphabets must be 0 or more (0: the standard alphabet only), got -4"),
         ({"eval_size_divisor": 0}, "eval_size_divisor must be at least 1, got 0"),
+        ({"permutation_levels": (99, 100)}, "permutation_levels must lie in 2..26 (letters moved), got (99, 100)"),
     ],
 )
 def test_a_bad_config_is_refused_with_what_is_allowed(options, message):

@@ -98,3 +98,28 @@ def test_a_killed_ray_worker_is_retried_and_its_stack_resumes_to_the_same_weight
     assert outcome["summary"].complete
     assert same_weights(model_weights(out), model_weights(reference))
     assert evaluations(out) == evaluations(reference)
+
+
+def test_a_task_error_is_raised_as_its_own_exception_naming_what_failed():
+    """Ray wraps a task's exception; the CLI printed only the wrapper's first line, its task header."""
+    from types import SimpleNamespace
+
+    from lsa_interp.sweep.ray_runner import _result
+
+    class Wrapped(Exception):
+        def __init__(self, cause):
+            super().__init__("ray::_analyse_task() (pid=1, ip=0.0.0.0)\nValueError: unknown preset 'tiny'")
+            self.cause = cause
+
+    def failing(cause):
+        def get(ref):
+            raise Wrapped(cause)
+
+        return SimpleNamespace(exceptions=SimpleNamespace(RayTaskError=Wrapped), get=get)
+
+    run = SimpleNamespace(name="tiny-random-s0")
+    with pytest.raises(ValueError, match=r"^analyse tiny-random-s0: unknown preset 'tiny'$"):
+        _result(failing(ValueError("unknown preset 'tiny'")), None, "analyse", run)
+    with pytest.raises(KeyError, match="x"):
+        _result(failing(KeyError("x")), None, "train", run)
+    assert _result(SimpleNamespace(exceptions=ray.exceptions, get=lambda ref: 5), None, "train", run) == 5
