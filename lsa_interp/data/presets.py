@@ -89,9 +89,9 @@ class DatasetConfig:
             "permutation_levels": (sequence_of(integer), "a list of integers"),
             "split_fractions": (lambda v: sequence_of(number)(v) and len(v) == 3, "three numbers"),
         }
-        for name in ("n_alphabets", "n_shots", "n_reshuffle", "eval_size_divisor", "n_new_alphabets"):
-            checks[name] = (integer, "an integer")
-        checks["new_alphabet_reshuffle"] = (integer, "an integer")
+        counts = ("n_alphabets", "n_shots", "n_reshuffle", "eval_size_divisor", "n_new_alphabets")
+        counts += ("new_alphabet_reshuffle",)
+        checks |= {name: (integer, "an integer") for name in counts}
         for name, (check, wanted) in checks.items():
             if not check(getattr(self, name)):
                 raise ValueError(f"{name} must be {wanted}, got {getattr(self, name)!r}")

@@ -119,5 +119,6 @@ def _result(ray: Any, ref: Any, kind: str, item: Any) -> Any:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as error:
         cause = error.cause if isinstance(error.cause, Exception) else RuntimeError(str(error).splitlines()[-1])
-        what = getattr(item, "name", str(item))
-        raise type(cause)(f"{kind} {what}: {cause}") if isinstance(cause, ValueError | OSError) else cause from None
+        if not isinstance(cause, ValueError | OSError):  # the CLI's one-line errors; others keep their traceback
+            raise cause from None
+        raise type(cause)(f"{kind} {getattr(item, 'name', item)}: {cause}") from None

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from lsa_interp.model import ModelConfig
-
-ROOT = Path(__file__).parents[2]
+from tests.helpers import messages_without_type_checker
 
 
 def test_defaults_are_the_papers_model():
@@ -56,11 +51,5 @@ def test_values_of_the_wrong_type_are_refused_by_name():
         "{'use_hook_result': 1}": "use_hook_result must be true or false, got 1",
         "{'dropout': 0, 'ln_eps': 1e-6}": "ok",
     }
-    code = (
-        "from lsa_interp.model.config import ModelConfig\n"
-        "for kwargs in [" + ", ".join(cases) + "]:\n"
-        "    try:\n        ModelConfig(**kwargs)\n        print('ok')\n"
-        "    except ValueError as error:\n        print(error)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert done.stdout.splitlines() == list(cases.values())
+    setup = "from lsa_interp.model.config import ModelConfig"
+    assert messages_without_type_checker(setup, "ModelConfig(**case)", list(cases)) == list(cases.values())
