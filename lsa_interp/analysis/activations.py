@@ -13,7 +13,6 @@ from torch import Tensor
 
 from lsa_interp.analysis.prompts import WINDOW_LENGTHS, rule_tasks
 from lsa_interp.data.task import Task
-from lsa_interp.data.tokenizer import source_text
 from lsa_interp.model.cache import ActivationCache
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
@@ -116,8 +115,3 @@ def off_diagonal(matrix: Float[Tensor, "n n"]) -> Float[Tensor, " pairs"]:
 
 RUNNING_EXAMPLE = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > acd", transformation="pred")
 """The paper's running example (predecessor, standard alphabet), shown in the per-token figures."""
-
-
-def token_labels(task: Task) -> list[str]:
-    """One unique label per encoder position, ``"POS:TOKEN"`` (plotly merges repeated category labels)."""
-    return [f"{pos}:{'EOS' if ch == '$' else ch}" for pos, ch in enumerate(source_text(task))]

@@ -33,11 +33,11 @@ from lsa_interp.analysis.activations import (
     map_cached,
     off_diagonal,
     pairwise_cosine,
-    token_labels,
 )
 from lsa_interp.analysis.prompts import paper_prompts
 from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.task import Task
+from lsa_interp.data.tokenizer import source_labels
 from lsa_interp.data.transformations import SEEN
 from lsa_interp.data.vocab import ROLE_ID, ROLES
 from lsa_interp.model.cache import ActivationCache
@@ -90,8 +90,8 @@ def token_statistics(
     per task: the `group_cosines` of the irrelevant tokens on the layer's output (``cos_out_*``) and input
     (``cos_in_*``; the group is the irrelevant alphabet letters, ``cos_out_with_separators`` adds the
     separators), the irrelevant tokens' mean attention on their top key (``sink_mass``), that key's
-    ``sink_role`` id and ``sink_token`` (e.g. ``"34:|"``). Residuals go through the final encoder norm when
-    ``normed``. Raises ValueError for a layer outside the encoder."""
+    ``sink_role`` id and ``sink_token`` (its `source_labels` label, e.g. ``"|·34"``). Residuals go through the
+    final encoder norm when ``normed``. Raises ValueError for a layer outside the encoder."""
     n_layers = model.cfg.n_encoder_layers
     if not -n_layers <= layer < n_layers:
         raise ValueError(f"encoder layer {layer} is outside the model's {n_layers} layers")
@@ -122,7 +122,7 @@ def token_statistics(
             sink = int(received.argmax())
             out["sink_mass"].append(float(received[sink]))
             out["sink_role"].append(int(roles[sink]))
-            out["sink_token"].append(token_labels(task)[sink])
+            out["sink_token"].append(source_labels(task)[sink])
             letters = mask & (roles[:eos] == ROLE_ID["alphabet"])
             out["cos_out_with_separators"].append(group_cosines(x_out[row, :eos], mask)["irrelevant"])
             for stage, x in (("out", x_out), ("in", x_in)):
@@ -265,7 +265,7 @@ def _findings(s: dict) -> list[Finding]:
 def _token_figure(eos_attention: np.ndarray):  # pragma: no mutate block
     import plotly.graph_objects as go
 
-    labels = token_labels(PAPER_PROMPT)[: len(eos_attention)]
+    labels = list(source_labels(PAPER_PROMPT)[: len(eos_attention)])
     fig = go.Figure(go.Bar(x=labels, y=eos_attention))
     fig.add_hrect(
         y0=PAPER_EOS_RANGE[0],

@@ -46,9 +46,9 @@ from lsa_interp.analysis.activations import analysis_tasks
 from lsa_interp.analysis.prompts import paper_prompts
 from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.task import Task
-from lsa_interp.data.tokenizer import encode_tasks
+from lsa_interp.data.tokenizer import encode_tasks, source_labels
 from lsa_interp.data.transformations import SEEN
-from lsa_interp.data.vocab import ARROW, EOS, PAD, SEP, TOKEN_STRINGS
+from lsa_interp.data.vocab import ARROW, EOS, PAD, SEP
 from lsa_interp.model import HookedEncoderDecoder
 from lsa_interp.model.heads import Head, all_heads
 
@@ -182,7 +182,7 @@ def rasp_comparison(
         **{f"best_{sel}": row["head"] for sel, row in best_rows.items()},
         **{f"best_{sel}_mass": row["mass"] for sel, row in best_rows.items()},
     }
-    labels = _token_labels(example)
+    labels = list(source_labels(example))
     data = {
         "selectors": list(SELECTORS),
         "heads": [h.label for h in heads],
@@ -225,12 +225,6 @@ def _average_scores(
 def _table(values: Float[Tensor, "heads selector"], heads: list[Head]) -> dict[str, dict[str, float]]:
     """``{head label: {selector: value}}``."""
     return {head.label: dict(zip(SELECTORS, map(float, values[h]))) for h, head in enumerate(heads)}
-
-
-def _token_labels(task: Task) -> list[str]:
-    """One display label per encoder position, e.g. ``"b (35)"``; EOS shows as ``<eos>``."""
-    ids = encode_tasks([task], with_answers=False).src[0].tolist()
-    return [f"{TOKEN_STRINGS[t]} ({i})" for i, t in enumerate(ids)]
 
 
 def _best_in_layer(mass: Float[Tensor, " heads"], heads: list[Head], layer: int) -> dict[str, float | str]:

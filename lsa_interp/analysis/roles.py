@@ -21,9 +21,10 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from lsa_interp.analysis.activations import RUNNING_EXAMPLE, analysis_tasks, final_norm, map_cached, token_labels
+from lsa_interp.analysis.activations import RUNNING_EXAMPLE, analysis_tasks, final_norm, map_cached
 from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.task import Task
+from lsa_interp.data.tokenizer import source_labels
 from lsa_interp.data.transformations import SEEN
 from lsa_interp.data.vocab import ROLE_ID
 from lsa_interp.model.cache import ActivationCache
@@ -341,7 +342,7 @@ def _pattern_figure(model: HookedEncoderDecoder):  # pragma: no mutate block
 
     hook = "encoder.0.attn.hook_pattern"
     pattern = map_cached(model, [RUNNING_EXAMPLE], [hook], lambda _, cache: cache[hook][0])[0]
-    labels = token_labels(RUNNING_EXAMPLE)
+    labels = list(source_labels(RUNNING_EXAMPLE))
     n_heads, cols = pattern.shape[0], min(4, pattern.shape[0])
     rows = -(-n_heads // cols)
     titles = [f"head {Head('encoder', 0, h).label}" for h in range(n_heads)]

@@ -16,7 +16,7 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from lsa_interp.data.task import Task
-from lsa_interp.data.vocab import ARROW, EOS, PAD, ROLE_ID, SEP, TOKEN_STRINGS
+from lsa_interp.data.vocab import ARROW, EOS, PAD, ROLE_ID, SEP, TOKEN_STRINGS, display_token, position_labels
 
 _EOS_CHAR, _PAD_CHAR = "$", "."
 _LUT = np.full(256, -1, dtype=np.int64)
@@ -64,6 +64,11 @@ def source_text(task: Task) -> str:
     """The encoder input of ``task`` as one character per token (``$`` stands for EOS)."""
     examples = "|".join(f"{ex_in}>{ex_out}" for ex_in, ex_out in task.examples)
     return f"{task.alphabet}|{examples}|{task.query}{_EOS_CHAR}"
+
+
+def source_labels(task: Task) -> tuple[str, ...]:
+    """The `position_labels` of ``task``'s encoder input (``a·0`` .. ``EOS·38``), as the figures show them."""
+    return position_labels(display_token(int(t)) for t in _char_matrix([source_text(task)])[0])
 
 
 def _char_matrix(texts: Sequence[str]) -> np.ndarray:

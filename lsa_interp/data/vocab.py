@@ -7,6 +7,7 @@ order of the 26 alphabet tokens in the encoder input, never the ids.
 from __future__ import annotations
 
 import string
+from collections.abc import Iterable
 
 LETTERS: str = string.ascii_lowercase
 N_LETTERS: int = 26
@@ -30,3 +31,21 @@ def token_str(token_id: int) -> str:
     if not 0 <= token_id < VOCAB_SIZE:
         raise IndexError(f"token id {token_id} is outside the vocabulary 0..{VOCAB_SIZE - 1}")
     return TOKEN_STRINGS[token_id]
+
+
+_SHOWN_AS = {"<eos>": "EOS", "<pad>": "PAD"}
+"""Plotly reads ``<...>`` in labels as markup, so figures show the special tokens without brackets."""
+
+
+def display_token(token_id: int) -> str:
+    """The label of one token id in figures: its symbol, with ``EOS``/``PAD`` for the special tokens."""
+    text = token_str(token_id)
+    return _SHOWN_AS.get(text, text)
+
+
+def position_labels(tokens: Iterable[str]) -> tuple[str, ...]:
+    """One unique label per position of displayed tokens: ``token·position`` (e.g. ``g·27``, ``EOS·38``).
+
+    Every figure that names a position uses these (plotly merges repeated category labels).
+    """
+    return tuple(f"{token}·{pos}" for pos, token in enumerate(tokens))

@@ -33,11 +33,11 @@ from lsa_interp.analysis.pattern_patches import replace_heads
 from lsa_interp.analysis.rasp import seen_rule_tasks
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import decode, encode_tasks
-from lsa_interp.data.vocab import PAD, ROLES
+from lsa_interp.data.vocab import PAD, ROLES, display_token
 from lsa_interp.model.heads import Head
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
 from lsa_interp.model.inputs import decoder_input_from_generated
-from lsa_interp.viz.attention_data import AttentionData, display_token
+from lsa_interp.viz.attention_data import AttentionData
 
 ABLATION_MODES: tuple[str, ...] = ("zero", "mean")
 REFERENCE_TASKS = 64

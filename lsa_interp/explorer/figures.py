@@ -11,17 +11,17 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
-from jaxtyping import Float
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from lsa_interp.explorer.compute import CellBox, Prediction
-from lsa_interp.viz.attention_figures import ROLE_COLOURS
+from lsa_interp.viz.attention_figures import ROLE_COLOURS, blank_masked
 
 _CELL_PX = 14
 DECIMALS = 4
 """Values are sent rounded to this many decimals (hover shows 3): a quarter of the JSON, encoded faster."""
 HOVER = "%{text}: %{z:.3f}<extra></extra>"
-"""Hover of an attention cell: source -> destination: weight."""
+"""Hover of an attention cell: source -> destination: weight (none on masked cells, which are blank)."""
 
 
 Figure = dict
@@ -76,13 +76,18 @@ def attention_heatmap(
     heads: str = "average",
     q_roles: Sequence[str] | None = None,
     k_roles: Sequence[str] | None = None,
+    masked: Bool[Tensor, "q_pos k_pos"] | None = None,
 ) -> Figure:
     """One layer's attention (destination rows x source columns): the head average, or every head in a grid
-    (``heads="all"``, panels titled 1-based). Hover reads ``source -> destination: weight``."""
+    (``heads="all"``, panels titled 1-based). Hover reads ``source -> destination: weight``; cells where
+    ``masked`` is True (keys the query cannot attend) are blank."""
     values = patterns.detach().float().cpu().numpy()
     n_heads = values.shape[0]
     text = _hover_text(tuple(q_labels), tuple(k_labels))
-    trace = {"type": "heatmap", "text": text, "hovertemplate": HOVER, "colorscale": "Viridis", "zmin": 0.0}
+    trace = {
+        "type": "heatmap", "text": text, "hovertemplate": HOVER, "hoverongaps": False, "colorscale": "Viridis",
+        "zmin": 0.0,
+    }  # fmt: skip
     margin = {"t": 60, "l": 70, "r": 30, "b": 60}
     if heads == "average":
         layout = {
@@ -92,14 +97,16 @@ def attention_heatmap(
             "width": max(520, 200 + _CELL_PX * len(k_labels)),
             "height": max(320, 160 + _CELL_PX * len(q_labels)),
         }
-        return {"data": [{**trace, "z": _rounded(values.mean(0))}], "layout": {**layout, "margin": margin}}
+        z = _rounded(blank_masked(values.mean(0), masked))
+        return {"data": [{**trace, "z": z}], "layout": {**layout, "margin": margin}}
     cols = min(4, n_heads)
     rows = -(-n_heads // cols)
     panel = max(150, 5 * max(len(k_labels), len(q_labels)))
     data, layout = [], {"title": {"text": f"{title}, every head"}, "coloraxis": {"colorscale": "Viridis", "cmin": 0}}
     annotations = []
     for h, (xname, yname, xaxis, yaxis) in enumerate(_grid(n_heads, cols)):
-        data.append({**trace, "z": _rounded(values[h]), "xaxis": xname, "yaxis": yname, "coloraxis": "coloraxis"})
+        z = _rounded(blank_masked(values[h], masked))
+        data.append({**trace, "z": z, "xaxis": xname, "yaxis": yname, "coloraxis": "coloraxis"})
         layout["xaxis" + xname[1:]] = {**xaxis, "showticklabels": False}
         layout["yaxis" + yname[1:]] = {**yaxis, "showticklabels": False, "autorange": "reversed"}
         annotations.append(

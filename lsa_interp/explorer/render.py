@@ -147,14 +147,33 @@ def _figures(data: AttentionData, view: RenderedView, layer: int, heads: str, n_
         title += f" ({view.clean.answer or '(empty)'} -> {view.run.answer or '(empty)'})"
     return {
         "encoder self-attention": attention_heatmap(
-            data.encoder_attn[layer], src, src, f"encoder layer {layer + 1} self-attention", heads, roles, roles
+            data.encoder_attn[layer],
+            src,
+            src,
+            f"encoder layer {layer + 1} self-attention",
+            heads,
+            roles,
+            roles,
+            masked=data.masked("encoder"),
         ),
         "encoder hidden states": hidden_state_heatmap(data.resid[layer], src, roles, layer, view.interventions.cells),
         "decoder self-attention": attention_heatmap(
-            data.decoder_attn[dec], tgt, tgt, f"decoder layer {dec + 1} self-attention (causal)", heads
+            data.decoder_attn[dec],
+            tgt,
+            tgt,
+            f"decoder layer {dec + 1} self-attention (causal)",
+            heads,
+            masked=data.masked("decoder"),
         ),
         "cross-attention": attention_heatmap(
-            data.cross_attn[dec], tgt, src, f"decoder layer {dec + 1} cross-attention", heads, None, roles
+            data.cross_attn[dec],
+            tgt,
+            src,
+            f"decoder layer {dec + 1} cross-attention",
+            heads,
+            None,
+            roles,
+            masked=data.masked("cross"),
         ),
         "top-k": top_k_bars(view.run, title, view.clean if view.interventions.active else None),
     }

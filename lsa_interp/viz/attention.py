@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lsa_interp.data.task import Task
+from lsa_interp.data.vocab import display_token
 from lsa_interp.model.heads import Head
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
 from lsa_interp.utils import atomic_write
-from lsa_interp.viz.attention_data import AttentionData, collect_attention, display_token
+from lsa_interp.viz.attention_data import AttentionData, collect_attention
 from lsa_interp.viz.attention_figures import attention_figure, hidden_state_figure, role_legend_html, top_k_figure
 from lsa_interp.viz.html import figures_page
 
@@ -122,7 +123,8 @@ class AttentionView:
             lines.append(f"expected answer: <code>{html.escape(data.task.answer)}</code> ({verdict})")
         lines.append(
             "Layers and heads are numbered from 1, as in the paper (head 2.7 = encoder layer 2, head 7). "
-            "Hover a cell for source -> destination: weight."
+            "Hover a cell for source -> destination: weight. Blank cells are masked: "
+            "a decoder step cannot attend to the steps after it."
         )
         return "<p>" + "<br>".join(lines) + "</p>" + role_legend_html(data.src_roles)
 
@@ -133,7 +135,8 @@ def _build_figures(data: AttentionData) -> dict[str, go.Figure]:
     figures = {}
     for block, title in BLOCK_TITLES.items():
         q_labels, k_labels, q_roles, k_roles = axes[block]
-        figures[title] = attention_figure(data.pattern(block), q_labels, k_labels, title, q_roles, k_roles)
+        masked = data.masked(block)
+        figures[title] = attention_figure(data.pattern(block), q_labels, k_labels, title, q_roles, k_roles, masked)
     figures["encoder hidden states"] = hidden_state_figure(data.resid, src, roles)
     tokens = [[display_token(t) for t in row] for row in data.top_ids.tolist()]
     figures["next-token probabilities"] = top_k_figure(data.tgt_tokens, data.predicted, tokens, data.top_probs.numpy())

@@ -9,28 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import decode
-from lsa_interp.data.vocab import ROLES, token_str
+from lsa_interp.data.vocab import PAD, ROLES, display_token, position_labels
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
 from lsa_interp.model.inputs import decoder_input_from_generated
-
-_SHOWN_AS = {"<eos>": "EOS", "<pad>": "PAD"}
-"""Plotly reads ``<...>`` in labels as markup, so the special tokens are shown without brackets."""
-
-
-def display_token(token_id: int) -> str:
-    """The label of one token id in figures: its symbol, with ``EOS``/``PAD`` for the special tokens."""
-    text = token_str(token_id)
-    return _SHOWN_AS.get(text, text)
-
-
-def position_labels(tokens: tuple[str, ...]) -> tuple[str, ...]:
-    """One label per position, unique: ``token·position`` (e.g. ``g·27``)."""
-    return tuple(f"{token}·{pos}" for pos, token in enumerate(tokens))
 
 
 @dataclass(frozen=True)
@@ -74,6 +60,18 @@ class AttentionData:
             raise ValueError(f"unknown attention block {block!r}; expected one of {', '.join(patterns)}")
         return patterns[block]
 
+    def masked(self, block: str) -> Bool[Tensor, "q_pos k_pos"]:
+        """True where ``block``'s queries cannot attend the key: a later decoder step, or an encoder PAD.
+
+        The patterns hold 0 there; figures draw these cells blank, so they differ from a real weight of 0.
+        Raises ValueError as `pattern` does.
+        """
+        n_queries, n_keys = self.pattern(block).shape[-2:]
+        if block == "decoder":
+            return torch.ones(n_queries, n_keys, dtype=torch.bool).triu(1)
+        pad = torch.tensor([token == display_token(PAD) for token in self.src_tokens])
+        return pad.expand(n_queries, n_keys)
+
 
 def _wanted(name: str) -> bool:
     return name.endswith("hook_pattern") or (name.startswith("encoder.") and name.endswith("hook_resid_post"))
@@ -94,7 +92,8 @@ def collect_attention(
     try:
         generated = model.generate(task, max_new_tokens=max_new_tokens)
         tgt = decoder_input_from_generated(generated)
-        logits, cache = model.run_with_cache(task, tgt, names_filter=_wanted, device="cpu")
+        # a PAD the model emitted was read unmasked while decoding (`HookedEncoderDecoder.generate`), so here too
+        logits, cache = model.run_with_cache(task, tgt, names_filter=_wanted, device="cpu", mask_tgt_pad=False)
     finally:
         model.train(was_training)
     cfg = model.cfg

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-from jaxtyping import Float
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 ROLE_COLOURS: dict[str, str] = {
@@ -27,7 +27,7 @@ ROLE_COLOURS: dict[str, str] = {
     "pad": "#dddddd",
 }
 ATTENTION_HOVER = "%{x} -> %{y}: %{z:.3f}<extra></extra>"
-"""Hover text of an attention cell: source (key) -> destination (query): weight."""
+"""Hover text of an attention cell: source (key) -> destination (query): weight. Masked cells have none."""
 _CELL_PX, _MIN_PX, _MIN_WIDTH_PX = 16, 320, 560
 _MENU_Y = 1.1
 
@@ -173,6 +173,18 @@ def _selector_menus(n_layers: int, n_heads: int, title: str) -> list[dict]:
     return menus
 
 
+def blank_masked(
+    values: Float[np.ndarray, "q_pos k_pos"], masked: Bool[Tensor, "q_pos k_pos"] | None
+) -> Float[np.ndarray, "q_pos k_pos"]:
+    """A copy of ``values`` (``[q_pos, k_pos]``) to draw: NaN (a blank cell in plotly) where ``masked`` is True.
+
+    Only for drawing: means and maxima are taken from ``values`` itself.
+    """
+    if masked is None:
+        return values
+    return np.where(masked.cpu().numpy(), np.nan, values)
+
+
 def attention_figure(
     patterns: Float[Tensor, "layer head q_pos k_pos"],
     q_labels: Sequence[str],
@@ -180,10 +192,12 @@ def attention_figure(
     title: str,
     q_roles: Sequence[str] | None = None,
     k_roles: Sequence[str] | None = None,
+    masked: Bool[Tensor, "q_pos k_pos"] | None = None,
 ) -> go.Figure:  # pragma: no mutate block
     """Heatmaps (destination rows x source columns) of every head and each layer's head average, one shown.
 
     Trace ``layer * (n_heads + 1) + head`` is that head; ``head = n_heads`` the average (names say which).
+    Cells where ``masked`` is True (keys the query cannot attend) are left blank (NaN), without hover.
     """
     n_layers, n_heads = patterns.shape[:2]
     values = patterns.detach().float().cpu().numpy()
@@ -193,7 +207,8 @@ def attention_figure(
             z = values[layer].mean(axis=0) if choice == n_heads else values[layer, choice]
             fig.add_trace(
                 go.Heatmap(
-                    z=z,
+                    z=blank_masked(z, masked),
+                    hoverongaps=False,
                     x=list(k_labels),
                     y=list(q_labels),
                     zmin=0.0,

@@ -1,4 +1,4 @@
-"""The representation analyses' shared parts: task sets, chunked cached runs, the final norm, cosines, labels."""
+"""The representation analyses' shared parts: task sets, chunked cached runs, the final norm, cosines."""
 
 from __future__ import annotations
 
@@ -6,13 +6,11 @@ import pytest
 import torch
 
 from lsa_interp.analysis.activations import (
-    RUNNING_EXAMPLE,
     analysis_tasks,
     final_norm,
     map_cached,
     off_diagonal,
     pairwise_cosine,
-    token_labels,
 )
 from lsa_interp.data.task import STANDARD_ALPHABET
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
@@ -62,9 +60,3 @@ def test_cosines_of_rows_keep_the_dtype_and_pairs_are_counted_once():
     assert cosine.dtype == torch.float32
     assert torch.allclose(cosine, torch.tensor([[1.0, 0.5**0.5, 0.0], [0.5**0.5, 1.0, 0.0], [0.0, 0.0, 0.0]]))
     assert off_diagonal(torch.arange(9.0).reshape(3, 3)).tolist() == [1.0, 2.0, 5.0]
-
-
-def test_token_labels_number_every_position_and_name_the_eos():
-    labels = token_labels(RUNNING_EXAMPLE)
-    assert labels[:2] == ["0:a", "1:b"] and labels[26] == "26:|" and labels[-1] == f"{len(labels) - 1}:EOS"
-    assert len(set(labels)) == len(labels)

@@ -203,7 +203,7 @@ def test_statistics_of_constructed_patterns_and_residuals_are_exact(model):
     half = 2**-0.5
     assert s["tasks"] == 2 and s["tokens"] == 76 and s["normed"] is False
     assert s["irrelevant_mean_eos_attention"] == pytest.approx(0.3) and s["relevant_mean_eos_attention"] == 0.0
-    assert s["sink_mass"] == pytest.approx(0.7) and s["sink_role"] == "arrow" and s["sink_token"] == "30:>"
+    assert s["sink_mass"] == pytest.approx(0.7) and s["sink_role"] == "arrow" and s["sink_token"] == ">·30"
     assert s["sink_is_eos_share"] == 0.0 and data["sink_roles"] == {"arrow": 2}
     assert s["norm_irrelevant"] == pytest.approx((22 * 2 + 3 * 2**0.5) / 25)
     assert s["norm_other"] == pytest.approx((4 * 4 + 9 * 3) / 13)
@@ -265,7 +265,7 @@ def summary(**overrides) -> dict:
         "irrelevant_mean_eos_attention": 0.5,
         "relevant_mean_eos_attention": 0.1,
         "sink_mass": 0.5,
-        "sink_token": "38:EOS",
+        "sink_token": "EOS·38",
         "sink_role": "eos",
         "sink_is_eos_share": 1.0,
         "cosine_in_irrelevant": 0.5,
@@ -325,7 +325,7 @@ def test_findings_state_the_paper_claim_our_numbers_and_the_rule():
         ),
         (
             "EOS, 0.4-0.59",
-            "mean 0.50 on their top key, most often 38:EOS (eos); EOS is the top key in 100% of tasks",
+            "mean 0.50 on their top key, most often EOS·38 (eos); EOS is the top key in 100% of tasks",
             "holds when the mean mass on their top key is >= 0.4; the sink is reported, not judged",
         ),
         (
@@ -364,7 +364,7 @@ def test_figures_show_the_paper_prompt_the_roles_and_the_group_cosines(model):
     ]
     per_token, by_role, cosines = result.figures.values()
     assert per_token.data[0].y[:27].tolist() == pytest.approx([0.5] * 27) and len(per_token.data[0].y) == 38
-    assert per_token.data[0].x[0] == "0:a" and per_token.data[0].x[-1] == "37:d"
+    assert per_token.data[0].x[0] == "a·0" and per_token.data[0].x[-1] == "d·37"
     assert [trace.name for trace in by_role.data] == [
         "alphabet",
         "separator",

@@ -254,7 +254,7 @@ def test_comparison_result_records_its_tables_example_and_figures():
     data = result.data
     assert data["selectors"] == list(SELECTORS) and set(data["correlation"]) == {"1.1", "1.2", "2.1", "2.2"}
     assert data["example"] == RUNNING_EXAMPLE and len(data["example_tokens"]) == N
-    assert data["example_tokens"][ARROW_AT] == "> (30)" and data["example_tokens"][EOS_AT] == "<eos> (38)"
+    assert data["example_tokens"][ARROW_AT] == ">·30" and data["example_tokens"][EOS_AT] == "EOS·38"
     titles = {name: figure.layout.title.text for name, figure in result.figures.items()}
     assert titles["attention mass on the selector's keys"] == "Encoder heads vs RASP-L selectors: mass on selected keys"
     assert titles["correlation with the selector"] == "Encoder heads vs RASP-L selectors: Pearson correlation"

@@ -4,8 +4,20 @@ import pytest
 import torch
 
 from lsa_interp import Task
-from lsa_interp.data.tokenizer import decode, decode_batch, encode_tasks
-from lsa_interp.data.vocab import ARROW, EOS, LETTERS, PAD, ROLE_ID, ROLES, SEP, VOCAB_SIZE, token_str
+from lsa_interp.data.tokenizer import decode, decode_batch, encode_tasks, source_labels
+from lsa_interp.data.vocab import (
+    ARROW,
+    EOS,
+    LETTERS,
+    PAD,
+    ROLE_ID,
+    ROLES,
+    SEP,
+    VOCAB_SIZE,
+    display_token,
+    position_labels,
+    token_str,
+)
 
 PAPER = Task.parse(f"{LETTERS} | ghi > fhi | bcd > acd")
 
@@ -18,6 +30,15 @@ def test_reference_layout_of_the_one_shot_example():
     assert src[34] == SEP and src[35:38] == [1, 2, 3] and src[38] == EOS
     assert batch.tgt_in[0].tolist() == [ARROW, 0, 2, 3]
     assert batch.tgt_out[0].tolist() == [0, 2, 3, EOS]
+
+
+def test_position_labels_are_token_dot_position_with_plain_special_tokens():
+    labels = source_labels(PAPER)
+    assert labels[:2] == ("a·0", "b·1") and labels[26] == "|·26" and labels[30] == ">·30" and labels[38] == "EOS·38"
+    assert len(labels) == 39 and len(set(labels)) == 39
+    assert labels == position_labels(display_token(t) for t in encode_tasks([PAPER]).src[0].tolist())
+    assert [display_token(t) for t in (SEP, EOS, PAD, ARROW, 6)] == ["|", "EOS", "PAD", ">", "g"]
+    assert position_labels(["PAD", "PAD"]) == ("PAD·0", "PAD·1")
 
 
 def test_roles_of_each_position():

@@ -11,6 +11,7 @@ from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_answ
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import encode_tasks
+from lsa_interp.data.vocab import display_token
 from lsa_interp.explorer.compute import (
     CellBox,
     Interventions,
@@ -28,7 +29,6 @@ from lsa_interp.explorer.compute import (
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.heads import Head
 from lsa_interp.model.inputs import decoder_input_from_generated
-from lsa_interp.viz.attention_data import display_token
 
 TASK = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd")
 SHORT = Task.parse("abcdefghijklmnopqrstuvwxyz | ab > ac | bcd")

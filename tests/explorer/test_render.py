@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import html
 
+import numpy as np
 import pytest
 import torch
+from plotly.io.json import to_json_plotly
 
 from lsa_interp.analysis.planted import PLANTED_HEAD, planted_model
 from lsa_interp.data.task import Task
@@ -224,3 +226,20 @@ def test_export_is_one_page_of_the_summary_the_link_the_roles_and_every_figure(r
     bare = export_html(RenderedView(ViewState(model="x"), error="unknown model 'x'"))
     intro = "<p>unknown model &#x27;x&#x27;</p><p>view: <code>?model=x</code></p>"
     assert bare == figures_page("lsa-interp explorer: x", {}, intro=intro), "no figures and no role legend"
+
+
+def test_the_decoder_s_masked_future_is_blank_in_both_head_views(renderer):
+    """A step cannot attend to later steps: those cells are sent as NaN (JSON null, a blank cell, no hover), the
+    rest as the run's weights, so a masked cell differs from a real weight of 0."""
+    for heads in ("average", "all"):
+        view = renderer.render(ViewState(model="tiny", graph="2", heads=heads))
+        traces = view.figures["decoder self-attention"]["data"]
+        n_steps = len(traces[0]["z"])
+        assert n_steps > 1, "the test needs at least two decoder steps"
+        future = np.triu(np.ones((n_steps, n_steps), dtype=bool), 1)
+        for trace in traces:
+            z = np.asarray(trace["z"], dtype=float)
+            assert np.isnan(z[future]).all() and not np.isnan(z[~future]).any() and trace["hoverongaps"] is False
+        assert "null" in to_json_plotly(traces[0]["z"]) and "NaN" not in to_json_plotly(traces[0]["z"])
+        for name in ("encoder self-attention", "cross-attention"):
+            assert not any(np.isnan(np.asarray(t["z"], dtype=float)).any() for t in view.figures[name]["data"])

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from lsa_interp.analysis.rasp import rasp_comparison
 from lsa_interp.data.task import Task
+from lsa_interp.data.vocab import display_token
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.inputs import decoder_input_from_generated
 from lsa_interp.viz import attention as viewer
 from lsa_interp.viz.attention import BLOCK_TITLES, AttentionView, attention_view
-from lsa_interp.viz.attention_data import display_token
 from lsa_interp.viz.attention_figures import ROLE_COLOURS, role_legend_html
 
 torch.set_num_threads(1)
@@ -43,12 +44,13 @@ def view(model) -> AttentionView:
 
 @pytest.fixture(scope="module")
 def reference(model):
-    """The model's own greedy decoding and the cache of its decoder inputs, computed here independently."""
+    """The model's own greedy decoding and the cache of its decoder inputs (a PAD it emitted read as a token, as
+    in decoding), computed here independently."""
     model.eval()
     generated = model.generate(TASK, max_new_tokens=STEPS)
     tgt = decoder_input_from_generated(generated)
     with torch.no_grad():
-        logits, cache = model.run_with_cache(TASK, tgt)
+        logits, cache = model.run_with_cache(TASK, tgt, mask_tgt_pad=False)
     model.train()
     return generated, tgt, logits, cache
 
@@ -66,13 +68,14 @@ def test_every_head_heatmap_is_the_cached_pattern(view, reference, title, stack,
     cache = reference[3]
     fig = view.figures[title]
     assert len(fig.data) == 2 * (4 + 1)
+    future = np.triu(np.ones((reference[1].shape[1],) * 2, dtype=bool), 1) if title == DEC else False
     for layer in range(2):
         pattern = cache.pattern(stack, layer, kind)[0]
         for head in range(4):
             z = trace(fig, f"layer {layer + 1} head {head + 1}").z
-            np.testing.assert_allclose(z, pattern[head].numpy(), atol=1e-6, rtol=0)
+            np.testing.assert_allclose(z, np.where(future, np.nan, pattern[head].numpy()), atol=1e-6, rtol=0)
         average = trace(fig, f"layer {layer + 1} head average").z
-        np.testing.assert_allclose(average, pattern.mean(0).numpy(), atol=1e-6, rtol=0)
+        np.testing.assert_allclose(average, np.where(future, np.nan, pattern.mean(0).numpy()), atol=1e-6, rtol=0)
     assert {(heatmap.zmin, heatmap.zmax) for heatmap in fig.data} == {(0.0, 1.0)}  # heads compared on one scale
 
 
@@ -106,6 +109,49 @@ def test_cross_attention_is_decoder_steps_by_encoder_tokens(view, reference):
     decoder = view.figures[DEC].data[0]
     assert np.asarray(decoder.z).shape == (n_steps, n_steps)
     assert view.data.cross_attn.shape == (2, 4, n_steps, 39)
+
+
+def test_the_decoder_s_masked_future_is_blank_not_zero(view, reference):
+    """Cells above the decoder's diagonal (later steps, which a step cannot attend) are NaN in every drawn trace,
+    without hover; the data keep the model's numbers (0 there), and no encoder or cross cell is masked."""
+    n_steps = reference[1].shape[1]
+    assert n_steps > 1, "the test needs at least two decoder steps"
+    future = np.triu(np.ones((n_steps, n_steps), dtype=bool), 1)
+    assert torch.equal(view.data.masked("decoder"), torch.from_numpy(future))
+    for heatmap in view.figures[DEC].data:
+        z = np.asarray(heatmap.z, dtype=float)
+        assert np.isnan(z[future]).all() and not np.isnan(z[~future]).any(), heatmap.name
+        assert heatmap.hoverongaps is False
+    assert (view.data.decoder_attn[:, :, torch.from_numpy(future)] == 0).all()
+    assert not view.data.decoder_attn.isnan().any()
+    for title, block in ((ENC, "encoder"), (CROSS, "cross")):
+        assert not view.data.masked(block).any()
+        assert not any(np.isnan(np.asarray(t.z, dtype=float)).any() for t in view.figures[title].data)
+
+
+def test_an_encoder_pad_key_is_masked_in_self_and_cross_attention(view):
+    padded = dataclasses.replace(view.data, src_tokens=(*view.data.src_tokens[:-1], display_token(28)))
+    for block in ("encoder", "cross"):
+        masked = padded.masked(block)
+        assert masked[:, -1].all() and not masked[:, :-1].any()
+    with pytest.raises(ValueError, match="unknown attention block"):
+        padded.masked("memory")
+
+
+def test_a_pad_the_model_emitted_is_read_as_decoding_read_it(model, monkeypatch):
+    """Greedy decoding feeds an emitted PAD back unmasked; so does the viewer's pass (its column is not blank)."""
+    generated = torch.tensor([[0, 28, 1, 27]])  # a, PAD, b, EOS
+    monkeypatch.setattr(HookedEncoderDecoder, "generate", lambda self, *args, **kwargs: generated)
+    data = attention_view(model, TASK).data
+    assert data.tgt_tokens == (">", "a", "PAD", "b")
+    assert (data.decoder_attn[:, :, 2:, 2] > 0).all() and not data.masked("decoder")[2:, 2].any()
+
+
+def test_the_viewer_and_an_analysis_figure_label_a_position_alike(model, view):
+    """The RASP analysis' example figure names the encoder positions as the viewer's axes do (``>·30``)."""
+    figure = rasp_comparison(model, [TASK], example=TASK).figures["selectors and their best heads"]
+    assert tuple(figure.layout.xaxis.ticktext) == view.data.src_labels == tuple(view.figures[ENC].data[0].x)
+    assert view.data.src_labels[30] == ">·30" and view.data.src_labels[38] == "EOS·38"
 
 
 def test_hover_reads_source_to_destination_weight(view):
@@ -308,7 +354,8 @@ def _intro_lines(view: AttentionView) -> list[str]:
 def test_the_introduction_names_the_task_the_answer_and_its_verdict(view):
     numbering = (
         "Layers and heads are numbered from 1, as in the paper (head 2.7 = encoder layer 2, head 7). "
-        "Hover a cell for source -> destination: weight."
+        "Hover a cell for source -> destination: weight. Blank cells are masked: "
+        "a decoder step cannot attend to the steps after it."
     )
     task = "a b c d e f g h i j k l m n o p q r s t u v w x y z | g h i &gt; f h i | b c d"
     right = AttentionView(dataclasses.replace(view.data, task=TASK.with_answer("acd"), answer="acd"))
