@@ -3,6 +3,8 @@ The sweep library is imported inside the command, so ``--help`` stays fast."""
 
 from __future__ import annotations
 
+import signal
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -34,10 +36,23 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Train every run of a grid (packed into stacks), evaluate and analyse each finished model, and collect
-        OUT/results.csv. Idempotent: run it again to skip finished runs and resume interrupted stacks."""
+        OUT/results.csv. Idempotent: run it again to skip finished runs and resume interrupted stacks.
+
+        A unit of work that fails (a stack, an evaluation, an analysis) is listed at the end, its traceback in
+        OUT/failures/, and the others go on; the exit code is then 1 (130 after Ctrl-C, the state saved)."""
         from lsa_interp.sweep.runner import run_sweep
 
-        summary = run_sweep(grid, out, ray=ray, max_minutes=max_minutes)
+        try:
+            summary = run_sweep(grid, out, ray=ray, max_minutes=max_minutes)
+        except KeyboardInterrupt as stop:  # Ctrl-C, or a signal the training loop caught and saved its state on
+            signum = getattr(stop, "signum", signal.SIGINT)
+            name = signal.Signals(signum).name
+            print(f"{out}: stopped by {name}; run the same command again to continue", file=sys.stderr)
+            raise typer.Exit(128 + signum) from None
         where = f"; table: {summary.results}" if summary.results else ""
         rest = "" if summary.complete else "; run the same command again to continue"
         print(f"{out}: {summary.finished}/{summary.runs} runs finished{where}{rest}")
+        for failure in summary.failures:
+            print(f"lsa-interp: failed: {failure}", file=sys.stderr)
+        if summary.failures:
+            raise typer.Exit(1)

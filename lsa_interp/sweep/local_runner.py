@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import traceback
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from lsa_interp.sweep.failures import FailureLog
 from lsa_interp.sweep.grid import Grid
 from lsa_interp.sweep.jobs import StackJob, past
 from lsa_interp.sweep.progress import SweepProgress
 from lsa_interp.sweep.work import analyse_run, evaluate_run, train_stack
 
 
-def execute_local(jobs: list[StackJob], grid: Grid, deadline: float | None, display: SweepProgress) -> None:
+def execute_local(
+    jobs: list[StackJob], grid: Grid, deadline: float | None, display: SweepProgress, failures: FailureLog
+) -> None:
     """Train the stacks one after another in this process, each followed by its runs' evaluations and analyses.
 
-    Stops early when the deadline passes or a stack stops without finishing (a signal).
+    A unit that raises is recorded in ``failures`` and the work goes on (a failed stack's runs are left out).
+    Stops early when the deadline passes; a signal that stopped training raises `StoppedBySignal`.
     """
     import torch
 
@@ -22,15 +31,30 @@ def execute_local(jobs: list[StackJob], grid: Grid, deadline: float | None, disp
         show = lambda record, job=job: display.trained(
             job.name, job.tasks(record["step"]), job.tasks(record["total_steps"])
         )
-        if not train_stack(job.config, job.directory, deadline, show):
+        train = partial(train_stack, job.config, job.directory, deadline, show)
+        finished = _attempt(failures, display, "train", job.name, train)
+        if finished is None:
+            continue
+        if not finished:
             return
         display.stack_finished(job.name)
-        for run in job.runs:
+        for run in job.grid_runs:
             if past(deadline):
                 return
-            if evaluate_run(run.model_dir, run.data_dir, run.name, grid.eval_limit, device):
+            evaluate = partial(evaluate_run, run.model_dir, run.data_dir, run.name, grid.eval_limit, device)
+            if _attempt(failures, display, "evaluate", run.name, evaluate):
                 display.run_finished()
             for name, analysis_out in run.missing_analyses():
                 if past(deadline):
                     return
-                analyse_run(run.model_dir, analysis_out, name, run.name, device)
+                analyse = partial(analyse_run, run.model_dir, analysis_out, name, run.name, device)
+                _attempt(failures, display, f"analyse {name}", run.name, analyse)
+
+
+def _attempt(failures: FailureLog, display: SweepProgress, kind: str, name: str, work: Callable[[], Any]) -> Any:
+    """``work()``; None when it raised an Exception (recorded with its traceback in ``failures``, and shown)."""
+    try:
+        return work()
+    except Exception as error:
+        display.failed(failures.record(kind, name, error, traceback.format_exc()))
+        return None

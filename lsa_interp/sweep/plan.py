@@ -144,6 +144,18 @@ def model_dir(out: Path, stack: Stack, index: int) -> Path:
     return stack_dir(out, stack) / replicate_dir(index) / MODEL_DIR
 
 
+def evaluated_with(model: Path, limit: int | None) -> bool:
+    """Whether the model directory ``model`` holds an ``evaluation.json`` of at most ``limit`` rows per split (a
+    grid whose ``eval_limit`` changed has its runs evaluated again)."""
+    path = model / EVALUATION_FILE
+    if not path.is_file():
+        return False
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("limit") == limit
+    except json.JSONDecodeError:
+        return False
+
+
 def analysis_dir(out: Path, stack: Stack, index: int, analysis: str) -> Path:
     """Where analysis ``analysis`` of replicate ``index`` writes its files."""
     return stack_dir(out, stack) / replicate_dir(index) / "analysis" / analysis

@@ -30,7 +30,7 @@ class SweepProgress:
     """The display; use as a context manager. ``stacks`` maps a stack name to (estimated tasks, tasks done)."""
 
     def __init__(self, runs_total: int, runs_done: int, stacks: dict[str, tuple[int, int]], enabled: bool = True):
-        self.runs_total, self.runs_done = runs_total, runs_done
+        self.runs_total, self.runs_done, self.failures, self.enabled = runs_total, runs_done, 0, enabled
         self._estimate = {name: estimate for name, (estimate, _) in stacks.items()}
         self._done = {name: min(done, estimate) for name, (estimate, done) in stacks.items()}
         self._bar = Progress(
@@ -55,7 +55,8 @@ class SweepProgress:
         self._bar.stop()
 
     def _description(self) -> str:
-        return f"sweep: {self.runs_done}/{self.runs_total} runs done"
+        failed = f", {self.failures} failed" if self.failures else ""
+        return f"sweep: {self.runs_done}/{self.runs_total} runs done{failed}"
 
     def trained(self, stack: str, tasks: int, total: int | None = None) -> None:
         """Stack ``stack`` has trained ``tasks`` tasks in all (of ``total``, once known)."""
@@ -71,6 +72,13 @@ class SweepProgress:
     def run_finished(self) -> None:
         """One more run has its model and evaluation."""
         self.runs_done += 1
+        self._refresh()
+
+    def failed(self, failure: object) -> None:
+        """A unit of work failed: count it and, when the display is on, print ``failure`` (one line) above the bar."""
+        self.failures += 1
+        if self.enabled:
+            self._bar.console.print(f"failed: {failure}", markup=False, highlight=False, soft_wrap=True)
         self._refresh()
 
     def _refresh(self) -> None:

@@ -8,19 +8,24 @@ and models are files there); the driver follows training through the stacks' ``m
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
+from lsa_interp.sweep.failures import FailureLog
 from lsa_interp.sweep.grid import Grid
 from lsa_interp.sweep.jobs import RunJob, StackJob, past
 from lsa_interp.sweep.progress import SweepProgress
 from lsa_interp.sweep.work import analyse_run, evaluate_run, steps_logged, train_stack
+from lsa_interp.training.run_dir import StoppedBySignal
 from lsa_interp.training.stack_config import StackConfig
 
 RAY_EXTRA = "pip install 'lsa-interp[ray]'"
 MAX_RETRIES = 3
 """Retries of a task whose worker process died."""
 POLL_SECONDS = 1.0
+CONNECT_SECONDS = 5.0
+"""How long `check_address` waits for a cluster's address to accept a connection."""
 
 
 def require_ray() -> Any:
@@ -30,6 +35,23 @@ def require_ray() -> Any:
     except ImportError:
         raise ValueError(f"--ray needs Ray, which is not installed; install the extra: {RAY_EXTRA}") from None
     return ray
+
+
+def check_address(address: str) -> None:
+    """Raise ValueError unless ``address`` is ``auto``, ``local`` or a ``[ray://]HOST:PORT`` that accepts a
+    connection within `CONNECT_SECONDS` (Ray itself waits minutes on an address where nothing answers)."""
+    if address in ("auto", "local"):
+        return
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    if not colon or not host or not port.isdigit():
+        raise ValueError(f"--ray {address!r}: not an address; give auto, local, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS).close()
+    except OSError as err:
+        raise ValueError(
+            f"--ray {address}: nothing answers there ({err.strerror or err}); start the cluster with "
+            "'ray start --head' or use --ray auto"
+        ) from None
 
 
 def connect(address: str) -> bool:
@@ -55,7 +77,10 @@ def _train_task(config: StackConfig, directory: Path, deadline: float | None) ->
     import torch
 
     torch.set_num_threads(1)
-    return train_stack(config, directory, deadline)
+    try:
+        return train_stack(config, directory, deadline)
+    except StoppedBySignal:  # the worker was signalled (its node going down): the state is saved, not finished
+        return False
 
 
 def _evaluate_task(run: RunJob, limit: int | None) -> bool:
@@ -72,8 +97,18 @@ def _analyse_task(run: RunJob, analysis: str, out: Path) -> bool:
     return analyse_run(run.model_dir, out, analysis, run.name)
 
 
-def execute_ray(jobs: list[StackJob], grid: Grid, deadline: float | None, display: SweepProgress, address: str) -> None:
-    """Submit every stack, then each finished stack's evaluations and analyses; wait for all of them."""
+def execute_ray(
+    jobs: list[StackJob],
+    grid: Grid,
+    deadline: float | None,
+    display: SweepProgress,
+    failures: FailureLog,
+    address: str,
+) -> None:
+    """Submit every stack, then each finished stack's evaluations and analyses; wait for all of them.
+
+    A task that raises (or whose worker died more than ``MAX_RETRIES`` times) is recorded in ``failures``; the
+    other tasks go on."""
     ray = require_ray()
     started = connect(address)
     try:
@@ -93,32 +128,32 @@ def execute_ray(jobs: list[StackJob], grid: Grid, deadline: float | None, displa
                 display.trained(job.name, job.tasks(steps_logged(job.directory)))
             for ref in ready:
                 kind, item = pending.pop(ref)
-                if not _result(ray, ref, kind, item):
+                if not _result(ray, ref, kind, item, failures, display):
                     continue
                 if kind == "evaluate":
                     display.run_finished()
                 elif kind == "train":
                     training.pop(item.name)
                     display.stack_finished(item.name)
-                    for run in item.runs:
+                    for run in item.grid_runs:
                         if past(deadline):
                             continue
                         if not run.evaluated:
                             pending[evaluate.remote(run, grid.eval_limit)] = ("evaluate", run)
                         for name, out in run.missing_analyses():
-                            pending[analyse.remote(run, name, out)] = ("analyse", run)
+                            pending[analyse.remote(run, name, out)] = (f"analyse {name}", run)
     finally:
         if started:
             ray.shutdown()
 
 
-def _result(ray: Any, ref: Any, kind: str, item: Any) -> Any:
-    """``ray.get(ref)``; a task's error is raised again as its own exception, its message led by what failed
-    (Ray's wrapper's first line is only its task header, ``ray::_analyse_task() (pid=..., ip=...)``)."""
+def _result(ray: Any, ref: Any, kind: str, item: Any, failures: FailureLog, display: SweepProgress) -> Any:
+    """``ray.get(ref)``; None when the task failed, recorded in ``failures`` with Ray's text of it (the remote
+    traceback) and its own error's first line (Ray's wrapper's first line is only its task header)."""
     try:
         return ray.get(ref)
-    except ray.exceptions.RayTaskError as error:
-        cause = error.cause if isinstance(error.cause, Exception) else RuntimeError(str(error).splitlines()[-1])
-        if not isinstance(cause, ValueError | OSError):  # the CLI's one-line errors; others keep their traceback
-            raise cause from None
-        raise type(cause)(f"{kind} {getattr(item, 'name', item)}: {cause}") from None
+    except ray.exceptions.RayError as error:
+        cause = getattr(error, "cause", None)
+        reason = cause if isinstance(cause, Exception) else RuntimeError(str(error).strip().splitlines()[-1])
+        display.failed(failures.record(kind, item.name, reason, str(error)))
+        return None

@@ -14,23 +14,26 @@ from pathlib import Path
 
 from lsa_interp.data.dataset import read_manifest
 from lsa_interp.evaluation.runs_table import runs_table, write_runs_table
+from lsa_interp.sweep.failures import Failure, FailureLog
 from lsa_interp.sweep.grid import load_grid
 from lsa_interp.sweep.jobs import StackJob, stack_jobs
 from lsa_interp.sweep.local_runner import execute_local
 from lsa_interp.sweep.plan import GRID_COPY, RESULTS_FILE, data_dir, plan_stacks
 from lsa_interp.sweep.progress import SweepProgress
-from lsa_interp.sweep.ray_runner import execute_ray, require_ray
+from lsa_interp.sweep.ray_runner import check_address, execute_ray, require_ray
 from lsa_interp.sweep.work import ensure_dataset, steps_logged
 from lsa_interp.utils import atomic_write
 
 
 @dataclass(frozen=True)
 class SweepSummary:
-    """What one invocation leaves: runs in the grid, runs finished (model + evaluation), the results table."""
+    """What one invocation leaves: runs in the grid, runs finished (model + evaluation), the results table, and
+    the units of work that failed in this invocation (each with its traceback's file)."""
 
     runs: int
     finished: int
     results: Path | None
+    failures: tuple[Failure, ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -48,37 +51,40 @@ def run_sweep(
     """Run (or continue) the sweep of the grid file ``grid_path`` in directory ``out``.
 
     ``ray``: None runs in-process; ``"auto"`` or a cluster address runs the stacks as Ray tasks.
-    ``max_minutes`` (default: the grid's) bounds this invocation. Raises ValueError for a bad grid, a grid
-    that does not match the sweep already in ``out``, or ``ray`` without Ray installed, before any work.
+    ``max_minutes`` (default: the grid's) bounds this invocation. A unit of work that raises is recorded (its
+    traceback in ``out/failures/``) and the rest goes on: see `SweepSummary.failures`. Raises ValueError for a bad
+    grid, a grid that does not match the sweep already in ``out``, ``ray`` without Ray installed or an address
+    where nothing answers, before any work; `StoppedBySignal` when SIGINT/SIGTERM stopped training (state saved).
     """
     grid, out = load_grid(grid_path), Path(out)
     if ray is not None:
         require_ray()
+        check_address(ray)
     stacks = plan_stacks(grid, out)
     text = Path(grid_path).read_text(encoding="utf-8")
     atomic_write(out / GRID_COPY, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     minutes = max_minutes if max_minutes is not None else grid.max_minutes
     deadline = None if minutes is None else time.time() + 60 * minutes
     jobs = [job for job in stack_jobs(grid, out, stacks) if not job.done]
-    runs = [run for stack in stacks for run in stack.runs]
+    runs = [run for job in stack_jobs(grid, out, stacks) for run in job.grid_runs]
     needed = {run.data_dir for job in jobs for run in job.runs}
     for run in {run.data_key: run for stack in stacks for run in stack.runs}.values():
         if data_dir(out, run) in needed:
             ensure_dataset(grid.dataset_config(run.dataset), run.data_seed, data_dir(out, run))
-    finished_before = sum(run.evaluated for job in stack_jobs(grid, out, stacks) for run in job.runs)
+    finished_before = sum(run.evaluated for run in runs)
     estimates = {job.name: (_estimate(job), job.tasks(steps_logged(job.directory))) for job in jobs}
+    failures = FailureLog(out)
     with SweepProgress(len(runs), finished_before, estimates, enabled=progress) as display:
         if ray is None:
-            execute_local(jobs, grid, deadline, display)
+            execute_local(jobs, grid, deadline, display, failures)
         else:
-            execute_ray(jobs, grid, deadline, display, ray)
-    all_jobs = stack_jobs(grid, out, stacks)
-    finished = [run.model_dir for job in all_jobs for run in job.runs if run.evaluated]
+            execute_ray(jobs, grid, deadline, display, failures, ray)
+    finished = [run.model_dir for run in runs if run.evaluated]
     results = None
     if finished:
         results = out / RESULTS_FILE
         write_runs_table(runs_table(finished), results)
-    return SweepSummary(len(runs), len(finished), results)
+    return SweepSummary(len(runs), len(finished), results, tuple(failures.failures))
 
 
 def _estimate(job: StackJob) -> int:

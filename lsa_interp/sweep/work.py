@@ -25,8 +25,15 @@ from lsa_interp.evaluation.run import DEFAULT_BATCH_SIZE
 from lsa_interp.model.checkpoint import CONFIG_FILE as MODEL_CONFIG_FILE
 from lsa_interp.model.checkpoint import load_model
 from lsa_interp.sweep.analyses import analysis_function
-from lsa_interp.sweep.plan import EVALUATION_FILE
-from lsa_interp.training.run_dir import CONFIG_FILE, DONE_FILE, METRICS_FILE, MODEL_DIR, replicate_dir
+from lsa_interp.sweep.plan import EVALUATION_FILE, evaluated_with
+from lsa_interp.training.run_dir import (
+    CONFIG_FILE,
+    DONE_FILE,
+    METRICS_FILE,
+    MODEL_DIR,
+    StoppedBySignal,
+    replicate_dir,
+)
 from lsa_interp.training.stack_config import StackConfig
 from lsa_interp.training.stack_trainer import StackTrainer
 from lsa_interp.utils import atomic_write, read_json_lines
@@ -82,7 +89,7 @@ def train_stack(
 
     A new stack is started; one with a saved state resumes from it. The minutes left are counted once the trainer
     is built (its data and model take seconds), so training stops at the deadline. Returns whether the stack
-    finished.
+    finished. Raises `StoppedBySignal` when SIGINT or SIGTERM stopped the training (its state saved).
     """
     if stack_finished(directory, config):
         return True
@@ -97,6 +104,8 @@ def train_stack(
     if minutes is not None and minutes <= 0:
         return False
     trainer.run(progress=progress, max_minutes=minutes)
+    if trainer.stopped_by is not None:
+        raise StoppedBySignal(trainer.stopped_by)
     return stack_finished(directory, config)
 
 
@@ -117,27 +126,38 @@ def point_at_datasets(directory: Path, config: StackConfig) -> None:
 
 
 def evaluate_run(model_dir: Path, data_dir: Path, name: str, limit: int | None = None, device: str = "cpu") -> bool:
-    """Write ``evaluation.json`` beside the model (val and new-alphabet splits of its dataset) and ``fit.json``
-    (`training_fit` on `FIT_ROWS` train and val rows, or ``limit`` if smaller), each unless it is there.
+    """Write ``evaluation.json`` beside the model (val and new-alphabet splits of its dataset, at most ``limit``
+    rows each) and ``fit.json`` (`training_fit` on `FIT_ROWS` train and val rows, or ``limit`` if smaller), each
+    unless it is there with that limit (a grid whose ``eval_limit`` changed has its runs evaluated again).
 
     Returns whether it wrote the evaluation. Raises FileNotFoundError when the model or dataset is missing.
     """
     target, fit_target = model_dir / EVALUATION_FILE, model_dir / FIT_FILES["json"]
-    if target.is_file() and fit_target.is_file():
+    fit_rows = min(FIT_ROWS, limit or FIT_ROWS)
+    fit_done = _stored_value(fit_target, "rows") == fit_rows
+    evaluated = evaluated_with(model_dir, limit)
+    if evaluated and fit_done:
         return False
     model = load_model(model_dir, device=device)
     # On a GPU a greedy decode step costs launches, not arithmetic: larger batches evaluate several times faster.
     batch_size = GPU_EVAL_BATCH if model.device.type == "cuda" else DEFAULT_BATCH_SIZE
-    needed = (() if fit_target.is_file() else FIT_SPLITS) + (() if target.is_file() else tuple(SPLIT_OF.values()))
+    needed = (() if fit_done else FIT_SPLITS) + (() if evaluated else tuple(SPLIT_OF.values()))
     dataset = load_dataset(data_dir, splits=tuple(dict.fromkeys(needed)))  # each split read once
-    if not fit_target.is_file():
-        fit = training_fit(model, dataset, min(FIT_ROWS, limit or FIT_ROWS), name, batch_size)
-        write_fit(fit, model_dir, page=False)
-    if target.is_file():
+    if not fit_done:
+        write_fit(training_fit(model, dataset, fit_rows, name, batch_size), model_dir, page=False)
+    if evaluated:
         return False
     result = evaluate_model(model, dataset, limit=limit, model_name=name, batch_size=batch_size)
     atomic_write(target, lambda tmp: tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8"))
     return True
+
+
+def _stored_value(path: Path, key: str) -> Any:
+    """``key`` of the JSON object in ``path``; None when the file is missing or not readable JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get(key)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
 
 
 def analyse_run(model_dir: Path, out_dir: Path, analysis: str, name: str, device: str = "cpu") -> bool:

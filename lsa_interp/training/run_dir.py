@@ -127,6 +127,15 @@ def pick_device(name: str) -> torch.device:
     return device
 
 
+class StoppedBySignal(KeyboardInterrupt):
+    """Raised by work that goes on after a training loop has stopped on SIGINT/SIGTERM and saved its state (a
+    sweep), so that it stops as an interrupted program does; ``signum`` is the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
 @contextmanager
 def stop_on_signals() -> Iterator[dict[str, int]]:
     """Turn SIGINT/SIGTERM into a flag the loop checks after each step (so the state can be saved)."""

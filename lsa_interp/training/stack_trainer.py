@@ -79,6 +79,8 @@ class StackTrainer:
     def __init__(self, config: StackConfig, run_dir: Path, state: dict[str, Any] | None = None) -> None:
         self.created = time.monotonic()
         self.config, self.run_dir = config, run_dir
+        self.stopped_by: int | None = None
+        """The signal that stopped the last `run` (its state saved, no models written), else None."""
         self.device = pick_device(config.device)
         if config.attention == "triton" and self.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             raise ValueError("the triton attention needs a CUDA device (on a CPU, only under TRITON_INTERPRET=1)")
@@ -219,6 +221,7 @@ class StackTrainer:
                 if out_of_time:
                     break
         if "signal" in stop:
+            self.stopped_by = stop["signal"]
             return self.run_dir
         self._save_final()
         return self.run_dir

@@ -54,6 +54,8 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, run_dir: Path, state: dict[str, Any] | None = None) -> None:
         self.config, self.run_dir = config, run_dir
+        self.stopped_by: int | None = None
+        """The signal that stopped the last `run` (its state saved, no model written), else None."""
         self.device = pick_device(config.device)
         self.graphed = self.device.type == "cuda" and config.cuda_graph
         if self.graphed and config.micro_batches > 1:
@@ -306,6 +308,7 @@ class Trainer:
                 if deadline is not None and time.monotonic() > deadline:
                     break
         if "signal" in stop:
+            self.stopped_by = stop["signal"]
             return self.run_dir
         self._save_final()
         return self.run_dir

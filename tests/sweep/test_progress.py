@@ -69,7 +69,16 @@ def test_a_sweep_with_nothing_to_train_shows_an_empty_bar(capsys):
 def test_a_disabled_display_prints_nothing(capsys):
     with SweepProgress(4, 0, {"a": (10, 0)}, enabled=False) as display:
         display.trained("a", 5)
-    assert capsys.readouterr().err == ""
+        display.failed("evaluate run-a: ValueError: no val split (traceback: x.txt)")
+    assert capsys.readouterr().err == "" and display.failures == 1
+
+
+def test_a_failure_is_printed_above_the_bar_and_counted(capsys):
+    with SweepProgress(4, 1, {"a": (10, 0)}) as display:
+        display.failed("evaluate run-a: ValueError: [no] val split (traceback: x.txt)")
+    text = capsys.readouterr().err
+    assert "failed: evaluate run-a: ValueError: [no] val split (traceback: x.txt)\n" in text, "printed as given"
+    assert "sweep: 1/4 runs done, 1 failed" in text
 
 
 def test_the_rate_column_reads_tasks_per_second():
@@ -124,7 +133,7 @@ def test_run_sweep_counts_finished_runs_and_makes_only_the_data_still_needed(tmp
     out = tmp_path / "out"
     model = out / "stacks" / "stack-000" / "replicate-0" / "model"
     model.mkdir(parents=True)
-    (model / "evaluation.json").write_text("{}")
+    (model / "evaluation.json").write_text('{"limit": 40}')
     tables = []
     monkeypatch.setattr(runner, "runs_table", lambda dirs: ("table", dirs))
     monkeypatch.setattr(runner, "write_runs_table", lambda table, path: tables.append((table, path)))
@@ -138,7 +147,7 @@ def test_run_sweep_counts_finished_runs_and_makes_only_the_data_still_needed(tmp
     for i in range(4):
         done = fresh / "stacks" / "stack-000" / f"replicate-{i}" / "model"
         done.mkdir(parents=True)
-        (done / "evaluation.json").write_text("{}")
+        (done / "evaluation.json").write_text('{"limit": 40}')
     summary = runner.run_sweep(grid, fresh, max_minutes=0, progress=False)
     assert summary.complete and recorded[1][:3] == (4, 4, {})
     assert not (fresh / "data").exists(), "every run is finished: no dataset is made"
@@ -149,6 +158,7 @@ def executed(monkeypatch):
     """Stand-ins for both executors and for Ray's check: what `run_sweep` hands them."""
     calls = []
     monkeypatch.setattr(runner, "require_ray", lambda: calls.append(("require_ray",)))
+    monkeypatch.setattr(runner, "check_address", lambda address: calls.append(("check_address", address)))
     monkeypatch.setattr(runner, "execute_local", lambda *args: calls.append(("local", *args)))
     monkeypatch.setattr(runner, "execute_ray", lambda *args: calls.append(("ray", *args)))
     return calls
@@ -158,16 +168,17 @@ def test_run_sweep_hands_its_jobs_grid_deadline_and_display_to_the_executor(tmp_
     grid_file = write_tiny_grid(tmp_path / "grid.toml")
     monkeypatch.setattr(runner.time, "time", lambda: 1000.0)
     runner.run_sweep(grid_file, tmp_path / "out", max_minutes=2.5)
-    ((kind, jobs, grid, deadline, display),) = executed
+    ((kind, jobs, grid, deadline, display, failures),) = executed
     assert kind == "local" and [job.name for job in jobs] == ["stack-000"] and grid.eval_limit == 40
     assert deadline == 1000.0 + 150 and isinstance(display, _Recorder)
+    assert failures.directory == tmp_path / "out" / "failures" and failures.failures == []
     assert recorded[0][3] is True, "the display is shown by default"
     executed.clear()
     runner.run_sweep(grid_file, tmp_path / "out", ray="auto", max_minutes=1)
-    assert executed[0] == ("require_ray",)
-    ((kind, jobs, grid, deadline, display, address),) = executed[1:]
+    assert executed[:2] == [("require_ray",), ("check_address", "auto")]
+    ((kind, jobs, grid, deadline, display, failures, address),) = executed[2:]
     assert (kind, [job.name for job in jobs], deadline, address) == ("ray", ["stack-000"], 1000.0 + 60, "auto")
-    assert grid.eval_limit == 40 and isinstance(display, _Recorder)
+    assert grid.eval_limit == 40 and isinstance(display, _Recorder) and failures.failures == []
 
 
 def test_the_grid_s_own_minutes_bound_an_invocation_unless_it_is_given_its_own(
@@ -189,3 +200,31 @@ def test_the_estimate_counts_a_last_partial_batch_as_a_step(tmp_path, recorded, 
     assert rows % 7, "the test needs a partial batch"
     ((estimate, done),) = recorded[0][2].values()
     assert estimate == (rows // 7 + 1) * 7 * 4 and isinstance(estimate, int) and done == 0
+
+
+def test_run_sweep_returns_the_failures_and_counts_only_the_grid_s_runs(tmp_path, recorded, monkeypatch):
+    path = write_tiny_grid(tmp_path / "grid.toml")
+    out = tmp_path / "out"
+
+    def execute(jobs, grid, deadline, display, failures):
+        failures.record("evaluate", "tiny-random-s1", ValueError("no val split"), "Traceback ...")
+
+    monkeypatch.setattr(runner, "execute_local", execute)
+    tables = []
+    monkeypatch.setattr(runner, "runs_table", lambda dirs: dirs)
+    monkeypatch.setattr(runner, "write_runs_table", lambda table, target: tables.append(table))
+    summary = runner.run_sweep(path, out, progress=False)
+    (failure,) = summary.failures
+    assert (failure.kind, failure.name, failure.message) == ("evaluate", "tiny-random-s1", "no val split")
+    assert failure.log.read_text() == "Traceback ..." and (summary.runs, summary.finished) == (4, 0)
+    for i in range(4):
+        model = out / "stacks" / "stack-000" / f"replicate-{i}" / "model"
+        model.mkdir(parents=True)
+        (model / "evaluation.json").write_text('{"limit": 40}')
+    path.write_text(path.read_text().replace("seeds = [0, 1]", "seeds = [0]"))
+    monkeypatch.setattr(runner, "execute_local", lambda *args: None)
+    summary = runner.run_sweep(path, out, progress=False)
+    assert (summary.runs, summary.finished, summary.failures) == (2, 2, ()) and summary.complete
+    assert [model.parent.name for model in tables[-1]] == ["replicate-0", "replicate-2"], "the grid's runs only"
+    assert recorded[-1][:2] == (2, 2)
+    assert not (out / "failures").exists(), "the last invocation had no failures"

@@ -5,15 +5,24 @@ from __future__ import annotations
 import builtins
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
 from lsa_interp.cli import main
+from lsa_interp.sweep.failures import FailureLog
+from lsa_interp.sweep.grid import load_grid
+from lsa_interp.sweep.jobs import stack_jobs
+from lsa_interp.sweep.plan import plan_stacks
+from lsa_interp.sweep.progress import SweepProgress
+from lsa_interp.sweep.ray_runner import execute_ray
 from lsa_interp.sweep.runner import run_sweep
+from lsa_interp.training.run_dir import DONE_FILE
 from tests.sweep.tiny_grid import evaluations, model_weights, same_weights, write_tiny_grid
 
 ray = pytest.importorskip("ray")
@@ -100,26 +109,84 @@ def test_a_killed_ray_worker_is_retried_and_its_stack_resumes_to_the_same_weight
     assert evaluations(out) == evaluations(reference)
 
 
-def test_a_task_error_is_raised_as_its_own_exception_naming_what_failed():
-    """Ray wraps a task's exception; the CLI printed only the wrapper's first line, its task header."""
-    from types import SimpleNamespace
-
+def test_a_task_error_is_recorded_led_by_what_failed(tmp_path):
+    """Ray wraps a task's exception, its text led by a task header; the failure keeps the error's own line and
+    Ray's whole text (the remote traceback)."""
     from lsa_interp.sweep.ray_runner import _result
 
     class Wrapped(Exception):
-        def __init__(self, cause):
-            super().__init__("ray::_analyse_task() (pid=1, ip=0.0.0.0)\nValueError: unknown preset 'tiny'")
+        def __init__(self, cause, last_line=""):
+            super().__init__(f"ray::_analyse_task() (pid=1, ip=0.0.0.0)\nTraceback ...\n{last_line or repr(cause)}")
             self.cause = cause
 
-    def failing(cause):
+    def failing(cause, last_line=""):
         def get(ref):
-            raise Wrapped(cause)
+            raise Wrapped(cause, last_line)
 
-        return SimpleNamespace(exceptions=SimpleNamespace(RayTaskError=Wrapped), get=get)
+        return SimpleNamespace(exceptions=SimpleNamespace(RayError=Wrapped), get=get)
 
     run = SimpleNamespace(name="tiny-random-s0")
-    with pytest.raises(ValueError, match=r"^analyse tiny-random-s0: unknown preset 'tiny'$"):
-        _result(failing(ValueError("unknown preset 'tiny'")), None, "analyse", run)
-    with pytest.raises(KeyError, match="x"):
-        _result(failing(KeyError("x")), None, "train", run)
-    assert _result(SimpleNamespace(exceptions=ray.exceptions, get=lambda ref: 5), None, "train", run) == 5
+    failures, display = FailureLog(tmp_path), SweepProgress(1, 0, {}, enabled=False)
+    unknown = ValueError("unknown preset 'tiny'")
+    assert _result(failing(unknown), None, "analyse matching", run, failures, display) is None
+    assert _result(failing(KeyError("x")), None, "train", run, failures, display) is None
+    died = failing(None, "The worker died unexpectedly")
+    assert _result(died, None, "evaluate", run, failures, display) is None
+    analysis, train, crash = failures.failures
+    assert (analysis.kind, analysis.name, analysis.message) == ("analyse matching", run.name, str(unknown))
+    text = analysis.log.read_text()
+    assert text.startswith("ray::_analyse_task() (pid=1") and "Traceback" in text, "Ray's whole text is kept"
+    assert train.message == "KeyError: 'x'"
+    assert crash.message == "RuntimeError: The worker died unexpectedly", "no cause: Ray's last line"
+    assert display.failures == 3
+    answers = SimpleNamespace(exceptions=ray.exceptions, get=lambda ref: 5)
+    assert _result(answers, None, "train", run, failures, display) == 5 and len(failures.failures) == 3
+
+
+def test_failing_ray_tasks_are_recorded_and_the_others_go_on(local_ray, tmp_path):
+    """A stack marked done whose models are missing: each run's evaluation and analysis fails in its worker."""
+    grid = load_grid(write_tiny_grid(tmp_path / "grid.toml", analyses=("matching",)))
+    out = tmp_path / "out"
+    (job,) = stack_jobs(grid, out, plan_stacks(grid, out))
+    job.directory.mkdir(parents=True)
+    (job.directory / DONE_FILE).write_text("")
+    failures, display = FailureLog(out), SweepProgress(4, 0, {job.name: (1, 0)}, enabled=False)
+    execute_ray([job], grid, None, display, failures, "auto")
+    units = sorted((failure.kind, failure.name) for failure in failures.failures)
+    expected = [(kind, run.name) for run in job.runs for kind in ("analyse matching", "evaluate")]
+    assert units == sorted(expected) and display.failures == 8
+    models = {run.name: run.model_dir for run in job.runs}
+    for failure in failures.failures:
+        assert failure.message.startswith(f"no checkpoint named or at '{models[failure.name]}'")
+        assert "FileNotFoundError" in failure.log.read_text()
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_ray_address_is_checked_before_any_work(tmp_path, capsys):
+    from lsa_interp.sweep.ray_runner import check_address
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        for address in ("auto", "local", f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}", f"[::ffff:127.0.0.1]:{port}"):
+            check_address(address)
+    for address in ("head-node", "10.0.0.1:", ":6379", "ray://", "10.0.0.1:port"):
+        with pytest.raises(ValueError, match=r"not an address; give auto, local, HOST:PORT or ray://HOST:PORT$"):
+            check_address(address)
+    closed = f"127.0.0.1:{_closed_port()}"
+    with pytest.raises(ValueError, match=rf"^--ray {closed}: nothing answers there \(Connection refused\); start"):
+        check_address(closed)
+    grid = write_tiny_grid(tmp_path / "grid.toml")
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", str(grid), "--out", str(tmp_path / "out"), "--ray", closed])
+    assert exit_info.value.code == 2 and time.monotonic() - started < 30
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"lsa-interp: error: --ray {closed}: nothing answers there") and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists(), "refused before any work"

@@ -13,9 +13,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from lsa_interp.cli import main
-from lsa_interp.sweep.runner import run_sweep
+from lsa_interp.sweep import runner
+from lsa_interp.sweep.failures import Failure
+from lsa_interp.sweep.runner import SweepSummary, run_sweep
+from lsa_interp.training.run_dir import StoppedBySignal
 from tests.sweep.tiny_grid import evaluations, model_weights, same_weights, write_tiny_grid
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,6 +101,62 @@ def test_killed_sweep_resumes_to_the_uninterrupted_weights_also_in_another_direc
     assert all(Path(run["data_dir"]).parent == (out / "data").resolve() for run in saved["runs"])
 
 
+@pytest.mark.slow
+def test_an_interrupted_sweep_saves_its_state_exits_130_and_resumes_to_the_same_weights(finished_sweep, tmp_path):
+    """Ctrl-C (SIGINT) mid-stack: the stack saves its state, the command says how to continue and exits as an
+    interrupted program does; the same command then ends with the uninterrupted sweep's weights."""
+    grid = tmp_path / "grid.toml"
+    grid.write_text((finished_sweep / "grid.toml").read_text())
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-c", _KILLABLE_CLI, str(grid), str(out)]
+    worker = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    state = out / "stacks" / "stack-000" / "state.pt"
+    try:
+        while not state.exists() and worker.poll() is None:
+            time.sleep(0.02)
+        worker.send_signal(signal.SIGINT)
+        _, err = worker.communicate(timeout=120)
+    finally:
+        worker.kill()
+    assert worker.returncode == 130, err
+    assert err.splitlines()[-1] == f"{out}: stopped by SIGINT; run the same command again to continue"
+    saved = torch.load(state, weights_only=False)["step"]
+    assert 0 < saved < 6 and not list(out.glob("stacks/*/replicate-*/model"))
+    assert run_sweep(grid, out, progress=False).complete
+    assert same_weights(model_weights(out), model_weights(finished_sweep))
+
+
+def test_the_sweep_command_lists_each_failure_and_exits_1(tmp_path, capsys, monkeypatch):
+    log = tmp_path / "out" / "failures" / "analyse-matching-tiny-random-s0.txt"
+    failure = Failure("analyse matching", "tiny-random-s0", "RuntimeError: shape mismatch", log)
+    summary = SweepSummary(4, 3, tmp_path / "out" / "results.csv", (failure,))
+    monkeypatch.setattr(runner, "run_sweep", lambda grid, out, ray, max_minutes: summary)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", "grid.toml", "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 1
+    out, err = capsys.readouterr()
+    table = tmp_path / "out" / "results.csv"
+    assert out == f"{tmp_path / 'out'}: 3/4 runs finished; table: {table}; run the same command again to continue\n"
+    assert (
+        err == f"lsa-interp: failed: analyse matching tiny-random-s0: RuntimeError: shape mismatch (traceback: {log})\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("stop", "code", "name"), [(KeyboardInterrupt(), 130, "SIGINT"), (StoppedBySignal(signal.SIGTERM), 143, "SIGTERM")]
+)
+def test_a_sweep_stopped_by_a_signal_exits_as_that_signal_does(tmp_path, capsys, monkeypatch, stop, code, name):
+    def stopped(grid, out, ray, max_minutes):
+        raise stop
+
+    monkeypatch.setattr(runner, "run_sweep", stopped)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", "grid.toml", "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == code
+    assert capsys.readouterr().err == f"{tmp_path / 'out'}: stopped by {name}; run the same command again to continue\n"
+
+
 # The sweep in a child process, one torch thread (as the test process), each step slowed so the kill lands
 # mid-stack: a training step is a few milliseconds on the tiny model.
 _KILLABLE = """
@@ -108,3 +168,8 @@ stack_trainer.StackStep.run = lambda self, index: (time.sleep(0.2), step(self, i
 from lsa_interp.sweep.runner import run_sweep
 run_sweep(sys.argv[1], sys.argv[2], progress=False)
 """
+
+_KILLABLE_CLI = _KILLABLE.replace(
+    "from lsa_interp.sweep.runner import run_sweep\nrun_sweep(sys.argv[1], sys.argv[2], progress=False)",
+    "from lsa_interp.cli import main\nmain(['sweep', sys.argv[1], '--out', sys.argv[2]])",
+)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -267,6 +268,21 @@ def test_evaluate_run_makes_only_what_is_missing(saved_model, monkeypatch):
     (model_dir / "evaluation.json").unlink()
     assert work.evaluate_run(model_dir, data, "tiny-run", limit=12)
     assert loads[-1] == ("val", "test_new_alphabets")
+
+
+def test_evaluate_run_evaluates_again_under_another_limit(saved_model, monkeypatch):
+    model_dir, data = saved_model
+    loads = _spy_splits(monkeypatch)
+    work.evaluate_run(model_dir, data, "tiny-run", limit=12)
+    assert work.evaluate_run(model_dir, data, "tiny-run", limit=20), "a grid's eval_limit changed"
+    assert loads[-1] == ("train", "val", "test_new_alphabets")
+    assert json.loads((model_dir / "evaluation.json").read_text())["limit"] == 20
+    assert json.loads((model_dir / "fit.json").read_text())["rows"] == 20
+    (model_dir / "fit.json").write_text(json.dumps({"rows": FIT_ROWS}))
+    (model_dir / "evaluation.json").write_text(json.dumps({"limit": None}))
+    monkeypatch.setattr(work, "evaluate_model", lambda *args, **kwargs: SimpleNamespace(to_dict=lambda: {"limit": 9}))
+    assert work.evaluate_run(model_dir, data, "tiny-run", limit=FIT_ROWS + 1)
+    assert loads[-1] == ("val", "test_new_alphabets"), "the fit reads FIT_ROWS rows under either limit"
 
 
 def test_evaluate_run_sizes_its_batches_and_fit_rows(saved_model, monkeypatch):

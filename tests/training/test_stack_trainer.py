@@ -320,6 +320,7 @@ def test_a_stack_stopped_between_two_step_records_resumes_to_the_same_records(da
     cut.train_step = stop_after_step_3
     cut.run()
     assert torch.load(tmp_path / "cut" / "state.pt", weights_only=True)["step"] == 3
+    assert cut.stopped_by == signal.SIGTERM
     StackTrainer.resume(tmp_path / "cut").run()
     steps = lambda run: [{k: v for k, v in r.items() if k != "tasks_per_s"} for r in _records(run, "step")]
     assert [r["step"] for r in steps(tmp_path / "cut")] == [2, 4, 6] and steps(tmp_path / "cut") == steps(

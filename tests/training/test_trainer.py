@@ -169,6 +169,7 @@ def test_killed_and_resumed_run_ends_with_the_same_weights(data_dir, tmp_path, s
     _wait_for_state(tmp_path / "cut", 8, proc)
     proc.send_signal(sig)
     proc.communicate(timeout=60)
+    assert proc.returncode == (128 + sig if sig == signal.SIGTERM else -sig), "SIGTERM: state saved, exit 143"
     assert not (tmp_path / "cut" / "model").exists()
     done = subprocess.run(
         [sys.executable, "-m", "lsa_interp", "train", "--resume", str(tmp_path / "cut")],
@@ -234,6 +235,26 @@ def test_a_new_run_that_fails_to_start_leaves_no_generated_dataset_behind(tmp_pa
     (tmp_path / "kept").mkdir()
     code, _ = run_cli(["train", "--out", str(tmp_path / "kept"), *flash, "--force"], capsys)
     assert code == 2 and list((tmp_path / "kept").iterdir()) == []
+
+
+def test_a_run_stopped_by_a_signal_exits_as_that_signal_does(tmp_path, capsys, data_dir, monkeypatch):
+    """Ctrl-C saves the state and exits 130, as an interrupted program does (it exited 0, as a finished run)."""
+    step = Trainer.train_step
+
+    def interrupted_at_step_2(self, batch):
+        loss = step(self, batch)
+        if self.step == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return loss
+
+    monkeypatch.setattr(Trainer, "train_step", interrupted_at_step_2)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["train", "--out", str(tmp_path / "R"), "--data", str(data_dir), "--max-steps", "5"])
+    assert info.value.code == 130
+    said = "2 steps (0.04 epochs), stopped by a signal; continue with --resume"
+    assert capsys.readouterr().out == f"{tmp_path / 'R'}: {said}\n"
+    assert not (tmp_path / "R" / "model").exists()
+    assert torch.load(tmp_path / "R" / "state.pt", weights_only=False)["step"] == 2
 
 
 def test_cli_refuses_a_used_run_directory(tmp_path, capsys, data_dir):
@@ -313,7 +334,7 @@ def test_a_run_stopped_by_a_signal_resumes_to_the_uninterrupted_weights_and_metr
             os.kill(os.getpid(), signal.SIGTERM)
 
     cut.run(progress=terminate_at_step_8)
-    assert not (tmp_path / "cut" / "model").exists()
+    assert not (tmp_path / "cut" / "model").exists() and cut.stopped_by == signal.SIGTERM
     state = torch.load(tmp_path / "cut" / "state.pt", weights_only=False)
     metrics = tmp_path / "cut" / "metrics.jsonl"
     assert state["step"] == 8 and state["metrics_offset"] == metrics.stat().st_size and state["elapsed"] > 0
@@ -322,7 +343,7 @@ def test_a_run_stopped_by_a_signal_resumes_to_the_uninterrupted_weights_and_metr
         handle.write('{"type": "step", "step": 9}\n')
     resumed = Trainer.resume(tmp_path / "cut")
     assert (resumed.step, resumed.elapsed) == (8, state["elapsed"])
-    assert resumed.run() == tmp_path / "cut"
+    assert resumed.run() == tmp_path / "cut" and resumed.stopped_by is None
     assert _lines(tmp_path / "cut") == _lines(tmp_path / "whole")
     whole = load_file(tmp_path / "whole" / "model" / "model.safetensors")
     done = load_file(tmp_path / "cut" / "model" / "model.safetensors")
