@@ -17,15 +17,23 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from lsa_interp.commands.common import check_device, device_option, given_options, training_preset, writable_out
+from lsa_interp.commands.common import (
+    CommandGroup,
+    check_device,
+    device_option,
+    given_options,
+    training_preset,
+    writable_out,
+)
 
 app = typer.Typer(
     name="lsa-interp",
+    cls=CommandGroup,
     no_args_is_help=True,
     add_completion=False,
     help="Letter-string analogy transformers: datasets, training, hooked models and the paper's findings.",
 )
-data_app = typer.Typer(no_args_is_help=True, help="Generate and inspect the paper's datasets.")
+data_app = typer.Typer(cls=CommandGroup, no_args_is_help=True, help="Generate and inspect the paper's datasets.")
 app.add_typer(data_app, name="data")
 console = Console(stderr=True)
 
@@ -47,6 +55,7 @@ def data_generate(
     config = get_preset(preset)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise UserError(f"{out} exists and is not empty; pass --force to overwrite it")
+    writable_out(out)
     stages = 6 + (config.match_size_of is not None)
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -304,6 +313,7 @@ def train(
             model=_parse_model_config(model_config),
         )
         created = not out.exists()
+        writable_out(out)
         try:
             if data is None:
                 _generate_into(preset, data_seed, out / "data")

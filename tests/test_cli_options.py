@@ -1,11 +1,14 @@
 """Options the CLI refuses before any work, each with one line and exit code 2: a device that is not there, options
-that do not apply together, an output that cannot be written, a checkpoint name that is taken."""
+that do not apply together, an output that cannot be written, a checkpoint name that is taken, an empty path."""
 
 from __future__ import annotations
 
 import pytest
 
 from lsa_interp import cli
+
+EMPTY = "Invalid value for {}: an empty path; give a file or directory name ('.' for the working directory)"
+"""An empty path would mean the working directory."""
 
 
 @pytest.mark.parametrize(
@@ -27,6 +30,25 @@ from lsa_interp import cli
         ),
         (["attention", "--model", "copy-20", "--out", "CK"], "is a directory; give the page's file name"),
         (["ship", "nowhere", "--name", "taken", "--dest", "CK"], "exists; pass --force to replace it"),
+        (["ship", "nowhere", "--name", "new", "--dest", "FILE"], "cannot write to --dest"),
+        (["data", "generate", "--preset", "copy-20", "--out", "/proc/lsa-interp"], "cannot write to --out /proc/"),
+        (["train", "--out", "/proc/lsa-interp/run", "--max-steps", "1"], "cannot write to --out /proc/lsa-interp/run"),
+        (["data", "generate", "--preset", "copy-20", "--out", ""], EMPTY.format("'--out'")),
+        (["data", "show", ""], EMPTY.format("'data_dir'")),
+        (["train", "--out="], EMPTY.format("'--out'")),
+        (["train", "--resume", ""], EMPTY.format("'--resume'")),
+        (["sweep", "FILE", "--out", ""], EMPTY.format("'--out'")),
+        (["evaluate", "--model", "nowhere", "--out", ""], EMPTY.format("'--out'")),
+        (["fit", "--model", "nowhere", "--out", ""], EMPTY.format("'--out'")),
+        (["rasp", "--model", "nowhere", "--out", ""], EMPTY.format("'--out'")),
+        (["report", "--model", "nowhere", "--out", ""], EMPTY.format("'--out'")),
+        (["results", "--out", ""], EMPTY.format("'--out'")),
+        (["results", "--runs", "CK", "--runs", "", "--out", "CK"], EMPTY.format("'--runs'")),
+        (
+            ["attention", "--model", "nowhere", "--circuitsvis", "", "--out", "CK/v.html"],
+            EMPTY.format("'--circuitsvis'"),
+        ),
+        (["ship", "nowhere", "--name", "new", "--dest", ""], EMPTY.format("'--dest'")),
     ],
 )
 def test_options_that_cannot_work_are_refused_before_any_work(args, message, tmp_path, capsys, monkeypatch):

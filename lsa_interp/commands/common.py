@@ -1,13 +1,17 @@
-"""Options and helpers shared by the analysis commands: open a model, print and write a result."""
+"""Options and helpers shared by the commands: open a model, print and write a result, and the command group
+that refuses empty paths and removes the output directories of a command that failed."""
 
 from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, get_args
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.table import Table
 
@@ -72,6 +76,11 @@ def default_out(model: str) -> Path:
     return Path("runs") / "analysis" / name
 
 
+_MADE: list[Path] = []
+"""The directories `writable_out` made for the command now running (`CommandGroup` removes them again, where
+still empty, when the command fails)."""
+
+
 def writable_out(out: Path, option: str = "--out") -> Path:
     """Make sure ``out`` is a directory we can write files into (created if missing), before any work.
 
@@ -79,6 +88,7 @@ def writable_out(out: Path, option: str = "--out") -> Path:
     """
     import tempfile
 
+    _MADE.extend(path.absolute() for path in (out, *out.parents) if not path.exists())
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
@@ -86,6 +96,56 @@ def writable_out(out: Path, option: str = "--out") -> Path:
     except OSError as err:
         raise ValueError(f"cannot write to {option} {out}: {err.strerror or err}; give a writable directory") from None
     return out
+
+
+@contextmanager
+def made_dirs_removed_on_failure() -> Iterator[None]:
+    """Run a command; when it fails, remove the directories `writable_out` made for it that are still empty
+    (deepest first; a directory that existed before or holds anything stays)."""
+    _MADE.clear()
+    try:
+        yield
+    except BaseException as err:
+        if not (isinstance(err, typer.Exit) and err.exit_code == 0):  # typer.Exit(0): a command that succeeded
+            for path in sorted(set(_MADE), key=lambda path: len(path.parts), reverse=True):
+                try:
+                    path.rmdir()
+                except OSError:  # not empty, or gone
+                    pass
+        raise
+    finally:
+        _MADE.clear()
+
+
+def refuse_empty_paths(command: typer.core.TyperCommand, ctx: typer.Context, args: list[str]) -> None:
+    """Raise typer.BadParameter (exit 2) for a path parameter of ``command`` given as an empty string in ``args``
+    (it would mean the working directory). Arguments it cannot parse pass: the command's own parse reports them."""
+    try:
+        given, _, _ = command.make_parser(ctx).parse_args(args=list(args))
+    except typer.TyperException:
+        return
+    for param in command.params:
+        annotation = param.type_descriptor.annotation
+        value = given.get(param.name)
+        values = [value] if isinstance(value, str) else value or []
+        if Path in (annotation, *get_args(annotation)) and "" in values:
+            message = "an empty path; give a file or directory name ('.' for the working directory)"
+            raise typer.BadParameter(message, ctx=ctx, param=param)
+
+
+class CommandGroup(typer.core.TyperGroup):
+    """The CLI's command groups: a command's empty path parameter is refused before it runs, and the output
+    directories a failing command made are removed again (`made_dirs_removed_on_failure`)."""
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]):
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None and not hasattr(command, "commands"):  # a command, not a group
+            refuse_empty_paths(command, typer.Context(command, info_name=name, parent=ctx), rest)
+        return name, command, rest
+
+    def invoke(self, ctx: typer.Context):
+        with made_dirs_removed_on_failure():
+            return super().invoke(ctx)
 
 
 def out_dir(out: Path | None, model: str) -> Path:

@@ -5,9 +5,24 @@ Dash and torch are imported inside the command, so ``--help`` stays fast.
 
 from __future__ import annotations
 
+import socket
 from typing import Annotated
 
 import typer
+
+
+def check_address(host: str, port: int) -> None:
+    """Raise ValueError (exit 2) unless a server can listen on ``host``:``port``, tried before any work by
+    binding a socket there as the server will (werkzeug's own failure exits 1 with a bare line)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        address = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)[0][4]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as err:
+        message = f"cannot listen on --host {host!r} --port {port}: {err.strerror or err}"
+        raise ValueError(f"{message}; give an address of this machine and a free port") from None
 
 
 def register(app: typer.Typer) -> None:
@@ -37,6 +52,7 @@ def register(app: typer.Typer) -> None:
         """Serve the live explorer."""
         from lsa_interp.explorer import explorer_catalogue, serve
 
+        check_address(host, port)
         catalogue = explorer_catalogue(model or [])
         print(f"lsa-interp explorer: http://{host}:{port}/  ({len(catalogue.names)} models; Ctrl-C stops)", flush=True)
         serve(catalogue, host=host, port=port)

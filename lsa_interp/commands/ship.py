@@ -47,6 +47,7 @@ def register(app: typer.Typer) -> None:
         """Copy a finished run's model into checkpoints/NAME with a model card (card.md), evaluation.json and the
         matching-head analysis of the stored weights (matching_heads.json)."""
         from lsa_interp.analysis.matching import write_matching_json
+        from lsa_interp.commands.common import writable_out
         from lsa_interp.evaluation.card import check_checkpoint_name, ship_run
         from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, STORAGE_DTYPES
 
@@ -54,8 +55,10 @@ def register(app: typer.Typer) -> None:
 
         if storage not in STORAGE_DTYPES:
             raise ValueError(f"unknown storage {storage!r}; choose one of: {', '.join(STORAGE_DTYPES)}")
-        if ((dest or CHECKPOINTS_DIR) / name).exists() and not force:
-            raise FileExistsError(f"{(dest or CHECKPOINTS_DIR) / name} exists; pass --force to replace it")
+        checkpoint = (dest or CHECKPOINTS_DIR) / name
+        if checkpoint.exists() and not force:
+            raise FileExistsError(f"{checkpoint} exists; pass --force to replace it")
+        writable_out(checkpoint.parent, "--dest")  # a nested name's folder too, made before the evaluation
         target = ship_run(
             run_dir,
             name,

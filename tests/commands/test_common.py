@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import plotly.graph_objects as go
 import pytest
+import typer
 
 from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.commands import common
@@ -46,6 +48,28 @@ def test_a_directory_whose_write_probe_fails_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr("tempfile.NamedTemporaryFile", refuse)
     with pytest.raises(ValueError, match=r"cannot write to --out .*out: Permission denied; give a writable directory"):
         common.writable_out(tmp_path / "out")
+
+
+def test_a_failed_command_removes_the_directories_made_for_it_that_are_still_empty(tmp_path):
+    (tmp_path / "before").mkdir()
+    with pytest.raises(KeyboardInterrupt), common.made_dirs_removed_on_failure():
+        common.writable_out(tmp_path / "new" / "a")
+        common.writable_out(tmp_path / "new" / "a" / "b" / "c")  # inside the first: removed before it
+        common.writable_out(tmp_path / "before" / "d")
+        common.writable_out(tmp_path / "written")
+        (tmp_path / "written" / "result.json").write_text("{}")
+        raise KeyboardInterrupt
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["before", "written"]
+    assert list((tmp_path / "before").iterdir()) == [] and (tmp_path / "written" / "result.json").is_file()
+
+
+@pytest.mark.parametrize(("stop", "kept"), [(None, True), (typer.Exit(0), True), (typer.Exit(1), False)])
+def test_the_directories_stay_when_the_command_succeeds(stop, kept, tmp_path):
+    with pytest.raises(type(stop)) if stop else contextlib.nullcontext(), common.made_dirs_removed_on_failure():
+        common.writable_out(tmp_path / "out")
+        if stop:
+            raise stop
+    assert (tmp_path / "out").is_dir() == kept
 
 
 def test_window_lengths():

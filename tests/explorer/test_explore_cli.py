@@ -1,25 +1,67 @@
-"""``lsa-interp explore``: bad models end with one line and exit code 2; the server listens on 127.0.0.1."""
+"""``lsa-interp explore``: bad models and addresses it cannot listen on end with one line and exit code 2; the
+server listens on 127.0.0.1."""
 
 from __future__ import annotations
+
+import errno
+import os
+import socket
 
 import pytest
 
 from lsa_interp.cli import main
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def test_unknown_model_is_a_one_line_error(capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
-        main(["explore", "--model", str(tmp_path / "missing")])
+        main(["explore", "--model", str(tmp_path / "missing"), "--port", str(_free_port())])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("lsa-interp: error: ") and "holds no model" in err and "Traceback" not in err
 
 
 def test_serves_on_localhost_by_default(monkeypatch, capsys):
-    calls = {}
+    calls, port = {}, _free_port()
     monkeypatch.setattr("lsa_interp.explorer.serve", lambda catalogue, host, port: calls.update(host=host, port=port))
     with pytest.raises(SystemExit) as exit_info:
-        main(["explore", "--model", "copy-200", "--port", "8123"])
+        main(["explore", "--model", "copy-200", "--port", str(port)])
     assert exit_info.value.code == 0
-    assert calls == {"host": "127.0.0.1", "port": 8123}
-    assert "http://127.0.0.1:8123/" in capsys.readouterr().out
+    assert calls == {"host": "127.0.0.1", "port": port}
+    assert f"http://127.0.0.1:{port}/" in capsys.readouterr().out
+
+
+def _unknown_name(host, port, *args):
+    raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+
+@pytest.mark.parametrize(
+    ("host", "taken", "reason"),
+    [
+        ("no-such-host.invalid", False, "--host 'no-such-host.invalid' --port {port}: Name or service not known"),
+        ("192.0.2.1", False, "--host '192.0.2.1' --port {port}: " + os.strerror(errno.EADDRNOTAVAIL)),  # not here
+        ("127.0.0.1", True, "--host '127.0.0.1' --port {port}: " + os.strerror(errno.EADDRINUSE)),
+    ],
+)
+def test_an_address_it_cannot_listen_on_is_a_one_line_error_before_any_work(host, taken, reason, monkeypatch, capsys):
+    def no_work(*args, **kwargs):
+        raise AssertionError("the address is checked before the models are loaded and the server starts")
+
+    monkeypatch.setattr("lsa_interp.explorer.explorer_catalogue", no_work)
+    monkeypatch.setattr("lsa_interp.explorer.serve", no_work)
+    if host.endswith(".invalid"):  # no name server asked
+        monkeypatch.setattr(socket, "getaddrinfo", _unknown_name)
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1] if taken else _free_port()
+        with pytest.raises(SystemExit) as exit_info:
+            main(["explore", "--host", host, "--port", str(port)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("lsa-interp: error: cannot listen on ")
+    assert reason.format(port=port) in err and len(err.strip().splitlines()) == 1, err
