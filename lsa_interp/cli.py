@@ -337,9 +337,11 @@ def train(
             bar.update(job, completed=record["step"], total=record["total_steps"], info=info)
 
         run_dir = trainer.run(progress=show)
-    finished = (run_dir / "model").exists() or (run_dir / "replicate-0" / "model").exists()
-    state = "model written" if finished else "stopped by a signal; continue with --resume"
+    signum = trainer.stopped_by
+    state = "model written" if signum is None else "stopped by a signal; continue with --resume"
     print(f"{run_dir}: {trainer.step} steps ({trainer.step / trainer.steps_per_epoch:.2f} epochs), {state}")
+    if signum is not None:  # the state is saved; exit as a program stopped by that signal does (130 for Ctrl-C)
+        raise typer.Exit(128 + signum)
 
 
 def _parse_model_config(text: str) -> dict:

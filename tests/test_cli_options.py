@@ -33,6 +33,7 @@ EMPTY = "Invalid value for {}: an empty path; give a file or directory name ('.'
         (["ship", "nowhere", "--name", "new", "--dest", "FILE"], "cannot write to --dest"),
         (["data", "generate", "--preset", "copy-20", "--out", "/proc/lsa-interp"], "cannot write to --out /proc/"),
         (["train", "--out", "/proc/lsa-interp/run", "--max-steps", "1"], "cannot write to --out /proc/lsa-interp/run"),
+        (["sweep", "FILE", "--out", "/proc/lsa-interp"], "cannot write to --out /proc/lsa-interp"),
         (["data", "generate", "--preset", "copy-20", "--out", ""], EMPTY.format("'--out'")),
         (["data", "show", ""], EMPTY.format("'data_dir'")),
         (["train", "--out="], EMPTY.format("'--out'")),

@@ -40,8 +40,10 @@ def register(app: typer.Typer) -> None:
 
         A unit of work that fails (a stack, an evaluation, an analysis) is listed at the end, its traceback in
         OUT/failures/, and the others go on; the exit code is then 1 (130 after Ctrl-C, the state saved)."""
+        from lsa_interp.commands.common import writable_out
         from lsa_interp.sweep.runner import run_sweep
 
+        writable_out(out)
         try:
             summary = run_sweep(grid, out, ray=ray, max_minutes=max_minutes)
         except KeyboardInterrupt as stop:  # Ctrl-C, or a signal the training loop caught and saved its state on
