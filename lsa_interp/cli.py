@@ -5,7 +5,6 @@ Bad input ends with one line on stderr and exit code 2 (set ``LSA_INTERP_DEBUG=1
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -17,14 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from lsa_interp.commands.common import (
-    CommandGroup,
-    check_device,
-    device_option,
-    given_options,
-    training_preset,
-    writable_out,
-)
+from lsa_interp.commands.common import CommandGroup, UserError, device_option, writable_out
 
 app = typer.Typer(
     name="lsa-interp",
@@ -36,10 +28,6 @@ app = typer.Typer(
 data_app = typer.Typer(cls=CommandGroup, no_args_is_help=True, help="Generate and inspect the paper's datasets.")
 app.add_typer(data_app, name="data")
 console = Console(stderr=True)
-
-
-class UserError(Exception):
-    """An input problem to report in one line (exit code 2)."""
 
 
 @data_app.command("generate", epilog="Example: lsa-interp data generate --preset copy-200 --seed 0 --out data/copy-200")
@@ -180,197 +168,6 @@ def evaluate(
         print(f"wrote {refresh_card(CHECKPOINTS_DIR / name, result)} and its evaluation.json")
 
 
-@app.command(
-    "train",
-    epilog="Example: lsa-interp train --preset copy-200 --seed 1 --batching alphabet --out runs/copy-200-s1\n\n"
-    "Resume after an interruption: lsa-interp train --resume runs/copy-200-s1",
-)
-def train(
-    ctx: typer.Context,
-    out: Annotated[Path | None, typer.Option(help="Run directory (config, metrics.jsonl, state.pt, model/).")] = None,
-    preset: Annotated[
-        str | None, typer.Option(help="Dataset preset to train on; default copy-20, with --data the dataset's own.")
-    ] = None,
-    seed: Annotated[int, typer.Option(min=0, help="Seed of the model's initialisation, dropout and data order.")] = 0,
-    data: Annotated[Path | None, typer.Option(help="A saved dataset; default: generate PRESET into OUT/data.")] = None,
-    data_seed: Annotated[int, typer.Option(min=0, help="Seed of the generated dataset (without --data).")] = 0,
-    epochs: Annotated[int, typer.Option(min=1)] = 20,
-    batch_size: Annotated[int, typer.Option(min=1)] = 32,
-    batching: Annotated[
-        str, typer.Option(help="random, alphabet, transformation or transformation_alphabet.")
-    ] = "random",
-    lr: Annotated[float, typer.Option(min=0.0)] = 1e-3,
-    precision: Annotated[str, typer.Option(help="fp32 (the recipe), tf32 matmuls, or bf16 autocast.")] = "fp32",
-    device: Annotated[
-        str,
-        typer.Option(
-            help="auto (CUDA if available), cpu or cuda.",
-            callback=lambda value: check_device(value, ("auto", "cpu", "cuda")),
-        ),
-    ] = "auto",
-    max_steps: Annotated[int | None, typer.Option(min=1, help="Stop after this many optimizer steps.")] = None,
-    max_minutes: Annotated[float | None, typer.Option(min=0.0, help="Stop after this much wall time.")] = None,
-    checkpoint_every: Annotated[int, typer.Option(min=1, help="Save the resumable state every N steps.")] = 2000,
-    val_limit: Annotated[int | None, typer.Option(min=1, help="Validate on this many val rows per epoch.")] = None,
-    model_config: Annotated[
-        str, typer.Option(help='JSON overrides of the model config, e.g. \'{"d_model": 64, "n_heads": 4}\'.')
-    ] = "{}",
-    replicates: Annotated[
-        int,
-        typer.Option(min=1, help="Train N models as one natively stacked model (seeds SEED..SEED+N-1, one step)."),
-    ] = 1,
-    cuda_graph: Annotated[
-        bool, typer.Option(help="On CUDA, capture the training step once as a CUDA graph and replay it.")
-    ] = True,
-    compile: Annotated[
-        bool,
-        typer.Option(
-            help="Run torch.compile inside the stacked step (trains as a stack, also of one model; "
-            "measure first: benchmarks/train_throughput.py --stacking native-compile).",
-        ),
-    ] = False,
-    attention: Annotated[
-        str,
-        typer.Option(
-            help="sdpa (torch's scaled_dot_product_attention), triton: the stacked step's own kernel for short "
-            "rows and 16-wide heads (needs the triton package), or flash: FlashAttention-2's variable-length kernel "
-            "over packed rows (needs --packing and --precision bf16); triton and flash train as a stack on a CUDA "
-            "GPU (measure first: benchmarks/train_throughput.py --stacking native-triton,native-compile-flash-packed).",
-        ),
-    ] = "sdpa",
-    packing: Annotated[
-        bool,
-        typer.Option(
-            help="Pack each step's rows end to end without padding, so that only real tokens are computed (the "
-            "same batches and losses up to rounding; trains as a stack; measure first: "
-            "benchmarks/train_throughput.py --stacking native-compile-triton-packed).",
-        ),
-    ] = False,
-    length_bucketing: Annotated[
-        bool,
-        typer.Option(
-            help="Sort rows by length within windows of 50 batches: less padding (faster on CPU), "
-            "but batches of similar tasks, unlike the reference's random batches."
-        ),
-    ] = False,
-    micro_batches: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="Cut each batch into N length-sorted parts whose gradients add up before the one optimizer step: "
-            "the same batches and updates, less padding (1.2-1.4x faster on CPU with 4; eager step only).",
-        ),
-    ] = 1,
-    architecture: Annotated[
-        str,
-        typer.Option(
-            help="hooked (our model), or reference: the same network as a plain torch.nn.Transformer, trained by "
-            "the same loop (to check a result is not our model's doing); both save a hooked checkpoint."
-        ),
-    ] = "hooked",
-    resume: Annotated[Path | None, typer.Option(help="Continue the run in this directory.")] = None,
-    force: Annotated[bool, typer.Option(help="Overwrite a non-empty run directory.")] = False,
-) -> None:
-    """Train the paper's encoder-decoder with the reference recipe (AdamW, warm-up, linear decay)."""
-    from rich.progress import MofNCompleteColumn, TimeRemainingColumn
-
-    from lsa_interp.training import TrainConfig, resume_run, start_run
-
-    if resume is not None:
-        given = [name for name in given_options(ctx) if name not in ("resume", "max_steps", "max_minutes")]
-        if given:
-            option = "--" + given[0].replace("_", "-")
-            raise UserError(f"{option} does not apply with --resume (the run keeps its config); only the bounds do")
-        trainer = resume_run(resume, max_steps=max_steps, max_minutes=max_minutes)
-    else:
-        if out is None:
-            raise UserError("give --out RUN_DIR for a new run (or --resume RUN_DIR to continue one)")
-        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-            raise UserError(f"{out} is not empty; pass --force to overwrite it or --resume {out} to continue it")
-        preset = training_preset(preset, data)
-        config = TrainConfig(
-            data_dir=str(data if data is not None else out / "data"),
-            preset=preset,
-            seed=seed,
-            epochs=epochs,
-            batch_size=batch_size,
-            batching=batching,
-            lr=lr,
-            precision=precision,
-            device=device,
-            max_steps=max_steps,
-            max_minutes=max_minutes,
-            checkpoint_every=checkpoint_every,
-            val_limit=val_limit,
-            replicates=replicates,
-            cuda_graph=cuda_graph,
-            compile=compile,
-            attention=attention,
-            packing=packing,
-            length_bucketing=length_bucketing,
-            micro_batches=micro_batches,
-            architecture=architecture,
-            model=_parse_model_config(model_config),
-        )
-        created = not out.exists()
-        writable_out(out)
-        try:
-            if data is None:
-                _generate_into(preset, data_seed, out / "data")
-            trainer = start_run(config, out, force=True)
-        except BaseException:  # a config the trainer refuses (no CUDA, ...): no dataset left in the way of a retry
-            if data is None:
-                shutil.rmtree(out if created else out / "data", ignore_errors=True)
-            raise
-    with Progress(
-        TextColumn("[bold]train"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeRemainingColumn(),
-        console=console,
-    ) as bar:
-        job = bar.add_task("train", total=trainer.total_steps, completed=trainer.step, info="")
-
-        def show(record: dict) -> None:
-            info = f"loss {record['train_loss']:.4f}  {record['tasks_per_s']:,.0f} tasks/s  lr {record['lr']:.2e}"
-            bar.update(job, completed=record["step"], total=record["total_steps"], info=info)
-
-        run_dir = trainer.run(progress=show)
-    signum = trainer.stopped_by
-    state = "model written" if signum is None else "stopped by a signal; continue with --resume"
-    print(f"{run_dir}: {trainer.step} steps ({trainer.step / trainer.steps_per_epoch:.2f} epochs), {state}")
-    if signum is not None:  # the state is saved; exit as a program stopped by that signal does (130 for Ctrl-C)
-        raise typer.Exit(128 + signum)
-
-
-def _parse_model_config(text: str) -> dict:
-    """The ``--model-config`` JSON object, checked against `ModelConfig`."""
-    from lsa_interp.model import ModelConfig
-
-    try:
-        overrides = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise UserError(f"--model-config is not valid JSON ({err})") from None
-    if not isinstance(overrides, dict):
-        raise UserError("--model-config must be a JSON object such as '{\"d_model\": 64}'")
-    ModelConfig.from_dict(overrides)
-    return overrides
-
-
-def _generate_into(preset: str, seed: int, out: Path) -> None:
-    """Generate ``preset`` into ``out`` unless a dataset of that preset and seed is already there."""
-    from lsa_interp.data import generate_dataset, get_preset, read_manifest, save_dataset
-
-    config = get_preset(preset)
-    if (out / "manifest.json").is_file():
-        manifest = read_manifest(out)
-        if (manifest["preset"], manifest["seed"]) == (preset, seed):
-            return
-    console.print(f"generating {preset} (seed {seed}) into {out}")
-    save_dataset(generate_dataset(config, seed=seed), out, force=True)
-
-
 def _register_analysis_commands() -> None:
     from lsa_interp.commands import (
         explore,
@@ -382,10 +179,11 @@ def _register_analysis_commands() -> None:
         results,
         ship,
         sweep,
+        train,
         viewer,
     )
 
-    for group in (ship, patching, representations, lens, report, viewer, results, sweep, explore, fit):
+    for group in (train, ship, patching, representations, lens, report, viewer, results, sweep, explore, fit):
         group.register(app)
 
 

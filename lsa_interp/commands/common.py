@@ -31,6 +31,10 @@ OutOption = Annotated[
 SeedOption = Annotated[int, typer.Option(min=0, help="Seed of the generated tasks.")]
 
 
+class UserError(Exception):
+    """An input problem to report in one line (exit code 2)."""
+
+
 def check_device(device: str | None, allowed: tuple[str, ...] = ("cpu", "cuda")) -> str | None:
     """``device`` (None passes) when it is one of ``allowed`` and usable here, checked while the options are read;
     raises typer.BadParameter (exit 2) naming what is allowed, or that torch sees no CUDA device."""

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from lsa_interp import cli
+from lsa_interp.commands import train as train_command
 from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
 from lsa_interp.data.batching import BATCHING_METHODS, batch_keys, epoch_batches
 from lsa_interp.data.vocab import EOS, PAD
@@ -228,7 +229,7 @@ def test_a_run_on_a_saved_dataset_records_that_dataset_s_preset(tmp_path, capsys
 def test_a_new_run_that_fails_to_start_leaves_no_generated_dataset_behind(tmp_path, capsys, data_dir, monkeypatch):
     """The dataset is generated into OUT/data before the trainer is built; a config the trainer refuses (here the
     flash attention without a GPU) used to leave it there, so the same command was then refused as not empty."""
-    monkeypatch.setattr(cli, "_generate_into", lambda preset, seed, out: shutil.copytree(data_dir, out))
+    monkeypatch.setattr(train_command, "_generate_into", lambda preset, seed, out: shutil.copytree(data_dir, out))
     flash = ["--attention", "flash", "--packing", "--precision", "bf16", "--max-steps", "1"]
     code, err = run_cli(["train", "--out", str(tmp_path / "R"), *flash], capsys)
     assert code == 2 and "needs a CUDA device" in err and not (tmp_path / "R").exists()
