@@ -154,6 +154,7 @@ def _result(ray: Any, ref: Any, kind: str, item: Any, failures: FailureLog, disp
         return ray.get(ref)
     except ray.exceptions.RayError as error:
         cause = getattr(error, "cause", None)
-        reason = cause if isinstance(cause, Exception) else RuntimeError(str(error).strip().splitlines()[-1])
+        last_line = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+        reason = cause if isinstance(cause, Exception) else RuntimeError(last_line)
         display.failed(failures.record(kind, item.name, reason, str(error)))
         return None
