@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+from dash.exceptions import PreventUpdate
 
 from lsa_interp.evaluation import evaluation_dataset
 from lsa_interp.evaluation.runs_table import read_runs_table
@@ -19,7 +20,7 @@ from lsa_interp.explorer.catalogue import ModelCatalogue, discover_models
 from lsa_interp.explorer.draw import draw_tasks, filter_tasks
 from lsa_interp.explorer.layout import CONTROLS, GRAPHS, page
 from lsa_interp.explorer.render import RenderedView, ViewRenderer, export_html
-from lsa_interp.explorer.state import ViewState, with_minimal_pair, with_selection
+from lsa_interp.explorer.state import TABS, ViewState, with_minimal_pair, with_selection
 from lsa_interp.explorer.training import grid_tables, history_figure, model_history, results_table_path
 from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.viz.attention_figures import role_legend_html
@@ -76,6 +77,10 @@ def _sync_callback(app: Dash, catalogue: ModelCatalogue) -> None:
             state = replace(state, model=state.model or catalogue.names[0])
             query = state.to_query()
             return (no_update if query == search else query), *_control_values(state, catalogue)
+        if trigger == "model" and not controls[CONTROLS.index("model")]:
+            # the picker emptied itself (Dash's dropdown drops a value it does not offer, such as a link's unknown
+            # model): the link keeps naming that model, and the render callback says it is unknown
+            raise PreventUpdate
         state = ViewState(**dict(zip(CONTROLS, (v if v is not None else "" for v in controls))))
         try:
             if trigger == "model":  # the lens and graph layers were the last model's: the new one's defaults
@@ -96,13 +101,19 @@ def _sync_callback(app: Dash, catalogue: ModelCatalogue) -> None:
 
 
 def _control_values(state: ViewState, catalogue: ModelCatalogue) -> list[str]:
-    """Control values of ``state``; the lens radio shows the last layer when the state names none."""
+    """Control values of ``state``; the lens and graph radios show the last layer when the state names none (the
+    layer drawn), the tabs the graph tab when the state names no tab (the render callback says what is wrong)."""
     values = [getattr(state, name) for name in CONTROLS]
-    if not state.layer and state.model in catalogue.entries:
+    empty = [name for name in ("layer", "graph") if not getattr(state, name).strip()]
+    if empty and state.model in catalogue.entries:
         try:
-            values[CONTROLS.index("layer")] = str(catalogue.model(state.model).cfg.n_encoder_layers)
+            n_layers = str(catalogue.model(state.model).cfg.n_encoder_layers)
         except (ValueError, FileNotFoundError):  # a checkpoint gone since the start: the render callback says so
-            pass
+            n_layers = None
+        for name in empty if n_layers else ():
+            values[CONTROLS.index(name)] = n_layers
+    if state.tab not in TABS:
+        values[CONTROLS.index("tab")] = "graph"
     return values
 
 
@@ -119,7 +130,7 @@ def _render_callback(app: Dash, renderer: ViewRenderer) -> None:
     )
     def render(search):
         state = ViewState.from_query(search)
-        if state.tab != "graph":
+        if state.tab == "training":  # any other tab is the graph tab's, which says that the tab is unknown
             return (no_update,) * (6 + len(GRAPHS))
         view = renderer.render(state)
         layers = _layer_options(view, renderer.catalogue)

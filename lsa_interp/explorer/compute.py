@@ -110,12 +110,18 @@ def reference_means(model: HookedEncoderDecoder, n: int = REFERENCE_TASKS) -> Fl
 
 
 def check_interventions(model: HookedEncoderDecoder, task: Task, interventions: Interventions) -> None:
-    """Raise ValueError naming the problem when an intervention does not fit ``model`` or ``task``."""
+    """Raise ValueError naming the problem when ``task`` is longer than ``model`` reads or an intervention does not
+    fit ``model`` or ``task``."""
     cfg = model.cfg
     n_enc = cfg.n_encoder_layers
     if interventions.lens_layer is not None and not 0 <= interventions.lens_layer < n_enc:
         raise ValueError(f"lens layer {interventions.lens_layer + 1} is not in 1..{n_enc}")
     n_pos = encode_tasks([task], with_answers=False).src.shape[1]
+    if n_pos > cfg.max_len:
+        raise ValueError(
+            f"the task is {n_pos} tokens long and this model reads at most {cfg.max_len} (its position table); "
+            "give fewer or shorter examples"
+        )
     for box in interventions.cells:
         if box.mode not in ABLATION_MODES:
             raise ValueError(f"unknown ablation mode {box.mode!r}; choose one of {', '.join(ABLATION_MODES)}")

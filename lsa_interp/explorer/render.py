@@ -26,7 +26,14 @@ from lsa_interp.explorer.compute import (
     run_task,
 )
 from lsa_interp.explorer.figures import Figure, attention_heatmap, hidden_state_heatmap, top_k_bars
-from lsa_interp.explorer.state import ViewState, interventions_of, parse_layer
+from lsa_interp.explorer.state import (
+    DEFAULT_TASK,
+    ViewState,
+    interventions_of,
+    parse_head_view,
+    parse_layer,
+    parse_tab,
+)
 from lsa_interp.viz.attention_data import AttentionData
 from lsa_interp.viz.attention_figures import role_legend_html
 from lsa_interp.viz.html import figures_page
@@ -114,6 +121,10 @@ class ViewRenderer:
     def _render(self, state: ViewState) -> RenderedView:
         name = state.model or self.catalogue.names[0]
         model = self.catalogue.model(name)
+        parse_tab(state.tab)
+        heads = parse_head_view(state.heads)
+        if not state.task.strip():
+            raise ValueError(f"no task: type one in the paper's notation, e.g. {DEFAULT_TASK}")
         task = Task.parse(state.task).with_answer(None)
         matching = None
         if state.patch.strip().lower() == "auto":
@@ -134,14 +145,13 @@ class ViewRenderer:
             n_encoder_layers=model.cfg.n_encoder_layers,
         )
         view.changes = compare(view.clean, view.run) if ivs.active else []
-        view.figures = _figures(run, view, graph, state.heads, model.cfg.n_decoder_layers)
+        view.figures = _figures(run, view, graph, heads, model.cfg.n_decoder_layers)
         return view
 
 
 def _figures(data: AttentionData, view: RenderedView, layer: int, heads: str, n_dec: int) -> dict[str, Figure]:
     dec = min(layer, n_dec - 1)
     src, tgt, roles = data.src_labels, data.tgt_labels, data.src_roles
-    heads = "all" if heads == "all" else "average"
     title = "answer: top-5 next tokens per decoding step"
     if view.interventions is not None and view.interventions.active:
         title += f" ({view.clean.answer or '(empty)'} -> {view.run.answer or '(empty)'})"

@@ -69,6 +69,22 @@ def parse_layer(text: str, n_layers: int) -> int:
     return int(text) - 1
 
 
+def parse_head_view(text: str) -> str:
+    """The attention view, "average" (the heads' mean) or "all" (a panel per head). Raises ValueError for
+    anything else (a link's ``heads=`` naming no view used to show the average without a word)."""
+    if text not in HEAD_VIEWS:
+        raise ValueError(f"heads {text!r} is not one of {', '.join(HEAD_VIEWS)} (the attention view)")
+    return text
+
+
+def parse_tab(text: str) -> str:
+    """The tab, "graph" or "training". Raises ValueError for anything else (a link's unknown ``tab=`` used to
+    show neither tab: a blank page)."""
+    if text not in TABS:
+        raise ValueError(f"tab {text!r} is not one of {', '.join(TABS)}")
+    return text
+
+
 def parse_heads(text: str, cfg: ModelConfig) -> tuple[Head, ...]:
     """Heads joined by ``+`` (``"2.7+dec:1.3"``, 1-based; a space, as a ``+`` typed into a URL reads, joins them
     too); "" gives none. Raises ValueError for a bad label."""
@@ -81,7 +97,7 @@ def parse_cells(text: str) -> tuple[CellBox, ...]:
     Raises ValueError naming the malformed box."""
     boxes = []
     for part in filter(None, (p.strip() for p in text.split(","))):
-        pieces = part.split(":")
+        pieces = [piece.strip() for piece in part.split(":")]
         if len(pieces) != 4 or pieces[3] not in ABLATION_MODES:
             raise ValueError(f"bad cell box {part!r}: write LAYER:P0-P1:D0-D1:MODE, mode zero or mean")
         try:
@@ -126,8 +142,16 @@ def interventions_of(state: ViewState, cfg: ModelConfig, matching: tuple[Head, .
         cells=parse_cells(state.cells),
         ablated_heads=parse_heads(state.ablate, cfg),
         patched_heads=patched,
-        source=Task.parse(state.source) if patched else None,
+        source=_source_task(state.source) if patched else None,
     )
+
+
+def _source_task(text: str) -> Task:
+    """The source task of patching; a ValueError says it is the source task that is wrong."""
+    try:
+        return Task.parse(text)
+    except ValueError as err:
+        raise ValueError(f"source task: {err}") from None
 
 
 def with_selection(state: ViewState, selected: dict | None, mode: str, cfg: ModelConfig) -> ViewState:

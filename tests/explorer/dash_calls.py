@@ -10,7 +10,8 @@ from dash import Dash
 
 def call_callback(app: Dash, output: str, inputs: list[Any], state: list[Any] = (), changed: str = "") -> Any:
     """The response of the callback whose output key contains ``output``, given its inputs' and states' values in
-    order, ``changed`` (``"id.property"``) being the input that fired; raises AssertionError for an HTTP error."""
+    order, ``changed`` (``"id.property"``) being the input that fired ({} when the callback updated nothing);
+    raises AssertionError for an HTTP error."""
     (key,) = [key for key in app.callback_map if output in key]
     callback = app.callback_map[key]
     outputs = (
@@ -30,5 +31,7 @@ def call_callback(app: Dash, output: str, inputs: list[Any], state: list[Any] = 
     }
     client = app.server.test_client()
     response = client.post("/_dash-update-component", json=payload)
+    if response.status_code == 204:  # PreventUpdate, or every output no_update
+        return {}
     assert response.status_code == 200, response.data.decode()[:2000]
     return response.get_json()["response"]

@@ -69,3 +69,35 @@ def test_a_checkpoint_removed_after_the_start_is_reported_not_a_server_error(tmp
 def test_the_drawn_tasks_are_cleared_when_the_model_changes(app):
     response = call_callback(app, "drawn.options", [1, "shallow"], ["val", "", "", "any"], changed="model.value")
     assert response["drawn"]["options"] == [] and response["draw-message"]["children"] == ""
+
+
+def test_a_link_s_unknown_model_is_kept_when_the_picker_empties_itself(app):
+    """Dash's dropdown drops a value it does not offer (``?model=/etc/passwd``) and fires with None: the link used
+    to become ``?model=`` and show the first model under a blank picker, the unknown name's message gone (on the
+    training tab too). The link and the controls now stay as they are, and the page names the unknown model."""
+    url, controls = _sync(app, "?model=%2Fetc%2Fpasswd", {}, "url.search")
+    assert url == {"model": "/etc/passwd"} and controls["model"] == "/etc/passwd"
+    picked = [None if name == "model" else getattr(ViewState(), name) for name in CONTROLS]
+    inputs = ["?model=%2Fetc%2Fpasswd", *picked, 0, 0, 0, None, None]
+    assert call_callback(app, "url.search...model.value", inputs, ["zero"], "model.value") == {}
+    rendered = call_callback(app, "error.children", ["?model=%2Fetc%2Fpasswd"], changed="url.search")
+    assert rendered["error"]["children"].startswith("unknown model '/etc/passwd'")
+
+
+def test_a_link_s_unknown_tab_or_head_view_shows_the_graph_tab_with_its_message(app):
+    """``tab=foo`` used to show neither tab (a blank page), ``heads=xyz`` the head average without a word."""
+    _, controls = _sync(app, "?model=deep&tab=foo", {}, "url.search")
+    assert controls["tab"] == "graph"
+    rendered = call_callback(app, "error.children", ["?model=deep&tab=foo"], changed="url.search")
+    assert rendered["error"]["children"] == "tab 'foo' is not one of graph, training"
+    rendered = call_callback(app, "error.children", ["?model=deep&heads=xyz"], changed="url.search")
+    assert rendered["error"]["children"] == "heads 'xyz' is not one of average, all (the attention view)"
+    assert call_callback(app, "training.children", ["?model=deep&tab=foo"], changed="url.search") == {}
+
+
+def test_a_link_without_a_graph_layer_checks_the_layer_drawn(app):
+    """``graph=`` draws the last layer (as ``layer=`` reads it); its radio used to have nothing checked."""
+    _, controls = _sync(app, "?model=deep&graph=&layer=", {}, "url.search")
+    assert (controls["graph"], controls["layer"]) == ("4", "4")
+    rendered = call_callback(app, "error.children", ["?model=deep&graph="], changed="url.search")
+    assert rendered["graph-encoder"]["figure"]["layout"]["title"]["text"].startswith("encoder layer 4 ")

@@ -138,6 +138,18 @@ def test_bad_interventions_are_named(tiny, interventions, message):
         run_task(tiny, TASK, interventions)
 
 
+def test_a_task_longer_than_the_position_table_is_named_with_both_lengths(tiny):
+    """It used to fail inside the encoder with "position 590 exceeds the position table (512 rows)"."""
+    long = Task.parse("abcdefghijklmnopqrstuvwxyz | " + " | ".join(["abc > abd"] * 70) + " | xyz")
+    n_pos = encode_tasks([long], with_answers=False).src.shape[1]
+    assert n_pos == 591 > tiny.cfg.max_len
+    with pytest.raises(ValueError, match=r"^the task is 591 tokens long and this model reads at most 512 "):
+        run_task(tiny, long)
+    fits = Task.parse("abcdefghijklmnopqrstuvwxyz | " + " | ".join(["abc > abd"] * 60) + " | wxyz")
+    assert encode_tasks([fits], with_answers=False).src.shape[1] == tiny.cfg.max_len  # the longest it reads
+    assert run_task(tiny, fits, max_new_tokens=2).resid.shape[1] == tiny.cfg.max_len
+
+
 def test_compare_marks_changed_steps():
     clean = Prediction("ab", ((("a", 0.9),), (("b", 0.8),), (("EOS", 0.7),)))
     changed = Prediction("a", ((("a", 0.6),), (("EOS", 0.5),)))

@@ -188,7 +188,7 @@ def test_the_figures_show_the_graph_layer_and_the_head_view(renderer):
         f"{view.run.answer or '(empty)'})",
     }
     assert {len(figure["data"]) for name, figure in view.figures.items() if "attention" in name} == {4}
-    averaged = renderer.render(ViewState(model="tiny", graph="1", heads="sideways"))
+    averaged = renderer.render(ViewState(model="tiny", graph="1", heads="average"))
     assert {len(f["data"]) for name, f in averaged.figures.items() if "attention" in name} == {1}
     assert _title(averaged.figures["top-k"]) == "answer: top-5 next tokens per decoding step"
     assert [trace["name"] for trace in averaged.figures["top-k"]["data"]] == ["this run"] * len(averaged.run.steps)
@@ -243,3 +243,19 @@ def test_the_decoder_s_masked_future_is_blank_in_both_head_views(renderer):
         assert "null" in to_json_plotly(traces[0]["z"]) and "NaN" not in to_json_plotly(traces[0]["z"])
         for name in ("encoder self-attention", "cross-attention"):
             assert not any(np.isnan(np.asarray(t["z"], dtype=float)).any() for t in view.figures[name]["data"])
+
+
+@pytest.mark.parametrize(
+    ("state", "error"),
+    [
+        (ViewState(model="tiny", heads="sideways"), "heads 'sideways' is not one of average, all (the attention view)"),
+        (ViewState(model="tiny", tab="foo"), "tab 'foo' is not one of graph, training"),
+        (ViewState(model="tiny", task=" "), f"no task: type one in the paper's notation, e.g. {TASK}"),
+        (ViewState(model="tiny", patch="1.1", source=""), "source task: a task needs 'alphabet | example_in > "),
+    ],
+)
+def test_a_link_s_malformed_view_part_is_named_not_drawn_as_the_default(renderer, state, error):
+    """A head view or tab outside the link's choices used to draw the head average (or a blank page) without a
+    word; an empty task was reported as a task missing its '|'s."""
+    view = renderer.render(state)
+    assert view.error.startswith(error) and view.figures == {}

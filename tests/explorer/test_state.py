@@ -11,8 +11,10 @@ from lsa_interp.explorer.state import (
     format_cells,
     interventions_of,
     parse_cells,
+    parse_head_view,
     parse_heads,
     parse_layer,
+    parse_tab,
     selection_box,
     with_minimal_pair,
     with_selection,
@@ -121,3 +123,24 @@ def test_heads_typed_into_a_link_with_a_plus_are_read_as_joined():
     assert typed == "2.7 dec:1.3"
     assert parse_heads(typed, ModelConfig()) == parse_heads("2.7+dec:1.3", ModelConfig())
     assert [h.label for h in parse_heads(typed, ModelConfig())] == ["2.7", "dec:1.3"]
+
+
+def test_cell_boxes_may_be_typed_with_spaces_around_their_parts():
+    assert parse_cells(" 3: 35-37 : 0 - 127 : zero ") == (CellBox(2, (35, 37), (0, 127), "zero"),)
+
+
+def test_a_bad_source_task_is_named_as_the_source():
+    """The message used to be Task.parse's alone, as if the task shown were wrong."""
+    with pytest.raises(ValueError, match=r"^source task: a task needs 'alphabet"):
+        interventions_of(ViewState(patch="1.3", source="zzz"), CFG)
+    assert interventions_of(ViewState(source="zzz"), CFG).source is None  # read only when patching
+
+
+def test_the_head_view_and_the_tab_are_one_of_theirs():
+    assert [parse_head_view(v) for v in ("average", "all")] == ["average", "all"]
+    assert [parse_tab(v) for v in ("graph", "training")] == ["graph", "training"]
+    for bad in ("xyz", "", "All"):
+        with pytest.raises(ValueError, match=rf"^heads {bad!r} is not one of average, all"):
+            parse_head_view(bad)
+        with pytest.raises(ValueError, match=rf"^tab {bad!r} is not one of graph, training$"):
+            parse_tab(bad)
