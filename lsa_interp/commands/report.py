@@ -62,8 +62,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run every analysis (roles, matching heads, patching with a control head, invariance, cross-attention,
         elimination, decoder lens, RASP, memory splicing, Figure 5's copy attention) and write report.html
-        (findings table: paper vs ours, holds or not, plus every figure) and report.json; about a minute of
-        CPU time, spread over the cores (one torch thread per process). With --models: every finding on every
+        (findings table: paper vs ours, holds or not, plus every figure) and report.json; about half a minute
+        of CPU time, spread over the cores (one torch thread per process). With --models: every finding on every
         checkpoint in parallel, and population.html / population.json with each finding's measure per model
         and in how many it holds (k/N)."""
         from rich.console import Console
@@ -158,8 +158,8 @@ def _parse_case(text: str, known: dict[str, tuple[int, ...]]) -> tuple[str, tupl
     8-25,33"``; the positions). Raises ValueError (exit 2) for anything else."""
     chosen: list[int] = []
     for part in (p.strip() for p in text.split(",")):
-        low, _, high = part.partition("-")
-        if not (low.isdigit() and (high.isdigit() or not high)) or (high and int(high) < int(low)):
+        low, dash, high = part.partition("-")  # "8-" (a range without its end) is no single position
+        if not (low.isdigit() and (high.isdigit() or not dash)) or (high and int(high) < int(low)):
             raise ValueError(f"bad --positions {text!r}: give 0-based ranges such as 0-31 or 8-25,33")
         chosen.extend(range(int(low), int(high or low) + 1))
     unique = tuple(dict.fromkeys(chosen))

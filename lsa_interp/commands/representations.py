@@ -198,7 +198,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command(
         "cross-attention",
-        epilog=f"Example: lsa-interp cross-attention --model copy-200 --transformation pred --tasks 500\n\n{HEAD_HELP}",
+        epilog=f"Example: lsa-interp cross-attention --model copy-200 --transformation pred --tasks 300\n\n{HEAD_HELP}",
     )
     def cross_attention(
         model: ModelOption = "copy-200",

@@ -85,13 +85,17 @@ def entries_for_path(path: str | Path) -> list[ModelEntry]:
 def discover_models(extra: Iterable[str | Path] = (), shipped: bool = True) -> list[ModelEntry]:
     """The models of every name or path in ``extra`` (first, in order), then, with ``shipped``, the shipped
     checkpoints and replicates. A shipped name is that checkpoint; a path is read by `entries_for_path`.
-    Names are made unique with a ``#n`` suffix. Raises FileNotFoundError for an item that holds no model.
+    Names are made unique with a ``#n`` suffix. Raises FileNotFoundError for an item that holds no model (for one
+    that does not exist, listing the shipped names).
     """
     entries: list[ModelEntry] = []
     names = available_models() + shipped_replicates()
     for item in extra:
         if str(item) in names and not Path(item).exists():
             entries.append(ModelEntry(str(item), checkpoint_path(item)))
+        elif not Path(item).expanduser().exists():  # a mistyped name: list the names, as the other commands do
+            listing = ", ".join(names) if names else "none"
+            raise FileNotFoundError(f"no checkpoint named or at {str(item)!r}; available names: {listing}")
         else:
             entries += entries_for_path(item)
     if shipped:  # by the loader's own resolution: a shipped `.pt` is the file, not a directory of its stem

@@ -105,11 +105,18 @@ def run_snapshot(
 def load_run_or_model(name_or_path: str | os.PathLike, device: torch.device | str = "cpu") -> HookedEncoderDecoder:
     """`run_snapshot` for a training run directory or ``STACK_RUN/replicate-I`` (a stack's run), else
     `lsa_interp.model.load_model` (shipped names, checkpoint directories such as ``RUN/model``, reference files).
-    Raises what those raise."""
+    Raises what those raise, and ValueError for the directory of a stack of several runs (which one is meant:
+    it used to open replicate 0 without saying so)."""
     path = Path(name_or_path)
     index = path.name.removeprefix("replicate-")
     if index.isdigit() and is_training_run(path.parent):
         return run_snapshot(path.parent, int(index), device)
     if is_training_run(path):
+        data = read_config(path)
+        runs = len(StackConfig.from_dict(data).runs) if data.pop(STACK_KEY, False) else 1
+        if runs > 1:
+            raise ValueError(
+                f"{path} is a stack of {runs} runs; open one of them as {path / 'replicate-I'} (I from 0 to {runs - 1})"
+            )
         return run_snapshot(path, 0, device)
     return load_model(name_or_path, device)

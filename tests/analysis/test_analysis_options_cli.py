@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 
 import pytest
 import torch
@@ -128,6 +129,8 @@ def test_elimination_raw_last_layer_is_recorded(checkpoint, tmp_path, capsys):
         (["decoder-lens", "--source", "train"], "unknown task source 'train'"),
         (["patch", "--alphabets", "both"], "unknown --alphabets 'both'; choose one of standard, permuted"),
         (["splice", "--positions", "31-0"], "bad --positions '31-0'"),
+        (["splice", "--positions", "8-"], "bad --positions '8-'"),  # was spliced as position 8 alone
+        (["splice", "--positions", "0-31,"], "bad --positions '0-31,'"),
         (["rasp", "--out", "/proc/no-such-dir"], "cannot write to --out /proc/no-such-dir"),
     ],
 )
@@ -199,3 +202,11 @@ def test_report_runs_on_one_torch_thread_per_process(checkpoint, tmp_path, capsy
         torch.set_num_threads(before)
     assert code == 0, err
     assert calls == [(1, 2)] and (tmp_path / "report.json").is_file()
+
+
+def test_the_cross_attention_help_example_asks_for_prompts_that_exist(capsys):
+    """Its example asked for 500 pred prompts of the paper's form, of which 380 exist (the command exited 2)."""
+    from lsa_interp.analysis.prompts import paper_prompts
+
+    tasks = int(re.search(r"--transformation pred --tasks (\d+)", _help("cross-attention", capsys)).group(1))
+    assert len(paper_prompts("pred", tasks, fixed_query=False)) == tasks

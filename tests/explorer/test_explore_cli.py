@@ -19,11 +19,22 @@ def _free_port() -> int:
 
 
 def test_unknown_model_is_a_one_line_error(capsys, tmp_path):
+    (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit) as exit_info:
-        main(["explore", "--model", str(tmp_path / "missing"), "--port", str(_free_port())])
+        main(["explore", "--model", str(tmp_path / "empty"), "--port", str(_free_port())])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("lsa-interp: error: ") and "holds no model" in err and "Traceback" not in err
+
+
+def test_a_mistyped_name_lists_the_shipped_names_in_one_line(capsys):
+    """As every other command's --model does (it said '/cwd/copy200 holds no model')."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["explore", "--model", "copy200", "--port", str(_free_port())])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lsa-interp: error: no checkpoint named or at 'copy200'; available names: ")
+    assert "copy-200" in err and len(err.strip().splitlines()) == 1
 
 
 def test_serves_on_localhost_by_default(monkeypatch, capsys):

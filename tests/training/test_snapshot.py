@@ -94,6 +94,8 @@ def test_each_run_of_a_stack_opens_as_its_replicate(data_dir, tmp_path):
         "meta"
     }
     assert run_snapshot(tmp_path / "stack").metadata["run"] == "a"
+    with pytest.raises(ValueError, match=r"is a stack of 2 runs; open one of them as .*replicate-I \(I from 0 to 1\)"):
+        load_run_or_model(tmp_path / "stack")  # which run is meant: it used to open replicate 0 silently
     with pytest.raises(ValueError, match="replicate 2 out of range: the stack has 2 runs"):
         run_snapshot(tmp_path / "stack", replicate=2)
 
