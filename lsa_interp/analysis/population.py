@@ -58,6 +58,14 @@ def _find(row: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((f for f in row["findings"] if f["name"] == name), None)
 
 
+def holds_text(row: dict[str, Any]) -> str:
+    """How often the finding of a `Population.table` row holds: ``holds in k/J of N`` (J models with a verdict of
+    N), or, for a finding no model gave a verdict on (a measure the paper reports without a threshold), says so."""
+    if row["judged"] == 0:
+        return f"a measure, no verdict (in {row['models']} models)"
+    return f"holds in {row['holds']}/{row['judged']} of {row['models']}"
+
+
 @dataclass
 class Population:
     """Per-model findings (``rows``, one dict per model as `_report_one` returns) and their summaries."""
@@ -120,7 +128,7 @@ class Population:
     def _intro(self) -> str:
         rows = "".join(
             f"<tr><td>{html.escape(r['finding'])}</td><td>{html.escape(r['paper'])}</td>"
-            f"<td>{r['holds']}/{r['judged']}</td></tr>"
+            f"<td>{html.escape(holds_text(r))}</td></tr>"
             for r in self.table()
         )
         conditions = "".join(
@@ -129,7 +137,7 @@ class Population:
             for name, c in self.by_condition().items()
         )
         return (
-            "<table class='findings'><tr><th>finding</th><th>paper</th><th>holds in (k/N judged)</th></tr>"
+            "<table class='findings'><tr><th>finding</th><th>paper</th><th>ours</th></tr>"
             f"{rows}</table><h2>by condition</h2><table class='findings'><tr><th>preset / batching</th><th>models</th>"
             f"<th>matching head (paper: copy 20/20, no-copy 5/20)</th><th>Figure 5 attention (paper: ~0.23 / "
             f"~0.015)</th></tr>{conditions}</table>"

@@ -171,7 +171,7 @@ def _population(patterns: list[str], workers: int | None, out: Path | None, seed
     from rich.console import Console
 
     from lsa_interp.analysis.matching import expand_checkpoints
-    from lsa_interp.analysis.population import run_population
+    from lsa_interp.analysis.population import holds_text, run_population
 
     paths = list(dict.fromkeys(p for pattern in patterns for p in expand_checkpoints(pattern)))
     target = writable_out(out if out is not None else Path("runs") / "report" / "population")
@@ -179,8 +179,8 @@ def _population(patterns: list[str], workers: int | None, out: Path | None, seed
         task = bar.add_task(f"report on {len(paths)} models", total=len(paths))
         population = run_population(paths, seed, workers, progress=lambda _: bar.advance(task))
     table = population.table()
-    rows = [(r["finding"], r["paper"], f"holds in {r['holds']}/{r['judged']} of {r['models']}", None) for r in table]
-    _print_findings(f"findings over {len(paths)} models", rows)
+    rows = [(r["finding"], r["paper"], holds_text(r), None) for r in table]
+    _print_findings(f"findings over {len(paths)} models", rows, verdicts=False)
     for name, c in population.by_condition().items():
         attention = "-" if c["figure5_attention"] is None else f"{c['figure5_attention']:.3f}"
         Console().print(f"{name}: {c['models']} models, matching head {c['matching_head']}, Figure 5 {attention}")
@@ -188,13 +188,15 @@ def _population(patterns: list[str], workers: int | None, out: Path | None, seed
     Console().print(f"wrote {paths_written['html']} and {paths_written['json']}", highlight=False)
 
 
-def _print_findings(title: str, rows: list[tuple[str, str, str, bool | None]]) -> None:
+def _print_findings(title: str, rows: list[tuple[str, str, str, bool | None]], verdicts: bool = True) -> None:
+    """The findings as a table; ``verdicts``: with a column saying whether each holds (one model's report)."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title)
-    for column in ("finding", "paper", "ours", "verdict"):
+    for column in ("finding", "paper", "ours", "verdict")[: 4 if verdicts else 3]:
         table.add_column(column)
     for name, paper, ours, holds in rows:
-        table.add_row(name, paper, ours, {True: "[green]holds", False: "[red]does not hold"}.get(holds, ""))
+        verdict = {True: "[green]holds", False: "[red]does not hold"}.get(holds, "")
+        table.add_row(name, paper, ours, *([verdict] if verdicts else []))
     Console(width=140).print(table)

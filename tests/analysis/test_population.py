@@ -13,7 +13,7 @@ from lsa_interp import cli
 from lsa_interp.analysis import population
 from lsa_interp.analysis.copy_attention import example_match_attention
 from lsa_interp.analysis.planted import planted_model
-from lsa_interp.analysis.population import FIGURE5, MATCHING, Population, condition, run_population
+from lsa_interp.analysis.population import FIGURE5, MATCHING, Population, condition, holds_text, run_population
 from lsa_interp.model.checkpoint import load_model, save_model
 
 STEPS = ("matching heads", "copy attention")
@@ -47,7 +47,7 @@ def test_counts_over_planted_models(checkpoints, tmp_path):
     paths = population.write(tmp_path)
     doc = json.loads(paths["json"].read_text())
     assert len(doc["models"]) == 3 and doc["conditions"]["nocopy-20 / alphabet"]["models"] == 1
-    assert "holds in (k/N judged)" in paths["html"].read_text()
+    assert "<th>ours</th>" in paths["html"].read_text()
 
 
 def test_condition_reads_preset_and_batching():
@@ -155,13 +155,12 @@ def test_written_population_holds_rows_table_conditions_and_the_page(tmp_path, a
     assert doc["models"] == ROWS and doc["table"][0]["holds"] == 2 and doc["table"][0]["judged"] == 3
     assert doc["conditions"]["copy / alphabet"]["matching_head"] == "1/2"
     page = paths["html"].read_text(encoding="utf-8")
-    assert "over 3 models" in page and f"<td>{MATCHING}</td><td>paper A</td><td>2/3</td>" in page
+    assert "over 3 models" in page and f"<td>{MATCHING}</td><td>paper A</td><td>holds in 2/3 of 3</td>" in page
     assert "<td>copy / alphabet</td><td>2</td><td>1/2</td><td>0.250</td>" in page
     assert "<td>nocopy / alphabet</td><td>1</td><td>1/1</td><td>-</td>" in page
-    assert (
-        "<table class='findings'><tr><th>finding</th><th>paper</th><th>holds in (k/N judged)</th></tr><tr><td>" in page
-    )
-    assert f"<td>0/0</td></tr><tr><td>{OTHER}</td>" in page  # one table row per finding
+    assert "<table class='findings'><tr><th>finding</th><th>paper</th><th>ours</th></tr><tr><td>" in page
+    no_verdict = "a measure, no verdict (in 3 models)"
+    assert f"<td>{no_verdict}</td></tr><tr><td>{OTHER}</td>" in page  # one table row per finding
     assert "<td>0.250</td></tr><tr><td>nocopy / alphabet</td>" in page  # one table row per condition
     with pytest.raises(ValueError, match="Out of range float"):  # strict JSON: no NaN
         Population([{**ROWS[0], "seconds": float("nan")}]).write(tmp_path / "nan")
@@ -176,7 +175,9 @@ def test_the_page_escapes_findings_and_shows_each_models_measure_with_its_units(
     ]
     population = Population(rows)
     page = population.write(tmp_path)["html"].read_text(encoding="utf-8")
-    assert "<td>pipe | and &gt;</td><td>a &lt; b</td><td>1/2</td>" in page and "<td>a < b</td>" not in page
+    assert (
+        "<td>pipe | and &gt;</td><td>a &lt; b</td><td>holds in 1/2 of 2</td>" in page and "<td>a < b</td>" not in page
+    )
     (figure,) = population._figures().values()
     assert list(figure.data[0].text) == ["m1: 90% of heads", "m3: 20% of heads"]
     assert figure.layout.yaxis.title.text and figure.layout.xaxis.title.text == "preset / batching"
@@ -259,3 +260,19 @@ def test_one_model_report_gives_its_condition_and_findings(tmp_path):
     assert row["model"] == str(path) and row["condition"] == "copy-20 / random"
     assert [f["name"] for f in row["findings"]] == [FIGURE5] and row["seconds"] >= 0
     assert row["findings"][0]["value"] == pytest.approx(example_match_attention(load_model(path), seed=1))
+
+
+def test_the_population_table_on_the_console_has_no_verdict_column(capsys):
+    """One model's table says per finding whether it holds; over models the verdict is the count ("ours"), and a
+    finding without verdicts says so (it printed "holds in 0/0 of 3" under an empty verdict column)."""
+    from lsa_interp.commands.report import _print_findings
+
+    table = Population(ROWS).table()
+    _print_findings("over 3", [(r["finding"], r["paper"], holds_text(r), None) for r in table], verdicts=False)
+    out = capsys.readouterr().out
+    header = lambda text: next(line for line in text.splitlines() if "finding" in line and "paper" in line)
+    assert header(out).replace("┃", " ").split() == ["finding", "paper", "ours"]
+    assert "holds in 2/3 of 3" in out and "a measure, no verdict (in 3 models)" in out
+    _print_findings("one model", [("f", "paper", "0.9", True), ("g", "paper", "0.1", False)])
+    out = capsys.readouterr().out
+    assert header(out).replace("┃", " ").split() == ["finding", "paper", "ours", "verdict"] and "does not hold" in out
