@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -103,13 +102,3 @@ def explicit_attention(q, k, v, key_len, causal=False, keep=None, p=0.0, query_l
         weights = torch.where(keep, weights / (1 - p), 0.0)
     asked = positions(q.shape[2]) < (key_len if query_len is None else query_len)[:, None]
     return (weights @ v) * asked[:, None, :, None]
-
-
-def messages_without_type_checker(setup: str, call: str, cases: list[str]) -> list[str]:
-    """What ``call`` (with ``{case}`` in it) gives for each case in a fresh Python without the test session's
-    runtime type checker, which refuses wrongly typed arguments before the code under test sees them, as a user's
-    Python does not: the ValueError's message, or ``ok``. ``setup`` imports what ``call`` needs."""
-    code = f"{setup}\nfor case in [{', '.join(cases)}]:\n    try:\n        {call}\n        print('ok')\n"
-    code += "    except ValueError as error:\n        print(error)\n"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    return done.stdout.splitlines()

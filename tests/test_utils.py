@@ -142,3 +142,13 @@ def test_json_lines_leave_out_a_last_line_still_being_written_and_name_a_damaged
     path.write_text('{"step": 1}\n{"st\n{"step": 3}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"metrics\.jsonl line 2 is not JSON .*the run's log is damaged"):
         utils.read_json_lines(path)
+
+
+def test_generated_documents_and_json_lines_are_utf_8_whatever_the_locale(tmp_path, ascii_locale):
+    """A document's dashes are written, and a log's names outside ASCII read, as UTF-8 on a machine whose locale's
+    encoding is ASCII."""
+    generated_doc_main(lambda: "# Table 1 – copy-20\n", "a document", ["--out", str(tmp_path / "doc.md")])
+    assert (tmp_path / "doc.md").read_text(encoding="utf-8") == "# Table 1 – copy-20\n"
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"run": "données-s0"}\n', encoding="utf-8")
+    assert utils.read_json_lines(path) == [{"run": "données-s0"}]

@@ -239,3 +239,12 @@ def test_a_path_with_a_separator_is_never_looked_up_among_shipped_names(small_mo
     for name in ("sub/copy-20", "a\\b"):
         with pytest.raises(FileNotFoundError, match="no checkpoint named or at"):
             load_model(name)
+
+
+def test_a_config_is_read_as_utf_8_whatever_the_locale(saved, ascii_locale):
+    """Metadata outside ASCII in a config.json written without escapes (by hand, or by another tool) loads on a
+    machine whose locale's encoding is not UTF-8."""
+    config = json.loads((saved / "config.json").read_text(encoding="utf-8"))
+    config["metadata"]["notes"] = "entraîné deux époques"
+    (saved / "config.json").write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
+    assert load_model(saved).metadata["notes"] == "entraîné deux époques"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -97,14 +98,27 @@ def test_signals_become_a_flag_inside_the_context_and_handlers_are_restored_afte
     assert {sig: signal.getsignal(sig) for sig in before} == before
 
 
-@pytest.mark.parametrize("cut", [0, 100])
-def test_an_empty_or_truncated_state_is_named_in_a_value_error(tmp_path, cut):
-    """torch.load of an empty file raises EOFError, which click reports as a bare "aborted" (exit 130)."""
+@pytest.mark.parametrize(
+    ("cut", "reason"), [(0, "EOFError"), (100, "PytorchStreamReader failed reading zip archive: failed finding")]
+)
+def test_an_empty_or_truncated_state_is_named_in_a_value_error(tmp_path, cut, reason):
+    """torch.load of an empty file raises EOFError, which click reports as a bare "aborted" (exit 130). The message
+    gives torch's reason (its first line), or the error's type where torch gives none."""
     rd.write_state(tmp_path, {"step": 3, "weights": torch.arange(1000.0)})
     assert rd.read_state(tmp_path)["step"] == 3
     data = (tmp_path / rd.STATE_FILE).read_bytes()
     (tmp_path / rd.STATE_FILE).write_bytes(data[:cut])
-    with pytest.raises(ValueError, match=r"state\.pt is empty or truncated \(.+\); it cannot be resumed$"):
+    with pytest.raises(
+        ValueError, match=r"state\.pt is empty or truncated \(" + reason + r"[^\n]*\); it cannot be resumed$"
+    ):
+        rd.read_state(tmp_path)
+
+
+def test_a_state_holding_an_object_to_unpickle_is_refused_not_loaded(tmp_path):
+    """A state holds tensors, dicts, lists and numbers only: a file that would unpickle anything else (and so could
+    run code) is refused rather than loaded."""
+    torch.save({"step": 1, "when": datetime.date(2026, 12, 5)}, tmp_path / rd.STATE_FILE)
+    with pytest.raises(ValueError, match=r"state\.pt is empty or truncated \(Weights only load failed"):
         rd.read_state(tmp_path)
 
 
@@ -117,3 +131,11 @@ def test_a_damaged_config_is_named_in_a_value_error(tmp_path, text, problem):
         rd.read_config(tmp_path)
     (tmp_path / rd.CONFIG_FILE).write_text(json.dumps({"seed": 1}), encoding="utf-8")
     assert rd.read_config(tmp_path) == {"seed": 1}
+
+
+def test_a_config_is_read_as_utf_8_whatever_the_locale(tmp_path, ascii_locale):
+    """A data directory's name outside ASCII, written by another tool without escapes, reads back on a machine whose
+    locale's encoding is not UTF-8."""
+    config = {"data_dir": "/données/copy-20", "seed": 1}
+    (tmp_path / rd.CONFIG_FILE).write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
+    assert rd.read_config(tmp_path) == config
