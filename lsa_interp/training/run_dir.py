@@ -61,7 +61,7 @@ def read_state(run_dir: Path) -> dict[str, Any] | None:
     """The last saved resumable state of ``run_dir`` (on the CPU), or None when none was saved.
 
     Loaded with ``weights_only=True``: a state holds tensors, dicts, lists and numbers, nothing to unpickle.
-    Raises ValueError naming the file when it is empty or truncated.
+    Raises ValueError naming the file when it is empty, truncated or holds more than a state (an object to unpickle).
     """
     path = run_dir / STATE_FILE
     if not path.is_file():
@@ -70,7 +70,8 @@ def read_state(run_dir: Path) -> dict[str, Any] | None:
         return torch.load(path, weights_only=True, map_location="cpu")
     except (EOFError, RuntimeError, OSError, pickle.UnpicklingError) as error:
         reason = (str(error).splitlines() or [type(error).__name__])[0]
-        raise ValueError(f"{path} is empty or truncated ({reason}); it cannot be resumed") from None
+        damaged = f"{path} is empty, truncated or not a training state"
+        raise ValueError(f"{damaged} ({reason}); it cannot be resumed") from None
 
 
 def write_state(run_dir: Path, state: dict[str, Any]) -> int:

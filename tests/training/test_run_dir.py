@@ -108,9 +108,8 @@ def test_an_empty_or_truncated_state_is_named_in_a_value_error(tmp_path, cut, re
     assert rd.read_state(tmp_path)["step"] == 3
     data = (tmp_path / rd.STATE_FILE).read_bytes()
     (tmp_path / rd.STATE_FILE).write_bytes(data[:cut])
-    with pytest.raises(
-        ValueError, match=r"state\.pt is empty or truncated \(" + reason + r"[^\n]*\); it cannot be resumed$"
-    ):
+    damaged = r"state\.pt is empty, truncated or not a training state \("
+    with pytest.raises(ValueError, match=damaged + reason + r"[^\n]*\); it cannot be resumed$"):
         rd.read_state(tmp_path)
 
 
@@ -118,7 +117,8 @@ def test_a_state_holding_an_object_to_unpickle_is_refused_not_loaded(tmp_path):
     """A state holds tensors, dicts, lists and numbers only: a file that would unpickle anything else (and so could
     run code) is refused rather than loaded."""
     torch.save({"step": 1, "when": datetime.date(2026, 12, 5)}, tmp_path / rd.STATE_FILE)
-    with pytest.raises(ValueError, match=r"state\.pt is empty or truncated \(Weights only load failed"):
+    damaged = r"state\.pt is empty, truncated or not a training state \("
+    with pytest.raises(ValueError, match=damaged + "Weights only load failed"):
         rd.read_state(tmp_path)
 
 
