@@ -272,3 +272,13 @@ def test_a_failure_log_starts_empty_and_names_each_unit_s_file(tmp_path):
     failure = failures.record("evaluate", "run-a", KeyError("val"), "Traceback ...")
     assert failure.message == "KeyError: 'val'" and failure.log.read_text() == "Traceback ..."
     assert failures.record("train", "stack-001", OSError(), "t").message == "OSError"
+
+
+def test_a_failure_log_makes_its_folders_and_keeps_a_traceback_outside_ascii(tmp_path, ascii_locale):
+    """A library caller's sweep directory may not exist yet; a traceback may name a path or message outside ASCII
+    (written as UTF-8 whatever the locale)."""
+    failures = FailureLog(tmp_path / "new" / "sweep")
+    text = "Traceback ...\nValueError: no dataset at /données/copy-20 — missing\n"
+    failure = failures.record("evaluate", "run-é", ValueError("no dataset at /données/copy-20 — missing"), text)
+    assert failure.log == tmp_path / "new" / "sweep" / "failures" / "evaluate-run-é.txt"
+    assert failure.log.read_bytes().decode("utf-8") == text
