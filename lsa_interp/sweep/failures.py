@@ -35,7 +35,7 @@ class Failure:
 def first_line(error: BaseException) -> str:
     """``error``'s message as one line: its own first line for the one-line errors (ValueError, OSError), else
     led by its type."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    text = next(iter(str(error).strip().splitlines()), "")
     if isinstance(error, ValueError | OSError) and text:
         return text
     return f"{type(error).__name__}: {text}" if text else type(error).__name__

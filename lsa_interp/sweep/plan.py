@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from lsa_interp.sweep.grid import Grid
 from lsa_interp.training.run_dir import MODEL_DIR, replicate_dir
@@ -25,6 +26,7 @@ from lsa_interp.training.stack_config import RunSpec, StackConfig
 from lsa_interp.utils import atomic_write
 
 PLAN_FILE, GRID_COPY, RESULTS_FILE, EVALUATION_FILE = "plan.json", "grid.toml", "results.csv", "evaluation.json"
+_ABSENT = object()
 
 
 @dataclass(frozen=True)
@@ -144,16 +146,19 @@ def model_dir(out: Path, stack: Stack, index: int) -> Path:
     return stack_dir(out, stack) / replicate_dir(index) / MODEL_DIR
 
 
+def stored_value(path: Path, key: str, absent: Any = None) -> Any:
+    """``key`` of the JSON object in ``path`` (None where the object lacks it); ``absent`` when the file is missing
+    or not readable JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get(key)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return absent
+
+
 def evaluated_with(model: Path, limit: int | None) -> bool:
     """Whether the model directory ``model`` holds an ``evaluation.json`` of at most ``limit`` rows per split (a
     grid whose ``eval_limit`` changed has its runs evaluated again)."""
-    path = model / EVALUATION_FILE
-    if not path.is_file():
-        return False
-    try:
-        return json.loads(path.read_text(encoding="utf-8")).get("limit") == limit
-    except json.JSONDecodeError:
-        return False
+    return stored_value(model / EVALUATION_FILE, "limit", absent=_ABSENT) == limit
 
 
 def analysis_dir(out: Path, stack: Stack, index: int, analysis: str) -> Path:

@@ -65,8 +65,9 @@ def run_sweep(
     atomic_write(out / GRID_COPY, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     minutes = max_minutes if max_minutes is not None else grid.max_minutes
     deadline = None if minutes is None else time.time() + 60 * minutes
-    jobs = [job for job in stack_jobs(grid, out, stacks) if not job.done]
-    runs = [run for job in stack_jobs(grid, out, stacks) for run in job.grid_runs]
+    every_job = stack_jobs(grid, out, stacks)
+    jobs = [job for job in every_job if not job.done]
+    runs = [run for job in every_job for run in job.grid_runs]
     needed = {run.data_dir for job in jobs for run in job.runs}
     for run in {run.data_key: run for stack in stacks for run in stack.runs}.values():
         if data_dir(out, run) in needed:

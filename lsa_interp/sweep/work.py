@@ -25,7 +25,7 @@ from lsa_interp.evaluation.run import DEFAULT_BATCH_SIZE
 from lsa_interp.model.checkpoint import CONFIG_FILE as MODEL_CONFIG_FILE
 from lsa_interp.model.checkpoint import load_model
 from lsa_interp.sweep.analyses import analysis_function
-from lsa_interp.sweep.plan import EVALUATION_FILE, evaluated_with
+from lsa_interp.sweep.plan import EVALUATION_FILE, evaluated_with, stored_value
 from lsa_interp.training.run_dir import (
     CONFIG_FILE,
     DONE_FILE,
@@ -134,7 +134,7 @@ def evaluate_run(model_dir: Path, data_dir: Path, name: str, limit: int | None =
     """
     target, fit_target = model_dir / EVALUATION_FILE, model_dir / FIT_FILES["json"]
     fit_rows = min(FIT_ROWS, limit or FIT_ROWS)
-    fit_done = _stored_value(fit_target, "rows") == fit_rows
+    fit_done = stored_value(fit_target, "rows") == fit_rows
     evaluated = evaluated_with(model_dir, limit)
     if evaluated and fit_done:
         return False
@@ -150,14 +150,6 @@ def evaluate_run(model_dir: Path, data_dir: Path, name: str, limit: int | None =
     result = evaluate_model(model, dataset, limit=limit, model_name=name, batch_size=batch_size)
     atomic_write(target, lambda tmp: tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8"))
     return True
-
-
-def _stored_value(path: Path, key: str) -> Any:
-    """``key`` of the JSON object in ``path``; None when the file is missing or not readable JSON."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8")).get(key)
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
 
 
 def analyse_run(model_dir: Path, out_dir: Path, analysis: str, name: str, device: str = "cpu") -> bool:
