@@ -302,13 +302,20 @@ print(f"{max(left, 0):.3f}")' "$SESSION/plan.json" "$(minutes_until "$1")"
 }
 
 # The detached driver (`drive DEADLINE WORK`): the session's sweep, training until DEADLINE (epoch seconds);
-# then, while every stack of it finished without an error and FOLLOW_MINUTES remain, the queue's next stack
-# in a new sweep (the finished sweep and its session move to WORK/done-K). Each sweep: sweep_checked.
+# then, while every stack of it finished and every run was evaluated (the sweep exited 0, or 1 for failed analyses
+# alone: pack_results.py blockers) and FOLLOW_MINUTES remain, the queue's next stack in a new sweep (the finished
+# sweep and its session move to WORK/done-K). Each sweep: sweep_checked.
 drive() {
-  local deadline=$1 k
+  local deadline=$1 k status blockers
   while :; do
-    sweep_checked "$deadline" || return
-    [[ -z $(python3 scripts/pack_results.py unfinished "$SWEEP") ]] || return
+    status=0
+    sweep_checked "$deadline" || status=$?
+    blockers=$(python3 scripts/pack_results.py blockers "$SWEEP" --status "$status") || return
+    if [[ -n $blockers ]]; then
+      echo "$(date +%T) no next stack: ${blockers//$'\n'/; }"
+      return
+    fi
+    [[ $status == 0 ]] || echo "$(date +%T) analyses failed ($SWEEP/failures); every run trained and was evaluated"
     awk -v left="$(minutes_until "$deadline")" -v need="$FOLLOW_MINUTES" 'BEGIN { exit !(left >= need) }' || return
     k=1
     while [[ -e $WORK/done-$k ]]; do k=$((k + 1)); done

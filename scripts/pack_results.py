@@ -13,7 +13,8 @@ most 4 chunks (and the checksum) to ``$OUT`` per command:
     python scripts/pack_results.py records runs/grid --into analyses/runs/2026-12-01-h100   # what is committed
     python scripts/pack_results.py carry runs --into ~/.local/share/lsa-interp/gpu-carry   # what continues
 
-``unfinished SWEEP`` prints the stacks of a sweep that have not finished. ``carry`` keeps, of an unpacked
+``unfinished SWEEP`` prints the stacks of a sweep that have not finished; ``blockers SWEEP --status N`` why the
+queue's next stack should not follow it (scripts/gpu_train.sh's driver). ``carry`` keeps, of an unpacked
 session (``grid/`` the sweep, ``session/`` its plan), only what the next GPU session needs to continue its
 unfinished stacks (their config, metrics and state, the sweep's plan and the session's grid file: about
 17 MB per fp32 run); it replaces ``--into`` and empties it when every stack finished.
@@ -47,6 +48,8 @@ KEEP_SUFFIXES = (".json", ".csv", ".md", ".log", ".txt")
 """Results, tables, logs and the GPU test reports (`gpu_train.sh`'s preflight checks, `gpu_session.sh`'s)."""
 SKIP_PARTS = {"data", "__pycache__"}
 WEIGHTS, STATE, DONE = "model.safetensors", "state.pt", "done"
+FAILURES = "failures"
+"""A sweep's folder of failed units, one ``{kind}-{name}.txt`` each (lsa_interp/sweep/failures.py)."""
 COMPILE_CACHE = "compile-cache"
 """A root of this name holds a session's new compiled kernels (lsa_interp/training/compile_cache.py): kept whole."""
 CONTINUES = ("config.json", "train_config.json", "metrics.jsonl", STATE)
@@ -214,6 +217,21 @@ def unfinished_stacks(sweep: Path) -> list[Path]:
     return sorted(state.parent for state in sweep.glob("stacks/*/" + STATE) if not stack_finished(state.parent))
 
 
+def follow_blockers(sweep: Path, status: int) -> list[str]:
+    """Why the queue's next stack should not follow the sweep in ``sweep`` that exited with ``status``, one line
+    each; empty when it may. It may after exit 0, or after exit 1 whose recorded failures are all analyses (every
+    stack trained and every run was evaluated, so the planner counts the runs as done; the same sweep run again
+    retries the analyses), when no stack is left unfinished. A failed training or evaluation would have its
+    runs planned again, and any other exit is a crash."""
+    blockers = [f"{stack.name} did not finish" for stack in unfinished_stacks(sweep)]
+    failed = sorted((sweep / FAILURES).glob("*.txt"))
+    if status == 1 and failed:
+        blockers += [f"{path.stem} failed" for path in failed if not path.name.startswith("analyse-")]
+    elif status != 0:
+        blockers.append(f"the sweep exited {status}")
+    return blockers
+
+
 def carry(source: Path, into: Path) -> int:
     """Replace ``into`` with what continues the unfinished stacks of the session unpacked in ``source``
     (``source/grid``: the sweep, ``source/session``: its grid file and plan); returns the stacks kept.
@@ -311,6 +329,9 @@ def main(argv: list[str] | None = None) -> None:
     keeping.add_argument("--into", type=Path, required=True)
     listing = commands.add_parser("unfinished", help="print the stacks of a sweep that have not finished")
     listing.add_argument("sweep", type=Path)
+    blocking = commands.add_parser("blockers", help="why the queue's next stack should not follow a sweep")
+    blocking.add_argument("sweep", type=Path)
+    blocking.add_argument("--status", type=int, required=True, help="the sweep's exit status")
     carrying = commands.add_parser("carry", help="keep what continues a session's unfinished stacks")
     carrying.add_argument("source", type=Path, help="an unpacked session (with grid/ and session/)")
     carrying.add_argument("--into", type=Path, required=True)
@@ -331,6 +352,8 @@ def main(argv: list[str] | None = None) -> None:
         carry(args.source, args.into)
     elif args.command == "unfinished":
         print("\n".join(map(str, unfinished_stacks(args.sweep))))
+    elif args.command == "blockers":
+        print("\n".join(follow_blockers(args.sweep, args.status)))
     elif args.command == "upload":
         upload_parts(args)
     elif args.command == "received":

@@ -341,6 +341,39 @@ def test_an_unknown_subcommand_is_a_usage_error():
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize(
+    ("status", "failed", "said"),
+    [
+        (
+            1,
+            "analyse-matching-copy-20-random-s0",
+            "analyses failed ({sweep}/failures); every run trained and was evaluated",
+        ),
+        (1, "evaluate-copy-20-random-s0", "no next stack: evaluate-copy-20-random-s0 failed"),
+        (1, "", "no next stack: the sweep exited 1"),
+        (0, "", None),
+    ],
+)
+def test_the_driver_lets_the_next_stack_follow_a_sweep_whose_failures_are_only_analyses(tmp_path, status, failed, said):
+    """A sweep that exits 1 for failed analyses alone trained and evaluated every run: the driver goes on towards
+    the next stack (here it stops at FOLLOW_MINUTES, which the deadline does not leave). A failed evaluation, whose
+    run the planner would plan again, or an exit 1 without recorded failures (a crash) ends it with the reason."""
+    sweep = 'if [ "$1 $2 $3" = "-m lsa_interp sweep" ]; then\n  mkdir -p "$6/failures"\n'
+    sweep += f'  [ -z "{failed}" ] || echo traceback > "$6/failures/{failed}.txt"\n  exit {status}\nfi\n'
+    path = _fake_commands(tmp_path, python3=f'{sweep}exec {sys.executable} "$@"')
+    work = tmp_path / "work"
+    (work / "session").mkdir(parents=True)
+    (work / "session" / "grid.toml").write_text("replicates = 1\n")
+    env = _session_env(tmp_path, path, tmp_path / "none", FOLLOW_MINUTES="1000")
+    deadline = str(int(time.time()) + 600)
+    driven = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_train.sh"), "drive", deadline], env=env,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    lines = [line.split(" ", 1)[1] for line in driven.stdout.splitlines()]
+    assert lines[0] == "the plain stack's sweep started", driven.stderr[-2000:]
+    assert lines[1:] == ([] if said is None else [said.format(sweep=work / "grid")])
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_a_compiled_stack_whose_gpu_check_passes_trains_on_beside_it(tmp_path):
     """The compiled stack's sweep (a stand-in of 2 s) starts before its GPU check (a fake pytest of 1 s) has passed,
     is neither stopped nor started again, and the driver reports the check with its time; it gets the compile
