@@ -20,7 +20,7 @@ from lsa_interp.explorer.catalogue import ModelCatalogue, discover_models
 from lsa_interp.explorer.draw import draw_tasks, filter_tasks
 from lsa_interp.explorer.layout import CONTROLS, GRAPHS, page
 from lsa_interp.explorer.render import RenderedView, ViewRenderer, export_html
-from lsa_interp.explorer.state import TABS, ViewState, with_minimal_pair, with_selection
+from lsa_interp.explorer.state import TABS, ViewState, with_next_pair, with_selection
 from lsa_interp.explorer.training import grid_tables, history_figure, model_history, results_table_path
 from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.viz.attention_figures import role_legend_html
@@ -70,18 +70,18 @@ def _sync_callback(app: Dash, catalogue: ModelCatalogue) -> None:
         State("cell-mode", "value"),
     )
     def sync(search, *values):
-        controls, (_reset, _matching, pair_clicks, selected, drawn, mode) = values[: len(CONTROLS)], values[-6:]
+        controls, (selected, drawn, mode) = values[: len(CONTROLS)], values[-3:]
         trigger = ctx.triggered_id
+        linked = ViewState.from_query(search)
         if trigger in (None, "url"):
-            state = ViewState.from_query(search)
-            state = replace(state, model=state.model or catalogue.names[0])
+            state = replace(linked, model=linked.model or catalogue.names[0])
             query = state.to_query()
             return (no_update if query == search else query), *_control_values(state, catalogue)
         if trigger == "model" and not controls[CONTROLS.index("model")]:
             # the picker emptied itself (Dash's dropdown drops a value it does not offer, such as a link's unknown
             # model): the link keeps naming that model, and the render callback says it is unknown
             raise PreventUpdate
-        state = ViewState(**dict(zip(CONTROLS, (v if v is not None else "" for v in controls))))
+        state = replace(linked, **_chosen(linked, dict(zip(CONTROLS, controls)), trigger))
         try:
             if trigger == "model":  # the lens and graph layers were the last model's: the new one's defaults
                 state = replace(state, layer="", graph=ViewState.graph)
@@ -90,7 +90,7 @@ def _sync_callback(app: Dash, catalogue: ModelCatalogue) -> None:
             elif trigger == "matching":
                 state = replace(state, patch="auto")
             elif trigger == "pair":
-                state = with_minimal_pair(state, seed=pair_clicks or 0)
+                state = with_next_pair(state)
             elif trigger == "graph-hidden":
                 state = with_selection(state, selected, mode, catalogue.model(state.model).cfg)
             elif trigger == "drawn" and drawn:
@@ -98,6 +98,16 @@ def _sync_callback(app: Dash, catalogue: ModelCatalogue) -> None:
         except (ValueError, FileNotFoundError):
             pass  # the render callback reports what is wrong with the state
         return state.to_query(), *_control_values(state, catalogue)
+
+
+def _chosen(linked: ViewState, controls: dict, trigger: str) -> dict[str, str]:
+    """The controls' values as state fields, except a layer radio showing its stand-in for the link's blank
+    layer (`_control_values`): that stays blank unless the radio itself fired."""
+    chosen = {name: "" if value is None else value for name, value in controls.items()}
+    for name in ("layer", "graph"):
+        if name != trigger and not getattr(linked, name).strip():
+            chosen[name] = getattr(linked, name)
+    return chosen
 
 
 def _control_values(state: ViewState, catalogue: ModelCatalogue) -> list[str]:

@@ -83,19 +83,27 @@ class Interventions:
 
 @dataclass(frozen=True)
 class Prediction:
-    """A greedy answer and, per decoding step, the k likeliest next tokens with their probabilities."""
+    """A greedy answer and, per decoding step, the k likeliest next tokens with their probabilities; ``probs``
+    holds every token's probability at each step (vocabulary order)."""
 
     answer: str
     steps: tuple[tuple[tuple[str, float], ...], ...]
+    probs: tuple[tuple[tuple[str, float], ...], ...] = ()
+
+    def probability(self, step: int, token: str) -> float:
+        """The probability of ``token`` (a `display_token`) at 0-based ``step``; raises KeyError for a token
+        outside the vocabulary, IndexError for a step past the run's."""
+        return dict(self.probs[step])[token]
 
 
 def prediction(data: AttentionData) -> Prediction:
-    """The answer and per-step top-k of a run."""
+    """The answer, per-step top-k and per-step distribution of a run."""
     steps = tuple(
         tuple((display_token(int(i)), float(p)) for i, p in zip(ids, probs))
         for ids, probs in zip(data.top_ids.tolist(), data.top_probs.tolist())
     )
-    return Prediction(data.answer, steps)
+    labels = [display_token(i) for i in range(data.probs.shape[-1])]
+    return Prediction(data.answer, steps, tuple(tuple(zip(labels, row)) for row in data.probs.tolist()))
 
 
 @torch.no_grad()
@@ -294,7 +302,8 @@ def run_task(
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
 ) -> AttentionData:
     """Greedy-decode ``task`` with ``interventions`` and return what the explorer shows of the run: answer,
-    attention of every block, encoder hidden states, top-k next tokens per step (all under the interventions).
+    attention of every block, encoder hidden states, the next-token distribution and its top-k per step (all under
+    the interventions).
 
     Raises ValueError for interventions that do not fit the model or the task (see `check_interventions`), a
     ``top_k`` outside 1..vocab, or mean ablation without ``means``.
@@ -310,7 +319,8 @@ def run_task(
         generated = model.greedy_decode(inputs.src, max_new_tokens, drop_finished=False)
     tgt = decoder_input_from_generated(generated)
     n_steps = tgt.shape[1]
-    top_probs, top_ids = torch.softmax(recorder.logits().float().cpu(), dim=-1).topk(top_k, dim=-1)
+    probs = torch.softmax(recorder.logits().float().cpu(), dim=-1)
+    top_probs, top_ids = probs.topk(top_k, dim=-1)
     return AttentionData(
         task=task,
         answer=decode(generated[0]),
@@ -322,6 +332,7 @@ def run_task(
         decoder_attn=recorder.decoder_patterns(n_steps).cpu(),
         cross_attn=recorder.cross_patterns().cpu(),
         resid=recorder.resid().cpu(),
+        probs=probs,
         top_ids=top_ids,
         top_probs=top_probs,
     )

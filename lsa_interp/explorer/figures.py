@@ -158,7 +158,7 @@ def hidden_state_heatmap(
 
 def top_k_bars(prediction: Prediction, title: str, clean: Prediction | None = None) -> Figure:
     """Horizontal bars of the top-k next tokens at every decoding step, one panel per step; with ``clean``,
-    the clean run's probabilities of the same tokens are drawn beside them."""
+    the clean run's probabilities of the same tokens at the same step (from its full distribution) beside them."""
     n_steps = max(1, len(prediction.steps))
     data, layout, annotations = [], {}, []
     for step, (xname, yname, xaxis, yaxis) in enumerate(_grid(n_steps, n_steps, gap=0.03)):
@@ -178,10 +178,9 @@ def top_k_bars(prediction: Prediction, title: str, clean: Prediction | None = No
              "showlegend": step == 0, "legendgroup": "run", "hovertemplate": "%{y}: %{x:.3f}<extra>this run</extra>"}
         )  # fmt: skip
         if clean is not None and step < len(clean.steps):
-            before = dict(clean.steps[step])
             data.append(
-                {**bar, "x": [before.get(t, 0.0) for t in tokens], "marker": {"color": "#bbbbbb"},
-                 "name": "clean run (0 if not in its top-k)", "showlegend": step == 0, "legendgroup": "clean",
+                {**bar, "x": [clean.probability(step, t) for t in tokens], "marker": {"color": "#bbbbbb"},
+                 "name": "clean run", "showlegend": step == 0, "legendgroup": "clean",
                  "hovertemplate": "%{y}: %{x:.3f}<extra>clean</extra>"}
             )  # fmt: skip
     layout.update(

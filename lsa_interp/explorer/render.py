@@ -32,6 +32,7 @@ from lsa_interp.explorer.state import (
     interventions_of,
     parse_head_view,
     parse_layer,
+    parse_pair,
     parse_tab,
 )
 from lsa_interp.viz.attention_data import AttentionData
@@ -122,6 +123,7 @@ class ViewRenderer:
         name = state.model or self.catalogue.names[0]
         model = self.catalogue.model(name)
         parse_tab(state.tab)
+        parse_pair(state.pair)
         heads = parse_head_view(state.heads)
         if not state.task.strip():
             raise ValueError(f"no task: type one in the paper's notation, e.g. {DEFAULT_TASK}")

@@ -1,6 +1,9 @@
 """The explorer's whole view as a URL query string, and its parts parsed for the model.
 
-``?model=copy-200&task=...&layer=3&graph=2&heads=average&cells=3:35-37:0-127:zero&ablate=2.7&patch=auto&source=...``
+``?model=copy-200&task=...&layer=3&graph=2&heads=all&cells=3:35-37:0-127:zero&ablate=2.7&patch=auto&source=...&pair=2``
+
+A field is in the query only when it differs from its default (the model always): a control that shows a
+stand-in for a default (the lens radio shows the last layer for ``layer=""``) does not add it.
 
 Layers and heads are 1-based, as in the paper; cell positions and dimensions are 0-based (as on the
 heatmap's axes). `ViewState.from_query` accepts any query string (unknown keys are ignored, bad values are
@@ -38,6 +41,7 @@ class ViewState:
     ablate: str = ""
     patch: str = ""
     source: str = DEFAULT_SOURCE
+    pair: str = ""
     tab: str = "graph"
 
     def to_query(self) -> str:
@@ -69,6 +73,15 @@ def parse_layer(text: str, n_layers: int) -> int:
     return int(text) - 1
 
 
+def parse_pair(text: str) -> int:
+    """The number of the succ/pred pair last drawn ("" when none was: 0). Raises ValueError for anything else."""
+    if not text.strip():
+        return 0
+    if not text.strip().isdigit():
+        raise ValueError(f"pair {text!r} is not a pair number (1, 2, ...)")
+    return int(text)
+
+
 def parse_head_view(text: str) -> str:
     """The attention view, "average" (the heads' mean) or "all" (a panel per head). Raises ValueError for
     anything else (a link's ``heads=`` naming no view used to show the average without a word)."""
@@ -92,20 +105,24 @@ def parse_heads(text: str, cfg: ModelConfig) -> tuple[Head, ...]:
 
 
 def parse_cells(text: str) -> tuple[CellBox, ...]:
-    """Cell boxes ``LAYER:P0-P1:D0-D1:MODE`` joined by ``,`` (layer 1-based; positions, dims 0-based).
-
-    Raises ValueError naming the malformed box."""
+    """Cell boxes ``LAYER:P0-P1:D0-D1:MODE`` joined by ``,`` (layer 1-based; positions, dims 0-based; the mode in
+    any case). Raises ValueError naming the malformed box (and, for an unknown mode, the allowed ones)."""
     boxes = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         pieces = [piece.strip() for piece in part.split(":")]
-        if len(pieces) != 4 or pieces[3] not in ABLATION_MODES:
+        if len(pieces) != 4:
             raise ValueError(f"bad cell box {part!r}: write LAYER:P0-P1:D0-D1:MODE, mode zero or mean")
+        mode = pieces[3].lower()
+        if mode not in ABLATION_MODES:
+            raise ValueError(
+                f"bad cell box {part!r}: unknown mode {pieces[3]!r}; choose one of {', '.join(ABLATION_MODES)}"
+            )
         try:
             layer = int(pieces[0]) - 1
             (p0, p1), (d0, d1) = (tuple(int(x) for x in r.split("-")) for r in pieces[1:3])
         except ValueError:
             raise ValueError(f"bad cell box {part!r}: numbers expected, e.g. 3:35-37:0-127:zero") from None
-        boxes.append(CellBox(layer, (min(p0, p1), max(p0, p1)), (min(d0, d1), max(d0, d1)), pieces[3]))
+        boxes.append(CellBox(layer, (min(p0, p1), max(p0, p1)), (min(d0, d1), max(d0, d1)), mode))
     return tuple(boxes)
 
 
@@ -168,8 +185,13 @@ def with_selection(state: ViewState, selected: dict | None, mode: str, cfg: Mode
 
 def with_minimal_pair(state: ViewState, seed: int, source: str = "succ", target: str = "pred") -> ViewState:
     """``state`` with a ``target`` task and its ``source`` twin (a minimal pair, standard alphabet, 3-letter
-    windows, drawn with ``seed``) and the matching heads chosen for patching."""
-    pair = minimal_pairs(source, target, 1, seed=seed, lengths=(3,))[0]
-    return replace(
-        state, task=str(pair.target.with_answer(None)), source=str(pair.source.with_answer(None)), patch="auto"
-    )
+    windows, drawn with ``seed``, which becomes the state's ``pair``) and the matching heads chosen for patching."""
+    drawn = minimal_pairs(source, target, 1, seed=seed, lengths=(3,))[0]
+    task, twin = str(drawn.target.with_answer(None)), str(drawn.source.with_answer(None))
+    return replace(state, task=task, source=twin, patch="auto", pair=str(seed))
+
+
+def with_next_pair(state: ViewState) -> ViewState:
+    """``state`` with the succ/pred pair after the one it names (the first when it names none): a reloaded link
+    goes on from its own pair. Raises ValueError for a bad ``pair``."""
+    return with_minimal_pair(state, seed=parse_pair(state.pair) + 1)

@@ -27,7 +27,8 @@ class AttentionData:
     the token emitted at each decoder step; ``src_labels``/``tgt_labels`` add the positions (``g·27``).
     ``encoder_attn`` ``[layer, head, src, src]``, ``decoder_attn`` ``[layer, head, tgt, tgt]`` (causal),
     ``cross_attn`` ``[layer, head, tgt, src]``; ``resid`` is each encoder layer's ``hook_resid_post``;
-    ``top_ids``/``top_probs`` the ``k`` most probable next tokens at each decoder step (softmax of the logits).
+    ``probs`` the next-token distribution at each decoder step (softmax of the logits, vocabulary order),
+    ``top_ids``/``top_probs`` its ``k`` most probable tokens.
     """
 
     task: Task
@@ -40,6 +41,7 @@ class AttentionData:
     decoder_attn: Float[Tensor, "dec_layer head tgt tgt"]
     cross_attn: Float[Tensor, "dec_layer head tgt src"]
     resid: Float[Tensor, "enc_layer src d_model"]
+    probs: Float[Tensor, "tgt vocab"]
     top_ids: Int[Tensor, "tgt k"]
     top_probs: Float[Tensor, "tgt k"]
 
@@ -115,6 +117,7 @@ def collect_attention(
         decoder_attn=stacked("decoder", "attn"),
         cross_attn=stacked("decoder", "cross_attn"),
         resid=torch.stack([cache.resid("encoder", layer, "post")[0] for layer in range(cfg.n_encoder_layers)]),
+        probs=probs,
         top_ids=top_ids,
         top_probs=top_probs,
     )

@@ -4,11 +4,12 @@ models of different depths, a checkpoint gone since the start, the drawn tasks o
 from __future__ import annotations
 
 import shutil
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 import pytest
 import torch
 
+from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.explorer.app import create_app
 from lsa_interp.explorer.catalogue import ModelCatalogue, ModelEntry
 from lsa_interp.explorer.layout import CONTROLS
@@ -29,12 +30,15 @@ def app():
     return create_app(ModelCatalogue([], {"deep": _model(4), "shallow": _model(3)}))
 
 
-def _sync(app, search: str, controls: dict[str, str], changed: str) -> tuple[dict[str, str], dict[str, str]]:
+def _sync(
+    app, search: str, controls: dict[str, str], changed: str, pair_clicks: int = 0
+) -> tuple[dict[str, str], dict[str, str]]:
     """The URL's fields and the controls' values after the sync callback fired by ``changed``."""
-    inputs = [search, *(controls.get(name, getattr(ViewState(), name)) for name in CONTROLS), 0, 0, 0, None, None]
+    values = (controls.get(name, getattr(ViewState(), name)) for name in CONTROLS)
+    inputs = [search, *values, 0, 0, pair_clicks, None, None]
     response = call_callback(app, "url.search...model.value", inputs, ["zero"], changed)
     search = response["url"]["search"] if "url" in response else search  # left out: the link stays as it was
-    url = {k: v[-1] for k, v in parse_qs(search.lstrip("?")).items()}
+    url = {k: v[-1] for k, v in parse_qs(search.lstrip("?"), keep_blank_values=True).items()}
     return url, {name: response[name]["value"] for name in CONTROLS}
 
 
@@ -46,8 +50,8 @@ def test_switching_to_a_shallower_model_takes_its_own_layers_not_the_last_models
     assert controls["layer"] == "4"
     url, controls = _sync(app, "", {**controls, "graph": "4", "model": "shallow"}, "model.value")
     assert url == {"model": "shallow"} and (controls["layer"], controls["graph"]) == ("3", "1")
-    other = _sync(app, "", {**controls, "task": DEFAULT_TASK.replace("bcd", "cde")}, "task.value")[0]
-    assert "layer" not in other or other["layer"] == "3"
+    other = _sync(app, "?model=shallow", {**controls, "task": DEFAULT_TASK.replace("| bcd", "| cde")}, "task.value")[0]
+    assert "layer" not in other
 
 
 def test_a_link_with_a_layer_the_model_lacks_shows_the_error_and_keeps_the_layer_choices(app):
@@ -101,3 +105,39 @@ def test_a_link_without_a_graph_layer_checks_the_layer_drawn(app):
     assert (controls["graph"], controls["layer"]) == ("4", "4")
     rendered = call_callback(app, "error.children", ["?model=deep&graph="], changed="url.search")
     assert rendered["graph-encoder"]["figure"]["layout"]["title"]["text"].startswith("encoder layer 4 ")
+
+
+def test_a_link_carries_the_layer_only_once_the_user_picks_one(app):
+    """The lens radio shows the last layer for a link without one; any other control then wrote that layer into
+    the link (``layer=3`` after switching models) as if the user had picked it. Only a click on the radio does."""
+    task = DEFAULT_TASK.replace("| bcd", "| cde")
+    _, controls = _sync(app, "?model=deep", {}, "url.search")
+    url, controls = _sync(app, "?model=deep", {**controls, "model": "shallow"}, "model.value")
+    assert url == {"model": "shallow"} and controls["layer"] == "3"
+    url, controls = _sync(app, "?model=shallow", {**controls, "task": task}, "task.value")
+    assert url == {"model": "shallow", "task": task} and controls["layer"] == "3"
+    _, controls = _sync(app, "?model=shallow&graph=", {}, "url.search")
+    assert (controls["layer"], controls["graph"]) == ("3", "3")
+    url, _ = _sync(app, "?model=shallow&graph=", {**controls, "ablate": "1.1"}, "ablate.value")
+    assert url == {"model": "shallow", "graph": "", "ablate": "1.1"}
+    url, _ = _sync(app, "?model=shallow", {**controls, "layer": "3"}, "layer.value")
+    assert url["layer"] == "3"
+
+
+def _pair(seed: int) -> tuple[str, str]:
+    (pair,) = minimal_pairs("succ", "pred", 1, seed=seed, lengths=(3,))
+    return str(pair.target.with_answer(None)), str(pair.source.with_answer(None))
+
+
+def test_the_succ_pred_pair_goes_on_from_the_link_s_pair_after_a_reload(app):
+    """The button's clicks start again at 0 when the page reloads: it used to draw the first pair again. The pair
+    drawn is in the link (``pair=N``), and the next click draws the pair after it."""
+    url, controls = _sync(app, "?model=deep", {}, "url.search")
+    url, controls = _sync(app, "?model=deep", controls, "pair.n_clicks", pair_clicks=1)
+    assert (url["task"], url["source"], url["patch"], url["pair"]) == (*_pair(1), "auto", "1")
+    link = "?" + urlencode(url)
+    reloaded, controls = _sync(app, link, {}, "url.search")
+    assert reloaded == url and (controls["task"], controls["source"]) == _pair(1)
+    url, controls = _sync(app, link, controls, "pair.n_clicks", pair_clicks=1)
+    assert (url["task"], url["source"], url["pair"]) == (*_pair(2), "2")
+    assert (controls["task"], controls["source"]) == _pair(2)

@@ -23,6 +23,7 @@ from lsa_interp.explorer.compute import (
     intervention_hooks,
     lens_top_k,
     patch_heads_from,
+    prediction,
     reference_means,
     run_task,
 )
@@ -50,6 +51,11 @@ def test_clean_run_is_the_models_answer_with_top_k(planted):
     data = run_task(planted, TASK)
     assert data.answer == planted.solve(TASK) == planted_answer(TASK) == "f"
     assert data.top_probs.shape == (2, 5) and torch.all(data.top_probs[:, :-1] >= data.top_probs[:, 1:])
+    assert data.probs.shape == (2, 30) and torch.equal(data.probs.topk(5).values, data.top_probs)
+    given = prediction(data)
+    assert [given.probability(step, token) for step, ranked in enumerate(given.steps) for token, _ in ranked] == [
+        p for ranked in given.steps for _, p in ranked
+    ]
     assert data.encoder_attn.shape == (3, 4, 39, 39) and data.cross_attn.shape == (1, 4, 2, 39)
 
 

@@ -11,6 +11,7 @@ from plotly.io.json import to_json_plotly
 
 from lsa_interp.analysis.planted import PLANTED_HEAD, planted_model
 from lsa_interp.data.task import Task
+from lsa_interp.data.vocab import VOCAB_SIZE, display_token
 from lsa_interp.explorer import render
 from lsa_interp.explorer.catalogue import ModelCatalogue
 from lsa_interp.explorer.compute import CellBox, Interventions, Prediction, reference_means, run_task
@@ -18,6 +19,7 @@ from lsa_interp.explorer.render import RenderedView, ViewRenderer, export_html
 from lsa_interp.explorer.state import ViewState
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.heads import Head
+from lsa_interp.viz.attention_data import collect_attention
 from lsa_interp.viz.attention_figures import role_legend_html
 from lsa_interp.viz.html import figures_page
 
@@ -212,7 +214,7 @@ def test_ticks_carry_the_token_roles_and_the_hidden_states_outline_the_shown_lay
             assert len(ticks) == 39 and all(tick.startswith("<span style='color:") for tick in ticks), (name, axis)
     assert "<span" not in "".join(view.figures["cross-attention"]["layout"]["yaxis"]["ticktext"])
     assert len(view.figures["encoder hidden states"]["layout"]["shapes"]) == 1
-    assert [t["name"] for t in view.figures["top-k"]["data"]][:2] == ["this run", "clean run (0 if not in its top-k)"]
+    assert [t["name"] for t in view.figures["top-k"]["data"]][:2] == ["this run", "clean run"]
 
 
 def test_export_is_one_page_of_the_summary_the_link_the_roles_and_every_figure(renderer):
@@ -250,6 +252,7 @@ def test_the_decoder_s_masked_future_is_blank_in_both_head_views(renderer):
     [
         (ViewState(model="tiny", heads="sideways"), "heads 'sideways' is not one of average, all (the attention view)"),
         (ViewState(model="tiny", tab="foo"), "tab 'foo' is not one of graph, training"),
+        (ViewState(model="tiny", pair="x"), "pair 'x' is not a pair number (1, 2, ...)"),
         (ViewState(model="tiny", task=" "), f"no task: type one in the paper's notation, e.g. {TASK}"),
         (ViewState(model="tiny", patch="1.1", source=""), "source task: a task needs 'alphabet | example_in > "),
     ],
@@ -259,3 +262,20 @@ def test_a_link_s_malformed_view_part_is_named_not_drawn_as_the_default(renderer
     word; an empty task was reported as a task missing its '|'s."""
     view = renderer.render(state)
     assert view.error.startswith(error) and view.figures == {}
+
+
+def test_the_clean_bars_show_every_token_s_own_probability_not_0_outside_its_top_5(renderer):
+    """A token of the intervened run's top-5 outside the clean run's top-5 at that step used to be drawn at 0
+    (legend "0 if not in its top-k"); each clean bar is now the clean run's probability of that token, as a
+    teacher-forced run of the clean answer gives it over the whole vocabulary."""
+    view = renderer.render(ViewState(model="tiny", ablate="1.1+2.2"))
+    reference = collect_attention(renderer.catalogue.model("tiny"), Task.parse(TASK), top_k=VOCAB_SIZE)
+    run_bars, clean_bars = view.figures["top-k"]["data"][:2]
+    assert clean_bars["name"] == "clean run" and run_bars["y"] == clean_bars["y"]
+    steps = [(trace["y"], trace["x"]) for trace in view.figures["top-k"]["data"] if trace["name"] == "clean run"]
+    outside = 0
+    for step, (tokens, shown) in enumerate(steps):
+        full = dict(zip(map(display_token, reference.top_ids[step].tolist()), reference.top_probs[step].tolist()))
+        assert shown == pytest.approx([full[token] for token in tokens], abs=1e-5)
+        outside += len(set(tokens) - {token for token, _ in view.clean.steps[step]})
+    assert steps and outside, "the test needs a token outside the clean run's top-5"

@@ -14,6 +14,7 @@ from lsa_interp.explorer.state import (
     parse_head_view,
     parse_heads,
     parse_layer,
+    parse_pair,
     parse_tab,
     selection_box,
     with_minimal_pair,
@@ -144,3 +145,24 @@ def test_the_head_view_and_the_tab_are_one_of_theirs():
             parse_head_view(bad)
         with pytest.raises(ValueError, match=rf"^tab {bad!r} is not one of graph, training$"):
             parse_tab(bad)
+
+
+def test_cell_modes_are_read_in_any_case_and_an_unknown_one_is_named_with_the_allowed_ones():
+    """``ZERO`` or ``Mean`` used to be refused as a malformed box."""
+    assert parse_cells("3:35-37:0-127:ZERO, 1:2-2:5-9:Mean") == (
+        CellBox(2, (35, 37), (0, 127), "zero"), CellBox(0, (2, 2), (5, 9), "mean"),
+    )  # fmt: skip
+    assert interventions_of(ViewState(cells="1:0-2:3-4:MEAN"), CFG).cells == (CellBox(0, (0, 2), (3, 4), "mean"),)
+    with pytest.raises(
+        ValueError, match=r"^bad cell box '3:1-2:0-1:Half': unknown mode 'Half'; choose one of zero, mean$"
+    ):
+        parse_cells("3:1-2:0-1:Half")
+
+
+def test_the_pair_drawn_is_in_the_link():
+    state = with_minimal_pair(ViewState(model="m"), seed=2)
+    assert state.pair == "2" and ViewState.from_query(state.to_query()) == state
+    assert [parse_pair(text) for text in ("", " ", "0", "7")] == [0, 0, 0, 7]
+    for bad in ("x", "-1", "1.5"):
+        with pytest.raises(ValueError, match=rf"^pair {bad!r} is not a pair number \(1, 2, \.\.\.\)$"):
+            parse_pair(bad)

@@ -234,6 +234,7 @@ def test_hidden_states_are_each_encoder_layers_output(view, reference):
 
 def test_top_k_probabilities_are_the_softmax_of_the_logits(view, reference):
     generated, logits = reference[0], reference[2]
+    torch.testing.assert_close(view.data.probs, torch.softmax(logits[0], dim=-1), atol=1e-6, rtol=0)
     probs, ids = torch.softmax(logits[0], dim=-1).topk(4, dim=-1)
     torch.testing.assert_close(view.data.top_probs, probs, atol=1e-6, rtol=0)
     assert torch.equal(view.data.top_ids, ids)
