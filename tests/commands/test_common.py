@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
 import typer
+from typer.testing import CliRunner
 
 from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.commands import common
+from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
 
 
 def test_the_default_output_is_named_after_the_model_or_its_directory():
@@ -21,6 +24,7 @@ def test_the_default_output_is_named_after_the_model_or_its_directory():
     assert common.default_out(stack) == common.Path("runs/analysis/stack-000-replicate-1")
     assert common.default_out("runs/other/replicate-1") != common.default_out(stack)
     assert common.default_out("runs/copy-20-s3/model") == common.Path("runs/analysis/copy-20-s3")
+    assert common.default_out("runs/copy-20-s3/model/model.safetensors") == common.Path("runs/analysis/copy-20-s3")
 
 
 def test_an_output_directory_is_made_with_its_parents_and_tried_before_any_work(tmp_path, monkeypatch):
@@ -149,3 +153,108 @@ def test_finish_without_findings_prints_no_findings_table_and_writes_to_the_defa
     printed = capsys.readouterr().out
     assert _cells(printed) == [("measure", "value"), ("tasks", "4")] and "findings" not in printed
     assert (tmp_path / "runs" / "analysis" / "copy-200" / "roles.json").is_file()
+
+
+def test_the_options_given_are_those_set_on_the_command_line():
+    app = typer.Typer()
+
+    @app.command()
+    def command(out: str = "x", seed: int = 0, lr: float = 1.0) -> None:
+        """A command with three options."""
+
+    ctx = typer.main.get_command(app).make_context("command", ["--seed", "3", "--out", "R"])
+    assert sorted(common.given_options(ctx)) == ["out", "seed"]
+    ctx.params["added"] = 1  # a value a callback set: no source recorded, not given on the command line
+    assert sorted(common.given_options(ctx)) == ["out", "seed"]
+
+
+def test_a_new_run_records_its_dataset_s_own_preset_or_the_one_asked_for(tmp_path):
+    tiny = DatasetConfig(name="tiny", n_alphabets=4, window_lengths=(3,), n_reshuffle=1, n_new_alphabets=4)
+    data = save_dataset(generate_dataset(tiny, seed=1), tmp_path / "data")
+    assert common.training_preset(None, None) == "copy-20"
+    assert common.training_preset("nocopy-20", None) == "nocopy-20"
+    assert common.training_preset("nocopy-20", tmp_path / "nowhere") == "nocopy-20"  # the trainer says it is missing
+    assert common.training_preset(None, tmp_path / "nowhere") == "copy-20"
+    assert common.training_preset(None, data) == common.training_preset("tiny", data) == "tiny"
+    with pytest.raises(ValueError, match=r"--preset copy-20 is not the preset of --data .*data \(tiny\); leave"):
+        common.training_preset("copy-20", data)
+
+
+def test_cuda_is_refused_where_torch_sees_no_cuda_device(monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(typer.BadParameter, match="torch sees no CUDA device here; use cpu"):
+        common.check_device("cuda")
+    assert common.check_device("cpu") == "cpu" and common.check_device(None) is None
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert common.check_device("cuda") == common.device_option("cuda") == "cuda"
+    with pytest.raises(typer.BadParameter, match="unknown device 'auto'; choose one of: cpu, cuda"):
+        common.device_option("auto")
+    assert common.check_device("auto", ("auto", "cpu", "cuda")) == "auto"
+
+
+def _app() -> typer.Typer:
+    """Two commands with path parameters of each kind, in the CLI's command group."""
+    app = typer.Typer(cls=common.CommandGroup)
+
+    @app.command()
+    def one(out: Path = Path("x"), maybe: Path | None = None, many: list[Path] | None = None, name: str = "n") -> None:
+        print(f"RAN one {out} {maybe} {many and [str(path) for path in many]} {name!r}")
+
+    @app.command()
+    def two(files: list[Path]) -> None:
+        print(f"RAN two {[str(path) for path in files]}")
+
+    sub = typer.Typer(cls=common.CommandGroup)
+    app.add_typer(sub, name="sub")
+
+    @sub.command()
+    def deep(out: Path = Path("x")) -> None:
+        print(f"RAN deep {out}")
+
+    return app
+
+
+@pytest.mark.parametrize(
+    ("args", "param"),
+    [
+        (["one", "--out", ""], "out"),
+        (["one", "--maybe="], "maybe"),
+        (["one", "--many", "a", "--many", ""], "many"),
+        (["two", "a", ""], "files"),
+    ],
+)
+def test_an_empty_path_is_refused_by_name_before_the_command_runs(args, param):
+    command = typer.main.get_command(_app()).commands[args[0]]
+    with pytest.raises(typer.BadParameter) as info:
+        common.refuse_empty_paths(command, typer.Context(command, info_name=args[0]), args[1:])
+    assert info.value.message == "an empty path; give a file or directory name ('.' for the working directory)"
+    assert info.value.param.name == param
+    result = CliRunner().invoke(_app(), args)
+    assert result.exit_code == 2 and "an empty path" in result.output and "RAN" not in result.output
+
+
+def test_paths_that_are_not_empty_and_empty_text_that_is_no_path_pass():
+    runner = CliRunner()
+    result = runner.invoke(_app(), ["one", "--name", "", "--out", ".", "--many", "a"])
+    assert result.exit_code == 0 and result.output == "RAN one . None ['a'] ''\n"
+    assert runner.invoke(_app(), ["two", "a", "b"]).output == "RAN two ['a', 'b']\n"
+    result = runner.invoke(_app(), ["one", "--bogus", ""])  # left to the command's own parse
+    assert result.exit_code == 2 and "No such option: --bogus" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "path"), [(["one", "--out="], "prog one"), (["sub", "deep", "--out", ""], "prog sub deep")]
+)
+def test_an_empty_path_s_error_names_the_command_by_its_whole_path(args, path):
+    """The CLI's one-line error ends with "(see 'COMMAND PATH --help')", read from the error's context."""
+    with pytest.raises(typer.BadParameter) as info:
+        _app()(args=args, prog_name="prog", standalone_mode=False)
+    assert info.value.ctx.command_path == path and info.value.param.name == "out"
+
+
+def test_an_unknown_command_resolves_to_none_while_completing():
+    """Shell completion resolves partial command lines with resilient parsing: a name that is no command yet gives
+    no command, and there are no paths to check."""
+    group = typer.main.get_command(_app())
+    ctx = group.make_context("prog", ["on"], resilient_parsing=True)
+    assert group.resolve_command(ctx, ["on", "--out="]) == (None, None, ["--out="])

@@ -114,16 +114,22 @@ def test_reduced_precision_is_measured_on_val(run_dir, tmp_path):
     assert parameters <= set(stored) and {stored[name].dtype for name in parameters} == {torch.float16}
 
 
-def test_ship_replaces_an_earlier_checkpoint_and_a_stale_staging_folder_in_a_new_folder(run_dir, tmp_path):
+def test_ship_replaces_an_earlier_checkpoint_and_stale_staging_and_old_folders_in_a_new_folder(run_dir, tmp_path):
     dest = tmp_path / "new" / "checkpoints"
     first = ship_run(run_dir, "tiny", dest=dest, limit=20)
-    staging = dest / ".tiny.staging"
-    staging.mkdir()
-    (staging / "left-over").write_text("from a ship that was killed")
+    staging, old = dest / ".tiny.staging", dest / ".tiny.old"
+    for folder in (staging, old):  # a ship killed while it wrote, or between its two renames
+        folder.mkdir()
+        (folder / "left-over").write_text("from a ship that was killed")
     (first / "stray").write_text("not part of a checkpoint")
     again = ship_run(run_dir, "tiny", dest=dest, limit=20)
     assert again == first and not (again / "stray").exists() and not (again / "left-over").exists()
     assert sorted(p.name for p in dest.iterdir()) == ["tiny"]
+
+
+def test_checkpoint_names_of_letters_digits_dots_dashes_and_underscores_in_parts_are_accepted():
+    for name in ("copy-200", "replicates/copy-20-s2", "Copy_20.v2/S0", "a"):
+        card_module.check_checkpoint_name(name)
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "../escaped", "/abs", "a//b", "replicates/", "a b", "x/../y"])
@@ -401,6 +407,8 @@ def test_stored_results_are_reused_only_for_the_whole_splits_of_the_training_pre
     assert stored({"limit": 200}, {}) is None
     assert stored({"preset": "nocopy-20"}, {}) is None  # the model evaluated on another preset's data
     assert stored({"seed": 7}, {}) is None and stored({}, {"seed": 7}) is None  # on another draw of its preset
+    model.metadata = {"preset": evaluation["training_preset"], "seed": 7}  # written before the data seed was
+    assert stored({"seed": 7}, {"seed": 7}) is not None and stored({}, {}) is None  # its seed was the data's
 
 
 def test_a_refreshed_card_writes_indented_json_where_the_checkpoint_had_none(shipped, tmp_path):
@@ -476,3 +484,44 @@ def test_a_ship_that_fails_before_its_staging_folder_exists_raises_its_own_error
     with pytest.raises(OSError, match="no space left"):
         ship_run(run_dir, "tiny", dest=tmp_path, limit=20)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_ship_shows_no_progress_bar_unless_asked(run_dir, tmp_path, monkeypatch):
+    asked = []
+
+    def evaluate(model, dataset, limit=None, progress=False, model_name=""):  # `evaluate_model`'s defaults
+        asked.append(bool(progress))
+        raise _DatasetChosen
+
+    monkeypatch.setattr(card_module, "evaluate_model", evaluate)
+    for options in ({}, {"progress": True}):
+        with pytest.raises(_DatasetChosen):
+            ship_run(run_dir, "tiny", dest=tmp_path, limit=20, **options)
+    assert asked == [False, True]
+
+
+def test_a_ship_reads_its_run_s_config_and_writes_its_card_as_utf_8_whatever_the_locale(
+    run_dir, data_dir, tmp_path, ascii_locale
+):
+    """A dataset's folder named outside ASCII, written into the run's config by another tool without escapes, and
+    the card's dashes: on a machine whose locale's encoding is not UTF-8."""
+    run = shutil.copytree(run_dir, tmp_path / "run")
+    data = shutil.copytree(data_dir, tmp_path / "données")  # the tiny preset is not one to regenerate
+    config = run / "train_config.json"
+    recipe = json.loads(config.read_text(encoding="utf-8")) | {"data_dir": str(data)}
+    config.write_text(json.dumps(recipe, ensure_ascii=False), encoding="utf-8")
+    card = (ship_run(run, "tiny", dest=tmp_path / "checkpoints", limit=20) / "card.md").read_text(encoding="utf-8")
+    assert card.startswith("# tiny\n") and "–" in card  # a cell without rows
+
+
+def test_a_card_is_refreshed_beside_an_evaluation_written_without_escapes_whatever_the_locale(
+    shipped, tmp_path, ascii_locale
+):
+    copy = shutil.copytree(shipped, tmp_path / "copy")
+    result = read_evaluation(copy / "evaluation.json")
+    written = json.loads((copy / "evaluation.json").read_text(encoding="utf-8")) | {"note": "Zoë’s"}
+    (copy / "evaluation.json").write_text(json.dumps(written, ensure_ascii=False), encoding="utf-8")
+    refresh_card(copy, result)
+    assert json.loads((copy / "evaluation.json").read_text(encoding="utf-8")) == json.loads(
+        json.dumps(result.to_dict())
+    )

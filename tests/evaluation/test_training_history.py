@@ -211,3 +211,14 @@ def test_runs_of_one_name_in_two_directories_stay_two_runs_and_the_mean_stops_at
     figure = training_curves_figure(frame)
     mean = next(t for t in figure.data if t.name == "copy (mean of 3)")
     assert list(mean.x) == [1, 2] and list(mean.y) == pytest.approx([20.0, 40.0])
+
+
+def test_a_config_is_read_as_utf_8_whatever_the_locale(tmp_path, ascii_locale):
+    """A run's name outside ASCII, written by another tool without escapes, reads back on a machine whose locale's
+    encoding is not UTF-8."""
+    stack = {"runs": [{"data_dir": "/données", "seed": 0, "batching": "random", "preset": "copy-20", "name": "zoë"}]}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train_config.json").write_text(json.dumps(stack, ensure_ascii=False), encoding="utf-8")
+    (run / "metrics.jsonl").write_text(json.dumps(epoch(0, 1, 0.5)) + "\n", encoding="utf-8")
+    assert epoch_history(run)["run"].tolist() == ["zoë"]
