@@ -304,9 +304,9 @@ print(f"{max(left, 0):.3f}")' "$SESSION/plan.json" "$(minutes_until "$1")"
 # The detached driver (`drive DEADLINE WORK`): the session's sweep, training until DEADLINE (epoch seconds);
 # then, while every stack of it finished and every run was evaluated (the sweep exited 0, or 1 for failed analyses
 # alone: pack_results.py blockers) and FOLLOW_MINUTES remain, the queue's next stack in a new sweep (the finished
-# sweep and its session move to WORK/done-K). Each sweep: sweep_checked.
+# sweep and its session move to WORK/done-K). Each sweep: sweep_checked. Says in its log why no next stack follows.
 drive() {
-  local deadline=$1 k status blockers
+  local deadline=$1 k status blockers left
   while :; do
     status=0
     sweep_checked "$deadline" || status=$?
@@ -315,11 +315,15 @@ drive() {
       echo "$(date +%T) no next stack: ${blockers//$'\n'/; }"
       return
     fi
-    [[ $status == 0 ]] || echo "$(date +%T) analyses failed ($SWEEP/failures); every run trained and was evaluated"
-    awk -v left="$(minutes_until "$deadline")" -v need="$FOLLOW_MINUTES" 'BEGIN { exit !(left >= need) }' || return
+    left=$(minutes_until "$deadline")
+    if ! awk -v left="$left" -v need="$FOLLOW_MINUTES" 'BEGIN { exit !(left >= need) }'; then
+      echo "$(date +%T) no next stack: $left minutes left, under FOLLOW_MINUTES ($FOLLOW_MINUTES)"
+      return
+    fi
     k=1
     while [[ -e $WORK/done-$k ]]; do k=$((k + 1)); done
     mkdir -p "$WORK/done-$k" && mv "$SWEEP" "$SESSION" "$WORK/done-$k/" && mkdir -p "$SESSION" || return
+    [[ $status == 0 ]] || echo "$(date +%T) analyses failed ($WORK/done-$k/grid/failures); every run trained and was evaluated"
     echo "$(date +%T) every stack finished, $(minutes_until "$deadline") minutes left: planning the next stack"
     plan "$(minutes_until "$deadline")" "$STACKING" || return
   done

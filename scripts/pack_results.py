@@ -219,14 +219,21 @@ def unfinished_stacks(sweep: Path) -> list[Path]:
 
 def follow_blockers(sweep: Path, status: int) -> list[str]:
     """Why the queue's next stack should not follow the sweep in ``sweep`` that exited with ``status``, one line
-    each; empty when it may. It may after exit 0, or after exit 1 whose recorded failures are all analyses (every
-    stack trained and every run was evaluated, so the planner counts the runs as done; the same sweep run again
-    retries the analyses), when no stack is left unfinished. A failed training or evaluation would have its
-    runs planned again, and any other exit is a crash."""
-    blockers = [f"{stack.name} did not finish" for stack in unfinished_stacks(sweep)]
+    each; empty when it may. It may after exit 0, or after exit 1 whose recorded failures are all analyses and whose
+    trained models all have their evaluation (so the planner counts the runs as done; the same sweep run again
+    retries the analyses), when no stack is left unfinished. A failed training or evaluation would have its runs
+    planned again, and any other exit is a crash (as is an exit 1 with nothing recorded: a traceback)."""
+    unfinished = unfinished_stacks(sweep)
+    blockers = [f"{stack.name} did not finish" for stack in unfinished]
     failed = sorted((sweep / FAILURES).glob("*.txt"))
-    if status == 1 and failed:
+    models = [m.parent for m in sorted(sweep.glob("stacks/*/replicate-*/model/config.json"))]
+    if status == 1 and failed and models:
         blockers += [f"{path.stem} failed" for path in failed if not path.name.startswith("analyse-")]
+        blockers += [
+            f"{model.parents[1].name}/{model.parent.name} has no evaluation"
+            for model in models
+            if model.parents[1] not in unfinished and not (model / "evaluation.json").is_file()
+        ]
     elif status != 0:
         blockers.append(f"the sweep exited {status}")
     return blockers

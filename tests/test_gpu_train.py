@@ -342,35 +342,44 @@ def test_an_unknown_subcommand_is_a_usage_error():
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.parametrize(
-    ("status", "failed", "said"),
+    ("status", "failed", "follow", "said"),
     [
-        (
-            1,
-            "analyse-matching-copy-20-random-s0",
-            "analyses failed ({sweep}/failures); every run trained and was evaluated",
-        ),
-        (1, "evaluate-copy-20-random-s0", "no next stack: evaluate-copy-20-random-s0 failed"),
-        (1, "", "no next stack: the sweep exited 1"),
-        (0, "", None),
+        (1, "analyse-matching-copy-20-random-s0", "0", [
+            r"analyses failed \({work}/done-1/grid/failures\); every run trained and was evaluated",
+            r"every stack finished, [0-9.]+ minutes left: planning the next stack",
+        ]),
+        (0, "", "0", [r"every stack finished, [0-9.]+ minutes left: planning the next stack"]),
+        (0, "", "1000", [r"no next stack: [0-9.]+ minutes left, under FOLLOW_MINUTES \(1000\)"]),
+        (1, "evaluate-copy-20-random-s0", "0", ["no next stack: evaluate-copy-20-random-s0 failed"]),
+        (1, "", "0", ["no next stack: the sweep exited 1"]),
     ],
-)
-def test_the_driver_lets_the_next_stack_follow_a_sweep_whose_failures_are_only_analyses(tmp_path, status, failed, said):
-    """A sweep that exits 1 for failed analyses alone trained and evaluated every run: the driver goes on towards
-    the next stack (here it stops at FOLLOW_MINUTES, which the deadline does not leave). A failed evaluation, whose
-    run the planner would plan again, or an exit 1 without recorded failures (a crash) ends it with the reason."""
-    sweep = 'if [ "$1 $2 $3" = "-m lsa_interp sweep" ]; then\n  mkdir -p "$6/failures"\n'
+)  # fmt: skip
+def test_the_driver_lets_the_next_stack_follow_a_sweep_whose_failures_are_only_analyses(
+    tmp_path, status, failed, follow, said
+):
+    """A sweep that exits 1 for failed analyses alone trained and evaluated every run: the driver moves it to done-1
+    and plans the next stack (the plan itself fails here: no step times), as after exit 0. A failed evaluation, whose
+    run the planner would plan again, an exit 1 without recorded failures (a crash), or too few minutes left end the
+    driver, each with its reason in the log."""
+    model = '"$6/stacks/stack-000/replicate-0/model"'
+    sweep = 'if [ "$1 $2 $3" = "-m lsa_interp sweep" ]; then\n  mkdir -p "$6/failures" ' + model + "\n"
+    sweep += f"  echo {{}} > {model}/config.json; echo {{}} > {model}/evaluation.json\n"
     sweep += f'  [ -z "{failed}" ] || echo traceback > "$6/failures/{failed}.txt"\n  exit {status}\nfi\n'
     path = _fake_commands(tmp_path, python3=f'{sweep}exec {sys.executable} "$@"')
     work = tmp_path / "work"
     (work / "session").mkdir(parents=True)
     (work / "session" / "grid.toml").write_text("replicates = 1\n")
-    env = _session_env(tmp_path, path, tmp_path / "none", FOLLOW_MINUTES="1000")
+    env = _session_env(tmp_path, path, tmp_path / "none", FOLLOW_MINUTES=follow)
     deadline = str(int(time.time()) + 600)
     driven = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_train.sh"), "drive", deadline], env=env,
                             capture_output=True, text=True, timeout=120)  # fmt: skip
     lines = [line.split(" ", 1)[1] for line in driven.stdout.splitlines()]
     assert lines[0] == "the plain stack's sweep started", driven.stderr[-2000:]
-    assert lines[1:] == ([] if said is None else [said.format(sweep=work / "grid")])
+    assert len(lines) == 1 + len(said), driven.stdout
+    for line, pattern in zip(lines[1:], said):
+        assert re.fullmatch(pattern.format(work=re.escape(str(work))), line), line
+    moved = (work / "done-1" / "grid" / "failures").is_dir()
+    assert moved == said[-1].endswith("planning the next stack")
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

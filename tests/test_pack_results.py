@@ -168,19 +168,29 @@ def test_carry_keeps_what_continues_the_unfinished_stack_and_empties_when_all_fi
 
 def test_the_next_stack_follows_only_finished_stacks_whose_failures_are_all_analyses(tmp_path):
     sweep = _session_with_two_stacks(tmp_path / "machine")
+    models = [sweep / "stacks" / name / "replicate-0" / "model" for name in ("stack-000", "stack-001")]
+    for model in models:
+        (model / "config.json").write_text("{}")
+    (models[0] / "evaluation.json").write_text("{}")
     assert pack_results.follow_blockers(sweep, 0) == ["stack-001 did not finish"]
-    (sweep / "stacks" / "stack-001" / "done").write_text("{}")
-    assert pack_results.follow_blockers(sweep, 0) == []
-    assert pack_results.follow_blockers(sweep, 1) == ["the sweep exited 1"]
-    assert pack_results.follow_blockers(sweep, 130) == ["the sweep exited 130"]
     (sweep / "failures").mkdir()
     (sweep / "failures" / "analyse-matching-copy-20-random-s0.txt").write_text("traceback")
+    assert pack_results.follow_blockers(sweep, 1) == [
+        "stack-001 did not finish"
+    ]  # an unfinished stack blocks, not its evaluation
+    (sweep / "stacks" / "stack-001" / "done").write_text("{}")
+    assert pack_results.follow_blockers(sweep, 0) == []
+    assert pack_results.follow_blockers(sweep, 1) == ["stack-001/replicate-0 has no evaluation"]
+    (models[1] / "evaluation.json").write_text("{}")
     assert pack_results.follow_blockers(sweep, 1) == []
+    assert pack_results.follow_blockers(sweep, 130) == ["the sweep exited 130"]
     assert pack_results.follow_blockers(sweep, 143) == ["the sweep exited 143"]
     (sweep / "failures" / "train-stack-002.txt").write_text("traceback")
     (sweep / "failures" / "evaluate-copy-20-random-s1.txt").write_text("traceback")
     assert pack_results.follow_blockers(sweep, 1) == ["evaluate-copy-20-random-s1 failed", "train-stack-002 failed"]
     assert pack_results.follow_blockers(tmp_path / "nowhere", 2) == ["the sweep exited 2"]
+    shutil.rmtree(sweep / "stacks")  # analyses recorded, yet no trained model: the exit came from elsewhere
+    assert pack_results.follow_blockers(sweep, 1) == ["the sweep exited 1"]
 
 
 def test_a_stack_stopped_by_its_step_bound_counts_as_finished_and_an_unfinished_ones_models_stay_behind(tmp_path):

@@ -88,7 +88,7 @@ class Prediction:
 
     answer: str
     steps: tuple[tuple[tuple[str, float], ...], ...]
-    probs: tuple[tuple[tuple[str, float], ...], ...] = ()
+    probs: tuple[tuple[tuple[str, float], ...], ...]
 
     def probability(self, step: int, token: str) -> float:
         """The probability of ``token`` (a `display_token`) at 0-based ``step``; raises KeyError for a token

@@ -77,7 +77,7 @@ def parse_pair(text: str) -> int:
     """The number of the succ/pred pair last drawn ("" when none was: 0). Raises ValueError for anything else."""
     if not text.strip():
         return 0
-    if not text.strip().isdigit():
+    if not (text.strip().isascii() and text.strip().isdigit()):
         raise ValueError(f"pair {text!r} is not a pair number (1, 2, ...)")
     return int(text)
 
@@ -192,6 +192,10 @@ def with_minimal_pair(state: ViewState, seed: int, source: str = "succ", target:
 
 
 def with_next_pair(state: ViewState) -> ViewState:
-    """``state`` with the succ/pred pair after the one it names (the first when it names none): a reloaded link
-    goes on from its own pair. Raises ValueError for a bad ``pair``."""
-    return with_minimal_pair(state, seed=parse_pair(state.pair) + 1)
+    """``state`` with the succ/pred pair after the one it names (the first when it names none, or no pair number:
+    the button mends a link's bad ``pair``): a reloaded link goes on from its own pair."""
+    try:
+        drawn = parse_pair(state.pair)
+    except ValueError:
+        drawn = 0
+    return with_minimal_pair(state, seed=drawn + 1)

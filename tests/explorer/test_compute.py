@@ -157,8 +157,8 @@ def test_a_task_longer_than_the_position_table_is_named_with_both_lengths(tiny):
 
 
 def test_compare_marks_changed_steps():
-    clean = Prediction("ab", ((("a", 0.9),), (("b", 0.8),), (("EOS", 0.7),)))
-    changed = Prediction("a", ((("a", 0.6),), (("EOS", 0.5),)))
+    clean = Prediction("ab", ((("a", 0.9),), (("b", 0.8),), (("EOS", 0.7),)), ())
+    changed = Prediction("a", ((("a", 0.6),), (("EOS", 0.5),)), ())
     rows = compare(clean, changed)
     assert [r.differs for r in rows] == [False, True, True]
     assert rows[2].changed == "" and rows[0].changed_prob == 0.6
@@ -254,12 +254,12 @@ def test_each_helper_returns_k_tokens_per_step(tiny, planted):
 
 
 def test_compare_numbers_steps_from_1_and_fills_the_shorter_run():
-    clean = Prediction("ab", ((("a", 0.9),), (("b", 0.8),), (("EOS", 0.7),)))
-    changed = Prediction("a", ((("a", 0.6),), (("EOS", 0.5),)))
+    clean = Prediction("ab", ((("a", 0.9),), (("b", 0.8),), (("EOS", 0.7),)), ())
+    changed = Prediction("a", ((("a", 0.6),), (("EOS", 0.5),)), ())
     assert compare(clean, changed) == [
         StepChange(1, "a", "a", 0.9, 0.6),
         StepChange(2, "b", "EOS", 0.8, 0.5),
         StepChange(3, "EOS", "", 0.7, 0.0),
     ]
     assert compare(changed, clean)[2] == StepChange(3, "", "EOS", 0.0, 0.7)
-    assert compare(Prediction("", ()), Prediction("", ())) == []
+    assert compare(Prediction("", (), ()), Prediction("", (), ())) == []

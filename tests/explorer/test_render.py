@@ -72,19 +72,23 @@ def test_an_unchanged_answer_and_an_empty_one(renderer):
     view = renderer.render(ViewState(model="planted", ablate="1.1"))
     assert view.summary_lines()[-1] == "answer: f -> f (unchanged)" and not view.answer_changed
     empty = RenderedView(
-        ViewState(), task=Task.parse(TASK), run=Prediction("", ()), clean=Prediction("", ()),
+        ViewState(), task=Task.parse(TASK), run=Prediction("", (), ()), clean=Prediction("", (), ()),
         interventions=Interventions(lens_layer=0),
     )  # fmt: skip
     assert empty.summary_lines()[1:] == [
         "model's answer: (empty)", "decoder lens: encoder layer 1", "answer: (empty) (no intervention)",
     ]  # fmt: skip
     changed = RenderedView(
-        ViewState(), task=Task.parse(TASK), run=Prediction("", ()), clean=view.clean,
+        ViewState(), task=Task.parse(TASK), run=Prediction("", (), ()), clean=view.clean,
         interventions=Interventions(ablated_heads=(Head("encoder", 0, 0),)),
     )  # fmt: skip
     assert changed.summary_lines()[-1] == "answer: f -> (empty) (changed)"
     from_empty = RenderedView(
-        ViewState(), task=Task.parse(TASK), run=view.run, clean=Prediction("", ()), interventions=changed.interventions
+        ViewState(),
+        task=Task.parse(TASK),
+        run=view.run,
+        clean=Prediction("", (), ()),
+        interventions=changed.interventions,
     )
     assert from_empty.summary_lines()[-1] == "answer: (empty) -> f (changed)"
     data = renderer.run("planted", Task.parse(TASK), Interventions())

@@ -18,6 +18,7 @@ from lsa_interp.explorer.state import (
     parse_tab,
     selection_box,
     with_minimal_pair,
+    with_next_pair,
     with_selection,
 )
 from lsa_interp.model import ModelConfig
@@ -163,6 +164,12 @@ def test_the_pair_drawn_is_in_the_link():
     state = with_minimal_pair(ViewState(model="m"), seed=2)
     assert state.pair == "2" and ViewState.from_query(state.to_query()) == state
     assert [parse_pair(text) for text in ("", " ", "0", "7")] == [0, 0, 0, 7]
-    for bad in ("x", "-1", "1.5"):
+    for bad in ("x", "-1", "1.5", "\u00b2"):
         with pytest.raises(ValueError, match=rf"^pair {bad!r} is not a pair number \(1, 2, \.\.\.\)$"):
             parse_pair(bad)
+
+
+def test_the_pair_button_goes_on_from_the_link_s_pair_and_mends_a_bad_one():
+    assert with_next_pair(ViewState(pair="4")) == with_minimal_pair(ViewState(), seed=5)
+    for start in ("", "x", "\u00b2"):
+        assert with_next_pair(ViewState(pair=start)) == with_minimal_pair(ViewState(), seed=1)
