@@ -320,7 +320,6 @@ def run_task(
     tgt = decoder_input_from_generated(generated)
     n_steps = tgt.shape[1]
     probs = torch.softmax(recorder.logits().float().cpu(), dim=-1)
-    top_probs, top_ids = probs.topk(top_k, dim=-1)
     return AttentionData(
         task=task,
         answer=decode(generated[0]),
@@ -333,8 +332,7 @@ def run_task(
         cross_attn=recorder.cross_patterns().cpu(),
         resid=recorder.resid().cpu(),
         probs=probs,
-        top_ids=top_ids,
-        top_probs=top_probs,
+        top_k=top_k,
     )
 
 

@@ -75,11 +75,12 @@ def parse_layer(text: str, n_layers: int) -> int:
 
 def parse_pair(text: str) -> int:
     """The number of the succ/pred pair last drawn ("" when none was: 0). Raises ValueError for anything else."""
-    if not text.strip():
+    number = text.strip()
+    if not number:
         return 0
-    if not (text.strip().isascii() and text.strip().isdigit()):
+    if not (number.isascii() and number.isdigit()):
         raise ValueError(f"pair {text!r} is not a pair number (1, 2, ...)")
-    return int(text)
+    return int(number)
 
 
 def parse_head_view(text: str) -> str:

@@ -28,7 +28,7 @@ class AttentionData:
     ``encoder_attn`` ``[layer, head, src, src]``, ``decoder_attn`` ``[layer, head, tgt, tgt]`` (causal),
     ``cross_attn`` ``[layer, head, tgt, src]``; ``resid`` is each encoder layer's ``hook_resid_post``;
     ``probs`` the next-token distribution at each decoder step (softmax of the logits, vocabulary order),
-    ``top_ids``/``top_probs`` its ``k`` most probable tokens.
+    ``top_ids``/``top_probs`` its ``top_k`` most probable tokens.
     """
 
     task: Task
@@ -42,8 +42,17 @@ class AttentionData:
     cross_attn: Float[Tensor, "dec_layer head tgt src"]
     resid: Float[Tensor, "enc_layer src d_model"]
     probs: Float[Tensor, "tgt vocab"]
-    top_ids: Int[Tensor, "tgt k"]
-    top_probs: Float[Tensor, "tgt k"]
+    top_k: int
+
+    @property
+    def top_ids(self) -> Int[Tensor, "tgt k"]:
+        """The ``top_k`` most probable next tokens at each decoder step, most probable first."""
+        return self.probs.topk(self.top_k, dim=-1).indices
+
+    @property
+    def top_probs(self) -> Float[Tensor, "tgt k"]:
+        """Their probabilities."""
+        return self.probs.topk(self.top_k, dim=-1).values
 
     @property
     def src_labels(self) -> tuple[str, ...]:
@@ -104,7 +113,6 @@ def collect_attention(
         return torch.stack([cache.pattern(stack, layer, kind)[0] for layer in range(cfg.n_layers(stack))])
 
     probs = torch.softmax(logits[0].float().cpu(), dim=-1)
-    top_probs, top_ids = probs.topk(top_k, dim=-1)
     inputs = cache.inputs
     return AttentionData(
         task=task,
@@ -118,6 +126,5 @@ def collect_attention(
         cross_attn=stacked("decoder", "cross_attn"),
         resid=torch.stack([cache.resid("encoder", layer, "post")[0] for layer in range(cfg.n_encoder_layers)]),
         probs=probs,
-        top_ids=top_ids,
-        top_probs=top_probs,
+        top_k=top_k,
     )
