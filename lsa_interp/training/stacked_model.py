@@ -271,22 +271,11 @@ class StackedEncoderDecoder(nn.Module):
         n = tgt_in.shape[-1]
         causal = torch.ones(n, n, dtype=torch.bool, device=tgt_in.device).tril_()
         tgt_lengths = self._key_lengths(tgt_in != PAD)
+        own_mask = rearrange(tgt_in != PAD, "r b k -> (r b) 1 1 k") & causal
+        src_mask = rearrange(src_keep, "r b k -> (r b) 1 1 k")
         keys = (
-            Keys(
-                rearrange(tgt_in != PAD, "r b k -> (r b) 1 1 k") & causal,
-                tgt_lengths,
-                True,
-                SELF_CALLS,
-                shortest=(shortest[1], shortest[1]),
-            ),
-            Keys(
-                rearrange(src_keep, "r b k -> (r b) 1 1 k"),
-                self._key_lengths(src_keep),
-                False,
-                CROSS_CALLS,
-                tgt_lengths,
-                (shortest[1], shortest[0]),
-            ),
+            Keys(own_mask, tgt_lengths, True, SELF_CALLS, shortest=(shortest[1], shortest[1])),
+            Keys(src_mask, self._key_lengths(src_keep), False, CROSS_CALLS, tgt_lengths, (shortest[1], shortest[0])),
         )
         return self._decoder(p, self._embed(p["decoder.embed.weight"], tgt_in), memory, keys)
 
