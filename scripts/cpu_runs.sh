@@ -26,7 +26,17 @@
 # well (an fp32 run there takes a whole session); then seeds 1 and 2 of copy-200 alphabet. A finished run, shipped under
 # checkpoints/replicates/ or recorded under analyses/runs/, counts as done for the GPU planner
 # (lsa_interp/sweep/done.py).
+#   bash scripts/cpu_runs.sh snapshot   # copy each unshipped run's records into analyses/runs/cpu/NAME, start nothing
+# A machine that is replaced takes its runs' records with it (copy-20 seed 1's of 12.8 epochs, 2026-11-27, survive
+# only as text in docs/results.md): `snapshot` copies each run's train_config.json and the whole lines of its
+# metrics.jsonl (a run still appending may be mid-line) into the checkout, to commit. A record there without an
+# evaluation is no finished run to the planner (lsa_interp/sweep/done.py); the figures of `lsa-interp results
+# --history` draw it dotted and leave it out of the means until it has all its epochs.
 set -euo pipefail
+case "${1:-}" in
+  "" | snapshot) ;;
+  *) echo "cpu_runs.sh: unknown argument '$1'; run it without one (start or resume the runs) or with 'snapshot'" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 RUNS=${LSA_CPU_RUNS:-$HOME/.local/share/lsa-interp/cpu-grid}
 LSA=${LSA:-$PWD/.venv/bin/lsa-interp}
@@ -81,6 +91,33 @@ live_runs() {
 shipped() {
   grep -qxF "$1" <<< "$SHIPPED" || [ -f "checkpoints/replicates/$1/model.safetensors" ]
 }
+if [ "${1:-}" = snapshot ]; then
+  for dir in "$RUNS"/*/; do
+    name=$(basename "$dir")
+    if [ ! -f "$dir/train_config.json" ] || [ ! -f "$dir/metrics.jsonl" ] || shipped "$name"; then continue; fi
+    "${LSA%/lsa-interp}/python" -c '
+import json, os, shutil, sys
+source, target = sys.argv[1:3]
+os.makedirs(target, exist_ok=True)
+with open(os.path.join(source, "metrics.jsonl"), "rb") as handle:
+    text = handle.read()
+text = text[: text.rfind(b"\n") + 1]  # whole lines only
+for name, data in (("metrics.jsonl", text), ("train_config.json", None)):
+    temporary = os.path.join(target, f".{name}.tmp")
+    if data is None:
+        shutil.copyfile(os.path.join(source, name), temporary)
+    else:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+    os.replace(temporary, os.path.join(target, name))
+records = [json.loads(line) for line in text.splitlines() if line.strip()]
+epochs = [r["epoch"] for r in records if r.get("type") == "epoch"]
+steps = [r["step"] for r in records if r.get("type") == "step"]
+print(f"{os.path.basename(target)}: {target} (last epoch {max(epochs, default=0)}, step {max(steps, default=0):,})")
+' "$dir" "analyses/runs/cpu/$name"
+  done
+  exit 0
+fi
 # The queue's runs (our hooked model) training here now that a GPU session leaves to this CPU (ELSEWHERE): those
 # past $LSA_CPU_LEAVE_EPOCHS (default 10) of their 20 epochs. A run needs about 18 hours of one core, a dozen
 # sessions on a machine that is kept; this machine was replaced three times before a run finished (nocopy-20 at

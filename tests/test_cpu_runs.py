@@ -49,9 +49,10 @@ def _repo(tmp_path: Path, replicates: tuple[str, ...] = ()) -> Path:
     return repo
 
 
-def _run(tmp_path: Path, calls: Path, replicates: tuple[str, ...] = (), linger: int = 0, **settings: str) -> str:
-    """The script's output, with the stand-in `lsa-interp` (living ``linger`` s) and ``settings`` as its
-    ``LSA_CPU_*`` variables (default: 8 slots)."""
+def _call(tmp_path: Path, calls: Path, *args: str, replicates: tuple[str, ...] = (), linger: int = 0,
+          **settings: str) -> subprocess.CompletedProcess:  # fmt: skip
+    """The script run with ``args`` in a new checkout, with the stand-in `lsa-interp` (living ``linger`` s) and
+    ``settings`` as its ``LSA_CPU_*`` variables (default: 8 slots)."""
     repo = _repo(tmp_path, replicates)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("LSA_CPU_")},
@@ -60,7 +61,13 @@ def _run(tmp_path: Path, calls: Path, replicates: tuple[str, ...] = (), linger: 
         **{f"LSA_CPU_{name.upper()}": value for name, value in (settings or {"slots": "8"}).items()},
     }
     script = repo / "scripts" / "cpu_runs.sh"
-    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120, check=True)
+    return subprocess.run(["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def _run(tmp_path: Path, calls: Path, replicates: tuple[str, ...] = (), linger: int = 0, **settings: str) -> str:
+    """The output of the script run without arguments (see `_call`); fails unless it exits 0."""
+    done = _call(tmp_path, calls, replicates=replicates, linger=linger, **settings)
+    assert done.returncode == 0, done.stderr
     return done.stdout
 
 
@@ -195,3 +202,39 @@ def test_a_running_run_says_how_long_its_training_needs_at_its_recent_rate(tmp_p
     finally:
         running.kill()
     assert "nocopy-20-random-s0: running (step 1000, epoch 0.50; about 3.5 h of training left at 100 tasks/s)" in out
+
+
+def test_a_snapshot_copies_each_unshipped_runs_whole_records_into_the_checkout_and_starts_nothing(tmp_path):
+    """A run still appending may be mid-line: the copy ends at its last whole line. A shipped run is not copied."""
+    runs = tmp_path / "runs"
+    training = runs / "copy-20-random-s1"
+    training.mkdir(parents=True)
+    (training / "train_config.json").write_text('{"preset": "copy-20", "seed": 1, "epochs": 20}')
+    whole = '{"type": "step", "step": 100}\n{"type": "epoch", "step": 200, "epoch": 1}\n{"type": "step", "step": 300}\n'
+    (training / "metrics.jsonl").write_text(whole + '{"type": "st')
+    shipped = runs / "copy-20-random-s0"  # copy-20 is shipped: the queue counts it as done
+    shipped.mkdir()
+    (shipped / "train_config.json").write_text("{}")
+    (shipped / "metrics.jsonl").write_text("{}\n")
+    (runs / "data-copy-20").mkdir()
+    calls = tmp_path / "calls.txt"
+    done = _call(tmp_path, calls, "snapshot")
+    assert done.returncode == 0, done.stderr
+    copied = tmp_path / "repo" / "analyses" / "runs" / "cpu"
+    assert done.stdout == "copy-20-random-s1: analyses/runs/cpu/copy-20-random-s1 (last epoch 1, step 300)\n"
+    assert sorted(p.name for p in copied.iterdir()) == ["copy-20-random-s1"]
+    assert sorted(p.name for p in (copied / "copy-20-random-s1").iterdir()) == ["metrics.jsonl", "train_config.json"]
+    assert (copied / "copy-20-random-s1" / "metrics.jsonl").read_text() == whole
+    assert (copied / "copy-20-random-s1" / "train_config.json").read_text() == (
+        training / "train_config.json"
+    ).read_text()
+    assert not calls.exists()  # nothing trained, no data generated
+
+
+def test_an_unknown_argument_is_refused_in_one_line_before_anything_starts(tmp_path):
+    calls = tmp_path / "calls.txt"
+    done = _call(tmp_path, calls, "status")
+    assert done.returncode == 2 and done.stdout == "" and not calls.exists()
+    assert done.stderr.splitlines() == [
+        "cpu_runs.sh: unknown argument 'status'; run it without one (start or resume the runs) or with 'snapshot'"
+    ]

@@ -23,15 +23,20 @@ from lsa_interp.utils import read_json_lines
 METRICS_FILE, CONFIG_FILE = "metrics.jsonl", "train_config.json"
 
 
-def _replicate_labels(config: dict[str, Any]) -> list[tuple[str, str | None, str]]:
-    """(run name, preset, batching) per replicate of a run's saved config (a stack or a single run)."""
+def _replicate_labels(config: dict[str, Any]) -> list[tuple[str, str | None, str, int | None]]:
+    """(run name, preset, batching, planned epochs or None) per replicate of a run's saved config (a stack or a
+    single run). A single run on another architecture than ours (``reference``: the plain ``nn.Transformer``)
+    has it in its name, as ``scripts/cpu_runs.sh`` names its folder."""
     if "runs" in config:
         return [
-            (r.get("name") or f"replicate-{i}", r.get("preset"), r["batching"]) for i, r in enumerate(config["runs"])
+            (r.get("name") or f"replicate-{i}", r.get("preset"), r["batching"], r.get("epochs"))
+            for i, r in enumerate(config["runs"])
         ]
     seed, replicates = config.get("seed", 0), config.get("replicates", 1)
-    preset, batching = config.get("preset"), config.get("batching", "random")
-    return [(f"{preset or 'data'}-{batching}-s{seed + i}", preset, batching) for i in range(replicates)]
+    preset, batching, epochs = config.get("preset"), config.get("batching", "random"), config.get("epochs")
+    architecture = config.get("architecture", "hooked")
+    kind = "" if architecture == "hooked" else f"-{architecture}"
+    return [(f"{preset or 'data'}-{batching}{kind}-s{seed + i}", preset, batching, epochs) for i in range(replicates)]
 
 
 def _window_losses(records: list[dict[str, Any]]) -> dict[int, dict[int, float]]:
@@ -56,7 +61,8 @@ def _epoch_train_loss(windows: dict[int, float], after: int, upto: int) -> float
 
 def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
     """One row per (model, epoch) of one run directory: ``run``, ``preset``, ``batching``, ``precision`` (the
-    training precision of the run or stack), ``epoch``, ``step``,
+    training precision of the run or stack), ``planned_epochs`` (the epochs its config asks for; None where it does
+    not say), ``epoch``, ``step``,
     every scalar of the epoch record, ``acc_<rule>`` per transformation, ``sibling_<family>`` per rule family
     (records written since the rule-family analysis) and ``train_loss``: the mean of the model's logged window
     losses whose windows end in the epoch (after the step of the model's previous epoch, up to this one's; NaN
@@ -80,8 +86,10 @@ def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
     rows = []
     for record in epochs:
         index = record.get("replicate", 0)
-        name, preset, batching = labels[index] if index < len(labels) else (f"replicate-{index}", None, None)
-        row = {"run": name, "preset": preset, "batching": batching, "precision": precision}
+        name, preset, batching, planned = (
+            labels[index] if index < len(labels) else (f"replicate-{index}", None, None, None)
+        )
+        row = {"run": name, "preset": preset, "batching": batching, "precision": precision, "planned_epochs": planned}
         row["replicate"] = index
         row.update({k: v for k, v in record.items() if not isinstance(v, dict) and k != "type"})
         end = record.get("step", 0)

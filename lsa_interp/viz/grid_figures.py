@@ -54,18 +54,44 @@ def alphabets_figure(summary: pd.DataFrame) -> go.Figure:  # pragma: no mutate b
     return fig
 
 
-def _mean_over_shared_epochs(runs: pd.DataFrame, column: str) -> pd.Series:
-    """The mean of ``column`` per epoch over ``runs``, at the epochs every run with that column reached (a run
-    still training would otherwise turn the mean into that of fewer runs part of the way)."""
+def _still_training(runs: pd.DataFrame) -> pd.Series:
+    """Per run, the text "(training: epoch N of M)" where its records stop before the epochs its config plans
+    (``planned_epochs``), else an empty text."""
+    last = runs.groupby("run")["epoch"].max()
+    if "planned_epochs" not in runs:
+        return last.map(lambda _: "")
+    planned = pd.to_numeric(runs.groupby("run")["planned_epochs"].first(), errors="coerce")
+    training = last < planned  # False where the config plans no number
+    return pd.Series(
+        [f" (training: epoch {last[run]:g} of {planned[run]:g})" if training[run] else "" for run in last.index],
+        index=last.index,
+        dtype=object,
+    )
+
+
+def _mean_curve(runs: pd.DataFrame, column: str) -> tuple[pd.Series, int]:
+    """The mean of ``column`` per epoch and how many runs it is over: the runs with that column that finished their
+    planned epochs, where any did (a run still training is drawn on its own, not averaged in), else all of them; at
+    the epochs every one of those runs reached (a shorter run would otherwise turn the mean into that of fewer runs
+    part of the way)."""
     logged = runs.dropna(subset=[column])
+    finished = _still_training(logged) == ""
+    if finished.any():
+        logged = logged[logged["run"].isin(finished[finished].index)]
     last = logged.groupby("run")["epoch"].max().min()
-    return logged[logged["epoch"] <= last].groupby("epoch")[column].mean()
+    return logged[logged["epoch"] <= last].groupby("epoch")[column].mean(), logged["run"].nunique()
+
+
+def _run_line(run: str, note: str) -> tuple[str, str]:
+    """A run's thin line: its name and dash, dotted and with its epoch while it trains (``note``)."""
+    return f"{run}{note}", "dot" if note else "solid"
 
 
 def training_curves_figure(history: pd.DataFrame) -> go.Figure:  # pragma: no mutate block
     """Validation accuracy of non-copy tasks, the best matching-head score and the share of extend / succ / pred
     tasks answered with a sibling rule's answer (the example not read) per epoch, one thin line per run and a thick
-    mean per group (copy vs no-copy training data; up to the last epoch all its runs reached), from
+    mean per group (copy vs no-copy training data; `_mean_curve`: over the finished runs, a run still training drawn
+    dotted), from
     `lsa_interp.evaluation.training_history.histories`. Runs without ``matching_score`` or ``sibling_window``
     leave those panels empty."""
     fig = make_subplots(
@@ -85,15 +111,17 @@ def training_curves_figure(history: pd.DataFrame) -> go.Figure:  # pragma: no mu
         for row, column, scale in panels:
             if column not in runs or runs[column].isna().all():
                 continue
+            notes = _still_training(runs)
             for run, curve in runs.groupby("run", sort=True):
-                curve = curve.sort_values("epoch")
+                curve, (name, dash) = curve.sort_values("epoch"), _run_line(str(run), notes[run])
                 fig.add_scatter(
-                    x=curve["epoch"], y=curve[column] * scale, mode="lines", name=str(run), legendgroup=group,
-                    line={"color": colours[group], "width": 1}, opacity=0.35, showlegend=False, row=row, col=1,
+                    x=curve["epoch"], y=curve[column] * scale, mode="lines", name=name, legendgroup=group,
+                    line={"color": colours[group], "width": 1, "dash": dash}, opacity=0.35, showlegend=False,
+                    row=row, col=1,
                 )  # fmt: skip
-            mean = _mean_over_shared_epochs(runs, column) * scale
+            mean, count = _mean_curve(runs, column)
             fig.add_scatter(
-                x=mean.index, y=mean.values, mode="lines+markers", name=f"{group} (mean of {runs['run'].nunique()})",
+                x=mean.index, y=mean.values * scale, mode="lines+markers", name=f"{group} (mean of {count})",
                 legendgroup=group, showlegend=row == 1, line={"color": colours[group], "width": 3}, row=row, col=1,
             )  # fmt: skip
     fig.update_yaxes(title_text="accuracy (%)", range=[0, 100], row=1, col=1)
@@ -110,7 +138,7 @@ _PRECISION_COLOURS = {"fp32": "#2ca02c", "tf32": "#9467bd", "bf16": "#d62728"}
 def precision_curves_figure(history: pd.DataFrame) -> go.Figure | None:  # pragma: no mutate block
     """Per epoch, the seen-transformation validation accuracy and (where the histories have it) the mean training
     loss of each condition (preset / batching) trained in more than one precision, one row of panels per
-    condition: one thin line per run and a thick mean per precision, up to the last epoch all its runs reached (the
+    condition: one thin line per run (dotted while it trains) and a thick mean per precision (`_mean_curve`) (the
     precision check of the paper's grid; the loss on a log axis). None when no condition has runs in two
     precisions."""
     needed = {"precision", "val_acc_seen_transformations"}
@@ -130,20 +158,20 @@ def precision_curves_figure(history: pd.DataFrame) -> go.Figure | None:  # pragm
     for row, condition in enumerate(mixed, start=1):
         for precision, runs in frame[frame["condition"] == condition].groupby("precision", sort=True):
             colour = _PRECISION_COLOURS.get(str(precision), "#7f7f7f")
+            notes = _still_training(runs)
             for col, (column, scale, *_) in enumerate(panels, start=1):
                 for run, curve in runs.dropna(subset=[column]).groupby("run", sort=True):
-                    curve = curve.sort_values("epoch")
+                    curve, (name, dash) = curve.sort_values("epoch"), _run_line(str(run), notes[run])
                     fig.add_scatter(
-                        x=curve["epoch"], y=curve[column] * scale, mode="lines", name=str(run),
-                        line={"color": colour, "width": 1}, opacity=0.4, legendgroup=str(precision),
-                        showlegend=False, row=row, col=col,
+                        x=curve["epoch"], y=curve[column] * scale, mode="lines", name=name,
+                        line={"color": colour, "width": 1, "dash": dash}, opacity=0.4,
+                        legendgroup=str(precision), showlegend=False, row=row, col=col,
                     )  # fmt: skip
                 if runs[column].isna().all():
                     continue
-                mean = _mean_over_shared_epochs(runs, column) * scale
+                mean, count = _mean_curve(runs, column)
                 fig.add_scatter(
-                    x=mean.index, y=mean.values, mode="lines+markers",
-                    name=f"{precision} (mean of {runs.dropna(subset=[column])['run'].nunique()})",
+                    x=mean.index, y=mean.values * scale, mode="lines+markers", name=f"{precision} (mean of {count})",
                     line={"color": colour, "width": 3}, legendgroup=str(precision),
                     showlegend=row == 1 and col == 1, row=row, col=col,
                 )  # fmt: skip

@@ -222,3 +222,40 @@ def test_a_config_is_read_as_utf_8_whatever_the_locale(tmp_path, ascii_locale):
     (run / "train_config.json").write_text(json.dumps(stack, ensure_ascii=False), encoding="utf-8")
     (run / "metrics.jsonl").write_text(json.dumps(epoch(0, 1, 0.5)) + "\n", encoding="utf-8")
     assert epoch_history(run)["run"].tolist() == ["zoë"]
+
+
+def test_a_run_still_training_is_drawn_dotted_and_left_out_of_the_mean_of_the_finished_ones(tmp_path):
+    """A seed still training beside finished ones (a CPU run's committed snapshot) would cut the mean short at its
+    last epoch; the mean is over the runs that finished their planned epochs, and the other is drawn on its own."""
+
+    def seen(n, acc):
+        return epoch(0, n, acc, val_acc_seen_transformations=acc, matching_score=acc / 2)
+
+    config = {"preset": "copy-20", "batching": "random", "epochs": 3}
+    done = write_run(tmp_path / "s0", {**config, "seed": 0}, [seen(n, 0.2 * n) for n in (1, 2, 3)])
+    training = write_run(tmp_path / "s1", {**config, "seed": 1}, [seen(1, 0.6)])
+    bf16 = write_run(tmp_path / "bf16", {**config, "seed": 2, "precision": "bf16"}, [seen(n, 0.1 * n) for n in (1, 2)])
+    frame = histories([done, training, bf16])
+    assert frame.groupby("run")["planned_epochs"].first().tolist() == [3, 3, 3]
+    figure = training_curves_figure(frame)
+    accuracy = {t.name: (list(t.x), list(t.y), t.line.dash) for t in figure.data if t.yaxis == "y"}
+    assert accuracy["copy (mean of 1)"] == ([1, 2, 3], pytest.approx([20.0, 40.0, 60.0]), None)
+    assert accuracy["copy-20-random-s1 (training: epoch 1 of 3)"] == ([1], [60.0], "dot")
+    assert accuracy["copy-20-random-s0"][2] == "solid"
+    matching = next(t for t in figure.data if t.yaxis == "y2" and t.name == "copy (mean of 1)")
+    assert list(matching.y) == pytest.approx([0.1, 0.2, 0.3])
+    precision = precision_curves_figure(frame)
+    means = {t.name: list(t.y) for t in precision.data if "mean" in t.name}
+    # bf16 has no finished run (2 of 3 epochs): its mean is over the runs it has, as before
+    assert means == {"bf16 (mean of 1)": pytest.approx([10.0, 20.0]), "fp32 (mean of 1)": pytest.approx([20, 40, 60])}
+    names = [t.name for t in precision.data if "mean" not in t.name]
+    assert names == ["copy-20-random-s2 (training: epoch 2 of 3)", "copy-20-random-s0",
+                     "copy-20-random-s1 (training: epoch 1 of 3)"]  # fmt: skip
+
+
+def test_a_run_on_the_plain_nn_transformer_has_its_architecture_in_its_name(tmp_path):
+    config = {"preset": "copy-200", "seed": 1, "batching": "alphabet", "architecture": "reference", "epochs": 20}
+    frame = epoch_history(write_run(tmp_path / "reference", config, [epoch(0, 1, 0.5)]))
+    assert frame[["run", "planned_epochs"]].values.tolist() == [["copy-200-alphabet-reference-s1", 20]]
+    ours = epoch_history(write_run(tmp_path / "hooked", {**config, "architecture": "hooked"}, [epoch(0, 1, 0.5)]))
+    assert ours["run"].tolist() == ["copy-200-alphabet-s1"]
