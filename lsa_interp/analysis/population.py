@@ -5,7 +5,7 @@ worker, ``workers`` processes, default the CPU count) and collects, per model, e
 measure (`Finding.value`) and verdict. `Population` then counts in how many models each finding holds
 (k/N), groups the models by their training condition (metadata preset and batching) for the paper's
 population claims: the matching head's occurrence (paper: copy 20/20, no-copy 5/20) and Figure 5's
-layer-2 attention between matching example letters (~0.23 with copy tasks, ~0.015 without), and draws
+attention between matching example letters (~0.23 with copy tasks, ~0.015 without), and draws
 the per-model distributions as an offline plotly page.
 """
 
@@ -26,7 +26,7 @@ from lsa_interp.utils import atomic_write
 MATCHING = "matching head"
 DEFAULT_STEPS: tuple[str, ...] | None = None
 """Report steps run on each model when ``steps`` is not given (None: all of them)."""
-FIGURE5 = "Figure 5: layer-2 attention example-out -> same example-in letter"
+FIGURE5 = "Figure 5: attention example-out -> same example-in letter (stronger of encoder layers 1-2)"
 
 
 def condition(metadata: dict[str, Any]) -> str:

@@ -214,9 +214,16 @@ def test_statistics_of_constructed_patterns_and_residuals_are_exact(model):
     assert s["cosine_out_with_separators"] == pytest.approx((231 + 3 + 66 * half) / 300)
     assert s["cosine_in_irrelevant"] == pytest.approx(110 / 231)
     assert s["cosine_in_other"] == pytest.approx(1.0) and s["cosine_in_between"] == pytest.approx(0.0)
-    assert data["by_role"]["alphabet"] == {"tokens": 52, "mean_eos_attention": pytest.approx(0.3 * 22 / 26)}
-    assert data["by_role"]["separator"] == {"tokens": 4, "mean_eos_attention": pytest.approx(0.3)}
+    alphabet = pytest.approx(0.3 * 22 / 26)
+    assert data["by_role"]["alphabet"] == {"tokens": 52, "mean_eos_attention": alphabet, "eos_head_attention": alphabet}
+    separator = {"tokens": 4, "mean_eos_attention": pytest.approx(0.3), "eos_head_attention": pytest.approx(0.3)}
+    assert data["by_role"]["separator"] == separator
     assert data["by_role"]["query"]["mean_eos_attention"] == 0.0 and "eos" not in data["by_role"]
+    assert s["eos_head"] == "2.1" and s["eos_head_irrelevant"] == pytest.approx(0.3) and s["eos_head_relevant"] == 0.0
+    assert s["sink_head"] == "2.1" and s["sink_mass_head_mean"] == pytest.approx(0.7)
+    assert s["sink_token_head_mean"] == ">·30"  # every head alike: the first is the strongest
+    assert data["irrelevant_eos_attention_by_head"] == pytest.approx({f"2.{h}": 0.3 for h in range(1, 5)})
+    assert data["sink_mass_by_head"] == pytest.approx({f"2.{h}": 0.7 for h in range(1, 5)})
     assert data["layer"] == 2 and data["transformations"] == ["pred", "succ"]
     assert data["prompts"] == [str(t) for t in ABCD]
     assert data["constants"] == {
@@ -262,12 +269,18 @@ def test_group_cosines_of_a_lone_other_row_or_an_empty_group_are_nan():
 
 def summary(**overrides) -> dict:
     s = {
-        "irrelevant_mean_eos_attention": 0.5,
-        "relevant_mean_eos_attention": 0.1,
+        "eos_head": "3.1",
+        "eos_head_irrelevant": 0.5,
+        "eos_head_relevant": 0.2,
+        "irrelevant_mean_eos_attention": 0.1,
+        "relevant_mean_eos_attention": 0.05,
+        "sink_head": "3.2",
         "sink_mass": 0.5,
         "sink_token": "EOS·38",
         "sink_role": "eos",
         "sink_is_eos_share": 1.0,
+        "sink_mass_head_mean": 0.25,
+        "sink_token_head_mean": ">·30",
         "cosine_in_irrelevant": 0.5,
         "cosine_out_irrelevant": 0.99,
         "cosine_out_with_separators": 0.9,
@@ -281,7 +294,7 @@ def summary(**overrides) -> dict:
 
 @pytest.mark.parametrize(
     ("key", "threshold", "index"),
-    [("irrelevant_mean_eos_attention", 0.4, 0), ("sink_mass", 0.4, 1), ("cosine_out_irrelevant", 0.975, 2)]
+    [("eos_head_irrelevant", 0.4, 0), ("sink_mass", 0.4, 1), ("cosine_out_irrelevant", 0.975, 2)]
     + [("norm_ratio", 0.75, 3)],
 )
 def test_each_verdict_holds_from_its_threshold_on(key, threshold, index):
@@ -320,13 +333,16 @@ def test_findings_state_the_paper_claim_our_numbers_and_the_rule():
     assert texts == [
         (
             "most alphabet letters and separators put 0.4-0.59 of their attention on EOS",
-            "irrelevant tokens: mean 0.50; relevant tokens: mean 0.10",
-            "holds when their mean is >= 0.4 (the paper's lowest)",
+            "head 3.1: irrelevant tokens 0.50, relevant tokens 0.20; head mean 0.10 (relevant 0.05)",
+            "holds when their mean in the layer's strongest EOS head is >= 0.4 (the paper's lowest); the head mean "
+            "is shown, not judged",
         ),
         (
             "EOS, 0.4-0.59",
-            "mean 0.50 on their top key, most often EOS·38 (eos); EOS is the top key in 100% of tasks",
-            "holds when the mean mass on their top key is >= 0.4; the sink is reported, not judged",
+            "head 3.2: mean 0.50 on their top key, most often EOS·38 (eos; EOS in 100% of tasks); head mean 0.25 on "
+            ">·30",
+            "holds when the mean mass on their top key in the layer's strongest sink head is >= 0.4; the sink is "
+            "reported, not judged",
         ),
         (
             "pairwise cosine of their outputs ~0.98",
@@ -430,3 +446,42 @@ def test_token_statistics_read_normed_residuals_of_the_last_layer_by_default(mod
     for layer in (2, -3):
         with pytest.raises(ValueError, match="outside"):
             token_statistics(model, ABCD[:1], layer=layer)
+
+
+def one_head_sinks(pattern, hook):
+    """Head 3 (0-based 2): the irrelevant tokens put 0.5 on EOS, the rest on themselves; head 1 (0-based 0): 0.9 on
+    the arrow (30); heads 2 and 4 keep the model's own pattern."""
+    out = pattern.clone()
+    rows = torch.tensor(LETTERS + SEPARATORS)
+    out[:, 2, rows] = 0.0
+    out[:, 2, rows, 38] = 0.5
+    out[:, 2, rows, rows] = 0.5
+    out[:, 0, rows] = 0.0
+    out[:, 0, rows, 30] = 0.9
+    out[:, 0, rows, rows] += 0.1
+    return out
+
+
+def test_the_sink_is_judged_on_the_strongest_head_and_the_head_mean_reported_beside_it(model):
+    """One head of four sinking on EOS at 0.5 holds (the paper's 0.4-0.59 read from one head), though the head mean
+    is near 0.125; the strongest sink of any kind is another head's arrow. The figures show that head."""
+    with model.hooks(fwd_hooks=[("encoder.1.attn.hook_pattern", one_head_sinks)]):
+        result = elimination(model, ABCD)
+    s, data = result.summary, result.data
+    assert s["eos_head"] == "2.3" and s["eos_head_irrelevant"] == pytest.approx(0.5)
+    assert s["eos_head_relevant"] < 0.2 and s["irrelevant_mean_eos_attention"] < 0.25
+    arrow_mass = (24 * 0.9 + 1.0) / 25  # the arrow itself is one of the 25 irrelevant rows: 0.9 + 0.1 on itself
+    assert s["sink_head"] == "2.1" and s["sink_mass"] == pytest.approx(arrow_mass) and s["sink_token"] == ">·30"
+    assert s["sink_role"] == "arrow" and s["sink_is_eos_share"] == 0.0 and data["sink_roles"] == {"arrow": 2}
+    assert data["irrelevant_eos_attention_by_head"]["2.3"] == pytest.approx(0.5)
+    assert data["sink_mass_by_head"]["2.1"] == pytest.approx(arrow_mass) and data["sink_mass_by_head"]["2.3"] >= 0.5
+    assert data["by_role"]["separator"]["eos_head_attention"] == pytest.approx(0.5)
+    assert [f.holds for f in result.findings][:2] == [True, True]
+    assert result.findings[0].value == pytest.approx(0.5) and result.findings[0].ours.startswith("head 2.3: ")
+    per_token, by_role = (
+        result.figures["EOS attention per token (the paper's prompt)"],
+        result.figures["EOS attention by role"],
+    )
+    assert [t.name for t in per_token.data] == ["head 2.3", "head mean"]
+    assert per_token.data[0].y[4:26].tolist() == pytest.approx([0.5] * 22)
+    assert by_role.layout.yaxis.title.text == "attention on EOS (head 2.3)"
