@@ -32,17 +32,15 @@ class NNsightEngine:
     def _pattern(self, layer: int):
         return getattr(self.wrapped.encoder, str(layer)).attn.hook_pattern
 
-    @torch.no_grad()
     def patterns(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, Tensor]:
         saved: dict[int, Tensor] = {}
-        with self.wrapped.trace(batch):
+        with torch.no_grad(), self.wrapped.trace(batch):
             for layer in sorted(layers):
                 saved[layer] = self._pattern(layer).output.save()
         return saved
 
-    @torch.no_grad()
     def generate(self, batch: TokenBatch, patches: LayerPatches) -> tuple[Tensor, Tensor]:
-        with self.wrapped.trace(batch, fn="generate", max_new_tokens=self.max_new_tokens) as tracer:
+        with torch.no_grad(), self.wrapped.trace(batch, fn="generate", max_new_tokens=self.max_new_tokens) as tracer:
             for layer in sorted(patches):
                 envoy = self._pattern(layer)
                 envoy.output = replace_heads(envoy.output, patches[layer])

@@ -159,7 +159,8 @@ def _parse_case(text: str, known: dict[str, tuple[int, ...]]) -> tuple[str, tupl
     chosen: list[int] = []
     for part in (p.strip() for p in text.split(",")):
         low, dash, high = part.partition("-")  # "8-" (a range without its end) is no single position
-        if not (low.isdigit() and (high.isdigit() or not dash)) or (high and int(high) < int(low)):
+        number = lambda text: text.isascii() and text.isdigit()  # "٣" and "²" are digits to str.isdigit
+        if not (number(low) and (number(high) or not dash)) or (high and int(high) < int(low)):
             raise ValueError(f"bad --positions {text!r}: give 0-based ranges such as 0-31 or 8-25,33")
         chosen.extend(range(int(low), int(high or low) + 1))
     unique = tuple(dict.fromkeys(chosen))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.hooks_doc import main, render_hooks_doc
 
@@ -159,3 +161,12 @@ def test_main_writes_the_file(tmp_path, capsys):
     main(["--out", str(tmp_path / "hooks.md")])
     main([])
     assert (tmp_path / "hooks.md").read_text() == capsys.readouterr().out
+
+
+def test_help_describes_the_command(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    assert "Write ``docs/hooks.md``: every hook point of the model with its shape" in " ".join(
+        capsys.readouterr().out.split()
+    )

@@ -3,11 +3,13 @@ sharing a process (a sweep's stacks one after another, a benchmark's alternating
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
 from lsa_interp.training import RunSpec, StackConfig, StackTrainer, TrainConfig, Trainer
-from lsa_interp.training.precision import set_matmul_precision
+from lsa_interp.training.precision import precision_autocast, set_matmul_precision
 from lsa_interp.training.vmap_replicates import VmapReplicateTrainer
 from tests.helpers import SMALL_MODEL
 
@@ -27,6 +29,28 @@ def test_only_tf32_lets_fp32_matmuls_use_tf32(precision):
     assert torch.get_float32_matmul_precision() == "high"
     set_matmul_precision(precision)
     assert torch.get_float32_matmul_precision() == "highest"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
+@pytest.mark.parametrize("graphed", [False, True])
+def test_the_forward_pass_autocasts_to_bf16_for_bf16_runs_only_and_caches_off_a_graph(precision, graphed):
+    with precision_autocast(precision, "cpu", graphed):
+        assert torch.is_autocast_enabled("cpu") == (precision == "bf16")
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+        assert torch.is_autocast_cache_enabled() == (not graphed)
+        assert torch.mm(torch.ones(2, 2), torch.ones(2, 2)).dtype == (
+            torch.bfloat16 if precision == "bf16" else torch.float32
+        )
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_the_autocast_is_for_the_given_device_and_bf16_there_too():
+    """On CUDA autocast's own default is float16, so the bf16 dtype must be asked for (checked on the context,
+    which a machine without CUDA builds disabled)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "CUDA is not available"
+        context = precision_autocast("bf16", "cuda", False)
+    assert context.device == "cuda" and context.fast_dtype == torch.bfloat16
 
 
 def _record(trainer, parameter) -> list[str]:

@@ -1,0 +1,148 @@
+"""The ``report`` and ``splice`` commands' helpers: ``--positions`` parsing, the findings table, the progress bar,
+one torch thread, and ``report --models`` (the pool and its population replaced by stand-ins)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from lsa_interp.analysis import matching, population
+from lsa_interp.analysis.splice import CASES
+from lsa_interp.commands import report
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "positions"),
+    [
+        ("0-31", "positions 0-31", tuple(range(32))),
+        ("8-25", "alphabet 8-25", tuple(range(8, 26))),
+        ("8-8", "positions 8-8", (8,)),  # a range of one position
+        ("3", "positions 3", (3,)),
+        (" 8-10 , 33,9", "positions 8-10,33,9", (8, 9, 10, 33)),  # spaces dropped from the name, repeats once
+        ("0-7,8-25,26-31", "positions 0-7,8-25,26-31", tuple(range(32))),  # not named by its positions' case
+    ],
+)
+def test_positions_parse_to_a_known_cases_name_or_their_own(text, name, positions):
+    parsed = report._parse_case(text, CASES)
+    assert parsed[1] == positions
+    assert parsed[0] == (name if text != "0-7,8-25,26-31" else "positions 0-31")
+
+
+@pytest.mark.parametrize("text", ["8-", "-3", "a", "10-8", "1-2-3", "", "3,", "٣", "1-٣", "²"])
+def test_anything_but_ranges_of_positions_is_refused(text):
+    with pytest.raises(ValueError, match="bad --positions"):
+        report._parse_case(text, CASES)
+
+
+LONG = "a finding whose text is long enough " * 3
+
+
+def test_findings_print_as_a_table_with_verdicts_for_one_model(capsys):
+    rows = [("matching", "yes", "2.3", True), ("patching", "0.9", "0.1", False), (LONG, "-", "0.5", None)]
+    report._print_findings("findings: m", rows)
+    lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    assert lines[0].strip() == "findings: m"
+    assert [cell.strip() for cell in lines[2].strip("┃").split("┃")] == ["finding", "paper", "ours", "verdict"]
+    assert [cell.strip() for cell in lines[4].strip("│").split("│")] == ["matching", "yes", "2.3", "holds"]
+    assert [cell.strip() for cell in lines[5].strip("│").split("│")] == ["patching", "0.9", "0.1", "does not hold"]
+    assert [cell.strip() for cell in lines[6].strip("│").split("│")][1:] == ["-", "0.5", ""]
+    assert lines[6].startswith("│ a finding whose text") and lines[7].startswith("│ enough ")  # wrapped
+    assert {len(line) for line in lines[1:]} == {140}  # a long finding: the table is 140 columns wide
+
+
+def test_findings_over_many_models_have_no_verdict_column(capsys):
+    report._print_findings("findings over 2 models", [("matching", "yes", "holds in 1/2 of 2", None)], verdicts=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert [cell.strip() for cell in lines[2].strip("┃").split("┃")] == ["finding", "paper", "ours"]
+    assert [cell.strip() for cell in lines[4].strip("│").split("│")] == ["matching", "yes", "holds in 1/2 of 2"]
+
+
+def test_the_progress_bar_is_on_stderr_with_its_five_columns():
+    bar = report._progress_bar()
+    assert bar.console.stderr is True
+    kinds = [type(column) for column in bar.columns]
+    assert kinds == [TextColumn, BarColumn, MofNCompleteColumn, TimeElapsedColumn, TimeRemainingColumn]
+    assert bar.columns[0].text_format == "{task.description}"
+
+
+def test_one_thread():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        report._one_thread()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+class _Population:
+    """What `run_population` returns, with fixed findings, conditions and files."""
+
+    def __init__(self):
+        self.written = []
+
+    def table(self):
+        return [
+            {"finding": "matching", "paper": "yes", "holds": 1, "judged": 2, "models": 3},
+            {"finding": "copy attention", "paper": "0.4", "holds": 0, "judged": 0, "models": 3},
+        ]
+
+    def by_condition(self):
+        return {
+            "copy-20 / random": {"models": 2, "matching_head": "1/2", "figure5_attention": 0.12345},
+            "nocopy-20 / random": {"models": 1, "matching_head": "0/1", "figure5_attention": None},
+        }
+
+    def write(self, target):
+        self.written.append(target)
+        return {"html": target / "population.html", "json": target / "population.json"}
+
+
+@pytest.fixture
+def population_run(monkeypatch, tmp_path):
+    calls, made = [], []
+    expand = {"p*": [tmp_path / "b", tmp_path / "a"], "q": [tmp_path / "a", tmp_path / "c"]}
+    monkeypatch.setattr(matching, "expand_checkpoints", lambda pattern: expand[pattern])
+
+    def run_population(paths, seed, workers, progress=None):
+        calls.append((paths, seed, workers))
+        for path in paths:
+            progress(str(path))
+        made.append(_Population())
+        return made[-1]
+
+    monkeypatch.setattr(population, "run_population", run_population)
+    return calls, made
+
+
+def test_report_models_runs_each_checkpoint_once_and_prints_the_k_of_n_table(
+    population_run, tmp_path, capsys, monkeypatch
+):
+    calls, made = population_run
+    monkeypatch.setenv("COLUMNS", "400")  # the last line on one line
+    report._population(["p*", "q"], 3, tmp_path / "out", 7)
+    assert calls == [([tmp_path / "b", tmp_path / "a", tmp_path / "c"], 7, 3)]
+    assert made[0].written == [tmp_path / "out"] and (tmp_path / "out").is_dir()
+    captured = capsys.readouterr()
+    assert "report on 3 models" in captured.err and "3/3" in captured.err  # the bar, advanced once per model
+    lines = [line.strip() for line in captured.out.splitlines()]
+    assert lines[0] == "findings over 3 models"
+    assert [cell.strip() for cell in lines[2].strip("┃").split("┃")] == ["finding", "paper", "ours"]
+    assert [cell.strip() for cell in lines[4].strip("│").split("│")] == ["matching", "yes", "holds in 1/2 of 3"]
+    assert [cell.strip() for cell in lines[5].strip("│").split("│")] == [
+        "copy attention", "0.4", "a measure, no verdict (in 3 models)",
+    ]  # fmt: skip
+    assert lines[7:] == [
+        "copy-20 / random: 2 models, matching head 1/2, Figure 5 0.123",
+        "nocopy-20 / random: 1 models, matching head 0/1, Figure 5 -",
+        f"wrote {tmp_path / 'out' / 'population.html'} and {tmp_path / 'out' / 'population.json'}",
+    ]
+
+
+def test_report_models_writes_to_runs_report_population_by_default(population_run, tmp_path, monkeypatch):
+    _, made = population_run
+    monkeypatch.chdir(tmp_path)
+    report._population(["q"], None, None, 0)
+    assert made[0].written == [report.Path("runs") / "report" / "population"]
+    assert (tmp_path / "runs" / "report" / "population").is_dir()
