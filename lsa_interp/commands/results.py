@@ -77,6 +77,29 @@ def _print_precision_check(summary, console) -> None:
     console.print(table)
 
 
+def _print_precision_over_training(matched, console) -> None:
+    from rich.table import Table
+
+    for (preset, batching, epoch), rows in matched.groupby(["preset", "batching", "epoch"], sort=True):
+        table = Table(
+            title=f"Precision check over training: {preset} / {batching}, seen-transformation val accuracy after epoch "
+            f"{epoch:g}, the last every run reached (runs still training count)",
+            caption="each run on its own validation sample, as its training logged it; precision_history.csv has every "
+            "epoch",
+        )
+        for column in ("precision", "runs", "mean", "sd", "lowest-highest", "vs fp32"):
+            table.add_column(column, justify="left" if column == "precision" else "right")
+        fp32 = rows.loc[rows["precision"] == "fp32", "mean"]
+        show = lambda value, sign="": "-" if value != value else f"{value:{sign}.1f}"
+        for _, row in rows.iterrows():
+            difference = row["mean"] - fp32.iloc[0] if len(fp32) and row["precision"] != "fp32" else float("nan")
+            table.add_row(
+                row["precision"], str(int(row["runs"])), show(row["mean"]), show(row["sd"]),
+                f"{row['low']:.1f}-{row['high']:.1f}", show(difference, "+"),
+            )  # fmt: skip
+        console.print(table)
+
+
 def _print_occurrence(summary, console) -> None:
     from rich.table import Table
 
@@ -119,13 +142,14 @@ def register(app: typer.Typer) -> None:
         the runs analysed (by a sweep, or on a checkpoint's weights by ship); write figures.html: Figure 4, each
         analysed run's matching-head score against its share of sibling-rule answers (where evaluations have it),
         and training curves with --history (and, where a condition's histories are in two precisions, the
-        precision check over training: validation accuracy and training loss per epoch)."""
+        precision check over training: validation accuracy and training loss per epoch, and per epoch and precision
+        the runs' mean and spread in precision_history.csv, printed at the last epoch every run reached)."""
         from rich.console import Console
 
         from lsa_interp.commands.common import writable_out
         from lsa_interp.evaluation import grid_summary
         from lsa_interp.evaluation.runs_table import find_runs, runs_table, write_runs_table
-        from lsa_interp.evaluation.training_history import histories
+        from lsa_interp.evaluation.training_history import histories, matched_epoch, precision_by_epoch
         from lsa_interp.utils import atomic_write
         from lsa_interp.viz.grid_figures import (
             alphabets_figure,
@@ -168,6 +192,10 @@ def register(app: typer.Typer) -> None:
             by_precision = precision_curves_figure(curves)
             if by_precision is not None:
                 figures["Precision check over training"] = by_precision
+            over_training = precision_by_epoch(curves)
+            if not over_training.empty:
+                write_runs_table(over_training, out / "precision_history.csv")
+                _print_precision_over_training(matched_epoch(over_training, curves), console)
         page = figures_page("Results over runs", figures, intro=intro)
         atomic_write(out / "figures.html", lambda p: p.write_text(page, encoding="utf-8"))
         console.print(

@@ -62,7 +62,7 @@ def _epoch_train_loss(windows: dict[int, float], after: int, upto: int) -> float
 def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
     """One row per (model, epoch) of one run directory: ``run``, ``preset``, ``batching``, ``precision`` (the
     training precision of the run or stack), ``planned_epochs`` (the epochs its config asks for; None where it does
-    not say), ``epoch``, ``step``,
+    not say), ``architecture`` (``hooked``, ours, unless the config names another), ``epoch``, ``step``,
     every scalar of the epoch record, ``acc_<rule>`` per transformation, ``sibling_<family>`` per rule family
     (records written since the rule-family analysis) and ``train_loss``: the mean of the model's logged window
     losses whose windows end in the epoch (after the step of the model's previous epoch, up to this one's; NaN
@@ -76,6 +76,7 @@ def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{run_dir / CONFIG_FILE} is damaged (not JSON: {error})") from None
     labels, precision = _replicate_labels(config), config.get("precision", "fp32")
+    architecture = config.get("architecture", "hooked")
     metrics = run_dir / METRICS_FILE
     records = read_json_lines(metrics)
     epochs = [record for record in records if record.get("type") == "epoch"]
@@ -90,6 +91,7 @@ def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
             labels[index] if index < len(labels) else (f"replicate-{index}", None, None, None)
         )
         row = {"run": name, "preset": preset, "batching": batching, "precision": precision, "planned_epochs": planned}
+        row["architecture"] = architecture
         row["replicate"] = index
         row.update({k: v for k, v in record.items() if not isinstance(v, dict) and k != "type"})
         end = record.get("step", 0)
@@ -129,3 +131,45 @@ def histories(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
     shared = frame["run"].isin(directories[directories > 1].index)
     frame.loc[shared, "run"] = frame.loc[shared, "run"] + " [" + frame.loc[shared, "run_dir"] + "]"
     return frame
+
+
+PRECISION_COLUMNS = ("preset", "batching", "epoch", "precision", "runs", "mean", "sd", "low", "high")
+
+
+def precision_by_epoch(history: pd.DataFrame, column: str = "val_acc_seen_transformations") -> pd.DataFrame:
+    """The precision check over training, from `histories`: for each (preset, batching) trained in more than one
+    precision, per epoch and precision, the runs on our model that reached the epoch (runs still training count)
+    and the mean, sample standard deviation (NaN for one run), lowest and highest of ``column`` in %. Columns
+    `PRECISION_COLUMNS`; empty when no condition has two precisions or the histories lack ``column``."""
+    needed = {"preset", "batching", "precision", "epoch", "architecture", column}
+    if history.empty or not needed <= set(history):
+        return pd.DataFrame(columns=list(PRECISION_COLUMNS))
+    frame = history[history["architecture"] == "hooked"].dropna(subset=[column])
+    mixed = frame.groupby(["preset", "batching"])["precision"].transform("nunique") > 1
+    rows = [
+        {
+            "preset": preset,
+            "batching": batching,
+            "epoch": epoch,
+            "precision": precision,
+            "runs": runs["run"].nunique(),
+            "mean": 100 * runs[column].mean(),
+            "sd": 100 * runs[column].std(),
+            "low": 100 * runs[column].min(),
+            "high": 100 * runs[column].max(),
+        }  # fmt: skip
+        for (preset, batching, epoch, precision), runs in frame[mixed].groupby(
+            ["preset", "batching", "epoch", "precision"], sort=True
+        )
+    ]
+    return pd.DataFrame(rows, columns=list(PRECISION_COLUMNS))
+
+
+def matched_epoch(by_epoch: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `precision_by_epoch` at each condition's last epoch that every one of its runs (in every precision)
+    reached: the epoch where a run still training compares with the rest."""
+    if by_epoch.empty:
+        return by_epoch
+    reached = history.groupby(["preset", "batching", "run"])["epoch"].max().groupby(["preset", "batching"]).min()
+    last = by_epoch.apply(lambda row: reached.get((row["preset"], row["batching"])), axis=1)
+    return by_epoch[by_epoch["epoch"] == last].reset_index(drop=True)

@@ -4,10 +4,18 @@ check's curves."""
 from __future__ import annotations
 
 import json
+import math
 
+import pandas as pd
 import pytest
 
-from lsa_interp.evaluation.training_history import epoch_history, histories, training_runs
+from lsa_interp.evaluation.training_history import (
+    epoch_history,
+    histories,
+    matched_epoch,
+    precision_by_epoch,
+    training_runs,
+)
 from lsa_interp.viz.grid_figures import precision_curves_figure, training_curves_figure
 
 
@@ -259,3 +267,64 @@ def test_a_run_on_the_plain_nn_transformer_has_its_architecture_in_its_name(tmp_
     assert frame[["run", "planned_epochs"]].values.tolist() == [["copy-200-alphabet-reference-s1", 20]]
     ours = epoch_history(write_run(tmp_path / "hooked", {**config, "architecture": "hooked"}, [epoch(0, 1, 0.5)]))
     assert ours["run"].tolist() == ["copy-200-alphabet-s1"]
+
+
+def test_the_precision_check_over_training_counts_every_run_that_reached_each_epoch(tmp_path):
+    """Per epoch and precision: the runs of our model that reached it (one still training included), their mean, sample
+    sd, lowest and highest in %; a condition in one precision and a run on the plain nn.Transformer are left out. The
+    matched epoch is the last that every run of the condition reached."""
+
+    def seen(n, acc):
+        return epoch(0, n, acc, val_acc_seen_transformations=acc)
+
+    config = {"preset": "copy-20", "batching": "random", "epochs": 3}
+    write_run(tmp_path / "f0", {**config, "seed": 0}, [seen(1, 0.5), seen(2, 0.7), seen(3, 0.9)])
+    write_run(tmp_path / "f1", {**config, "seed": 1}, [seen(1, 0.3), seen(2, 0.5)])  # still training
+    write_run(tmp_path / "b", {"runs": [{"data_dir": "d", "seed": s, "batching": "random", "preset": "copy-20",
+                                         "name": f"b{s}", "epochs": 3} for s in (0, 1)], "precision": "bf16"},
+              [epoch(r, n, 0.2 * n + 0.1 * r, val_acc_seen_transformations=0.2 * n + 0.1 * r)
+               for n in (1, 2, 3) for r in (0, 1)])  # fmt: skip
+    write_run(tmp_path / "nn", {**config, "seed": 2, "architecture": "reference"}, [seen(1, 0.0), seen(2, 0.0)])
+    write_run(tmp_path / "other", {"preset": "copy-200", "batching": "alphabet", "seed": 0}, [seen(1, 0.4)])
+    history = histories([tmp_path])
+    table = precision_by_epoch(history)
+    assert list(table) == ["preset", "batching", "epoch", "precision", "runs", "mean", "sd", "low", "high"]
+    rows = table.set_index(["epoch", "precision"])
+    assert rows.loc[(2, "fp32"), ["runs", "mean", "low", "high"]].tolist() == pytest.approx([2, 60.0, 50.0, 70.0])
+    assert rows.loc[(2, "fp32"), "sd"] == pytest.approx(100 * 0.2 / 2**0.5)  # sample sd of 0.5 and 0.7
+    assert rows.loc[(3, "fp32"), "runs"] == 1 and math.isnan(rows.loc[(3, "fp32"), "sd"])
+    assert rows.loc[(3, "bf16"), ["runs", "mean", "low", "high"]].tolist() == pytest.approx([2, 65.0, 60.0, 70.0])
+    assert set(table["preset"]) == {"copy-20"} and len(table) == 6
+    matched = matched_epoch(table, history)
+    assert matched[["epoch", "precision", "runs"]].values.tolist() == [[2, "bf16", 2], [2, "fp32", 2]]
+    assert precision_by_epoch(histories([tmp_path / "f0", tmp_path / "other"])).empty
+    assert matched_epoch(precision_by_epoch(history.iloc[:0]), history).empty
+
+
+def test_results_prints_the_precision_check_over_training_and_writes_every_epoch(tmp_path, capsys):
+    """`lsa-interp results --history`: precision_history.csv per epoch and precision, and the table at the matched
+    epoch with each precision's difference from fp32."""
+    from lsa_interp import cli
+    from tests.evaluation.test_runs_table import make_run
+
+    def seen(replicate, n, acc):
+        return epoch(replicate, n, acc, val_acc_seen_transformations=acc)
+
+    make_run(tmp_path / "runs", "a", "copy-20", "random", 0, 95.0)
+    config = {"preset": "copy-20", "batching": "random", "epochs": 2}
+    write_run(tmp_path / "h" / "f0", {**config, "seed": 0}, [seen(0, 1, 0.50), seen(0, 2, 0.80)])
+    write_run(tmp_path / "h" / "b0", {**config, "seed": 0, "precision": "bf16"}, [seen(0, 1, 0.40), seen(0, 2, 0.76)])
+    out = tmp_path / "results"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["results", "--runs", str(tmp_path / "runs"), "--history", str(tmp_path / "h"), "--out", str(out)])
+    assert exit_info.value.code == 0
+    csv = pd.read_csv(out / "precision_history.csv")
+    assert csv[["epoch", "precision", "runs", "mean"]].values.tolist() == [
+        [1, "bf16", 1, pytest.approx(40.0)], [1, "fp32", 1, pytest.approx(50.0)],
+        [2, "bf16", 1, pytest.approx(76.0)], [2, "fp32", 1, pytest.approx(80.0)],
+    ]  # fmt: skip
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "Precision check over training: copy-20 / random, seen-transformation val accuracy after epoch 2" in printed
+    assert (
+        "│ bf16 │ 1 │ 76.0 │ - │ 76.0-76.0 │ -4.0 │" in printed and "│ fp32 │ 1 │ 80.0 │ - │ 80.0-80.0 │ - │" in printed
+    )
