@@ -153,14 +153,18 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
+def _ascii_number(text: str) -> bool:
+    """Whether ``text`` is a number in ASCII digits ("٣" and "²" are digits to `str.isdigit`, not to us)."""
+    return text.isascii() and text.isdigit()
+
+
 def _parse_case(text: str, known: dict[str, tuple[int, ...]]) -> tuple[str, tuple[int, ...]]:
     """``"0-31"`` or ``"8-25,33"`` -> (the name of the ``known`` case with these positions, else ``"positions
     8-25,33"``; the positions). Raises ValueError (exit 2) for anything else."""
     chosen: list[int] = []
     for part in (p.strip() for p in text.split(",")):
         low, dash, high = part.partition("-")  # "8-" (a range without its end) is no single position
-        number = lambda text: text.isascii() and text.isdigit()  # "٣" and "²" are digits to str.isdigit
-        if not (number(low) and (number(high) or not dash)) or (high and int(high) < int(low)):
+        if not (_ascii_number(low) and (_ascii_number(high) or not dash)) or (high and int(high) < int(low)):
             raise ValueError(f"bad --positions {text!r}: give 0-based ranges such as 0-31 or 8-25,33")
         chosen.extend(range(int(low), int(high or low) + 1))
     unique = tuple(dict.fromkeys(chosen))
