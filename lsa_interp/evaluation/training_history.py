@@ -141,7 +141,7 @@ def precision_by_epoch(history: pd.DataFrame, column: str = "val_acc_seen_transf
     precision, per epoch and precision, the runs on our model that reached the epoch (runs still training count)
     and the mean, sample standard deviation (NaN for one run), lowest and highest of ``column`` in %. Columns
     `PRECISION_COLUMNS`; empty when no condition has two precisions or the histories lack ``column``."""
-    needed = {"preset", "batching", "precision", "epoch", "architecture", column}
+    needed = {"run", "preset", "batching", "precision", "epoch", "architecture", column}
     if history.empty or not needed <= set(history):
         return pd.DataFrame(columns=list(PRECISION_COLUMNS))
     frame = history[history["architecture"] == "hooked"].dropna(subset=[column])

@@ -130,3 +130,10 @@ def test_defaults_are_50_succ_tasks_on_the_standard_alphabet_seed_0(fake_pattern
         "standard alphabet)"
     )
     assert finding.detail == "compared across models by `lsa-interp report --models`"
+
+
+def test_by_layer_defaults_to_50_succ_tasks_seed_0(fake_patterns):
+    """`example_match_by_layer` on its own reads the same tasks as Figure 5's number: 50, seed 0."""
+    assert example_match_by_layer(_model()) == pytest.approx([0.1, 1.25 / 3, 1.0])
+    ((_, tasks),) = fake_patterns
+    assert tasks == rule_tasks("succ", 50, seed=0, alphabets="standard")

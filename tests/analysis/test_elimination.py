@@ -485,3 +485,31 @@ def test_the_sink_is_judged_on_the_strongest_head_and_the_head_mean_reported_bes
     assert [t.name for t in per_token.data] == ["head 2.3", "head mean"]
     assert per_token.data[0].y[4:26].tolist() == pytest.approx([0.5] * 22)
     assert by_role.layout.yaxis.title.text == "attention on EOS (head 2.3)"
+
+
+def test_token_statistics_give_the_head_means_sink_and_each_heads_own(model):
+    """Per task, the top key of the irrelevant tokens' head-mean attention (``sink_*``) and of each head's
+    (``sink_*_heads``, ``[tasks, heads]``): with one head on the arrow and another on EOS, each head names its own."""
+    with model.hooks(fwd_hooks=[("encoder.1.attn.hook_pattern", set_pattern)]):
+        alike = token_statistics(model, ABCD)
+    assert alike["sink_role"].tolist() == [ROLE_ID["arrow"]] * 2 and alike["sink_token"].tolist() == [">·30"] * 2
+    assert alike["sink_mass"] == pytest.approx([0.7, 0.7])
+    with model.hooks(fwd_hooks=[("encoder.1.attn.hook_pattern", one_head_sinks)]):
+        stats = token_statistics(model, ABCD)
+    assert stats["sink_role_heads"].shape == (2, 4)
+    assert stats["sink_role_heads"][:, 0].tolist() == [ROLE_ID["arrow"]] * 2
+    assert stats["sink_role_heads"][:, 2].tolist() == [ROLE_ID["eos"]] * 2
+    assert stats["sink_token_heads"][:, 2].tolist() == ["EOS·38"] * 2
+    assert stats["sink_mass_heads"][:, 2] == pytest.approx([0.5, 0.5])
+
+
+def test_the_token_figure_shows_the_head_mean_beside_the_strongest_head(model):
+    """The per-token figure's second bar is the head mean of the paper's prompt, not the strongest head again."""
+    from lsa_interp.analysis.elimination import PAPER_PROMPT
+
+    with model.hooks(fwd_hooks=[("encoder.1.attn.hook_pattern", one_head_sinks)]):
+        result = elimination(model, ABCD)
+        mean = token_statistics(model, [PAPER_PROMPT])["eos_attention"]
+    head, head_mean = result.figures["EOS attention per token (the paper's prompt)"].data
+    assert list(head_mean.x) == list(head.x) and list(head_mean.y) == pytest.approx(mean.tolist())
+    assert max(head_mean.y[4:26]) < 0.3 < min(head.y[4:26])

@@ -328,3 +328,41 @@ def test_results_prints_the_precision_check_over_training_and_writes_every_epoch
     assert (
         "│ bf16 │ 1 │ 76.0 │ - │ 76.0-76.0 │ -4.0 │" in printed and "│ fp32 │ 1 │ 80.0 │ - │ 80.0-80.0 │ - │" in printed
     )
+
+
+def test_each_replicate_of_a_stack_has_its_own_planned_epochs(tmp_path):
+    """A stack's ``planned_epochs`` are each replicate's ``epochs`` (they may differ); None where a run says none."""
+    runs = [{"data_dir": "d", "seed": s, "batching": "random", "preset": "copy-20", "name": f"c{s}"} for s in (0, 1)]
+    runs[0]["epochs"], runs[1]["epochs"] = 20, 5
+    stack = write_run(tmp_path / "stack", {"runs": runs}, [epoch(0, 1, 0.5), epoch(1, 1, 0.4)])
+    assert epoch_history(stack)[["run", "planned_epochs"]].values.tolist() == [["c0", 20], ["c1", 5]]
+    del runs[1]["epochs"]
+    unsaid = write_run(tmp_path / "unsaid", {"runs": runs}, [epoch(1, 1, 0.4)])
+    assert epoch_history(unsaid)["planned_epochs"].tolist() == [None]
+
+
+def test_the_precision_check_keeps_its_columns_when_there_is_nothing_to_compare(tmp_path):
+    """`precision_by_epoch` has its columns whether or not a condition was trained in two precisions, is empty for
+    histories without the measure or without a column it reads, and needs no other column; `matched_epoch` keeps
+    the columns and numbers its rows afresh."""
+    columns = ["preset", "batching", "epoch", "precision", "runs", "mean", "sd", "low", "high"]
+    assert list(precision_by_epoch(pd.DataFrame())) == columns
+    config = {"preset": "copy-20", "batching": "random", "epochs": 2}
+    one = write_run(tmp_path / "f0", {**config, "seed": 0}, [epoch(0, 1, 0.5, val_acc_seen_transformations=0.5)])
+    alone = precision_by_epoch(histories([one]))
+    assert alone.empty and list(alone) == columns
+    runs = [write_run(tmp_path / p, {**config, "precision": p}, [epoch(0, 1, 0.5)]) for p in ("fp32", "bf16")]
+    unmeasured = precision_by_epoch(histories(runs))  # two precisions, no record with the measure
+    assert unmeasured.empty and list(unmeasured) == columns
+    assert len(precision_by_epoch(histories(runs), "val_acc_noncopy")) == 2
+    bare = pd.DataFrame({"run": ["a", "b", "a"], "preset": "copy-20", "batching": "random", "epoch": [1, 1, 2],
+                         "precision": ["fp32", "bf16", "fp32"], "architecture": "hooked",
+                         "val_acc_seen_transformations": [0.5, 0.4, 0.6]})  # fmt: skip
+    table = precision_by_epoch(bare)
+    assert table[["epoch", "precision", "runs", "mean"]].values.tolist() == [
+        [1, "bf16", 1, pytest.approx(40.0)], [1, "fp32", 1, pytest.approx(50.0)], [2, "fp32", 1, pytest.approx(60.0)]
+    ]  # fmt: skip
+    assert precision_by_epoch(bare.drop(columns="run")).empty
+    matched = matched_epoch(table, bare)
+    assert list(matched) == columns and matched.index.tolist() == [0, 1]
+    assert matched["epoch"].tolist() == [1, 1]
