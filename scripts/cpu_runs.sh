@@ -29,9 +29,11 @@
 #   bash scripts/cpu_runs.sh snapshot   # copy each unshipped run's records into analyses/runs/cpu/NAME, start nothing
 # A machine that is replaced takes its runs' records with it (copy-20 seed 1's of 12.8 epochs, 2026-11-27, survive
 # only as text in docs/results.md): `snapshot` copies each run's train_config.json and the whole lines of its
-# metrics.jsonl (a run still appending may be mid-line) into the checkout, to commit. A record there without an
-# evaluation is no finished run to the planner (lsa_interp/sweep/done.py); the figures of `lsa-interp results
-# --history` draw it dotted and leave it out of the means until it has all its epochs.
+# metrics.jsonl (a run still appending may be mid-line) into the checkout, to commit (scripts/cpu_snapshot.py). It
+# keeps a committed record that reaches further than a run started again, and removes the partial record of a run
+# that is shipped since (its seed would count twice). A record there without an evaluation is no finished run to
+# the planner (lsa_interp/sweep/done.py); the figures of `lsa-interp results --history` draw it dotted and leave it
+# out of the means until it has all its epochs, and its precision check over training counts it.
 set -euo pipefail
 case "${1:-}" in
   "" | snapshot) ;;
@@ -95,26 +97,10 @@ if [ "${1:-}" = snapshot ]; then
   for dir in "$RUNS"/*/; do
     name=$(basename "$dir")
     if [ ! -f "$dir/train_config.json" ] || [ ! -f "$dir/metrics.jsonl" ] || shipped "$name"; then continue; fi
-    "${LSA%/lsa-interp}/python" -c '
-import json, os, shutil, sys
-source, target = sys.argv[1:3]
-os.makedirs(target, exist_ok=True)
-with open(os.path.join(source, "metrics.jsonl"), "rb") as handle:
-    text = handle.read()
-text = text[: text.rfind(b"\n") + 1]  # whole lines only
-for name, data in (("metrics.jsonl", text), ("train_config.json", None)):
-    temporary = os.path.join(target, f".{name}.tmp")
-    if data is None:
-        shutil.copyfile(os.path.join(source, name), temporary)
-    else:
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-    os.replace(temporary, os.path.join(target, name))
-records = [json.loads(line) for line in text.splitlines() if line.strip()]
-epochs = [r["epoch"] for r in records if r.get("type") == "epoch"]
-steps = [r["step"] for r in records if r.get("type") == "step"]
-print(f"{os.path.basename(target)}: {target} (last epoch {max(epochs, default=0)}, step {max(steps, default=0):,})")
-' "$dir" "analyses/runs/cpu/$name"
+    "${LSA%/lsa-interp}/python" scripts/cpu_snapshot.py copy "$dir" "analyses/runs/cpu/$name"
+  done
+  for dir in analyses/runs/cpu/*/; do
+    if shipped "$(basename "$dir")"; then "${LSA%/lsa-interp}/python" scripts/cpu_snapshot.py prune "${dir%/}"; fi
   done
   exit 0
 fi

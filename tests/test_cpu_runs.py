@@ -40,6 +40,7 @@ def _repo(tmp_path: Path, replicates: tuple[str, ...] = ()) -> Path:
     (repo / "analyses" / "runs").mkdir(parents=True)
     (repo / "checkpoints" / "replicates").mkdir(parents=True)
     (repo / "scripts" / "cpu_runs.sh").write_text(SCRIPT.read_text())
+    (repo / "scripts" / "cpu_snapshot.py").write_text((ROOT / "scripts" / "cpu_snapshot.py").read_text())
     (repo / "grids" / "queue.toml").write_text((ROOT / "grids" / "queue.toml").read_text())
     for shipped in ("copy-20", "copy-200"):
         (repo / "checkpoints" / shipped).symlink_to(ROOT / "checkpoints" / shipped)
@@ -238,3 +239,57 @@ def test_an_unknown_argument_is_refused_in_one_line_before_anything_starts(tmp_p
     assert done.stderr.splitlines() == [
         "cpu_runs.sh: unknown argument 'status'; run it without one (start or resume the runs) or with 'snapshot'"
     ]
+
+
+def _records(path: Path, config: str, lines: list[str]) -> Path:
+    path.mkdir(parents=True)
+    (path / "train_config.json").write_text(config)
+    (path / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_a_snapshot_keeps_a_committed_record_that_reaches_further_than_a_run_started_again(tmp_path):
+    """After a lost machine the run starts again from step 0: its first snapshot must not shorten the record."""
+    config = '{"preset": "copy-20", "seed": 1, "epochs": 20}'
+    _records(tmp_path / "runs" / "copy-20-random-s1", config, ['{"type": "step", "step": 100}'])
+    committed = ['{"type": "step", "step": 4900}', '{"type": "epoch", "step": 5000, "epoch": 2}']
+    repo = _repo(tmp_path)
+    record = _records(repo / "analyses" / "runs" / "cpu" / "copy-20-random-s1", config, committed)
+    env = {
+        **os.environ,
+        "LSA": str(_stub_lsa(tmp_path / "bin", tmp_path / "calls.txt")),
+        "LSA_CPU_RUNS": str(tmp_path / "runs"),
+    }
+    done = subprocess.run(["bash", str(repo / "scripts" / "cpu_runs.sh"), "snapshot"], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "copy-20-random-s1: kept analyses/runs/cpu/copy-20-random-s1 (last epoch 2, step 5,000): the run here is "
+        "behind it (last epoch 0, step 100), started again\n"
+    )
+    assert (record / "metrics.jsonl").read_text().splitlines() == committed
+
+
+def test_a_snapshot_removes_the_partial_record_of_a_run_shipped_since_and_keeps_a_finished_one(tmp_path):
+    """copy-20-random-s0 is shipped (the queue counts checkpoints/copy-20 as done): a partial record of it would count
+    its seed twice; nocopy-20-random-s0's complete record (all its planned epochs) stays whatever is shipped."""
+    repo = _repo(tmp_path, replicates=("nocopy-20-random-s0",))
+    cpu = repo / "analyses" / "runs" / "cpu"
+    epoch = '{"type": "epoch", "step": 100, "epoch": 1}'
+    _records(cpu / "copy-20-random-s0", '{"epochs": 20}', [epoch])
+    finished = _records(cpu / "nocopy-20-random-s0", '{"epochs": 1}', [epoch])
+    unshipped = _records(cpu / "copy-20-random-s3", '{"epochs": 20}', [epoch])
+    env = {
+        **os.environ,
+        "LSA": str(_stub_lsa(tmp_path / "bin", tmp_path / "calls.txt")),
+        "LSA_CPU_RUNS": str(tmp_path / "runs"),
+    }
+    done = subprocess.run(["bash", str(repo / "scripts" / "cpu_runs.sh"), "snapshot"], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "copy-20-random-s0: removed analyses/runs/cpu/copy-20-random-s0 (last epoch 1 of 20, step 100): the run is "
+        "shipped\n"
+    )
+    assert sorted(p.name for p in cpu.iterdir()) == ["copy-20-random-s3", "nocopy-20-random-s0"]
+    assert (finished / "metrics.jsonl").read_text() == epoch + "\n" and unshipped.is_dir()

@@ -25,9 +25,11 @@ PAPER_COPY, PAPER_NOCOPY = 0.23, 0.015
 LAYERS = 2
 """The number is the larger of encoder layers 1 and 2 (0-based 0 and 1), where the matching heads form."""
 NAME = "Figure 5: attention example-out -> same example-in letter (stronger of encoder layers 1-2)"
+N_TASKS = 50
+"""Successor tasks the number is measured on."""
 
 
-def example_match_by_layer(model: HookedEncoderDecoder, n_tasks: int = 50, seed: int = 0) -> list[float]:
+def example_match_by_layer(model: HookedEncoderDecoder, n_tasks: int = N_TASKS, seed: int = 0) -> list[float]:
     """Per encoder layer (0-based), the mean over ``n_tasks`` successor tasks (standard alphabet) and their
     example-output letters of the head-averaged attention on the same letter in the example input."""
     tasks = rule_tasks("succ", n_tasks, seed=seed, alphabets="standard")
@@ -48,23 +50,27 @@ def example_match_by_layer(model: HookedEncoderDecoder, n_tasks: int = 50, seed:
     return [float(mass[:, layer][partnered].mean()) for layer in range(mass.shape[1])]
 
 
-def example_match_attention(model: HookedEncoderDecoder, n_tasks: int = 50, seed: int = 0) -> float:
-    """Figure 5's number: the larger of `example_match_by_layer`'s encoder layers 1 and 2. Raises ValueError for
-    a model with fewer than two encoder layers."""
+def _figure5(model: HookedEncoderDecoder, n_tasks: int, seed: int) -> tuple[float, int, list[float]]:
+    """Figure 5's number, its layer (1-based) and `example_match_by_layer`. Raises ValueError for a model with fewer
+    than two encoder layers."""
     if model.cfg.n_encoder_layers < LAYERS:
         raise ValueError(f"Figure 5 reads encoder layers 1 and 2; this model has {model.cfg.n_encoder_layers}")
-    return max(example_match_by_layer(model, n_tasks, seed)[:LAYERS])
+    by_layer = example_match_by_layer(model, n_tasks, seed)
+    value = max(by_layer[:LAYERS])
+    return value, by_layer.index(value) + 1, by_layer
+
+
+def example_match_attention(model: HookedEncoderDecoder, n_tasks: int = N_TASKS, seed: int = 0) -> float:
+    """Figure 5's number: the larger of `example_match_by_layer`'s encoder layers 1 and 2. Raises ValueError for
+    a model with fewer than two encoder layers."""
+    return _figure5(model, n_tasks, seed)[0]
 
 
 def copy_attention_analysis(model: HookedEncoderDecoder, model_name: str = "model", seed: int = 0) -> AnalysisResult:
     """Figure 5's number as an `AnalysisResult` with one finding (no verdict on one model: the paper's claim
     compares models trained with and without copy tasks); every encoder layer's value in its summary. Raises
     ValueError for a model with fewer than two encoder layers."""
-    if model.cfg.n_encoder_layers < LAYERS:
-        raise ValueError(f"Figure 5 reads encoder layers 1 and 2; this model has {model.cfg.n_encoder_layers}")
-    by_layer = example_match_by_layer(model, seed=seed)
-    value = max(by_layer[:LAYERS])
-    layer = by_layer.index(value) + 1
+    value, layer, by_layer = _figure5(model, N_TASKS, seed)
     layers = ", ".join(f"layer {i} {v:.3f}" for i, v in enumerate(by_layer, start=1))
     finding = Finding(
         NAME,

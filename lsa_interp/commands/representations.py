@@ -258,8 +258,9 @@ def register(app: typer.Typer) -> None:
         device: DeviceOption = "cpu",
     ) -> None:
         """Elimination: the irrelevant tokens (separators and alphabet letters used nowhere in the task) of the
-        encoder layer: their attention sink (mean attention on EOS, the paper's sink, and on their top key,
-        whatever it is; holds from 0.4, the paper's lowest) and their collapse (mean within-task pairwise
+        encoder layer: their attention sink in the layer's strongest head (their mean attention on EOS, the paper's
+        sink, and on their top key, whatever it is; holds from 0.4, the paper's lowest; the head mean is shown
+        beside it) and their collapse (mean within-task pairwise
         cosine of their outputs, holds from 0.975, i.e. rounding to the paper's 0.98; norms kept: ratio to the
         other tokens >= 0.75). Default prompts: the paper's successor prompts (a..z | ghi > ghj | bcd and more
         of its form)."""

@@ -136,6 +136,14 @@ def histories(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
 PRECISION_COLUMNS = ("preset", "batching", "epoch", "precision", "runs", "mean", "sd", "low", "high")
 
 
+def our_runs(history: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The rows of `histories` that a precision check compares: runs on our model (not the plain ``nn.Transformer``
+    of ``--architecture reference``) with ``column`` logged. Empty when the histories lack either column."""
+    if history.empty or not {"architecture", column} <= set(history):
+        return history.iloc[:0]
+    return history[history["architecture"] == "hooked"].dropna(subset=[column])
+
+
 def precision_by_epoch(history: pd.DataFrame, column: str = "val_acc_seen_transformations") -> pd.DataFrame:
     """The precision check over training, from `histories`: for each (preset, batching) trained in more than one
     precision, per epoch and precision, the runs on our model that reached the epoch (runs still training count)
@@ -144,7 +152,7 @@ def precision_by_epoch(history: pd.DataFrame, column: str = "val_acc_seen_transf
     needed = {"run", "preset", "batching", "precision", "epoch", "architecture", column}
     if history.empty or not needed <= set(history):
         return pd.DataFrame(columns=list(PRECISION_COLUMNS))
-    frame = history[history["architecture"] == "hooked"].dropna(subset=[column])
+    frame = our_runs(history, column)
     mixed = frame.groupby(["preset", "batching"])["precision"].transform("nunique") > 1
     rows = [
         {
@@ -165,11 +173,15 @@ def precision_by_epoch(history: pd.DataFrame, column: str = "val_acc_seen_transf
     return pd.DataFrame(rows, columns=list(PRECISION_COLUMNS))
 
 
-def matched_epoch(by_epoch: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
-    """The rows of `precision_by_epoch` at each condition's last epoch that every one of its runs (in every precision)
-    reached: the epoch where a run still training compares with the rest."""
+def matched_epoch(
+    by_epoch: pd.DataFrame, history: pd.DataFrame, column: str = "val_acc_seen_transformations"
+) -> pd.DataFrame:
+    """The rows of `precision_by_epoch` (of ``column``) at each condition's last epoch that every one of its runs it
+    compares (`our_runs`, in every precision) reached: the epoch where a run still training compares with the
+    rest."""
     if by_epoch.empty:
         return by_epoch
-    reached = history.groupby(["preset", "batching", "run"])["epoch"].max().groupby(["preset", "batching"]).min()
+    compared = our_runs(history, column)
+    reached = compared.groupby(["preset", "batching", "run"])["epoch"].max().groupby(["preset", "batching"]).min()
     last = by_epoch.apply(lambda row: reached.get((row["preset"], row["batching"])), axis=1)
     return by_epoch[by_epoch["epoch"] == last].reset_index(drop=True)

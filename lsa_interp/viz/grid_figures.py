@@ -144,6 +144,8 @@ def precision_curves_figure(history: pd.DataFrame) -> go.Figure | None:  # pragm
     needed = {"precision", "val_acc_seen_transformations"}
     if history.empty or not needed <= set(history):
         return None
+    if "architecture" in history:  # as the table of `precision_by_epoch`: runs on our model only
+        history = history[history["architecture"] == "hooked"]
     frame = history.assign(condition=history["preset"].astype(str) + " / " + history["batching"].astype(str))
     mixed = [name for name, runs in frame.groupby("condition", sort=True) if runs["precision"].nunique() > 1]
     if not mixed:
