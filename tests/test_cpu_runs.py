@@ -241,6 +241,17 @@ def test_an_unknown_argument_is_refused_in_one_line_before_anything_starts(tmp_p
     ]
 
 
+def _snapshot(tmp_path: Path, repo: Path) -> subprocess.CompletedProcess:
+    """``cpu_runs.sh snapshot`` in the checkout ``repo`` (made by `_repo`), the runs under ``tmp_path / "runs"``."""
+    env = {
+        **os.environ,
+        "LSA": str(_stub_lsa(tmp_path / "bin", tmp_path / "calls.txt")),
+        "LSA_CPU_RUNS": str(tmp_path / "runs"),
+    }
+    script = repo / "scripts" / "cpu_runs.sh"
+    return subprocess.run(["bash", str(script), "snapshot"], env=env, capture_output=True, text=True, timeout=120)
+
+
 def _records(path: Path, config: str, lines: list[str]) -> Path:
     path.mkdir(parents=True)
     (path / "train_config.json").write_text(config)
@@ -255,13 +266,7 @@ def test_a_snapshot_keeps_a_committed_record_that_reaches_further_than_a_run_sta
     committed = ['{"type": "step", "step": 4900}', '{"type": "epoch", "step": 5000, "epoch": 2}']
     repo = _repo(tmp_path)
     record = _records(repo / "analyses" / "runs" / "cpu" / "copy-20-random-s1", config, committed)
-    env = {
-        **os.environ,
-        "LSA": str(_stub_lsa(tmp_path / "bin", tmp_path / "calls.txt")),
-        "LSA_CPU_RUNS": str(tmp_path / "runs"),
-    }
-    done = subprocess.run(["bash", str(repo / "scripts" / "cpu_runs.sh"), "snapshot"], env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    done = _snapshot(tmp_path, repo)
     assert done.returncode == 0, done.stderr
     assert done.stdout == (
         "copy-20-random-s1: kept analyses/runs/cpu/copy-20-random-s1 (last epoch 2, step 5,000): the run here is "
@@ -279,13 +284,7 @@ def test_a_snapshot_removes_the_partial_record_of_a_run_shipped_since_and_keeps_
     _records(cpu / "copy-20-random-s0", '{"epochs": 20}', [epoch])
     finished = _records(cpu / "nocopy-20-random-s0", '{"epochs": 1}', [epoch])
     unshipped = _records(cpu / "copy-20-random-s3", '{"epochs": 20}', [epoch])
-    env = {
-        **os.environ,
-        "LSA": str(_stub_lsa(tmp_path / "bin", tmp_path / "calls.txt")),
-        "LSA_CPU_RUNS": str(tmp_path / "runs"),
-    }
-    done = subprocess.run(["bash", str(repo / "scripts" / "cpu_runs.sh"), "snapshot"], env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    done = _snapshot(tmp_path, repo)
     assert done.returncode == 0, done.stderr
     assert done.stdout == (
         "copy-20-random-s0: removed analyses/runs/cpu/copy-20-random-s0 (last epoch 1 of 20, step 100): the run is "
