@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,6 +20,11 @@ from lsa_interp.commands.common import (
     open_model,
     writable_out,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from lsa_interp.analysis.splice import Case
 
 ModelsOption = Annotated[
     list[str] | None,
@@ -106,7 +111,8 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 help="Memory positions spliced in one case, 0-based ranges joined by commas (e.g. 0-31 or "
-                "8-25,33); repeat for more cases. Default: the authors' two cases, 0-31 and 8-25."
+                "8-25,33), or 'unused' (per pair, the alphabet letters neither prompt uses); repeat for more cases. "
+                "Default: the authors' two cases, 0-31 and 8-25, and unused."
             ),
         ] = None,
         seed: SeedOption = 0,
@@ -114,10 +120,11 @@ def register(app: typer.Typer) -> None:
         device: DeviceOption = "cpu",
     ) -> None:
         """Memory splicing (the authors' experiment): decode --target prompts from an encoder output whose
-        positions 0-31 (then only the alphabet positions 8-25) come from the --donor prompt of the same
-        alphabet, example input and query; count outputs equal to the donor's answer, the own answer, neither.
+        positions 0-31 (then only the alphabet positions 8-25; then, per pair, the alphabet letters neither
+        prompt uses, 16 of the authors' 18 at 8-25) come from the --donor prompt of the same alphabet, example
+        input and query; count outputs equal to the donor's answer, the own answer, neither, the query copied.
         The authors' cases hold when more than half the pairs give their outcome (0-31: the donor's answer;
-        8-25: the own answer); other --positions cases are reported, not judged."""
+        8-25 and unused: the own answer); other --positions cases are reported, not judged."""
         from lsa_interp.analysis.splice import CASES, splice_analysis
         from lsa_interp.data.transformations import get_transformation
 
@@ -158,14 +165,19 @@ def _ascii_number(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
-def _parse_case(text: str, known: dict[str, tuple[int, ...]]) -> tuple[str, tuple[int, ...]]:
+def _parse_case(text: str, known: Mapping[str, Case]) -> tuple[str, Case]:
     """``"0-31"`` or ``"8-25,33"`` -> (the name of the ``known`` case with these positions, else ``"positions
-    8-25,33"``; the positions). Raises ValueError (exit 2) for anything else."""
+    8-25,33"``; the positions); ``"unused"`` -> the per-pair case of that name. Raises ValueError (exit 2) for
+    anything else."""
+    from lsa_interp.analysis.splice import UNUSED
+
+    if text.strip() == "unused":
+        return UNUSED, known[UNUSED]
     chosen: list[int] = []
     for part in (p.strip() for p in text.split(",")):
         low, dash, high = part.partition("-")  # "8-" (a range without its end) is no single position
         if not (_ascii_number(low) and (_ascii_number(high) or not dash)) or (high and int(high) < int(low)):
-            raise ValueError(f"bad --positions {text!r}: give 0-based ranges such as 0-31 or 8-25,33")
+            raise ValueError(f"bad --positions {text!r}: give 0-based ranges such as 0-31 or 8-25,33, or unused")
         chosen.extend(range(int(low), int(high or low) + 1))
     unique = tuple(dict.fromkeys(chosen))
     return next((name for name, case in known.items() if case == unique), f"positions {text.replace(' ', '')}"), unique

@@ -10,6 +10,7 @@ import re
 import pytest
 import torch
 
+from lsa_interp.analysis.splice import unused_positions
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
 from tests.helpers import run
 
@@ -95,10 +96,16 @@ def _spy(monkeypatch, module: str, function: str) -> dict:
             {"alphabets": "permuted", "lengths": (4,)},
         ),
         (
-            ["splice", "--pairs", "3", "--positions", "8-25", "--positions", "0-3,9"],
+            ["splice", "--pairs", "3", "--positions", "8-25", "--positions", "0-3,9", "--positions", "unused"],
             "lsa_interp.analysis.splice",
             "splice_analysis",
-            {"cases": {"alphabet 8-25": tuple(range(8, 26)), "positions 0-3,9": (0, 1, 2, 3, 9)}},
+            {
+                "cases": {
+                    "alphabet 8-25": tuple(range(8, 26)),
+                    "positions 0-3,9": (0, 1, 2, 3, 9),
+                    "unused letters": unused_positions,
+                }
+            },
         ),
     ],
 )

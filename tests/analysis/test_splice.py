@@ -8,7 +8,16 @@ import torch
 from lsa_interp.analysis import splice
 from lsa_interp.analysis.planted import planted_answer, planted_model
 from lsa_interp.analysis.prompts import minimal_pairs
-from lsa_interp.analysis.splice import CASES, MAJORITY, splice_analysis, splice_decode
+from lsa_interp.analysis.splice import (
+    CASES,
+    MAJORITY,
+    UNUSED,
+    memory_change,
+    splice_analysis,
+    splice_decode,
+    splice_mask,
+    unused_positions,
+)
 from lsa_interp.data.task import Task
 
 torch.set_num_threads(1)
@@ -101,22 +110,32 @@ def test_analysis_counts_outcomes_per_case(planted):
     assert cases["alphabet 8-25"]["unchanged"] == 1.0 and cases["positions 0-31"]["unchanged"] == 0.0
     assert cases["positions 0-31"]["positions"] == "0-31" and cases["arrow only"]["positions"] == "30-30"
     assert cases["positions 0-31"]["neither"] == 1.0  # the planted answers are one letter, the tasks' three
+    assert cases[UNUSED]["unchanged"] == 1.0  # the planted decoder reads the memory at '>' only
+    assert cases[UNUSED]["positions"] == "per pair, 16.2 on average"  # 16, 16, 16 and 17 letters neither task uses
+    assert cases[UNUSED]["state change"] > 0 and cases["alphabet 8-25"]["query copied"] == 0.0
     verdicts = {f.name: (f.holds, f.value) for f in result.findings}  # it solves none of the tasks: no verdict
-    assert verdicts == {"memory splicing, positions 0-31": (None, 0.0), "memory splicing, alphabet 8-25": (None, 0.0)}
+    assert verdicts == {
+        "memory splicing, positions 0-31": (None, 0.0),
+        "memory splicing, alphabet 8-25": (None, 0.0),
+        "memory splicing, unused letters": (None, 0.0),
+    }
     assert result.summary["pairs"] == 4 and result.summary["clean_own_answer"] == 0.0
+    assert result.summary["unused letters: unchanged"] == 1.0 and result.summary["unused letters: query copied"] == 0.0
+    assert result.summary["positions 0-31: change alignment"] == cases["positions 0-31"]["change alignment"]
     assert result.data["donor_rule"] == "pred" and result.data["target_rule"] == "succ"
     row = result.data["pairs"][0]
     assert row["clean"] == planted_answer(Task.parse(row["target"])) == row["alphabet 8-25"]
     assert row["arrow only"] == planted_answer(Task.parse(row["donor"]))
-    spliced, alphabet = result.findings
+    spliced, alphabet, unused = result.findings
+    assert unused.paper == "succ prompt decoded from unused letters of the pred prompt: no change"
     assert spliced.paper == (
         "succ prompt decoded from positions 0-31 of the pred prompt: the output becomes the donor's answer (acd)"
     )
     assert alphabet.paper == "succ prompt decoded from alphabet 8-25 of the pred prompt: no change"
-    assert (
-        alphabet.ours
-        == "donor's answer 0%, own answer 0%, neither 100%; unchanged 100%; of the solved pairs, 0% the own answer"
-    )
+    assert alphabet.ours == (
+        "donor's answer 0%, own answer 0%, neither 100% (the query copied 0%); unchanged 100%; of the solved pairs, "
+        "0% the own answer; spliced states 0.00 of their size from the own, alignment 0.00"
+    )  # the planted encoder's alphabet states do not depend on the example
     assert "more than 50% of the pairs the model solves" in alphabet.detail
     assert alphabet.detail.endswith("no verdict: the model solves at most 50% of the succ prompts")
 
@@ -137,9 +156,12 @@ def test_a_case_holds_when_more_than_half_the_solved_pairs_give_the_papers_outco
     monkeypatch.setattr(planted, "solve", lambda targets: [t.answer for t in targets[:3]] + ["zz"] * (len(targets) - 3))
     result = splice_analysis(planted, n_pairs=4, model_name="planted")
     assert result.model == "planted" and result.summary["clean_own_answer"] == 0.75
-    assert calls == [CASES["positions 0-31"], CASES["alphabet 8-25"]]
-    spliced, alphabet = result.findings
+    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
+    per_pair = tuple(unused_positions(p.source, p.target) for p in pairs)
+    assert calls == [CASES["positions 0-31"], CASES["alphabet 8-25"], per_pair]
+    spliced, alphabet, unused = result.findings
     assert (spliced.holds, spliced.value) == (holds, hits / 3) and (alphabet.holds, alphabet.value) == (holds, hits / 3)
+    assert (unused.holds, unused.value) == (holds, hits / 3)
     row = result.data["cases"]["positions 0-31"]
     assert (row["donor"], row["own"], row["neither"]) == ((hits + 1) / 4, (3 - hits) / 4, 0.0)  # every pair
     assert (row["donor of solved"], row["own of solved"]) == (hits / 3, (3 - hits) / 3)
@@ -153,8 +175,10 @@ def test_no_verdict_unless_the_model_solves_more_than_half_the_prompts(planted, 
     monkeypatch.setattr(splice, "splice_decode", lambda model, targets, donors, positions: [d.answer for d in donors])
     answers = lambda targets: [t.answer for t in targets[:solved]] + ["zz"] * (len(targets) - solved)
     monkeypatch.setattr(planted, "solve", answers)
-    spliced, alphabet = splice_analysis(planted, n_pairs=4).findings
-    assert (spliced.holds is not None, alphabet.holds is not None) == (verdict, verdict)
+    spliced, alphabet, unused = splice_analysis(planted, n_pairs=4).findings
+    assert (
+        (spliced.holds is not None, alphabet.holds is not None) == (verdict, verdict) == (unused.holds is not None,) * 2
+    )
     assert spliced.value == 1.0 and alphabet.value == 0.0
 
 
@@ -171,3 +195,62 @@ def test_analysis_defaults_are_100_pred_into_succ_pairs_of_3_letters_seed_0(plan
     assert calls == [(("pred", "succ", 100), {"seed": 0, "lengths": (3,), "at_most": True})]
     splice_analysis(planted, "succ", "pred", n_pairs=7, seed=3)
     assert calls[1] == (("succ", "pred", 7), {"seed": 3, "lengths": (3,), "at_most": True})
+
+
+def test_unused_positions_are_the_alphabet_letters_neither_task_uses():
+    """The authors' pair leaves k..z (10-25) unused: 16 of their 18 positions 8-25; answers count as used."""
+    pred = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > acd")
+    succ = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcd > bce")
+    assert unused_positions(pred, succ) == tuple(range(10, 26)) == unused_positions(succ, pred)
+    assert unused_positions(pred.with_answer(None), succ.with_answer(None)) == (0, 4, *range(10, 26))
+    shuffled = Task.parse("zyxwvutsrqponmlkjihgfedcba | ghi > fhi | bcd > acd")  # a..i sit at 25..17, e unused
+    assert unused_positions(shuffled, shuffled) == (*range(17), 21)
+
+
+def test_splice_mask_takes_one_list_for_all_pairs_or_one_per_pair():
+    """A flat list marks the same positions in every row; a list of lists one row each (rows may be empty)."""
+    same = splice_mask(range(2, 4), 3, 6)
+    assert same.tolist() == [[False, False, True, True, False, False]] * 3
+    per_pair = splice_mask([(0,), (), (5, 1)], 3, 6)
+    assert per_pair.tolist() == [
+        [True, False, False, False, False, False],
+        [False] * 6,
+        [False, True, False, False, False, True],
+    ]
+    with pytest.raises(ValueError, match=r"one list of splice positions per pair \(3\), got 2"):
+        splice_mask([(0,), (1,)], 3, 6)
+    with pytest.raises(ValueError, match="at least one splice position in 0..5"):
+        splice_mask([(), (), ()], 3, 6)
+    with pytest.raises(ValueError, match=r"must lie in 0..5 \(the prompts' positions\), got 0..6"):
+        splice_mask([(0,), (6,), ()], 3, 6)
+
+
+def test_each_pair_can_splice_its_own_positions(planted, pairs):
+    """Per-pair positions: the pair given the arrow's position answers the donor's answer, the others their own."""
+    donors, targets = pairs
+    rows = [(ARROW_AT,), tuple(range(8, 26)), unused_positions(donors[2], targets[2]), (ARROW_AT, 0)]
+    expected = [
+        planted_answer(donors[0]),
+        planted_answer(targets[1]),
+        planted_answer(targets[2]),
+        planted_answer(donors[3]),
+    ]
+    assert splice_decode(planted, targets, donors, rows) == expected
+
+
+def test_memory_change_measures_size_and_shared_direction():
+    """Differences all along one direction align at 1, opposite pairs at -1/3 over 4 states; size is relative."""
+    target = torch.ones(2, 3, 4)
+    mask = torch.tensor([[True, True, False], [True, True, False]])
+    donor = target.clone()
+    donor[..., 0] += 2.0  # every spliced state moves by (2, 0, 0, 0): |change| / |state| = 2 / 2
+    assert memory_change(donor, target, mask) == pytest.approx({"state change": 1.0, "change alignment": 1.0})
+    donor[1, :, 0] -= 4.0  # the second pair's states move the other way
+    change = memory_change(donor, target, mask)
+    assert change["change alignment"] == pytest.approx(-1 / 3) and change["state change"] == pytest.approx(1.0)
+    donor[0, 2] += 100.0  # a position outside the mask does not count
+    assert memory_change(donor, target, mask) == pytest.approx(change)
+    single = torch.tensor([[True, False, False], [False, False, False]])
+    assert memory_change(donor, target, single)["change alignment"] == 0.0
+    donor[1] = target[1] + 1e-9  # states that hardly changed have no direction: pair 0's two are left
+    assert memory_change(donor, target, mask)["change alignment"] == pytest.approx(1.0)  # (1, 1, 1, 1) would lower it

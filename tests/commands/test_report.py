@@ -8,7 +8,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from lsa_interp.analysis import matching, population
-from lsa_interp.analysis.splice import CASES
+from lsa_interp.analysis.splice import CASES, UNUSED, unused_positions
 from lsa_interp.commands import report
 
 
@@ -29,7 +29,12 @@ def test_positions_parse_to_a_known_cases_name_or_their_own(text, name, position
     assert parsed[0] == (name if text != "0-7,8-25,26-31" else "positions 0-31")
 
 
-@pytest.mark.parametrize("text", ["8-", "-3", "a", "10-8", "1-2-3", "", "3,", "٣", "1-٣", "²"])
+@pytest.mark.parametrize("text", ["unused", " unused "])
+def test_unused_names_the_per_pair_case(text):
+    assert report._parse_case(text, CASES) == (UNUSED, unused_positions) == (UNUSED, CASES[UNUSED])
+
+
+@pytest.mark.parametrize("text", ["unused,3", "Unused", "8-", "-3", "a", "10-8", "1-2-3", "", "3,", "٣", "1-٣", "²"])
 def test_anything_but_ranges_of_positions_is_refused(text):
     with pytest.raises(ValueError, match="bad --positions"):
         report._parse_case(text, CASES)
