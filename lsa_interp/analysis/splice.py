@@ -141,7 +141,7 @@ def splice_analysis(
     donors, targets = [p.source for p in pairs], [p.target for p in pairs]
     clean = model.solve(targets)
     solved = [c == t.answer for c, t in zip(clean, targets)]
-    donor_memory, target_memory = _memory(model, donors), _memory(model, targets)
+    donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
     table, outputs = {}, {}
     for name, case in cases.items():
         positions = [case(d, t) for d, t in zip(donors, targets)] if callable(case) else case
@@ -201,7 +201,8 @@ def memory_change(
     return {"state change": float(size.mean()), "change alignment": float(alignment)}
 
 
-def _memory(model: HookedEncoderDecoder, tasks: Sequence[Task]) -> Float[Tensor, "pair pos d_model"]:
+def encoder_memory(model: HookedEncoderDecoder, tasks: Sequence[Task]) -> Float[Tensor, "task pos d_model"]:
+    """The memory (`MEMORY_HOOK`) of ``tasks``' prompts in eval mode, as fp32 on the CPU."""
     was_training = model.training
     model.eval()
     try:

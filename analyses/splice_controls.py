@@ -1,0 +1,142 @@
+"""Splicing the alphabet letters neither prompt uses, with its controls (docs/findings.md, memory splicing).
+
+For each ``--model``, over the same minimal pairs as ``lsa-interp splice`` (3-letter windows, standard alphabet):
+the ``unused letters`` case in both directions (pred into succ, succ into pred); a same-rule control (each succ
+prompt decoded with the unused letters of a succ prompt whose example is another window and whose query is the
+same, so only the example differs); and pred into succ split by where the letters sit (within 3 alphabet places
+of the answer's changed letter, or further). Each row counts the answers that are the prompt's own, the donor's,
+the query copied unchanged, or other, and those equal to the unspliced answer, and gives how far the spliced
+states are from the own (relative to their size) and how alike their directions are (mean pairwise cosine). It
+writes ``analyses/results/splice_controls.json``.
+
+    python analyses/splice_controls.py --model copy-200 --model copy-20 --model nocopy-20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from lsa_interp.analysis.prompts import minimal_pairs
+from lsa_interp.analysis.splice import encoder_memory, memory_change, splice_decode, splice_mask, unused_positions
+from lsa_interp.data.task import Task
+from lsa_interp.model import HookedEncoderDecoder, load_model
+from lsa_interp.utils import atomic_write
+
+OUT = Path(__file__).parent / "results" / "splice_controls.json"
+NEAR = 3
+"""Alphabet places from the answer's changed letter that count as near it."""
+
+
+def other_example_donors(targets: Sequence[Task]) -> list[Task]:
+    """For each target, the same prompt with the example of the next target (cyclically) whose example shares no
+    letter with this target's query and answer: same rule, same query, another example window. Raises ValueError
+    when some target has no such example among the others."""
+    donors = []
+    for i, target in enumerate(targets):
+        own = set(target.query) | set(target.answer or "")
+        others = (targets[(i + k) % len(targets)] for k in range(1, len(targets)))
+        example = next((t.examples for t in others if not own & set("".join(t.examples[0]))), None)
+        if example is None:
+            raise ValueError(f"no other example shares no letter with {target}")
+        donors.append(Task(target.alphabet, example, target.query, target.answer, target.transformation))
+    return donors
+
+
+def changed_letter_place(task: Task) -> int | None:
+    """Alphabet index of the answer's first letter that is not in the query (None when there is none)."""
+    changed = next((letter for letter in task.answer or "" if letter not in task.query), None)
+    return None if changed is None else task.alphabet.index(changed)
+
+
+def near_changed(near: bool) -> Callable[[Task, Task], tuple[int, ...]]:
+    """The unused positions within `NEAR` places of the target's changed answer letter (``near``) or further."""
+
+    def positions(donor: Task, target: Task) -> tuple[int, ...]:
+        place = changed_letter_place(target)
+        return tuple(
+            p for p in unused_positions(donor, target) if place is not None and (abs(p - place) <= NEAR) == near
+        )
+
+    return positions
+
+
+def splice_row(model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], case) -> dict:
+    """Outcome shares and the state change of one splice over all pairs."""
+    positions = [case(d, t) for d, t in zip(donors, targets, strict=True)]
+    answers = splice_decode(model, targets, donors, positions)
+    clean = model.solve(targets)
+    donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
+    mask = splice_mask(positions, len(targets), min(donor_memory.shape[1], target_memory.shape[1]))
+    n = len(answers)
+    own = sum(a == t.answer for a, t in zip(answers, targets))
+    donor = sum(a == d.answer and a != t.answer for a, d, t in zip(answers, donors, targets))
+    query = sum(a == t.query for a, t in zip(answers, targets))
+    return {
+        "pairs": n,
+        "positions_per_pair": float(mask.sum(1).float().mean()),
+        "own": own / n,
+        "donor": donor / n,
+        "query_copied": query / n,
+        "other": (n - own - donor - query) / n,
+        "unchanged": sum(a == c for a, c in zip(answers, clean)) / n,
+        **memory_change(donor_memory, target_memory, mask),
+    }
+
+
+def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
+    """Every row of the table for one model, with the share of succ and pred prompts it solves unspliced."""
+    pairs = minimal_pairs("pred", "succ", n_pairs, seed=seed, lengths=(3,), at_most=True)
+    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    return {
+        "solved_succ": sum(a == t.answer for a, t in zip(model.solve(succs), succs)) / len(succs),
+        "solved_pred": sum(a == t.answer for a, t in zip(model.solve(preds), preds)) / len(preds),
+        "rows": {
+            "pred into succ": splice_row(model, preds, succs, unused_positions),
+            "succ into pred": splice_row(model, succs, preds, unused_positions),
+            "succ into succ, other example": splice_row(model, other_example_donors(succs), succs, unused_positions),
+            f"pred into succ, within {NEAR} of the changed letter": splice_row(model, preds, succs, near_changed(True)),
+            f"pred into succ, further than {NEAR}": splice_row(model, preds, succs, near_changed(False)),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append", required=True, help="checkpoint name or directory (repeatable)")
+    parser.add_argument("--pairs", type=int, default=100, help="minimal pairs (default 100, as `lsa-interp splice`)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    if args.pairs < 2:
+        print(
+            f"error: --pairs must be at least 2 (the same-rule control borrows another pair's example), "
+            f"got {args.pairs}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        table = {name: controls(load_model(name), args.pairs, args.seed) for name in args.model}
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    result = {"pairs": args.pairs, "seed": args.seed, "models": table}
+    atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8"))
+    for name, result in table.items():
+        print(f"{name}: solves {result['solved_succ']:.0%} of succ, {result['solved_pred']:.0%} of pred prompts")
+        for row, cell in result["rows"].items():
+            print(
+                f"  {row:48s} own {cell['own']:4.0%} donor {cell['donor']:4.0%} query {cell['query_copied']:4.0%} "
+                f"other {cell['other']:4.0%} unchanged {cell['unchanged']:4.0%} | {cell['positions_per_pair']:4.1f} "
+                f"positions, change "
+                f"{cell['state change']:.2f}, alignment {cell['change alignment']:.2f}"
+            )
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

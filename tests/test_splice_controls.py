@@ -1,0 +1,81 @@
+"""analyses/splice_controls.py: the unused-letter splice, its directions and controls, on the planted model (whose
+decoder reads the memory at ``>`` only and whose alphabet states do not depend on the example)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lsa_interp.analysis.planted import planted_model
+from lsa_interp.analysis.prompts import minimal_pairs
+from lsa_interp.analysis.splice import unused_positions
+from lsa_interp.data.task import Task
+from lsa_interp.model.checkpoint import save_model
+from tests.helpers import load_script
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_script("analyses/splice_controls.py")
+
+
+def test_other_example_donors_keep_rule_and_query_and_share_no_letter(script):
+    targets = [p.target for p in minimal_pairs("pred", "succ", 6, lengths=(3,), at_most=True)]
+    donors = script.other_example_donors(targets)
+    for donor, target in zip(donors, targets, strict=True):
+        assert (donor.alphabet, donor.query, donor.answer) == (target.alphabet, target.query, target.answer)
+        assert donor.examples != target.examples and donor.examples in [t.examples for t in targets]
+        assert not (set(donor.query) | set(donor.answer)) & set("".join(donor.examples[0]))
+    lone = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > efh | rst > rsu")
+    clash = Task.parse("abcdefghijklmnopqrstuvwxyz | rst > rsu | efg > efh")  # each one's example is the other's query
+    with pytest.raises(ValueError, match="no other example shares no letter"):
+        script.other_example_donors([lone, clash])
+
+
+def test_near_and_far_split_the_unused_letters_at_the_changed_answer_letter(script):
+    pred = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > acd")
+    succ = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcd > bce")
+    assert script.changed_letter_place(succ) == 4 and script.changed_letter_place(pred) == 0
+    assert script.changed_letter_place(succ.with_answer("bcd")) is None
+    near, far = script.near_changed(True)(pred, succ), script.near_changed(False)(pred, succ)
+    assert near == () and far == tuple(range(10, 26)) == unused_positions(pred, succ)  # e (4) is used: 10 is 6 away
+    assert (
+        script.near_changed(True)(succ, pred) == () and script.near_changed(False)(pred, succ.with_answer("bcd")) == ()
+    )
+    late = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > efh | rst > rsu")
+    late_pred = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > dfg | rst > qst")
+    assert script.near_changed(True)(late_pred, late) == (21, 22, 23)  # v, w, x: within 3 of u (20)
+
+
+def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
+    model_dir = tmp_path / "planted"
+    save_model(planted_model(), model_dir, metadata={"preset": "copy-20", "seed": 0})
+    out = tmp_path / "controls.json"
+    assert script.main(["--model", str(model_dir), "--pairs", "4", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert (result["pairs"], result["seed"]) == (4, 0)
+    table = result["models"][str(model_dir)]
+    assert table["solved_succ"] == table["solved_pred"] == 0.0  # it answers one letter
+    assert list(table["rows"]) == [
+        "pred into succ",
+        "succ into pred",
+        "succ into succ, other example",
+        "pred into succ, within 3 of the changed letter",
+        "pred into succ, further than 3",
+    ]
+    for row in table["rows"].values():
+        assert row["pairs"] == 4 and row["unchanged"] == 1.0 and row["other"] == 1.0  # the decoder reads '>' only
+        assert row["state change"] < 1e-6 and row["change alignment"] == 0.0
+    rows = table["rows"]
+    assert rows["pred into succ"]["positions_per_pair"] == 16.25  # 16, 16, 16 and 17 letters
+    near, far = rows["pred into succ, within 3 of the changed letter"], rows["pred into succ, further than 3"]
+    assert near["positions_per_pair"] + far["positions_per_pair"] == 16.25
+    assert "succ into succ, other example" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("args", "message"), [(["--pairs", "1"], "--pairs must be at least 2"), ([], "error:")])
+def test_bad_input_exits_2_and_writes_nothing(script, tmp_path, capsys, args, message):
+    out = tmp_path / "controls.json"
+    assert script.main(["--model", str(tmp_path / "missing"), *args, "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err and not out.exists()
