@@ -3,10 +3,12 @@
 For each ``--model``, over the same minimal pairs as ``lsa-interp splice`` (3-letter windows, standard alphabet):
 the ``unused letters`` case in both directions (pred into succ, succ into pred); a same-rule control (each succ
 prompt decoded with the unused letters of a succ prompt whose example is another window and whose query is the
-same, so only the example differs); and pred into succ split by where the letters sit (within 3 alphabet places
-of the answer's changed letter, or further). Each row counts the answers that are the prompt's own, the donor's,
-the query copied unchanged, or other, and those equal to the unspliced answer, and gives how far the spliced
-states are from the own (relative to their size) and how alike their directions are (mean pairwise cosine). It
+same, so only the example differs); pred into succ split by where the letters sit (within 3 alphabet places of
+the answer's changed letter, or further); and, instead of a splice, one vector added to all the succ prompt's
+unused-letter states: the mean pred-minus-succ difference there over the other pairs, or a random direction of its
+length. Each row counts the answers that are the prompt's own, the donor's, the query copied unchanged, or other,
+and those equal to the unperturbed answer, and gives how far the spliced states are from the own (relative to
+their size) and how alike their directions are (mean pairwise cosine), or the added vector's relative length. It
 writes ``analyses/results/splice_controls.json``.
 
     python analyses/splice_controls.py --model copy-200 --model copy-20 --model nocopy-20
@@ -20,10 +22,23 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
 from lsa_interp.analysis.prompts import minimal_pairs
-from lsa_interp.analysis.splice import encoder_memory, memory_change, splice_decode, splice_mask, unused_positions
+from lsa_interp.analysis.splice import (
+    MEMORY_HOOK,
+    encoder_memory,
+    memory_change,
+    splice_decode,
+    splice_mask,
+    unused_positions,
+)
 from lsa_interp.data.task import Task
+from lsa_interp.data.tokenizer import decode_batch, encode_tasks
 from lsa_interp.model import HookedEncoderDecoder, load_model
+from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS
 from lsa_interp.utils import atomic_write
 
 OUT = Path(__file__).parent / "results" / "splice_controls.json"
@@ -64,26 +79,79 @@ def near_changed(near: bool) -> Callable[[Task, Task], tuple[int, ...]]:
     return positions
 
 
-def splice_row(model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], case) -> dict:
-    """Outcome shares and the state change of one splice over all pairs."""
-    positions = [case(d, t) for d, t in zip(donors, targets, strict=True)]
-    answers = splice_decode(model, targets, donors, positions)
-    clean = model.solve(targets)
-    donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
-    mask = splice_mask(positions, len(targets), min(donor_memory.shape[1], target_memory.shape[1]))
+def outcomes(answers: list[str], clean: list[str], donors: list[Task], targets: list[Task]) -> dict:
+    """Shares of the answers that are the target's own, the donor's (where it differs), the query copied unchanged,
+    anything else, and equal to the unperturbed answer."""
     n = len(answers)
-    own = sum(a == t.answer for a, t in zip(answers, targets))
-    donor = sum(a == d.answer and a != t.answer for a, d, t in zip(answers, donors, targets))
-    query = sum(a == t.query for a, t in zip(answers, targets))
+    own = sum(a == t.answer for a, t in zip(answers, targets, strict=True))
+    donor = sum(a == d.answer and a != t.answer for a, d, t in zip(answers, donors, targets, strict=True))
+    query = sum(a == t.query for a, t in zip(answers, targets, strict=True))
     return {
         "pairs": n,
-        "positions_per_pair": float(mask.sum(1).float().mean()),
         "own": own / n,
         "donor": donor / n,
         "query_copied": query / n,
         "other": (n - own - donor - query) / n,
-        "unchanged": sum(a == c for a, c in zip(answers, clean)) / n,
+        "unchanged": sum(a == c for a, c in zip(answers, clean, strict=True)) / n,
+    }
+
+
+def splice_row(model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], case) -> dict:
+    """Outcome shares and the state change of one splice over all pairs."""
+    positions = [case(d, t) for d, t in zip(donors, targets, strict=True)]
+    answers = splice_decode(model, targets, donors, positions)
+    donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
+    mask = splice_mask(positions, len(targets), min(donor_memory.shape[1], target_memory.shape[1]))
+    return {
+        **outcomes(answers, model.solve(targets), donors, targets),
+        "positions_per_pair": float(mask.sum(1).float().mean()),
         **memory_change(donor_memory, target_memory, mask),
+    }
+
+
+def mean_of_others(sums: Float[Tensor, "pair d_model"], counts: Int[Tensor, " pair"]) -> Float[Tensor, "pair d_model"]:
+    """Row i: the mean over every pair but i of the vectors whose per-pair sums and counts are given (zero where the
+    other pairs hold none)."""
+    others = (counts.sum() - counts).clamp_min(1)
+    return (sums.sum(0) - sums) / others[:, None].to(sums.dtype)
+
+
+def random_directions(vectors: Float[Tensor, "pair d_model"], seed: int) -> Float[Tensor, "pair d_model"]:
+    """Vectors of the same lengths as ``vectors`` in random (Gaussian, seeded) directions."""
+    noise = torch.randn(vectors.shape, generator=torch.Generator().manual_seed(seed), dtype=vectors.dtype)
+    return noise / noise.norm(dim=1, keepdim=True) * vectors.norm(dim=1, keepdim=True)
+
+
+def added_direction_row(
+    model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], random_seed: int | None = None
+) -> dict:
+    """Targets decoded with one vector added to all their unused-letter states: the mean donor-minus-target difference
+    there over the other pairs (so no pair sees its own donor), or with ``random_seed`` a random direction of each
+    such vector's length. ``vector_size``: its length over the states' (mean over the states it is added to)."""
+    positions = [unused_positions(d, t) for d, t in zip(donors, targets, strict=True)]
+    donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
+    width = min(donor_memory.shape[1], target_memory.shape[1])
+    mask = splice_mask(positions, len(targets), width)
+    change = (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
+    vectors = mean_of_others(change.sum(1), mask.sum(1))
+    if random_seed is not None:
+        vectors = random_directions(vectors, random_seed)
+    added = (mask[..., None] * vectors[:, None, :]).to(model.device)
+
+    def add(memory, hook):
+        memory = memory.clone()
+        memory[:, :width] += added.to(memory.dtype)
+        return memory
+
+    batch = encode_tasks(targets, with_answers=False).to(model.device)
+    model.eval()
+    with torch.no_grad(), model.hooks(fwd_hooks=[(MEMORY_HOOK, add)]):
+        answers = decode_batch(model.greedy_decode(batch.src, DEFAULT_MAX_NEW_TOKENS))
+    size = (vectors.norm(dim=1)[:, None] / target_memory[:, :width].norm(dim=-1))[mask]
+    return {
+        **outcomes(answers, model.solve(targets), donors, targets),
+        "positions_per_pair": float(mask.sum(1).float().mean()),
+        "vector_size": float(size.mean()),
     }
 
 
@@ -100,6 +168,8 @@ def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
             "succ into succ, other example": splice_row(model, other_example_donors(succs), succs, unused_positions),
             f"pred into succ, within {NEAR} of the changed letter": splice_row(model, preds, succs, near_changed(True)),
             f"pred into succ, further than {NEAR}": splice_row(model, preds, succs, near_changed(False)),
+            "succ plus the mean pred - succ difference": added_direction_row(model, preds, succs),
+            "succ plus a random direction of that length": added_direction_row(model, preds, succs, random_seed=seed),
         },
     }
 
@@ -111,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # small batches: a second thread only contends with other work on the machine
     if args.pairs < 2:
         print(
             f"error: --pairs must be at least 2 (the same-rule control borrows another pair's example), "
@@ -125,14 +196,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = {"pairs": args.pairs, "seed": args.seed, "models": table}
     atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8"))
-    for name, result in table.items():
-        print(f"{name}: solves {result['solved_succ']:.0%} of succ, {result['solved_pred']:.0%} of pred prompts")
-        for row, cell in result["rows"].items():
+    for name, rows in table.items():
+        print(f"{name}: solves {rows['solved_succ']:.0%} of succ, {rows['solved_pred']:.0%} of pred prompts")
+        for row, cell in rows["rows"].items():
+            moved = (
+                f"vector {cell['vector_size']:.2f} of the states' length"
+                if "vector_size" in cell
+                else f"change {cell['state change']:.2f}, alignment {cell['change alignment']:.2f}"
+            )
             print(
                 f"  {row:48s} own {cell['own']:4.0%} donor {cell['donor']:4.0%} query {cell['query_copied']:4.0%} "
                 f"other {cell['other']:4.0%} unchanged {cell['unchanged']:4.0%} | {cell['positions_per_pair']:4.1f} "
-                f"positions, change "
-                f"{cell['state change']:.2f}, alignment {cell['change alignment']:.2f}"
+                f"positions, {moved}"
             )
     print(f"wrote {args.out}")
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from lsa_interp.analysis.planted import planted_model
 from lsa_interp.analysis.prompts import minimal_pairs
@@ -63,15 +64,39 @@ def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
         "succ into succ, other example",
         "pred into succ, within 3 of the changed letter",
         "pred into succ, further than 3",
+        "succ plus the mean pred - succ difference",
+        "succ plus a random direction of that length",
     ]
-    for row in table["rows"].values():
-        assert row["pairs"] == 4 and row["unchanged"] == 1.0 and row["other"] == 1.0  # the decoder reads '>' only
-        assert row["state change"] < 1e-6 and row["change alignment"] == 0.0
     rows = table["rows"]
+    for name, row in rows.items():
+        assert row["pairs"] == 4 and row["unchanged"] == 1.0 and row["other"] == 1.0  # the decoder reads '>' only
+        if name.startswith("succ plus"):
+            assert row["vector_size"] < 1e-6 and row["positions_per_pair"] == 16.25
+        else:
+            assert row["state change"] < 1e-6 and row["change alignment"] == 0.0
     assert rows["pred into succ"]["positions_per_pair"] == 16.25  # 16, 16, 16 and 17 letters
     near, far = rows["pred into succ, within 3 of the changed letter"], rows["pred into succ, further than 3"]
     assert near["positions_per_pair"] + far["positions_per_pair"] == 16.25
     assert "succ into succ, other example" in capsys.readouterr().out
+
+
+def test_mean_of_others_leaves_each_pair_out(script):
+    sums = torch.tensor([[2.0, 0.0], [0.0, 4.0], [6.0, 6.0]])  # pair sums over 1, 2 and 3 states
+    counts = torch.tensor([1, 2, 3])
+    expected = torch.tensor([[6 / 5, 10 / 5], [8 / 4, 6 / 4], [2 / 3, 4 / 3]])
+    assert torch.allclose(script.mean_of_others(sums, counts), expected)
+    lonely = script.mean_of_others(torch.tensor([[1.0, 1.0], [0.0, 0.0]]), torch.tensor([3, 0]))
+    assert torch.allclose(lonely, torch.tensor([[0.0, 0.0], [1 / 3, 1 / 3]]))  # the first pair's others hold none
+
+
+def test_random_directions_keep_each_length_and_are_seeded(script):
+    vectors = torch.tensor([[3.0, 4.0, 0.0], [0.0, 0.0, 2.0], [1.0, 1.0, 1.0]])
+    drawn = script.random_directions(vectors, 0)
+    assert torch.allclose(drawn.norm(dim=1), vectors.norm(dim=1))
+    assert torch.equal(drawn, script.random_directions(vectors, 0))
+    assert not torch.allclose(drawn, script.random_directions(vectors, 1))
+    cosines = torch.nn.functional.cosine_similarity(drawn, vectors, dim=1)
+    assert (cosines.abs() < 0.999).all()  # not the vectors' own directions
 
 
 @pytest.mark.parametrize(("args", "message"), [(["--pairs", "1"], "--pairs must be at least 2"), ([], "error:")])
