@@ -6,10 +6,11 @@ prompt decoded with the unused letters of a succ prompt whose example is another
 same, so only the example differs); pred into succ split by where the letters sit (within 3 alphabet places of
 the answer's changed letter, or further); and, instead of a splice, one vector added to all the succ prompt's
 unused-letter states: the mean pred-minus-succ difference there over the other pairs, or a random direction of its
-length. Each row counts the answers that are the prompt's own, the donor's, the query copied unchanged, or other,
+length, and that vector at 0.5 to 4 times its length in both directions (an interactive figure beside the JSON).
+Each row counts the answers that are the prompt's own, the donor's, the query copied unchanged, or other,
 and those equal to the unperturbed answer, and gives how far the spliced states are from the own (relative to
 their size) and how alike their directions are (mean pairwise cosine), or the added vector's relative length. It
-writes ``analyses/results/splice_controls.json``.
+writes ``analyses/results/splice_controls.json`` and ``.html``.
 
     python analyses/splice_controls.py --model copy-200 --model copy-20 --model nocopy-20
 """
@@ -40,10 +41,14 @@ from lsa_interp.data.tokenizer import decode_batch, encode_tasks
 from lsa_interp.model import HookedEncoderDecoder, load_model
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS
 from lsa_interp.utils import atomic_write
+from lsa_interp.viz.html import figures_page
 
 OUT = Path(__file__).parent / "results" / "splice_controls.json"
 NEAR = 3
 """Alphabet places from the answer's changed letter that count as near it."""
+SCALES = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+"""Multiples of the mean pred-minus-succ difference added in the curves."""
+CURVES = ("succ prompts plus s x (pred - succ)", "pred prompts plus s x (succ - pred)")
 
 
 def other_example_donors(targets: Sequence[Task]) -> list[Task]:
@@ -123,17 +128,22 @@ def random_directions(vectors: Float[Tensor, "pair d_model"], seed: int) -> Floa
 
 
 def added_direction_row(
-    model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], random_seed: int | None = None
+    model: HookedEncoderDecoder,
+    donors: list[Task],
+    targets: list[Task],
+    random_seed: int | None = None,
+    scale: float = 1.0,
 ) -> dict:
-    """Targets decoded with one vector added to all their unused-letter states: the mean donor-minus-target difference
-    there over the other pairs (so no pair sees its own donor), or with ``random_seed`` a random direction of each
-    such vector's length. ``vector_size``: its length over the states' (mean over the states it is added to)."""
+    """Targets decoded with one vector added to all their unused-letter states: ``scale`` times the mean
+    donor-minus-target difference there over the other pairs (so no pair sees its own donor), or with ``random_seed``
+    a random direction of each such vector's length. ``vector_size``: the added vector's length over the states'
+    (mean over the states it is added to)."""
     positions = [unused_positions(d, t) for d, t in zip(donors, targets, strict=True)]
     donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
     width = min(donor_memory.shape[1], target_memory.shape[1])
     mask = splice_mask(positions, len(targets), width)
     change = (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
-    vectors = mean_of_others(change.sum(1), mask.sum(1))
+    vectors = scale * mean_of_others(change.sum(1), mask.sum(1))
     if random_seed is not None:
         vectors = random_directions(vectors, random_seed)
     added = (mask[..., None] * vectors[:, None, :]).to(model.device)
@@ -171,7 +181,43 @@ def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
             "succ plus the mean pred - succ difference": added_direction_row(model, preds, succs),
             "succ plus a random direction of that length": added_direction_row(model, preds, succs, random_seed=seed),
         },
+        "curves": {
+            name: {str(scale): added_direction_row(model, donors, targets, scale=scale) for scale in SCALES}
+            for name, (donors, targets) in {
+                CURVES[0]: (preds, succs),
+                CURVES[1]: (succs, preds),
+            }.items()
+        },
     }
+
+
+def curve_figures(table: dict) -> dict:
+    """Per direction, a plotly figure of the share of donor answers (solid) and of query copies (dotted) against the
+    scale of the added vector, one colour per model."""
+    import plotly.graph_objects as go
+
+    figures = {}
+    for curve in CURVES:
+        figure = go.Figure(
+            layout={
+                "xaxis": {"title": "scale of the mean donor-minus-target difference added to every unused letter"},
+                "yaxis": {"title": "share of the 100 prompts", "range": [0, 1]},
+            }
+        )
+        for index, (name, result) in enumerate(table.items()):
+            points = result["curves"][curve]
+            scales = [float(scale) for scale in points]
+            colour = f"hsl({index * 360 // max(len(table), 1)}, 70%, 45%)"
+            for key, label, dash in (("donor", "donor's answer", "solid"), ("query_copied", "query copied", "dot")):
+                figure.add_scatter(
+                    x=scales,
+                    y=[cell[key] for cell in points.values()],
+                    name=f"{name}: {label}",
+                    line={"color": colour, "dash": dash},
+                    legendgroup=name,
+                )
+        figures[curve] = figure
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # small batches: a second thread only contends with other work on the machine
+    if args.out.suffix != ".json":
+        print(f"error: --out must be a .json file (the figures go beside it as .html), got {args.out}", file=sys.stderr)
+        return 2
     if args.pairs < 2:
         print(
             f"error: --pairs must be at least 2 (the same-rule control borrows another pair's example), "
@@ -195,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     result = {"pairs": args.pairs, "seed": args.seed, "models": table}
+    page = figures_page("Memory splicing: the letters neither prompt uses", curve_figures(table))
     atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8"))
+    atomic_write(args.out.with_suffix(".html"), lambda tmp: tmp.write_text(page, encoding="utf-8"))
     for name, rows in table.items():
         print(f"{name}: solves {rows['solved_succ']:.0%} of succ, {rows['solved_pred']:.0%} of pred prompts")
         for row, cell in rows["rows"].items():
@@ -209,7 +260,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"other {cell['other']:4.0%} unchanged {cell['unchanged']:4.0%} | {cell['positions_per_pair']:4.1f} "
                 f"positions, {moved}"
             )
-    print(f"wrote {args.out}")
+        for curve, points in rows["curves"].items():
+            shares = ", ".join(
+                f"{scale}: {cell['donor']:.0%}/{cell['query_copied']:.0%}" for scale, cell in points.items()
+            )
+            print(f"  {curve} (donor's answer / query copied): {shares}")
+    print(f"wrote {args.out} and {args.out.with_suffix('.html')}")
     return 0
 
 

@@ -75,6 +75,12 @@ def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
         else:
             assert row["state change"] < 1e-6 and row["change alignment"] == 0.0
     assert rows["pred into succ"]["positions_per_pair"] == 16.25  # 16, 16, 16 and 17 letters
+    assert list(table["curves"]) == list(script.CURVES)
+    for curve in table["curves"].values():
+        assert list(curve) == ["0.5", "1.0", "1.5", "2.0", "3.0", "4.0"]
+        assert all(cell["unchanged"] == 1.0 and cell["vector_size"] < 1e-6 for cell in curve.values())
+    page = out.with_suffix(".html").read_text(encoding="utf-8")
+    assert page.count("<h2>") == 2 and all(f"<h2>{curve}</h2>" in page for curve in script.CURVES)
     near, far = rows["pred into succ, within 3 of the changed letter"], rows["pred into succ, further than 3"]
     assert near["positions_per_pair"] + far["positions_per_pair"] == 16.25
     assert "succ into succ, other example" in capsys.readouterr().out
@@ -99,8 +105,15 @@ def test_random_directions_keep_each_length_and_are_seeded(script):
     assert (cosines.abs() < 0.999).all()  # not the vectors' own directions
 
 
-@pytest.mark.parametrize(("args", "message"), [(["--pairs", "1"], "--pairs must be at least 2"), ([], "error:")])
-def test_bad_input_exits_2_and_writes_nothing(script, tmp_path, capsys, args, message):
-    out = tmp_path / "controls.json"
-    assert script.main(["--model", str(tmp_path / "missing"), *args, "--out", str(out)]) == 2
-    assert message in capsys.readouterr().err and not out.exists()
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pairs", "1"], "--pairs must be at least 2"),
+        ([], "error:"),
+        (["--out", "controls.html"], "--out must be a .json file"),
+    ],
+)
+def test_bad_input_exits_2_and_writes_nothing(script, tmp_path, capsys, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    assert script.main(["--model", str(tmp_path / "missing"), "--out", "controls.json", *args]) == 2
+    assert message in capsys.readouterr().err and not list(tmp_path.iterdir())
