@@ -195,6 +195,7 @@ def curve_figures(table: dict) -> dict:
     """Per direction, a plotly figure of the share of donor answers (solid) and of query copies (dotted) against the
     scale of the added vector, one colour per model."""
     import plotly.graph_objects as go
+    from plotly.colors import qualitative
 
     figures = {}
     for curve in CURVES:
@@ -207,7 +208,7 @@ def curve_figures(table: dict) -> dict:
         for index, (name, result) in enumerate(table.items()):
             points = result["curves"][curve]
             scales = [float(scale) for scale in points]
-            colour = f"hsl({index * 360 // max(len(table), 1)}, 70%, 45%)"
+            colour = qualitative.Plotly[index % len(qualitative.Plotly)]
             for key, label, dash in (("donor", "donor's answer", "solid"), ("query_copied", "query copied", "dot")):
                 figure.add_scatter(
                     x=scales,
