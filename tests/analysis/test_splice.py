@@ -12,6 +12,7 @@ from lsa_interp.analysis.splice import (
     CASES,
     MAJORITY,
     UNUSED,
+    encoder_memory,
     memory_change,
     splice_analysis,
     splice_decode,
@@ -19,6 +20,8 @@ from lsa_interp.analysis.splice import (
     unused_positions,
 )
 from lsa_interp.data.task import Task
+from lsa_interp.model.config import ModelConfig
+from lsa_interp.model.hooked import HookedEncoderDecoder
 
 torch.set_num_threads(1)
 
@@ -254,3 +257,70 @@ def test_memory_change_measures_size_and_shared_direction():
     assert memory_change(donor, target, single)["change alignment"] == 0.0
     donor[1] = target[1] + 1e-9  # states that hardly changed have no direction: pair 0's two are left
     assert memory_change(donor, target, mask)["change alignment"] == pytest.approx(1.0)  # (1, 1, 1, 1) would lower it
+
+
+def test_a_case_does_not_hold_at_exactly_half_the_solved_pairs(planted, monkeypatch):
+    """Of 4 solved pairs, 2 give the paper's outcome: half is not more than half. A case with a verdict says so
+    without the no-verdict note."""
+
+    def fake(model, targets, donors, positions):
+        return [d.answer for d in donors[:2]] + [t.answer for t in targets[2:]]
+
+    monkeypatch.setattr(splice, "splice_decode", fake)
+    monkeypatch.setattr(planted, "solve", lambda targets: [t.answer for t in targets])
+    spliced, alphabet, unused = splice_analysis(planted, n_pairs=4).findings
+    assert [(f.holds, f.value) for f in (spliced, alphabet, unused)] == [(False, 0.5)] * 3
+    assert spliced.detail == "holds when more than 50% of the pairs the model solves give the paper's outcome"
+
+
+def test_answers_that_copy_the_query_are_counted(planted, monkeypatch):
+    """An answer equal to the target's query is neither task's answer, and counts as the query copied."""
+
+    def fake(model, targets, donors, positions):
+        return [targets[0].query] + [t.answer for t in targets[1:]]
+
+    monkeypatch.setattr(splice, "splice_decode", fake)
+    result = splice_analysis(planted, n_pairs=4)
+    row = result.data["cases"]["alphabet 8-25"]
+    assert (row["query copied"], row["neither"], row["own"]) == (0.25, 0.25, 0.75)
+    assert result.summary["unused letters: query copied"] == 0.25
+    assert "(the query copied 25%)" in result.findings[1].ours
+
+
+def test_a_model_narrower_than_its_prompts_splices_every_position():
+    """The spliced width is the prompts' (39 positions), not the model's width (here 16)."""
+    config = ModelConfig(
+        d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_mlp=8, dropout=0.0, max_len=64
+    )
+    torch.manual_seed(0)
+    narrow = HookedEncoderDecoder(config).eval()
+    result = splice_analysis(narrow, n_pairs=2, cases={"positions 0-31": CASES["positions 0-31"]})
+    row = result.data["cases"]["positions 0-31"]
+    assert row["positions"] == "0-31" and row["state change"] > 0
+
+
+def test_unused_positions_need_the_letter_unused_in_both_alphabets():
+    """Prompts on different alphabets: a position is unused only where neither alphabet's letter is used."""
+    pred = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > acd")  # a..j used: positions 0-9
+    succ = Task.parse("zyxwvutsrqponmlkjihgfedcba | ghi > ghj | bcd > bce")  # a..j at positions 25-16
+    assert unused_positions(pred, succ) == tuple(range(10, 16)) == unused_positions(succ, pred)
+
+
+def test_encoder_memory_of_prompts_without_answers(planted, pairs):
+    """Prompts need no answers: their memory is that of the same tasks with answers, fp32 on the CPU."""
+    _, targets = pairs
+    memory = encoder_memory(planted, [t.with_answer(None) for t in targets])
+    assert memory.shape == (4, 39, 128) and memory.dtype == torch.float32 and memory.device.type == "cpu"
+    assert torch.equal(memory, encoder_memory(planted, targets))
+
+
+def test_memory_change_needs_a_change_of_more_than_1e_6_of_the_states_size():
+    """States moved by exactly 1e-6 of their size have no direction; at 2e-6 they do."""
+    target = torch.zeros(1, 2, 4, dtype=torch.float64)
+    target[..., 3] = 1.0
+    mask = torch.tensor([[True, True]])
+    for step, alignment in ((1e-6, 0.0), (2e-6, 1.0)):
+        donor = target.clone()
+        donor[..., 0] = step
+        change = memory_change(donor, target, mask)
+        assert change["change alignment"] == pytest.approx(alignment) and change["state change"] == pytest.approx(step)
