@@ -24,12 +24,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.analysis.splice import (
     MEMORY_HOOK,
+    Case,
     encoder_memory,
     memory_change,
     splice_decode,
@@ -52,14 +53,15 @@ CURVES = ("succ prompts plus s x (pred - succ)", "pred prompts plus s x (succ - 
 
 
 def other_example_donors(targets: Sequence[Task]) -> list[Task]:
-    """For each target, the same prompt with the example of the next target (cyclically) whose example shares no
-    letter with this target's query and answer: same rule, same query, another example window. Raises ValueError
-    when some target has no such example among the others."""
+    """For each target, the same prompt with the example of the next target (cyclically) whose example is not its
+    own and shares no letter with its query and answer: same rule, same query, another example window. Raises
+    ValueError when some target has no such example among the others."""
     donors = []
     for i, target in enumerate(targets):
         own = set(target.query) | set(target.answer or "")
         others = (targets[(i + k) % len(targets)] for k in range(1, len(targets)))
-        example = next((t.examples for t in others if not own & set("".join(t.examples[0]))), None)
+        fitting = (t.examples for t in others if t.examples != target.examples)
+        example = next((e for e in fitting if not own & set("".join(e[0]))), None)
         if example is None:
             raise ValueError(f"no other example shares no letter with {target}")
         donors.append(Task(target.alphabet, example, target.query, target.answer, target.transformation))
@@ -85,24 +87,23 @@ def near_changed(near: bool) -> Callable[[Task, Task], tuple[int, ...]]:
 
 
 def outcomes(answers: list[str], clean: list[str], donors: list[Task], targets: list[Task]) -> dict:
-    """Shares of the answers that are the target's own, the donor's (where it differs), the query copied unchanged,
-    anything else, and equal to the unperturbed answer."""
-    n = len(answers)
-    own = sum(a == t.answer for a, t in zip(answers, targets, strict=True))
-    donor = sum(a == d.answer and a != t.answer for a, d, t in zip(answers, donors, targets, strict=True))
-    query = sum(a == t.query for a, t in zip(answers, targets, strict=True))
+    """Shares of the answers in four kinds that sum to 1, each answer in the first that fits: the target's own, the
+    donor's, the query copied unchanged, other; and the share equal to the unperturbed (``clean``) answer."""
+    kinds = [
+        "own" if a == t.answer else "donor" if a == d.answer else "query_copied" if a == t.query else "other"
+        for a, d, t in zip(answers, donors, targets, strict=True)
+    ]
+    n = len(kinds)
     return {
         "pairs": n,
-        "own": own / n,
-        "donor": donor / n,
-        "query_copied": query / n,
-        "other": (n - own - donor - query) / n,
+        **{kind: kinds.count(kind) / n for kind in ("own", "donor", "query_copied", "other")},
         "unchanged": sum(a == c for a, c in zip(answers, clean, strict=True)) / n,
     }
 
 
-def splice_row(model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], case) -> dict:
-    """Outcome shares and the state change of one splice over all pairs."""
+def splice_row(model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], case: Case) -> dict:
+    """Outcome shares (`outcomes`), the spliced positions per pair and the state change (`memory_change`) of one
+    splice over all pairs. Raises ValueError when the case marks no position in any pair."""
     positions = [case(d, t) for d, t in zip(donors, targets, strict=True)]
     answers = splice_decode(model, targets, donors, positions)
     donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
@@ -127,25 +128,30 @@ def random_directions(vectors: Float[Tensor, "pair d_model"], seed: int) -> Floa
     return noise / noise.norm(dim=1, keepdim=True) * vectors.norm(dim=1, keepdim=True)
 
 
-def added_direction_row(
-    model: HookedEncoderDecoder,
-    donors: list[Task],
-    targets: list[Task],
-    random_seed: int | None = None,
+def direction_vectors(
+    donor_memory: Float[Tensor, "pair donor_pos d_model"],
+    target_memory: Float[Tensor, "pair target_pos d_model"],
+    mask: Bool[Tensor, "pair pos"],
     scale: float = 1.0,
-) -> dict:
-    """Targets decoded with one vector added to all their unused-letter states: ``scale`` times the mean
-    donor-minus-target difference there over the other pairs (so no pair sees its own donor), or with ``random_seed``
-    a random direction of each such vector's length. ``vector_size``: the added vector's length over the states'
-    (mean over the states it is added to)."""
-    positions = [unused_positions(d, t) for d, t in zip(donors, targets, strict=True)]
-    donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
-    width = min(donor_memory.shape[1], target_memory.shape[1])
-    mask = splice_mask(positions, len(targets), width)
+    random_seed: int | None = None,
+) -> Float[Tensor, "pair d_model"]:
+    """Per pair, ``scale`` times the mean donor-minus-target state difference at the ``mask`` positions of the other
+    pairs (`mean_of_others`); with ``random_seed``, vectors of those lengths in random directions."""
+    width = mask.shape[1]
     change = (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
     vectors = scale * mean_of_others(change.sum(1), mask.sum(1))
-    if random_seed is not None:
-        vectors = random_directions(vectors, random_seed)
+    return vectors if random_seed is None else random_directions(vectors, random_seed)
+
+
+def decode_with_added(
+    model: HookedEncoderDecoder,
+    targets: list[Task],
+    mask: Bool[Tensor, "pair pos"],
+    vectors: Float[Tensor, "pair d_model"],
+) -> list[str]:
+    """Greedy answers of ``targets`` with pair i's vector added to its memory states where ``mask`` is set (the mask
+    covers the memory's first positions); the model's mode is restored."""
+    width = mask.shape[1]
     added = (mask[..., None] * vectors[:, None, :]).to(model.device)
 
     def add(memory, hook):
@@ -154,9 +160,33 @@ def added_direction_row(
         return memory
 
     batch = encode_tasks(targets, with_answers=False).to(model.device)
+    was_training = model.training
     model.eval()
-    with torch.no_grad(), model.hooks(fwd_hooks=[(MEMORY_HOOK, add)]):
-        answers = decode_batch(model.greedy_decode(batch.src, DEFAULT_MAX_NEW_TOKENS))
+    try:
+        with torch.no_grad(), model.hooks(fwd_hooks=[(MEMORY_HOOK, add)]):
+            return decode_batch(model.greedy_decode(batch.src, DEFAULT_MAX_NEW_TOKENS))
+    finally:
+        model.train(was_training)
+
+
+def added_direction_row(
+    model: HookedEncoderDecoder,
+    donors: list[Task],
+    targets: list[Task],
+    random_seed: int | None = None,
+    scale: float = 1.0,
+) -> dict:
+    """Targets decoded with one vector added to all their unused-letter states (`decode_with_added`): ``scale`` times
+    the mean donor-minus-target difference there over the other pairs (so no pair sees its own donor), or with
+    ``random_seed`` a random direction of each such vector's length. Returns `outcomes`, the positions per pair and
+    ``vector_size``, the added vector's length over the states' (mean over the states it is added to). Raises
+    ValueError when no pair has an unused letter."""
+    positions = [unused_positions(d, t) for d, t in zip(donors, targets, strict=True)]
+    donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
+    width = min(donor_memory.shape[1], target_memory.shape[1])
+    mask = splice_mask(positions, len(targets), width)
+    vectors = direction_vectors(donor_memory, target_memory, mask, scale, random_seed)
+    answers = decode_with_added(model, targets, mask, vectors)
     size = (vectors.norm(dim=1)[:, None] / target_memory[:, :width].norm(dim=-1))[mask]
     return {
         **outcomes(answers, model.solve(targets), donors, targets),
@@ -166,10 +196,12 @@ def added_direction_row(
 
 
 def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
-    """Every row of the table for one model, with the share of succ and pred prompts it solves unspliced."""
+    """Every row and curve of the table for one model, with the number of pairs (at most ``n_pairs``: as many as
+    exist) and the share of succ and pred prompts it solves unspliced. Raises ValueError from the rows."""
     pairs = minimal_pairs("pred", "succ", n_pairs, seed=seed, lengths=(3,), at_most=True)
     preds, succs = [p.source for p in pairs], [p.target for p in pairs]
     return {
+        "pairs": len(pairs),
         "solved_succ": sum(a == t.answer for a, t in zip(model.solve(succs), succs)) / len(succs),
         "solved_pred": sum(a == t.answer for a, t in zip(model.solve(preds), preds)) / len(preds),
         "rows": {
@@ -202,7 +234,7 @@ def curve_figures(table: dict) -> dict:
         figure = go.Figure(
             layout={
                 "xaxis": {"title": "scale of the mean donor-minus-target difference added to every unused letter"},
-                "yaxis": {"title": "share of the 100 prompts", "range": [0, 1]},
+                "yaxis": {"title": "share of the prompts", "range": [0, 1]},
             }
         )
         for index, (name, result) in enumerate(table.items()):
@@ -232,6 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.out.suffix != ".json":
         print(f"error: --out must be a .json file (the figures go beside it as .html), got {args.out}", file=sys.stderr)
         return 2
+    targets = (args.out, args.out.with_suffix(".html"))
+    if not args.out.parent.is_dir() or any(target.is_dir() for target in targets):
+        print(
+            f"error: cannot write {args.out} and its .html beside it: no such folder, or a folder there",
+            file=sys.stderr,
+        )
+        return 2
     if args.pairs < 2:
         print(
             f"error: --pairs must be at least 2 (the same-rule control borrows another pair's example), "
@@ -244,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    result = {"pairs": args.pairs, "seed": args.seed, "models": table}
+    result = {"pairs_asked": args.pairs, "seed": args.seed, "models": table}
     page = figures_page("Memory splicing: the letters neither prompt uses", curve_figures(table))
     atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8"))
     atomic_write(args.out.with_suffix(".html"), lambda tmp: tmp.write_text(page, encoding="utf-8"))

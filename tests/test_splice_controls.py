@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from lsa_interp.analysis.planted import planted_model
+from lsa_interp.analysis.planted import planted_answer, planted_model
 from lsa_interp.analysis.prompts import minimal_pairs
-from lsa_interp.analysis.splice import unused_positions
+from lsa_interp.analysis.splice import encoder_memory, memory_change, unused_positions
 from lsa_interp.data.task import Task
 from lsa_interp.model.checkpoint import save_model
 from tests.helpers import load_script
@@ -28,6 +28,9 @@ def test_other_example_donors_keep_rule_and_query_and_share_no_letter(script):
         assert (donor.alphabet, donor.query, donor.answer) == (target.alphabet, target.query, target.answer)
         assert donor.examples != target.examples and donor.examples in [t.examples for t in targets]
         assert not (set(donor.query) | set(donor.answer)) & set("".join(donor.examples[0]))
+    many = [p.target for p in minimal_pairs("pred", "succ", 100, lengths=(3,), at_most=True)]
+    assert sum(t.examples == u.examples for t, u in zip(many, many[1:])) > 0  # neighbours that share an example
+    assert all(d.examples != t.examples for d, t in zip(script.other_example_donors(many), many, strict=True))
     lone = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > efh | rst > rsu")
     clash = Task.parse("abcdefghijklmnopqrstuvwxyz | rst > rsu | efg > efh")  # each one's example is the other's query
     with pytest.raises(ValueError, match="no other example shares no letter"):
@@ -55,8 +58,9 @@ def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
     out = tmp_path / "controls.json"
     assert script.main(["--model", str(model_dir), "--pairs", "4", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert (result["pairs"], result["seed"]) == (4, 0)
+    assert (result["pairs_asked"], result["seed"]) == (4, 0)
     table = result["models"][str(model_dir)]
+    assert table["pairs"] == 4
     assert table["solved_succ"] == table["solved_pred"] == 0.0  # it answers one letter
     assert list(table["rows"]) == [
         "pred into succ",
@@ -111,9 +115,83 @@ def test_random_directions_keep_each_length_and_are_seeded(script):
         (["--pairs", "1"], "--pairs must be at least 2"),
         ([], "error:"),
         (["--out", "controls.html"], "--out must be a .json file"),
+        (["--out", "missing/controls.json"], "cannot write missing/controls.json"),
+        (["--out", "page.json"], "a folder there"),  # page.html is a folder
     ],
 )
 def test_bad_input_exits_2_and_writes_nothing(script, tmp_path, capsys, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "page.html").mkdir()
     assert script.main(["--model", str(tmp_path / "missing"), "--out", "controls.json", *args]) == 2
-    assert message in capsys.readouterr().err and not list(tmp_path.iterdir())
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["page.html"] and not list((tmp_path / "page.html").iterdir())
+
+
+def test_outcomes_put_each_answer_in_the_first_kind_that_fits(script):
+    """Own, then the donor's, then the query copied, else other: the four shares sum to 1 even where kinds overlap."""
+    target = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > efh | rst > rsu")
+    donor = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > dfg | rst > qst")
+    same = target.with_answer("rst")  # a target whose own answer is its query
+    answers = ["rsu", "qst", "rst", "xyz", "rst"]
+    shares = script.outcomes(answers, ["rsu", "rsu", "rsu", "xyz", "rst"], [donor] * 5, [target] * 4 + [same])
+    assert shares == {"pairs": 5, "own": 0.4, "donor": 0.2, "query_copied": 0.2, "other": 0.2, "unchanged": 0.6}
+
+
+ARROW_AT = 30
+"""Position of ``>`` in a 3-letter prompt; the planted decoder answers the first example-output letter read there."""
+
+
+def test_an_added_vector_reaches_the_decoder_only_where_the_mask_is_set(script):
+    """The planted decoder reads ``>``: adding the donor-minus-target state there gives the donor's answer, scaled
+    by 0 or added elsewhere it changes nothing; the model's training mode is restored."""
+    model = planted_model()
+    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
+    donors, targets = [p.source for p in pairs], [p.target for p in pairs]
+    change = (encoder_memory(model, donors) - encoder_memory(model, targets))[:, ARROW_AT]
+    at_arrow = torch.zeros(4, 39, dtype=torch.bool)
+    at_arrow[:, ARROW_AT] = True
+    elsewhere = torch.zeros(4, 39, dtype=torch.bool)
+    elsewhere[:, 10:26] = True
+    model.train()
+    assert script.decode_with_added(model, targets, at_arrow, change) == [planted_answer(d) for d in donors]
+    assert model.training
+    model.eval()
+    own = [planted_answer(t) for t in targets]
+    assert own != [planted_answer(d) for d in donors]
+    assert script.decode_with_added(model, targets, at_arrow, 0 * change) == own
+    assert script.decode_with_added(model, targets, elsewhere, change) == own
+
+
+def test_a_splice_row_counts_its_answers_and_measures_the_spliced_states(script):
+    """Splicing ``>`` into the planted model: every answer becomes the donor's one letter (other, none unchanged),
+    and the state change is `memory_change` over those positions."""
+    model = planted_model()
+    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
+    donors, targets = [p.source for p in pairs], [p.target for p in pairs]
+    row = script.splice_row(model, donors, targets, lambda donor, target: (ARROW_AT,))
+    assert (row["other"], row["unchanged"], row["positions_per_pair"]) == (1.0, 0.0, 1.0)
+    mask = torch.zeros(4, 39, dtype=torch.bool)
+    mask[:, ARROW_AT] = True
+    expected = memory_change(encoder_memory(model, donors), encoder_memory(model, targets), mask)
+    assert expected["state change"] > 0.01
+    assert row["state change"] == expected["state change"]
+    assert row["change alignment"] == expected["change alignment"]
+
+
+def test_direction_vectors_are_the_scaled_mean_of_the_other_pairs_changes(script):
+    """Pair i gets scale x the mean change over the other pairs' masked states; random ones keep those lengths."""
+    target = torch.zeros(3, 5, 2)
+    donor = torch.zeros(3, 6, 2)  # a wider donor memory: only the mask's first 4 positions count
+    donor[0, 1] = torch.tensor([2.0, 0.0])
+    donor[1, 2] = torch.tensor([0.0, 4.0])
+    donor[2, 3] = torch.tensor([6.0, 6.0])
+    donor[:, 4] = 100.0  # outside the mask
+    mask = torch.zeros(3, 4, dtype=torch.bool)
+    mask[0, 1] = mask[1, 2] = mask[2, 3] = True
+    mask[2, 0] = True  # an unchanged state of pair 2 counts in its mean
+    expected = torch.tensor([[6 / 3, 10 / 3], [8 / 3, 6 / 3], [1.0, 2.0]])
+    assert torch.allclose(script.direction_vectors(donor, target, mask), expected)
+    assert torch.allclose(script.direction_vectors(donor, target, mask, scale=2.0), 2 * expected)
+    drawn = script.direction_vectors(donor, target, mask, scale=2.0, random_seed=0)
+    assert torch.allclose(drawn.norm(dim=1), 2 * expected.norm(dim=1)) and not torch.allclose(drawn, 2 * expected)

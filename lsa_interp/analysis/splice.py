@@ -166,7 +166,7 @@ def splice_analysis(
         **{
             f"{name}: {kind}": table[name][kind]
             for name in table
-            for kind in (*OUTCOMES, "unchanged", "query copied", "change alignment")
+            for kind in (*OUTCOMES, "unchanged", "query copied", "state change", "change alignment")
         },
     }
     data = {
@@ -185,13 +185,20 @@ def splice_analysis(
 
 
 def memory_change(
-    donor: Float[Tensor, "pair pos d_model"], target: Float[Tensor, "pair pos d_model"], mask: Bool[Tensor, "pair pos"]
+    donor: Float[Tensor, "pair donor_pos d_model"],
+    target: Float[Tensor, "pair target_pos d_model"],
+    mask: Bool[Tensor, "pair pos"],
 ) -> dict[str, float]:
-    """How the spliced states differ from the target's own at the ``mask`` positions: ``state change`` is the mean of
-    |donor - target| / |target| over those states, ``change alignment`` the mean cosine between the differences
-    of two different changed states (1: all point one way; about 0 in a random layout; 0 with under two states that
-    changed by more than 1e-6 of their size)."""
+    """How the spliced states differ from the target's own at the ``mask`` positions (the first ``pos`` of each
+    memory): ``state change`` is the mean of |donor - target| / |target| over those states, ``change alignment`` the
+    mean cosine between the differences of two different changed states (1: all point one way; about 0 in a random
+    layout; 0 with under two states that changed by more than 1e-6 of their size). Raises ValueError for a mask
+    wider than either memory or one that marks no state."""
     width = mask.shape[1]
+    if width > min(donor.shape[1], target.shape[1]):
+        raise ValueError(f"the mask is {width} positions wide, the memories {donor.shape[1]} and {target.shape[1]}")
+    if not bool(mask.any()):
+        raise ValueError("the mask marks no state to compare")
     change = (donor[:, :width] - target[:, :width])[mask].double()
     size = change.norm(dim=-1) / target[:, :width][mask].double().norm(dim=-1)
     moved = change[size > 1e-6]
@@ -202,7 +209,8 @@ def memory_change(
 
 
 def encoder_memory(model: HookedEncoderDecoder, tasks: Sequence[Task]) -> Float[Tensor, "task pos d_model"]:
-    """The memory (`MEMORY_HOOK`) of ``tasks``' prompts in eval mode, as fp32 on the CPU."""
+    """The memory (`MEMORY_HOOK`) of ``tasks``' prompts in eval mode (the model's mode is restored), as fp32 on the
+    CPU. Raises ValueError for no tasks."""
     was_training = model.training
     model.eval()
     try:

@@ -324,3 +324,40 @@ def test_memory_change_needs_a_change_of_more_than_1e_6_of_the_states_size():
         donor[..., 0] = step
         change = memory_change(donor, target, mask)
         assert change["change alignment"] == pytest.approx(alignment) and change["state change"] == pytest.approx(step)
+
+
+def test_memory_change_compares_memories_of_different_widths_over_the_mask_and_refuses_bad_masks():
+    """Memories of 39 and 40 positions compare over the mask's first 39; a wider or empty mask is refused."""
+    target = torch.ones(2, 40, 4)
+    donor = torch.ones(2, 39, 4)
+    donor[:, :, 1] += 1.0
+    mask = torch.zeros(2, 39, dtype=torch.bool)
+    mask[:, 3] = True
+    assert memory_change(donor, target, mask) == pytest.approx({"state change": 0.5, "change alignment": 1.0})
+    with pytest.raises(ValueError, match="the mask is 40 positions wide, the memories 39 and 40"):
+        memory_change(donor, target, torch.ones(2, 40, dtype=torch.bool))
+    with pytest.raises(ValueError, match="marks no state"):
+        memory_change(donor, target, torch.zeros(2, 39, dtype=torch.bool))
+
+
+def test_padding_is_refused_only_where_a_pair_splices_it(planted, pairs):
+    """In a batch of a 39- and a 42-position prompt, the longer pair may splice position 39; the shorter may not."""
+    donors, targets = pairs
+    longer = Task.parse("abcdefghijklmnopqrstuvwxyz | efgh > dfgh | rstu > qstu")  # 42 positions
+    assert splice_decode(planted, [targets[0], longer], [donors[0], longer], [(), (39,)]) == [
+        planted_answer(targets[0]),
+        planted_answer(longer),
+    ]
+    with pytest.raises(ValueError, match="padding"):
+        splice_decode(planted, [targets[0], longer], [donors[0], longer], [(39,), ()])
+
+
+def test_encoder_memory_is_read_without_dropout_and_keeps_the_training_mode(pairs):
+    """A model in training mode, dropout 0.5: the memory is the eval-mode one, and the model stays in training mode."""
+    config = ModelConfig(d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_mlp=8, dropout=0.5)
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(config)
+    _, targets = pairs
+    expected = encoder_memory(model.eval(), targets)
+    model.train()
+    assert torch.equal(encoder_memory(model, targets), expected) and model.training
