@@ -4,13 +4,13 @@ For each ``--model``, over the same minimal pairs as ``lsa-interp splice`` (3-le
 the ``unused letters`` case in both directions (pred into succ, succ into pred); a same-rule control (each succ
 prompt decoded with the unused letters of a succ prompt whose example is another window and whose query is the
 same, so only the example differs); pred into succ split by where the letters sit (within 3 alphabet places of
-the answer's changed letter, or further); and, instead of a splice, one vector added to all the succ prompt's
-unused-letter states: the mean pred-minus-succ difference there over the other pairs, or a random direction of its
-length, and that vector at 0.5 to 4 times its length in both directions (an interactive figure beside the JSON).
-Each row counts the answers that are the prompt's own, the donor's, the query copied unchanged, or other,
-and those equal to the unperturbed answer, and gives how far the spliced states are from the own (relative to
-their size) and how alike their directions are (mean pairwise cosine), or the added vector's relative length. It
-writes ``analyses/results/splice_controls.json`` and ``.html``.
+the answer's changed letter, or further), and less the one direction the differences share; and, instead of a
+splice, one vector added to all the succ prompt's unused-letter states: the mean pred-minus-succ difference there
+over the other pairs, or a random direction of its length, and that vector at 0.5 to 4 times its length in both
+directions (an interactive figure beside the JSON). Each row counts the answers that are the prompt's own, the
+donor's, the query copied unchanged, or other, and those equal to the unperturbed answer, and gives how far the
+spliced states are from the own (relative to their size) and how alike their directions are (mean pairwise
+cosine), or the added vector's relative length. It writes ``analyses/results/splice_controls.json`` and ``.html``.
 
     python analyses/splice_controls.py --model copy-200 --model copy-20 --model nocopy-20
 """
@@ -151,8 +151,16 @@ def decode_with_added(
 ) -> list[str]:
     """Greedy answers of ``targets`` with pair i's vector added to its memory states where ``mask`` is set (the mask
     covers the memory's first positions); the model's mode is restored."""
-    width = mask.shape[1]
-    added = (mask[..., None] * vectors[:, None, :]).to(model.device)
+    return decode_with_changes(model, targets, mask[..., None] * vectors[:, None, :])
+
+
+def decode_with_changes(
+    model: HookedEncoderDecoder, targets: list[Task], changes: Float[Tensor, "pair pos d_model"]
+) -> list[str]:
+    """Greedy answers of ``targets`` with ``changes`` added to their memories' first positions; the model's mode is
+    restored."""
+    width = changes.shape[1]
+    added = changes.to(model.device)
 
     def add(memory, hook):
         memory = memory.clone()
@@ -195,6 +203,35 @@ def added_direction_row(
     }
 
 
+def without_component(
+    changes: Float[Tensor, "pair pos d_model"], directions: Float[Tensor, "pair d_model"]
+) -> Float[Tensor, "pair pos d_model"]:
+    """``changes`` less their component along pair i's direction (its length does not matter; a zero direction
+    removes nothing)."""
+    unit = directions / directions.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return changes - (changes * unit[:, None, :]).sum(-1, keepdim=True) * unit[:, None, :]
+
+
+def splice_without_direction_row(model: HookedEncoderDecoder, donors: list[Task], targets: list[Task]) -> dict:
+    """The unused-letters splice less one direction: each spliced state is the donor's with its component along the
+    pair's `direction_vectors` (the mean donor-minus-target difference of the other pairs) taken from the target's own.
+    Returns `outcomes`, the positions per pair and ``change_kept``, the mean share of each state's change (length)
+    that is spliced. Raises ValueError when no pair has an unused letter."""
+    positions = [unused_positions(d, t) for d, t in zip(donors, targets, strict=True)]
+    donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
+    width = min(donor_memory.shape[1], target_memory.shape[1])
+    mask = splice_mask(positions, len(targets), width)
+    change = (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
+    rest = without_component(change, direction_vectors(donor_memory, target_memory, mask))
+    answers = decode_with_changes(model, targets, rest)
+    kept = rest.norm(dim=-1)[mask] / change.norm(dim=-1)[mask].clamp_min(1e-12)
+    return {
+        **outcomes(answers, model.solve(targets), donors, targets),
+        "positions_per_pair": float(mask.sum(1).float().mean()),
+        "change_kept": float(kept.mean()),
+    }
+
+
 def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
     """Every row and curve of the table for one model, with the number of pairs (at most ``n_pairs``: as many as
     exist) and the share of succ and pred prompts it solves unspliced. Raises ValueError from the rows."""
@@ -210,6 +247,7 @@ def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
             "succ into succ, other example": splice_row(model, other_example_donors(succs), succs, unused_positions),
             f"pred into succ, within {NEAR} of the changed letter": splice_row(model, preds, succs, near_changed(True)),
             f"pred into succ, further than {NEAR}": splice_row(model, preds, succs, near_changed(False)),
+            "pred into succ, less the mean direction": splice_without_direction_row(model, preds, succs),
             "succ plus the mean pred - succ difference": added_direction_row(model, preds, succs),
             "succ plus a random direction of that length": added_direction_row(model, preds, succs, random_seed=seed),
         },
@@ -290,11 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, rows in table.items():
         print(f"{name}: solves {rows['solved_succ']:.0%} of succ, {rows['solved_pred']:.0%} of pred prompts")
         for row, cell in rows["rows"].items():
-            moved = (
-                f"vector {cell['vector_size']:.2f} of the states' length"
-                if "vector_size" in cell
-                else f"change {cell['state change']:.2f}, alignment {cell['change alignment']:.2f}"
-            )
+            if "vector_size" in cell:
+                moved = f"vector {cell['vector_size']:.2f} of the states' length"
+            elif "change_kept" in cell:
+                moved = f"{cell['change_kept']:.2f} of each state's change spliced"
+            else:
+                moved = f"change {cell['state change']:.2f}, alignment {cell['change alignment']:.2f}"
             print(
                 f"  {row:48s} own {cell['own']:4.0%} donor {cell['donor']:4.0%} query {cell['query_copied']:4.0%} "
                 f"other {cell['other']:4.0%} unchanged {cell['unchanged']:4.0%} | {cell['positions_per_pair']:4.1f} "

@@ -68,6 +68,7 @@ def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
         "succ into succ, other example",
         "pred into succ, within 3 of the changed letter",
         "pred into succ, further than 3",
+        "pred into succ, less the mean direction",
         "succ plus the mean pred - succ difference",
         "succ plus a random direction of that length",
     ]
@@ -76,6 +77,8 @@ def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
         assert row["pairs"] == 4 and row["unchanged"] == 1.0 and row["other"] == 1.0  # the decoder reads '>' only
         if name.startswith("succ plus"):
             assert row["vector_size"] < 1e-6 and row["positions_per_pair"] == 16.25
+        elif name.endswith("less the mean direction"):
+            assert 0 <= row["change_kept"] <= 1 and row["positions_per_pair"] == 16.25
         else:
             assert row["state change"] < 1e-6 and row["change alignment"] == 0.0
     assert rows["pred into succ"]["positions_per_pair"] == 16.25  # 16, 16, 16 and 17 letters
@@ -195,3 +198,10 @@ def test_direction_vectors_are_the_scaled_mean_of_the_other_pairs_changes(script
     assert torch.allclose(script.direction_vectors(donor, target, mask, scale=2.0), 2 * expected)
     drawn = script.direction_vectors(donor, target, mask, scale=2.0, random_seed=0)
     assert torch.allclose(drawn.norm(dim=1), 2 * expected.norm(dim=1)) and not torch.allclose(drawn, 2 * expected)
+
+
+def test_without_component_removes_only_the_pairs_direction(script):
+    changes = torch.tensor([[[3.0, 4.0], [1.0, 0.0]], [[3.0, 4.0], [0.0, 2.0]]])
+    directions = torch.tensor([[10.0, 0.0], [0.0, 0.0]])  # pair 0 along x (any length), pair 1 none
+    rest = script.without_component(changes, directions)
+    assert torch.allclose(rest, torch.tensor([[[0.0, 4.0], [0.0, 0.0]], [[3.0, 4.0], [0.0, 2.0]]]))
