@@ -2,15 +2,18 @@
 
 For each ``--model``, over the same minimal pairs as ``lsa-interp splice`` (3-letter windows, standard alphabet):
 the ``unused letters`` case in both directions (pred into succ, succ into pred); a same-rule control (each succ
-prompt decoded with the unused letters of a succ prompt whose example is another window and whose query is the
-same, so only the example differs); pred into succ split by where the letters sit (within 3 alphabet places of
-the answer's changed letter, or further), and less the one direction the differences share; and, instead of a
-splice, one vector added to all the succ prompt's unused-letter states: the mean pred-minus-succ difference there
-over the other pairs, or a random direction of its length, and that vector at 0.5 to 4 times its length in both
-directions (an interactive figure beside the JSON). Each row counts the answers that are the prompt's own, the
-donor's, the query copied unchanged, or other, and those equal to the unperturbed answer, and gives how far the
-spliced states are from the own (relative to their size) and how alike their directions are (mean pairwise
-cosine), or the added vector's relative length. It writes ``analyses/results/splice_controls.json`` and ``.html``.
+prompt decoded with the unused letters of a succ prompt whose example is another window and whose query is the same,
+so only the example differs); pred into succ split by where the letters sit (within 3 alphabet places of the
+answer's changed letter, or further), and less the one direction the differences share; and, instead of a splice,
+one vector added to all the succ prompt's unused-letter states: the mean pred-minus-succ difference there over the
+other pairs, or a random direction of its length, and that vector at 0.5 to 4 times its length in both directions
+(an interactive figure beside the JSON); and after which encoder layer the pred and succ states at the unused
+letters come apart, and how much the unused letters attend to the example's changed output letter in the last. The
+functions it uses for the added and removed direction, the layers and the attention are in
+`lsa_interp.analysis.memory_direction`. Each row counts the answers that are the prompt's own, the donor's, the
+query copied unchanged, or other, and those equal to the unperturbed answer, and gives how far the spliced states
+are from the own (relative to their size) and how alike their directions are (mean pairwise cosine), or the added
+vector's relative length. It writes ``analyses/results/splice_controls.json`` and ``.html``.
 
     python analyses/splice_controls.py --model copy-200 --model copy-20 --model nocopy-20
 """
@@ -24,12 +27,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from jaxtyping import Bool, Float, Int
-from torch import Tensor
 
+from lsa_interp.analysis.memory_direction import (
+    by_layer,
+    changed_letter_attention,
+    decode_with_added,
+    decode_with_changes,
+    direction_vectors,
+    without_component,
+)
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.analysis.splice import (
-    MEMORY_HOOK,
     Case,
     encoder_memory,
     memory_change,
@@ -38,9 +46,7 @@ from lsa_interp.analysis.splice import (
     unused_positions,
 )
 from lsa_interp.data.task import Task
-from lsa_interp.data.tokenizer import decode_batch, encode_tasks
 from lsa_interp.model import HookedEncoderDecoder, load_model
-from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS
 from lsa_interp.utils import atomic_write
 from lsa_interp.viz.html import figures_page
 
@@ -115,68 +121,6 @@ def splice_row(model: HookedEncoderDecoder, donors: list[Task], targets: list[Ta
     }
 
 
-def mean_of_others(sums: Float[Tensor, "pair d_model"], counts: Int[Tensor, " pair"]) -> Float[Tensor, "pair d_model"]:
-    """Row i: the mean over every pair but i of the vectors whose per-pair sums and counts are given (zero where the
-    other pairs hold none)."""
-    others = (counts.sum() - counts).clamp_min(1)
-    return (sums.sum(0) - sums) / others[:, None].to(sums.dtype)
-
-
-def random_directions(vectors: Float[Tensor, "pair d_model"], seed: int) -> Float[Tensor, "pair d_model"]:
-    """Vectors of the same lengths as ``vectors`` in random (Gaussian, seeded) directions."""
-    noise = torch.randn(vectors.shape, generator=torch.Generator().manual_seed(seed), dtype=vectors.dtype)
-    return noise / noise.norm(dim=1, keepdim=True) * vectors.norm(dim=1, keepdim=True)
-
-
-def direction_vectors(
-    donor_memory: Float[Tensor, "pair donor_pos d_model"],
-    target_memory: Float[Tensor, "pair target_pos d_model"],
-    mask: Bool[Tensor, "pair pos"],
-    scale: float = 1.0,
-    random_seed: int | None = None,
-) -> Float[Tensor, "pair d_model"]:
-    """Per pair, ``scale`` times the mean donor-minus-target state difference at the ``mask`` positions of the other
-    pairs (`mean_of_others`); with ``random_seed``, vectors of those lengths in random directions."""
-    width = mask.shape[1]
-    change = (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
-    vectors = scale * mean_of_others(change.sum(1), mask.sum(1))
-    return vectors if random_seed is None else random_directions(vectors, random_seed)
-
-
-def decode_with_added(
-    model: HookedEncoderDecoder,
-    targets: list[Task],
-    mask: Bool[Tensor, "pair pos"],
-    vectors: Float[Tensor, "pair d_model"],
-) -> list[str]:
-    """Greedy answers of ``targets`` with pair i's vector added to its memory states where ``mask`` is set (the mask
-    covers the memory's first positions); the model's mode is restored."""
-    return decode_with_changes(model, targets, mask[..., None] * vectors[:, None, :])
-
-
-def decode_with_changes(
-    model: HookedEncoderDecoder, targets: list[Task], changes: Float[Tensor, "pair pos d_model"]
-) -> list[str]:
-    """Greedy answers of ``targets`` with ``changes`` added to their memories' first positions; the model's mode is
-    restored."""
-    width = changes.shape[1]
-    added = changes.to(model.device)
-
-    def add(memory, hook):
-        memory = memory.clone()
-        memory[:, :width] += added.to(memory.dtype)
-        return memory
-
-    batch = encode_tasks(targets, with_answers=False).to(model.device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), model.hooks(fwd_hooks=[(MEMORY_HOOK, add)]):
-            return decode_batch(model.greedy_decode(batch.src, DEFAULT_MAX_NEW_TOKENS))
-    finally:
-        model.train(was_training)
-
-
 def added_direction_row(
     model: HookedEncoderDecoder,
     donors: list[Task],
@@ -201,15 +145,6 @@ def added_direction_row(
         "positions_per_pair": float(mask.sum(1).float().mean()),
         "vector_size": float(size.mean()),
     }
-
-
-def without_component(
-    changes: Float[Tensor, "pair pos d_model"], directions: Float[Tensor, "pair d_model"]
-) -> Float[Tensor, "pair pos d_model"]:
-    """``changes`` less their component along pair i's direction (its length does not matter; a zero direction
-    removes nothing)."""
-    unit = directions / directions.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    return changes - (changes * unit[:, None, :]).sum(-1, keepdim=True) * unit[:, None, :]
 
 
 def splice_without_direction_row(model: HookedEncoderDecoder, donors: list[Task], targets: list[Task]) -> dict:
@@ -237,6 +172,7 @@ def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
     exist) and the share of succ and pred prompts it solves unspliced. Raises ValueError from the rows."""
     pairs = minimal_pairs("pred", "succ", n_pairs, seed=seed, lengths=(3,), at_most=True)
     preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    unused = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
     return {
         "pairs": len(pairs),
         "solved_succ": sum(a == t.answer for a, t in zip(model.solve(succs), succs)) / len(succs),
@@ -250,6 +186,10 @@ def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
             "pred into succ, less the mean direction": splice_without_direction_row(model, preds, succs),
             "succ plus the mean pred - succ difference": added_direction_row(model, preds, succs),
             "succ plus a random direction of that length": added_direction_row(model, preds, succs, random_seed=seed),
+        },
+        "pred vs succ by layer": by_layer(model, preds, succs, unused),
+        "attention on the changed letter": {
+            rule: changed_letter_attention(model, tasks, unused) for rule, tasks in (("pred", preds), ("succ", succs))
         },
         "curves": {
             name: {str(scale): added_direction_row(model, donors, targets, scale=scale) for scale in SCALES}
@@ -338,6 +278,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {row:48s} own {cell['own']:4.0%} donor {cell['donor']:4.0%} query {cell['query_copied']:4.0%} "
                 f"other {cell['other']:4.0%} unchanged {cell['unchanged']:4.0%} | {cell['positions_per_pair']:4.1f} "
                 f"positions, {moved}"
+            )
+        layers = ", ".join(
+            f"{name}: {cell['state change']:.2f}/{cell['change alignment']:.2f}"
+            for name, cell in rows["pred vs succ by layer"].items()
+        )
+        print(f"  pred vs succ at the unused letters by layer (change/alignment): {layers}")
+        for rule, cell in rows["attention on the changed letter"].items():
+            print(
+                f"  {rule}: the unused letters' attention on the changed example-out letter, last encoder layer: "
+                f"head {cell['head']} {cell['share']:.2f}, head mean {cell['head_mean']:.2f}"
             )
         for curve, points in rows["curves"].items():
             shares = ", ".join(

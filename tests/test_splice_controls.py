@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from lsa_interp.analysis.planted import planted_answer, planted_model
+from lsa_interp.analysis.planted import planted_model
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.analysis.splice import encoder_memory, memory_change, unused_positions
 from lsa_interp.data.task import Task
@@ -82,6 +82,10 @@ def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
         else:
             assert row["state change"] < 1e-6 and row["change alignment"] == 0.0
     assert rows["pred into succ"]["positions_per_pair"] == 16.25  # 16, 16, 16 and 17 letters
+    layers = table["pred vs succ by layer"]
+    hooks = [f"encoder.{layer}.hook_resid_post" for layer in range(planted_model().cfg.n_encoder_layers)]
+    assert list(layers) == [*hooks, "encoder.ln_final.hook_out"] and len(hooks) >= 1
+    assert all(cell["state change"] < 1e-6 for cell in layers.values())  # its alphabet states ignore the example
     assert list(table["curves"]) == list(script.CURVES)
     for curve in table["curves"].values():
         assert list(curve) == ["0.5", "1.0", "1.5", "2.0", "3.0", "4.0"]
@@ -91,25 +95,6 @@ def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
     near, far = rows["pred into succ, within 3 of the changed letter"], rows["pred into succ, further than 3"]
     assert near["positions_per_pair"] + far["positions_per_pair"] == 16.25
     assert "succ into succ, other example" in capsys.readouterr().out
-
-
-def test_mean_of_others_leaves_each_pair_out(script):
-    sums = torch.tensor([[2.0, 0.0], [0.0, 4.0], [6.0, 6.0]])  # pair sums over 1, 2 and 3 states
-    counts = torch.tensor([1, 2, 3])
-    expected = torch.tensor([[6 / 5, 10 / 5], [8 / 4, 6 / 4], [2 / 3, 4 / 3]])
-    assert torch.allclose(script.mean_of_others(sums, counts), expected)
-    lonely = script.mean_of_others(torch.tensor([[1.0, 1.0], [0.0, 0.0]]), torch.tensor([3, 0]))
-    assert torch.allclose(lonely, torch.tensor([[0.0, 0.0], [1 / 3, 1 / 3]]))  # the first pair's others hold none
-
-
-def test_random_directions_keep_each_length_and_are_seeded(script):
-    vectors = torch.tensor([[3.0, 4.0, 0.0], [0.0, 0.0, 2.0], [1.0, 1.0, 1.0]])
-    drawn = script.random_directions(vectors, 0)
-    assert torch.allclose(drawn.norm(dim=1), vectors.norm(dim=1))
-    assert torch.equal(drawn, script.random_directions(vectors, 0))
-    assert not torch.allclose(drawn, script.random_directions(vectors, 1))
-    cosines = torch.nn.functional.cosine_similarity(drawn, vectors, dim=1)
-    assert (cosines.abs() < 0.999).all()  # not the vectors' own directions
 
 
 @pytest.mark.parametrize(
@@ -145,27 +130,6 @@ ARROW_AT = 30
 """Position of ``>`` in a 3-letter prompt; the planted decoder answers the first example-output letter read there."""
 
 
-def test_an_added_vector_reaches_the_decoder_only_where_the_mask_is_set(script):
-    """The planted decoder reads ``>``: adding the donor-minus-target state there gives the donor's answer, scaled
-    by 0 or added elsewhere it changes nothing; the model's training mode is restored."""
-    model = planted_model()
-    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
-    donors, targets = [p.source for p in pairs], [p.target for p in pairs]
-    change = (encoder_memory(model, donors) - encoder_memory(model, targets))[:, ARROW_AT]
-    at_arrow = torch.zeros(4, 39, dtype=torch.bool)
-    at_arrow[:, ARROW_AT] = True
-    elsewhere = torch.zeros(4, 39, dtype=torch.bool)
-    elsewhere[:, 10:26] = True
-    model.train()
-    assert script.decode_with_added(model, targets, at_arrow, change) == [planted_answer(d) for d in donors]
-    assert model.training
-    model.eval()
-    own = [planted_answer(t) for t in targets]
-    assert own != [planted_answer(d) for d in donors]
-    assert script.decode_with_added(model, targets, at_arrow, 0 * change) == own
-    assert script.decode_with_added(model, targets, elsewhere, change) == own
-
-
 def test_a_splice_row_counts_its_answers_and_measures_the_spliced_states(script):
     """Splicing ``>`` into the planted model: every answer becomes the donor's one letter (other, none unchanged),
     and the state change is `memory_change` over those positions."""
@@ -180,28 +144,3 @@ def test_a_splice_row_counts_its_answers_and_measures_the_spliced_states(script)
     assert expected["state change"] > 0.01
     assert row["state change"] == expected["state change"]
     assert row["change alignment"] == expected["change alignment"]
-
-
-def test_direction_vectors_are_the_scaled_mean_of_the_other_pairs_changes(script):
-    """Pair i gets scale x the mean change over the other pairs' masked states; random ones keep those lengths."""
-    target = torch.zeros(3, 5, 2)
-    donor = torch.zeros(3, 6, 2)  # a wider donor memory: only the mask's first 4 positions count
-    donor[0, 1] = torch.tensor([2.0, 0.0])
-    donor[1, 2] = torch.tensor([0.0, 4.0])
-    donor[2, 3] = torch.tensor([6.0, 6.0])
-    donor[:, 4] = 100.0  # outside the mask
-    mask = torch.zeros(3, 4, dtype=torch.bool)
-    mask[0, 1] = mask[1, 2] = mask[2, 3] = True
-    mask[2, 0] = True  # an unchanged state of pair 2 counts in its mean
-    expected = torch.tensor([[6 / 3, 10 / 3], [8 / 3, 6 / 3], [1.0, 2.0]])
-    assert torch.allclose(script.direction_vectors(donor, target, mask), expected)
-    assert torch.allclose(script.direction_vectors(donor, target, mask, scale=2.0), 2 * expected)
-    drawn = script.direction_vectors(donor, target, mask, scale=2.0, random_seed=0)
-    assert torch.allclose(drawn.norm(dim=1), 2 * expected.norm(dim=1)) and not torch.allclose(drawn, 2 * expected)
-
-
-def test_without_component_removes_only_the_pairs_direction(script):
-    changes = torch.tensor([[[3.0, 4.0], [1.0, 0.0]], [[3.0, 4.0], [0.0, 2.0]]])
-    directions = torch.tensor([[10.0, 0.0], [0.0, 0.0]])  # pair 0 along x (any length), pair 1 none
-    rest = script.without_component(changes, directions)
-    assert torch.allclose(rest, torch.tensor([[[0.0, 4.0], [0.0, 0.0]], [[3.0, 4.0], [0.0, 2.0]]]))

@@ -1,0 +1,154 @@
+"""A direction that spliced memory states share: find it, add it, take it away, and see where it comes from.
+
+Splicing the alphabet letters that neither prompt uses (`splice.unused_positions`) from a pred prompt's memory into a
+succ prompt's changes many states by much the same vector. These functions estimate that vector per pair from the
+other pairs (`direction_vectors`, leave-one-out, so no pair sees its own donor), decode with vectors added to chosen
+memory states (`decode_with_added`, `decode_with_changes`), remove a direction from a splice (`without_component`),
+compare the states after every encoder layer (`by_layer`), and measure how much the letters attend to the example's
+changed output letter in the last encoder layer (`changed_letter_attention`). ``analyses/splice_controls.py`` runs
+them over the shipped models (docs/findings.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from lsa_interp.analysis.splice import MEMORY_HOOK, memory_change, splice_mask
+from lsa_interp.data.task import Task
+from lsa_interp.data.tokenizer import decode_batch, encode_tasks
+from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
+
+
+def mean_of_others(sums: Float[Tensor, "pair d_model"], counts: Int[Tensor, " pair"]) -> Float[Tensor, "pair d_model"]:
+    """Row i: the mean over every pair but i of the vectors whose per-pair sums and counts are given (zero where the
+    other pairs hold none)."""
+    others = (counts.sum() - counts).clamp_min(1)
+    return (sums.sum(0) - sums) / others[:, None].to(sums.dtype)
+
+
+def random_directions(vectors: Float[Tensor, "pair d_model"], seed: int) -> Float[Tensor, "pair d_model"]:
+    """Vectors of the same lengths as ``vectors`` in random (Gaussian, seeded) directions."""
+    noise = torch.randn(vectors.shape, generator=torch.Generator().manual_seed(seed), dtype=vectors.dtype)
+    return noise / noise.norm(dim=1, keepdim=True) * vectors.norm(dim=1, keepdim=True)
+
+
+def direction_vectors(
+    donor_memory: Float[Tensor, "pair donor_pos d_model"],
+    target_memory: Float[Tensor, "pair target_pos d_model"],
+    mask: Bool[Tensor, "pair pos"],
+    scale: float = 1.0,
+    random_seed: int | None = None,
+) -> Float[Tensor, "pair d_model"]:
+    """Per pair, ``scale`` times the mean donor-minus-target state difference at the ``mask`` positions of the other
+    pairs (`mean_of_others`); with ``random_seed``, vectors of those lengths in random directions."""
+    width = mask.shape[1]
+    change = (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
+    vectors = scale * mean_of_others(change.sum(1), mask.sum(1))
+    return vectors if random_seed is None else random_directions(vectors, random_seed)
+
+
+def decode_with_added(
+    model: HookedEncoderDecoder,
+    targets: list[Task],
+    mask: Bool[Tensor, "pair pos"],
+    vectors: Float[Tensor, "pair d_model"],
+) -> list[str]:
+    """Greedy answers of ``targets`` with pair i's vector added to its memory states where ``mask`` is set (the mask
+    covers the memory's first positions); the model's mode is restored."""
+    return decode_with_changes(model, targets, mask[..., None] * vectors[:, None, :])
+
+
+def decode_with_changes(
+    model: HookedEncoderDecoder, targets: list[Task], changes: Float[Tensor, "pair pos d_model"]
+) -> list[str]:
+    """Greedy answers of ``targets`` with ``changes`` added to their memories' first positions; the model's mode is
+    restored."""
+    width = changes.shape[1]
+    added = changes.to(model.device)
+
+    def add(memory, hook):
+        memory = memory.clone()
+        memory[:, :width] += added.to(memory.dtype)
+        return memory
+
+    batch = encode_tasks(targets, with_answers=False).to(model.device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), model.hooks(fwd_hooks=[(MEMORY_HOOK, add)]):
+            return decode_batch(model.greedy_decode(batch.src, DEFAULT_MAX_NEW_TOKENS))
+    finally:
+        model.train(was_training)
+
+
+def without_component(
+    changes: Float[Tensor, "pair pos d_model"], directions: Float[Tensor, "pair d_model"]
+) -> Float[Tensor, "pair pos d_model"]:
+    """``changes`` less their component along pair i's direction (its length does not matter; a zero direction
+    removes nothing)."""
+    unit = directions / directions.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return changes - (changes * unit[:, None, :]).sum(-1, keepdim=True) * unit[:, None, :]
+
+
+def by_layer(
+    model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], positions: Sequence[Sequence[int]]
+) -> dict[str, dict[str, float]]:
+    """`memory_change` at each pair's ``positions`` after each encoder layer (``encoder.L.hook_resid_post``, L 0-based)
+    and in the memory (after the final norm): where the difference between donor and target forms. Raises ValueError
+    as `splice_mask` and `memory_change` do."""
+    names = [f"encoder.{layer}.hook_resid_post" for layer in range(model.cfg.n_encoder_layers)] + [MEMORY_HOOK]
+    caches = []
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for tasks in (donors, targets):
+                batch = encode_tasks(tasks, with_answers=False).to(model.device)
+                caches.append(model.run_with_cache(batch, names_filter=names)[1])
+    finally:
+        model.train(was_training)
+    donor_cache, target_cache = caches
+    width = min(donor_cache[MEMORY_HOOK].shape[1], target_cache[MEMORY_HOOK].shape[1])
+    mask = splice_mask(positions, len(targets), width)
+    return {
+        name: memory_change(donor_cache[name].float().cpu(), target_cache[name].float().cpu(), mask) for name in names
+    }
+
+
+def changed_letter_position(task: Task) -> int:
+    """Prompt position of the one example's first output letter that differs from its input (alphabet, ``|``,
+    input, ``>``, output). Raises ValueError for a task with several examples or an unchanged example."""
+    if len(task.examples) != 1:
+        raise ValueError(f"give one-example tasks, got {len(task.examples)} examples in {task}")
+    (example_in, example_out), start = task.examples[0], len(task.alphabet) + len(task.examples[0][0]) + 2
+    changed = next((i for i, (a, b) in enumerate(zip(example_in, example_out)) if a != b), None)
+    if changed is None:
+        raise ValueError(f"the example of {task} changes no letter in place")
+    return start + changed
+
+
+def changed_letter_attention(
+    model: HookedEncoderDecoder, tasks: list[Task], positions: list[Sequence[int]]
+) -> dict[str, float | str]:
+    """In the last encoder layer, the mean attention of each task's ``positions`` (its unused letters) on its
+    example's changed output letter: per head, the strongest head's (``head``, 1-based) and the mean over heads."""
+    layer = model.cfg.n_encoder_layers - 1
+    name = f"encoder.{layer}.attn.hook_pattern"
+    batch = encode_tasks(tasks, with_answers=False).to(model.device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            pattern = model.run_with_cache(batch, names_filter=[name])[1][name].float().cpu()
+    finally:
+        model.train(was_training)
+    mask = splice_mask(positions, len(tasks), pattern.shape[-1])
+    keys = torch.tensor([changed_letter_position(task) for task in tasks])
+    on_changed = pattern[torch.arange(len(tasks)), :, :, keys]  # [task, head, query]
+    per_head = ((on_changed * mask[:, None, :]).sum(-1) / mask.sum(-1).clamp_min(1)[:, None]).mean(0)
+    head = int(per_head.argmax())
+    return {"head": f"{layer + 1}.{head + 1}", "share": float(per_head[head]), "head_mean": float(per_head.mean())}

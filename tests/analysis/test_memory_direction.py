@@ -1,0 +1,159 @@
+"""memory_direction: the direction spliced states share, found per pair from the others, added to chosen memory
+states, taken away; where it forms and what the letters attend to (the planted model reads its answer at ``>``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lsa_interp.analysis.memory_direction import (
+    by_layer,
+    changed_letter_attention,
+    changed_letter_position,
+    decode_with_added,
+    decode_with_changes,
+    direction_vectors,
+    mean_of_others,
+    random_directions,
+    without_component,
+)
+from lsa_interp.analysis.planted import planted_answer, planted_model
+from lsa_interp.analysis.prompts import minimal_pairs
+from lsa_interp.analysis.splice import encoder_memory, memory_change, unused_positions
+from lsa_interp.data.task import Task
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+
+ARROW_AT = 30
+"""Position of ``>`` in a 3-letter prompt; the planted decoder answers the first example-output letter read there."""
+
+
+def test_mean_of_others_leaves_each_pair_out():
+    sums = torch.tensor([[2.0, 0.0], [0.0, 4.0], [6.0, 6.0]])  # pair sums over 1, 2 and 3 states
+    counts = torch.tensor([1, 2, 3])
+    expected = torch.tensor([[6 / 5, 10 / 5], [8 / 4, 6 / 4], [2 / 3, 4 / 3]])
+    assert torch.allclose(mean_of_others(sums, counts), expected)
+    lonely = mean_of_others(torch.tensor([[1.0, 1.0], [0.0, 0.0]]), torch.tensor([3, 0]))
+    assert torch.allclose(lonely, torch.tensor([[0.0, 0.0], [1 / 3, 1 / 3]]))  # the first pair's others hold none
+
+
+def test_random_directions_keep_each_length_and_are_seeded():
+    vectors = torch.tensor([[3.0, 4.0, 0.0], [0.0, 0.0, 2.0], [1.0, 1.0, 1.0]])
+    drawn = random_directions(vectors, 0)
+    assert torch.allclose(drawn.norm(dim=1), vectors.norm(dim=1))
+    assert torch.equal(drawn, random_directions(vectors, 0))
+    assert not torch.allclose(drawn, random_directions(vectors, 1))
+    cosines = torch.nn.functional.cosine_similarity(drawn, vectors, dim=1)
+    assert (cosines.abs() < 0.999).all()  # not the vectors' own directions
+
+
+def test_an_added_vector_reaches_the_decoder_only_where_the_mask_is_set():
+    """The planted decoder reads ``>``: adding the donor-minus-target state there gives the donor's answer, scaled
+    by 0 or added elsewhere it changes nothing; the model's training mode is restored."""
+    model = planted_model()
+    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
+    donors, targets = [p.source for p in pairs], [p.target for p in pairs]
+    change = (encoder_memory(model, donors) - encoder_memory(model, targets))[:, ARROW_AT]
+    at_arrow = torch.zeros(4, 39, dtype=torch.bool)
+    at_arrow[:, ARROW_AT] = True
+    elsewhere = torch.zeros(4, 39, dtype=torch.bool)
+    elsewhere[:, 10:26] = True
+    model.train()
+    assert decode_with_added(model, targets, at_arrow, change) == [planted_answer(d) for d in donors]
+    assert model.training
+    model.eval()
+    own = [planted_answer(t) for t in targets]
+    assert own != [planted_answer(d) for d in donors]
+    assert decode_with_added(model, targets, at_arrow, 0 * change) == own
+    assert decode_with_added(model, targets, elsewhere, change) == own
+
+
+def test_direction_vectors_are_the_scaled_mean_of_the_other_pairs_changes():
+    """Pair i gets scale x the mean change over the other pairs' masked states; random ones keep those lengths."""
+    target = torch.zeros(3, 5, 2)
+    donor = torch.zeros(3, 6, 2)  # a wider donor memory: only the mask's first 4 positions count
+    donor[0, 1] = torch.tensor([2.0, 0.0])
+    donor[1, 2] = torch.tensor([0.0, 4.0])
+    donor[2, 3] = torch.tensor([6.0, 6.0])
+    donor[:, 4] = 100.0  # outside the mask
+    mask = torch.zeros(3, 4, dtype=torch.bool)
+    mask[0, 1] = mask[1, 2] = mask[2, 3] = True
+    mask[2, 0] = True  # an unchanged state of pair 2 counts in its mean
+    expected = torch.tensor([[6 / 3, 10 / 3], [8 / 3, 6 / 3], [1.0, 2.0]])
+    assert torch.allclose(direction_vectors(donor, target, mask), expected)
+    assert torch.allclose(direction_vectors(donor, target, mask, scale=2.0), 2 * expected)
+    drawn = direction_vectors(donor, target, mask, scale=2.0, random_seed=0)
+    assert torch.allclose(drawn.norm(dim=1), 2 * expected.norm(dim=1)) and not torch.allclose(drawn, 2 * expected)
+
+
+def test_without_component_removes_only_the_pairs_direction():
+    changes = torch.tensor([[[3.0, 4.0], [1.0, 0.0]], [[3.0, 4.0], [0.0, 2.0]]])
+    directions = torch.tensor([[10.0, 0.0], [0.0, 0.0]])  # pair 0 along x (any length), pair 1 none
+    rest = without_component(changes, directions)
+    assert torch.allclose(rest, torch.tensor([[[0.0, 4.0], [0.0, 0.0]], [[3.0, 4.0], [0.0, 2.0]]]))
+
+
+def test_changes_apply_per_state():
+    """A change at ``>`` of pair 0 alone turns pair 0's answer into its donor's; pair 1 keeps its own."""
+    model = planted_model()
+    pairs = minimal_pairs("pred", "succ", 2, lengths=(3,), at_most=True)
+    donors, targets = [p.source for p in pairs], [p.target for p in pairs]
+    changes = torch.zeros(2, 39, 128)
+    changes[0, ARROW_AT] = (encoder_memory(model, donors[:1]) - encoder_memory(model, targets[:1]))[0, ARROW_AT]
+    assert decode_with_changes(model, targets, changes) == [planted_answer(donors[0]), planted_answer(targets[1])]
+
+
+def test_changed_letter_position_counts_alphabet_separator_input_and_arrow():
+    assert changed_letter_position(Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd")) == 31
+    assert changed_letter_position(Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcd")) == 33
+    assert changed_letter_position(Task.parse("abcdefghijklmnopqrstuvwxyz | efgh > efgi | bcde")) == 35
+    with pytest.raises(ValueError, match="one-example tasks, got 2"):
+        changed_letter_position(Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > ghj | efg > efh | bcd"))
+    with pytest.raises(ValueError, match="changes no letter in place"):
+        changed_letter_position(Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > ghi | bcd"))
+
+
+def _tiny(layers: int = 2) -> HookedEncoderDecoder:
+    config = ModelConfig(d_model=16, n_heads=2, n_encoder_layers=layers, n_decoder_layers=1, d_mlp=8, dropout=0.0)
+    torch.manual_seed(0)
+    return HookedEncoderDecoder(config)
+
+
+def test_changed_letter_attention_reads_each_tasks_changed_key_from_its_given_queries(monkeypatch):
+    """A stand-in pattern: head 2 of the last layer puts all of each unused letter's attention on that task's changed
+    letter, head 1 spreads it evenly; the first layer's pattern is never read."""
+    model = _tiny()
+    pairs = minimal_pairs("pred", "succ", 3, lengths=(3,), at_most=True)
+    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    positions = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
+    pattern = torch.full((3, 2, 39, 39), 1 / 39)
+    pattern[:, 1] = 0.0
+    for i, task in enumerate(preds):
+        pattern[i, 1, positions[i], changed_letter_position(task)] = 1.0  # other queries look elsewhere
+    asked = []
+
+    def fake_cache(batch, names_filter):
+        asked.append(names_filter)
+        return None, {"encoder.1.attn.hook_pattern": pattern}
+
+    monkeypatch.setattr(model, "run_with_cache", fake_cache)
+    model.train()
+    result = changed_letter_attention(model, preds, positions)
+    assert asked == [["encoder.1.attn.hook_pattern"]] and model.training
+    assert result["head"] == "2.2" and result["share"] == pytest.approx(1.0)
+    assert result["head_mean"] == pytest.approx((1 + 1 / 39) / 2)
+
+
+def test_by_layer_compares_every_encoder_layer_and_the_memory():
+    """One entry per encoder layer and one for the memory, which is `memory_change` of `encoder_memory`."""
+    model = _tiny(layers=2)
+    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
+    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    positions = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
+    layers = by_layer(model, preds, succs, positions)
+    assert list(layers) == ["encoder.0.hook_resid_post", "encoder.1.hook_resid_post", "encoder.ln_final.hook_out"]
+    mask = torch.zeros(4, 39, dtype=torch.bool)
+    for i, row in enumerate(positions):
+        mask[i, list(row)] = True
+    expected = memory_change(encoder_memory(model, preds), encoder_memory(model, succs), mask)
+    assert layers["encoder.ln_final.hook_out"] == pytest.approx(expected)
+    assert all(cell["state change"] > 0 for cell in layers.values())  # a random model's letters see the example
