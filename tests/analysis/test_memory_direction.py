@@ -21,6 +21,7 @@ from lsa_interp.analysis.planted import planted_answer, planted_model
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.analysis.splice import encoder_memory, memory_change, unused_positions
 from lsa_interp.data.task import Task
+from lsa_interp.data.tokenizer import encode_tasks
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 
 ARROW_AT = 30
@@ -34,6 +35,8 @@ def test_mean_of_others_leaves_each_pair_out():
     assert torch.allclose(mean_of_others(sums, counts), expected)
     lonely = mean_of_others(torch.tensor([[1.0, 1.0], [0.0, 0.0]]), torch.tensor([3, 0]))
     assert torch.allclose(lonely, torch.tensor([[0.0, 0.0], [1 / 3, 1 / 3]]))  # the first pair's others hold none
+    single = mean_of_others(torch.tensor([[2.0, 4.0], [0.0, 0.0]]), torch.tensor([1, 0]))
+    assert torch.allclose(single, torch.tensor([[0.0, 0.0], [2.0, 4.0]]))  # one other state: its own vector
 
 
 def test_random_directions_keep_each_length_and_are_seeded():
@@ -44,6 +47,15 @@ def test_random_directions_keep_each_length_and_are_seeded():
     assert not torch.allclose(drawn, random_directions(vectors, 1))
     cosines = torch.nn.functional.cosine_similarity(drawn, vectors, dim=1)
     assert (cosines.abs() < 0.999).all()  # not the vectors' own directions
+
+
+def test_random_directions_keep_the_vectors_dtype():
+    """The noise is drawn in the vectors' dtype: float64 lengths hold to float64 precision, bfloat16 stays bfloat16."""
+    vectors = torch.tensor([[3.0, 4.0, 0.0], [0.1, 0.2, 0.3]], dtype=torch.float64)
+    drawn = random_directions(vectors, 0)
+    assert drawn.dtype == torch.float64
+    assert torch.allclose(drawn.norm(dim=1), vectors.norm(dim=1), rtol=1e-12, atol=0)
+    assert random_directions(vectors.to(torch.bfloat16), 0).dtype == torch.bfloat16
 
 
 def test_an_added_vector_reaches_the_decoder_only_where_the_mask_is_set():
@@ -85,11 +97,33 @@ def test_direction_vectors_are_the_scaled_mean_of_the_other_pairs_changes():
     assert torch.allclose(drawn.norm(dim=1), 2 * expected.norm(dim=1)) and not torch.allclose(drawn, 2 * expected)
 
 
+def test_direction_vectors_take_donor_minus_target():
+    """The change is the donor's state less the target's: equal offsets in both memories cancel."""
+    target = torch.full((2, 3, 2), 5.0)
+    donor = target.clone()
+    donor[0, 1] += torch.tensor([3.0, -6.0])
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    expected = torch.tensor([[0.0, 0.0], [1.0, -2.0]])  # pair 1: pair 0's change over its 3 states
+    assert torch.allclose(direction_vectors(donor, target, mask), expected)
+
+
 def test_without_component_removes_only_the_pairs_direction():
     changes = torch.tensor([[[3.0, 4.0], [1.0, 0.0]], [[3.0, 4.0], [0.0, 2.0]]])
     directions = torch.tensor([[10.0, 0.0], [0.0, 0.0]])  # pair 0 along x (any length), pair 1 none
     rest = without_component(changes, directions)
     assert torch.allclose(rest, torch.tensor([[[0.0, 4.0], [0.0, 0.0]], [[3.0, 4.0], [0.0, 2.0]]]))
+
+
+def test_without_component_normalises_each_pairs_direction_of_any_length():
+    """Directions shorter than 1, longer, and oblique, one per pair (3 pairs of 2-d states): each pair's changes lose
+    their whole component along its own direction, whatever its length."""
+    changes = torch.tensor([[3.0, 4.0], [1.0, 1.0]]).expand(3, 2, 2)
+    directions = torch.tensor([[0.5, 0.0], [0.0, 3.0], [0.6, 0.8]])
+    rest = without_component(changes, directions)
+    expected = torch.tensor(
+        [[[0.0, 4.0], [0.0, 1.0]], [[3.0, 0.0], [1.0, 0.0]], [[0.0, 0.0], [1 - 1.4 * 0.6, 1 - 1.4 * 0.8]]]
+    )
+    assert torch.allclose(rest, expected, atol=1e-6)
 
 
 def test_changes_apply_per_state():
@@ -98,6 +132,16 @@ def test_changes_apply_per_state():
     pairs = minimal_pairs("pred", "succ", 2, lengths=(3,), at_most=True)
     donors, targets = [p.source for p in pairs], [p.target for p in pairs]
     changes = torch.zeros(2, 39, 128)
+    changes[0, ARROW_AT] = (encoder_memory(model, donors[:1]) - encoder_memory(model, targets[:1]))[0, ARROW_AT]
+    assert decode_with_changes(model, targets, changes) == [planted_answer(donors[0]), planted_answer(targets[1])]
+
+
+def test_changes_narrower_than_the_memory_cover_its_first_positions():
+    """Changes up to ``>`` only (31 of 39 positions) of prompts without answers: pair 0 gives its donor's answer."""
+    model = planted_model()
+    pairs = minimal_pairs("pred", "succ", 2, lengths=(3,), at_most=True)
+    donors, targets = [p.source for p in pairs], [p.target.with_answer(None) for p in pairs]
+    changes = torch.zeros(2, ARROW_AT + 1, 128)
     changes[0, ARROW_AT] = (encoder_memory(model, donors[:1]) - encoder_memory(model, targets[:1]))[0, ARROW_AT]
     assert decode_with_changes(model, targets, changes) == [planted_answer(donors[0]), planted_answer(targets[1])]
 
@@ -157,3 +201,36 @@ def test_by_layer_compares_every_encoder_layer_and_the_memory():
     expected = memory_change(encoder_memory(model, preds), encoder_memory(model, succs), mask)
     assert layers["encoder.ln_final.hook_out"] == pytest.approx(expected)
     assert all(cell["state change"] > 0 for cell in layers.values())  # a random model's letters see the example
+
+
+def test_changed_letter_attention_of_a_real_pattern_for_prompts_without_answers():
+    """The tiny model's own last-layer pattern, prompts without answers; a task with one query position weighs its
+    one attention whole."""
+    model = _tiny()
+    pairs = minimal_pairs("pred", "succ", 3, lengths=(3,), at_most=True)
+    preds = [p.source.with_answer(None) for p in pairs]
+    positions = [unused_positions(p, s) for p, s in zip(preds, [p.target for p in pairs], strict=True)]
+    positions[0] = positions[0][:1]
+    name = "encoder.1.attn.hook_pattern"
+    pattern = model.run_with_cache(encode_tasks(preds, with_answers=False), names_filter=[name])[1][name]
+    per_head = torch.stack(
+        [
+            pattern[i, :, list(rows), changed_letter_position(task)].mean(-1)
+            for i, (task, rows) in enumerate(zip(preds, positions, strict=True))
+        ]
+    ).mean(0)
+    result = changed_letter_attention(model, preds, positions)
+    head = int(per_head.argmax())
+    assert result == pytest.approx(
+        {"head": f"2.{head + 1}", "share": float(per_head[head]), "head_mean": float(per_head.mean())}
+    )
+
+
+def test_by_layer_of_prompts_without_answers():
+    """Prompts need no answers: every layer's comparison is that of the same tasks with answers."""
+    model = _tiny(layers=2)
+    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
+    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    positions = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
+    bare = by_layer(model, [t.with_answer(None) for t in preds], [t.with_answer(None) for t in succs], positions)
+    assert bare == by_layer(model, preds, succs, positions)
