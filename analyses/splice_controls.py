@@ -8,7 +8,8 @@ answer's changed letter, or further), and less the one direction the differences
 one vector added to all the succ prompt's unused-letter states: the mean pred-minus-succ difference there over the
 other pairs, or a random direction of its length, and that vector at 0.5 to 4 times its length in both directions
 (an interactive figure beside the JSON); and after which encoder layer the pred and succ states at the unused
-letters come apart, and how much the unused letters attend to the example's changed output letter in the last. The
+letters come apart, how much the unused letters attend to the example's changed output letter in the last, and the
+difference with that head, or every other head of the last layer, zeroed there. The
 functions it uses for the added and removed direction, the layers and the attention are in
 `lsa_interp.analysis.memory_direction`. Each row counts the answers that are the prompt's own, the donor's, the
 query copied unchanged, or other, and those equal to the unperturbed answer, and gives how far the spliced states
@@ -38,6 +39,7 @@ from lsa_interp.analysis.memory_direction import (
 )
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.analysis.splice import (
+    MEMORY_HOOK,
     Case,
     encoder_memory,
     memory_change,
@@ -173,6 +175,11 @@ def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
     pairs = minimal_pairs("pred", "succ", n_pairs, seed=seed, lengths=(3,), at_most=True)
     preds, succs = [p.source for p in pairs], [p.target for p in pairs]
     unused = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
+    attention = {
+        rule: changed_letter_attention(model, tasks, unused) for rule, tasks in (("pred", preds), ("succ", succs))
+    }
+    head = int(str(attention["succ"]["head"]).split(".")[1]) - 1
+    others = [other for other in range(model.cfg.n_heads) if other != head]
     return {
         "pairs": len(pairs),
         "solved_succ": sum(a == t.answer for a, t in zip(model.solve(succs), succs)) / len(succs),
@@ -188,8 +195,10 @@ def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
             "succ plus a random direction of that length": added_direction_row(model, preds, succs, random_seed=seed),
         },
         "pred vs succ by layer": by_layer(model, preds, succs, unused),
-        "attention on the changed letter": {
-            rule: changed_letter_attention(model, tasks, unused) for rule, tasks in (("pred", preds), ("succ", succs))
+        "attention on the changed letter": attention,
+        "pred vs succ, last-layer heads zeroed at the unused letters": {
+            f"head {attention['succ']['head']}": by_layer(model, preds, succs, unused, [head])[MEMORY_HOOK],
+            "every other head": by_layer(model, preds, succs, unused, others)[MEMORY_HOOK],
         },
         "curves": {
             name: {str(scale): added_direction_row(model, donors, targets, scale=scale) for scale in SCALES}
@@ -284,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
             for name, cell in rows["pred vs succ by layer"].items()
         )
         print(f"  pred vs succ at the unused letters by layer (change/alignment): {layers}")
+        zeroed = ", ".join(
+            f"{name}: {cell['state change']:.2f}/{cell['change alignment']:.2f}"
+            for name, cell in rows["pred vs succ, last-layer heads zeroed at the unused letters"].items()
+        )
+        print(f"  pred vs succ in the memory with last-layer heads zeroed at the unused letters: {zeroed}")
         for rule, cell in rows["attention on the changed letter"].items():
             print(
                 f"  {rule}: the unused letters' attention on the changed example-out letter, last encoder layer: "

@@ -86,6 +86,10 @@ def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
     hooks = [f"encoder.{layer}.hook_resid_post" for layer in range(planted_model().cfg.n_encoder_layers)]
     assert list(layers) == [*hooks, "encoder.ln_final.hook_out"] and len(hooks) >= 1
     assert all(cell["state change"] < 1e-6 for cell in layers.values())  # its alphabet states ignore the example
+    zeroed = table["pred vs succ, last-layer heads zeroed at the unused letters"]
+    head = table["attention on the changed letter"]["succ"]["head"]
+    assert list(zeroed) == [f"head {head}", "every other head"]
+    assert all(cell["state change"] < 1e-6 for cell in zeroed.values())
     assert list(table["curves"]) == list(script.CURVES)
     for curve in table["curves"].values():
         assert list(curve) == ["0.5", "1.0", "1.5", "2.0", "3.0", "4.0"]

@@ -95,25 +95,38 @@ def without_component(
 
 
 def by_layer(
-    model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], positions: Sequence[Sequence[int]]
+    model: HookedEncoderDecoder,
+    donors: list[Task],
+    targets: list[Task],
+    positions: Sequence[Sequence[int]],
+    zeroed_heads: Sequence[int] = (),
 ) -> dict[str, dict[str, float]]:
     """`memory_change` at each pair's ``positions`` after each encoder layer (``encoder.L.hook_resid_post``, L 0-based)
-    and in the memory (after the final norm): where the difference between donor and target forms. Raises ValueError
-    as `splice_mask` and `memory_change` do."""
-    names = [f"encoder.{layer}.hook_resid_post" for layer in range(model.cfg.n_encoder_layers)] + [MEMORY_HOOK]
+    and in the memory (after the final norm): where the difference between donor and target forms. ``zeroed_heads``
+    (0-based heads of the last encoder layer) have their output (``hook_z``) zeroed at those positions in donors and
+    targets alike: what the difference is without them. Raises ValueError as `splice_mask` and `memory_change` do."""
+    last = model.cfg.n_encoder_layers - 1
+    names = [f"encoder.{layer}.hook_resid_post" for layer in range(last + 1)] + [MEMORY_HOOK]
+    batches = [encode_tasks(tasks, with_answers=False).to(model.device) for tasks in (donors, targets)]
+    width = min(batch.src.shape[1] for batch in batches)
+    mask = splice_mask(positions, len(targets), width)
+    on_device = mask.to(model.device)
+
+    def zero(z, hook):
+        z = z.clone()
+        for head in zeroed_heads:
+            z[:, :width, head][on_device] = 0.0
+        return z
+
     caches = []
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
-            for tasks in (donors, targets):
-                batch = encode_tasks(tasks, with_answers=False).to(model.device)
-                caches.append(model.run_with_cache(batch, names_filter=names)[1])
+        with torch.no_grad(), model.hooks(fwd_hooks=[(f"encoder.{last}.attn.hook_z", zero)] if zeroed_heads else []):
+            caches = [model.run_with_cache(batch, names_filter=names)[1] for batch in batches]
     finally:
         model.train(was_training)
     donor_cache, target_cache = caches
-    width = min(donor_cache[MEMORY_HOOK].shape[1], target_cache[MEMORY_HOOK].shape[1])
-    mask = splice_mask(positions, len(targets), width)
     return {
         name: memory_change(donor_cache[name].float().cpu(), target_cache[name].float().cpu(), mask) for name in names
     }

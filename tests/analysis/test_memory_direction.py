@@ -234,3 +234,18 @@ def test_by_layer_of_prompts_without_answers():
     positions = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
     bare = by_layer(model, [t.with_answer(None) for t in preds], [t.with_answer(None) for t in succs], positions)
     assert bare == by_layer(model, preds, succs, positions)
+
+
+def test_by_layer_can_zero_last_layer_heads_at_the_positions():
+    """Zeroing the last layer's heads changes the comparison from that layer on, never before; no heads, no change."""
+    model = _tiny(layers=2)
+    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
+    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    positions = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
+    plain = by_layer(model, preds, succs, positions)
+    assert by_layer(model, preds, succs, positions, []) == plain
+    one, both = (by_layer(model, preds, succs, positions, heads) for heads in ([1], [0, 1]))
+    for zeroed in (one, both):
+        assert zeroed["encoder.0.hook_resid_post"] == plain["encoder.0.hook_resid_post"]
+        assert zeroed["encoder.1.hook_resid_post"] != plain["encoder.1.hook_resid_post"]
+    assert one["encoder.1.hook_resid_post"] != both["encoder.1.hook_resid_post"]
