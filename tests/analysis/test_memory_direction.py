@@ -249,3 +249,32 @@ def test_by_layer_can_zero_last_layer_heads_at_the_positions():
         assert zeroed["encoder.0.hook_resid_post"] == plain["encoder.0.hook_resid_post"]
         assert zeroed["encoder.1.hook_resid_post"] != plain["encoder.1.hook_resid_post"]
     assert one["encoder.1.hook_resid_post"] != both["encoder.1.hook_resid_post"]
+
+
+def test_by_layer_sets_the_zeroed_heads_output_to_zero():
+    """by_layer with ``zeroed_heads=[1]`` compares every layer as the model does with head 2 of its last layer set
+    to exactly 0 by hand at each pair's unused letters (head 1 kept)."""
+    model = _tiny(layers=2)
+    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
+    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    positions = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
+    mask = torch.zeros(4, 39, dtype=torch.bool)
+    for i, row in enumerate(positions):
+        mask[i, list(row)] = True
+
+    def zero_head_2(z, hook):
+        z = z.clone()
+        z[:, :, 1][mask] = 0.0
+        return z
+
+    names = ["encoder.0.hook_resid_post", "encoder.1.hook_resid_post", "encoder.ln_final.hook_out"]
+    model.eval()
+    with torch.no_grad(), model.hooks(fwd_hooks=[("encoder.1.attn.hook_z", zero_head_2)]):
+        pred_cache, succ_cache = (
+            model.run_with_cache(encode_tasks(tasks, with_answers=False), names_filter=names)[1]
+            for tasks in (preds, succs)
+        )
+    zeroed = by_layer(model, preds, succs, positions, [1])
+    assert list(zeroed) == names
+    for name in names:
+        assert zeroed[name] == pytest.approx(memory_change(pred_cache[name], succ_cache[name], mask))
