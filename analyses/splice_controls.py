@@ -4,17 +4,17 @@ For each ``--model``, over the same minimal pairs as ``lsa-interp splice`` (3-le
 the ``unused letters`` case in both directions (pred into succ, succ into pred); a same-rule control (each succ
 prompt decoded with the unused letters of a succ prompt whose example is another window and whose query is the same,
 so only the example differs); pred into succ split by where the letters sit (within 3 alphabet places of the
-answer's changed letter, or further), and less the one direction the differences share; and, instead of a splice,
-one vector added to all the succ prompt's unused-letter states: the mean pred-minus-succ difference there over the
-other pairs, or a random direction of its length, and that vector at 0.5 to 4 times its length in both directions
-(an interactive figure beside the JSON); and after which encoder layer the pred and succ states at the unused
-letters come apart, how much the unused letters attend to the example's changed output letter in the last, and the
-difference with that head, or every other head of the last layer, zeroed there. The
-functions it uses for the added and removed direction, the layers and the attention are in
-`lsa_interp.analysis.memory_direction`. Each row counts the answers that are the prompt's own, the donor's, the
-query copied unchanged, or other, and those equal to the unperturbed answer, and gives how far the spliced states
-are from the own (relative to their size) and how alike their directions are (mean pairwise cosine), or the added
-vector's relative length. It writes ``analyses/results/splice_controls.json`` and ``.html``.
+answer's changed letter, or further), less the one direction the differences share (also stretched back to the
+change's length), and at 0.15 and 0.5 of its size; and, instead of a splice, one vector added to all the succ
+prompt's unused-letter states: the mean pred-minus-succ difference there over the other pairs, or a random direction
+of its length, and that vector at 0.5 to 4 times its length in both directions (an interactive figure beside the
+JSON); and after which encoder layer the pred and succ states at the unused letters come apart, how much the unused
+letters attend to the example's changed output letter in the last, and the difference with that head, or every other
+head of the last layer, zeroed there. The functions it uses for the added and removed direction, the layers and the
+attention are in `lsa_interp.analysis.memory_direction`. Each row counts the answers that are the prompt's own, the
+donor's, the query copied unchanged, or other, and those equal to the unperturbed answer, and gives how far the
+spliced states are from the own (relative to their size) and how alike their directions are (mean pairwise cosine),
+or the added vector's relative length. It writes ``analyses/results/splice_controls.json`` and ``.html``.
 
     python analyses/splice_controls.py --model copy-200 --model copy-20 --model nocopy-20
 """
@@ -57,6 +57,8 @@ NEAR = 3
 """Alphabet places from the answer's changed letter that count as near it."""
 SCALES = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
 """Multiples of the mean pred-minus-succ difference added in the curves."""
+SPLICE_FRACTIONS = (0.15, 0.5)
+"""Sizes of the whole splice, as shares, that compare with the splice less its shared direction."""
 CURVES = ("succ prompts plus s x (pred - succ)", "pred prompts plus s x (succ - pred)")
 
 
@@ -111,8 +113,10 @@ def outcomes(answers: list[str], clean: list[str], donors: list[Task], targets: 
 
 def splice_row(model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], case: Case) -> dict:
     """Outcome shares (`outcomes`), the spliced positions per pair and the state change (`memory_change`) of one
-    splice over all pairs. Raises ValueError when the case marks no position in any pair."""
+    splice over all pairs; a case that marks no position in any pair gives the pairs and a ``note`` only."""
     positions = [case(d, t) for d, t in zip(donors, targets, strict=True)]
+    if not any(positions):
+        return {"pairs": len(targets), "positions_per_pair": 0.0, "note": "no pair has a position in this case"}
     answers = splice_decode(model, targets, donors, positions)
     donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
     mask = splice_mask(positions, len(targets), min(donor_memory.shape[1], target_memory.shape[1]))
@@ -149,23 +153,44 @@ def added_direction_row(
     }
 
 
-def splice_without_direction_row(model: HookedEncoderDecoder, donors: list[Task], targets: list[Task]) -> dict:
+def splice_without_direction_row(
+    model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], rescaled: bool = False
+) -> dict:
     """The unused-letters splice less one direction: each spliced state is the donor's with its component along the
-    pair's `direction_vectors` (the mean donor-minus-target difference of the other pairs) taken from the target's own.
-    Returns `outcomes`, the positions per pair and ``change_kept``, the mean share of each state's change (length)
-    that is spliced. Raises ValueError when no pair has an unused letter."""
+    pair's `direction_vectors` (the mean donor-minus-target difference of the other pairs) taken from the target's own;
+    ``rescaled``, what is left is stretched back to the length of each state's whole change (so the splice differs in
+    direction only, not in size). Returns `outcomes`, the positions per pair and ``change_kept``, the mean share of
+    each state's change (length) that is spliced. Raises ValueError when no pair has an unused letter."""
     positions = [unused_positions(d, t) for d, t in zip(donors, targets, strict=True)]
     donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
     width = min(donor_memory.shape[1], target_memory.shape[1])
     mask = splice_mask(positions, len(targets), width)
     change = (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
     rest = without_component(change, direction_vectors(donor_memory, target_memory, mask))
+    if rescaled:
+        rest = rest * (change.norm(dim=-1, keepdim=True) / rest.norm(dim=-1, keepdim=True).clamp_min(1e-12))
     answers = decode_with_changes(model, targets, rest)
     kept = rest.norm(dim=-1)[mask] / change.norm(dim=-1)[mask].clamp_min(1e-12)
     return {
         **outcomes(answers, model.solve(targets), donors, targets),
         "positions_per_pair": float(mask.sum(1).float().mean()),
         "change_kept": float(kept.mean()),
+    }
+
+
+def scaled_splice_row(model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], factor: float) -> dict:
+    """The unused-letters splice at ``factor`` of its size: each state moves that share of the way to the donor's.
+    Returns `outcomes` and the positions per pair. Raises ValueError when no pair has an unused letter."""
+    positions = [unused_positions(d, t) for d, t in zip(donors, targets, strict=True)]
+    donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
+    width = min(donor_memory.shape[1], target_memory.shape[1])
+    mask = splice_mask(positions, len(targets), width)
+    change = (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
+    answers = decode_with_changes(model, targets, factor * change)
+    return {
+        **outcomes(answers, model.solve(targets), donors, targets),
+        "positions_per_pair": float(mask.sum(1).float().mean()),
+        "factor": factor,
     }
 
 
@@ -178,7 +203,7 @@ def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
     attention = {
         rule: changed_letter_attention(model, tasks, unused) for rule, tasks in (("pred", preds), ("succ", succs))
     }
-    head = int(str(attention["succ"]["head"]).split(".")[1]) - 1
+    head = int(attention["succ"]["index"])
     others = [other for other in range(model.cfg.n_heads) if other != head]
     return {
         "pairs": len(pairs),
@@ -191,13 +216,23 @@ def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
             f"pred into succ, within {NEAR} of the changed letter": splice_row(model, preds, succs, near_changed(True)),
             f"pred into succ, further than {NEAR}": splice_row(model, preds, succs, near_changed(False)),
             "pred into succ, less the mean direction": splice_without_direction_row(model, preds, succs),
+            "pred into succ, less the mean direction, at full length": splice_without_direction_row(
+                model, preds, succs, rescaled=True
+            ),
+            **{
+                f"pred into succ, at {factor} of its size": scaled_splice_row(model, preds, succs, factor)
+                for factor in SPLICE_FRACTIONS
+            },
             "succ plus the mean pred - succ difference": added_direction_row(model, preds, succs),
             "succ plus a random direction of that length": added_direction_row(model, preds, succs, random_seed=seed),
         },
         "pred vs succ by layer": by_layer(model, preds, succs, unused),
         "attention on the changed letter": attention,
         "pred vs succ, last-layer heads zeroed at the unused letters": {
-            f"head {attention['succ']['head']}": by_layer(model, preds, succs, unused, [head])[MEMORY_HOOK],
+            f"head {attention['succ']['head']}": {
+                **by_layer(model, preds, succs, unused, [head])[MEMORY_HOOK],
+                "its attention on the changed letter in pred prompts": attention["pred"]["per_head"][head],
+            },
             "every other head": by_layer(model, preds, succs, unused, others)[MEMORY_HOOK],
         },
         "curves": {
@@ -244,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", required=True, help="checkpoint name or directory (repeatable)")
     parser.add_argument("--pairs", type=int, default=100, help="minimal pairs (default 100, as `lsa-interp splice`)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the minimal pairs (0 or more)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # small batches: a second thread only contends with other work on the machine
@@ -258,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.seed < 0:
+        print(f"error: --seed must be 0 or more, got {args.seed}", file=sys.stderr)
+        return 2
     if args.pairs < 2:
         print(
             f"error: --pairs must be at least 2 (the same-rule control borrows another pair's example), "
@@ -266,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        table = {name: controls(load_model(name), args.pairs, args.seed) for name in args.model}
+        models = {name: load_model(name) for name in args.model}  # every name checked before any work
+        table = {name: controls(model, args.pairs, args.seed) for name, model in models.items()}
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -277,8 +316,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, rows in table.items():
         print(f"{name}: solves {rows['solved_succ']:.0%} of succ, {rows['solved_pred']:.0%} of pred prompts")
         for row, cell in rows["rows"].items():
+            if "note" in cell:
+                print(f"  {row:48s} {cell['note']}")
+                continue
             if "vector_size" in cell:
                 moved = f"vector {cell['vector_size']:.2f} of the states' length"
+            elif "factor" in cell:
+                moved = f"the whole change at {cell['factor']} of its length"
             elif "change_kept" in cell:
                 moved = f"{cell['change_kept']:.2f} of each state's change spliced"
             else:

@@ -8,10 +8,12 @@ import json
 import pytest
 import torch
 
+from lsa_interp.analysis.memory_direction import by_layer
 from lsa_interp.analysis.planted import planted_model
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.analysis.splice import encoder_memory, memory_change, unused_positions
 from lsa_interp.data.task import Task
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.checkpoint import save_model
 from tests.helpers import load_script
 
@@ -69,6 +71,9 @@ def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
         "pred into succ, within 3 of the changed letter",
         "pred into succ, further than 3",
         "pred into succ, less the mean direction",
+        "pred into succ, less the mean direction, at full length",
+        "pred into succ, at 0.15 of its size",
+        "pred into succ, at 0.5 of its size",
         "succ plus the mean pred - succ difference",
         "succ plus a random direction of that length",
     ]
@@ -77,7 +82,9 @@ def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
         assert row["pairs"] == 4 and row["unchanged"] == 1.0 and row["other"] == 1.0  # the decoder reads '>' only
         if name.startswith("succ plus"):
             assert row["vector_size"] < 1e-6 and row["positions_per_pair"] == 16.25
-        elif name.endswith("less the mean direction"):
+        elif "of its size" in name:
+            assert row["factor"] in (0.15, 0.5) and row["positions_per_pair"] == 16.25
+        elif "less the mean direction" in name:
             assert 0 <= row["change_kept"] <= 1 and row["positions_per_pair"] == 16.25
         else:
             assert row["state change"] < 1e-6 and row["change alignment"] == 0.0
@@ -148,3 +155,81 @@ def test_a_splice_row_counts_its_answers_and_measures_the_spliced_states(script)
     assert expected["state change"] > 0.01
     assert row["state change"] == expected["state change"]
     assert row["change alignment"] == expected["change alignment"]
+
+
+def test_controls_give_each_row_its_donors_and_targets_and_zero_the_named_head(script, monkeypatch):
+    """On a random model (its heads differ): pred into succ, succ into pred and the same-rule control splice the right
+    prompts, the curves add the right way round, and the zeroed head is the one the attention names."""
+    config = ModelConfig(d_model=16, n_heads=4, n_encoder_layers=2, n_decoder_layers=1, d_mlp=8, dropout=0.0)
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(config)
+    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
+    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    spliced, added = [], []
+    real_splice, real_added = script.splice_decode, script.added_direction_row
+
+    def spy_splice(model, targets, donors, positions):
+        spliced.append((list(targets), list(donors)))
+        return real_splice(model, targets, donors, positions)
+
+    def spy_added(model, donors, targets, random_seed=None, scale=1.0):
+        added.append((list(donors), list(targets), random_seed, scale))
+        return real_added(model, donors, targets, random_seed=random_seed, scale=scale)
+
+    monkeypatch.setattr(script, "splice_decode", spy_splice)
+    monkeypatch.setattr(script, "added_direction_row", spy_added)
+    table = script.controls(model, 4, 0)
+    assert spliced[0] == (succs, preds) and spliced[1] == (preds, succs)
+    assert spliced[2][0] == succs and [d.answer for d in spliced[2][1]] == [t.answer for t in succs]
+    assert added[0][:3] == (preds, succs, None) and added[1][:3] == (preds, succs, 0)
+    curve_calls = added[2:]
+    assert [(d, t, s) for d, t, _, s in curve_calls] == [
+        *((preds, succs, scale) for scale in script.SCALES),
+        *((succs, preds, scale) for scale in script.SCALES),
+    ]
+    attention = table["attention on the changed letter"]["succ"]
+    unused = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
+    zeroed = table["pred vs succ, last-layer heads zeroed at the unused letters"]
+    head = zeroed[f"head {attention['head']}"]
+    assert attention["head"] == f"2.{attention['index'] + 1}"
+    expected = by_layer(model, preds, succs, unused, [attention["index"]])["encoder.ln_final.hook_out"]
+    assert {key: head[key] for key in expected} == expected
+    others = [h for h in range(4) if h != attention["index"]]
+    assert zeroed["every other head"] == by_layer(model, preds, succs, unused, others)["encoder.ln_final.hook_out"]
+    pred_attention = table["attention on the changed letter"]["pred"]["per_head"][attention["index"]]
+    assert head["its attention on the changed letter in pred prompts"] == pred_attention
+    assert by_layer(model, preds, succs, unused, [others[0]])["encoder.ln_final.hook_out"] != expected
+
+
+def test_a_case_without_any_position_is_reported_not_an_error(script):
+    model = planted_model()
+    pairs = minimal_pairs("pred", "succ", 2, lengths=(3,), at_most=True)
+    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    row = script.splice_row(model, preds, succs, lambda donor, target: ())
+    assert row == {"pairs": 2, "positions_per_pair": 0.0, "note": "no pair has a position in this case"}
+
+
+def test_rescaled_remainder_keeps_each_states_change_length(script):
+    model = planted_model()
+    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
+    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    row = script.splice_without_direction_row(model, preds, succs, rescaled=True)
+    assert row["unchanged"] == 1.0 and row["positions_per_pair"] == 16.25
+
+
+def test_a_scaled_splice_moves_each_state_that_share_of_the_way(script, monkeypatch):
+    """The changes handed to the decoder are the factor times donor minus target at the unused letters, nowhere else."""
+    model = planted_model()
+    pairs = minimal_pairs("pred", "succ", 2, lengths=(3,), at_most=True)
+    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    seen = []
+    monkeypatch.setattr(
+        script, "decode_with_changes", lambda model, targets, changes: seen.append(changes) or ["x", "y"]
+    )
+    row = script.scaled_splice_row(model, preds, succs, 0.5)
+    change = encoder_memory(model, preds) - encoder_memory(model, succs)
+    mask = torch.zeros(2, 39, dtype=torch.bool)
+    for i, (p, s) in enumerate(zip(preds, succs, strict=True)):
+        mask[i, list(unused_positions(p, s))] = True
+    assert torch.allclose(seen[0], 0.5 * change * mask[..., None])
+    assert (row["other"], row["factor"]) == (1.0, 0.5)

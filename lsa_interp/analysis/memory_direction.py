@@ -40,12 +40,19 @@ def direction_vectors(
     donor_memory: Float[Tensor, "pair donor_pos d_model"],
     target_memory: Float[Tensor, "pair target_pos d_model"],
     mask: Bool[Tensor, "pair pos"],
-    scale: float = 1.0,
+    scale: float | int = 1.0,
     random_seed: int | None = None,
 ) -> Float[Tensor, "pair d_model"]:
     """Per pair, ``scale`` times the mean donor-minus-target state difference at the ``mask`` positions of the other
-    pairs (`mean_of_others`); with ``random_seed``, vectors of those lengths in random directions."""
+    pairs (`mean_of_others`); with ``random_seed``, vectors of those lengths in random directions. Raises ValueError
+    for a mask wider than either memory or one that marks no state."""
     width = mask.shape[1]
+    if width > min(donor_memory.shape[1], target_memory.shape[1]):
+        raise ValueError(
+            f"the mask is {width} positions wide, the memories {donor_memory.shape[1]} and {target_memory.shape[1]}"
+        )
+    if not bool(mask.any()):
+        raise ValueError("the mask marks no state to compare")
     change = (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
     vectors = scale * mean_of_others(change.sum(1), mask.sum(1))
     return vectors if random_seed is None else random_directions(vectors, random_seed)
@@ -53,7 +60,7 @@ def direction_vectors(
 
 def decode_with_added(
     model: HookedEncoderDecoder,
-    targets: list[Task],
+    targets: Sequence[Task],
     mask: Bool[Tensor, "pair pos"],
     vectors: Float[Tensor, "pair d_model"],
 ) -> list[str]:
@@ -63,7 +70,7 @@ def decode_with_added(
 
 
 def decode_with_changes(
-    model: HookedEncoderDecoder, targets: list[Task], changes: Float[Tensor, "pair pos d_model"]
+    model: HookedEncoderDecoder, targets: Sequence[Task], changes: Float[Tensor, "pair pos d_model"]
 ) -> list[str]:
     """Greedy answers of ``targets`` with ``changes`` added to their memories' first positions; the model's mode is
     restored."""
@@ -96,15 +103,19 @@ def without_component(
 
 def by_layer(
     model: HookedEncoderDecoder,
-    donors: list[Task],
-    targets: list[Task],
+    donors: Sequence[Task],
+    targets: Sequence[Task],
     positions: Sequence[Sequence[int]],
     zeroed_heads: Sequence[int] = (),
 ) -> dict[str, dict[str, float]]:
     """`memory_change` at each pair's ``positions`` after each encoder layer (``encoder.L.hook_resid_post``, L 0-based)
     and in the memory (after the final norm): where the difference between donor and target forms. ``zeroed_heads``
     (0-based heads of the last encoder layer) have their output (``hook_z``) zeroed at those positions in donors and
-    targets alike: what the difference is without them. Raises ValueError as `splice_mask` and `memory_change` do."""
+    targets alike: what the difference is without them. Raises ValueError for a head outside 0..n_heads-1, and as
+    `splice_mask` and `memory_change` do."""
+    bad = [head for head in zeroed_heads if not 0 <= head < model.cfg.n_heads]
+    if bad:
+        raise ValueError(f"zeroed heads must lie in 0..{model.cfg.n_heads - 1} (0-based), got {bad}")
     last = model.cfg.n_encoder_layers - 1
     names = [f"encoder.{layer}.hook_resid_post" for layer in range(last + 1)] + [MEMORY_HOOK]
     batches = [encode_tasks(tasks, with_answers=False).to(model.device) for tasks in (donors, targets)]
@@ -118,7 +129,6 @@ def by_layer(
             z[:, :width, head][on_device] = 0.0
         return z
 
-    caches = []
     was_training = model.training
     model.eval()
     try:
@@ -145,10 +155,12 @@ def changed_letter_position(task: Task) -> int:
 
 
 def changed_letter_attention(
-    model: HookedEncoderDecoder, tasks: list[Task], positions: list[Sequence[int]]
-) -> dict[str, float | str]:
-    """In the last encoder layer, the mean attention of each task's ``positions`` (its unused letters) on its
-    example's changed output letter: per head, the strongest head's (``head``, 1-based) and the mean over heads."""
+    model: HookedEncoderDecoder, tasks: Sequence[Task], positions: Sequence[Sequence[int]]
+) -> dict[str, float | int | str | list[float]]:
+    """In the last encoder layer, the attention of each task's ``positions`` (its unused letters) on its example's
+    changed output letter, averaged over the positions and then over the tasks that have any: ``per_head`` (0-based
+    order), the strongest head's ``index`` (0-based), its ``head`` label (1-based, as 3.5) and ``share``, and
+    ``head_mean``. Raises ValueError as `changed_letter_position` and `splice_mask` do."""
     layer = model.cfg.n_encoder_layers - 1
     name = f"encoder.{layer}.attn.hook_pattern"
     batch = encode_tasks(tasks, with_answers=False).to(model.device)
@@ -162,6 +174,14 @@ def changed_letter_attention(
     mask = splice_mask(positions, len(tasks), pattern.shape[-1])
     keys = torch.tensor([changed_letter_position(task) for task in tasks])
     on_changed = pattern[torch.arange(len(tasks)), :, :, keys]  # [task, head, query]
-    per_head = ((on_changed * mask[:, None, :]).sum(-1) / mask.sum(-1).clamp_min(1)[:, None]).mean(0)
+    counts = mask.sum(-1)
+    per_task = (on_changed * mask[:, None, :]).sum(-1) / counts.clamp_min(1)[:, None]
+    per_head = per_task[counts > 0].mean(0)
     head = int(per_head.argmax())
-    return {"head": f"{layer + 1}.{head + 1}", "share": float(per_head[head]), "head_mean": float(per_head.mean())}
+    return {
+        "per_head": [float(share) for share in per_head],
+        "index": head,
+        "head": f"{layer + 1}.{head + 1}",
+        "share": float(per_head[head]),
+        "head_mean": float(per_head.mean()),
+    }

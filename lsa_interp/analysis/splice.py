@@ -234,9 +234,14 @@ def _outcome(answer: str, donor: str | None, own: str | None) -> str:
 
 def _finding(name: str, row: dict, donor_rule: str, target_rule: str, verdict: bool = True) -> Finding:
     expected = EXPECTED[name]
+    authors_pair = (donor_rule, target_rule) == ("pred", "succ")
     paper = f"{target_rule} prompt decoded from {name} of the {donor_rule} prompt: " + (
-        "the output becomes the donor's answer (acd)" if expected == "donor" else "no change"
+        f"the output becomes the donor's answer{' (acd)' if authors_pair else ''}"
+        if expected == "donor"
+        else "no change"
     )
+    if name == UNUSED:
+        paper = f"(not in the paper: the analogue of alphabet 8-25) {paper}"
     share = row[f"{expected} of solved"]
     ours = (
         f"donor's answer {row['donor']:.0%}, own answer {row['own']:.0%}, neither {row['neither']:.0%} (the query "

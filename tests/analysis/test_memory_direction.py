@@ -183,7 +183,8 @@ def test_changed_letter_attention_reads_each_tasks_changed_key_from_its_given_qu
     model.train()
     result = changed_letter_attention(model, preds, positions)
     assert asked == [["encoder.1.attn.hook_pattern"]] and model.training
-    assert result["head"] == "2.2" and result["share"] == pytest.approx(1.0)
+    assert (result["head"], result["index"]) == ("2.2", 1) and result["share"] == pytest.approx(1.0)
+    assert result["per_head"] == pytest.approx([1 / 39, 1.0])
     assert result["head_mean"] == pytest.approx((1 + 1 / 39) / 2)
 
 
@@ -221,9 +222,11 @@ def test_changed_letter_attention_of_a_real_pattern_for_prompts_without_answers(
     ).mean(0)
     result = changed_letter_attention(model, preds, positions)
     head = int(per_head.argmax())
-    assert result == pytest.approx(
-        {"head": f"2.{head + 1}", "share": float(per_head[head]), "head_mean": float(per_head.mean())}
-    )
+    assert (result["index"], result["head"]) == (head, f"2.{head + 1}")
+    assert result["per_head"] == pytest.approx([float(share) for share in per_head])
+    assert (result["share"], result["head_mean"]) == pytest.approx((float(per_head[head]), float(per_head.mean())))
+    with_empty = changed_letter_attention(model, [*preds, preds[1]], [*positions, ()])  # a task without positions
+    assert with_empty["per_head"] == pytest.approx(result["per_head"])  # does not count
 
 
 def test_by_layer_of_prompts_without_answers():
@@ -278,3 +281,22 @@ def test_by_layer_sets_the_zeroed_heads_output_to_zero():
     assert list(zeroed) == names
     for name in names:
         assert zeroed[name] == pytest.approx(memory_change(pred_cache[name], succ_cache[name], mask))
+
+
+@pytest.mark.parametrize("heads", [[-1], [2], [0, 5]])
+def test_by_layer_refuses_heads_outside_the_layer(heads):
+    model = _tiny()  # 2 heads
+    pairs = minimal_pairs("pred", "succ", 2, lengths=(3,), at_most=True)
+    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    positions = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
+    with pytest.raises(ValueError, match=r"zeroed heads must lie in 0..1 \(0-based\), got"):
+        by_layer(model, preds, succs, positions, heads)
+
+
+def test_direction_vectors_refuse_a_mask_wider_than_the_memories_or_empty():
+    memory = torch.zeros(2, 5, 3)
+    with pytest.raises(ValueError, match="the mask is 6 positions wide, the memories 5 and 5"):
+        direction_vectors(memory, memory, torch.ones(2, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match="marks no state"):
+        direction_vectors(memory, memory, torch.zeros(2, 5, dtype=torch.bool))
+    assert direction_vectors(memory, memory, torch.ones(2, 5, dtype=torch.bool), scale=2).shape == (2, 3)  # int scale

@@ -130,7 +130,10 @@ def test_analysis_counts_outcomes_per_case(planted):
     assert row["clean"] == planted_answer(Task.parse(row["target"])) == row["alphabet 8-25"]
     assert row["arrow only"] == planted_answer(Task.parse(row["donor"]))
     spliced, alphabet, unused = result.findings
-    assert unused.paper == "succ prompt decoded from unused letters of the pred prompt: no change"
+    assert unused.paper == (
+        "(not in the paper: the analogue of alphabet 8-25) succ prompt decoded from unused letters of the pred prompt: "
+        "no change"
+    )
     assert spliced.paper == (
         "succ prompt decoded from positions 0-31 of the pred prompt: the output becomes the donor's answer (acd)"
     )
@@ -361,3 +364,12 @@ def test_encoder_memory_is_read_without_dropout_and_keeps_the_training_mode(pair
     expected = encoder_memory(model.eval(), targets)
     model.train()
     assert torch.equal(encoder_memory(model, targets), expected) and model.training
+
+
+def test_the_authors_answer_is_named_only_for_their_pair_of_rules(planted):
+    """``(acd)`` is the authors' pred answer: a succ donor spliced into pred prompts names no answer."""
+    spliced = splice_analysis(planted, "succ", "pred", n_pairs=2).findings[0]
+    assert (
+        spliced.paper
+        == "pred prompt decoded from positions 0-31 of the succ prompt: the output becomes the donor's answer"
+    )
