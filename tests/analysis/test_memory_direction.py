@@ -28,6 +28,13 @@ ARROW_AT = 30
 """Position of ``>`` in a 3-letter prompt; the planted decoder answers the first example-output letter read there."""
 
 
+def _prompts(n: int) -> tuple[list[Task], list[Task], list[tuple[int, ...]]]:
+    """The first ``n`` pred / succ minimal pairs (3-letter windows) and each pair's unused letters."""
+    pairs = minimal_pairs("pred", "succ", n, lengths=(3,), at_most=True)
+    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    return preds, succs, [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
+
+
 def test_mean_of_others_leaves_each_pair_out():
     sums = torch.tensor([[2.0, 0.0], [0.0, 4.0], [6.0, 6.0]])  # pair sums over 1, 2 and 3 states
     counts = torch.tensor([1, 2, 3])
@@ -166,9 +173,7 @@ def test_changed_letter_attention_reads_each_tasks_changed_key_from_its_given_qu
     """A stand-in pattern: head 2 of the last layer puts all of each unused letter's attention on that task's changed
     letter, head 1 spreads it evenly; the first layer's pattern is never read."""
     model = _tiny()
-    pairs = minimal_pairs("pred", "succ", 3, lengths=(3,), at_most=True)
-    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
-    positions = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
+    preds, succs, positions = _prompts(3)
     pattern = torch.full((3, 2, 39, 39), 1 / 39)
     pattern[:, 1] = 0.0
     for i, task in enumerate(preds):
@@ -191,9 +196,7 @@ def test_changed_letter_attention_reads_each_tasks_changed_key_from_its_given_qu
 def test_by_layer_compares_every_encoder_layer_and_the_memory():
     """One entry per encoder layer and one for the memory, which is `memory_change` of `encoder_memory`."""
     model = _tiny(layers=2)
-    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
-    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
-    positions = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
+    preds, succs, positions = _prompts(4)
     layers = by_layer(model, preds, succs, positions)
     assert list(layers) == ["encoder.0.hook_resid_post", "encoder.1.hook_resid_post", "encoder.ln_final.hook_out"]
     mask = torch.zeros(4, 39, dtype=torch.bool)
@@ -232,9 +235,7 @@ def test_changed_letter_attention_of_a_real_pattern_for_prompts_without_answers(
 def test_by_layer_of_prompts_without_answers():
     """Prompts need no answers: every layer's comparison is that of the same tasks with answers."""
     model = _tiny(layers=2)
-    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
-    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
-    positions = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
+    preds, succs, positions = _prompts(4)
     bare = by_layer(model, [t.with_answer(None) for t in preds], [t.with_answer(None) for t in succs], positions)
     assert bare == by_layer(model, preds, succs, positions)
 
@@ -242,9 +243,7 @@ def test_by_layer_of_prompts_without_answers():
 def test_by_layer_can_zero_last_layer_heads_at_the_positions():
     """Zeroing the last layer's heads changes the comparison from that layer on, never before; no heads, no change."""
     model = _tiny(layers=2)
-    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
-    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
-    positions = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
+    preds, succs, positions = _prompts(4)
     plain = by_layer(model, preds, succs, positions)
     assert by_layer(model, preds, succs, positions, []) == plain
     one, both = (by_layer(model, preds, succs, positions, heads) for heads in ([1], [0, 1]))
@@ -258,9 +257,7 @@ def test_by_layer_sets_the_zeroed_heads_output_to_zero():
     """by_layer with ``zeroed_heads=[1]`` compares every layer as the model does with head 2 of its last layer set
     to exactly 0 by hand at each pair's unused letters (head 1 kept)."""
     model = _tiny(layers=2)
-    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
-    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
-    positions = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
+    preds, succs, positions = _prompts(4)
     mask = torch.zeros(4, 39, dtype=torch.bool)
     for i, row in enumerate(positions):
         mask[i, list(row)] = True
@@ -286,9 +283,7 @@ def test_by_layer_sets_the_zeroed_heads_output_to_zero():
 @pytest.mark.parametrize("heads", [[-1], [2], [0, 5]])
 def test_by_layer_refuses_heads_outside_the_layer(heads):
     model = _tiny()  # 2 heads
-    pairs = minimal_pairs("pred", "succ", 2, lengths=(3,), at_most=True)
-    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
-    positions = [unused_positions(p, s) for p, s in zip(preds, succs, strict=True)]
+    preds, succs, positions = _prompts(2)
     with pytest.raises(ValueError, match=r"zeroed heads must lie in 0..1 \(0-based\), got"):
         by_layer(model, preds, succs, positions, heads)
 
