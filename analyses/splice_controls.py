@@ -22,12 +22,14 @@ or the added vector's relative length. It writes ``analyses/results/splice_contr
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 from lsa_interp.analysis.memory_direction import (
     by_layer,
@@ -111,6 +113,41 @@ def outcomes(answers: list[str], clean: list[str], donors: list[Task], targets: 
     }
 
 
+@functools.lru_cache(maxsize=16)
+def _memory(model: HookedEncoderDecoder, tasks: tuple[Task, ...]) -> Tensor:
+    """`encoder_memory` of ``tasks``, computed once per model and prompt set (the rows share their prompts)."""
+    return encoder_memory(model, tasks)
+
+
+@functools.lru_cache(maxsize=16)
+def _clean(model: HookedEncoderDecoder, tasks: tuple[Task, ...]) -> tuple[str, ...]:
+    """The model's unperturbed answers to ``tasks``, decoded once per model and prompt set."""
+    return tuple(model.solve(list(tasks)))
+
+
+def _unused_change(
+    model: HookedEncoderDecoder, donors: list[Task], targets: list[Task]
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The memories of donors and targets, the mask of each pair's unused letters, and donor minus target there
+    (zero elsewhere), over the first positions both memories have. Raises ValueError when no pair has one."""
+    positions = [unused_positions(d, t) for d, t in zip(donors, targets, strict=True)]
+    donor_memory, target_memory = _memory(model, tuple(donors)), _memory(model, tuple(targets))
+    width = min(donor_memory.shape[1], target_memory.shape[1])
+    mask = splice_mask(positions, len(targets), width)
+    change = (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
+    return donor_memory, target_memory, mask, change
+
+
+def _row(
+    model: HookedEncoderDecoder, answers: list[str], donors: list[Task], targets: list[Task], mask: Tensor
+) -> dict:
+    """`outcomes` of ``answers`` and the spliced positions per pair."""
+    return {
+        **outcomes(answers, list(_clean(model, tuple(targets))), donors, targets),
+        "positions_per_pair": float(mask.sum(1).float().mean()),
+    }
+
+
 def splice_row(model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], case: Case) -> dict:
     """Outcome shares (`outcomes`), the spliced positions per pair and the state change (`memory_change`) of one
     splice over all pairs; a case that marks no position in any pair gives the pairs and a ``note`` only."""
@@ -118,13 +155,9 @@ def splice_row(model: HookedEncoderDecoder, donors: list[Task], targets: list[Ta
     if not any(positions):
         return {"pairs": len(targets), "positions_per_pair": 0.0, "note": "no pair has a position in this case"}
     answers = splice_decode(model, targets, donors, positions)
-    donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
+    donor_memory, target_memory = _memory(model, tuple(donors)), _memory(model, tuple(targets))
     mask = splice_mask(positions, len(targets), min(donor_memory.shape[1], target_memory.shape[1]))
-    return {
-        **outcomes(answers, model.solve(targets), donors, targets),
-        "positions_per_pair": float(mask.sum(1).float().mean()),
-        **memory_change(donor_memory, target_memory, mask),
-    }
+    return {**_row(model, answers, donors, targets, mask), **memory_change(donor_memory, target_memory, mask)}
 
 
 def added_direction_row(
@@ -139,18 +172,11 @@ def added_direction_row(
     ``random_seed`` a random direction of each such vector's length. Returns `outcomes`, the positions per pair and
     ``vector_size``, the added vector's length over the states' (mean over the states it is added to). Raises
     ValueError when no pair has an unused letter."""
-    positions = [unused_positions(d, t) for d, t in zip(donors, targets, strict=True)]
-    donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
-    width = min(donor_memory.shape[1], target_memory.shape[1])
-    mask = splice_mask(positions, len(targets), width)
+    donor_memory, target_memory, mask, _ = _unused_change(model, donors, targets)
     vectors = direction_vectors(donor_memory, target_memory, mask, scale, random_seed)
     answers = decode_with_added(model, targets, mask, vectors)
-    size = (vectors.norm(dim=1)[:, None] / target_memory[:, :width].norm(dim=-1))[mask]
-    return {
-        **outcomes(answers, model.solve(targets), donors, targets),
-        "positions_per_pair": float(mask.sum(1).float().mean()),
-        "vector_size": float(size.mean()),
-    }
+    size = (vectors.norm(dim=1)[:, None] / target_memory[:, : mask.shape[1]].norm(dim=-1))[mask]
+    return {**_row(model, answers, donors, targets, mask), "vector_size": float(size.mean())}
 
 
 def splice_without_direction_row(
@@ -161,37 +187,21 @@ def splice_without_direction_row(
     ``rescaled``, what is left is stretched back to the length of each state's whole change (so the splice differs in
     direction only, not in size). Returns `outcomes`, the positions per pair and ``change_kept``, the mean share of
     each state's change (length) that is spliced. Raises ValueError when no pair has an unused letter."""
-    positions = [unused_positions(d, t) for d, t in zip(donors, targets, strict=True)]
-    donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
-    width = min(donor_memory.shape[1], target_memory.shape[1])
-    mask = splice_mask(positions, len(targets), width)
-    change = (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
+    donor_memory, target_memory, mask, change = _unused_change(model, donors, targets)
     rest = without_component(change, direction_vectors(donor_memory, target_memory, mask))
     if rescaled:
         rest = rest * (change.norm(dim=-1, keepdim=True) / rest.norm(dim=-1, keepdim=True).clamp_min(1e-12))
     answers = decode_with_changes(model, targets, rest)
     kept = rest.norm(dim=-1)[mask] / change.norm(dim=-1)[mask].clamp_min(1e-12)
-    return {
-        **outcomes(answers, model.solve(targets), donors, targets),
-        "positions_per_pair": float(mask.sum(1).float().mean()),
-        "change_kept": float(kept.mean()),
-    }
+    return {**_row(model, answers, donors, targets, mask), "change_kept": float(kept.mean())}
 
 
 def scaled_splice_row(model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], factor: float) -> dict:
     """The unused-letters splice at ``factor`` of its size: each state moves that share of the way to the donor's.
     Returns `outcomes` and the positions per pair. Raises ValueError when no pair has an unused letter."""
-    positions = [unused_positions(d, t) for d, t in zip(donors, targets, strict=True)]
-    donor_memory, target_memory = encoder_memory(model, donors), encoder_memory(model, targets)
-    width = min(donor_memory.shape[1], target_memory.shape[1])
-    mask = splice_mask(positions, len(targets), width)
-    change = (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
+    _, _, mask, change = _unused_change(model, donors, targets)
     answers = decode_with_changes(model, targets, factor * change)
-    return {
-        **outcomes(answers, model.solve(targets), donors, targets),
-        "positions_per_pair": float(mask.sum(1).float().mean()),
-        "factor": factor,
-    }
+    return {**_row(model, answers, donors, targets, mask), "factor": factor}
 
 
 def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
@@ -207,8 +217,8 @@ def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
     others = [other for other in range(model.cfg.n_heads) if other != head]
     return {
         "pairs": len(pairs),
-        "solved_succ": sum(a == t.answer for a, t in zip(model.solve(succs), succs)) / len(succs),
-        "solved_pred": sum(a == t.answer for a, t in zip(model.solve(preds), preds)) / len(preds),
+        "solved_succ": sum(a == t.answer for a, t in zip(_clean(model, tuple(succs)), succs)) / len(succs),
+        "solved_pred": sum(a == t.answer for a, t in zip(_clean(model, tuple(preds)), preds)) / len(preds),
         "rows": {
             "pred into succ": splice_row(model, preds, succs, unused_positions),
             "succ into pred": splice_row(model, succs, preds, unused_positions),

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from lsa_interp.analysis.memory_direction import by_layer
+from lsa_interp.analysis.memory_direction import by_layer, direction_vectors
 from lsa_interp.analysis.planted import planted_model
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.analysis.splice import encoder_memory, memory_change, unused_positions
@@ -215,6 +215,33 @@ def test_rescaled_remainder_keeps_each_states_change_length(script):
     preds, succs = [p.source for p in pairs], [p.target for p in pairs]
     row = script.splice_without_direction_row(model, preds, succs, rescaled=True)
     assert row["unchanged"] == 1.0 and row["positions_per_pair"] == 16.25
+
+
+def test_the_splice_less_its_direction_is_orthogonal_to_it_and_rescaled_as_long_as_the_change(script, monkeypatch):
+    """On a random model (its unused letters do change): what is spliced has no component along the pair's direction;
+    plain it is shorter than the change, rescaled each state's splice is exactly as long as its change."""
+    config = ModelConfig(d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_mlp=8, dropout=0.0)
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(config)
+    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
+    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    seen = []
+    monkeypatch.setattr(
+        script, "decode_with_changes", lambda model, targets, changes: seen.append(changes) or ["x"] * 4
+    )
+    plain = script.splice_without_direction_row(model, preds, succs)
+    script.splice_without_direction_row(model, preds, succs, rescaled=True)
+    donor_memory, target_memory = encoder_memory(model, preds), encoder_memory(model, succs)
+    mask = torch.zeros(4, 39, dtype=torch.bool)
+    for i, (p, s) in enumerate(zip(preds, succs, strict=True)):
+        mask[i, list(unused_positions(p, s))] = True
+    change = (donor_memory - target_memory) * mask[..., None]
+    direction = direction_vectors(donor_memory, target_memory, mask)
+    for spliced in seen:
+        assert torch.allclose((spliced * direction[:, None, :]).sum(-1), torch.zeros(4, 39), atol=1e-6)
+    assert 0 < plain["change_kept"] < 1
+    assert torch.allclose(seen[1].norm(dim=-1)[mask], change.norm(dim=-1)[mask], rtol=1e-5)
+    assert not bool((seen[1][~mask] != 0).any())  # nothing outside the unused letters
 
 
 def test_a_scaled_splice_moves_each_state_that_share_of_the_way(script, monkeypatch):
