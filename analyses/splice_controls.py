@@ -10,8 +10,12 @@ prompt's unused-letter states: the mean pred-minus-succ difference there over th
 of its length, and that vector at 0.5 to 4 times its length in both directions (an interactive figure beside the
 JSON); and after which encoder layer the pred and succ states at the unused letters come apart, how much the unused
 letters attend to the example's changed output letter in the last, and the difference with that head, or every other
-head of the last layer, zeroed there. The functions it uses for the added and removed direction, the layers and the
-attention are in `lsa_interp.analysis.memory_direction`. Each row counts the answers that are the prompt's own, the
+head of the last layer, zeroed there. Pred and succ change different letters of the example (the first, the last), so
+it also compares fix prompts whose example has its first or its last letter wrong (one rule, the same letters, the
+changed place only): how far apart their unused letters are, how their mean difference lines up with pred's and
+succ's, and what succ prompts answer with that direction added, or with the pred - succ vector less it. The functions
+it uses for the added and removed directions, the layers and the attention are in
+`lsa_interp.analysis.memory_direction`. Each row counts the answers that are the prompt's own, the
 donor's, the query copied unchanged, or other, and those equal to the unperturbed answer, and gives how far the
 spliced states are from the own (relative to their size) and how alike their directions are (mean pairwise cosine),
 or the added vector's relative length. It writes ``analyses/results/splice_controls.json`` and ``.html``.
@@ -37,9 +41,12 @@ from lsa_interp.analysis.memory_direction import (
     decode_with_added,
     decode_with_changes,
     direction_vectors,
+    mean_change,
+    share_along,
+    with_lengths_of,
     without_component,
 )
-from lsa_interp.analysis.prompts import minimal_pairs
+from lsa_interp.analysis.prompts import changed_place_pairs, minimal_pairs
 from lsa_interp.analysis.splice import (
     MEMORY_HOOK,
     Case,
@@ -174,9 +181,51 @@ def added_direction_row(
     ValueError when no pair has an unused letter."""
     donor_memory, target_memory, mask, _ = _unused_change(model, donors, targets)
     vectors = direction_vectors(donor_memory, target_memory, mask, scale, random_seed)
+    return _added_row(model, donors, targets, mask, vectors)
+
+
+def _added_row(
+    model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], mask: Tensor, vectors: Tensor
+) -> dict:
+    """`_row` of the targets decoded with pair i's vector added at its ``mask`` states, and ``vector_size``."""
     answers = decode_with_added(model, targets, mask, vectors)
-    size = (vectors.norm(dim=1)[:, None] / target_memory[:, : mask.shape[1]].norm(dim=-1))[mask]
+    size = (vectors.norm(dim=1)[:, None] / _memory(model, tuple(targets))[:, : mask.shape[1]].norm(dim=-1))[mask]
     return {**_row(model, answers, donors, targets, mask), "vector_size": float(size.mean())}
+
+
+def changed_place(model: HookedEncoderDecoder, preds: list[Task], succs: list[Task], n_pairs: int, seed: int) -> dict:
+    """Where the example changed against which way: fix prompts whose example has its first or its last letter wrong
+    (`changed_place_pairs`, the places pred and succ change) compared at their unused letters (`memory_change`, the
+    cosine of their mean first-minus-last difference with the mean pred-minus-succ one, and the share of the
+    pred-minus-succ differences along it); and succ prompts decoded with, added at their unused letters, that fix
+    direction or the pred-minus-succ vector less its component along it, each at 1 and 2 times the length of the
+    pair's pred-minus-succ vector (`direction_vectors`). Returns ``fix, first vs last`` and the decoded ``rows``."""
+    firsts, lasts = (list(prompts) for prompts in zip(*changed_place_pairs(n_pairs, seed)))
+    first_memory, last_memory, fix_mask, _ = _unused_change(model, firsts, lasts)
+    pred_memory, succ_memory, mask, _ = _unused_change(model, preds, succs)
+    place = mean_change(first_memory, last_memory, fix_mask)
+    vectors = direction_vectors(pred_memory, succ_memory, mask)
+    rest = with_lengths_of(without_component(vectors[:, None], place.expand_as(vectors))[:, 0], vectors)
+    along = with_lengths_of(place.expand_as(vectors), vectors)
+    rows = {}
+    for scale, times in ((1, ""), (2, ", x2")):
+        rows[f"succ plus the fix first - last direction{times}"] = _added_row(model, preds, succs, mask, scale * along)
+        rows[f"succ plus pred - succ less the fix direction{times}"] = _added_row(
+            model, preds, succs, mask, scale * rest
+        )
+    solved = lambda tasks: sum(a == t.answer for a, t in zip(_clean(model, tuple(tasks)), tasks)) / len(tasks)
+    fix = {
+        "pairs": len(firsts),
+        "solved_first": solved(firsts),
+        "solved_last": solved(lasts),
+        "positions_per_pair": float(fix_mask.sum(1).float().mean()),
+        **memory_change(first_memory, last_memory, fix_mask),
+        "cosine with pred - succ": float(
+            torch.cosine_similarity(place, mean_change(pred_memory, succ_memory, mask), 0)
+        ),
+        "pred - succ change along it": share_along(pred_memory, succ_memory, mask, place),
+    }
+    return {"fix, first vs last": fix, "rows": rows}
 
 
 def splice_without_direction_row(
@@ -215,6 +264,7 @@ def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
     }
     head = int(attention["succ"]["index"])
     others = [other for other in range(model.cfg.n_heads) if other != head]
+    place = changed_place(model, preds, succs, n_pairs, seed)
     return {
         "pairs": len(pairs),
         "solved_succ": sum(a == t.answer for a, t in zip(_clean(model, tuple(succs)), succs)) / len(succs),
@@ -235,7 +285,9 @@ def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
             },
             "succ plus the mean pred - succ difference": added_direction_row(model, preds, succs),
             "succ plus a random direction of that length": added_direction_row(model, preds, succs, random_seed=seed),
+            **place["rows"],
         },
+        "fix, first vs last": place["fix, first vs last"],
         "pred vs succ by layer": by_layer(model, preds, succs, unused),
         "attention on the changed letter": attention,
         "pred vs succ, last-layer heads zeroed at the unused letters": {
@@ -342,6 +394,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"other {cell['other']:4.0%} unchanged {cell['unchanged']:4.0%} | {cell['positions_per_pair']:4.1f} "
                 f"positions, {moved}"
             )
+        fix = rows["fix, first vs last"]
+        print(
+            f"  fix prompts, first vs last letter wrong ({fix['pairs']} pairs, solved {fix['solved_first']:.0%} and "
+            f"{fix['solved_last']:.0%}): change {fix['state change']:.2f}, alignment {fix['change alignment']:.2f}, "
+            f"cosine with pred - succ {fix['cosine with pred - succ']:.2f}, share of pred - succ along it "
+            f"{fix['pred - succ change along it']:.2f}"
+        )
         layers = ", ".join(
             f"{name}: {cell['state change']:.2f}/{cell['change alignment']:.2f}"
             for name, cell in rows["pred vs succ by layer"].items()

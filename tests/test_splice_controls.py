@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from lsa_interp.analysis.memory_direction import by_layer, direction_vectors
+from lsa_interp.analysis.memory_direction import by_layer, direction_vectors, mean_change, share_along
 from lsa_interp.analysis.planted import planted_model
-from lsa_interp.analysis.prompts import minimal_pairs
+from lsa_interp.analysis.prompts import changed_place_pairs, minimal_pairs
 from lsa_interp.analysis.splice import encoder_memory, memory_change, unused_positions
 from lsa_interp.data.task import Task
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
@@ -76,6 +76,10 @@ def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
         "pred into succ, at 0.5 of its size",
         "succ plus the mean pred - succ difference",
         "succ plus a random direction of that length",
+        "succ plus the fix first - last direction",
+        "succ plus pred - succ less the fix direction",
+        "succ plus the fix first - last direction, x2",
+        "succ plus pred - succ less the fix direction, x2",
     ]
     rows = table["rows"]
     for name, row in rows.items():
@@ -89,6 +93,10 @@ def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
         else:
             assert row["state change"] < 1e-6 and row["change alignment"] == 0.0
     assert rows["pred into succ"]["positions_per_pair"] == 16.25  # 16, 16, 16 and 17 letters
+    fix = table["fix, first vs last"]
+    assert (fix["pairs"], fix["solved_first"], fix["solved_last"]) == (4, 0.0, 0.0)
+    assert fix["positions_per_pair"] == 26 - 8  # a window, its wrong letter, a query's 3 letters and its answer's 1
+    assert fix["state change"] < 1e-6 and fix["change alignment"] == 0.0  # nothing changes: no direction to share
     layers = table["pred vs succ by layer"]
     hooks = [f"encoder.{layer}.hook_resid_post" for layer in range(planted_model().cfg.n_encoder_layers)]
     assert list(layers) == [*hooks, "encoder.ln_final.hook_out"] and len(hooks) >= 1
@@ -260,3 +268,55 @@ def test_a_scaled_splice_moves_each_state_that_share_of_the_way(script, monkeypa
         mask[i, list(unused_positions(p, s))] = True
     assert torch.allclose(seen[0], 0.5 * change * mask[..., None])
     assert (row["other"], row["factor"]) == (1.0, 0.5)
+
+
+def test_changed_place_adds_the_fix_direction_and_the_rest_of_pred_minus_succ_at_its_length(script, monkeypatch):
+    """On a random model (its unused letters change): the fix rows add each pair's pred - succ vector length along the
+    mean first-minus-last difference of the fix prompts, the other rows the pred - succ vector less that direction at
+    the same length, each once and twice, to the succ prompts at their unused letters; the fix prompts' numbers are
+    `memory_change`, the cosine of the two mean differences and `share_along` of the pred - succ differences."""
+    config = ModelConfig(d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_mlp=8, dropout=0.0)
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(config)
+    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
+    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    seen = []
+    monkeypatch.setattr(
+        script,
+        "decode_with_added",
+        lambda model, targets, mask, vectors: seen.append((list(targets), mask, vectors)) or [p.answer for p in preds],
+    )
+    place = script.changed_place(model, preds, succs, 5, 0)
+    pred_memory, succ_memory = encoder_memory(model, preds), encoder_memory(model, succs)
+    mask = torch.zeros(4, 39, dtype=torch.bool)
+    for i, (p, s) in enumerate(zip(preds, succs, strict=True)):
+        mask[i, list(unused_positions(p, s))] = True
+    firsts, lasts = zip(*changed_place_pairs(5, 0))
+    first_memory, last_memory = encoder_memory(model, list(firsts)), encoder_memory(model, list(lasts))
+    fix_mask = torch.zeros(5, first_memory.shape[1], dtype=torch.bool)
+    for i, (f, la) in enumerate(zip(firsts, lasts, strict=True)):
+        fix_mask[i, list(unused_positions(f, la))] = True
+    direction = mean_change(first_memory, last_memory, fix_mask)
+    lengths = direction_vectors(pred_memory, succ_memory, mask).norm(dim=1)
+    assert list(place["rows"]) == [
+        "succ plus the fix first - last direction",
+        "succ plus pred - succ less the fix direction",
+        "succ plus the fix first - last direction, x2",
+        "succ plus pred - succ less the fix direction, x2",
+    ]
+    assert all(row["donor"] == 1.0 for row in place["rows"].values())  # the donors are the pred prompts
+    assert [targets for targets, _, _ in seen] == [succs] * 4 and all(torch.equal(m, mask) for _, m, _ in seen)
+    unit = direction / direction.norm()
+    for (_, _, vectors), scale, along in zip(seen, (1, 1, 2, 2), (True, False, True, False), strict=True):
+        assert torch.allclose(vectors.norm(dim=1), scale * lengths, rtol=1e-5)
+        cosines = vectors @ unit / vectors.norm(dim=1)
+        assert torch.allclose(cosines, torch.ones(4) if along else torch.zeros(4), atol=1e-5)
+    fix = place["fix, first vs last"]
+    assert {key: fix[key] for key in ("state change", "change alignment")} == memory_change(
+        first_memory, last_memory, fix_mask
+    )
+    assert fix["state change"] > 0.01 and fix["positions_per_pair"] == float(fix_mask.sum(1).float().mean())
+    pred_direction = mean_change(pred_memory, succ_memory, mask)
+    assert fix["cosine with pred - succ"] == pytest.approx(float(unit @ pred_direction / pred_direction.norm()))
+    assert fix["pred - succ change along it"] == share_along(pred_memory, succ_memory, mask, direction)
+    assert 0 < fix["pred - succ change along it"] < 1

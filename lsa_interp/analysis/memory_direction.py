@@ -4,9 +4,10 @@ Splicing the alphabet letters that neither prompt uses (`splice.unused_positions
 succ prompt's changes many states by much the same vector. These functions estimate that vector per pair from the
 other pairs (`direction_vectors`, leave-one-out, so no pair sees its own donor), decode with vectors added to chosen
 memory states (`decode_with_added`, `decode_with_changes`), remove a direction from a splice (`without_component`),
-compare the states after every encoder layer (`by_layer`), and measure how much the letters attend to the example's
-changed output letter in the last encoder layer (`changed_letter_attention`). ``analyses/splice_controls.py`` runs
-them over the shipped models (docs/findings.md).
+compare the states after every encoder layer (`by_layer`), compare one set of pairs' mean difference with another's
+(`mean_change`, `share_along`, `with_lengths_of`), and measure how much the letters attend to the example's changed
+output letter in the last encoder layer (`changed_letter_attention`). ``analyses/splice_controls.py`` runs them over
+the shipped models (docs/findings.md).
 """
 
 from __future__ import annotations
@@ -36,6 +37,23 @@ def random_directions(vectors: Float[Tensor, "pair d_model"], seed: int) -> Floa
     return noise / noise.norm(dim=1, keepdim=True) * vectors.norm(dim=1, keepdim=True)
 
 
+def _masked_change(
+    donor_memory: Float[Tensor, "pair donor_pos d_model"],
+    target_memory: Float[Tensor, "pair target_pos d_model"],
+    mask: Bool[Tensor, "pair pos"],
+) -> Float[Tensor, "pair pos d_model"]:
+    """Donor minus target at the ``mask`` states (the first ``pos`` of each memory), zero elsewhere. Raises ValueError
+    for a mask wider than either memory or one that marks no state."""
+    width = mask.shape[1]
+    if width > min(donor_memory.shape[1], target_memory.shape[1]):
+        raise ValueError(
+            f"the mask is {width} positions wide, the memories {donor_memory.shape[1]} and {target_memory.shape[1]}"
+        )
+    if not bool(mask.any()):
+        raise ValueError("the mask marks no state to compare")
+    return (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
+
+
 def direction_vectors(
     donor_memory: Float[Tensor, "pair donor_pos d_model"],
     target_memory: Float[Tensor, "pair target_pos d_model"],
@@ -46,16 +64,40 @@ def direction_vectors(
     """Per pair, ``scale`` times the mean donor-minus-target state difference at the ``mask`` positions of the other
     pairs (`mean_of_others`); with ``random_seed``, vectors of those lengths in random directions. Raises ValueError
     for a mask wider than either memory or one that marks no state."""
-    width = mask.shape[1]
-    if width > min(donor_memory.shape[1], target_memory.shape[1]):
-        raise ValueError(
-            f"the mask is {width} positions wide, the memories {donor_memory.shape[1]} and {target_memory.shape[1]}"
-        )
-    if not bool(mask.any()):
-        raise ValueError("the mask marks no state to compare")
-    change = (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
+    change = _masked_change(donor_memory, target_memory, mask)
     vectors = scale * mean_of_others(change.sum(1), mask.sum(1))
     return vectors if random_seed is None else random_directions(vectors, random_seed)
+
+
+def mean_change(
+    donor_memory: Float[Tensor, "pair donor_pos d_model"],
+    target_memory: Float[Tensor, "pair target_pos d_model"],
+    mask: Bool[Tensor, "pair pos"],
+) -> Float[Tensor, " d_model"]:
+    """The mean donor-minus-target state difference over every ``mask`` state of every pair. Raises ValueError as
+    `direction_vectors` does."""
+    return _masked_change(donor_memory, target_memory, mask).sum((0, 1)) / mask.sum()
+
+
+def share_along(
+    donor_memory: Float[Tensor, "pair donor_pos d_model"],
+    target_memory: Float[Tensor, "pair target_pos d_model"],
+    mask: Bool[Tensor, "pair pos"],
+    direction: Float[Tensor, " d_model"],
+) -> float:
+    """The share of the donor-minus-target differences' summed squared length, over the ``mask`` states, that lies
+    along ``direction`` (1: every difference is a multiple of it; 0: all orthogonal to it, or a zero direction or no
+    difference). Raises ValueError as `direction_vectors` does."""
+    change = _masked_change(donor_memory, target_memory, mask)
+    along = change @ (direction / direction.norm().clamp_min(1e-30))
+    return float(along.square().sum() / change.square().sum().clamp_min(1e-30))
+
+
+def with_lengths_of(
+    vectors: Float[Tensor, "pair d_model"], like: Float[Tensor, "pair d_model"]
+) -> Float[Tensor, "pair d_model"]:
+    """``vectors``' rows stretched to the lengths of ``like``'s rows (a zero row stays zero)."""
+    return vectors / vectors.norm(dim=1, keepdim=True).clamp_min(1e-12) * like.norm(dim=1, keepdim=True)
 
 
 def decode_with_added(

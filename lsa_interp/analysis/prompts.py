@@ -1,4 +1,5 @@
-"""Tasks built for the analyses: one rule's tasks, and minimal pairs that differ only in the example's rule.
+"""Tasks built for the analyses: one rule's tasks, minimal pairs that differ only in the example's rule, and pairs of
+one rule that differ only in where the example changes a letter.
 
 All tasks are 1-shot (alphabet | example | query) with windows of 3..7 letters, as in training. Random
 choices come from ``random.Random(seed)``, so the same arguments give the same tasks.
@@ -193,4 +194,42 @@ def minimal_pairs(
         raise ValueError(f"{source} and {target} never give the same example input and query; no minimal pairs")
     if len(pairs) < n and not at_most:
         raise ValueError(f"only {len(pairs)} distinct {source}/{target} minimal pairs exist here, {n} asked for")
+    return list(pairs)
+
+
+def changed_place_pairs(n: int, seed: int = 0, length: int = 3) -> list[tuple[Task, Task]]:
+    """``n`` distinct pairs of fix_alphabetic_seq prompts on the standard alphabet whose examples differ only in which
+    letter of the window is wrong: the first (``xcd > bcd``) or the last (``bcx > bcd``). Both prompts of a pair share
+    the example's window and wrong letter (so they use the same letters), the query and its answer; the query shares
+    no letter with the example. Where pred and succ change the first and the last letter, these change the same places
+    under one rule. Raises ValueError for windows outside 2..24 letters or when fewer than ``n`` distinct pairs exist.
+    """
+    if not 2 <= length <= ALPHABET_SIZE - 2:
+        raise ValueError(f"windows of {length} letters leave no room for a wrong letter and a query; use 2..24")
+    rng = random.Random(f"changed_place_pairs/{length}/{seed}")
+    letters = lambda positions: _letters(STANDARD_ALPHABET, positions)
+    pairs: dict[tuple[Task, Task], None] = {}
+    stale = 0
+    while len(pairs) < n and stale < _STALE_TRIES:
+        stale += 1
+        ex_start, q_start = (rng.randrange(ALPHABET_SIZE - length + 1) for _ in range(2))
+        window = list(range(ex_start, ex_start + length))
+        wrong = rng.choice([p for p in range(ALPHABET_SIZE) if p not in window])
+        query_in, query_out = _problem("fix_alphabetic_seq", q_start, length, rng.randrange(2**31))
+        if set(window + [wrong]) & set(query_in + query_out):
+            continue
+        first, last = (
+            Task(
+                STANDARD_ALPHABET,
+                ((letters(shown), letters(window)),),
+                letters(query_in),
+                letters(query_out),
+                "fix_alphabetic_seq",
+            )
+            for shown in ([wrong] + window[1:], window[:-1] + [wrong])
+        )
+        if (first, last) not in pairs:
+            pairs[first, last], stale = None, 0
+    if len(pairs) < n:
+        raise ValueError(f"only {len(pairs)} distinct changed-place pairs of {length} letters exist, {n} asked for")
     return list(pairs)

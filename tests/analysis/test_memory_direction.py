@@ -13,8 +13,11 @@ from lsa_interp.analysis.memory_direction import (
     decode_with_added,
     decode_with_changes,
     direction_vectors,
+    mean_change,
     mean_of_others,
     random_directions,
+    share_along,
+    with_lengths_of,
     without_component,
 )
 from lsa_interp.analysis.planted import planted_answer, planted_model
@@ -295,3 +298,39 @@ def test_direction_vectors_refuse_a_mask_wider_than_the_memories_or_empty():
     with pytest.raises(ValueError, match="marks no state"):
         direction_vectors(memory, memory, torch.zeros(2, 5, dtype=torch.bool))
     assert direction_vectors(memory, memory, torch.ones(2, 5, dtype=torch.bool), scale=2).shape == (2, 3)  # int scale
+
+
+def test_mean_change_averages_donor_minus_target_over_every_marked_state():
+    """Over all pairs' marked states at once (not per pair): an unchanged marked state counts, unmarked ones do not,
+    and a wider donor memory is read at the mask's first positions only."""
+    target = torch.full((2, 3, 2), 1.0)
+    donor = torch.full((2, 4, 2), 1.0)
+    donor[0, 0] += torch.tensor([3.0, 0.0])
+    donor[1, 2] += torch.tensor([0.0, 6.0])
+    donor[1, 1] += 50.0  # not marked
+    donor[:, 3] += 100.0  # past the mask
+    mask = torch.tensor([[True, True, False], [False, False, True]])  # pair 0's second state is unchanged
+    assert torch.allclose(mean_change(donor, target, mask), torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match="marks no state"):
+        mean_change(donor, target, torch.zeros(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="the mask is 4 positions wide, the memories 4 and 3"):
+        mean_change(donor, target, torch.ones(2, 4, dtype=torch.bool))
+
+
+def test_share_along_is_the_squared_length_share_of_the_marked_changes_along_a_direction():
+    target = torch.zeros(1, 3, 2)
+    donor = torch.tensor([[[3.0, 4.0], [0.0, 2.0], [9.0, 9.0]]])
+    mask = torch.tensor([[True, True, False]])  # changes (3, 4) and (0, 2): 29 in all, 9 of it along x
+    assert share_along(donor, target, mask, torch.tensor([5.0, 0.0])) == pytest.approx(9 / 29)
+    assert share_along(donor, target, mask, torch.tensor([0.0, -0.1])) == pytest.approx(20 / 29)  # any length, sign
+    assert share_along(donor, target, mask, torch.tensor([3.0, 4.0])) == pytest.approx((25 + 1.6**2) / 29)
+    assert share_along(donor, target, mask, torch.zeros(2)) == 0.0  # a zero direction holds nothing
+    assert share_along(target, target, mask, torch.tensor([1.0, 0.0])) == 0.0  # nothing changed
+    with pytest.raises(ValueError, match="marks no state"):
+        share_along(donor, target, torch.zeros(1, 3, dtype=torch.bool), torch.tensor([1.0, 0.0]))
+
+
+def test_with_lengths_of_keeps_each_rows_direction_and_takes_the_others_length():
+    vectors = torch.tensor([[3.0, 4.0], [0.0, 0.0], [0.0, -0.5]])
+    like = torch.tensor([[0.0, 10.0], [1.0, 1.0], [6.0, 8.0]])
+    assert torch.allclose(with_lengths_of(vectors, like), torch.tensor([[6.0, 8.0], [0.0, 0.0], [0.0, -10.0]]))

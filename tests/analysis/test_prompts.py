@@ -7,7 +7,13 @@ import hashlib
 import pytest
 
 from lsa_interp.analysis import prompts
-from lsa_interp.analysis.prompts import analysis_alphabets, minimal_pairs, paper_prompts, rule_tasks
+from lsa_interp.analysis.prompts import (
+    analysis_alphabets,
+    changed_place_pairs,
+    minimal_pairs,
+    paper_prompts,
+    rule_tasks,
+)
 from lsa_interp.data.alphabets import make_alphabets
 from lsa_interp.data.task import STANDARD_ALPHABET
 from lsa_interp.data.transformations import PAPER
@@ -83,6 +89,10 @@ def test_a_seed_draws_the_same_tasks_it_always_did():
     assert hashlib.sha256(many.encode()).hexdigest()[:16] == "7a7cda1f6593b0c7"  # windows drawn past the first
     assert [t.examples[0][0] for t in paper_prompts("pred", 3)] == ["ghi", "hij", "klm"]
     assert [t.query for t in paper_prompts("pred", 2, fixed_query=False)] == ["bcd", "klm"]
+    assert [(str(first), str(last)) for first, last in changed_place_pairs(2)] == [
+        (f"{STANDARD_ALPHABET} | gde > cde | uwx > vwx", f"{STANDARD_ALPHABET} | cdg > cde | uwx > vwx"),
+        (f"{STANDARD_ALPHABET} | ovw > uvw | jlm > klm", f"{STANDARD_ALPHABET} | uvo > uvw | jlm > klm"),
+    ]
 
 
 def test_permuted_alphabets_follow_the_seed():
@@ -147,3 +157,33 @@ def test_permuted_alphabets_come_in_fours_from_their_documented_seed():
     assert analysis_alphabets("permuted") == analysis_alphabets("permuted", seed=0, n=20)
     assert len(analysis_alphabets("permuted", n=6)) == len(analysis_alphabets("permuted", n=3)) == 4
     assert analysis_alphabets((STANDARD_ALPHABET,)) == [STANDARD_ALPHABET]
+
+
+def test_changed_place_pairs_differ_only_in_which_example_letter_is_wrong():
+    pairs = changed_place_pairs(200, seed=3)
+    assert len(set(pairs)) == 200 and changed_place_pairs(200, seed=3) == pairs
+    assert changed_place_pairs(20, seed=4) != pairs[:20]
+    for first, last in pairs:
+        (first_in, window), (last_in, last_out) = first.examples[0], last.examples[0]
+        assert first.alphabet == last.alphabet == STANDARD_ALPHABET and window == last_out and len(window) == 3
+        assert STANDARD_ALPHABET.index(window[0]) + 2 == STANDARD_ALPHABET.index(window[2])  # a window, in order
+        assert first_in[1:] == window[1:] and last_in[:-1] == window[:-1] and first_in[0] == last_in[-1]
+        assert first_in[0] not in window  # the wrong letter is outside the window
+        assert (first.query, first.answer) == (last.query, last.answer)
+        assert first.transformation == last.transformation == "fix_alphabetic_seq"
+        assert first.answer in solve(STANDARD_ALPHABET, "fix_alphabetic_seq", first.query)
+        for task in (first, last):
+            assert window in solve(STANDARD_ALPHABET, "fix_alphabetic_seq", task.examples[0][0])
+        assert set(first_in + window) == set(last_in + window)  # the same letters in both prompts
+        assert not set(first_in + window) & set(first.query + first.answer)
+
+
+def test_changed_place_pairs_take_the_window_length_and_refuse_what_cannot_exist():
+    pairs = changed_place_pairs(5, seed=0, length=5)
+    assert all(len(first.query) == len(first.examples[0][1]) == 5 for first, _ in pairs)
+    with pytest.raises(ValueError, match="windows of 25 letters leave no room"):
+        changed_place_pairs(1, length=25)
+    with pytest.raises(ValueError, match="windows of 1 letters leave no room"):
+        changed_place_pairs(1, length=1)
+    with pytest.raises(ValueError, match="only 0 distinct changed-place pairs of 24 letters exist, 1 asked for"):
+        changed_place_pairs(1, length=24)  # every query then shares a letter with the example
