@@ -334,3 +334,12 @@ def test_with_lengths_of_keeps_each_rows_direction_and_takes_the_others_length()
     vectors = torch.tensor([[3.0, 4.0], [0.0, 0.0], [0.0, -0.5]])
     like = torch.tensor([[0.0, 10.0], [1.0, 1.0], [6.0, 8.0]])
     assert torch.allclose(with_lengths_of(vectors, like), torch.tensor([[6.0, 8.0], [0.0, 0.0], [0.0, -10.0]]))
+
+
+def test_share_along_of_small_changes_is_their_share_too():
+    """Changes whose squared lengths sum to less than 1 keep their share: the guard against a zero sum acts only at
+    zero, whatever the scale of the states."""
+    target = torch.zeros(1, 2, 2)
+    donor = torch.tensor([[[0.03, 0.04], [0.0, 0.02]]])  # squared lengths 0.0029 in all, 0.0009 of it along x
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    assert share_along(donor, target, mask, torch.tensor([1.0, 0.0])) == pytest.approx(9 / 29)

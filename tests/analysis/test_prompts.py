@@ -181,9 +181,39 @@ def test_changed_place_pairs_differ_only_in_which_example_letter_is_wrong():
 def test_changed_place_pairs_take_the_window_length_and_refuse_what_cannot_exist():
     pairs = changed_place_pairs(5, seed=0, length=5)
     assert all(len(first.query) == len(first.examples[0][1]) == 5 for first, _ in pairs)
+    shortest = changed_place_pairs(3, seed=0, length=2)  # the shortest window allowed: ``lc > bc`` and ``bl > bc``
+    assert [(len(first.examples[0][1]), len(last.answer)) for first, last in shortest] == [(2, 2)] * 3
     with pytest.raises(ValueError, match="windows of 25 letters leave no room"):
         changed_place_pairs(1, length=25)
     with pytest.raises(ValueError, match="windows of 1 letters leave no room"):
         changed_place_pairs(1, length=1)
     with pytest.raises(ValueError, match="only 0 distinct changed-place pairs of 24 letters exist, 1 asked for"):
         changed_place_pairs(1, length=24)  # every query then shares a letter with the example
+
+
+def test_changed_place_pairs_draw_windows_up_to_the_alphabets_end():
+    """Every window start is drawn for the example and for the query, the last (``xyz``) included."""
+    pairs = changed_place_pairs(200, seed=3)
+    starts = lambda windows: {STANDARD_ALPHABET.index(window[0]) for window in windows}
+    every_start = set(range(len(STANDARD_ALPHABET) - 2))  # a 3-letter window starts at a..x
+    assert starts(first.examples[0][1] for first, _ in pairs) == every_start
+    assert starts(first.answer for first, _ in pairs) == every_start
+
+
+def test_changed_place_pairs_give_up_after_a_run_of_stale_tries(monkeypatch):
+    """A try whose query shares a letter with the example is stale (here a query of every letter); five in a row end
+    the draws, and a new pair (here on the first try, with a query of no letters) restarts the count."""
+    monkeypatch.setattr(prompts, "_STALE_TRIES", 5)
+    every = (list(range(len(STANDARD_ALPHABET))), [])
+    calls = []
+    monkeypatch.setattr(prompts, "_problem", lambda *args: calls.append(args) or every)
+    with pytest.raises(ValueError, match="only 0 distinct changed-place pairs"):
+        changed_place_pairs(1)
+    assert len(calls) == 5  # one query a try
+    calls.clear()
+    monkeypatch.setattr(
+        prompts, "_problem", lambda *args: calls.append(args) or (every if len(calls) > 1 else ([], []))
+    )
+    with pytest.raises(ValueError, match="only 1 distinct changed-place pairs"):
+        changed_place_pairs(2)
+    assert len(calls) == 1 + 5
