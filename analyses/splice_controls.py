@@ -1,24 +1,18 @@
 """Splicing the alphabet letters neither prompt uses, with its controls (docs/findings.md, memory splicing).
 
-For each ``--model``, over the same minimal pairs as ``lsa-interp splice`` (3-letter windows, standard alphabet):
-the ``unused letters`` case in both directions (pred into succ, succ into pred); a same-rule control (each succ
-prompt decoded with the unused letters of a succ prompt whose example is another window and whose query is the same,
-so only the example differs); pred into succ split by where the letters sit (within 3 alphabet places of the
-answer's changed letter, or further), less the one direction the differences share (also stretched back to the
-change's length), and at 0.15 and 0.5 of its size; and, instead of a splice, one vector added to all the succ
-prompt's unused-letter states: the mean pred-minus-succ difference there over the other pairs, or a random direction
-of its length, and that vector at 0.5 to 4 times its length in both directions (an interactive figure beside the
-JSON); and after which encoder layer the pred and succ states at the unused letters come apart, how much the unused
-letters attend to the example's changed output letter in the last, and the difference with that head, or every other
-head of the last layer, zeroed there. Pred and succ change different letters of the example (the first, the last), so
-it also compares fix prompts whose example has its first or its last letter wrong (one rule, the same letters, the
-changed place only): how far apart their unused letters are, how their mean difference lines up with pred's and
-succ's, and what succ prompts answer with that direction added, or with the pred - succ vector less it. The functions
-it uses for the added and removed directions, the layers and the attention are in
-`lsa_interp.analysis.memory_direction`. Each row counts the answers that are the prompt's own, the
-donor's, the query copied unchanged, or other, and those equal to the unperturbed answer, and gives how far the
-spliced states are from the own (relative to their size) and how alike their directions are (mean pairwise cosine),
-or the added vector's relative length. It writes ``analyses/results/splice_controls.json`` and ``.html``.
+For each ``--model``, over the minimal pairs of ``lsa-interp splice`` (3-letter windows, standard alphabet): the
+``unused letters`` splice both ways (pred into succ, succ into pred); a same-rule donor with another example (same
+query); the letters near the answer's changed letter or further; the splice less the direction its changes share
+(also stretched back to full length) and at 0.15 and 0.5 of its size; one vector added to every unused-letter state
+instead (the mean pred-minus-succ difference of the other pairs, or a random direction of its length; 0.5 to 4 times
+that vector both ways in the curves); the encoder layer where the difference forms, the last layer's attention on
+the changed letter and the difference with that head or the others zeroed. Pred and succ change different places of
+the example (the first letter, the last), so fix prompts whose example has its first or its last letter wrong (one
+rule, the changed place only) are compared with them, and the curves also add the vector's part along their
+first-minus-last direction, or the rest. Each row counts answers (own, the donor's, the query copied, other; and
+unchanged) with how far the states moved and how alike their directions are, or the added vector's length. It writes
+``analyses/results/splice_controls.json`` and its figures, ``.html``; the library part is
+`lsa_interp.analysis.memory_direction`.
 
     python analyses/splice_controls.py --model copy-200 --model copy-20 --model nocopy-20
 """
@@ -29,7 +23,6 @@ import argparse
 import functools
 import json
 import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -38,20 +31,23 @@ from torch import Tensor
 from lsa_interp.analysis.memory_direction import (
     by_layer,
     changed_letter_attention,
+    compare_mean_changes,
     decode_with_added,
     decode_with_changes,
     direction_vectors,
+    masked_change,
     mean_change,
-    share_along,
-    with_lengths_of,
+    split_along,
     without_component,
 )
-from lsa_interp.analysis.prompts import changed_place_pairs, minimal_pairs
+from lsa_interp.analysis.prompts import changed_place_pairs, minimal_pairs, other_example_tasks
 from lsa_interp.analysis.splice import (
     MEMORY_HOOK,
+    NEAR,
     Case,
     encoder_memory,
     memory_change,
+    near_changed,
     splice_decode,
     splice_mask,
     unused_positions,
@@ -62,47 +58,15 @@ from lsa_interp.utils import atomic_write
 from lsa_interp.viz.html import figures_page
 
 OUT = Path(__file__).parent / "results" / "splice_controls.json"
-NEAR = 3
-"""Alphabet places from the answer's changed letter that count as near it."""
 SCALES = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
 """Multiples of the mean pred-minus-succ difference added in the curves."""
 SPLICE_FRACTIONS = (0.15, 0.5)
 """Sizes of the whole splice, as shares, that compare with the splice less its shared direction."""
-CURVES = ("succ prompts plus s x (pred - succ)", "pred prompts plus s x (succ - pred)")
-
-
-def other_example_donors(targets: Sequence[Task]) -> list[Task]:
-    """For each target, the same prompt with the example of the next target (cyclically) whose example is not its
-    own and shares no letter with its query and answer: same rule, same query, another example window. Raises
-    ValueError when some target has no such example among the others."""
-    donors = []
-    for i, target in enumerate(targets):
-        own = set(target.query) | set(target.answer or "")
-        others = (targets[(i + k) % len(targets)] for k in range(1, len(targets)))
-        fitting = (t.examples for t in others if t.examples != target.examples)
-        example = next((e for e in fitting if not own & set("".join(e[0]))), None)
-        if example is None:
-            raise ValueError(f"no other example shares no letter with {target}")
-        donors.append(Task(target.alphabet, example, target.query, target.answer, target.transformation))
-    return donors
-
-
-def changed_letter_place(task: Task) -> int | None:
-    """Alphabet index of the answer's first letter that is not in the query (None when there is none)."""
-    changed = next((letter for letter in task.answer or "" if letter not in task.query), None)
-    return None if changed is None else task.alphabet.index(changed)
-
-
-def near_changed(near: bool) -> Callable[[Task, Task], tuple[int, ...]]:
-    """The unused positions within `NEAR` places of the target's changed answer letter (``near``) or further."""
-
-    def positions(donor: Task, target: Task) -> tuple[int, ...]:
-        place = changed_letter_place(target)
-        return tuple(
-            p for p in unused_positions(donor, target) if place is not None and (abs(p - place) <= NEAR) == near
-        )
-
-    return positions
+PARTS = {"along": "along the fix direction", "less": "less the fix direction"}
+"""The two parts of the mean difference that `added_part_row` adds: along the fix prompts' first-minus-last direction,
+and the rest."""
+WHOLE_CURVES = ("succ prompts plus s x (pred - succ)", "pred prompts plus s x (succ - pred)")
+CURVES = (*WHOLE_CURVES, *(f"{curve} {phrase}" for curve in WHOLE_CURVES for phrase in PARTS.values()))
 
 
 def outcomes(answers: list[str], clean: list[str], donors: list[Task], targets: list[Task]) -> dict:
@@ -139,10 +103,13 @@ def _unused_change(
     (zero elsewhere), over the first positions both memories have. Raises ValueError when no pair has one."""
     positions = [unused_positions(d, t) for d, t in zip(donors, targets, strict=True)]
     donor_memory, target_memory = _memory(model, tuple(donors)), _memory(model, tuple(targets))
-    width = min(donor_memory.shape[1], target_memory.shape[1])
-    mask = splice_mask(positions, len(targets), width)
-    change = (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
-    return donor_memory, target_memory, mask, change
+    mask = splice_mask(positions, len(targets), min(donor_memory.shape[1], target_memory.shape[1]))
+    return donor_memory, target_memory, mask, masked_change(donor_memory, target_memory, mask)
+
+
+def _solved(model: HookedEncoderDecoder, tasks: list[Task]) -> float:
+    """The share of ``tasks`` the model answers right unperturbed."""
+    return sum(a == t.answer for a, t in zip(_clean(model, tuple(tasks)), tasks, strict=True)) / len(tasks)
 
 
 def _row(
@@ -184,6 +151,26 @@ def added_direction_row(
     return _added_row(model, donors, targets, mask, vectors)
 
 
+def added_part_row(
+    model: HookedEncoderDecoder,
+    donors: list[Task],
+    targets: list[Task],
+    direction: Tensor,
+    part: str,
+    scale: float = 1.0,
+) -> dict:
+    """Targets decoded with one part of ``scale`` times the mean donor-minus-target difference over the other pairs
+    (`direction_vectors`) added to all their unused-letter states: its component along ``direction`` (``part``
+    ``along``) or the rest (``less``), each at its own length (`split_along`), so the two parts add up to the whole
+    vector. Returns `outcomes`, the positions per pair and ``vector_size``. Raises ValueError for another part and when
+    no pair has an unused letter."""
+    if part not in PARTS:
+        raise ValueError(f"unknown part {part!r}; choose {' or '.join(PARTS)}")
+    donor_memory, target_memory, mask, _ = _unused_change(model, donors, targets)
+    along, rest = split_along(direction_vectors(donor_memory, target_memory, mask, scale), direction)
+    return _added_row(model, donors, targets, mask, along if part == "along" else rest)
+
+
 def _added_row(
     model: HookedEncoderDecoder, donors: list[Task], targets: list[Task], mask: Tensor, vectors: Tensor
 ) -> dict:
@@ -193,39 +180,28 @@ def _added_row(
     return {**_row(model, answers, donors, targets, mask), "vector_size": float(size.mean())}
 
 
-def changed_place(model: HookedEncoderDecoder, preds: list[Task], succs: list[Task], n_pairs: int, seed: int) -> dict:
+def changed_place(
+    model: HookedEncoderDecoder, preds: list[Task], succs: list[Task], n_pairs: int, seed: int
+) -> tuple[dict, Tensor]:
     """Where the example changed against which way: fix prompts whose example has its first or its last letter wrong
-    (`changed_place_pairs`, the places pred and succ change) compared at their unused letters (`memory_change`, the
-    cosine of their mean first-minus-last difference with the mean pred-minus-succ one, and the share of the
-    pred-minus-succ differences along it); and succ prompts decoded with, added at their unused letters, that fix
-    direction or the pred-minus-succ vector less its component along it, each at 1 and 2 times the length of the
-    pair's pred-minus-succ vector (`direction_vectors`). Returns ``fix, first vs last`` and the decoded ``rows``."""
+    (`changed_place_pairs`: one rule, the places pred and succ change) compared at their unused letters
+    (`memory_change`) and with pred and succ (`compare_mean_changes`: the cosine of the mean first-minus-last and
+    pred-minus-succ differences, the length of pred - succ's over the fix prompts', and the share of the pred - succ
+    differences' squared length along the fix direction). Returns that summary and the fix direction (the mean
+    first-minus-last difference) for `added_part_row`. Raises ValueError as `changed_place_pairs` and `_unused_change`
+    do."""
     firsts, lasts = (list(prompts) for prompts in zip(*changed_place_pairs(n_pairs, seed)))
-    first_memory, last_memory, fix_mask, _ = _unused_change(model, firsts, lasts)
-    pred_memory, succ_memory, mask, _ = _unused_change(model, preds, succs)
-    place = mean_change(first_memory, last_memory, fix_mask)
-    vectors = direction_vectors(pred_memory, succ_memory, mask)
-    rest = with_lengths_of(without_component(vectors[:, None], place.expand_as(vectors))[:, 0], vectors)
-    along = with_lengths_of(place.expand_as(vectors), vectors)
-    rows = {}
-    for scale, times in ((1, ""), (2, ", x2")):
-        rows[f"succ plus the fix first - last direction{times}"] = _added_row(model, preds, succs, mask, scale * along)
-        rows[f"succ plus pred - succ less the fix direction{times}"] = _added_row(
-            model, preds, succs, mask, scale * rest
-        )
-    solved = lambda tasks: sum(a == t.answer for a, t in zip(_clean(model, tuple(tasks)), tasks)) / len(tasks)
-    fix = {
+    fix = _unused_change(model, firsts, lasts)[:3]
+    pred_succ = _unused_change(model, preds, succs)[:3]
+    summary = {
         "pairs": len(firsts),
-        "solved_first": solved(firsts),
-        "solved_last": solved(lasts),
-        "positions_per_pair": float(fix_mask.sum(1).float().mean()),
-        **memory_change(first_memory, last_memory, fix_mask),
-        "cosine with pred - succ": float(
-            torch.cosine_similarity(place, mean_change(pred_memory, succ_memory, mask), 0)
-        ),
-        "pred - succ change along it": share_along(pred_memory, succ_memory, mask, place),
+        "solved_first": _solved(model, firsts),
+        "solved_last": _solved(model, lasts),
+        "positions_per_pair": float(fix[2].sum(1).float().mean()),
+        **memory_change(*fix),
+        **{f"pred - succ {key}": value for key, value in compare_mean_changes(fix, pred_succ).items()},
     }
-    return {"fix, first vs last": fix, "rows": rows}
+    return summary, mean_change(*fix)
 
 
 def splice_without_direction_row(
@@ -264,15 +240,16 @@ def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
     }
     head = int(attention["succ"]["index"])
     others = [other for other in range(model.cfg.n_heads) if other != head]
-    place = changed_place(model, preds, succs, n_pairs, seed)
+    fix, fix_direction = changed_place(model, preds, succs, n_pairs, seed)
+    prompt_sets = {WHOLE_CURVES[0]: (preds, succs), WHOLE_CURVES[1]: (succs, preds)}
     return {
         "pairs": len(pairs),
-        "solved_succ": sum(a == t.answer for a, t in zip(_clean(model, tuple(succs)), succs)) / len(succs),
-        "solved_pred": sum(a == t.answer for a, t in zip(_clean(model, tuple(preds)), preds)) / len(preds),
+        "solved_succ": _solved(model, succs),
+        "solved_pred": _solved(model, preds),
         "rows": {
             "pred into succ": splice_row(model, preds, succs, unused_positions),
             "succ into pred": splice_row(model, succs, preds, unused_positions),
-            "succ into succ, other example": splice_row(model, other_example_donors(succs), succs, unused_positions),
+            "succ into succ, other example": splice_row(model, other_example_tasks(succs), succs, unused_positions),
             f"pred into succ, within {NEAR} of the changed letter": splice_row(model, preds, succs, near_changed(True)),
             f"pred into succ, further than {NEAR}": splice_row(model, preds, succs, near_changed(False)),
             "pred into succ, less the mean direction": splice_without_direction_row(model, preds, succs),
@@ -285,9 +262,8 @@ def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
             },
             "succ plus the mean pred - succ difference": added_direction_row(model, preds, succs),
             "succ plus a random direction of that length": added_direction_row(model, preds, succs, random_seed=seed),
-            **place["rows"],
         },
-        "fix, first vs last": place["fix, first vs last"],
+        "fix, first vs last": fix,
         "pred vs succ by layer": by_layer(model, preds, succs, unused),
         "attention on the changed letter": attention,
         "pred vs succ, last-layer heads zeroed at the unused letters": {
@@ -298,11 +274,17 @@ def controls(model: HookedEncoderDecoder, n_pairs: int, seed: int) -> dict:
             "every other head": by_layer(model, preds, succs, unused, others)[MEMORY_HOOK],
         },
         "curves": {
-            name: {str(scale): added_direction_row(model, donors, targets, scale=scale) for scale in SCALES}
-            for name, (donors, targets) in {
-                CURVES[0]: (preds, succs),
-                CURVES[1]: (succs, preds),
-            }.items()
+            **{
+                name: {str(scale): added_direction_row(model, donors, targets, scale=scale) for scale in SCALES}
+                for name, (donors, targets) in prompt_sets.items()
+            },
+            **{
+                f"{name} {phrase}": {
+                    str(scale): added_part_row(model, donors, targets, fix_direction, part, scale) for scale in SCALES
+                }
+                for name, (donors, targets) in prompt_sets.items()
+                for part, phrase in PARTS.items()
+            },
         },
     }
 
@@ -397,9 +379,9 @@ def main(argv: list[str] | None = None) -> int:
         fix = rows["fix, first vs last"]
         print(
             f"  fix prompts, first vs last letter wrong ({fix['pairs']} pairs, solved {fix['solved_first']:.0%} and "
-            f"{fix['solved_last']:.0%}): change {fix['state change']:.2f}, alignment {fix['change alignment']:.2f}, "
-            f"cosine with pred - succ {fix['cosine with pred - succ']:.2f}, share of pred - succ along it "
-            f"{fix['pred - succ change along it']:.2f}"
+            f"{fix['solved_last']:.0%}): change {fix['state change']:.2f}, alignment {fix['change alignment']:.2f}; "
+            f"pred - succ: cosine {fix['pred - succ cosine']:.2f}, length {fix['pred - succ length ratio']:.2f} "
+            f"times, {fix['pred - succ share along']:.2f} of its squared length along it"
         )
         layers = ", ".join(
             f"{name}: {cell['state change']:.2f}/{cell['change alignment']:.2f}"

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from lsa_interp.analysis.memory_direction import by_layer, direction_vectors, mean_change, share_along
+from lsa_interp.analysis.memory_direction import by_layer, compare_mean_changes, direction_vectors, mean_change
 from lsa_interp.analysis.planted import planted_model
 from lsa_interp.analysis.prompts import changed_place_pairs, minimal_pairs
 from lsa_interp.analysis.splice import encoder_memory, memory_change, unused_positions
@@ -21,37 +21,6 @@ from tests.helpers import load_script
 @pytest.fixture(scope="module")
 def script():
     return load_script("analyses/splice_controls.py")
-
-
-def test_other_example_donors_keep_rule_and_query_and_share_no_letter(script):
-    targets = [p.target for p in minimal_pairs("pred", "succ", 6, lengths=(3,), at_most=True)]
-    donors = script.other_example_donors(targets)
-    for donor, target in zip(donors, targets, strict=True):
-        assert (donor.alphabet, donor.query, donor.answer) == (target.alphabet, target.query, target.answer)
-        assert donor.examples != target.examples and donor.examples in [t.examples for t in targets]
-        assert not (set(donor.query) | set(donor.answer)) & set("".join(donor.examples[0]))
-    many = [p.target for p in minimal_pairs("pred", "succ", 100, lengths=(3,), at_most=True)]
-    assert sum(t.examples == u.examples for t, u in zip(many, many[1:])) > 0  # neighbours that share an example
-    assert all(d.examples != t.examples for d, t in zip(script.other_example_donors(many), many, strict=True))
-    lone = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > efh | rst > rsu")
-    clash = Task.parse("abcdefghijklmnopqrstuvwxyz | rst > rsu | efg > efh")  # each one's example is the other's query
-    with pytest.raises(ValueError, match="no other example shares no letter"):
-        script.other_example_donors([lone, clash])
-
-
-def test_near_and_far_split_the_unused_letters_at_the_changed_answer_letter(script):
-    pred = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > acd")
-    succ = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcd > bce")
-    assert script.changed_letter_place(succ) == 4 and script.changed_letter_place(pred) == 0
-    assert script.changed_letter_place(succ.with_answer("bcd")) is None
-    near, far = script.near_changed(True)(pred, succ), script.near_changed(False)(pred, succ)
-    assert near == () and far == tuple(range(10, 26)) == unused_positions(pred, succ)  # e (4) is used: 10 is 6 away
-    assert (
-        script.near_changed(True)(succ, pred) == () and script.near_changed(False)(pred, succ.with_answer("bcd")) == ()
-    )
-    late = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > efh | rst > rsu")
-    late_pred = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > dfg | rst > qst")
-    assert script.near_changed(True)(late_pred, late) == (21, 22, 23)  # v, w, x: within 3 of u (20)
 
 
 def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
@@ -76,10 +45,6 @@ def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
         "pred into succ, at 0.5 of its size",
         "succ plus the mean pred - succ difference",
         "succ plus a random direction of that length",
-        "succ plus the fix first - last direction",
-        "succ plus pred - succ less the fix direction",
-        "succ plus the fix first - last direction, x2",
-        "succ plus pred - succ less the fix direction, x2",
     ]
     rows = table["rows"]
     for name, row in rows.items():
@@ -97,6 +62,7 @@ def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
     assert (fix["pairs"], fix["solved_first"], fix["solved_last"]) == (4, 0.0, 0.0)
     assert fix["positions_per_pair"] == 26 - 8  # a window, its wrong letter, a query's 3 letters and its answer's 1
     assert fix["state change"] < 1e-6 and fix["change alignment"] == 0.0  # nothing changes: no direction to share
+    assert {"pred - succ cosine", "pred - succ length ratio", "pred - succ share along"} < set(fix)
     layers = table["pred vs succ by layer"]
     hooks = [f"encoder.{layer}.hook_resid_post" for layer in range(planted_model().cfg.n_encoder_layers)]
     assert list(layers) == [*hooks, "encoder.ln_final.hook_out"] and len(hooks) >= 1
@@ -105,12 +71,18 @@ def test_rows_count_outcomes_and_the_state_change(script, tmp_path, capsys):
     head = table["attention on the changed letter"]["succ"]["head"]
     assert list(zeroed) == [f"head {head}", "every other head"]
     assert all(cell["state change"] < 1e-6 for cell in zeroed.values())
-    assert list(table["curves"]) == list(script.CURVES)
+    assert list(table["curves"]) == list(script.CURVES) and len(script.CURVES) == 6
+    assert script.CURVES[2:] == (
+        "succ prompts plus s x (pred - succ) along the fix direction",
+        "succ prompts plus s x (pred - succ) less the fix direction",
+        "pred prompts plus s x (succ - pred) along the fix direction",
+        "pred prompts plus s x (succ - pred) less the fix direction",
+    )
     for curve in table["curves"].values():
         assert list(curve) == ["0.5", "1.0", "1.5", "2.0", "3.0", "4.0"]
         assert all(cell["unchanged"] == 1.0 and cell["vector_size"] < 1e-6 for cell in curve.values())
     page = out.with_suffix(".html").read_text(encoding="utf-8")
-    assert page.count("<h2>") == 2 and all(f"<h2>{curve}</h2>" in page for curve in script.CURVES)
+    assert page.count("<h2>") == 6 and all(f"<h2>{curve}</h2>" in page for curve in script.CURVES)
     near, far = rows["pred into succ, within 3 of the changed letter"], rows["pred into succ, further than 3"]
     assert near["positions_per_pair"] + far["positions_per_pair"] == 16.25
     assert "succ into succ, other example" in capsys.readouterr().out
@@ -270,14 +242,50 @@ def test_a_scaled_splice_moves_each_state_that_share_of_the_way(script, monkeypa
     assert (row["other"], row["factor"]) == (1.0, 0.5)
 
 
-def test_changed_place_adds_the_fix_direction_and_the_rest_of_pred_minus_succ_at_its_length(script, monkeypatch):
-    """On a random model (its unused letters change): the fix rows add each pair's pred - succ vector length along the
-    mean first-minus-last difference of the fix prompts, the other rows the pred - succ vector less that direction at
-    the same length, each once and twice, to the succ prompts at their unused letters; the fix prompts' numbers are
-    `memory_change`, the cosine of the two mean differences and `share_along` of the pred - succ differences."""
+def _random_model() -> HookedEncoderDecoder:
+    """A tiny model with random weights: its unused letters do change with the example."""
     config = ModelConfig(d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_mlp=8, dropout=0.0)
     torch.manual_seed(0)
-    model = HookedEncoderDecoder(config)
+    return HookedEncoderDecoder(config)
+
+
+def _unused_mask(donors: list[Task], targets: list[Task], width: int) -> torch.Tensor:
+    mask = torch.zeros(len(targets), width, dtype=torch.bool)
+    for i, (donor, target) in enumerate(zip(donors, targets, strict=True)):
+        mask[i, list(unused_positions(donor, target))] = True
+    return mask
+
+
+def test_changed_place_compares_the_fix_prompts_with_pred_and_succ(script, monkeypatch):
+    """The fix prompts' own change, solved shares from the model's answers to each set, and `compare_mean_changes`
+    of their first-minus-last difference against pred - succ; the direction returned is that mean difference."""
+    model = _random_model()
+    pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
+    preds, succs = [p.source for p in pairs], [p.target for p in pairs]
+    firsts, lasts = (list(tasks) for tasks in zip(*changed_place_pairs(5, 0)))
+    right = {firsts[0]: firsts[0].answer, lasts[1]: lasts[1].answer, lasts[2]: lasts[2].answer}
+    monkeypatch.setattr(script, "_clean", lambda model, tasks: tuple(right.get(task, "x") for task in tasks))
+    fix, direction = script.changed_place(model, preds, succs, 5, 0)
+    first_memory, last_memory = encoder_memory(model, firsts), encoder_memory(model, lasts)
+    fix_mask = _unused_mask(firsts, lasts, first_memory.shape[1])
+    pred_memory, succ_memory = encoder_memory(model, preds), encoder_memory(model, succs)
+    mask = _unused_mask(preds, succs, 39)
+    assert (fix["pairs"], fix["solved_first"], fix["solved_last"]) == (5, 0.2, 0.4)
+    assert fix["positions_per_pair"] == float(fix_mask.sum(1).float().mean()) == 18.0
+    assert {key: fix[key] for key in ("state change", "change alignment")} == memory_change(
+        first_memory, last_memory, fix_mask
+    )
+    compared = compare_mean_changes((first_memory, last_memory, fix_mask), (pred_memory, succ_memory, mask))
+    assert {key: fix[f"pred - succ {key}"] for key in compared} == compared
+    assert fix["state change"] > 0.01 and 0 < fix["pred - succ share along"] < 1
+    assert torch.equal(direction, mean_change(first_memory, last_memory, fix_mask))
+
+
+@pytest.mark.parametrize("part", ["along", "less"])
+def test_added_part_row_adds_one_part_of_each_pairs_vector_at_its_own_length(script, monkeypatch, part):
+    """The part along the direction is the vector's projection on it, the rest is orthogonal to it, and the two add up
+    to the pair's leave-one-out vector times the scale; they are added to the targets at their unused letters."""
+    model = _random_model()
     pairs = minimal_pairs("pred", "succ", 4, lengths=(3,), at_most=True)
     preds, succs = [p.source for p in pairs], [p.target for p in pairs]
     seen = []
@@ -286,37 +294,17 @@ def test_changed_place_adds_the_fix_direction_and_the_rest_of_pred_minus_succ_at
         "decode_with_added",
         lambda model, targets, mask, vectors: seen.append((list(targets), mask, vectors)) or [p.answer for p in preds],
     )
-    place = script.changed_place(model, preds, succs, 5, 0)
-    pred_memory, succ_memory = encoder_memory(model, preds), encoder_memory(model, succs)
-    mask = torch.zeros(4, 39, dtype=torch.bool)
-    for i, (p, s) in enumerate(zip(preds, succs, strict=True)):
-        mask[i, list(unused_positions(p, s))] = True
-    firsts, lasts = zip(*changed_place_pairs(5, 0))
-    first_memory, last_memory = encoder_memory(model, list(firsts)), encoder_memory(model, list(lasts))
-    fix_mask = torch.zeros(5, first_memory.shape[1], dtype=torch.bool)
-    for i, (f, la) in enumerate(zip(firsts, lasts, strict=True)):
-        fix_mask[i, list(unused_positions(f, la))] = True
-    direction = mean_change(first_memory, last_memory, fix_mask)
-    lengths = direction_vectors(pred_memory, succ_memory, mask).norm(dim=1)
-    assert list(place["rows"]) == [
-        "succ plus the fix first - last direction",
-        "succ plus pred - succ less the fix direction",
-        "succ plus the fix first - last direction, x2",
-        "succ plus pred - succ less the fix direction, x2",
-    ]
-    assert all(row["donor"] == 1.0 for row in place["rows"].values())  # the donors are the pred prompts
-    assert [targets for targets, _, _ in seen] == [succs] * 4 and all(torch.equal(m, mask) for _, m, _ in seen)
+    direction = torch.randn(16, generator=torch.Generator().manual_seed(1))
+    row = script.added_part_row(model, preds, succs, direction, part, scale=2.0)
+    other = script.added_part_row(model, preds, succs, direction, "less" if part == "along" else "along", scale=2.0)
+    (targets, mask, vectors), (_, _, other_vectors) = seen
+    expected_mask = _unused_mask(preds, succs, 39)
+    whole = 2.0 * direction_vectors(encoder_memory(model, preds), encoder_memory(model, succs), expected_mask)
+    assert targets == succs and torch.equal(mask, expected_mask)
+    assert torch.allclose(vectors + other_vectors, whole, atol=1e-6)
     unit = direction / direction.norm()
-    for (_, _, vectors), scale, along in zip(seen, (1, 1, 2, 2), (True, False, True, False), strict=True):
-        assert torch.allclose(vectors.norm(dim=1), scale * lengths, rtol=1e-5)
-        cosines = vectors @ unit / vectors.norm(dim=1)
-        assert torch.allclose(cosines, torch.ones(4) if along else torch.zeros(4), atol=1e-5)
-    fix = place["fix, first vs last"]
-    assert {key: fix[key] for key in ("state change", "change alignment")} == memory_change(
-        first_memory, last_memory, fix_mask
-    )
-    assert fix["state change"] > 0.01 and fix["positions_per_pair"] == float(fix_mask.sum(1).float().mean())
-    pred_direction = mean_change(pred_memory, succ_memory, mask)
-    assert fix["cosine with pred - succ"] == pytest.approx(float(unit @ pred_direction / pred_direction.norm()))
-    assert fix["pred - succ change along it"] == share_along(pred_memory, succ_memory, mask, direction)
-    assert 0 < fix["pred - succ change along it"] < 1
+    along = vectors if part == "along" else other_vectors
+    assert torch.allclose(along, (whole @ unit)[:, None] * unit, atol=1e-6)
+    assert row["donor"] == other["donor"] == 1.0  # the donors are the pred prompts
+    with pytest.raises(ValueError, match="unknown part 'all'; choose along or less"):
+        script.added_part_row(model, preds, succs, direction, "all")

@@ -5,9 +5,9 @@ succ prompt's changes many states by much the same vector. These functions estim
 other pairs (`direction_vectors`, leave-one-out, so no pair sees its own donor), decode with vectors added to chosen
 memory states (`decode_with_added`, `decode_with_changes`), remove a direction from a splice (`without_component`),
 compare the states after every encoder layer (`by_layer`), compare one set of pairs' mean difference with another's
-(`mean_change`, `share_along`, `with_lengths_of`), and measure how much the letters attend to the example's changed
-output letter in the last encoder layer (`changed_letter_attention`). ``analyses/splice_controls.py`` runs them over
-the shipped models (docs/findings.md).
+(`mean_change`, `share_along`, `compare_mean_changes`) and split vectors along it (`split_along`), and measure how
+much the letters attend to the example's changed output letter in the last encoder layer
+(`changed_letter_attention`). ``analyses/splice_controls.py`` runs them over the shipped models (docs/findings.md).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def random_directions(vectors: Float[Tensor, "pair d_model"], seed: int) -> Floa
     return noise / noise.norm(dim=1, keepdim=True) * vectors.norm(dim=1, keepdim=True)
 
 
-def _masked_change(
+def masked_change(
     donor_memory: Float[Tensor, "pair donor_pos d_model"],
     target_memory: Float[Tensor, "pair target_pos d_model"],
     mask: Bool[Tensor, "pair pos"],
@@ -64,7 +64,7 @@ def direction_vectors(
     """Per pair, ``scale`` times the mean donor-minus-target state difference at the ``mask`` positions of the other
     pairs (`mean_of_others`); with ``random_seed``, vectors of those lengths in random directions. Raises ValueError
     for a mask wider than either memory or one that marks no state."""
-    change = _masked_change(donor_memory, target_memory, mask)
+    change = masked_change(donor_memory, target_memory, mask)
     vectors = scale * mean_of_others(change.sum(1), mask.sum(1))
     return vectors if random_seed is None else random_directions(vectors, random_seed)
 
@@ -76,7 +76,7 @@ def mean_change(
 ) -> Float[Tensor, " d_model"]:
     """The mean donor-minus-target state difference over every ``mask`` state of every pair. Raises ValueError as
     `direction_vectors` does."""
-    return _masked_change(donor_memory, target_memory, mask).sum((0, 1)) / mask.sum()
+    return masked_change(donor_memory, target_memory, mask).sum((0, 1)) / mask.sum()
 
 
 def share_along(
@@ -88,16 +88,33 @@ def share_along(
     """The share of the donor-minus-target differences' summed squared length, over the ``mask`` states, that lies
     along ``direction`` (1: every difference is a multiple of it; 0: all orthogonal to it, or a zero direction or no
     difference). Raises ValueError as `direction_vectors` does."""
-    change = _masked_change(donor_memory, target_memory, mask)
+    change = masked_change(donor_memory, target_memory, mask)
     along = change @ (direction / direction.norm().clamp_min(1e-30))
     return float(along.square().sum() / change.square().sum().clamp_min(1e-30))
 
 
-def with_lengths_of(
-    vectors: Float[Tensor, "pair d_model"], like: Float[Tensor, "pair d_model"]
-) -> Float[Tensor, "pair d_model"]:
-    """``vectors``' rows stretched to the lengths of ``like``'s rows (a zero row stays zero)."""
-    return vectors / vectors.norm(dim=1, keepdim=True).clamp_min(1e-12) * like.norm(dim=1, keepdim=True)
+def split_along(
+    vectors: Float[Tensor, "pair d_model"], direction: Float[Tensor, " d_model"]
+) -> tuple[Float[Tensor, "pair d_model"], Float[Tensor, "pair d_model"]]:
+    """Each vector's component along ``direction`` (its length and sign do not matter) and the rest, which add up to
+    the vector (a zero direction: all of it is rest)."""
+    rest = without_component(vectors[:, None, :], direction.expand_as(vectors))[:, 0]
+    return vectors - rest, rest
+
+
+def compare_mean_changes(
+    reference: tuple[Tensor, Tensor, Tensor], other: tuple[Tensor, Tensor, Tensor]
+) -> dict[str, float]:
+    """How the mean donor-minus-target difference (`mean_change`) of ``other`` lines up with that of ``reference``,
+    each given as (donor memory, target memory, mask): ``cosine`` of the two means, ``length ratio`` (other's mean
+    over reference's; 0 for a zero reference) and ``share along`` (`share_along` of other's differences along
+    reference's mean). Raises ValueError as `direction_vectors` does."""
+    reference_mean, other_mean = mean_change(*reference), mean_change(*other)
+    return {
+        "cosine": float(torch.cosine_similarity(reference_mean, other_mean, 0)),
+        "length ratio": float(other_mean.norm() / reference_mean.norm()) if bool(reference_mean.any()) else 0.0,
+        "share along": share_along(*other, reference_mean),
+    }
 
 
 def decode_with_added(

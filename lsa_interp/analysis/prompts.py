@@ -1,5 +1,5 @@
-"""Tasks built for the analyses: one rule's tasks, minimal pairs that differ only in the example's rule, and pairs of
-one rule that differ only in where the example changes a letter.
+"""Tasks built for the analyses: one rule's tasks, minimal pairs that differ only in the example's rule, pairs of
+one rule that differ only in where the example changes a letter, and tasks given another task's example.
 
 All tasks are 1-shot (alphabet | example | query) with windows of 3..7 letters, as in training. Random
 choices come from ``random.Random(seed)``, so the same arguments give the same tasks.
@@ -202,10 +202,14 @@ def changed_place_pairs(n: int, seed: int = 0, length: int = 3) -> list[tuple[Ta
     letter of the window is wrong: the first (``xcd > bcd``) or the last (``bcx > bcd``). Both prompts of a pair share
     the example's window and wrong letter (so they use the same letters), the query and its answer; the query shares
     no letter with the example. Where pred and succ change the first and the last letter, these change the same places
-    under one rule. Raises ValueError for windows outside 2..24 letters or when fewer than ``n`` distinct pairs exist.
+    under one rule. Raises ValueError for windows outside 2..12 letters (the example and the query each need one more
+    letter than the window, all different) or when fewer than ``n`` distinct pairs exist.
     """
-    if not 2 <= length <= ALPHABET_SIZE - 2:
-        raise ValueError(f"windows of {length} letters leave no room for a wrong letter and a query; use 2..24")
+    longest = (ALPHABET_SIZE - 2) // 2
+    if not 2 <= length <= longest:
+        raise ValueError(
+            f"windows of {length} letters leave no room for a wrong letter and a query apart; use 2..{longest}"
+        )
     rng = random.Random(f"changed_place_pairs/{length}/{seed}")
     letters = lambda positions: _letters(STANDARD_ALPHABET, positions)
     pairs: dict[tuple[Task, Task], None] = {}
@@ -233,3 +237,19 @@ def changed_place_pairs(n: int, seed: int = 0, length: int = 3) -> list[tuple[Ta
     if len(pairs) < n:
         raise ValueError(f"only {len(pairs)} distinct changed-place pairs of {length} letters exist, {n} asked for")
     return list(pairs)
+
+
+def other_example_tasks(targets: Sequence[Task]) -> list[Task]:
+    """For each target, the same prompt with the example of the next target (cyclically) whose example is not its
+    own and shares no letter with its query and answer: same rule, same query, another example window. Raises
+    ValueError when some target has no such example among the others."""
+    donors = []
+    for i, target in enumerate(targets):
+        own = set(target.query) | set(target.answer or "")
+        others = (targets[(i + k) % len(targets)] for k in range(1, len(targets)))
+        fitting = (t.examples for t in others if t.examples != target.examples)
+        example = next((e for e in fitting if not own & set("".join(e[0]))), None)
+        if example is None:
+            raise ValueError(f"no other example shares no letter with {target}")
+        donors.append(Task(target.alphabet, example, target.query, target.answer, target.transformation))
+    return donors

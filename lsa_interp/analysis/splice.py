@@ -14,6 +14,7 @@ the alphabet positions whose letters neither prompt nor either answer uses: the 
 authors' claim that the irrelevant letters carry nothing the decoder reads. Each case also reports how far
 the spliced states are from the target's own (relative to their size) and how alike the differences are in
 direction (mean pairwise cosine): a shared direction is a signal that all the spliced positions carry.
+`near_changed` splits a case's letters by their distance from the answer's changed letter.
 """
 
 from __future__ import annotations
@@ -45,6 +46,28 @@ def unused_positions(donor: Task, target: Task) -> tuple[int, ...]:
 
 Case = Sequence[int] | Callable[[Task, Task], Sequence[int]]
 """The positions one case splices: the same for every pair, or a function of (donor, target)."""
+NEAR = 3
+"""Alphabet places from the answer's changed letter that count as near it (`near_changed`)."""
+
+
+def changed_letter_place(task: Task) -> int | None:
+    """Alphabet index of the answer's first letter that is not in the query (None when there is none)."""
+    changed = next((letter for letter in task.answer or "" if letter not in task.query), None)
+    return None if changed is None else task.alphabet.index(changed)
+
+
+def near_changed(near: bool) -> Callable[[Task, Task], tuple[int, ...]]:
+    """The unused positions within `NEAR` places of the target's changed answer letter (``near``) or further."""
+
+    def positions(donor: Task, target: Task) -> tuple[int, ...]:
+        place = changed_letter_place(target)
+        return tuple(
+            p for p in unused_positions(donor, target) if place is not None and (abs(p - place) <= NEAR) == near
+        )
+
+    return positions
+
+
 UNUSED = "unused letters"
 CASES: dict[str, Case] = {
     "positions 0-31": tuple(range(0, 32)),

@@ -10,6 +10,7 @@ from lsa_interp.analysis.memory_direction import (
     by_layer,
     changed_letter_attention,
     changed_letter_position,
+    compare_mean_changes,
     decode_with_added,
     decode_with_changes,
     direction_vectors,
@@ -17,7 +18,7 @@ from lsa_interp.analysis.memory_direction import (
     mean_of_others,
     random_directions,
     share_along,
-    with_lengths_of,
+    split_along,
     without_component,
 )
 from lsa_interp.analysis.planted import planted_answer, planted_model
@@ -330,10 +331,34 @@ def test_share_along_is_the_squared_length_share_of_the_marked_changes_along_a_d
         share_along(donor, target, torch.zeros(1, 3, dtype=torch.bool), torch.tensor([1.0, 0.0]))
 
 
-def test_with_lengths_of_keeps_each_rows_direction_and_takes_the_others_length():
-    vectors = torch.tensor([[3.0, 4.0], [0.0, 0.0], [0.0, -0.5]])
-    like = torch.tensor([[0.0, 10.0], [1.0, 1.0], [6.0, 8.0]])
-    assert torch.allclose(with_lengths_of(vectors, like), torch.tensor([[6.0, 8.0], [0.0, 0.0], [0.0, -10.0]]))
+def test_split_along_gives_each_vectors_projection_and_the_rest():
+    vectors = torch.tensor([[3.0, 4.0], [0.0, -2.0], [1.0, 1.0]])
+    along, rest = split_along(vectors, torch.tensor([-0.5, 0.0]))  # any length and sign: the x axis
+    assert torch.allclose(along, torch.tensor([[3.0, 0.0], [0.0, 0.0], [1.0, 0.0]]))
+    assert torch.allclose(rest, torch.tensor([[0.0, 4.0], [0.0, -2.0], [0.0, 1.0]]))
+    oblique_along, oblique_rest = split_along(vectors, torch.tensor([3.0, 4.0]))
+    assert torch.allclose(oblique_along[2], torch.tensor([0.84, 1.12])) and torch.allclose(
+        oblique_rest[0], torch.zeros(2)
+    )
+    zero_along, zero_rest = split_along(vectors, torch.zeros(2))
+    assert torch.equal(zero_along, torch.zeros(3, 2)) and torch.equal(zero_rest, vectors)
+
+
+def test_compare_mean_changes_lines_up_one_sets_mean_difference_with_anothers():
+    """The reference's mean difference along x (length 2); the other's along (3, 4) (length 5): cosine 0.6, length
+    ratio 2.5, and the other's differences' squared length along x as `share_along` gives it."""
+    reference = (torch.tensor([[[2.0, 0.0], [9.0, 9.0]]]), torch.zeros(1, 2, 2), torch.tensor([[True, False]]))
+    other_donor = torch.tensor([[[6.0, 8.0], [0.0, 0.0]]])
+    other = (other_donor, torch.zeros(1, 2, 2), torch.tensor([[True, True]]))  # mean (3, 4) over two states
+    compared = compare_mean_changes(reference, other)
+    assert compared == pytest.approx({"cosine": 0.6, "length ratio": 2.5, "share along": 36 / 100})
+    assert compare_mean_changes(other, reference) == pytest.approx(
+        {"cosine": 0.6, "length ratio": 0.4, "share along": 0.36}
+    )
+    still = (torch.zeros(1, 2, 2), torch.zeros(1, 2, 2), torch.tensor([[True, True]]))
+    assert compare_mean_changes(still, other) == {"cosine": 0.0, "length ratio": 0.0, "share along": 0.0}
+    with pytest.raises(ValueError, match="marks no state"):
+        compare_mean_changes(reference, (other_donor, torch.zeros(1, 2, 2), torch.zeros(1, 2, dtype=torch.bool)))
 
 
 def test_share_along_of_small_changes_is_their_share_too():

@@ -11,11 +11,12 @@ from lsa_interp.analysis.prompts import (
     analysis_alphabets,
     changed_place_pairs,
     minimal_pairs,
+    other_example_tasks,
     paper_prompts,
     rule_tasks,
 )
 from lsa_interp.data.alphabets import make_alphabets
-from lsa_interp.data.task import STANDARD_ALPHABET
+from lsa_interp.data.task import STANDARD_ALPHABET, Task
 from lsa_interp.data.transformations import PAPER
 from tests.data.solver import solve
 
@@ -183,12 +184,16 @@ def test_changed_place_pairs_take_the_window_length_and_refuse_what_cannot_exist
     assert all(len(first.query) == len(first.examples[0][1]) == 5 for first, _ in pairs)
     shortest = changed_place_pairs(3, seed=0, length=2)  # the shortest window allowed: ``lc > bc`` and ``bl > bc``
     assert [(len(first.examples[0][1]), len(last.answer)) for first, last in shortest] == [(2, 2)] * 3
-    with pytest.raises(ValueError, match="windows of 25 letters leave no room"):
-        changed_place_pairs(1, length=25)
+    longest = changed_place_pairs(2, seed=0, length=12)  # 13 letters each for the example and the query: all 26
+    assert all(
+        set(f.examples[0][0] + f.examples[0][1] + f.query + f.answer) == set(STANDARD_ALPHABET) for f, _ in longest
+    )
+    with pytest.raises(ValueError, match=r"windows of 13 letters leave no room .*; use 2\.\.12"):
+        changed_place_pairs(1, length=13)
     with pytest.raises(ValueError, match="windows of 1 letters leave no room"):
         changed_place_pairs(1, length=1)
-    with pytest.raises(ValueError, match="only 0 distinct changed-place pairs of 24 letters exist, 1 asked for"):
-        changed_place_pairs(1, length=24)  # every query then shares a letter with the example
+    with pytest.raises(ValueError, match=r"only \d+ distinct changed-place pairs of 12 letters exist, 10000 asked for"):
+        changed_place_pairs(10_000, length=12)
 
 
 def test_changed_place_pairs_draw_windows_up_to_the_alphabets_end():
@@ -217,3 +222,19 @@ def test_changed_place_pairs_give_up_after_a_run_of_stale_tries(monkeypatch):
     with pytest.raises(ValueError, match="only 1 distinct changed-place pairs"):
         changed_place_pairs(2)
     assert len(calls) == 1 + 5
+
+
+def test_other_example_tasks_keep_rule_and_query_and_share_no_letter():
+    targets = [p.target for p in minimal_pairs("pred", "succ", 6, lengths=(3,), at_most=True)]
+    donors = other_example_tasks(targets)
+    for donor, target in zip(donors, targets, strict=True):
+        assert (donor.alphabet, donor.query, donor.answer) == (target.alphabet, target.query, target.answer)
+        assert donor.examples != target.examples and donor.examples in [t.examples for t in targets]
+        assert not (set(donor.query) | set(donor.answer)) & set("".join(donor.examples[0]))
+    many = [p.target for p in minimal_pairs("pred", "succ", 100, lengths=(3,), at_most=True)]
+    assert sum(t.examples == u.examples for t, u in zip(many, many[1:])) > 0  # neighbours that share an example
+    assert all(d.examples != t.examples for d, t in zip(other_example_tasks(many), many, strict=True))
+    lone = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > efh | rst > rsu")
+    clash = Task.parse("abcdefghijklmnopqrstuvwxyz | rst > rsu | efg > efh")  # each one's example is the other's query
+    with pytest.raises(ValueError, match="no other example shares no letter"):
+        other_example_tasks([lone, clash])

@@ -373,3 +373,18 @@ def test_the_authors_answer_is_named_only_for_their_pair_of_rules(planted):
         spliced.paper
         == "pred prompt decoded from positions 0-31 of the succ prompt: the output becomes the donor's answer"
     )
+
+
+def test_near_and_far_split_the_unused_letters_at_the_changed_answer_letter():
+    pred = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > acd")
+    succ = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcd > bce")
+    assert splice.changed_letter_place(succ) == 4 and splice.changed_letter_place(pred) == 0
+    assert splice.changed_letter_place(succ.with_answer("bcd")) is None
+    near, far = splice.near_changed(True)(pred, succ), splice.near_changed(False)(pred, succ)
+    assert near == () and far == tuple(range(10, 26)) == unused_positions(pred, succ)  # e (4) is used: 10 is 6 away
+    assert (
+        splice.near_changed(True)(succ, pred) == () and splice.near_changed(False)(pred, succ.with_answer("bcd")) == ()
+    )
+    late = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > efh | rst > rsu")
+    late_pred = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > dfg | rst > qst")
+    assert splice.near_changed(True)(late_pred, late) == (21, 22, 23)  # v, w, x: within 3 of u (20)
