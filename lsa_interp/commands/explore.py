@@ -25,6 +25,11 @@ def check_address(host: str, port: int) -> None:
         raise ValueError(f"{message}; give an address of this machine and a free port") from None
 
 
+def app_url(host: str, port: int) -> str:
+    """The app's address for a browser: an IPv6 host in brackets (``http://[::1]:8050/``)."""
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``explore`` command to ``app``."""
 
@@ -54,5 +59,5 @@ def register(app: typer.Typer) -> None:
 
         check_address(host, port)
         catalogue = explorer_catalogue(model or [])
-        print(f"lsa-interp explorer: http://{host}:{port}/  ({len(catalogue.names)} models; Ctrl-C stops)", flush=True)
+        print(f"lsa-interp explorer: {app_url(host, port)}  ({len(catalogue.names)} models; Ctrl-C stops)", flush=True)
         serve(catalogue, host=host, port=port)

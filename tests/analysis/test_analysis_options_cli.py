@@ -64,6 +64,12 @@ def _spy(monkeypatch, module: str, function: str) -> dict:
             "mapping_invariance",
             {"prompts": "random", "normed": False, "lengths": (3, 4), "alphabets": "standard"},
         ),
+        (  # the last layer by its 1-based number
+            ["invariance", "--tasks", "3", "--compare", "succ", "--layer", "2"],
+            "lsa_interp.analysis.invariance",
+            "mapping_invariance",
+            {"layer": 1},
+        ),
         (
             ["cross-attention", "--tasks", "4", "--all-tasks"],
             "lsa_interp.analysis.cross_attention",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from lsa_interp.analysis.planted import planted_model
+from lsa_interp.commands.patching import _groups
 from lsa_interp.model import save_model
 from tests.helpers import run
 
@@ -125,12 +127,23 @@ def test_help_has_an_example_and_says_labels_are_one_based(command, capsys):
         (["patch", "--engine", "foo"], "unknown engine 'foo'"),
         (["patch", "--matrix", "--head", "all"], "--matrix patches the heads it is given together"),
         (["matching-heads", "--compare", "copy"], "--compare takes NAME=GLOB"),
+        (["matching-heads", "--compare", "=/no/such/run-*"], "--compare takes NAME=GLOB"),  # no name
+        (["matching-heads", "--compare", "copy= "], "--compare takes NAME=GLOB"),  # "" globs the checkpoints folder
         (["matching-heads", "--compare", "copy=/no/such/run-*"], "no checkpoint matches '/no/such/run-*'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(saved, args, message, capsys):
     code, out, err = run([*args, "--model", str(saved[0])], capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in out + err
+
+
+def test_a_compare_glob_may_hold_an_equals_sign(saved, tmp_path):
+    """The first '=' ends the group's name, so a run folder such as lr=1e-3 is globbed whole; spaces around the
+    name and the glob are dropped, and a name given twice gathers both globs' checkpoints."""
+    run_dir = tmp_path / "lr=1e-3"
+    shutil.copytree(saved[0], run_dir / "planted")
+    groups = _groups([f"copy={run_dir}/plan*", f" copy = {saved[1]} "])
+    assert groups == {"copy": [run_dir / "planted", saved[1]]}
 
 
 @pytest.mark.parametrize("command", ["patch", "matching-heads"])

@@ -10,6 +10,7 @@ import socket
 import pytest
 
 from lsa_interp.cli import main
+from lsa_interp.commands.explore import app_url
 
 
 def _free_port() -> int:
@@ -45,6 +46,37 @@ def test_serves_on_localhost_by_default(monkeypatch, capsys):
     assert exit_info.value.code == 0
     assert calls == {"host": "127.0.0.1", "port": port}
     assert f"http://127.0.0.1:{port}/" in capsys.readouterr().out
+
+
+def _free_ipv6_port() -> int | None:
+    """A free port on ::1, or None where this machine has no IPv6 loopback."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+            return probe.getsockname()[1]
+    except OSError:
+        return None
+
+
+def test_serves_on_an_ipv6_address(monkeypatch, capsys):
+    """An address with a colon is checked as IPv6 (as an IPv4 name it is no address at all)."""
+    port = _free_ipv6_port()
+    if port is None:
+        pytest.skip("no IPv6 loopback on this machine")
+    calls = {}
+    monkeypatch.setattr("lsa_interp.explorer.serve", lambda catalogue, host, port: calls.update(host=host, port=port))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["explore", "--model", "copy-200", "--host", "::1", "--port", str(port)])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 0, err
+    assert calls == {"host": "::1", "port": port}
+    assert f"http://[::1]:{port}/ " in out  # a browser's address: an IPv6 host in brackets
+
+
+def test_the_printed_address_brackets_an_ipv6_host_only():
+    assert app_url("::1", 8050) == "http://[::1]:8050/"
+    assert app_url("127.0.0.1", 80) == "http://127.0.0.1:80/"
+    assert app_url("localhost", 8050) == "http://localhost:8050/"
 
 
 def _unknown_name(host, port, *args):
