@@ -188,7 +188,7 @@ def test_changed_place_pairs_take_the_window_length_and_refuse_what_cannot_exist
     assert all(
         set(f.examples[0][0] + f.examples[0][1] + f.query + f.answer) == set(STANDARD_ALPHABET) for f, _ in longest
     )
-    with pytest.raises(ValueError, match=r"windows of 13 letters leave no room .*; use 2\.\.12"):
+    with pytest.raises(ValueError, match=r"windows of 13 letters leave no room .*; use 2\.\.12$"):
         changed_place_pairs(1, length=13)
     with pytest.raises(ValueError, match="windows of 1 letters leave no room"):
         changed_place_pairs(1, length=1)
@@ -229,6 +229,7 @@ def test_other_example_tasks_keep_rule_and_query_and_share_no_letter():
     donors = other_example_tasks(targets)
     for donor, target in zip(donors, targets, strict=True):
         assert (donor.alphabet, donor.query, donor.answer) == (target.alphabet, target.query, target.answer)
+        assert donor.transformation == target.transformation == "succ"  # a label outside Task equality
         assert donor.examples != target.examples and donor.examples in [t.examples for t in targets]
         assert not (set(donor.query) | set(donor.answer)) & set("".join(donor.examples[0]))
     many = [p.target for p in minimal_pairs("pred", "succ", 100, lengths=(3,), at_most=True)]
@@ -238,3 +239,17 @@ def test_other_example_tasks_keep_rule_and_query_and_share_no_letter():
     clash = Task.parse("abcdefghijklmnopqrstuvwxyz | rst > rsu | efg > efh")  # each one's example is the other's query
     with pytest.raises(ValueError, match="no other example shares no letter"):
         other_example_tasks([lone, clash])
+
+
+def test_other_example_tasks_take_the_next_fitting_example_cyclically():
+    """Each target takes the example of the first target after it (wrapping round) whose example differs from its own
+    and shares no letter with its query and answer: not the one before, and not the one after the next."""
+    tasks = [
+        Task.parse(f"{STANDARD_ALPHABET} | {example} | bcd > bce", transformation="succ")
+        for example in ("ghi > ghj", "mno > mnp", "stu > stv", "wxy > wxz")
+    ]
+    assert [d.examples[0][0] for d in other_example_tasks(tasks)] == ["mno", "stu", "wxy", "ghi"]
+    clashing = Task.parse(f"{STANDARD_ALPHABET} | cde > cdf | bcd > bce")  # shares c and d with every query
+    shared = Task.parse(f"{STANDARD_ALPHABET} | ghi > ghj | stu > stv")  # the first target's example, stu's query
+    targets = [tasks[0], clashing, shared, tasks[2], tasks[1]]
+    assert [d.examples[0][0] for d in other_example_tasks(targets)[::2]] == ["stu", "mno", "ghi"]

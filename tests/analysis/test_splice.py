@@ -388,3 +388,12 @@ def test_near_and_far_split_the_unused_letters_at_the_changed_answer_letter():
     late = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > efh | rst > rsu")
     late_pred = Task.parse("abcdefghijklmnopqrstuvwxyz | efg > dfg | rst > qst")
     assert splice.near_changed(True)(late_pred, late) == (21, 22, 23)  # v, w, x: within 3 of u (20)
+
+
+def test_a_target_without_an_answer_has_no_changed_letter_and_no_letters_near_or_far():
+    """A prompt whose answer is not given has no changed answer letter, so neither side of the split holds a letter
+    (rather than an error)."""
+    pred = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > acd")
+    bare = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcd")
+    assert splice.changed_letter_place(bare) is None
+    assert splice.near_changed(True)(pred, bare) == splice.near_changed(False)(pred, bare) == ()
