@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from lsa_interp.commands.common import DeviceOption
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``fit`` command to ``app``."""
@@ -26,7 +28,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="The model's dataset saved by 'lsa-interp data generate'; default: regenerate it."),
         ] = None,
         out: Annotated[Path | None, typer.Option(help="Write fit.json and fit.html (offline plotly) here.")] = None,
-        device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+        device: DeviceOption = "cpu",
     ) -> None:
         """Print the training fit of a model."""
         from rich.console import Console

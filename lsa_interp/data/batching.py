@@ -37,12 +37,13 @@ def epoch_batches(
 
     Rows are shuffled, grouped by ``keys``, cut into batches of ``batch_size`` (a group's last batch may be
     smaller), and the batches shuffled: the reference's batches. With ``lengths`` (length bucketing), rows are
-    first sorted by length within windows of 50 batches of a group. Raises ValueError for a batch size < 1.
+    first sorted by length within windows of 50 batches of a group. Raises ValueError for a batch size < 1 or larger
+    than the rows (a batch of a whole split would not fit in memory).
     """
-    if batch_size < 1:
-        raise ValueError(f"batch size must be positive, got {batch_size}")
-    rng = np.random.default_rng([seed, epoch])
     n = len(keys)
+    if not 1 <= batch_size <= n:
+        raise ValueError(f"batch size must be between 1 and the {n:,} rows to batch, got {batch_size:,}")
+    rng = np.random.default_rng([seed, epoch])
     perm = rng.permutation(n)
     grouped = perm[np.argsort(keys[perm], kind="stable")]
     group_keys = keys[grouped]

@@ -152,8 +152,24 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike, force: bool = Fal
     return out
 
 
+_MANIFEST_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "preset": str,
+    "seed": int,
+    "package_version": str,
+    "config": dict,
+    "splits": list,
+    "train_alphabets": list,
+    "new_alphabets": list,
+    "files": dict,
+}
+"""What `save_dataset` writes into a manifest besides its format, and the JSON type of each."""
+_FILE_FIELDS: dict[str, type] = {"file": str, "rows": int, "sha256": str}
+"""What a manifest records of each split's file."""
+
+
 def read_manifest(data_dir: str | os.PathLike) -> dict:
-    """The manifest of a saved dataset; raises FileNotFoundError/ValueError when it is missing or not ours."""
+    """The manifest of a saved dataset; raises FileNotFoundError when it is missing and ValueError when it is not
+    ours: not UTF-8 JSON, another format or version, or a field missing or of the wrong type (named)."""
     path = Path(data_dir) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(
@@ -161,11 +177,36 @@ def read_manifest(data_dir: str | os.PathLike) -> dict:
         )
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err})") from None
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid UTF-8 JSON ({err})") from None
+    if not isinstance(manifest, dict) or (manifest.get("format"), manifest.get("format_version")) != (
+        FORMAT,
+        FORMAT_VERSION,
+    ):
         raise ValueError(f"{path} is not an {FORMAT} manifest of version {FORMAT_VERSION}")
+    fields = [(key, manifest.get(key), kind) for key, kind in _MANIFEST_FIELDS.items()]
+    for split, info in manifest["files"].items() if isinstance(manifest.get("files"), dict) else ():
+        info = info if isinstance(info, dict) else {}
+        fields += [(f"files.{split}.{key}", info.get(key), kind) for key, kind in _FILE_FIELDS.items()]
+    broken = [key for key, value, kind in fields if not isinstance(value, kind) or isinstance(value, bool)]
+    if not broken and set(manifest["splits"]) - set(manifest["files"]):
+        broken = [f"files.{split}" for split in manifest["splits"] if split not in manifest["files"]]
+    if broken:
+        raise ValueError(
+            f"{path} lacks or mistypes {', '.join(broken)}; regenerate the dataset ('lsa-interp data generate')"
+        )
     return manifest
+
+
+def _read_split(path: Path, columns: list[str] | None = None) -> pa.Table:
+    """One split's Parquet table (only ``columns`` if given); raises FileNotFoundError when the file is missing and
+    ValueError when it is not Parquet or lacks a column."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; regenerate the dataset")
+    try:
+        return pq.read_table(path, columns=columns)
+    except pa.ArrowException as err:
+        raise ValueError(f"{path} is not a Parquet file ({err}); regenerate the dataset") from None
 
 
 def load_dataset(data_dir: str | os.PathLike, splits: tuple[str, ...] | None = None) -> Dataset:
@@ -183,11 +224,9 @@ def load_dataset(data_dir: str | os.PathLike, splits: tuple[str, ...] | None = N
     loaded = {}
     for name in wanted:
         path = Path(data_dir) / files[name]["file"]
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing; regenerate the dataset")
-        if sha256_file(path) != files[name]["sha256"]:
+        if path.is_file() and sha256_file(path) != files[name]["sha256"]:
             raise ValueError(f"{path} does not match the checksum in {MANIFEST}; the file is corrupted or was edited")
-        loaded[name] = _from_table(pq.read_table(path))
+        loaded[name] = _from_table(_read_split(path))
     return Dataset(
         DatasetConfig.from_dict(manifest["config"]),
         manifest["seed"],
@@ -202,8 +241,7 @@ def count_rows(data_dir: str | os.PathLike) -> pd.DataFrame:
     manifest = read_manifest(data_dir)
     frames = []
     for split, info in manifest["files"].items():
-        table = pq.read_table(Path(data_dir) / info["file"], columns=["transformation", "is_copy"])
-        frame = table.to_pandas()
+        frame = _read_split(Path(data_dir) / info["file"], ["transformation", "is_copy"]).to_pandas()
         frame["transformation"] = frame["transformation"].astype(str)
         frame["split"] = split
         frames.append(frame)
@@ -217,7 +255,7 @@ def sample_tasks(data_dir: str | os.PathLike, split: str, n: int) -> list[Task]:
     manifest = read_manifest(data_dir)
     if split not in manifest["files"]:
         raise ValueError(f"unknown split {split!r}; this dataset has: {', '.join(manifest['files'])}")
-    table = pq.read_table(Path(data_dir) / manifest["files"][split]["file"])
+    table = _read_split(Path(data_dir) / manifest["files"][split]["file"])
     if n <= 0 or table.num_rows == 0:
         return []
     step = max(table.num_rows // n, 1)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 
 from lsa_interp.data.alphabets import PERMUTATION_LEVELS
 from lsa_interp.data.transformations import PAPER, SEEN, TRANSFORMATIONS
@@ -102,10 +102,14 @@ class DatasetConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> DatasetConfig:
-        """Inverse of ``to_dict``; raises ValueError for unknown keys."""
+        """Inverse of ``to_dict``; raises ValueError for unknown or missing keys."""
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"unknown dataset config key(s): {sorted(unknown)}")
+        fields = cls.__dataclass_fields__.values()
+        required = {f.name for f in fields if f.default is MISSING and f.default_factory is MISSING}
+        if required - set(data):
+            raise ValueError(f"the dataset config lacks {', '.join(sorted(required - set(data)))}")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 

@@ -62,12 +62,14 @@ class Grid:
 def load_grid(path: str | Path) -> Grid:
     """Read and validate the grid file at ``path``; raises ValueError (prefixed with the path) for any problem."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: a directory; give a grid file (.toml)")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValueError(f"{path}: no such grid file") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"{path}: not valid TOML ({err})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid UTF-8 TOML ({err})") from None
     try:
         return parse_grid(data)
     except ValueError as err:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -16,6 +17,9 @@ ATTENTIONS = ("sdpa", "triton", "flash")
 FlashAttention-2's variable-length kernel over packed rows (`lsa_interp.training.packing.packed_flash`; needs
 packing, bf16 and a CUDA device)."""
 
+DEVICES = ("auto", "cpu", "cuda")
+"""auto: CUDA when torch sees a GPU, else the CPU."""
+
 ARCHITECTURES = ("hooked", "reference")
 """hooked: `HookedEncoderDecoder` (the default); reference: the same network built from a plain
 ``torch.nn.Transformer`` (`ReferenceTransformer`), trained by the same loop, to check that a result is not our
@@ -29,8 +33,9 @@ LEGACY_LENGTH_BUCKETING = True
 @dataclass(frozen=True, kw_only=True)
 class Recipe:
     """What one run and a stack of runs share: the optimizer, schedule, precision, model and bounds (defaults:
-    the paper's recipe). Raises ValueError for an unknown precision, a non-positive batch size, step bound or
-    learning rate, AdamW betas outside [0, 1), or a negative weight decay or schedule factor."""
+    the paper's recipe). Raises ValueError for an unknown precision or device, a non-positive batch size or step
+    bound, a learning rate that is not a positive finite number, AdamW betas outside [0, 1), or a negative weight
+    decay or schedule factor."""
 
     batch_size: int = 32
     lr: float = 1e-3
@@ -55,6 +60,8 @@ class Recipe:
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}")
+        if self.device not in DEVICES:
+            raise ValueError(f"unknown device {self.device!r}; choose one of: {', '.join(DEVICES)}")
         if self.attention not in ATTENTIONS:
             raise ValueError(f"unknown attention {self.attention!r}; choose one of: {', '.join(ATTENTIONS)}")
         if self.attention == "flash" and not (self.packing and self.precision == "bf16"):
@@ -63,8 +70,8 @@ class Recipe:
             raise ValueError(f"batch size must be positive, got {self.batch_size}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max steps must be positive, got {self.max_steps}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
+        if not 0 < self.lr < math.inf:
+            raise ValueError(f"lr must be a positive finite number, got {self.lr}")
         if not all(0 <= beta < 1 for beta in self.betas):
             raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas}")
         for name in ("weight_decay", "warmup_start", "final_lr_factor"):

@@ -106,7 +106,11 @@ def test_bucketing_windows_restart_in_every_group():
             assert all(hi < lo for (_, hi), (lo, _) in zip(ranges, ranges[1:]))
 
 
-def test_batch_size_must_be_positive():
-    with pytest.raises(ValueError, match="batch size must be positive"):
+def test_batch_size_must_be_between_one_and_the_rows():
+    """A batch of more rows than there are would be the whole split at once (and out of memory on a real one)."""
+    with pytest.raises(ValueError, match="batch size must be between 1 and the 4 rows to batch, got 0"):
         epoch_batches(np.zeros(4, dtype=np.int64), None, 0, seed=0, epoch=0)
+    with pytest.raises(ValueError, match="batch size must be between 1 and the 3 rows to batch, got 4"):
+        epoch_batches(np.zeros(3, dtype=np.int64), None, 4, seed=0, epoch=0)
     assert [len(b) for b in epoch_batches(np.zeros(3, dtype=np.int64), None, 1, seed=0, epoch=0)] == [1, 1, 1]
+    assert [len(b) for b in epoch_batches(np.zeros(3, dtype=np.int64), None, 3, seed=0, epoch=0)] == [3]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pandas as pd
@@ -10,6 +11,7 @@ import pytest
 
 from lsa_interp.data import generate_dataset, load_dataset, read_manifest, save_dataset
 from lsa_interp.data.dataset import Dataset, count_rows, sample_tasks
+from lsa_interp.utils import sha256_file
 
 
 def test_round_trip(tiny, tmp_path):
@@ -93,24 +95,72 @@ def test_missing_or_foreign_directories(tmp_path):
 @pytest.mark.parametrize(
     ("manifest", "error", "message"),
     [
-        ("{not json", ValueError, r"manifest.json is not valid JSON \("),
+        ("{not json", ValueError, r"manifest.json is not valid UTF-8 JSON \("),
+        (b"\xff\xfe{}", ValueError, r"manifest.json is not valid UTF-8 JSON \(.*can't decode byte 0xff"),
         ('{"format": "lsa-interp-dataset", "format_version": 2}', ValueError, "manifest of version 1$"),
         ('{"format_version": 1}', ValueError, "not an lsa-interp-dataset manifest"),
+        ("[]", ValueError, "not an lsa-interp-dataset manifest"),
+        ('{"format": "lsa-interp-dataset", "format_version": 1, "seed": 7}', ValueError, "lacks or mistypes preset, "),
         (None, FileNotFoundError, "no manifest.json\\); create one with 'lsa-interp data generate'"),
     ],
 )
 def test_a_manifest_that_is_not_ours_is_refused_with_its_reason(tmp_path, manifest, error, message):
     if manifest is None:
         (tmp_path / "manifest.json").mkdir()  # a directory of that name is no manifest
+    elif isinstance(manifest, bytes):
+        (tmp_path / "manifest.json").write_bytes(manifest)
     else:
         (tmp_path / "manifest.json").write_text(manifest)
     with pytest.raises(error, match=message):
         read_manifest(tmp_path)
 
 
-def test_a_manifest_of_ours_is_read_whole(tmp_path):
-    (tmp_path / "manifest.json").write_text('{"format": "lsa-interp-dataset", "format_version": 1, "seed": 7}')
-    assert read_manifest(str(tmp_path)) == {"format": "lsa-interp-dataset", "format_version": 1, "seed": 7}
+def test_a_manifest_of_ours_is_read_whole(tiny, tmp_path):
+    out = save_dataset(tiny, tmp_path / "ds")
+    assert read_manifest(str(out)) == json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda m: m.pop("files"), "files"),
+        (lambda m: m.update(seed="7"), "seed"),
+        (lambda m: m.update(seed=True), "seed"),  # a JSON true is no seed
+        (lambda m: m.update(splits={}), "splits"),
+        (lambda m: m["files"].update(train=[]), "files.train.file, files.train.rows, files.train.sha256"),
+        (lambda m: m["files"]["val"].pop("sha256"), "files.val.sha256"),
+        (lambda m: m["files"].pop("test"), "files.test"),  # a split the manifest lists without its file
+        (lambda m: m.pop("package_version") and m.pop("preset"), "preset, package_version"),
+    ],
+)
+def test_a_manifest_missing_or_mistyping_a_field_names_it(tiny, tmp_path, change, named):
+    """Every field that the loaders and `data show` read is checked with its JSON type, so a damaged manifest is one
+    ValueError naming the fields, not a KeyError or AttributeError later."""
+    out = save_dataset(tiny, tmp_path / "ds")
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    change(manifest)
+    (out / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(
+        ValueError, match=rf"manifest.json lacks or mistypes {re.escape(named)}; regenerate the dataset"
+    ):
+        read_manifest(out)
+
+
+def test_a_split_file_that_is_not_parquet_or_missing_is_named(tiny, tmp_path):
+    out = save_dataset(tiny, tmp_path / "ds")
+    (out / "val.parquet").unlink()
+    with pytest.raises(FileNotFoundError, match=r"val.parquet is missing; regenerate the dataset"):
+        count_rows(out)
+    with pytest.raises(FileNotFoundError, match=r"val.parquet is missing"):
+        sample_tasks(out, "val", 2)
+    (out / "val.parquet").write_text("not parquet")
+    with pytest.raises(ValueError, match=r"val.parquet is not a Parquet file \(.*\); regenerate the dataset"):
+        count_rows(out)
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    manifest["files"]["val"]["sha256"] = sha256_file(out / "val.parquet")
+    (out / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"val.parquet is not a Parquet file"):
+        load_dataset(out)  # its checksum matches, so the reading fails
 
 
 def test_unknown_split(tiny, tmp_path):

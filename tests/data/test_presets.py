@@ -127,3 +127,6 @@ def test_the_dict_form_round_trips_through_json_and_refuses_unknown_keys():
     assert again == config and again.window_lengths == (3, 4) and again.notes == "for a test"
     with pytest.raises(ValueError, match=re.escape("unknown dataset config key(s): ['n_alphabet', 'shots']")):
         DatasetConfig.from_dict({"name": "mine", "n_alphabet": 8, "shots": 2})
+    with pytest.raises(ValueError, match="^the dataset config lacks name$"):
+        DatasetConfig.from_dict({"n_alphabets": 8})  # every other field has a default
+    assert DatasetConfig.from_dict({"name": "mine"}) == DatasetConfig(name="mine")

@@ -97,7 +97,8 @@ def test_tiny_grid_defines_its_own_datasets():
         (_grid(recipe={"betas": [0.9]}), "recipe.betas", "list of 2 numbers"),
         (_grid(recipe={"betas": [0.9, "x"]}), "recipe.betas[1]", "must be a number"),
         (_grid(recipe={"lr": "0.1"}), "recipe.lr", "must be a number"),
-        (_grid(recipe={"lr": 0}), "recipe", "lr must be positive"),  # ranges are the recipe's (a stack's config)
+        (_grid(recipe={"lr": 0}), "recipe", "lr must be a positive finite number"),  # ranges are the recipe's
+        (_grid(recipe={"device": "gpu"}), "recipe", "unknown device 'gpu'; choose one of: auto, cpu, cuda"),
         (_grid(recipe={"betas": [0.9, 1.0]}), "recipe", "betas must be two numbers in [0, 1)"),
         (_grid(recipe={"weight_decay": -0.01}), "recipe", "weight_decay must be at least 0"),
         (_grid(recipe={"batch_size": 0}), "recipe.batch_size", ">= 1"),
@@ -128,10 +129,15 @@ def test_the_edges_a_grid_accepts():
 def test_bad_toml_and_missing_file(tmp_path):
     path = tmp_path / "grid.toml"
     path.write_text("seeds = [0,\n")
-    with pytest.raises(ValueError, match="not valid TOML"):
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: not valid UTF-8 TOML"):
+        load_grid(path)
+    path.write_bytes(b"seeds = [0]\n# \xff\n")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: not valid UTF-8 TOML .*can't decode byte 0xff"):
         load_grid(path)
     with pytest.raises(ValueError, match="no such grid file"):
         load_grid(tmp_path / "absent.toml")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path))}: a directory; give a grid file"):
+        load_grid(tmp_path)
 
 
 def test_seed_ranges_cell_overrides_and_duplicate_runs():

@@ -66,8 +66,10 @@ def test_recipe_values_are_checked_for_a_run_and_for_a_stack():
                 make(attention="flash", **bad)
         assert make(attention="flash", packing=True, precision="bf16").attention == "flash"
         for bad, message in (
-            ({"lr": 0.0}, "lr must be positive, got 0.0"),
-            ({"lr": float("nan")}, "lr must be positive, got nan"),
+            ({"lr": 0.0}, "lr must be a positive finite number, got 0.0"),
+            ({"lr": float("nan")}, "lr must be a positive finite number, got nan"),
+            ({"lr": float("inf")}, "lr must be a positive finite number, got inf"),
+            ({"device": "gpu"}, "unknown device 'gpu'; choose one of: auto, cpu, cuda"),
             ({"betas": (0.9, 1.0)}, r"betas must be two numbers in \[0, 1\), got \(0.9, 1.0\)"),
             ({"betas": (-0.1, 0.9)}, "betas must be two numbers"),
             ({"weight_decay": -0.01}, "weight_decay must be at least 0, got -0.01"),

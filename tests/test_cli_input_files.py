@@ -1,0 +1,82 @@
+"""Damaged or mistyped inputs of the data, training and fit commands: one line on stderr naming the problem, exit
+code 2, no traceback and nothing left behind (found by an audit of the CLI's bad input, 2026-12-05)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from lsa_interp import cli
+from lsa_interp.data import generate_dataset, save_dataset
+from lsa_interp.data.presets import DatasetConfig
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """A saved dataset of 1,824 training rows."""
+    config = DatasetConfig(name="tiny", n_alphabets=4, window_lengths=(3,), n_reshuffle=1, n_new_alphabets=4)
+    return save_dataset(generate_dataset(config, seed=3), tmp_path_factory.mktemp("data") / "tiny")
+
+
+def _refused(args: list[str], capsys) -> str:
+    """The one stderr line of a command that exits 2."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(args)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_fit_checks_its_device_before_any_work(capsys):
+    err = _refused(["fit", "--model", "copy-20", "--device", "gpu"], capsys)
+    assert "unknown device 'gpu'; choose one of: cpu, cuda" in err
+
+
+@pytest.mark.parametrize(
+    ("manifest", "message"),
+    [
+        ([], "is not an lsa-interp-dataset manifest"),
+        ({"format": "lsa-interp-dataset", "format_version": 1, "preset": "tiny"}, "lacks or mistypes seed, "),
+    ],
+)
+def test_a_damaged_manifest_is_named_in_one_line_by_every_command_that_reads_it(
+    manifest, message, data_dir, tmp_path, capsys
+):
+    damaged = shutil.copytree(data_dir, tmp_path / "damaged")
+    (damaged / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    for args in (
+        ["data", "show", str(damaged)],
+        ["evaluate", "--model", "copy-20", "--limit", "5", "--data", str(damaged)],
+        ["train", "--data", str(damaged), "--out", str(tmp_path / "run"), "--max-steps", "1"],
+    ):
+        err = _refused(args, capsys)
+        assert f"{damaged / 'manifest.json'} {message}" in err, (args, err)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["damaged"]  # no run folder left
+
+
+def test_a_manifest_that_is_not_utf8_is_named(data_dir, tmp_path, capsys):
+    damaged = shutil.copytree(data_dir, tmp_path / "damaged")
+    (damaged / "manifest.json").write_bytes(b"\xff\xfe{}")
+    err = _refused(["data", "show", str(damaged)], capsys)
+    assert f"{damaged / 'manifest.json'} is not valid UTF-8 JSON" in err
+
+
+def test_a_missing_split_file_is_named_as_missing(data_dir, tmp_path, capsys):
+    damaged = shutil.copytree(data_dir, tmp_path / "damaged")
+    (damaged / "test.parquet").unlink()
+    assert f"{damaged / 'test.parquet'} is missing; regenerate the dataset" in _refused(
+        ["data", "show", str(damaged)], capsys
+    )
+
+
+def test_train_refuses_a_batch_larger_than_the_training_rows_and_an_infinite_rate(data_dir, tmp_path, capsys):
+    """A batch of the whole split would not fit in memory on a real dataset (10^8 was killed by the kernel)."""
+    err = _refused(
+        ["train", "--data", str(data_dir), "--out", str(tmp_path / "big"), "--batch-size", "100000000"], capsys
+    )
+    assert "batch size must be between 1 and the 1,824 rows to batch, got 100,000,000" in err
+    err = _refused(["train", "--data", str(data_dir), "--out", str(tmp_path / "inf"), "--lr", "inf"], capsys)
+    assert "lr must be a positive finite number, got inf" in err
+    assert list(tmp_path.iterdir()) == []
