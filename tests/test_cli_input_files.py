@@ -80,3 +80,11 @@ def test_train_refuses_a_batch_larger_than_the_training_rows_and_an_infinite_rat
     err = _refused(["train", "--data", str(data_dir), "--out", str(tmp_path / "inf"), "--lr", "inf"], capsys)
     assert "lr must be a positive finite number, got inf" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_fit_refuses_a_dataset_the_model_was_not_trained_on(data_dir, capsys):
+    """Its train rows would not be the model's training rows; the manifest says so before any rows are read."""
+    err = _refused(["fit", "--model", "copy-20", "--rows", "5", "--data", str(data_dir)], capsys)
+    assert (
+        f"copy-20 was trained on copy-20 seed 0, but --data {data_dir} holds tiny seed 3: give the model's own" in err
+    )

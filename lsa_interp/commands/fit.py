@@ -34,7 +34,8 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from lsa_interp.commands.common import open_model, writable_out
+        from lsa_interp.commands.common import UserError, open_model, writable_out
+        from lsa_interp.data.dataset import read_manifest
         from lsa_interp.evaluation.fit import FIT_SPLITS, training_fit, write_fit
         from lsa_interp.evaluation.run import evaluation_dataset
 
@@ -42,6 +43,14 @@ def register(app: typer.Typer) -> None:
             writable_out(out)
         console = Console()
         net = open_model(model, device)
+        trained_on = (net.metadata.get("preset"), net.metadata.get("data_seed", net.metadata.get("seed")))
+        if data is not None and None not in trained_on:
+            manifest = read_manifest(data)
+            if trained_on != (manifest["preset"], manifest["seed"]):
+                raise UserError(
+                    f"{model} was trained on {trained_on[0]} seed {trained_on[1]}, but --data {data} holds "
+                    f"{manifest['preset']} seed {manifest['seed']}: give the model's own dataset (its training rows)"
+                )
         with console.status("loading the dataset" if data else "generating the dataset"):
             dataset = evaluation_dataset(net, data_dir=data, splits=FIT_SPLITS)
         result = training_fit(net, dataset, rows, model_name=model)
