@@ -41,7 +41,9 @@ def data_generate(
     from lsa_interp.data import generate_dataset, get_preset, save_dataset
 
     config = get_preset(preset)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; give a directory (a new or empty one, or a dataset's with --force)")
+    if out.is_dir() and any(out.iterdir()) and not force:
         raise UserError(f"{out} exists and is not empty; pass --force to overwrite it")
     writable_out(out)
     stages = 6 + (config.match_size_of is not None)

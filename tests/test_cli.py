@@ -34,6 +34,20 @@ def test_refuses_non_empty_out_without_force(small_preset, tmp_path, capsys):
     assert code == 0 and not (tmp_path / "d" / "keep.txt").exists()
 
 
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_an_out_that_is_a_file_is_named_as_one_with_or_without_force(force, tmp_path, capsys, monkeypatch):
+    """It said 'exists and is not empty; pass --force', and --force then failed with 'File exists'."""
+    monkeypatch.setattr("lsa_interp.data.generate_dataset", lambda *a, **k: pytest.fail("the dataset was generated"))
+    (tmp_path / "file").write_text("keep")
+    code, _, err = run(["data", "generate", "--preset", "copy-20", "--out", str(tmp_path / "file"), *force], capsys)
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err == (
+        f"lsa-interp: error: --out {tmp_path / 'file'} is a file; give a directory (a new or empty one, "
+        "or a dataset's with --force)\n"
+    )
+    assert (tmp_path / "file").read_text() == "keep" and [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

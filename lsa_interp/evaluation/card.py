@@ -175,11 +175,13 @@ def ship_run(
 
     ``replicate`` picks ``replicate-{i}/model`` of a stacked run. The run's own dataset (a stacked run's
     ``runs[i].data_dir``) is used when it is still there, else the training preset is regenerated. Returns
-    the checkpoint directory. Raises
-    FileNotFoundError when the run has no final model, ValueError when reduced-precision storage changes too
-    many answers (nothing is written then).
+    the checkpoint directory. Raises FileNotFoundError when ``run_dir`` is no directory or the run has no final
+    model, ValueError when reduced-precision storage changes too many answers (nothing is written then).
     """
     check_checkpoint_name(name)
+    if not Path(run_dir).is_dir():
+        reason = "a file" if Path(run_dir).exists() else "no such directory"
+        raise FileNotFoundError(f"{run_dir} is not a training run ({reason}); give the RUN_DIR of train --out RUN_DIR")
     source = Path(run_dir) / (f"replicate-{replicate}" if replicate is not None else "") / "model"
     if replicate is None and not source.exists() and any(Path(run_dir).glob("replicate-*/model/config.json")):
         raise ValueError(f"{run_dir} is a stacked run: pick one of its models with --replicate I (0-based)")

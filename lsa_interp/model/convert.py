@@ -22,6 +22,8 @@ from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.model.reference import ReferenceTransformer
 
 _FIRST_LINEAR = "transformer.encoder.layers.0.linear1.weight"
+_ZIP_MAGIC, _PICKLE_PROTOCOL = b"PK\x03\x04", b"\x80"
+"""How a file torch.save writes begins: a zip archive (torch >= 1.6), or the legacy format's pickle protocol."""
 _LAYER_RE = re.compile(r"^transformer\.(encoder|decoder)\.layers\.(\d+)\.")
 _SUBMODULES = {
     "self_attn": "attn",
@@ -158,11 +160,19 @@ def load_reference_checkpoint(
     (the dropout likewise: ``dropout``, else 0.1); neither is in the weights. The other entries
     (``mlc_config``, ``train_config``, ``loss_hist``, ``val_acc_hist``) become ``model.metadata``.
     ``weights_only=False`` unpickles arbitrary objects: only for trusted files. Raises ValueError when the
-    file is not such a checkpoint or its weights do not match, FileNotFoundError when it does not exist.
+    file is not such a checkpoint (not even a torch.save file: said first, plainly) or its weights do not match,
+    FileNotFoundError when it does not exist.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"reference checkpoint {path} does not exist")
+    with path.open("rb") as file:
+        head = file.read(4)
+    if not head.startswith((_ZIP_MAGIC, _PICKLE_PROTOCOL)):
+        raise ValueError(
+            f"{path} is not a checkpoint (not a torch.save file); a model is a shipped checkpoint name, a "
+            "checkpoint directory (config.json, model.safetensors), a training run directory or a reference .pt"
+        )
     try:
         payload = torch.load(path, map_location="cpu", weights_only=weights_only)
     except Exception as err:  # torch.load raises many types on foreign bytes

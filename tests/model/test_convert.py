@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zipfile
+
 import pytest
 import torch
 
@@ -75,11 +77,45 @@ def test_conversion_is_strict(reference, edit, message):
         convert_reference_state_dict(state, CFG)
 
 
+NOT_A_CHECKPOINT = (
+    " is not a checkpoint (not a torch.save file); a model is a shipped checkpoint name, a checkpoint directory "
+    "(config.json, model.safetensors), a training run directory or a reference .pt"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("garbage.pt", b"this is not a checkpoint at all"),
+        ("metrics.jsonl", b'{"type": "epoch", "val_acc": 0.5}\n'),  # was: 'holds Python objects other than tensors'
+        ("notes.txt", b"epoch 1\n"),  # was: 'is not a PyTorch checkpoint (KeyError: 101)'
+        ("bytes.bin", bytes(range(256))),
+        ("empty.pt", b""),
+    ],
+)
+def test_a_file_torch_save_did_not_write_is_plainly_not_a_checkpoint(name, content, tmp_path):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as info:
+        load_model(path)
+    assert str(info.value) == f"{path}{NOT_A_CHECKPOINT}"
+
+
+def test_both_formats_torch_save_writes_are_read_as_torch_files(tmp_path):
+    """A zip archive, or the legacy format's pickle; a zip of something else is a foreign PyTorch file."""
+    for zipped in (True, False):
+        path = tmp_path / f"plain-{zipped}.pt"
+        torch.save({"weights": torch.zeros(2)}, path, _use_new_zipfile_serialization=zipped)
+        with pytest.raises(ValueError, match="expected a dict with 'net_state_dict'"):
+            load_model(path)
+    archive = tmp_path / "other.zip"
+    with zipfile.ZipFile(archive, "w") as other:
+        other.writestr("readme.txt", "hello")
+    with pytest.raises(ValueError, match=r"other\.zip is not a PyTorch checkpoint \("):
+        load_model(archive)
+
+
 def test_not_a_checkpoint_gives_clear_errors(tmp_path):
-    garbage = tmp_path / "garbage.pt"
-    garbage.write_bytes(b"this is not a checkpoint at all")
-    with pytest.raises(ValueError, match="not a PyTorch checkpoint"):
-        load_model(garbage)
     plain = tmp_path / "plain.pt"
     torch.save({"weights": torch.zeros(2)}, plain)
     with pytest.raises(ValueError, match="expected a dict with 'net_state_dict'"):
