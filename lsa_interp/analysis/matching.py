@@ -246,7 +246,10 @@ def write_matching_json(model: HookedEncoderDecoder, model_name: str, out_dir: s
 def expand_checkpoints(pattern: str) -> list[Path]:
     """Checkpoint directories matched by a glob ``pattern``, relative to the working directory or else to the shipped
     checkpoints (``copy-200``, ``'replicates/copy-20-*'``, ``'checkpoints/*'`` from anywhere): a training run
-    directory stands for its ``model/`` or every ``replicate-*/model``. Raises ValueError when nothing matches."""
+    directory stands for its ``model/`` or every ``replicate-*/model``. Raises ValueError for an empty ``pattern``
+    (it would match the checkpoints folder itself) and when nothing matches."""
+    if not pattern.strip():
+        raise ValueError("an empty checkpoint pattern; give a shipped name, a directory or a glob like 'replicates/*'")
     found: list[Path] = []
     roots = ("", str(CHECKPOINTS_DIR), str(CHECKPOINTS_DIR.parent))
     matches = next((m for root in roots if (m := sorted(glob.glob(os.path.join(root, pattern))))), [])

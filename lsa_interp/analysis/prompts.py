@@ -161,7 +161,7 @@ def minimal_pairs(
     """
     get_transformation(source), get_transformation(target)
     if source == target:
-        raise ValueError(f"source and target are both {source!r}; patching needs two different transformations")
+        raise ValueError(f"source and target are both {source!r}; minimal pairs need two different rules")
     rng = random.Random(f"minimal_pairs/{source}/{target}/{seed}")
     pool = analysis_alphabets(alphabets, seed)
     pairs: dict[MinimalPair, None] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, get_args
@@ -67,6 +67,15 @@ def open_model(name: str, device: str = "cpu"):
     return load_run_or_model(name, device=device)
 
 
+def check_models(paths: Iterable[str | Path]) -> None:
+    """Load every checkpoint of ``paths`` once (config, SHA-256, weights), before work that opens them one by one;
+    raises what `load_model` raises: ValueError for a broken or foreign one, FileNotFoundError (exit 2)."""
+    from lsa_interp.model import load_model
+
+    for path in paths:
+        load_model(path)
+
+
 def default_out(model: str) -> Path:
     """``runs/analysis/NAME``: NAME is the model's name or directory name, the run's for a run's ``model``
     directory or a checkpoint's file, and ``STACK-replicate-I`` for a stack's replicate (two stacks' replicate-0
@@ -121,9 +130,15 @@ def made_dirs_removed_on_failure() -> Iterator[None]:
         _MADE.clear()
 
 
+MODEL_PARAMS = ("model", "models")
+"""The parameters that name models (``--model``, ``--models``): `refuse_empty_paths` refuses them empty too."""
+EMPTY_MODEL = "an empty model name; give a shipped checkpoint name (e.g. copy-200), a checkpoint or a run directory"
+
+
 def refuse_empty_paths(command: typer.core.TyperCommand, ctx: typer.Context, args: list[str]) -> None:
-    """Raise typer.BadParameter (exit 2) for a path parameter of ``command`` given as an empty string in ``args``
-    (it would mean the working directory). Arguments it cannot parse pass: the command's own parse reports them."""
+    """Raise typer.BadParameter (exit 2) for a path parameter of ``command``, or one naming a model
+    (`MODEL_PARAMS`), given as an empty string in ``args`` (it would mean the working directory). Arguments it
+    cannot parse pass: the command's own parse reports them."""
     try:
         given, _, _ = command.make_parser(ctx).parse_args(args=list(args))
     except typer.TyperException:
@@ -132,9 +147,10 @@ def refuse_empty_paths(command: typer.core.TyperCommand, ctx: typer.Context, arg
         annotation = param.type_descriptor.annotation
         value = given.get(param.name)
         values = [value] if isinstance(value, str) else value or []
-        if Path in (annotation, *get_args(annotation)) and "" in values:
+        model = param.name in MODEL_PARAMS
+        if (model or Path in (annotation, *get_args(annotation))) and "" in values:
             message = "an empty path; give a file or directory name ('.' for the working directory)"
-            raise typer.BadParameter(message, ctx=ctx, param=param)
+            raise typer.BadParameter(EMPTY_MODEL if model else message, ctx=ctx, param=param)
 
 
 class CommandGroup(typer.core.TyperGroup):
@@ -159,9 +175,11 @@ def out_dir(out: Path | None, model: str) -> Path:
 
 def parse_lengths(text: str) -> tuple[int, ...]:
     """``"3"`` or ``"3,4,5"`` -> window lengths; raises ValueError (exit 2) unless each is an integer in 3..13 (the
-    data's window lengths: training uses 3..7)."""
+    data's window lengths: training uses 3..7), naming an empty ``text`` as such."""
     items = [item.strip() for item in text.split(",") if item.strip()]
-    if not items or not all(item.isdigit() and 3 <= int(item) <= 13 for item in items):
+    if not items:
+        raise ValueError("--lengths is empty: give window lengths in 3..13, e.g. 3 or 3,4,5")
+    if not all(item.isdigit() and 3 <= int(item) <= 13 for item in items):
         raise ValueError(f"bad --lengths {text!r}: give window lengths in 3..13, e.g. 3 or 3,4,5")
     return tuple(int(item) for item in items)
 

@@ -15,6 +15,7 @@ from lsa_interp.commands.common import (
     ModelOption,
     OutOption,
     SeedOption,
+    check_models,
     finish,
     open_model,
     out_dir,
@@ -77,12 +78,15 @@ def register(app: typer.Typer) -> None:
         if threshold is not None and not 0 < threshold <= 1:
             raise ValueError(f"--threshold must be in (0, 1] (a matching score above uniform), got {threshold}")
         limit = MATCHING_THRESHOLD if threshold is None else threshold
-        scored = matching_tasks(tasks, seed)
         if compare:
-            finish(matching_occurrence(_groups(compare), limit, scored), out, "matching-occurrence")
+            groups = _groups(compare)
+            check_models(path for paths in groups.values() for path in paths)
+            target = out_dir(out, "matching-occurrence")
+            finish(matching_occurrence(groups, limit, matching_tasks(tasks, seed)), target, "matching-occurrence")
             return
+        target = out_dir(out, model)
         net = open_model(model, device)
-        finish(matching_analysis(net, model, limit, tasks=scored), out, model)
+        finish(matching_analysis(net, model, limit, tasks=matching_tasks(tasks, seed)), target, model)
 
     @app.command(
         "patch",
@@ -152,9 +156,12 @@ def register(app: typer.Typer) -> None:
         names = [name.strip() for name in rules.split(",") if name.strip()] if rules is not None else list(PAPER)
         if not names:
             raise ValueError("--rules names no rule: give rules joined by commas, e.g. succ,pred")
-        windows = parse_lengths(lengths) if lengths else (WINDOW_LENGTHS if matrix else PAPER_LENGTHS)
+        windows = parse_lengths(lengths) if lengths is not None else (WINDOW_LENGTHS if matrix else PAPER_LENGTHS)
         for name in (source, target, *names):
             get_transformation(name)
+        if source == target:
+            message = f"--from and --to are both {source!r}"
+            raise ValueError(f"{message}; give two different rules, e.g. --from succ --to pred")
         target_dir = out_dir(out, model)
         net = open_model(model, device)
         if matrix:

@@ -14,6 +14,7 @@ from lsa_interp.commands.common import (
     ModelOption,
     OutOption,
     SeedOption,
+    check_models,
     default_out,
     finish,
     given_options,
@@ -129,6 +130,9 @@ def register(app: typer.Typer) -> None:
         from lsa_interp.data.transformations import get_transformation
 
         get_transformation(donor), get_transformation(target)
+        if donor == target:
+            message = f"--donor and --target are both {donor!r}"
+            raise ValueError(f"{message}; give two different rules, e.g. --donor pred --target succ")
         cases = dict(_parse_case(text, CASES) for text in positions) if positions else CASES
         target_dir = writable_out(out if out is not None else default_out(model))
         net = open_model(model, device)
@@ -184,13 +188,15 @@ def _parse_case(text: str, known: Mapping[str, Case]) -> tuple[str, Case]:
 
 
 def _population(patterns: list[str], workers: int | None, out: Path | None, seed: int) -> None:
-    """``report --models``: expand the globs, check --out, run the pool with a progress bar, print the k/N table."""
+    """``report --models``: expand the globs, load each checkpoint once and check --out (before any work), run the
+    pool with a progress bar, print the k/N table."""
     from rich.console import Console
 
     from lsa_interp.analysis.matching import expand_checkpoints
     from lsa_interp.analysis.population import holds_text, run_population
 
     paths = list(dict.fromkeys(p for pattern in patterns for p in expand_checkpoints(pattern)))
+    check_models(paths)
     target = writable_out(out if out is not None else Path("runs") / "report" / "population")
     with _progress_bar() as bar:
         task = bar.add_task(f"report on {len(paths)} models", total=len(paths))

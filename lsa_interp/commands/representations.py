@@ -58,6 +58,8 @@ LayerOption = Annotated[
     int | None, typer.Option(min=1, help="Encoder layer, 1-based as in the paper (default: the last).")
 ]
 TasksOption = Annotated[int, typer.Option("--tasks", min=1, help="Number of generated tasks (see above).")]
+PairedTasksOption = Annotated[int, typer.Option("--tasks", min=2, help="Number of generated tasks (see above).")]
+"""--tasks of roles (a fit half and a test half) and invariance (pairwise cosines): at least 2."""
 
 
 def _check(rules: list[str], alphabets: str | None) -> list[str]:
@@ -73,10 +75,11 @@ def _check(rules: list[str], alphabets: str | None) -> list[str]:
 
 
 def _check_prompts(prompts: str, **random_only: object) -> None:
-    """Refuse an unknown --prompts, and options that only random prompts use given with the paper's."""
+    """Refuse an unknown --prompts, and options that only random prompts use given (even empty) with the paper's;
+    raises ValueError (exit 2)."""
     if prompts not in PROMPT_KINDS:
         raise ValueError(f"unknown --prompts {prompts!r}; choose one of {', '.join(PROMPT_KINDS)}")
-    given = [f"--{name}" for name, value in random_only.items() if value]
+    given = [f"--{name}" for name, value in random_only.items() if value is not None]
     if prompts == "paper" and given:
         raise ValueError(f"{', '.join(given)} applies to --prompts random only; the paper's prompts fix it")
 
@@ -106,7 +109,7 @@ def register(app: typer.Typer) -> None:
     )
     def roles(
         model: ModelOption = "copy-200",
-        tasks: TasksOption = 400,
+        tasks: PairedTasksOption = 400,
         transformation: Annotated[
             list[str] | None,
             typer.Option(
@@ -149,7 +152,7 @@ def register(app: typer.Typer) -> None:
     )
     def invariance(
         model: ModelOption = "copy-200",
-        tasks: TasksOption = 10,
+        tasks: PairedTasksOption = 10,
         transformation: Annotated[str, typer.Option(help="The transformation whose prompts are compared.")] = "pred",
         compare: Annotated[
             list[str] | None,
@@ -176,7 +179,7 @@ def register(app: typer.Typer) -> None:
         transformation, and controls (specific: the within-rule mean exceeds every control mean by >= 0.02)."""
         _check_prompts(prompts, alphabets=alphabets, lengths=lengths)
         rules = _check([transformation, *(compare or _seen())], alphabets)
-        windows = parse_lengths(lengths or "3")
+        windows = parse_lengths(lengths if lengths is not None else "3")
         from lsa_interp.analysis.invariance import mapping_invariance
 
         target = out_dir(out, model)

@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from lsa_interp.analysis.matching import expand_checkpoints
 from lsa_interp.analysis.planted import planted_model
 from lsa_interp.commands.patching import _groups
 from lsa_interp.model import save_model
@@ -160,3 +161,65 @@ def test_no_matching_head_for_auto_is_one_line(saved, capsys):
 def test_command_module_does_not_import_torch():
     code = "import sys, lsa_interp.commands.patching; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def _no_work(monkeypatch):
+    """Make every piece of matching-heads' work fail the test when it is reached."""
+
+    def work(*args, **kwargs):
+        raise AssertionError("the input is checked before any work")
+
+    for name in ("matching_tasks", "matching_analysis", "matching_occurrence"):
+        monkeypatch.setattr(f"lsa_interp.analysis.matching.{name}", work)
+    monkeypatch.setattr("lsa_interp.commands.patching.open_model", work)
+
+
+@pytest.mark.parametrize(("under", "reason"), [("", "File exists"), ("x", "Not a directory")])
+@pytest.mark.parametrize("how", ["--model", "--compare"])
+def test_matching_heads_checks_out_first_as_the_other_commands_do(
+    saved, how, under, reason, tmp_path, capsys, monkeypatch
+):
+    """--out a file, or a folder under one, was found after the work, with a raw '[Errno 17] File exists'."""
+    _no_work(monkeypatch)
+    (tmp_path / "file").write_text("keep")
+    out = tmp_path / "file" / under if under else tmp_path / "file"
+    source = ["--model", str(saved[0])] if how == "--model" else ["--compare", f"copy={saved[0]}"]
+    code, _, err = run(["matching-heads", *source, "--out", str(out)], capsys)
+    assert code == 2 and err == f"lsa-interp: error: cannot write to --out {out}: {reason}; give a writable directory\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["file"] and (tmp_path / "file").read_text() == "keep"
+
+
+def test_matching_heads_opens_every_compared_checkpoint_before_any_work(saved, tmp_path, capsys, monkeypatch):
+    _no_work(monkeypatch)
+    broken = tmp_path / "broken"
+    shutil.copytree(saved[1], broken)
+    (broken / "model.safetensors").write_bytes(b"\0" * 64)
+    args = ["--compare", f"copy={saved[0]}", "--compare", f"nocopy={broken}", "--out", str(tmp_path / "out")]
+    code, _, err = run(["matching-heads", *args], capsys)
+    assert code == 2 and err.startswith(f"lsa-interp: error: {broken / 'model.safetensors'} is corrupted or truncated")
+    assert len(err.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--lengths", ""], "--lengths is empty: give window lengths in 3..13, e.g. 3 or 3,4,5"),
+        (["--lengths", " , "], "--lengths is empty: give window lengths in 3..13, e.g. 3 or 3,4,5"),
+        (["--from", "succ", "--to", "succ"], "--from and --to are both 'succ'; give two different rules"),
+    ],
+)
+def test_patch_refuses_empty_lengths_and_one_rule_twice_before_any_work(
+    saved, args, message, tmp_path, capsys, monkeypatch
+):
+    """An empty --lengths ran with the default windows; --from X --to X was refused by the library in its own
+    words ('source and target'), after the model was loaded."""
+    monkeypatch.setattr("lsa_interp.commands.patching.open_model", lambda *a: pytest.fail("the model was loaded"))
+    code, _, err = run(["patch", "--model", str(saved[0]), *args, "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and err.startswith(f"lsa-interp: error: {message}") and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("pattern", ["", " "])
+def test_an_empty_checkpoint_pattern_is_refused_not_read_as_the_checkpoints_folder(pattern):
+    with pytest.raises(ValueError, match="an empty checkpoint pattern; give a shipped name, a directory or a glob"):
+        expand_checkpoints(pattern)

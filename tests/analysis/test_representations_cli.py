@@ -74,3 +74,30 @@ def test_importing_the_commands_does_not_import_torch_or_sklearn():
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prompts", "random", "--lengths", ""], "--lengths is empty: give window lengths in 3..13"),
+        (["--lengths", ""], "--lengths applies to --prompts random only"),
+        (["--alphabets", ""], "--alphabets applies to --prompts random only"),
+    ],
+)
+def test_invariance_refuses_an_empty_lengths_or_alphabets_before_any_work(
+    args, message, checkpoint, tmp_path, capsys, monkeypatch
+):
+    """An empty --lengths ran with 3-letter windows (exit 0), and the paper's prompts let empty options pass."""
+    monkeypatch.setattr("lsa_interp.commands.representations.open_model", lambda *a: pytest.fail("model loaded"))
+    code, _, err = run(["invariance", "--model", checkpoint, *args, "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and err.startswith(f"lsa-interp: error: {message}") and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["roles", "invariance"])
+def test_roles_and_invariance_declare_their_real_minimum_of_two_tasks(command, checkpoint, capsys):
+    """--help said x>=1 while one task was refused by the analysis."""
+    code, _, err = run([command, "--model", checkpoint, "--tasks", "1"], capsys)
+    assert code == 2 and "Invalid value for '--tasks': Input should be greater than or equal to 2" in err
+    code, out, _ = run([command, "--help"], capsys)
+    assert code == 0 and "x>=2" in " ".join(out.split())

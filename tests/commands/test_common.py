@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.commands import common
 from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
+from tests.helpers import run
 
 
 def test_the_default_output_is_named_after_the_model_or_its_directory():
@@ -79,9 +80,13 @@ def test_the_directories_stay_when_the_command_succeeds(stop, kept, tmp_path):
 def test_window_lengths():
     assert common.parse_lengths("3") == (3,) and common.parse_lengths(" 3, 4,5 ,") == (3, 4, 5)
     assert common.parse_lengths("13") == (13,)
-    for bad in ("", "2", "3,x", "-3", "3.5", "14", "3,99"):
+    for bad in ("2", "3,x", "-3", "3.5", "14", "3,99"):
         with pytest.raises(ValueError, match="bad --lengths"):
             common.parse_lengths(bad)
+    for empty in ("", " ", ",", " , "):
+        with pytest.raises(ValueError) as info:
+            common.parse_lengths(empty)
+        assert str(info.value) == "--lengths is empty: give window lengths in 3..13, e.g. 3 or 3,4,5"
 
 
 def test_a_model_is_opened_on_the_device_asked_for(monkeypatch):
@@ -258,3 +263,42 @@ def test_an_unknown_command_resolves_to_none_while_completing():
     group = typer.main.get_command(_app())
     ctx = group.make_context("prog", ["on"], resilient_parsing=True)
     assert group.resolve_command(ctx, ["on", "--out="]) == (None, None, ["--out="])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["rasp", "--model", ""],
+        ["patch", "--model="],
+        ["explore", "--model", "copy-20", "--model", ""],
+        ["evaluate", "--model", ""],
+        ["report", "--models", ""],
+    ],
+)
+def test_an_empty_model_is_refused_by_name_before_any_command_runs(args, tmp_path, capsys, monkeypatch):
+    """It was read as the working directory: '. is not a checkpoint directory', '<cwd> holds no model'."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(args, capsys)
+    option = "--models" if args[0] == "report" else "--model"
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in out + err
+    assert err == (
+        f"lsa-interp: error: Invalid value for '{option}': an empty model name; give a shipped checkpoint name "
+        f"(e.g. copy-200), a checkpoint or a run directory (see 'lsa-interp {args[0]} --help')\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_models_are_each_opened_once_and_the_first_broken_one_raises(tmp_path, monkeypatch):
+    opened = []
+
+    def load(path):
+        opened.append(path)
+        if path == "bad":
+            raise ValueError("bad is corrupted")
+
+    monkeypatch.setattr("lsa_interp.model.load_model", load)
+    common.check_models(["a", "b"])
+    assert opened == ["a", "b"]
+    with pytest.raises(ValueError, match="bad is corrupted"):
+        common.check_models(iter(["c", "bad", "d"]))
+    assert opened == ["a", "b", "c", "bad"]

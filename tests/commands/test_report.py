@@ -3,6 +3,8 @@ one torch thread, and ``report --models`` (the pool and its population replaced 
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -10,6 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from lsa_interp.analysis import matching, population
 from lsa_interp.analysis.splice import CASES, UNUSED, unused_positions
 from lsa_interp.commands import report
+from lsa_interp.model import HookedEncoderDecoder, save_model
+from tests.helpers import TINY, run
 
 
 @pytest.mark.parametrize(
@@ -109,6 +113,7 @@ def population_run(monkeypatch, tmp_path):
     calls, made = [], []
     expand = {"p*": [tmp_path / "b", tmp_path / "a"], "q": [tmp_path / "a", tmp_path / "c"]}
     monkeypatch.setattr(matching, "expand_checkpoints", lambda pattern: expand[pattern])
+    monkeypatch.setattr(report, "check_models", lambda paths: None)  # stand-in paths: nothing to open
 
     def run_population(paths, seed, workers, progress=None):
         calls.append((paths, seed, workers))
@@ -151,3 +156,59 @@ def test_report_models_writes_to_runs_report_population_by_default(population_ru
     report._population(["q"], None, None, 0)
     assert made[0].written == [report.Path("runs") / "report" / "population"]
     assert (tmp_path / "runs" / "report" / "population").is_dir()
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    torch.manual_seed(0)
+    return save_model(HookedEncoderDecoder(TINY), tmp_path_factory.mktemp("models") / "tiny")
+
+
+def _broken(kind: str, root, good):
+    """A --models item that is no loadable checkpoint: weights that fail their SHA-256, an empty folder, a file."""
+    path = root / kind
+    if kind == "sha":
+        shutil.copytree(good, path)
+        (path / "model.safetensors").write_bytes(b"\0" * 64)
+    elif kind == "empty":
+        path.mkdir()
+    else:
+        path.write_text("epoch,loss\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("sha", "model.safetensors is corrupted or truncated: SHA-256 "),
+        ("empty", "empty is not a checkpoint directory: config.json is missing"),
+        ("file", "file is not a checkpoint (not a torch.save file); a model is a shipped checkpoint name, "),
+    ],
+)
+def test_report_models_opens_every_checkpoint_before_the_pool_starts(
+    kind, message, tiny_checkpoint, tmp_path, capsys, monkeypatch
+):
+    """A bad checkpoint after a good one failed only when its worker got to it (~20 s), below a progress bar."""
+    monkeypatch.setattr(population, "run_population", lambda *a, **k: pytest.fail("the pool started"))
+    bad = _broken(kind, tmp_path, tiny_checkpoint)
+    out = tmp_path / "out"
+    code, _, err = run(["report", "--models", str(tiny_checkpoint), "--models", str(bad), "--out", str(out)], capsys)
+    assert code == 2 and err.startswith("lsa-interp: error: ") and message in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_report_models_refuses_an_empty_pattern_by_name(tmp_path, capsys, monkeypatch):
+    """--models "" globbed the checkpoints folder itself."""
+    monkeypatch.setattr(population, "run_population", lambda *a, **k: pytest.fail("the pool started"))
+    code, _, err = run(["report", "--models", "copy-20", "--models", "", "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and err.startswith("lsa-interp: error: Invalid value for '--models': an empty model name; ")
+    assert len(err.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_splice_names_its_own_options_for_one_rule_twice(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    """It said 'source and target are both 'succ'; patching needs ...', in the library's words, after loading."""
+    monkeypatch.setattr(report, "open_model", lambda *a: pytest.fail("the model was loaded"))
+    args = ["splice", "--model", str(tiny_checkpoint), "--donor", "succ", "--target", "succ", "--out", str(tmp_path)]
+    code, _, err = run(args, capsys)
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("lsa-interp: error: --donor and --target are both 'succ'; give two different rules")
