@@ -85,8 +85,10 @@ def entries_for_path(path: str | Path) -> list[ModelEntry]:
 def discover_models(extra: Iterable[str | Path] = (), shipped: bool = True) -> list[ModelEntry]:
     """The models of every name or path in ``extra`` (first, in order), then, with ``shipped``, the shipped
     checkpoints and replicates. A shipped name is that checkpoint; a path is read by `entries_for_path`.
-    Names are made unique with a ``#n`` suffix. Raises FileNotFoundError for an item that holds no model (for one
-    that does not exist, listing the shipped names).
+    Names are made unique with a ``#n`` suffix. The models of ``extra`` are loaded once here (the loader's checks:
+    config, SHA-256, weights), so that a broken one fails at start, not when the browser opens it; the shipped
+    ones are trusted. Raises FileNotFoundError for an item that holds no model (for one that does not exist,
+    listing the shipped names), CheckpointError (a ValueError) for a broken one.
     """
     entries: list[ModelEntry] = []
     names = available_models() + shipped_replicates()
@@ -98,6 +100,8 @@ def discover_models(extra: Iterable[str | Path] = (), shipped: bool = True) -> l
             raise FileNotFoundError(f"no checkpoint named or at {str(item)!r}; available names: {listing}")
         else:
             entries += entries_for_path(item)
+    for entry in entries:
+        load_model(entry.path)
     if shipped:  # by the loader's own resolution: a shipped `.pt` is the file, not a directory of its stem
         entries += [ModelEntry(name, checkpoint_path(name)) for name in names]
     return _unique(entries)

@@ -130,3 +130,15 @@ def test_a_shipped_replicate_and_a_shipped_reference_file_are_opened_by_their_na
     ]
     catalogue = ModelCatalogue(found)
     assert catalogue.model("ref").cfg == model.cfg and catalogue.model("replicates/copy-20-s1").cfg == model.cfg
+
+
+def test_the_given_models_are_loaded_once_at_discovery_and_the_shipped_ones_are_trusted(tmp_path, model, monkeypatch):
+    save_model(model, tmp_path / "run" / "model")
+    loads = []
+    load = catalogue_module.load_model
+    monkeypatch.setattr(catalogue_module, "load_model", lambda path: loads.append(path) or load(path))
+    found = discover_models([tmp_path / "run"])
+    assert loads == [tmp_path / "run" / "model"] and len(found) > 1  # the shipped ones listed, not opened
+    (tmp_path / "run" / "model" / "model.safetensors").write_bytes(b"\0" * 64)
+    with pytest.raises(checkpoint.CheckpointError, match="corrupted or truncated"):
+        discover_models([tmp_path / "run"])

@@ -108,3 +108,30 @@ def test_an_address_it_cannot_listen_on_is_a_one_line_error_before_any_work(host
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.startswith("lsa-interp: error: cannot listen on ")
     assert reason.format(port=port) in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    ("breakage", "message"),
+    [
+        ("weights", "model.safetensors is corrupted or truncated: SHA-256 "),
+        ("config", "config.json is corrupted (not valid JSON: "),
+    ],
+)
+def test_a_broken_model_named_on_the_command_line_is_refused_before_serving(
+    breakage, message, tmp_path, monkeypatch, capsys
+):
+    """It was listed (config.json present) and the server started; the browser met the error later."""
+    from lsa_interp.analysis.planted import planted_model
+    from lsa_interp.model import save_model
+
+    monkeypatch.setattr("lsa_interp.explorer.serve", lambda *a, **k: pytest.fail("the server started"))
+    broken = save_model(planted_model(), tmp_path / "broken")
+    if breakage == "weights":
+        (broken / "model.safetensors").write_bytes(b"\0" * 64)
+    else:
+        (broken / "config.json").write_text("{not json")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["explore", "--model", "copy-20", "--model", str(broken), "--port", str(_free_port())])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith(f"lsa-interp: error: {broken}") and message in err
