@@ -106,24 +106,92 @@ def generated_doc_main(render: Callable[[], str], description: str, argv: list[s
 
 
 def read_json_lines(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file that a training run appends to (``metrics.jsonl``), [] when it is missing.
+    """The records (JSON objects) of a JSON-lines file that a training run appends to (``metrics.jsonl``), [] when
+    it is missing.
 
-    A last line without its newline that does not parse is a record being written (or cut by a kill) and is left
-    out; any other line that does not parse raises ValueError naming the file and the line.
+    A last line without its newline that does not parse (or decode as UTF-8) is a record being written (or cut by a
+    kill) and is left out; any other line that does not, or is not a JSON object, raises ValueError naming the file
+    and the line.
     """
     path = Path(path)
     if not path.is_file():
         return []
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
+    lines = path.read_bytes().split(b"\n")
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as error:
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
             if number == len(lines):  # the unterminated last line
                 break
-            raise ValueError(f"{path} line {number} is not JSON ({error}); the run's log is damaged") from None
+            problem = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else f"not JSON ({error})"
+            raise ValueError(f"{path} line {number} is {problem}; the run's log is damaged") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path} line {number} is {_shown(record)}, not a JSON object; the run's log is damaged")
+        records.append(record)
     return records
+
+
+NUMBER = (int, float)
+"""The types a JSON number reads as, for `JsonObject.get`."""
+_NEEDED: Any = object()
+_KIND_NAMES = {dict: "an object", list: "a list", str: "a string", int: "a whole number", float: "a number",
+               bool: "true or false", type(None): "null"}  # fmt: skip
+
+
+def _shown(value: Any) -> str:
+    """``value`` as JSON on one line, cut to 40 characters."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class JsonObject:
+    """A JSON object read from ``path``, whose fields `get` reads checked; ``expected`` says what the file should
+    be (every error ends ``; expected {expected}``)."""
+
+    def __init__(self, data: dict[str, Any], path: str | os.PathLike, expected: str) -> None:
+        self.data, self.path, self.expected = data, Path(path), expected
+
+    def error(self, problem: str) -> ValueError:
+        """A one-line ValueError: ``{path}: {problem}; expected {expected}``."""
+        return ValueError(f"{self.path}: {problem}; expected {self.expected}")
+
+    def get(self, keys: str, kinds: type | tuple[type, ...], default: Any = _NEEDED) -> Any:
+        """The value at ``keys`` (dotted: ``"n_tasks.seen_alphabets"``; a number indexes a list: ``"runs.0.name"``),
+        ``default`` where one is given and it is missing or null. Raises ValueError (`error`) where a value on the
+        way is not an object, the value is not of ``kinds``, or it is missing and no default is given."""
+        value: Any = self.data
+        names = keys.split(".")
+        for depth, key in enumerate(names):
+            if isinstance(value, list) and key.isdigit():
+                value = {str(index): item for index, item in enumerate(value)}
+            if not isinstance(value, dict):
+                raise self.error(f"'{'.'.join(names[:depth])}' is {_shown(value)}, not an object")
+            if value.get(key) is None and default is not _NEEDED:
+                return default
+            if key not in value:
+                raise self.error(f"no '{keys}'")
+            value = value[key]
+        if not isinstance(value, kinds):
+            kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+            allowed = " or ".join(_KIND_NAMES[kind] for kind in kinds if not (kind is int and float in kinds))
+            raise self.error(f"'{keys}' is {_shown(value)}, not {allowed}")
+        return value
+
+
+def read_json_object(path: str | os.PathLike, expected: str) -> JsonObject:
+    """The JSON object in the file at ``path`` (``expected`` says what it should be: see `JsonObject`). Raises
+    ValueError naming the file when it is not UTF-8, not JSON or not an object, OSError when it cannot be read."""
+    result = JsonObject({}, path, expected)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise result.error("not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise result.error(f"not JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise result.error(f"{_shown(data)} is not a JSON object")
+    result.data = data
+    return result

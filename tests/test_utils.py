@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import os
 import stat
 from pathlib import Path
@@ -142,6 +143,60 @@ def test_json_lines_leave_out_a_last_line_still_being_written_and_name_a_damaged
     path.write_text('{"step": 1}\n{"st\n{"step": 3}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"metrics\.jsonl line 2 is not JSON .*the run's log is damaged"):
         utils.read_json_lines(path)
+    path.write_bytes(b'{"step": 1}\n{"step": "\xc3')  # a kill cut the last line inside a letter
+    assert utils.read_json_lines(path) == [{"step": 1}]
+    path.write_bytes(b'{"step": 1}\n\xff\xfe\n')
+    with pytest.raises(ValueError) as error:
+        utils.read_json_lines(path)
+    assert str(error.value) == f"{path} line 2 is not UTF-8 text; the run's log is damaged"
+    path.write_text('{"step": 1}\n[1, 2]\n', encoding="utf-8")
+    with pytest.raises(ValueError) as error:
+        utils.read_json_lines(path)
+    assert str(error.value) == f"{path} line 2 is [1, 2], not a JSON object; the run's log is damaged"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(b"\xff\x80", "not UTF-8 text"), (b"", "not JSON (Expecting value: line 1 column 1 (char 0))"),
+     (b'"' + b"x" * 50 + b'"', '"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... is not a JSON object'),
+     (b"null", "null is not a JSON object")],
+)  # fmt: skip
+def test_a_json_file_that_is_no_object_is_refused_naming_it_and_what_it_should_be(tmp_path, content, problem):
+    path = tmp_path / "evaluation.json"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as error:
+        utils.read_json_object(path, "an evaluation")
+    assert str(error.value) == f"{path}: {problem}; expected an evaluation"
+
+
+def test_the_fields_of_a_json_object_are_read_checked_with_their_defaults(tmp_path):
+    data = {"n": {"seen": 3, "rate": 0.5, "none": None, "flag": True}, "runs": [{"name": "a"}, 7], "text": "x"}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    record = utils.read_json_object(path, "a run")
+    assert record.data == data and record.get("n.seen", int) == 3 and record.get("n.rate", utils.NUMBER) == 0.5
+    assert record.get("runs.0.name", str) == "a" and record.get("runs", list) == [{"name": "a"}, 7]
+    assert record.get("n.none", (int, type(None))) is None and record.get("n.flag", bool) is True
+    for keys in ("n.none", "n.missing", "missing.seen", "runs.5.name"):  # missing or null: the default
+        assert record.get(keys, int, 9) == 9
+    refused = {
+        ("n.seen", str): "'n.seen' is 3, not a string",
+        ("n.rate", int): "'n.rate' is 0.5, not a whole number",
+        ("text", utils.NUMBER): """'text' is "x", not a number""",
+        ("text", (dict, type(None))): """'text' is "x", not an object or null""",
+        ("n.none", int): "'n.none' is null, not a whole number",
+        ("n.missing", int): "no 'n.missing'",
+        ("runs.5.name", str): "no 'runs.5.name'",
+        ("text.more", str): """'text' is "x", not an object""",
+        ("runs.1.name", str): "'runs.1' is 7, not an object",
+        ("runs.name", str): """'runs' is [{"name": "a"}, 7], not an object""",
+    }
+    for (keys, kinds), problem in refused.items():
+        with pytest.raises(ValueError) as error:
+            record.get(keys, kinds)
+        assert str(error.value) == f"{path}: {problem}; expected a run"
+    with pytest.raises(ValueError, match="'text' is"):
+        record.get("text.more", str, "default")  # a default stands for a missing value, not a wrong one
 
 
 def test_generated_documents_and_json_lines_are_utf_8_whatever_the_locale(tmp_path, ascii_locale):

@@ -24,7 +24,6 @@ The table has one row per run and flat columns, so it reads back with ``pandas.r
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterable
@@ -36,7 +35,7 @@ import pandas as pd
 from lsa_interp.data.presets import PRESETS
 from lsa_interp.evaluation.metrics import OUTCOMES
 from lsa_interp.evaluation.paper_tables import CELLS
-from lsa_interp.utils import atomic_write
+from lsa_interp.utils import NUMBER, JsonObject, atomic_write, read_json_object
 
 EVALUATION_FILE, CONFIG_FILE, FIT_FILE = "evaluation.json", "config.json", "fit.json"
 MATCHING_FILE = Path("analysis") / "matching" / "matching_heads.json"
@@ -45,25 +44,49 @@ CHECKPOINT_MATCHING_FILE = MATCHING_FILE.name
 """Where a shipped checkpoint keeps the matching-head analysis of its stored weights, inside its own folder."""
 
 
-def _percent(cell: dict[str, Any] | None) -> float:
-    value = None if cell is None else cell.get("percent")
-    return float("nan") if value is None else float(value)
+EXPECTED = {
+    EVALUATION_FILE: "an evaluation written by lsa-interp evaluate or ship",
+    CONFIG_FILE: "a checkpoint's config.json with its training metadata (lsa-interp train or ship writes it)",
+    FIT_FILE: "a training fit written by lsa-interp fit or ship",
+    CHECKPOINT_MATCHING_FILE: "a matching-head analysis written by a sweep or lsa-interp ship",
+}
+"""What each file the table reads should be, by its name (ends the errors of a damaged one)."""
+METADATA = {"preset": str, "batching": str, "seed": int, "data_seed": int, "precision": str, "hardware": str,
+            "device": str, "epochs": int, "epochs_completed": NUMBER, "train_seconds": NUMBER, "train_config": dict,
+            "train_config.batching": str, "train_config.precision": str, "train_config.length_bucketing": bool,
+            "train_config.architecture": str, "train_config.epochs": int}  # fmt: skip
+"""The training metadata the table reads (under ``metadata`` in ``config.json``), each optional, with its type."""
+
+
+def _read(path: Path) -> JsonObject:
+    """The JSON object in ``path``, one of the files in `EXPECTED`; raises ValueError naming it when damaged."""
+    return read_json_object(path, EXPECTED[path.name])
+
+
+def _percent(data: JsonObject, keys: str, needed: bool = True) -> float:
+    """The ``percent`` of the cell at ``keys``: NaN where it is missing or null, or the cell is null (or missing,
+    unless ``needed``). Raises ValueError naming the file where a ``needed`` cell is missing or a value is of the
+    wrong type."""
+    if needed:
+        data.get(keys, (dict, type(None)))
+    return float(data.get(f"{keys}.percent", NUMBER, math.nan))
 
 
 def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
     """The table row of one run. Raises FileNotFoundError when ``model_dir`` lacks ``config.json`` or
-    ``evaluation.json``, ValueError when its files are not a checkpoint and an evaluation."""
+    ``evaluation.json``, ValueError naming the file when one of its files is not what `EXPECTED` says (no
+    ``metadata``, no ``table1``, a value of the wrong type...)."""
     model_dir = Path(model_dir)
     for name in (CONFIG_FILE, EVALUATION_FILE):
         if not (model_dir / name).is_file():
             raise FileNotFoundError(f"{model_dir} holds no {name}; evaluate the run first (lsa-interp ship)")
-    config = json.loads((model_dir / CONFIG_FILE).read_text(encoding="utf-8"))
-    evaluation = json.loads((model_dir / EVALUATION_FILE).read_text(encoding="utf-8"))
-    if "metadata" not in config or "table1" not in evaluation:
-        raise ValueError(f"{model_dir} is not an evaluated lsa-interp checkpoint")
-    meta = config["metadata"]
+    meta = read_metadata(model_dir, needed=True)
+    evaluation = _read(model_dir / EVALUATION_FILE)
+    field = evaluation.get
+    field("table1", dict)
     recipe = meta.get("train_config", {})
-    preset = meta.get("preset") or evaluation.get("training_preset") or evaluation.get("preset")
+    evaluated = field("training_preset", str, None) or field("preset", str, None)
+    preset = meta.get("preset") or evaluated
     batching = meta.get("batching") or recipe.get("batching", "unknown")
     dataset = PRESETS.get(preset)
     epochs, planned, complete = training_progress(meta)
@@ -85,38 +108,52 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
         "epochs_planned": planned,
         "complete": complete,
         "train_seconds": meta.get("train_seconds"),
-        "n_val": evaluation["n_tasks"]["seen_alphabets"],
-        "n_new": evaluation["n_tasks"]["new_alphabets"],
+        "n_val": field("n_tasks.seen_alphabets", int),
+        "n_new": field("n_tasks.new_alphabets", int),
     }
-    row.update({cell: _percent(evaluation["table1"].get(cell)) for cell in CELLS})
-    row["copy_accuracy"] = _percent(evaluation["copy_vs_non_copy"]["seen_alphabets"]["copy"])
-    row["overall_seen_alphabets"] = _percent(evaluation["overall"]["seen_alphabets"])
+    row.update({cell: _percent(evaluation, f"table1.{cell}", needed=False) for cell in CELLS})
+    row["copy_accuracy"] = _percent(evaluation, "copy_vs_non_copy.seen_alphabets.copy")
+    row["overall_seen_alphabets"] = _percent(evaluation, "overall.seen_alphabets")
     for prefix, split in (("acc_seen_", "seen_alphabets"), ("acc_new_", "new_alphabets")):
-        for rule, cell in evaluation["by_transformation"][split].items():
-            row[prefix + rule] = _percent(cell)
-    for rule, counts in evaluation.get("alternate_rule", {}).get("seen_alphabets", {}).items():
-        row.update({f"{rule}_{outcome}": counts[outcome] for outcome in OUTCOMES if outcome in counts})
-    families = evaluation.get("rule_families", {}).get("seen_alphabets", {})
-    for rule, counts in families.items():
-        row.update({f"{rule}_as_{sibling}": n for sibling, n in counts["as_rule"].items()})
-    family_tasks = sum(counts["total"] for counts in families.values())
-    siblings = sum(n for counts in families.values() for n in counts["as_rule"].values())
+        for rule in field(f"by_transformation.{split}", dict):
+            row[prefix + rule] = _percent(evaluation, f"by_transformation.{split}.{rule}")
+    for rule in field("alternate_rule.seen_alphabets", dict, {}):
+        keys = f"alternate_rule.seen_alphabets.{rule}"
+        counts = field(keys, dict)
+        row.update({f"{rule}_{outcome}": field(f"{keys}.{outcome}", int) for outcome in OUTCOMES if outcome in counts})
+    family_tasks = siblings = 0
+    for rule in field("rule_families.seen_alphabets", dict, {}):
+        keys = f"rule_families.seen_alphabets.{rule}"
+        for sibling in field(f"{keys}.as_rule", dict):
+            row[f"{rule}_as_{sibling}"] = count = field(f"{keys}.as_rule.{sibling}", int)
+            siblings += count
+        family_tasks += field(f"{keys}.total", int)
     row["sibling_percent"] = 100.0 * siblings / family_tasks if family_tasks else math.nan
     row.update(matching_record(model_dir))
     row.update(fit_record(model_dir))
     return row
 
 
-def read_metadata(model_dir: str | os.PathLike) -> dict[str, Any]:
-    """The training metadata in a model directory's ``config.json`` (empty when it has none)."""
-    return json.loads((Path(model_dir) / CONFIG_FILE).read_text(encoding="utf-8")).get("metadata", {})
+def read_metadata(model_dir: str | os.PathLike, needed: bool = False) -> dict[str, Any]:
+    """The training metadata in a model directory's ``config.json`` (empty when it has none, unless ``needed``).
+    Raises ValueError naming the file when it is not a JSON object, lacks the metadata it ``needed`` or has a
+    setting of `METADATA` of the wrong type."""
+    config = _read(Path(model_dir) / CONFIG_FILE)
+    meta = config.get("metadata", dict) if needed else config.get("metadata", dict, {})
+    for keys, kinds in METADATA.items():
+        config.get(f"metadata.{keys}", kinds, None)
+    return meta
 
 
 def fit_record(model_dir: str | os.PathLike) -> dict[str, float]:
-    """``fit_train`` and ``fit_val`` (exact match %) from the run's ``fit.json``; NaN without one."""
+    """``fit_train`` and ``fit_val`` (exact match %) from the run's ``fit.json``; NaN without one. Raises
+    ValueError naming the file when it is damaged (no ``overall``, a percent that is not a number...)."""
     path = Path(model_dir) / FIT_FILE
-    overall = json.loads(path.read_text(encoding="utf-8"))["overall"] if path.is_file() else {}
-    return {f"fit_{split}": _percent(overall.get(split)) for split in ("train", "val")}
+    if not path.is_file():
+        return {"fit_train": math.nan, "fit_val": math.nan}
+    fit = _read(path)
+    fit.get("overall", dict)
+    return {f"fit_{split}": _percent(fit, f"overall.{split}", needed=False) for split in ("train", "val")}
 
 
 def training_progress(meta: dict[str, Any]) -> tuple[float | int | None, int | None, bool]:
@@ -129,7 +166,8 @@ def training_progress(meta: dict[str, Any]) -> tuple[float | int | None, int | N
 def matching_record(model_dir: str | os.PathLike) -> dict[str, Any]:
     """The run's matching-head columns from the checkpoint's own analysis, else the sweep's beside its model
     (None / NaN without either): ``matching_head`` (a head reached the threshold), ``matching_heads`` (their
-    labels), ``matching_best_head`` and ``matching_best_score``."""
+    labels), ``matching_best_head`` and ``matching_best_score``. Raises ValueError naming the file when it is
+    damaged (no ``summary``, a value of the wrong type...)."""
     path = Path(model_dir) / CHECKPOINT_MATCHING_FILE
     if not path.is_file():
         path = Path(model_dir).parent / MATCHING_FILE
@@ -140,12 +178,13 @@ def matching_record(model_dir: str | os.PathLike) -> dict[str, Any]:
             "matching_best_head": None,
             "matching_best_score": math.nan,
         }
-    summary = json.loads(path.read_text(encoding="utf-8"))["summary"]
+    analysis = read_json_object(path, EXPECTED[CHECKPOINT_MATCHING_FILE])
+    heads = analysis.get("summary.matching_heads", str)
     return {
-        "matching_head": summary["matching_heads"] != "none",
-        "matching_heads": summary["matching_heads"],
-        "matching_best_head": summary["best_head"],
-        "matching_best_score": float(summary["best_score"]),
+        "matching_head": heads != "none",
+        "matching_heads": heads,
+        "matching_best_head": analysis.get("summary.best_head", str),
+        "matching_best_score": float(analysis.get("summary.best_score", NUMBER)),
     }
 
 

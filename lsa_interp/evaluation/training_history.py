@@ -10,7 +10,6 @@ per (run, epoch), with the epoch's mean training loss.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,38 +17,55 @@ from typing import Any
 
 import pandas as pd
 
-from lsa_interp.utils import read_json_lines
+from lsa_interp.utils import NUMBER, JsonObject, read_json_lines, read_json_object
 
 METRICS_FILE, CONFIG_FILE = "metrics.jsonl", "train_config.json"
+CONFIG_EXPECTED = "a training run's config, as lsa-interp train writes it"
+"""What ``train_config.json`` should be (ends the errors of a damaged one)."""
 
 
-def _replicate_labels(config: dict[str, Any]) -> list[tuple[str, str | None, str, int | None]]:
+def _log(path: Path, record: dict[str, Any]) -> JsonObject:
+    """A ``step`` or ``epoch`` record of the log at ``path``, to read checked (`JsonObject.get`)."""
+    return JsonObject(record, path, f"{record['type']} records as lsa-interp train logs them")
+
+
+def _replicate_labels(config: JsonObject) -> list[tuple[str, str | None, str, int | None]]:
     """(run name, preset, batching, planned epochs or None) per replicate of a run's saved config (a stack or a
     single run). A single run on another architecture than ours (``reference``: the plain ``nn.Transformer``)
-    has it in its name, as ``scripts/cpu_runs.sh`` names its folder."""
-    if "runs" in config:
+    has it in its name, as ``scripts/cpu_runs.sh`` names its folder. Raises ValueError naming the config where a
+    setting is of the wrong type, or a stack's run has no batching."""
+    field = config.get
+    if (runs := field("runs", list, None)) is not None:
         return [
-            (r.get("name") or f"replicate-{i}", r.get("preset"), r["batching"], r.get("epochs"))
-            for i, r in enumerate(config["runs"])
-        ]
-    seed, replicates = config.get("seed", 0), config.get("replicates", 1)
-    preset, batching, epochs = config.get("preset"), config.get("batching", "random"), config.get("epochs")
-    architecture = config.get("architecture", "hooked")
+            (field(f"runs.{i}.name", str, None) or f"replicate-{i}", field(f"runs.{i}.preset", str, None),
+             field(f"runs.{i}.batching", str), field(f"runs.{i}.epochs", int, None))
+            for i in range(len(runs))
+        ]  # fmt: skip
+    seed, replicates = field("seed", int, 0), field("replicates", int, 1)
+    preset, batching = field("preset", str, None), field("batching", str, "random")
+    epochs, architecture = field("epochs", int, None), field("architecture", str, "hooked")
     kind = "" if architecture == "hooked" else f"-{architecture}"
     return [(f"{preset or 'data'}-{batching}{kind}-s{seed + i}", preset, batching, epochs) for i in range(replicates)]
 
 
-def _window_losses(records: list[dict[str, Any]]) -> dict[int, dict[int, float]]:
+def _window_losses(path: Path, records: list[dict[str, Any]]) -> dict[int, dict[int, float]]:
     """By replicate, the logged training loss of each step window by its last step. A step logged twice (a run
-    resumed from a state before it) keeps its last record, the one the run went on from."""
+    resumed from a state before it) keeps its last record, the one the run went on from. Raises ValueError naming
+    the log (``path``) where a step is not a whole number or a loss not a number."""
     losses: dict[int, dict[int, float]] = {}
     for record in records:
         if record.get("type") != "step" or "train_loss" not in record:
             continue
-        by_replicate = record.get("train_loss_by_replicate", [record["train_loss"]])
-        for index, loss in enumerate(by_replicate):
-            if loss is not None:
-                losses.setdefault(index, {})[record["step"]] = loss
+        log = _log(path, record)
+        step, by_replicate = log.get("step", int), log.get("train_loss_by_replicate", list, None)
+        keys = (
+            ["train_loss"]
+            if by_replicate is None
+            else [f"train_loss_by_replicate.{i}" for i in range(len(by_replicate))]
+        )
+        for index, key in enumerate(keys):
+            if (loss := log.get(key, NUMBER, None)) is not None:
+                losses.setdefault(index, {})[step] = float(loss)
     return losses
 
 
@@ -67,26 +83,29 @@ def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
     (records written since the rule-family analysis) and ``train_loss``: the mean of the model's logged window
     losses whose windows end in the epoch (after the step of the model's previous epoch, up to this one's; NaN
     where none was logged, or the epoch record has no step). Raises FileNotFoundError when ``run_dir`` is not a
-    training run."""
+    training run, ValueError naming the file where its config or log is damaged (not JSON objects, a setting, step
+    or replicate of the wrong type)."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{run_dir} is not a training run (no {CONFIG_FILE})")
-    try:
-        config = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{run_dir / CONFIG_FILE} is damaged (not JSON: {error})") from None
-    labels, precision = _replicate_labels(config), config.get("precision", "fp32")
-    architecture = config.get("architecture", "hooked")
+    config = read_json_object(run_dir / CONFIG_FILE, CONFIG_EXPECTED)
+    labels, precision = _replicate_labels(config), config.get("precision", str, "fp32")
+    architecture = config.get("architecture", str, "hooked")
     metrics = run_dir / METRICS_FILE
     records = read_json_lines(metrics)
-    epochs = [record for record in records if record.get("type") == "epoch"]
-    windows = _window_losses(records)
+    epochs = []  # (replicate, step, record) of each epoch record
+    for record in records:
+        if record.get("type") == "epoch":
+            log = _log(metrics, record)
+            for keys in ("val_acc_by_transformation", "val_sibling_by_family"):
+                log.get(keys, dict, None)
+            epochs.append((log.get("replicate", int, 0), log.get("step", int, 0), record))
+    windows = _window_losses(metrics, records)
     ends: dict[int, set[int]] = {}
-    for record in epochs:
-        ends.setdefault(record.get("replicate", 0), set()).add(record.get("step", 0))
+    for index, end, _ in epochs:
+        ends.setdefault(index, set()).add(end)
     rows = []
-    for record in epochs:
-        index = record.get("replicate", 0)
+    for index, end, record in epochs:
         name, preset, batching, planned = (
             labels[index] if index < len(labels) else (f"replicate-{index}", None, None, None)
         )
@@ -94,11 +113,10 @@ def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
         row["architecture"] = architecture
         row["replicate"] = index
         row.update({k: v for k, v in record.items() if not isinstance(v, dict) and k != "type"})
-        end = record.get("step", 0)
         after = max((s for s in ends[index] if s < end), default=0)
         row["train_loss"] = _epoch_train_loss(windows.get(index, {}), after, end)
-        row.update({f"acc_{rule}": value for rule, value in record.get("val_acc_by_transformation", {}).items()})
-        row.update({f"sibling_{family}": v for family, v in record.get("val_sibling_by_family", {}).items()})
+        row.update({f"acc_{rule}": value for rule, value in (record.get("val_acc_by_transformation") or {}).items()})
+        row.update({f"sibling_{family}": v for family, v in (record.get("val_sibling_by_family") or {}).items()})
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -398,7 +398,7 @@ def test_a_run_record_needs_both_files_and_takes_its_preset_from_the_evaluation_
     (directory / "evaluation.json").write_text(json.dumps({**evaluation, "training_preset": "copy-200"}))
     assert run_record(directory)["preset"] == "copy-200"
     (directory / "config.json").write_text(json.dumps({"model": {}}))
-    with pytest.raises(ValueError, match="not an evaluated"):
+    with pytest.raises(ValueError, match=r"config\.json: no 'metadata'; expected a checkpoint"):
         run_record(directory)
 
 
