@@ -107,7 +107,14 @@ def register(app: typer.Typer) -> None:
         model: ModelOption = "copy-200",
         donor: Annotated[str, typer.Option(help="Rule of the prompts whose memory positions are spliced in.")] = "pred",
         target: Annotated[str, typer.Option(help="Rule of the prompts that are decoded.")] = "succ",
-        pairs: Annotated[int, typer.Option(min=1, help="Minimal pairs (3-letter windows, standard alphabet).")] = 100,
+        pairs: Annotated[
+            int,
+            typer.Option(
+                min=1,
+                help="Minimal pairs (3-letter windows, standard alphabet); at most: fewer where no more distinct "
+                "pairs of the two rules exist (pred and succ: 462), and the result says how many.",
+            ),
+        ] = 100,
         positions: Annotated[
             list[str] | None,
             typer.Option(
