@@ -161,7 +161,8 @@ class JsonObject:
     def get(self, keys: str, kinds: type | tuple[type, ...], default: Any = _NEEDED) -> Any:
         """The value at ``keys`` (dotted: ``"n_tasks.seen_alphabets"``; a number indexes a list: ``"runs.0.name"``),
         ``default`` where one is given and it is missing or null. Raises ValueError (`error`) where a value on the
-        way is not an object, the value is not of ``kinds``, or it is missing and no default is given."""
+        way is not an object, the value is not of ``kinds`` (true and false are of ``bool`` only, not numbers), or it
+        is missing and no default is given."""
         value: Any = self.data
         names = keys.split(".")
         for depth, key in enumerate(names):
@@ -174,8 +175,8 @@ class JsonObject:
             if key not in value:
                 raise self.error(f"no '{keys}'")
             value = value[key]
-        if not isinstance(value, kinds):
-            kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             allowed = " or ".join(_KIND_NAMES[kind] for kind in kinds if not (kind is int and float in kinds))
             raise self.error(f"'{keys}' is {_shown(value)}, not {allowed}")
         return value

@@ -7,10 +7,14 @@ import json
 import shutil
 
 import pytest
+import torch
 
 from lsa_interp import cli
 from lsa_interp.data import generate_dataset, save_dataset
 from lsa_interp.data.presets import DatasetConfig
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.model.checkpoint import save_model
+from tests.helpers import SMALL_MODEL
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +80,7 @@ def test_train_refuses_a_batch_larger_than_the_training_rows_and_an_infinite_rat
     err = _refused(
         ["train", "--data", str(data_dir), "--out", str(tmp_path / "big"), "--batch-size", "100000000"], capsys
     )
-    assert "batch size must be between 1 and the 1,824 rows to batch, got 100,000,000" in err
+    assert f"--batch-size 100,000,000 exceeds the 1,824 training rows of --data {data_dir}" in err
     err = _refused(["train", "--data", str(data_dir), "--out", str(tmp_path / "inf"), "--lr", "inf"], capsys)
     assert "lr must be a positive finite number, got inf" in err
     assert list(tmp_path.iterdir()) == []
@@ -86,5 +90,39 @@ def test_fit_refuses_a_dataset_the_model_was_not_trained_on(data_dir, capsys):
     """Its train rows would not be the model's training rows; the manifest says so before any rows are read."""
     err = _refused(["fit", "--model", "copy-20", "--rows", "5", "--data", str(data_dir)], capsys)
     assert (
-        f"copy-20 was trained on copy-20 seed 0, but --data {data_dir} holds tiny seed 3: give the model's own" in err
+        f"copy-20 was trained on copy-20 with dataset seed 0, but --data {data_dir} holds tiny with dataset seed 3: "
+        "give the model's own" in err
     )
+
+
+def _tiny_model(directory, **metadata):
+    torch.manual_seed(0)
+    return save_model(HookedEncoderDecoder(ModelConfig(**SMALL_MODEL)), directory, metadata=metadata)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "accepted"),
+    [
+        ({"preset": "tiny", "seed": 5, "data_seed": 3}, True),  # a replicate: its own seed, the dataset's seed 3
+        ({"preset": "tiny", "seed": 3}, True),  # no data seed recorded: the model's seed is the dataset's
+        ({"preset": "tiny", "seed": 5, "data_seed": 4}, False),  # only the dataset seed differs
+        ({"preset": "copy-20", "data_seed": 3}, False),  # only the preset differs
+        ({"preset": "copy-20", "data_seed": 0, "train_config": "DATA"}, True),  # trained on this very folder
+        ({}, True),  # a model that records neither is not judged
+    ],
+)
+def test_fit_takes_the_models_own_dataset_by_preset_and_dataset_seed_or_by_folder(
+    metadata, accepted, data_dir, tmp_path, capsys
+):
+    """Runs trained with --data before their preset was recorded say copy-20 whatever they read: the folder their
+    training config names is theirs all the same."""
+    if "train_config" in metadata:
+        metadata = {**metadata, "train_config": {"data_dir": str(data_dir)}}
+    model = _tiny_model(tmp_path / "model", **metadata)
+    args = ["fit", "--model", str(model), "--rows", "3", "--data", str(data_dir)]
+    if accepted:
+        with pytest.raises(SystemExit) as info:
+            cli.main(args)
+        assert info.value.code == 0 and "train - val" in capsys.readouterr().out
+    else:
+        assert "give the model's own dataset" in _refused(args, capsys)

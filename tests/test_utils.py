@@ -190,6 +190,8 @@ def test_the_fields_of_a_json_object_are_read_checked_with_their_defaults(tmp_pa
         ("text.more", str): """'text' is "x", not an object""",
         ("runs.1.name", str): "'runs.1' is 7, not an object",
         ("runs.name", str): """'runs' is [{"name": "a"}, 7], not an object""",
+        ("n.flag", int): "'n.flag' is true, not a whole number",  # JSON true is no number, though Python's bool is
+        ("n.flag", utils.NUMBER): "'n.flag' is true, not a number",
     }
     for (keys, kinds), problem in refused.items():
         with pytest.raises(ValueError) as error:

@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from lsa_interp.commands.common import UserError, open_model, writable_out
+        from lsa_interp.commands.common import open_model, writable_out
         from lsa_interp.data.dataset import read_manifest
         from lsa_interp.evaluation.fit import FIT_SPLITS, training_fit, write_fit
         from lsa_interp.evaluation.run import evaluation_dataset
@@ -43,14 +43,8 @@ def register(app: typer.Typer) -> None:
             writable_out(out)
         console = Console()
         net = open_model(model, device)
-        trained_on = (net.metadata.get("preset"), net.metadata.get("data_seed", net.metadata.get("seed")))
-        if data is not None and None not in trained_on:
-            manifest = read_manifest(data)
-            if trained_on != (manifest["preset"], manifest["seed"]):
-                raise UserError(
-                    f"{model} was trained on {trained_on[0]} seed {trained_on[1]}, but --data {data} holds "
-                    f"{manifest['preset']} seed {manifest['seed']}: give the model's own dataset (its training rows)"
-                )
+        if data is not None:
+            _check_own_dataset(model, net.metadata, data, read_manifest(data))
         with console.status("loading the dataset" if data else "generating the dataset"):
             dataset = evaluation_dataset(net, data_dir=data, splits=FIT_SPLITS)
         result = training_fit(net, dataset, rows, model_name=model)
@@ -75,3 +69,20 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             paths = write_fit(result, out)
             print("wrote " + ", ".join(str(path) for path in paths.values()))
+
+
+def _check_own_dataset(model: str, metadata: dict, data: Path, manifest: dict) -> None:
+    """Raise UserError unless ``data`` is the dataset the model was trained on: the directory its training config
+    names, or one of the preset and dataset seed its metadata records (a model that records neither passes)."""
+    from lsa_interp.commands.common import UserError
+
+    own = (metadata.get("train_config") or {}).get("data_dir")
+    if own is not None and Path(own).resolve() == data.resolve():
+        return
+    trained_on = (metadata.get("preset"), metadata.get("data_seed", metadata.get("seed")))
+    if None not in trained_on and trained_on != (manifest["preset"], manifest["seed"]):
+        raise UserError(
+            f"{model} was trained on {trained_on[0]} with dataset seed {trained_on[1]}, but --data {data} holds "
+            f"{manifest['preset']} with dataset seed {manifest['seed']}: give the model's own dataset (its training "
+            "rows)"
+        )

@@ -135,6 +135,7 @@ def register(app: typer.Typer) -> None:
             if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
                 raise UserError(f"{out} is not empty; pass --force to overwrite it or --resume {out} to continue it")
             preset = training_preset(preset, data)
+            _check_batch_size(batch_size, data)
             config = TrainConfig(
                 data_dir=str(data if data is not None else out / "data"),
                 preset=preset,
@@ -216,3 +217,15 @@ def _generate_into(preset: str, seed: int, out: Path) -> None:
             return
     console.print(f"generating {preset} (seed {seed}) into {out}")
     save_dataset(generate_dataset(config, seed=seed), out, force=True)
+
+
+def _check_batch_size(batch_size: int, data: Path | None) -> None:
+    """Raise UserError when ``--batch-size`` exceeds the training rows of ``--data`` (read from its manifest, before
+    anything is loaded); without a dataset there yet, the trainer checks it once the rows are made."""
+    from lsa_interp.data.dataset import MANIFEST, read_manifest
+
+    if data is None or not (data / MANIFEST).is_file():
+        return
+    rows = read_manifest(data)["files"].get("train", {}).get("rows", batch_size)
+    if batch_size > rows:
+        raise UserError(f"--batch-size {batch_size:,} exceeds the {rows:,} training rows of --data {data}")

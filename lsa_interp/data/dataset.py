@@ -162,7 +162,7 @@ _MANIFEST_FIELDS: dict[str, type | tuple[type, ...]] = {
     "new_alphabets": list,
     "files": dict,
 }
-"""What `save_dataset` writes into a manifest besides its format, and the JSON type of each."""
+"""What `save_dataset` writes into a manifest besides its format, and the JSON type of each (a list: of strings)."""
 _FILE_FIELDS: dict[str, type] = {"file": str, "rows": int, "sha256": str}
 """What a manifest records of each split's file."""
 
@@ -188,7 +188,13 @@ def read_manifest(data_dir: str | os.PathLike) -> dict:
     for split, info in manifest["files"].items() if isinstance(manifest.get("files"), dict) else ():
         info = info if isinstance(info, dict) else {}
         fields += [(f"files.{split}.{key}", info.get(key), kind) for key, kind in _FILE_FIELDS.items()]
-    broken = [key for key, value, kind in fields if not isinstance(value, kind) or isinstance(value, bool)]
+    broken = [
+        key
+        for key, value, kind in fields
+        if not isinstance(value, kind)
+        or isinstance(value, bool)
+        or (kind is list and not all(isinstance(item, str) for item in value))
+    ]
     if not broken and set(manifest["splits"]) - set(manifest["files"]):
         broken = [f"files.{split}" for split in manifest["splits"] if split not in manifest["files"]]
     if broken:

@@ -88,7 +88,7 @@ def card_header(
     ``fit``, its training fit; ``reused``: the evaluation is the one made at the end of training (of the fp32
     weights, by a sweep or by ``lsa-interp evaluate`` of the run's model)."""
     meta = model.metadata
-    recipe = meta.get("train_config", {})
+    recipe = meta.get("train_config") or {}
     epochs = meta.get("epochs_completed")
     seconds = meta.get("train_seconds")
     wall_time = "not recorded" if seconds is None else f"{seconds / 3600:.2f} h ({seconds:.1f} s)"

@@ -84,7 +84,7 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
     evaluation = _read(model_dir / EVALUATION_FILE)
     field = evaluation.get
     field("table1", dict)
-    recipe = meta.get("train_config", {})
+    recipe = meta.get("train_config") or {}
     evaluated = field("training_preset", str, None) or field("preset", str, None)
     preset = meta.get("preset") or evaluated
     batching = meta.get("batching") or recipe.get("batching", "unknown")
@@ -159,7 +159,7 @@ def fit_record(model_dir: str | os.PathLike) -> dict[str, float]:
 def training_progress(meta: dict[str, Any]) -> tuple[float | int | None, int | None, bool]:
     """(epochs trained, epochs planned, whether all were trained) from a checkpoint's training metadata."""
     epochs = meta.get("epochs_completed")
-    planned = meta.get("epochs") or meta.get("train_config", {}).get("epochs")
+    planned = meta.get("epochs") or (meta.get("train_config") or {}).get("epochs")
     return epochs, planned, epochs is not None and planned is not None and epochs >= planned - 1e-6
 
 

@@ -24,6 +24,10 @@ CONFIG_EXPECTED = "a training run's config, as lsa-interp train writes it"
 """What ``train_config.json`` should be (ends the errors of a damaged one)."""
 
 
+_NESTED = {"val_acc_by_transformation": "acc", "val_sibling_by_family": "sibling"}
+"""Epoch-record fields that hold one number per rule or family (a null one: none), and their columns' prefix."""
+
+
 def _log(path: Path, record: dict[str, Any]) -> JsonObject:
     """A ``step`` or ``epoch`` record of the log at ``path``, to read checked (`JsonObject.get`)."""
     return JsonObject(record, path, f"{record['type']} records as lsa-interp train logs them")
@@ -112,11 +116,11 @@ def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
         row = {"run": name, "preset": preset, "batching": batching, "precision": precision, "planned_epochs": planned}
         row["architecture"] = architecture
         row["replicate"] = index
-        row.update({k: v for k, v in record.items() if not isinstance(v, dict) and k != "type"})
+        row.update({k: v for k, v in record.items() if k not in _NESTED and not isinstance(v, dict) and k != "type"})
         after = max((s for s in ends[index] if s < end), default=0)
         row["train_loss"] = _epoch_train_loss(windows.get(index, {}), after, end)
-        row.update({f"acc_{rule}": value for rule, value in (record.get("val_acc_by_transformation") or {}).items()})
-        row.update({f"sibling_{family}": v for family, v in (record.get("val_sibling_by_family") or {}).items()})
+        for key, prefix in _NESTED.items():
+            row.update({f"{prefix}_{name}": value for name, value in (record.get(key) or {}).items()})
         rows.append(row)
     return pd.DataFrame(rows)
 

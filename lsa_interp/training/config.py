@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -17,8 +18,8 @@ ATTENTIONS = ("sdpa", "triton", "flash")
 FlashAttention-2's variable-length kernel over packed rows (`lsa_interp.training.packing.packed_flash`; needs
 packing, bf16 and a CUDA device)."""
 
-DEVICES = ("auto", "cpu", "cuda")
-"""auto: CUDA when torch sees a GPU, else the CPU."""
+DEVICES = ("auto", "cpu", "cuda", "cuda:N")
+"""auto: CUDA when torch sees a GPU, else the CPU; cuda:N: the GPU of that index."""
 
 ARCHITECTURES = ("hooked", "reference")
 """hooked: `HookedEncoderDecoder` (the default); reference: the same network built from a plain
@@ -60,7 +61,7 @@ class Recipe:
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}")
-        if self.device not in DEVICES:
+        if self.device not in DEVICES[:3] and not re.fullmatch(r"cuda:\d+", self.device):
             raise ValueError(f"unknown device {self.device!r}; choose one of: {', '.join(DEVICES)}")
         if self.attention not in ATTENTIONS:
             raise ValueError(f"unknown attention {self.attention!r}; choose one of: {', '.join(ATTENTIONS)}")

@@ -127,6 +127,8 @@ def test_a_manifest_of_ours_is_read_whole(tiny, tmp_path):
         (lambda m: m.update(seed="7"), "seed"),
         (lambda m: m.update(seed=True), "seed"),  # a JSON true is no seed
         (lambda m: m.update(splits={}), "splits"),
+        (lambda m: m.update(splits=[["val"]]), "splits"),  # a list, but not of split names
+        (lambda m: m.update(train_alphabets=[1, 2]), "train_alphabets"),
         (lambda m: m["files"].update(train=[]), "files.train.file, files.train.rows, files.train.sha256"),
         (lambda m: m["files"]["val"].pop("sha256"), "files.val.sha256"),
         (lambda m: m["files"].pop("test"), "files.test"),  # a split the manifest lists without its file

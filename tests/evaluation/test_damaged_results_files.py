@@ -125,6 +125,10 @@ def test_the_optional_parts_of_a_run_may_be_missing_or_null(tmp_path):
     assert not any(column.startswith("pred_") for column in row)
     assert row["length_bucketing"] is False and row["acc_seen_succ"] == 100.0
     assert read_metadata(evaluated_run(tmp_path, "bare", files={"config.json": {"model": {}}})) == {}
+    no_recipe = {"metadata": {**METADATA, "train_config": None}}
+    bare = run_record(evaluated_run(tmp_path, "no-recipe", files={"config.json": no_recipe}))
+    assert bare["seen_transformations_seen_alphabets"] == row["seen_transformations_seen_alphabets"]
+    assert bare["length_bucketing"] is True  # a run without its recipe predates the option: it bucketed
 
 
 def training_run(root: Path, config: object = None, log: str | bytes | None = None) -> Path:
@@ -197,6 +201,7 @@ def test_null_settings_and_steps_take_their_defaults(tmp_path):
     history = epoch_history(training_run(tmp_path / "run", config, log))
     assert history["run"].tolist() == ["copy-20-random-s0"] * 2 and history["precision"].tolist() == ["fp32"] * 2
     assert math.isnan(history["train_loss"][0]) and history["train_loss"][1] == 2.0
+    assert "val_acc_by_transformation" not in history.columns  # a null table of rules adds no column of its own
 
 
 def _results(argv: list[str], capsys, monkeypatch) -> str:

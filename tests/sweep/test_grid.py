@@ -98,7 +98,7 @@ def test_tiny_grid_defines_its_own_datasets():
         (_grid(recipe={"betas": [0.9, "x"]}), "recipe.betas[1]", "must be a number"),
         (_grid(recipe={"lr": "0.1"}), "recipe.lr", "must be a number"),
         (_grid(recipe={"lr": 0}), "recipe", "lr must be a positive finite number"),  # ranges are the recipe's
-        (_grid(recipe={"device": "gpu"}), "recipe", "unknown device 'gpu'; choose one of: auto, cpu, cuda"),
+        (_grid(recipe={"device": "gpu"}), "recipe", "unknown device 'gpu'; choose one of: auto, cpu, cuda, cuda:N"),
         (_grid(recipe={"betas": [0.9, 1.0]}), "recipe", "betas must be two numbers in [0, 1)"),
         (_grid(recipe={"weight_decay": -0.01}), "recipe", "weight_decay must be at least 0"),
         (_grid(recipe={"batch_size": 0}), "recipe.batch_size", ">= 1"),

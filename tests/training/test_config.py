@@ -69,7 +69,7 @@ def test_recipe_values_are_checked_for_a_run_and_for_a_stack():
             ({"lr": 0.0}, "lr must be a positive finite number, got 0.0"),
             ({"lr": float("nan")}, "lr must be a positive finite number, got nan"),
             ({"lr": float("inf")}, "lr must be a positive finite number, got inf"),
-            ({"device": "gpu"}, "unknown device 'gpu'; choose one of: auto, cpu, cuda"),
+            ({"device": "gpu"}, "unknown device 'gpu'; choose one of: auto, cpu, cuda, cuda:N"),
             ({"betas": (0.9, 1.0)}, r"betas must be two numbers in \[0, 1\), got \(0.9, 1.0\)"),
             ({"betas": (-0.1, 0.9)}, "betas must be two numbers"),
             ({"weight_decay": -0.01}, "weight_decay must be at least 0, got -0.01"),
@@ -78,6 +78,14 @@ def test_recipe_values_are_checked_for_a_run_and_for_a_stack():
         ):
             with pytest.raises(ValueError, match=message):
                 make(**bad)
+        assert [make(device=device).device for device in ("auto", "cpu", "cuda", "cuda:1")] == [
+            "auto",
+            "cpu",
+            "cuda",
+            "cuda:1",
+        ]  # pick_device finds out later whether the GPU is there
+        with pytest.raises(ValueError, match="unknown device 'cuda:'"):
+            make(device="cuda:")
         edges = {"betas": (0.0, 0.999), "weight_decay": 0.0, "warmup_start": 0.0, "final_lr_factor": 0.0}
         assert make(**edges, lr=1e-9).weight_decay == 0.0  # no decay and a schedule that starts or ends at 0
     with pytest.raises(ValueError, match="epochs must be positive, got 0"):
