@@ -159,6 +159,8 @@ def test_json_lines_leave_out_a_last_line_still_being_written_and_name_a_damaged
     ("content", "problem"),
     [(b"\xff\x80", "not UTF-8 text"), (b"", "not JSON (Expecting value: line 1 column 1 (char 0))"),
      (b'"' + b"x" * 50 + b'"', '"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... is not a JSON object'),
+     (b'"' + b"x" * 38 + b'"', '"' + "x" * 38 + '" is not a JSON object'),  # 40 characters: shown whole
+     (b'"' + b"x" * 39 + b'"', '"' + "x" * 36 + '... is not a JSON object'),  # 41: cut to 37 and "..."
      (b"null", "null is not a JSON object")],
 )  # fmt: skip
 def test_a_json_file_that_is_no_object_is_refused_naming_it_and_what_it_should_be(tmp_path, content, problem):

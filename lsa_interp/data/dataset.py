@@ -206,13 +206,14 @@ def read_manifest(data_dir: str | os.PathLike) -> dict:
 
 def _read_split(path: Path, columns: list[str] | None = None) -> pa.Table:
     """One split's Parquet table (only ``columns`` if given); raises FileNotFoundError when the file is missing and
-    ValueError when it is not Parquet or lacks a column."""
+    ValueError (one line) when it is not Parquet or lacks a column."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; regenerate the dataset")
     try:
         return pq.read_table(path, columns=columns)
     except pa.ArrowException as err:
-        raise ValueError(f"{path} is not a Parquet file ({err}); regenerate the dataset") from None
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(f"{path} is not a Parquet split of this dataset ({reason}); regenerate the dataset") from None
 
 
 def load_dataset(data_dir: str | os.PathLike, splits: tuple[str, ...] | None = None) -> Dataset:

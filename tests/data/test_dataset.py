@@ -7,6 +7,7 @@ import re
 from dataclasses import replace
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from lsa_interp.data import generate_dataset, load_dataset, read_manifest, save_dataset
@@ -156,13 +157,36 @@ def test_a_split_file_that_is_not_parquet_or_missing_is_named(tiny, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"val.parquet is missing"):
         sample_tasks(out, "val", 2)
     (out / "val.parquet").write_text("not parquet")
-    with pytest.raises(ValueError, match=r"val.parquet is not a Parquet file \(.*\); regenerate the dataset"):
+    with pytest.raises(
+        ValueError, match=r"val.parquet is not a Parquet split of this dataset \(.*\); regenerate the dataset"
+    ):
         count_rows(out)
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     manifest["files"]["val"]["sha256"] = sha256_file(out / "val.parquet")
     (out / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-    with pytest.raises(ValueError, match=r"val.parquet is not a Parquet file"):
+    with pytest.raises(ValueError, match=r"val.parquet is not a Parquet split of this dataset"):
         load_dataset(out)  # its checksum matches, so the reading fails
+
+
+def test_row_counts_refuse_a_split_file_without_the_columns_they_read(tiny, tmp_path):
+    """`count_rows` reads only the rule and copy columns, so a Parquet file without one is named in a ValueError
+    (not a KeyError from pandas after reading every column)."""
+    out = save_dataset(tiny, tmp_path / "ds")
+    pq.write_table(pq.read_table(out / "val.parquet").drop_columns(["is_copy"]), out / "val.parquet")
+    message = (
+        r"val.parquet is not a Parquet split of this dataset \(No match for .*is_copy.*\); regenerate the dataset$"
+    )
+    with pytest.raises(ValueError, match=message) as error:
+        count_rows(out)
+    assert "\n" not in str(error.value)  # pyarrow's schema dump is left out: one line for the CLI
+
+
+def test_a_manifest_written_without_escapes_is_read_as_utf_8_whatever_the_locale(tiny, tmp_path, ascii_locale):
+    out = save_dataset(tiny, tmp_path / "ds")
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    manifest["config"]["notes"] = "données à 20 alphabets"
+    (out / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False), encoding="utf-8")
+    assert read_manifest(out)["config"]["notes"] == "données à 20 alphabets"
 
 
 def test_unknown_split(tiny, tmp_path):

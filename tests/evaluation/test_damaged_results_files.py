@@ -163,6 +163,8 @@ def lines(*records) -> str:
          """'replicate' is "a", not a whole number""", EPOCHS),
         ("metrics.jsonl", None, lines({"type": "epoch", "val_acc_by_transformation": [0.5]}),
          "'val_acc_by_transformation' is [0.5], not an object", EPOCHS),
+        ("metrics.jsonl", None, lines({"type": "epoch", "val_sibling_by_family": 3}),
+         "'val_sibling_by_family' is 3, not an object", EPOCHS),
         ("metrics.jsonl", None, lines({"type": "step", "step": "x", "train_loss": 1.0}),
          """'step' is "x", not a whole number""", STEPS),
         ("metrics.jsonl", None, lines({"type": "step", "step": 100, "train_loss": "x"}),

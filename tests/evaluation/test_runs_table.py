@@ -98,6 +98,9 @@ def test_a_row_holds_the_training_fit_beside_the_model(tmp_path):
     (directory / "fit.json").write_text(json.dumps({"overall": overall}))
     row = run_record(directory)
     assert row["fit_train"] == 90.0 and math.isnan(row["fit_val"])
+    (directory / "fit.json").write_text(json.dumps({"overall": {"train": overall["train"]}}))
+    row = run_record(directory)  # a fit without its val split
+    assert row["fit_train"] == 90.0 and math.isnan(row["fit_val"])
 
 
 def test_partly_trained_runs_are_marked_and_left_out_of_the_means_unless_asked(tmp_path):
@@ -469,6 +472,7 @@ def test_settings_the_metadata_leaves_out_come_from_the_recipe_then_the_defaults
     assert (row["batching"], row["condition"], row["precision"], row["hardware"]) == (
         "random", "copy-20/random", "tf32", "cpu",
     )  # fmt: skip
+    assert "data_seed" not in meta and row["data_seed"] == 0  # metadata from before the data seed, of seed 0
     meta["train_config"] = {}
     meta.pop("device")
     (directory / "config.json").write_text(json.dumps(config))

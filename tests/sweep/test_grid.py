@@ -140,6 +140,13 @@ def test_bad_toml_and_missing_file(tmp_path):
         load_grid(tmp_path)
 
 
+def test_a_grid_is_read_as_utf_8_whatever_the_locale(tmp_path, ascii_locale):
+    path = tmp_path / "grid.toml"
+    text = 'seeds = [0, 1]  # graines des données\n[[cells]]\npresets = ["copy-20"]\nbatching = ["random"]\n'
+    path.write_text(text, encoding="utf-8")
+    assert load_grid(path) == parse_grid(_grid())
+
+
 def test_seed_ranges_cell_overrides_and_duplicate_runs():
     grid = parse_grid(
         {
