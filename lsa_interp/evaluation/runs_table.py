@@ -178,7 +178,7 @@ def matching_record(model_dir: str | os.PathLike) -> dict[str, Any]:
             "matching_best_head": None,
             "matching_best_score": math.nan,
         }
-    analysis = read_json_object(path, EXPECTED[CHECKPOINT_MATCHING_FILE])
+    analysis = _read(path)  # the checkpoint's own or the sweep's: both named matching_heads.json
     heads = analysis.get("summary.matching_heads", str)
     return {
         "matching_head": heads != "none",
