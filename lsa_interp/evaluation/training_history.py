@@ -101,7 +101,7 @@ def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
     for record in records:
         if record.get("type") == "epoch":
             log = _log(metrics, record)
-            for keys in ("val_acc_by_transformation", "val_sibling_by_family"):
+            for keys in _NESTED:
                 log.get(keys, dict, None)
             epochs.append((log.get("replicate", int, 0), log.get("step", int, 0), record))
     windows = _window_losses(metrics, records)
