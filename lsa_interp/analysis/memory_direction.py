@@ -18,7 +18,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from lsa_interp.analysis.splice import MEMORY_HOOK, memory_change, splice_mask
+from lsa_interp.analysis.splice import MEMORY_HOOK, masked_change, memory_change, splice_mask
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import decode_batch, encode_tasks
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
@@ -35,23 +35,6 @@ def random_directions(vectors: Float[Tensor, "pair d_model"], seed: int) -> Floa
     """Vectors of the same lengths as ``vectors`` in random (Gaussian, seeded) directions."""
     noise = torch.randn(vectors.shape, generator=torch.Generator().manual_seed(seed), dtype=vectors.dtype)
     return noise / noise.norm(dim=1, keepdim=True) * vectors.norm(dim=1, keepdim=True)
-
-
-def masked_change(
-    donor_memory: Float[Tensor, "pair donor_pos d_model"],
-    target_memory: Float[Tensor, "pair target_pos d_model"],
-    mask: Bool[Tensor, "pair pos"],
-) -> Float[Tensor, "pair pos d_model"]:
-    """Donor minus target at the ``mask`` states (the first ``pos`` of each memory), zero elsewhere. Raises ValueError
-    for a mask wider than either memory or one that marks no state."""
-    width = mask.shape[1]
-    if width > min(donor_memory.shape[1], target_memory.shape[1]):
-        raise ValueError(
-            f"the mask is {width} positions wide, the memories {donor_memory.shape[1]} and {target_memory.shape[1]}"
-        )
-    if not bool(mask.any()):
-        raise ValueError("the mask marks no state to compare")
-    return (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
 
 
 def direction_vectors(

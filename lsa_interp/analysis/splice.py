@@ -207,6 +207,23 @@ def splice_analysis(
     return AnalysisResult("splice", model_name, summary, data, figures, findings)
 
 
+def masked_change(
+    donor_memory: Float[Tensor, "pair donor_pos d_model"],
+    target_memory: Float[Tensor, "pair target_pos d_model"],
+    mask: Bool[Tensor, "pair pos"],
+) -> Float[Tensor, "pair pos d_model"]:
+    """Donor minus target at the ``mask`` states (the first ``pos`` of each memory), zero elsewhere. Raises ValueError
+    for a mask wider than either memory or one that marks no state."""
+    width = mask.shape[1]
+    if width > min(donor_memory.shape[1], target_memory.shape[1]):
+        raise ValueError(
+            f"the mask is {width} positions wide, the memories {donor_memory.shape[1]} and {target_memory.shape[1]}"
+        )
+    if not bool(mask.any()):
+        raise ValueError("the mask marks no state to compare")
+    return (donor_memory[:, :width] - target_memory[:, :width]) * mask[..., None]
+
+
 def memory_change(
     donor: Float[Tensor, "pair donor_pos d_model"],
     target: Float[Tensor, "pair target_pos d_model"],
@@ -218,11 +235,7 @@ def memory_change(
     layout; 0 with under two states that changed by more than 1e-6 of their size). Raises ValueError for a mask
     wider than either memory or one that marks no state."""
     width = mask.shape[1]
-    if width > min(donor.shape[1], target.shape[1]):
-        raise ValueError(f"the mask is {width} positions wide, the memories {donor.shape[1]} and {target.shape[1]}")
-    if not bool(mask.any()):
-        raise ValueError("the mask marks no state to compare")
-    change = (donor[:, :width] - target[:, :width])[mask].double()
+    change = masked_change(donor, target, mask)[mask].double()
     size = change.norm(dim=-1) / target[:, :width][mask].double().norm(dim=-1)
     moved = change[size > 1e-6]
     n = len(moved)
