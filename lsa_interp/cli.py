@@ -109,7 +109,7 @@ def evaluate(
         str | None, typer.Option(help="Dataset preset; default: the preset in the model's training metadata.")
     ] = None,
     seed: Annotated[
-        int | None, typer.Option(min=0, help="Dataset seed; default: metadata data_seed, else seed, else 0.")
+        int | None, typer.Option(min=0, help="Dataset seed; default: the metadata's data_seed, else 0.")
     ] = None,
     data: Annotated[
         Path | None, typer.Option(help="A dataset saved by 'lsa-interp data generate', read instead of regenerating.")

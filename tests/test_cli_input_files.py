@@ -104,7 +104,8 @@ def _tiny_model(directory, **metadata):
     ("metadata", "accepted"),
     [
         ({"preset": "tiny", "seed": 5, "data_seed": 3}, True),  # a replicate: its own seed, the dataset's seed 3
-        ({"preset": "tiny", "seed": 3}, True),  # no data seed recorded: the model's seed is the dataset's
+        ({"preset": "tiny", "seed": 3}, True),  # no data seed recorded: not judged
+        ({"preset": "tiny", "seed": 5}, True),  # nor by the model's own seed, which is no dataset's
         ({"preset": "tiny", "seed": 5, "data_seed": 4}, False),  # only the dataset seed differs
         ({"preset": "copy-20", "data_seed": 3}, False),  # only the preset differs
         ({"preset": "copy-20", "data_seed": 0, "train_config": "DATA"}, True),  # trained on this very folder

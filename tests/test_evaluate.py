@@ -313,7 +313,7 @@ def tiny_copy20(monkeypatch):
 def test_evaluation_dataset_preset_and_seed(model, tiny_copy20, tmp_path):
     trained = HookedEncoderDecoder(SMALL, metadata={"preset": "copy-20", "seed": 2})
     dataset = evaluation_dataset(trained)
-    assert (dataset.config.name, dataset.seed) == ("copy-20", 2)
+    assert (dataset.config.name, dataset.seed) == ("copy-20", 0)  # no data seed recorded: the trainers' default
     assert evaluation_dataset(trained, seed=1).seed == 1
     recorded = HookedEncoderDecoder(SMALL, metadata={"preset": "copy-20", "seed": 2, "data_seed": 4})
     assert evaluation_dataset(recorded).seed == 4  # the dataset's seed, not the initialisation seed
@@ -377,7 +377,9 @@ def saved(tmp_path_factory):
     root = tmp_path_factory.mktemp("evaluate")
     torch.manual_seed(0)
     save_model(HookedEncoderDecoder(SMALL), root / "model")
-    save_model(HookedEncoderDecoder(SMALL), root / "copy20-model", metadata={"preset": "copy-20", "seed": 1})
+    save_model(
+        HookedEncoderDecoder(SMALL), root / "copy20-model", metadata={"preset": "copy-20", "seed": 1, "data_seed": 2}
+    )
     save_dataset(generate_dataset(TINY, seed=0), root / "data")
     return root
 
@@ -400,7 +402,7 @@ def test_cli_preset_and_seed_from_model_metadata(saved, tiny_copy20, tmp_path, c
     )
     assert code == 0 and "91.0" in stdout  # the paper's copy-20 row
     report = json.loads((tmp_path / REPORT_FILES["json"]).read_text())
-    assert (report["preset"], report["seed"], report["training_preset"]) == ("copy-20", 1, "copy-20")
+    assert (report["preset"], report["seed"], report["training_preset"]) == ("copy-20", 2, "copy-20")
 
 
 @pytest.mark.parametrize(

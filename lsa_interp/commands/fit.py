@@ -79,7 +79,7 @@ def _check_own_dataset(model: str, metadata: dict, data: Path, manifest: dict) -
     own = (metadata.get("train_config") or {}).get("data_dir")
     if own is not None and Path(own).resolve() == data.resolve():
         return
-    trained_on = (metadata.get("preset"), metadata.get("data_seed", metadata.get("seed")))
+    trained_on = (metadata.get("preset"), metadata.get("data_seed"))
     if None not in trained_on and trained_on != (manifest["preset"], manifest["seed"]):
         raise UserError(
             f"{model} was trained on {trained_on[0]} with dataset seed {trained_on[1]}, but --data {data} holds "

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
 from lsa_interp.commands.common import UserError, check_device, given_options, training_preset, writable_out
+from lsa_interp.data.presets import DEFAULT_DATA_SEED
 
 console = Console(stderr=True)
 
@@ -39,7 +40,9 @@ def register(app: typer.Typer) -> None:
         data: Annotated[
             Path | None, typer.Option(help="A saved dataset; default: generate PRESET into OUT/data.")
         ] = None,
-        data_seed: Annotated[int, typer.Option(min=0, help="Seed of the generated dataset (without --data).")] = 0,
+        data_seed: Annotated[
+            int, typer.Option(min=0, help="Seed of the generated dataset (without --data).")
+        ] = DEFAULT_DATA_SEED,
         epochs: Annotated[int, typer.Option(min=1)] = 20,
         batch_size: Annotated[int, typer.Option(min=1)] = 32,
         batching: Annotated[

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field
 
 from lsa_interp.data.alphabets import PERMUTATION_LEVELS
@@ -125,6 +125,9 @@ PRESETS_SPEC: dict[str, dict] = {
     **{f"copy-20-{k}shot": dict(n_shots=k) for k in (2, 3, 4, 5)},
 }
 
+DEFAULT_DATA_SEED = 0
+"""The dataset seed `lsa-interp train`, a stack and a sweep generate with unless told another."""
+
 PRESETS: dict[str, DatasetConfig] = {name: DatasetConfig(name=name, **kw) for name, kw in PRESETS_SPEC.items()}
 """The paper's 13 dataset variants by name."""
 
@@ -135,3 +138,19 @@ def get_preset(name: str) -> DatasetConfig:
         return PRESETS[name]
     except KeyError:
         raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}") from None
+
+
+def trained_data_seed(metadata: Mapping[str, object]) -> int:
+    """The seed of the dataset a model was trained on: its metadata's ``data_seed``, else `DEFAULT_DATA_SEED`.
+
+    Not the model's own ``seed``: every trainer generates its data with the data seed whatever the model's
+    (a stack's replicates, seeds ``seed + i``, share one dataset), and records it. A ``data_seed`` of None
+    (a snapshot whose dataset is gone) counts as unrecorded. Raises ValueError for any other value that is
+    not a non-negative integer.
+    """
+    value = metadata.get("data_seed")
+    if value is None:
+        return DEFAULT_DATA_SEED
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"the model's metadata records data_seed {value!r}; a dataset seed is an integer >= 0")
+    return value

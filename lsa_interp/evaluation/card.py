@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lsa_interp.data.presets import trained_data_seed
 from lsa_interp.evaluation.answer_check import count_answers, write_answer_check
 from lsa_interp.evaluation.fit import FIT_FILE, FIT_ROWS, FitResult, training_fit, write_fit
 from lsa_interp.evaluation.report import markdown_report
@@ -147,7 +148,7 @@ def _stored_results(
     except ValueError:  # written before a field existed
         return None
     trained_on = model.metadata.get("preset")
-    data_seed = model.metadata.get("data_seed", model.metadata.get("seed", 0))
+    data_seed = trained_data_seed(model.metadata)
     if result.limit is not None or {result.training_preset, result.preset, fit.preset} != {trained_on}:
         return None
     if result.seed != data_seed or fit.seed != data_seed:  # evaluated on another draw of the preset

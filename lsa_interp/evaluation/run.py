@@ -27,7 +27,7 @@ from rich.text import Text
 
 from lsa_interp.data.dataset import Dataset, load_dataset
 from lsa_interp.data.generate import generate_dataset
-from lsa_interp.data.presets import PRESETS, get_preset
+from lsa_interp.data.presets import PRESETS, get_preset, trained_data_seed
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import decode_batch, source_text
 from lsa_interp.evaluation.result import NEW_ALPHABETS, SEEN_ALPHABETS, SPLIT_OF, EvaluationResult, score_predictions
@@ -47,7 +47,7 @@ def evaluation_dataset(
 
     With ``data_dir``: those splits of that saved dataset (``preset``/``seed``, if given, must match its
     manifest). Otherwise ``preset`` (default: ``model.metadata["preset"]``) is generated with ``seed`` (default:
-    the metadata's ``data_seed``, else its ``seed``, else 0), every split; a model trained on a dataset of its own
+    `trained_data_seed`: the metadata's ``data_seed``, else 0), every split; a model trained on a dataset of its own
     (a grid's ``[datasets.NAME]``, no paper preset) reads the one its training config names while it is there.
     Raises ValueError for an unknown or missing preset or a mismatch, FileNotFoundError for a missing dataset
     directory.
@@ -67,7 +67,7 @@ def evaluation_dataset(
     if preset is None:
         raise ValueError("the model's metadata records no training preset; pass one (--preset) or a dataset (--data)")
     if seed is None:
-        seed = int(model.metadata.get("data_seed", model.metadata.get("seed", 0)))
+        seed = trained_data_seed(model.metadata)
     return generate_dataset(get_preset(preset), seed)
 
 

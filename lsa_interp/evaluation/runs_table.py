@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-from lsa_interp.data.presets import PRESETS
+from lsa_interp.data.presets import PRESETS, trained_data_seed
 from lsa_interp.evaluation.metrics import OUTCOMES
 from lsa_interp.evaluation.paper_tables import CELLS
 from lsa_interp.utils import NUMBER, JsonObject, atomic_write, read_json_object
@@ -96,7 +96,7 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
         "batching": batching,
         "condition": f"{preset}/{batching}",
         "seed": meta.get("seed"),
-        "data_seed": meta.get("data_seed", 0),
+        "data_seed": trained_data_seed(meta),
         "n_alphabets": dataset.n_alphabets if dataset else None,
         "copy": dataset.copy if dataset else None,
         "n_shots": dataset.n_shots if dataset else None,

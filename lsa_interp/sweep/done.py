@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import MISSING, fields
 from typing import Any
 
+from lsa_interp.data.presets import trained_data_seed
 from lsa_interp.evaluation.runs_table import find_runs, read_metadata, training_progress
 from lsa_interp.sweep.grid import Grid
 from lsa_interp.sweep.plan import SweepRun, expand
@@ -54,7 +55,7 @@ def grid_run_name(meta: dict[str, Any], grid: Grid) -> str | None:
     if planned is None or batching is None:
         return None
     precision = meta.get("precision") or recipe.get("precision", "fp32")
-    run = SweepRun(meta["preset"], batching, int(meta["seed"]), precision, int(planned), int(meta.get("data_seed", 0)))
+    run = SweepRun(meta["preset"], batching, int(meta["seed"]), precision, int(planned), trained_data_seed(meta))
     return run.name if run in expand(grid) else None
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lsa_interp.data.batching import BATCHING_METHODS
-from lsa_interp.data.presets import PRESETS, DatasetConfig
+from lsa_interp.data.presets import DEFAULT_DATA_SEED, PRESETS, DatasetConfig
 from lsa_interp.model.config import ModelConfig
 from lsa_interp.sweep.analyses import ANALYSIS_NAMES
 from lsa_interp.training.config import PRECISIONS, Recipe
@@ -38,7 +38,7 @@ class Cell:
     seeds: tuple[int, ...]
     epochs: int = 20
     precision: str = "fp32"
-    data_seed: int = 0
+    data_seed: int = DEFAULT_DATA_SEED
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def _cell(data: dict[str, Any], defaults: dict[str, Any], names: tuple[str, ...]
         seeds=_seeds(merged["seeds"], at("seeds")),
         epochs=_integer(merged.get("epochs", 20), at("epochs"), 1),
         precision=precision,
-        data_seed=_integer(merged.get("data_seed", 0), at("data_seed")),
+        data_seed=_integer(merged.get("data_seed", DEFAULT_DATA_SEED), at("data_seed")),
     )
 
 

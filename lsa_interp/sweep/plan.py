@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from lsa_interp.data.presets import DEFAULT_DATA_SEED
 from lsa_interp.sweep.grid import Grid
 from lsa_interp.training.run_dir import MODEL_DIR, replicate_dir
 from lsa_interp.training.stack_config import RunSpec, StackConfig
@@ -38,7 +39,7 @@ class SweepRun:
     seed: int
     precision: str = "fp32"
     epochs: int = 20
-    data_seed: int = 0
+    data_seed: int = DEFAULT_DATA_SEED
 
     @property
     def name(self) -> str:

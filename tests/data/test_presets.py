@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from lsa_interp.data.presets import PRESETS, DatasetConfig, get_preset
+from lsa_interp.data.presets import DEFAULT_DATA_SEED, PRESETS, DatasetConfig, get_preset, trained_data_seed
 from lsa_interp.data.transformations import PAPER, SEEN
 
 
@@ -33,6 +33,17 @@ def test_the_papers_thirteen_presets():
 def test_an_unknown_preset_lists_the_presets():
     with pytest.raises(ValueError, match="unknown preset 'copy-21'; choose one of: nocopy-20, copy-20, copy-40"):
         get_preset("copy-21")
+
+
+def test_a_models_data_seed_is_the_recorded_one_else_the_trainers_default_never_its_own_seed():
+    assert DEFAULT_DATA_SEED == 0
+    assert trained_data_seed({"seed": 3, "data_seed": 5}) == 5
+    assert trained_data_seed({"seed": 3, "data_seed": 0}) == 0
+    assert trained_data_seed({"seed": 3}) == 0  # a stack's replicate 3 trains on the data seed 0 all the same
+    assert trained_data_seed({"seed": 3, "data_seed": None}) == 0  # a snapshot whose dataset is gone
+    for bad in (-1, 1.5, "2", True):
+        with pytest.raises(ValueError, match=rf"^the model's metadata records data_seed {re.escape(repr(bad))}; a "):
+            trained_data_seed({"data_seed": bad})
 
 
 @pytest.mark.parametrize(

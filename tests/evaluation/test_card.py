@@ -407,8 +407,10 @@ def test_stored_results_are_reused_only_for_the_whole_splits_of_the_training_pre
     assert stored({"limit": 200}, {}) is None
     assert stored({"preset": "nocopy-20"}, {}) is None  # the model evaluated on another preset's data
     assert stored({"seed": 7}, {}) is None and stored({}, {"seed": 7}) is None  # on another draw of its preset
-    model.metadata = {"preset": evaluation["training_preset"], "seed": 7}  # written before the data seed was
-    assert stored({"seed": 7}, {"seed": 7}) is not None and stored({}, {}) is None  # its seed was the data's
+    model.metadata = {"preset": evaluation["training_preset"], "seed": 7, "data_seed": 7}
+    assert stored({"seed": 7}, {"seed": 7}) is not None and stored({}, {}) is None  # the recorded data seed counts
+    model.metadata = {"preset": evaluation["training_preset"], "seed": 7}  # no data seed recorded: the default 0
+    assert stored({}, {}) is not None and stored({"seed": 7}, {"seed": 7}) is None  # not the model's own seed
 
 
 def test_a_refreshed_card_writes_indented_json_where_the_checkpoint_had_none(shipped, tmp_path):
