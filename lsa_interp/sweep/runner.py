@@ -15,13 +15,14 @@ from pathlib import Path
 from lsa_interp.data.dataset import read_manifest
 from lsa_interp.evaluation.runs_table import runs_table, write_runs_table
 from lsa_interp.sweep.failures import Failure, FailureLog
-from lsa_interp.sweep.grid import load_grid
+from lsa_interp.sweep.grid import Grid, load_grid
 from lsa_interp.sweep.jobs import StackJob, stack_jobs
 from lsa_interp.sweep.local_runner import execute_local
-from lsa_interp.sweep.plan import GRID_COPY, RESULTS_FILE, data_dir, plan_stacks
+from lsa_interp.sweep.plan import GRID_COPY, RESULTS_FILE, data_dir, expand, plan_stacks
 from lsa_interp.sweep.progress import SweepProgress
 from lsa_interp.sweep.ray_runner import check_address, execute_ray, require_ray
-from lsa_interp.sweep.work import ensure_dataset, steps_logged
+from lsa_interp.sweep.work import ensure_dataset, steps_logged, training_rows
+from lsa_interp.training.config import Recipe
 from lsa_interp.utils import atomic_write
 
 
@@ -53,13 +54,14 @@ def run_sweep(
     ``ray``: None runs in-process; ``"auto"`` or a cluster address runs the stacks as Ray tasks.
     ``max_minutes`` (default: the grid's) bounds this invocation. A unit of work that raises is recorded (its
     traceback in ``out/failures/``) and the rest goes on: see `SweepSummary.failures`. Raises ValueError for a bad
-    grid, a grid that does not match the sweep already in ``out``, ``ray`` without Ray installed or an address
-    where nothing answers, before any work; `StoppedBySignal` when SIGINT/SIGTERM stopped training (state saved).
+    grid, a recipe batch larger than a dataset's training rows, a grid that does not match the sweep already in
+    ``out``, ``ray`` without Ray installed or an address where nothing answers, before any work; `StoppedBySignal` when SIGINT/SIGTERM stopped training (state saved).
     """
     grid, out = load_grid(grid_path), Path(out)
     if ray is not None:
         require_ray()
         check_address(ray)
+    _check_batches_fit(grid, out)
     stacks = plan_stacks(grid, out)
     text = Path(grid_path).read_text(encoding="utf-8")
     atomic_write(out / GRID_COPY, lambda tmp: tmp.write_text(text, encoding="utf-8"))
@@ -86,6 +88,19 @@ def run_sweep(
         results = out / RESULTS_FILE
         write_runs_table(runs_table(finished), results)
     return SweepSummary(len(runs), len(finished), results, tuple(failures.failures))
+
+
+def _check_batches_fit(grid: Grid, out: Path) -> None:
+    """Raise ValueError where the recipe's batch is larger than a dataset's training rows, before anything is
+    written (each of its stacks would otherwise fail at its first epoch and be recorded as a failure)."""
+    batch = grid.recipe.get("batch_size", Recipe.batch_size)
+    for run in {run.data_key: run for run in expand(grid)}.values():
+        rows = training_rows(grid.dataset_config(run.dataset), run.data_seed, data_dir(out, run))
+        if batch > rows:
+            raise ValueError(
+                f"the recipe's batch_size {batch:,} is larger than the {rows:,} training rows of {run.dataset} "
+                f"(data seed {run.data_seed}): a batch is at most a split's rows"
+            )
 
 
 def _estimate(job: StackJob) -> int:

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from lsa_interp.cli import main
-from lsa_interp.sweep import runner
+from lsa_interp.sweep import runner, work
 from lsa_interp.sweep.failures import Failure
 from lsa_interp.sweep.runner import SweepSummary, run_sweep
 from lsa_interp.training.run_dir import StoppedBySignal
@@ -34,6 +34,23 @@ def test_bad_grid_exits_2_with_one_line_and_trains_nothing(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cells[0].presets[1]" in err and "copy-200" in err
     assert not (tmp_path / "sweep").exists()
+
+
+def test_a_batch_larger_than_a_datasets_training_rows_exits_2_before_any_training(tmp_path, capsys, monkeypatch):
+    grid = write_tiny_grid(tmp_path / "grid.toml", batch_size=1805, small=True)  # the small datasets: 1,804 rows
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", str(grid), "--out", str(tmp_path / "sweep")])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "the recipe's batch_size 1,805 is larger than the 1,804 training rows of tiny (data seed 0)" in err
+    assert not (tmp_path / "sweep").exists()  # nothing written: no plan, datasets or stacks
+    fits = write_tiny_grid(tmp_path / "fits.toml", batch_size=902, small=True)  # tiny-nocopy's 902 rows, all of them
+    summary = run_sweep(fits, tmp_path / "sweep", max_minutes=0, progress=False)
+    assert (summary.runs, summary.finished) == (4, 0) and (tmp_path / "sweep" / "data" / "tiny-nocopy-d0").is_dir()
+    saved = write_tiny_grid(tmp_path / "over.toml", batch_size=903, small=True)
+    monkeypatch.setattr(work, "split_sizes", None)  # the rows now come from the saved datasets' manifests
+    with pytest.raises(ValueError, match=r"batch_size 903 is larger than the 902 training rows of tiny-nocopy \("):
+        run_sweep(saved, tmp_path / "sweep", max_minutes=0, progress=False)
 
 
 def test_max_minutes_spent_starts_no_training(tmp_path):
