@@ -53,6 +53,16 @@ def test_a_batch_larger_than_a_datasets_training_rows_exits_2_before_any_trainin
         run_sweep(saved, tmp_path / "sweep", max_minutes=0, progress=False)
 
 
+def test_a_recipe_without_batch_size_is_checked_with_the_default_batch(tmp_path):
+    grid = write_tiny_grid(tmp_path / "grid.toml", small=True)
+    text = grid.read_text().replace("batch_size = 8\n", "")  # the recipe's default batch: Recipe.batch_size, 32
+    one_rule = 'n_alphabets = 0\ncopy = false\ntrain_transformations = ["succ"]'  # tiny-nocopy: 21 training rows
+    grid.write_text(text.replace("n_alphabets = 4\ncopy = false", one_rule))
+    with pytest.raises(ValueError, match=r"batch_size 32 is larger than the 21 training rows of tiny-nocopy \("):
+        run_sweep(grid, tmp_path / "sweep", max_minutes=0, progress=False)
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_max_minutes_spent_starts_no_training(tmp_path):
     grid = write_tiny_grid(tmp_path / "grid.toml")
     summary = run_sweep(grid, tmp_path / "out", max_minutes=0, progress=False)
