@@ -13,7 +13,7 @@ from lsa_interp.evaluation.fit import FitResult
 from lsa_interp.evaluation.metrics import OUTCOMES, Accuracy, AlternateRuleCounts, Table1
 from lsa_interp.evaluation.result import NOTES, EvaluationResult
 from lsa_interp.evaluation.rule_families import FamilyCounts
-from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, available_models, shipped_replicates
+from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, available_models
 
 
 def _accuracy(data: dict[str, Any]) -> Accuracy:
@@ -95,6 +95,6 @@ def shipped_evaluation(name_or_path: str | os.PathLike) -> EvaluationResult:
         directory = CHECKPOINTS_DIR / directory
     path = directory / "evaluation.json"
     if not path.is_file():
-        shipped = ", ".join(available_models() + shipped_replicates()) or f"none in {CHECKPOINTS_DIR}"
+        shipped = ", ".join(available_models()) or f"none in {CHECKPOINTS_DIR}"
         raise FileNotFoundError(f"no evaluation at {path}; shipped checkpoints: {shipped}")
     return read_evaluation(path)

@@ -20,7 +20,6 @@ from lsa_interp.model.checkpoint import (
     available_models,
     checkpoint_path,
     load_model,
-    shipped_replicates,
 )
 from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.training.run_dir import MODEL_DIR
@@ -91,7 +90,7 @@ def discover_models(extra: Iterable[str | Path] = (), shipped: bool = True) -> l
     listing the shipped names), CheckpointError (a ValueError) for a broken one.
     """
     entries: list[ModelEntry] = []
-    names = available_models() + shipped_replicates()
+    names = available_models()
     for item in extra:
         if str(item) in names and not Path(item).exists():
             entries.append(ModelEntry(str(item), checkpoint_path(item)))

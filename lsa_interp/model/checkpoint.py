@@ -147,13 +147,15 @@ def load_checkpoint_dir(directory: str | Path, device: torch.device | str = "cpu
     return model.to(device).eval()
 
 
-def available_models() -> list[str]:
-    """Names of the shipped checkpoints under ``checkpoints/`` (directories and ``.pt`` files)."""
+def available_models(replicates: bool = True) -> list[str]:
+    """Every name `load_model` takes for a shipped checkpoint: the top-level ones under ``checkpoints/``
+    (directories and ``.pt`` files), sorted, then, unless ``replicates`` is False, the shipped replicates
+    (``replicates/NAME``, `shipped_replicates`)."""
     if not CHECKPOINTS_DIR.is_dir():
         return []
     names = {p.name for p in CHECKPOINTS_DIR.iterdir() if p.is_dir() and (p / CONFIG_FILE).is_file()}
     names |= {p.stem for p in CHECKPOINTS_DIR.glob("*.pt")}
-    return sorted(names)
+    return sorted(names) + (shipped_replicates() if replicates else [])
 
 
 def shipped_replicates() -> list[str]:
@@ -176,7 +178,7 @@ def checkpoint_path(name_or_path: str | Path) -> Path:
         for candidate in (CHECKPOINTS_DIR / name, CHECKPOINTS_DIR / f"{name}.pt"):
             if candidate.exists():
                 return candidate
-    available = available_models() + shipped_replicates()
+    available = available_models()
     listing = ", ".join(available) if available else f"none (no checkpoints in {CHECKPOINTS_DIR})"
     raise FileNotFoundError(f"no checkpoint named or at {name!r}; available names: {listing}")
 

@@ -55,7 +55,8 @@ def run_sweep(
     ``max_minutes`` (default: the grid's) bounds this invocation. A unit of work that raises is recorded (its
     traceback in ``out/failures/``) and the rest goes on: see `SweepSummary.failures`. Raises ValueError for a bad
     grid, a recipe batch larger than a dataset's training rows, a grid that does not match the sweep already in
-    ``out``, ``ray`` without Ray installed or an address where nothing answers, before any work; `StoppedBySignal` when SIGINT/SIGTERM stopped training (state saved).
+    ``out``, ``ray`` without Ray installed or an address where nothing answers, before any work; `StoppedBySignal`
+    when SIGINT/SIGTERM stopped training (state saved).
     """
     grid, out = load_grid(grid_path), Path(out)
     if ray is not None:

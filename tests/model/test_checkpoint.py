@@ -173,7 +173,7 @@ def test_replicates_load_by_their_shipped_name_and_paths_stay_inside(small_model
     save_model(small_model, tmp_path / "checkpoints" / "replicates" / "copy-20-s1")
     save_model(small_model, tmp_path / "outside")
     assert load_model("replicates/copy-20-s1").cfg == small_model.cfg
-    assert available_models() == []  # the top-level names only
+    assert available_models() == ["replicates/copy-20-s1"] and available_models(replicates=False) == []
     for elsewhere in ("../outside", "replicates/../../outside", "sub/replicates/copy-20-s1"):
         with pytest.raises(FileNotFoundError, match=r"available names: replicates/copy-20-s1$"):
             load_model(elsewhere)
