@@ -98,7 +98,9 @@ def register(app: typer.Typer) -> None:
         "Every head (flip-rate heat map): lsa-interp patch --head all\n\n"
         "Two heads together: lsa-interp patch --head 1.3+2.3\n\n"
         "Steering matrix of the detected matching heads: lsa-interp patch --head auto --matrix --pairs 50\n\n"
-        "Over a few rules: lsa-interp patch --matrix --rules succ,pred,extend_sequence,extend_pred",
+        "Over a few rules: lsa-interp patch --matrix --rules succ,pred,remove_redundant,rr_succ (4 of its 12 cells; "
+        "among the seen rules only succ/pred and remove_redundant/rr_succ prompts align token for token, the other "
+        "cells are NaN and listed under missing)",
     )
     def patch(
         model: ModelOption = "copy-200",
