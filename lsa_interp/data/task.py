@@ -52,7 +52,14 @@ class Task:
         return " ".join(ch for ch in str(self) if ch != " ")
 
     def with_answer(self, answer: str | None) -> Task:
-        """Return a copy of this task with another answer (e.g. a model's prediction)."""
+        """Return a copy of this task with another answer (None: no answer). Spaces between letters are fine, as
+        in `parse`. Raises ValueError for an empty answer or one with anything but the letters a-z."""
+        if answer is not None:
+            answer = "".join(answer.split())
+            unknown = sorted({ch for ch in answer if ch not in _LETTER_SET})
+            if unknown or not answer:
+                found = f"symbol(s) {' '.join(repr(ch) for ch in unknown)}" if unknown else "no letter"
+                raise ValueError(f"answer {answer!r} has {found}; an answer is letters a-z (spaces between are fine)")
         return Task(self.alphabet, self.examples, self.query, answer, self.transformation)
 
     @classmethod

@@ -113,9 +113,15 @@ class Attention(nn.Module):
         nn.init.zeros_(self.out_proj.bias)
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_attn_scores, self.hook_pattern, self.hook_z = HookPoint(), HookPoint(), HookPoint()
-        self.use_hook_result = cfg.use_hook_result
-        if cfg.use_hook_result:
+        self.set_use_hook_result(cfg.use_hook_result)
+
+    def set_use_hook_result(self, use_hook_result: bool) -> None:
+        """Add or remove the per-head ``hook_result`` hook point (the model's `set_use_hook_result` calls this)."""
+        if use_hook_result and "hook_result" not in self._modules:
             self.hook_result = HookPoint()
+        elif not use_hook_result and "hook_result" in self._modules:
+            del self.hook_result
+        self.use_hook_result = use_hook_result
         self._hook_points = [m for m in self.children() if isinstance(m, HookPoint)]
 
     def _project(self, x: Tensor, first: int, count: int) -> Tensor:

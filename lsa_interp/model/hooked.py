@@ -7,7 +7,9 @@ residual stream; ``docs/hooks.md`` lists every hook with its shape.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -17,7 +19,7 @@ from transformer_lens import HookedRootModule
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import decode_batch
 from lsa_interp.data.vocab import ARROW, EOS, PAD
-from lsa_interp.model.attention import KVCache, is_hooked
+from lsa_interp.model.attention import Attention, KVCache, is_hooked
 from lsa_interp.model.cache import ActivationCache
 from lsa_interp.model.config import ModelConfig
 from lsa_interp.model.inputs import ModelInput, causal_mask, decoder_input_from_generated, key_mask, to_token_batch
@@ -66,6 +68,47 @@ class HookedEncoderDecoder(HookedRootModule):
     def hook_names(self) -> list[str]:
         """Return every hook point name in execution order."""
         return list(self.hook_dict)
+
+    def set_use_hook_result(self, use_hook_result: bool) -> HookedEncoderDecoder:
+        """Add (True) or remove (False) every attention's per-head ``attn.hook_result`` hook point, as
+        TransformerLens's ``set_use_attn_result``; ``cfg.use_hook_result`` follows, the weights, the outputs and
+        the other hooks stay as they are. Returns the model (``load_model("copy-200").set_use_hook_result(True)``).
+        """
+        self.cfg = dataclasses.replace(self.cfg, use_hook_result=use_hook_result)
+        for module in self.modules():
+            if isinstance(module, Attention):
+                module.set_use_hook_result(use_hook_result)
+        self.setup()
+        return self
+
+    def _check_hook_names(self, names: Sequence[str]) -> None:
+        """Raise ValueError naming the hook names the model lacks (and how to get ``hook_result``)."""
+        unknown = [name for name in names if name not in self.hook_dict]
+        if not unknown:
+            return
+        opt_in = any(name.endswith("attn.hook_result") for name in unknown) and not self.cfg.use_hook_result
+        hint = "; attn.hook_result is opt-in: model.set_use_hook_result(True)" if opt_in else ""
+        raise ValueError(f"unknown hook name(s) {unknown}; see model.hook_names() or docs/hooks.md{hint}")
+
+    def add_hook(self, name: str | Callable[[str], bool], hook: Callable, *args, **kwargs) -> None:
+        """TransformerLens's ``add_hook``; raises ValueError for a hook name the model lacks (not KeyError)."""
+        if isinstance(name, str):
+            self._check_hook_names([name])
+        super().add_hook(name, hook, *args, **kwargs)
+
+    @contextmanager
+    def hooks(
+        self,
+        fwd_hooks: Sequence[tuple[str | Callable[[str], bool], Callable]] = (),
+        bwd_hooks: Sequence[tuple[str | Callable[[str], bool], Callable]] = (),
+        reset_hooks_end: bool = True,
+        clear_contexts: bool = False,
+    ) -> Iterator[HookedEncoderDecoder]:
+        """TransformerLens's scoped hook context (``run_with_hooks`` uses it); raises ValueError, before any
+        hook is attached, for a hook name the model lacks (not KeyError)."""
+        self._check_hook_names([name for name, _ in [*fwd_hooks, *bwd_hooks] if isinstance(name, str)])
+        with super().hooks(list(fwd_hooks), list(bwd_hooks), reset_hooks_end, clear_contexts) as model:
+            yield model
 
     def encode(self, src: Int[Tensor, "batch src_pos"]) -> Float[Tensor, "batch src_pos d_model"]:
         """Return the encoder output (after ``encoder.ln_final``); PAD positions are masked as keys."""
@@ -168,9 +211,7 @@ class HookedEncoderDecoder(HookedRootModule):
         if callable(names_filter):
             return [name for name in self.hook_dict if names_filter(name)]
         wanted = [names_filter] if isinstance(names_filter, str) else list(names_filter)
-        unknown = [name for name in wanted if name not in self.hook_dict]
-        if unknown:
-            raise ValueError(f"unknown hook name(s) {unknown}; see model.hook_names() or docs/hooks.md")
+        self._check_hook_names(wanted)
         return [name for name in self.hook_dict if name in set(wanted)]
 
     def generate(
@@ -277,10 +318,14 @@ class HookedEncoderDecoder(HookedRootModule):
         return tokens[:, :width]
 
     def solve(
-        self, tasks: Task | Sequence[Task], max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, batch_size: int = 256
+        self,
+        tasks: Task | str | Sequence[Task | str],
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        batch_size: int = 256,
     ) -> str | list[str]:
-        """Return the greedy answer of one task (a str) or of each task of a list (a list of str)."""
-        single = isinstance(tasks, Task)
+        """Return the greedy answer of one task (a str) or of each task of a list (a list of str); a task may be
+        given as its text (``"abc...z | ghi > ghj | bcd"``, `Task.parse`)."""
+        single = isinstance(tasks, (Task, str))
         tokens = self.generate(tasks, max_new_tokens=max_new_tokens, batch_size=batch_size)
         answers = decode_batch(tokens)
         return answers[0] if single else answers

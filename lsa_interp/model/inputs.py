@@ -17,8 +17,9 @@ from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import TokenBatch, encode_tasks, source_roles
 from lsa_interp.data.vocab import ARROW, EOS, PAD
 
-ModelInput = Task | Sequence[Task] | TokenBatch | Tensor
-"""A task, a list of tasks, a `TokenBatch`, or a ``[batch, src_pos]`` tensor of encoder ids."""
+ModelInput = Task | str | Sequence[Task | str] | TokenBatch | Tensor
+"""A task (a `Task` or its text, read by `Task.parse`), a list of them, a `TokenBatch`, or a ``[batch, src_pos]``
+tensor of encoder ids."""
 
 
 def to_token_batch(
@@ -27,11 +28,13 @@ def to_token_batch(
     """Return a `TokenBatch` whose ``tgt_in`` is set (``>`` + answer when teacher-forced, else ``>``).
 
     ``tgt`` overrides the decoder input. ``teacher_force=False`` ignores answers. Raises TypeError for an
-    unsupported input and ValueError for an empty list, an id tensor with a PAD before a token (ids are
-    right-padded) or a ``tgt`` whose batch size differs.
+    unsupported input and ValueError for an empty list, a task text `Task.parse` refuses, an id tensor with a PAD
+    before a token (ids are right-padded) or a ``tgt`` whose batch size differs.
     """
-    if isinstance(inputs, Task):
+    if isinstance(inputs, (Task, str)):
         inputs = [inputs]
+    if isinstance(inputs, Sequence):
+        inputs = [Task.parse(item) if isinstance(item, str) else item for item in inputs]
     if isinstance(inputs, TokenBatch):
         batch = inputs
     elif isinstance(inputs, Tensor):
@@ -46,7 +49,9 @@ def to_token_batch(
     elif isinstance(inputs, Sequence) and all(isinstance(t, Task) for t in inputs):
         batch = encode_tasks(list(inputs), with_answers=None if teacher_force else False)
     else:
-        raise TypeError(f"expected a Task, a list of Tasks, a TokenBatch or an id tensor, got {type(inputs).__name__}")
+        raise TypeError(
+            f"expected a Task or its text, a list of them, a TokenBatch or an id tensor, got {type(inputs).__name__}"
+        )
     if tgt is not None:
         if tgt.shape[0] != batch.src.shape[0]:
             raise ValueError(f"tgt has {tgt.shape[0]} rows but the encoder input has {batch.src.shape[0]}")

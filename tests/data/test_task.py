@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from hypothesis import given
@@ -24,6 +25,16 @@ def test_answer_after_the_query_and_several_examples():
     t = Task.parse(f"{LETTERS} | abc > abd | ijk > ijl | bcd > bce", transformation="succ")
     assert t.examples == (("abc", "abd"), ("ijk", "ijl")) and t.answer == "bce" and t.n_shots == 2
     assert t.transformation == "succ"
+
+
+def test_with_answer_takes_letters_spaced_or_not_and_refuses_anything_else():
+    task = Task.parse(PAPER, transformation="pred")
+    assert task.with_answer("a c d") == task.with_answer("acd") == Task.parse(f"{PAPER} > acd")
+    assert task.with_answer("acd").transformation == "pred" and task.with_answer(None) == task
+    for bad, found in (("ACD", "symbol(s) 'A' 'C' 'D'"), ("a1c", "symbol(s) '1'"), ("a>c", "symbol(s) '>'"),
+                       ("", "no letter"), (" ", "no letter")):  # fmt: skip
+        with pytest.raises(ValueError, match=rf"^answer '.*' has {re.escape(found)}; an answer is letters a-z"):
+            task.with_answer(bad)
 
 
 def test_task_is_frozen():

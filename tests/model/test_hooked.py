@@ -110,6 +110,42 @@ def test_hook_result_sums_to_attention_output(make_pair, make_tasks):
         torch.testing.assert_close(summed, cache[out], atol=1e-5, rtol=0)
 
 
+def test_hook_result_is_switched_on_and_off_on_a_built_model(make_pair, make_tasks):
+    _, model = make_pair(ModelConfig(dropout=0.0), seed=3)
+    tasks, names, weights = make_tasks(2, seed=5), model.hook_names(), dict(model.state_dict())
+    with pytest.raises(ValueError, match=r"attn.hook_result is opt-in: model.set_use_hook_result\(True\)$"):
+        model.run_with_cache(tasks, names_filter="encoder.1.attn.hook_result")
+    with torch.no_grad():
+        before = model(tasks)
+        assert model.set_use_hook_result(True) is model and model.cfg.use_hook_result
+        logits, cache = model.run_with_cache(tasks)
+    added = [name for name in model.hook_names() if name.endswith("hook_result")]
+    assert len(added) == 9 and [name for name in model.hook_names() if name not in added] == names
+    for name in ("encoder.1.attn", "decoder.0.attn", "decoder.2.cross_attn"):
+        summed = cache[f"{name}.hook_result"].sum(dim=2) + model.mod_dict[name].out_proj.bias
+        out = name.replace(".attn", ".hook_attn_out").replace(".cross_attn", ".hook_cross_attn_out")
+        torch.testing.assert_close(summed, cache[out], atol=1e-5, rtol=0)
+    torch.testing.assert_close(logits, before, atol=1e-4, rtol=0)
+    assert model.set_use_hook_result(False).hook_names() == names and not model.cfg.use_hook_result
+    assert all(torch.equal(value, weights[key]) for key, value in model.state_dict().items())
+    with torch.no_grad():
+        assert torch.equal(model(tasks), before)
+
+
+def test_a_mistyped_hook_name_is_a_value_error_and_attaches_nothing(paper_pair, make_tasks):
+    _, model = paper_pair
+    tasks = make_tasks(2, seed=6)
+    hooks = [("encoder.0.hook_resid_pre", _noop), ("encoder.1.attn.hook_patern", _noop)]
+    message = r"^unknown hook name\(s\) \['encoder.1.attn.hook_patern'\]; see model.hook_names\(\) or docs/hooks.md$"
+    with pytest.raises(ValueError, match=message):
+        model.run_with_hooks(tasks, fwd_hooks=hooks)
+    with pytest.raises(ValueError, match=message), model.hooks(fwd_hooks=hooks):
+        pass
+    with pytest.raises(ValueError, match=message):
+        model.add_hook("encoder.1.attn.hook_patern", _noop)
+    assert not model.list_hooks()
+
+
 def test_per_head_weights_reproduce_queries_and_outputs(paper_pair, make_tasks):
     _, model = paper_pair
     with torch.no_grad():
@@ -149,8 +185,10 @@ def test_tasks_without_answers_run_one_decoder_step(paper_pair, make_tasks):
 
 def test_rejects_unusable_inputs(paper_pair):
     _, model = paper_pair
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="a task needs 'alphabet"):  # text is read as a task
         model("abc")
+    with pytest.raises(TypeError):
+        model(3)
     with pytest.raises(ValueError, match="empty"):
         model([])
 

@@ -153,6 +153,8 @@ def test_solve_returns_strings(stopping_pair, make_tasks):
     assert isinstance(answers, list) and len(answers) == 5
     assert answers == decode_batch(model.generate(tasks))
     assert model.solve(tasks[2]) == answers[2]
+    assert model.solve(str(tasks[2])) == answers[2]  # a task's text, its answer ignored as a Task's is
+    assert model.solve([str(t.with_answer(None)) for t in tasks[:2]]) == answers[:2]
 
 
 def test_generate_rejects_bad_lengths(stopping_pair, make_tasks):

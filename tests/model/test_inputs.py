@@ -95,10 +95,16 @@ def test_inputs_of_every_kind(make_tasks):
         to_token_batch(torch.zeros(5, dtype=torch.long))
     unanswered = [t.with_answer(None) for t in tasks]
     assert to_token_batch(unanswered, teacher_force=False).tgt_in.tolist() == [[ARROW], [ARROW]]
-    with pytest.raises(TypeError):  # by the package, or first by the test suite's type checks
+    text = to_token_batch(str(tasks[0]))  # a task's text, read by Task.parse, answer and all
+    assert torch.equal(text.src, single.src) and torch.equal(text.tgt_in, single.tgt_in)
+    mixed = to_token_batch([tasks[0], str(tasks[1])])
+    assert torch.equal(mixed.src, encoded.src) and torch.equal(mixed.tgt_in, encoded.tgt_in)
+    with pytest.raises(ValueError, match="a task needs 'alphabet"):
         to_token_batch("abc")
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="a task needs 'alphabet"):
         to_token_batch([tasks[0], "abc"])
+    with pytest.raises(TypeError):  # by the package, or first by the test suite's type checks
+        to_token_batch([tasks[0], 3])
     with pytest.raises(ValueError, match="empty list"):
         to_token_batch([])
 
