@@ -9,7 +9,9 @@ from typing import Annotated
 
 import typer
 
-RESULTS_DIR = Path("analyses") / "results"
+RESULTS_DIR = Path("runs") / "results"
+"""The default --out: beside the other commands' runs/ output, never the repository's own analyses/results (which
+holds the tables of the shipped checkpoints and analyses/runs: regenerate it with --out analyses/results)."""
 
 
 NEW_ALPHABETS_NOTE = (
@@ -122,7 +124,9 @@ def register(app: typer.Typer) -> None:
     def results(
         runs: Annotated[
             list[Path] | None,
-            typer.Option(help="Directory to search for evaluated models (repeatable); default: checkpoints."),
+            typer.Option(
+                help="Directory to search for evaluated models (repeatable); default: the shipped checkpoints."
+            ),
         ] = None,
         history: Annotated[
             list[Path] | None,
@@ -131,7 +135,12 @@ def register(app: typer.Typer) -> None:
                 "metrics.jsonl to plot over epochs (repeatable)."
             ),
         ] = None,
-        out: Annotated[Path, typer.Option(help="Where the tables (CSV) and figures (HTML) go.")] = RESULTS_DIR,
+        out: Annotated[
+            Path,
+            typer.Option(
+                help="Where the tables (CSV) and figures (HTML) go (the repository's own: --out analyses/results)."
+            ),
+        ] = RESULTS_DIR,
         include_partial: Annotated[
             bool, typer.Option(help="Count runs that stopped before their last epoch in the means.")
         ] = False,
@@ -161,9 +170,12 @@ def register(app: typer.Typer) -> None:
 
         curves = histories(history) if history else None  # a --history without runs fails before anything is written
         writable_out(out)
-        model_dirs = find_runs(runs or [Path("checkpoints")])
+        from lsa_interp.model.checkpoint import CHECKPOINTS_DIR
+
+        runs = runs or [CHECKPOINTS_DIR]
+        model_dirs = find_runs(runs)
         if not model_dirs:
-            raise ValueError(f"no evaluated model under {', '.join(map(str, runs or ['checkpoints']))}")
+            raise ValueError(f"no evaluated model under {', '.join(map(str, runs))}")
         frame = runs_table(model_dirs)
         counted = grid_summary.counted_runs(frame, include_partial)
         frame = frame.assign(counted=frame.index.isin(counted.index))

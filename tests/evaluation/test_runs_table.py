@@ -276,6 +276,16 @@ def test_sibling_percent_pools_the_family_rules_and_the_page_plots_it_against_th
     assert "Matching head and rule identification" not in (out / "figures.html").read_text()
 
 
+def test_results_by_default_reads_the_shipped_checkpoints_from_anywhere_and_writes_under_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not the repository: its checkpoints/ and analyses/results/ are not here
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["results"])
+    assert exit_info.value.code == 0 and sorted(path.name for path in tmp_path.iterdir()) == ["runs"]
+    table = read_runs_table(tmp_path / "runs" / "results" / "runs.csv")
+    assert {Path(run).name for run in table["run"]} >= {"copy-200", "copy-20", "nocopy-20", "copy-20-s1-bf16"}
+    assert all(Path(run).parent.name in {"checkpoints", "replicates"} for run in table["run"])
+
+
 def test_results_command_writes_the_tables_and_figures(tmp_path, capsys):
     make_run(tmp_path / "runs", "a", "copy-200", "alphabet", 0, 95.0)
     make_run(tmp_path / "runs", "b", "copy-200", "alphabet", 1, 97.0)
