@@ -15,6 +15,9 @@ authors' claim that the irrelevant letters carry nothing the decoder reads. Each
 the spliced states are from the target's own (relative to their size) and how alike the differences are in
 direction (mean pairwise cosine): a shared direction is a signal that all the spliced positions carry.
 `near_changed` splits a case's letters by their distance from the answer's changed letter.
+
+Only the authors' direction (`AUTHORS_PAIR`: pred memory into succ prompts) is judged; any other pair of rules is
+reported without a verdict, its findings' paper column saying that the paper did not run it.
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ CASES: dict[str, Case] = {
 pair the alphabet letters neither task uses (what 16 of the authors' 18 positions 8-25 held)."""
 EXPECTED: dict[str, str] = {"positions 0-31": "donor", "alphabet 8-25": "own", UNUSED: "own"}
 """The outcome the paper saw in each case."""
+AUTHORS_PAIR = ("pred", "succ")
+"""The (donor, target) rules the paper spliced: pred memory into succ prompts. Only this pair's cases are judged."""
 MAJORITY = 0.5
 """A case holds when more than half the pairs the model solves give the paper's outcome (the paper shows one pair,
 which its model solved). No verdict when the model solves at most half of the target prompts: a model that already
@@ -269,15 +274,19 @@ def _outcome(answer: str, donor: str | None, own: str | None) -> str:
 
 
 def _finding(name: str, row: dict, donor_rule: str, target_rule: str, verdict: bool = True) -> Finding:
+    """The finding of case ``name``; ``verdict``: whether it may be judged (never for a pair other than the
+    authors')."""
     expected = EXPECTED[name]
-    authors_pair = (donor_rule, target_rule) == ("pred", "succ")
-    paper = f"{target_rule} prompt decoded from {name} of the {donor_rule} prompt: " + (
-        f"the output becomes the donor's answer{' (acd)' if authors_pair else ''}"
-        if expected == "donor"
-        else "no change"
-    )
-    if name == UNUSED:
-        paper = f"(not in the paper: the analogue of alphabet 8-25) {paper}"
+    authors_pair = (donor_rule, target_rule) == AUTHORS_PAIR
+    verdict = verdict and authors_pair
+    decoded = f"{target_rule} prompt decoded from {name} of the {donor_rule} prompt"
+    if authors_pair:
+        paper = f"{decoded}: " + ("the output becomes the donor's answer (acd)" if expected == "donor" else "no change")
+        if name == UNUSED:
+            paper = f"(not in the paper: the analogue of alphabet 8-25) {paper}"
+    else:
+        donor, target = AUTHORS_PAIR
+        paper = f"not in the paper (it decoded {target} prompts from {donor} memory only): {decoded}"
     share = row[f"{expected} of solved"]
     ours = (
         f"donor's answer {row['donor']:.0%}, own answer {row['own']:.0%}, neither {row['neither']:.0%} (the query "
@@ -290,9 +299,23 @@ def _finding(name: str, row: dict, donor_rule: str, target_rule: str, verdict: b
         paper,
         ours,
         share > MAJORITY if verdict else None,
-        f"holds when more than {MAJORITY:.0%} of the pairs the model solves give the paper's outcome"
-        + ("" if verdict else f"; no verdict: the model solves at most {MAJORITY:.0%} of the {target_rule} prompts"),
+        _detail(expected, donor_rule, target_rule, verdict),
         share,
+    )
+
+
+def _detail(expected: str, donor_rule: str, target_rule: str, verdict: bool) -> str:
+    """How a case is judged, and why it is not where it has no ``verdict`` (the model's clean answers, or a pair
+    of rules the paper did not splice)."""
+    if (donor_rule, target_rule) != AUTHORS_PAIR:
+        donor, target = AUTHORS_PAIR
+        return (
+            f"no verdict: the paper spliced only {donor} (donor) into {target} (target) prompts; the value is the "
+            f"share of the pairs the model solves that give the {expected} answer"
+        )
+    rule = f"holds when more than {MAJORITY:.0%} of the pairs the model solves give the paper's outcome"
+    return (
+        rule if verdict else f"{rule}; no verdict: the model solves at most {MAJORITY:.0%} of the {target_rule} prompts"
     )
 
 

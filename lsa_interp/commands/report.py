@@ -105,8 +105,11 @@ def register(app: typer.Typer) -> None:
     )
     def splice(
         model: ModelOption = "copy-200",
-        donor: Annotated[str, typer.Option(help="Rule of the prompts whose memory positions are spliced in.")] = "pred",
-        target: Annotated[str, typer.Option(help="Rule of the prompts that are decoded.")] = "succ",
+        donor: Annotated[
+            str,
+            typer.Option(help="Rule of the prompts whose memory positions are spliced in (the paper's: pred)."),
+        ] = "pred",
+        target: Annotated[str, typer.Option(help="Rule of the prompts that are decoded (the paper's: succ).")] = "succ",
         pairs: Annotated[
             int,
             typer.Option(
@@ -132,7 +135,8 @@ def register(app: typer.Typer) -> None:
         prompt uses, 16 of the authors' 18 at 8-25) come from the --donor prompt of the same alphabet, example
         input and query; count outputs equal to the donor's answer, the own answer, neither, the query copied.
         The authors' cases hold when more than half the pairs give their outcome (0-31: the donor's answer;
-        8-25 and unused: the own answer); other --positions cases are reported, not judged."""
+        8-25 and unused: the own answer); other --positions cases, and every case of a pair of rules other
+        than the authors' (--donor pred --target succ), are reported, not judged."""
         from lsa_interp.analysis.splice import CASES, splice_analysis
         from lsa_interp.data.transformations import get_transformation
 

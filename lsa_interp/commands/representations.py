@@ -59,7 +59,19 @@ LayerOption = Annotated[
 ]
 TasksOption = Annotated[int, typer.Option("--tasks", min=1, help="Number of generated tasks (see above).")]
 PairedTasksOption = Annotated[int, typer.Option("--tasks", min=2, help="Number of generated tasks (see above).")]
-"""--tasks of roles (a fit half and a test half) and invariance (pairwise cosines): at least 2."""
+"""--tasks of roles (a fit half and a test half): at least 2."""
+InvarianceTasksOption = Annotated[
+    int,
+    typer.Option(
+        "--tasks",
+        min=2,
+        help="Number of prompts compared (pairwise cosines): 2 to, with --prompts paper, the number of the "
+        "--transformation's prompts of the paper's form (pred: 19; other rules' differ, some with --seed), with "
+        "--prompts random, of the distinct tasks that can be made; more is refused, naming the range.",
+    ),
+]
+"""--tasks of invariance: at least 2 (a cosine needs two prompts), at most the prompts there are
+(`_invariance_tasks`)."""
 
 
 def _check(rules: list[str], alphabets: str | None) -> list[str]:
@@ -82,6 +94,39 @@ def _check_prompts(prompts: str, **random_only: object) -> None:
     given = [f"--{name}" for name, value in random_only.items() if value is not None]
     if prompts == "paper" and given:
         raise ValueError(f"{', '.join(given)} applies to --prompts random only; the paper's prompts fix it")
+
+
+def _invariance_tasks(prompts: str, rule: str, tasks: int, seed: int, alphabets: str, lengths: list[int]) -> None:
+    """Refuse (ValueError: exit 2), before a model is loaded, more --tasks than ``rule`` has prompts of the kind
+    asked for, naming the allowed range."""
+    from lsa_interp.analysis.activations import analysis_tasks
+    from lsa_interp.analysis.prompts import paper_prompts
+    from lsa_interp.data.transformations import ALPHABET_SIZE
+
+    def error(n: int) -> ValueError | None:
+        try:
+            if prompts == "paper":
+                paper_prompts(rule, n, seed)
+            else:
+                analysis_tasks([rule], n, seed, alphabets, lengths)
+        except ValueError as e:
+            return e
+        return None
+
+    problem = error(tasks)
+    if problem is None:
+        return
+    if prompts == "paper":
+        most = next((n for n in range(ALPHABET_SIZE - 2, 0, -1) if error(n) is None), 0)  # one per example window
+        raise ValueError(
+            f"--tasks {tasks} is out of range: {rule} has {most} prompts of the paper's form, so give 2..{most} "
+            "(or --prompts random)"
+        )
+    each = "; --alphabets both asks half the tasks of each kind" if alphabets == "both" else ""
+    raise ValueError(
+        f"--tasks {tasks} is out of range: give 2 up to the distinct {rule} tasks these --alphabets and --lengths "
+        f"make ({problem}{each})"
+    )
 
 
 def _layer(model, layer: int | None) -> int:
@@ -152,7 +197,7 @@ def register(app: typer.Typer) -> None:
     )
     def invariance(
         model: ModelOption = "copy-200",
-        tasks: PairedTasksOption = 10,
+        tasks: InvarianceTasksOption = 10,
         transformation: Annotated[str, typer.Option(help="The transformation whose prompts are compared.")] = "pred",
         compare: Annotated[
             list[str] | None,
@@ -180,6 +225,7 @@ def register(app: typer.Typer) -> None:
         _check_prompts(prompts, alphabets=alphabets, lengths=lengths)
         rules = _check([transformation, *(compare or _seen())], alphabets)
         windows = parse_lengths(lengths if lengths is not None else "3")
+        _invariance_tasks(prompts, transformation, tasks, seed, alphabets or "standard", windows)
         from lsa_interp.analysis.invariance import mapping_invariance
 
         target = out_dir(out, model)

@@ -101,3 +101,40 @@ def test_roles_and_invariance_declare_their_real_minimum_of_two_tasks(command, c
     assert code == 2 and "Invalid value for '--tasks': Input should be greater than or equal to 2" in err
     code, out, _ = run([command, "--help"], capsys)
     assert code == 0 and "x>=2" in " ".join(out.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tasks", "20"], "--tasks 20 is out of range: pred has 19 prompts of the paper's form, so give 2..19"),
+        (
+            ["--tasks", "10", "--transformation", "fix_pred_succ"],
+            "--tasks 10 is out of range: fix_pred_succ has 9 prompts of the paper's form, so give 2..9",
+        ),
+        (
+            ["--tasks", "600", "--prompts", "random"],
+            "--tasks 600 is out of range: give 2 up to the distinct pred tasks these --alphabets and --lengths make "
+            "(only 506 distinct pred tasks could be made, 600 asked for)",
+        ),
+    ],
+)
+def test_invariance_refuses_more_tasks_than_prompts_exist_naming_the_range_before_any_work(
+    args, message, checkpoint, tmp_path, capsys, monkeypatch
+):
+    """--tasks above the maximum (pred: 19 prompts of the paper's form) was refused by the analysis after the model
+    was loaded, in a line that named neither --tasks nor the range; --help gave no maximum."""
+    monkeypatch.setattr("lsa_interp.commands.representations.open_model", lambda *a: pytest.fail("model loaded"))
+    code, _, err = run(["invariance", "--model", checkpoint, *args, "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and err.startswith(f"lsa-interp: error: {message}") and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_invariance_takes_the_most_prompts_there_are_and_its_help_names_the_range(checkpoint, tmp_path, capsys):
+    code, _, err = run(
+        ["invariance", "--model", checkpoint, "--tasks", "19", "--compare", "succ", "--out", str(tmp_path)], capsys
+    )
+    assert code == 0, err
+    assert json.loads((tmp_path / "invariance.json").read_text())["summary"]["prompts"] == 19
+    code, out, _ = run(["invariance", "--help"], capsys)
+    text = " ".join(out.replace("│", " ").split())
+    assert code == 0 and "x>=2" in text and "(pred: 19;" in text and "more is refused, naming the range" in text

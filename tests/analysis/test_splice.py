@@ -366,13 +366,33 @@ def test_encoder_memory_is_read_without_dropout_and_keeps_the_training_mode(pair
     assert torch.equal(encoder_memory(model, targets), expected) and model.training
 
 
-def test_the_authors_answer_is_named_only_for_their_pair_of_rules(planted):
-    """``(acd)`` is the authors' pred answer: a succ donor spliced into pred prompts names no answer."""
-    spliced = splice_analysis(planted, "succ", "pred", n_pairs=2).findings[0]
-    assert (
-        spliced.paper
-        == "pred prompt decoded from positions 0-31 of the succ prompt: the output becomes the donor's answer"
+def test_only_the_authors_pair_of_rules_is_judged_and_credited_to_the_paper(planted, monkeypatch):
+    """The paper spliced pred memory into succ prompts only: succ into pred was judged against a claim the paper
+    never made ("the output becomes the donor's answer", does not hold). Now any other pair is reported, no verdict,
+    and its paper column says it is not in the paper; the authors' pair, on the same outputs, is judged."""
+    monkeypatch.setattr(splice, "splice_decode", lambda model, targets, donors, positions: [d.answer for d in donors])
+    monkeypatch.setattr(planted, "solve", lambda targets: [t.answer for t in targets])  # solves every prompt
+    swapped = splice_analysis(planted, "succ", "pred", n_pairs=4)
+    assert swapped.summary["clean_own_answer"] == 1.0
+    assert [(f.name, f.holds, f.value) for f in swapped.findings] == [
+        ("memory splicing, positions 0-31", None, 1.0),
+        ("memory splicing, alphabet 8-25", None, 0.0),
+        ("memory splicing, unused letters", None, 0.0),
+    ]
+    spliced, alphabet, unused = swapped.findings
+    assert spliced.paper == (
+        "not in the paper (it decoded succ prompts from pred memory only): pred prompt decoded from positions 0-31 "
+        "of the succ prompt"
     )
+    assert unused.paper.startswith("not in the paper") and "acd" not in spliced.paper + alphabet.paper
+    assert all("donor's answer" not in f.paper and "no change" not in f.paper for f in swapped.findings)
+    assert alphabet.detail == (
+        "no verdict: the paper spliced only pred (donor) into succ (target) prompts; the value is the share of the "
+        "pairs the model solves that give the own answer"
+    )
+    authors = splice_analysis(planted, "pred", "succ", n_pairs=4).findings
+    assert [f.holds for f in authors] == [True, False, False]
+    assert authors[0].paper.endswith("the output becomes the donor's answer (acd)")
 
 
 def test_near_and_far_split_the_unused_letters_at_the_changed_answer_letter():
