@@ -15,7 +15,7 @@ from torch import Tensor
 
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import TokenBatch, encode_tasks, source_roles
-from lsa_interp.data.vocab import ARROW, EOS, PAD
+from lsa_interp.data.vocab import ARROW, EOS, PAD, VOCAB_SIZE
 
 ModelInput = Task | str | Sequence[Task | str] | TokenBatch | Tensor
 """A task (a `Task` or its text, read by `Task.parse`), a list of them, a `TokenBatch`, or a ``[batch, src_pos]``
@@ -28,8 +28,8 @@ def to_token_batch(
     """Return a `TokenBatch` whose ``tgt_in`` is set (``>`` + answer when teacher-forced, else ``>``).
 
     ``tgt`` overrides the decoder input. ``teacher_force=False`` ignores answers. Raises TypeError for an
-    unsupported input and ValueError for an empty list, a task text `Task.parse` refuses, an id tensor with a PAD
-    before a token (ids are right-padded) or a ``tgt`` whose batch size differs.
+    unsupported input and ValueError for an empty list, a task text `Task.parse` refuses, an id tensor with an id
+    outside the vocabulary or a PAD before a token (ids are right-padded) or a ``tgt`` whose batch size differs.
     """
     if isinstance(inputs, (Task, str)):
         inputs = [inputs]
@@ -41,6 +41,9 @@ def to_token_batch(
         if inputs.dim() != 2 or inputs.dtype != torch.long:
             shape = tuple(inputs.shape)
             raise TypeError(f"encoder ids must be a [batch, src_pos] int64 tensor, got {shape} {inputs.dtype}")
+        if inputs.numel() and not 0 <= int(inputs.min()) <= int(inputs.max()) < VOCAB_SIZE:
+            found = f"{int(inputs.min())}..{int(inputs.max())}"
+            raise ValueError(f"encoder ids must be token ids 0..{VOCAB_SIZE - 1} (the vocabulary), got {found}")
         pad = inputs == PAD
         if bool((pad[:, :-1] & ~pad[:, 1:]).any()):
             raise ValueError("encoder ids must be right-padded: a row has a PAD before a token (put PAD after them)")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lsa_interp.data.tokenizer import encode_tasks
-from lsa_interp.data.vocab import ARROW, EOS, PAD, ROLE_ID
+from lsa_interp.data.vocab import ARROW, EOS, PAD, ROLE_ID, VOCAB_SIZE
 from lsa_interp.model.inputs import causal_mask, decoder_input_from_generated, key_mask, to_token_batch
 
 
@@ -93,6 +93,15 @@ def test_inputs_of_every_kind(make_tasks):
     assert ids.tgt_in.tolist() == [[ARROW], [ARROW]] and torch.equal(ids.roles, encoded.roles)
     with pytest.raises(TypeError, match=r"int64 tensor, got \(5,\) torch.int64"):
         to_token_batch(torch.zeros(5, dtype=torch.long))
+    for shift in (VOCAB_SIZE, -VOCAB_SIZE):  # every id out of range, and the two ends named
+        shifted = encoded.src + shift
+        found = f"{int(shifted.min())}..{int(shifted.max())}"
+        with pytest.raises(ValueError, match=rf"^encoder ids must be token ids 0\.\.{VOCAB_SIZE - 1} .*, got {found}$"):
+            to_token_batch(shifted)
+    last = encoded.src.clone()
+    last[0, 0] = VOCAB_SIZE  # one id out of range is enough
+    with pytest.raises(ValueError, match=rf"got \d+\.\.{VOCAB_SIZE}$"):
+        to_token_batch(last)
     unanswered = [t.with_answer(None) for t in tasks]
     assert to_token_batch(unanswered, teacher_force=False).tgt_in.tolist() == [[ARROW], [ARROW]]
     text = to_token_batch(str(tasks[0]))  # a task's text, read by Task.parse, answer and all
