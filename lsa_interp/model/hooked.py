@@ -17,8 +17,8 @@ from torch import Tensor, nn
 from transformer_lens import HookedRootModule
 
 from lsa_interp.data.task import Task
-from lsa_interp.data.tokenizer import decode_batch
-from lsa_interp.data.vocab import ARROW, EOS, PAD
+from lsa_interp.data.tokenizer import TokenBatch, decode_batch
+from lsa_interp.data.vocab import ARROW, EOS, PAD, display_token
 from lsa_interp.model.attention import Attention, KVCache, is_hooked
 from lsa_interp.model.cache import ActivationCache
 from lsa_interp.model.config import ModelConfig
@@ -68,6 +68,22 @@ class HookedEncoderDecoder(HookedRootModule):
     def hook_names(self) -> list[str]:
         """Return every hook point name in execution order."""
         return list(self.hook_dict)
+
+    def to_tokens(self, inputs: ModelInput) -> TokenBatch:
+        """The `TokenBatch` the model runs for ``inputs`` (``src`` ``[batch, src_pos]``, ``roles``, ``tgt_in``:
+        ``>`` + answer where every task has one, else ``>``), on the model's device, as TransformerLens's
+        ``to_tokens``. Raises as `to_token_batch` does."""
+        return to_token_batch(inputs).to(self.device)
+
+    def to_str_tokens(self, task: Task | str, side: str = "encoder") -> list[str]:
+        """One task's tokens, one string per position (``EOS`` for the end token), as TransformerLens's
+        ``to_str_tokens``: the labels of a cached activation's ``src_pos`` (``side="encoder"``) or ``tgt_pos``
+        (``side="decoder"``: ``>`` and the answer, teacher-forced). Raises ValueError for another side."""
+        if side not in ("encoder", "decoder"):
+            raise ValueError(f"side must be 'encoder' or 'decoder', got {side!r}")
+        batch = to_token_batch(task)
+        ids = batch.src[0] if side == "encoder" else batch.tgt_in[0]
+        return [display_token(int(token)) for token in ids if int(token) != PAD]
 
     def set_use_hook_result(self, use_hook_result: bool) -> HookedEncoderDecoder:
         """Add (True) or remove (False) every attention's per-head ``attn.hook_result`` hook point, as

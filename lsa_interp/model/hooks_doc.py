@@ -107,7 +107,9 @@ encoder output ("memory") read by every decoder cross-attention layer.
   `set_use_attn_result`), `False` removes it. A hook name the model lacks is a ValueError naming it, in
   `run_with_cache`, `run_with_hooks`, `hooks` and `add_hook` alike.
 - Inputs: a `Task`, its text (`"abc...z | ghi > ghj | bcd"`, read by `Task.parse`), a list of either, a
-  `TokenBatch` or an id tensor; `solve` returns one answer for one task or its text.
+  `TokenBatch` or an id tensor; `solve` returns one answer for one task or its text. `model.to_tokens(inputs)`
+  gives the `TokenBatch` that is run, `model.to_str_tokens(task)` one label per encoder position (`side="decoder"`:
+  per decoder position), to index a cached activation's positions, as in TransformerLens.
 
 ## All hooks
 

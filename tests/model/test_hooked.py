@@ -132,6 +132,22 @@ def test_hook_result_is_switched_on_and_off_on_a_built_model(make_pair, make_tas
         assert torch.equal(model(tasks), before)
 
 
+def test_to_tokens_and_to_str_tokens_label_the_cached_positions(paper_pair):
+    _, model = paper_pair
+    text = "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > acd"
+    encoder, decoder = model.to_str_tokens(text), model.to_str_tokens(text, side="decoder")
+    assert encoder == [*"abcdefghijklmnopqrstuvwxyz", "|", *"ghi>fhi", "|", *"bcd", "EOS"] and decoder == [*">acd"]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(text, names_filter=["encoder.0.hook_resid_post", "decoder.0.hook_resid_post"])
+    assert cache["encoder.0.hook_resid_post"].shape[1] == len(encoder)
+    assert cache["decoder.0.hook_resid_post"].shape[1] == len(decoder)
+    batch = model.to_tokens([text, "abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcdef > bcdeg"])
+    assert batch.src.shape == (2, len(encoder) + 2) and batch.tgt_in.shape == (2, 6)
+    assert model.to_str_tokens(text.rsplit(" > ", 1)[0], side="decoder") == [">"]  # no answer: the start token
+    with pytest.raises(ValueError, match="side must be 'encoder' or 'decoder', got 'cross'"):
+        model.to_str_tokens(text, side="cross")
+
+
 def test_a_mistyped_hook_name_is_a_value_error_and_attaches_nothing(paper_pair, make_tasks):
     _, model = paper_pair
     tasks = make_tasks(2, seed=6)
