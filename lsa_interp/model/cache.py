@@ -110,6 +110,23 @@ class ActivationCache:
             raise ValueError(f"unknown residual kind {kind!r} for the {stack}; expected one of {kinds}")
         return self[self.hook_name(stack, layer, f"hook_resid_{kind}")]
 
+    def accumulated_resid(
+        self, stack: str, incl_mid: bool = False, return_labels: bool = False
+    ) -> Float[Tensor, "component batch pos d_model"] | tuple[Float[Tensor, "component batch pos d_model"], list[str]]:
+        """The residual stream of ``stack`` at every point between its sub-blocks, stacked along a first axis, as
+        TransformerLens's ``accumulated_resid``: the embeddings (``"embed"``: layer 0's ``hook_resid_pre``), then
+        each layer's output (``"L_post"``), with ``incl_mid`` its ``"L_mid"`` (and the decoder's
+        ``"L_mid_cross"``) before it. The model is post-LN, so each is already normalised; the stack's
+        ``ln_final`` is not applied. With ``return_labels``, also the labels. Raises ValueError for an unknown
+        stack, KeyError naming a residual hook that was not cached.
+        """
+        kinds = [kind for kind in _RESID_KINDS[_check_stack(stack)][1:] if incl_mid or kind == "post"]
+        parts = [("embed", self.resid(stack, 0, "pre"))]
+        for layer in range(self.cfg.n_layers(stack)):
+            parts += [(f"{layer}_{kind}", self.resid(stack, layer, kind)) for kind in kinds]
+        stacked = torch.stack([tensor for _, tensor in parts])
+        return (stacked, [label for label, _ in parts]) if return_labels else stacked
+
 
 def _check_stack(stack: str) -> str:
     if stack not in _RESID_KINDS:

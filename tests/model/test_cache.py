@@ -25,6 +25,27 @@ def test_stack_aware_accessors_match_plain_keys(cache):
     assert cache.hook_name("decoder", 1, "mlp.hook_post") == "decoder.1.mlp.hook_post"
 
 
+def test_accumulated_resid_stacks_the_stream_between_sub_blocks_in_order(cache, small_model):
+    encoder, labels = cache.accumulated_resid("encoder", return_labels=True)
+    assert labels == ["embed", "0_post", "1_post"] and encoder.shape == (3, *cache["encoder.0.hook_resid_pre"].shape)
+    for part, name in zip(
+        encoder, ["encoder.0.hook_resid_pre", "encoder.0.hook_resid_post", "encoder.1.hook_resid_post"]
+    ):
+        assert torch.equal(part, cache[name])
+    assert torch.equal(encoder[1], cache["encoder.1.hook_resid_pre"])  # a layer's output is the next one's input
+    decoder, labels = cache.accumulated_resid("decoder", incl_mid=True, return_labels=True)
+    assert labels == ["embed", "0_mid", "0_mid_cross", "0_post", "1_mid", "1_mid_cross", "1_post"]
+    assert torch.equal(decoder[5], cache["decoder.1.hook_resid_mid_cross"]) and decoder.shape[0] == 7
+    assert torch.equal(cache.accumulated_resid("decoder"), decoder[[0, 3, 6]])
+    with torch.no_grad():
+        _, partial = small_model.run_with_cache(small_model.to_tokens("abcdefghijklmnopqrstuvwxyz | ab > ac | cd"),
+                                                names_filter=lambda name: name.endswith("resid_post"))  # fmt: skip
+    with pytest.raises(KeyError, match="'encoder.0.hook_resid_pre' is not in the cache"):
+        partial.accumulated_resid("encoder")
+    with pytest.raises(ValueError, match="unknown stack 'enc'"):
+        cache.accumulated_resid("enc")
+
+
 def test_mapping_protocol(cache, small_model):
     assert len(cache) == len(small_model.hook_names())
     assert list(cache) == list(cache.keys()) == small_model.hook_names()
