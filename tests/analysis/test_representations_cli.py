@@ -116,6 +116,20 @@ def test_roles_and_invariance_declare_their_real_minimum_of_two_tasks(command, c
             "--tasks 600 is out of range: give 2 up to the distinct pred tasks these --alphabets and --lengths make "
             "(only 506 distinct pred tasks could be made, 600 asked for)",
         ),
+        (  # the count is the --seed's (fix_pred_succ: 9 at seed 0, 12 at seed 5)
+            ["--tasks", "13", "--transformation", "fix_pred_succ", "--seed", "5"],
+            "--tasks 13 is out of range: fix_pred_succ has 12 prompts of the paper's form, so give 2..12",
+        ),
+        (  # a seed whose fix_interleave has a single prompt of the paper's form: none to compare
+            ["--tasks", "2", "--transformation", "fix_interleave", "--seed", "21763"],
+            "--tasks 2 is out of range: fix_interleave has 1 prompts of the paper's form, so give 2..1",
+        ),
+        (
+            ["--tasks", "1100", "--prompts", "random", "--alphabets", "both"],
+            "--tasks 1100 is out of range: give 2 up to the distinct pred tasks these --alphabets and --lengths make "
+            "(only 506 distinct pred tasks could be made, 550 asked for; --alphabets both asks half the tasks of each "
+            "kind)",
+        ),
     ],
 )
 def test_invariance_refuses_more_tasks_than_prompts_exist_naming_the_range_before_any_work(

@@ -162,6 +162,54 @@ def test_a_mistyped_hook_name_is_a_value_error_and_attaches_nothing(paper_pair, 
     assert not model.list_hooks()
 
 
+def test_add_hook_attaches_by_name_or_filter_and_passes_transformer_lens_options_on(make_tasks):
+    """``add_hook`` checks the name and hands everything on: the hook, ``dir`` and ``is_permanent`` given by
+    position or by keyword (a permanent hook outlives ``reset_hooks()``), and a name filter (a callable)."""
+    model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64))
+    tasks, seen = make_tasks(2, seed=3), []
+
+    def record(tensor, hook):
+        seen.append((hook.name, tuple(tensor.shape)))
+
+    model.add_hook("encoder.0.hook_resid_post", record, "fwd", True)  # dir, is_permanent by position
+    model.add_hook("decoder.1.hook_resid_post", record, dir="fwd", is_permanent=True)
+    model.add_hook(lambda name: name == "encoder.hook_embed", record)  # a filter, not permanent
+    model.reset_hooks()
+    with torch.no_grad():
+        model(tasks)
+    permanent = ["encoder.0.hook_resid_post", "decoder.1.hook_resid_post"]
+    assert [name for name, _ in seen] == permanent
+    seen.clear()
+    model.add_hook(lambda name: name == "encoder.hook_embed", record)
+    with torch.no_grad():
+        model(tasks)
+    assert [name for name, _ in seen] == ["encoder.hook_embed", *permanent]
+    assert seen[0][1] == seen[1][1] == (2, to_token_batch(tasks).src.shape[1], 32)
+    model.reset_hooks(including_permanent=True)
+    assert not model.list_hooks()
+
+
+def test_switching_hook_result_on_again_keeps_its_hooks(small_cfg, make_tasks):
+    """``set_use_hook_result(True)`` on a model that already has ``attn.hook_result`` changes nothing: a
+    (permanent) hook attached to it still fires."""
+    import dataclasses
+
+    model = HookedEncoderDecoder(dataclasses.replace(small_cfg, use_hook_result=True, dropout=0.0))
+    fired = []
+    model.add_hook("encoder.0.attn.hook_result", lambda tensor, hook: fired.append(hook.name), is_permanent=True)
+    assert model.set_use_hook_result(True) is model and model.cfg.use_hook_result
+    with torch.no_grad():
+        model(make_tasks(2, seed=4))
+    assert fired == ["encoder.0.attn.hook_result"]
+    model.reset_hooks(including_permanent=True)
+
+
+def test_to_tokens_puts_the_batch_on_the_models_device():
+    model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64))
+    batch = model.to("meta").to_tokens("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > acd")
+    assert {t.device.type for t in (batch.src, batch.roles, batch.tgt_in, batch.tgt_out)} == {"meta"}
+
+
 def test_per_head_weights_reproduce_queries_and_outputs(paper_pair, make_tasks):
     _, model = paper_pair
     with torch.no_grad():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lsa_interp.data.tokenizer import encode_tasks
+from lsa_interp.data.tokenizer import TokenBatch, encode_tasks
 from lsa_interp.data.vocab import ARROW, EOS, PAD, ROLE_ID, VOCAB_SIZE
 from lsa_interp.model.inputs import causal_mask, decoder_input_from_generated, key_mask, to_token_batch
 
@@ -44,6 +44,23 @@ def test_left_padded_id_tensors_are_refused(make_tasks):
         to_token_batch(left)
     right = torch.cat([src, torch.full((2, 3), PAD)], dim=1)
     assert torch.equal(to_token_batch(right).src, right)
+    inside = src.clone()
+    inside[1, 4] = PAD  # a PAD between tokens, not at the row's start
+    with pytest.raises(ValueError, match="encoder ids must be right-padded"):
+        to_token_batch(inside)
+
+
+def test_id_tensors_of_a_single_token_id_are_in_the_vocabulary():
+    """Every id the same (the smallest equal to the largest) is in range, at either end of the vocabulary."""
+    for token in (0, VOCAB_SIZE - 1):
+        ids = torch.full((2, 3), token)
+        assert torch.equal(to_token_batch(ids).src, ids)
+
+
+def test_the_start_token_is_on_the_batchs_device():
+    src = torch.zeros((2, 3), dtype=torch.long, device="meta")
+    batch = to_token_batch(TokenBatch(src, torch.zeros_like(src)), teacher_force=False)
+    assert batch.tgt_in.device.type == "meta" and batch.tgt_in.shape == (2, 1) and batch.tgt_in.dtype == torch.long
 
 
 def test_masks():
