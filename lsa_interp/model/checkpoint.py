@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from lsa_interp.model.config import ModelConfig
 from lsa_interp.model.convert import load_reference_checkpoint
 from lsa_interp.model.hooked import HookedEncoderDecoder
-from lsa_interp.utils import make_staging_dir, sha256_file
+from lsa_interp.utils import atomic_write, make_staging_dir, sha256_file
 
 FORMAT_NAME = "lsa-interp"
 FORMAT_VERSION = 1
@@ -75,7 +75,8 @@ def save_model(
             key: value.detach().to("cpu", dtype=dtype if key in parameters else _buffer_dtype(value)).contiguous()
             for key, value in model.state_dict().items()
         }
-        save_file(state, str(tmp / WEIGHTS_FILE))
+        # safetensors creates its file 0600; atomic_write gives it 0666 less the umask, as the other files
+        atomic_write(tmp / WEIGHTS_FILE, lambda path: save_file(state, str(path)))
         config = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,

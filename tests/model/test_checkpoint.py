@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,19 @@ def test_round_trip(small_model, saved):
     config = json.loads((saved / "config.json").read_text())
     assert config["format"] == "lsa-interp" and config["format_version"] == 1 and len(config["weights_sha256"]) == 64
     assert load_model(saved / "config.json").cfg == load_model(saved / "model.safetensors").cfg
+
+
+def test_every_file_of_a_checkpoint_gets_the_usual_permissions(small_model, tmp_path):
+    """safetensors creates its file 0600: the weights were owner-only beside a 0644 config.json."""
+    old = os.umask(0o022)
+    try:
+        directory = save_model(small_model, tmp_path / "run")
+        save_model(small_model, directory, overwrite=True)
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in directory.iterdir()}
+    assert modes == {"config.json": 0o644, "model.safetensors": 0o644}
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o755
 
 
 def test_save_is_atomic_and_refuses_to_overwrite(small_model, saved):
