@@ -18,7 +18,7 @@ from lsa_interp.sweep.failures import Failure, FailureLog
 from lsa_interp.sweep.grid import Grid, load_grid
 from lsa_interp.sweep.jobs import StackJob, stack_jobs
 from lsa_interp.sweep.local_runner import execute_local
-from lsa_interp.sweep.plan import GRID_COPY, RESULTS_FILE, data_dir, expand, plan_stacks
+from lsa_interp.sweep.plan import GRID_COPY, PLAN_FILE, RESULTS_FILE, data_dir, expand, plan_stacks
 from lsa_interp.sweep.progress import SweepProgress
 from lsa_interp.sweep.ray_runner import check_address, execute_ray, require_ray
 from lsa_interp.sweep.work import ensure_dataset, steps_logged, training_rows
@@ -54,11 +54,16 @@ def run_sweep(
     ``ray``: None runs in-process; ``"auto"`` or a cluster address runs the stacks as Ray tasks.
     ``max_minutes`` (default: the grid's) bounds this invocation. A unit of work that raises is recorded (its
     traceback in ``out/failures/``) and the rest goes on: see `SweepSummary.failures`. Raises ValueError for a bad
-    grid, a recipe batch larger than a dataset's training rows, a grid that does not match the sweep already in
-    ``out``, ``ray`` without Ray installed or an address where nothing answers, before any work; `StoppedBySignal`
-    when SIGINT/SIGTERM stopped training (state saved).
+    grid, an ``out`` that is neither empty nor a sweep's directory, a recipe batch larger than a dataset's training
+    rows, a grid that does not match the sweep already in ``out``, ``ray`` without Ray installed or an address
+    where nothing answers, before any work; `StoppedBySignal` when SIGINT/SIGTERM stopped training (state saved).
     """
     grid, out = load_grid(grid_path), Path(out)
+    if out.is_dir() and any(out.iterdir()) and not (out / PLAN_FILE).is_file():
+        raise ValueError(
+            f"{out} is not empty and holds no sweep ({PLAN_FILE}): give a new or empty --out, or the directory of "
+            "the sweep to continue"
+        )
     if ray is not None:
         require_ray()
         check_address(ray)

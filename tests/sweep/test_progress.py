@@ -10,6 +10,8 @@ import pytest
 
 from lsa_interp.data.dataset import read_manifest
 from lsa_interp.sweep import runner
+from lsa_interp.sweep.grid import load_grid
+from lsa_interp.sweep.plan import plan_stacks
 from lsa_interp.sweep.progress import SweepProgress, _TasksPerSecond
 from tests.sweep.tiny_grid import write_tiny_grid
 
@@ -115,6 +117,7 @@ def test_run_sweep_estimates_each_stack_s_tasks_from_its_datasets(tmp_path, reco
     assert recorded == [(4, 0, {"stack-000": (6 * 8 * 4, 0)}, False)]
     assert (summary.runs, summary.finished, summary.results, summary.complete) == (4, 0, None, False)
     unbounded = write_tiny_grid(tmp_path / "unbounded.toml", max_steps=10**6)
+    plan_stacks(load_grid(unbounded), tmp_path / "b")  # a sweep's directory, as a first call leaves it
     stack = tmp_path / "b" / "stacks" / "stack-000"
     stack.mkdir(parents=True)
     (stack / "metrics.jsonl").write_text(json.dumps({"type": "step", "step": 5}) + "\n")
@@ -131,6 +134,7 @@ def test_run_sweep_estimates_each_stack_s_tasks_from_its_datasets(tmp_path, reco
 def test_run_sweep_counts_finished_runs_and_makes_only_the_data_still_needed(tmp_path, recorded, monkeypatch):
     grid = write_tiny_grid(tmp_path / "grid.toml")
     out = tmp_path / "out"
+    plan_stacks(load_grid(grid), out)  # a sweep's directory, as a first call leaves it
     model = out / "stacks" / "stack-000" / "replicate-0" / "model"
     model.mkdir(parents=True)
     (model / "evaluation.json").write_text('{"limit": 40}')
@@ -144,6 +148,7 @@ def test_run_sweep_counts_finished_runs_and_makes_only_the_data_still_needed(tmp
     assert (out / "grid.toml").read_text() == grid.read_text()
     assert sorted(p.name for p in (out / "data").iterdir()) == ["tiny-d0", "tiny-nocopy-d0"]
     fresh = tmp_path / "fresh"
+    plan_stacks(load_grid(grid), fresh)
     for i in range(4):
         done = fresh / "stacks" / "stack-000" / f"replicate-{i}" / "model"
         done.mkdir(parents=True)

@@ -63,6 +63,23 @@ def test_a_recipe_without_batch_size_is_checked_with_the_default_batch(tmp_path)
     assert not (tmp_path / "sweep").exists()
 
 
+def test_a_directory_that_is_neither_empty_nor_a_sweep_is_refused_before_anything_is_written(tmp_path, capsys):
+    grid = write_tiny_grid(tmp_path / "grid.toml")
+    other = tmp_path / "checkpoint"
+    other.mkdir()
+    (other / "model.safetensors").write_bytes(b"weights")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", str(grid), "--out", str(other)])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1
+    assert f"{other} is not empty and holds no sweep (plan.json): give a new or empty --out" in err
+    assert sorted(path.name for path in other.iterdir()) == ["model.safetensors"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run_sweep(grid, empty, max_minutes=0, progress=False).runs == 4  # an empty directory, then its own sweep
+    assert run_sweep(grid, empty, max_minutes=0, progress=False).runs == 4
+
+
 def test_max_minutes_spent_starts_no_training(tmp_path):
     grid = write_tiny_grid(tmp_path / "grid.toml")
     summary = run_sweep(grid, tmp_path / "out", max_minutes=0, progress=False)
