@@ -174,25 +174,26 @@ def ship_run(
     model has its full-split evaluation and training fit beside it (a sweep's) and it ships without ``limit``,
     those are reused unless ``reevaluate`` (the card says so; fp16/bf16 storage still passes its val check).
 
-    ``replicate`` picks ``replicate-{i}/model`` of a stacked run. The run's own dataset (a stacked run's
-    ``runs[i].data_dir``) is used when it is still there, else the training preset is regenerated. Returns
-    the checkpoint directory. Raises FileNotFoundError when ``run_dir`` is no directory or the run has no final
-    model, ValueError when reduced-precision storage changes too many answers (nothing is written then).
+    ``replicate`` picks ``replicate-{i}/model`` of a stacked run (0 of a single run: its ``model``). The run's
+    own dataset (a stacked run's ``runs[i].data_dir``) is used when it is still there, else the training preset
+    is regenerated. Returns the checkpoint directory. Raises FileNotFoundError when ``run_dir`` is no directory
+    or the run has no final model, ValueError for a replicate the run does not have or when reduced-precision
+    storage changes too many answers (nothing is written then).
     """
     check_checkpoint_name(name)
     if not Path(run_dir).is_dir():
         reason = "a file" if Path(run_dir).exists() else "no such directory"
         raise FileNotFoundError(f"{run_dir} is not a training run ({reason}); give the RUN_DIR of train --out RUN_DIR")
-    source = Path(run_dir) / (f"replicate-{replicate}" if replicate is not None else "") / "model"
+    config_file = Path(run_dir) / "train_config.json"
+    recipe = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    runs = recipe.get("runs")  # a stacked run: each replicate has its own dataset
+    source = Path(run_dir) / _replicate_folder(run_dir, replicate, recipe) / "model"
     if replicate is None and not source.exists() and any(Path(run_dir).glob("replicate-*/model/config.json")):
         raise ValueError(f"{run_dir} is a stacked run: pick one of its models with --replicate I (0-based)")
     if not (source / "config.json").is_file():
         raise FileNotFoundError(f"{source} holds no final model; finish the run first (lsa-interp train --resume)")
     model = load_model(source)
     stored = None if reevaluate else _stored_results(source, model, name, limit)
-    config_file = Path(run_dir) / "train_config.json"
-    recipe = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
-    runs = recipe.get("runs")  # a stacked run: each replicate has its own dataset
     data_dir = runs[replicate]["data_dir"] if runs and replicate is not None else recipe.get("data_dir")
     dataset = evaluation_dataset(  # reused: only the val split, for the answer check and the storage check
         model,
@@ -236,6 +237,27 @@ def ship_run(
     staging.rename(target)
     shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def _replicate_folder(run_dir: str | Path, replicate: int | None, recipe: dict[str, Any]) -> str:
+    """The folder of ``run_dir`` that holds ``replicate``'s ``model/`` ("" for the run's own), given the run's
+    saved ``train_config.json`` (``recipe``). Raises ValueError for a replicate the run does not have, as
+    ``evaluate --model RUN/replicate-I`` does (it said the replicate's model was not finished yet)."""
+    if replicate is None:
+        return ""
+    if isinstance(recipe.get("runs"), list):  # a stacked run: one entry per replicate
+        count = len(recipe["runs"])
+    elif recipe:
+        count = recipe.get("replicates", 1)  # > 1: a run of the retired vmap stack
+        if count == 1:
+            if replicate != 0:
+                raise ValueError(f"replicate {replicate} out of range: {run_dir} trained one model (replicate 0)")
+            return ""  # replicate 0 of a single run is its model
+    else:  # no saved config: the replicates found on disk
+        return f"replicate-{replicate}"
+    if replicate >= count:
+        raise ValueError(f"replicate {replicate} out of range: the stack has {count} runs")
+    return f"replicate-{replicate}"
 
 
 def check_checkpoint_name(name: str) -> None:
