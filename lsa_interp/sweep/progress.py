@@ -44,8 +44,8 @@ class SweepProgress:
             console=Console(stderr=True),
             disable=not enabled,
         )
-        self._job = self._bar.add_task(self._description(), total=sum(self._estimate.values()) or 1)
-        self._bar.update(self._job, completed=sum(self._done.values()))
+        self._job = self._bar.add_task(self._description(), total=self._total())
+        self._bar.update(self._job, completed=self._completed())
 
     def __enter__(self) -> SweepProgress:
         self._bar.start()
@@ -81,10 +81,12 @@ class SweepProgress:
             self._bar.console.print(f"failed: {failure}", markup=False, highlight=False, soft_wrap=True)
         self._refresh()
 
+    def _total(self) -> int:
+        return sum(self._estimate.values()) or 1
+
+    def _completed(self) -> int:
+        """Tasks trained; with no stack left to train (a finished sweep run again) the whole bar."""
+        return sum(self._done.values()) if self._estimate else 1
+
     def _refresh(self) -> None:
-        self._bar.update(
-            self._job,
-            description=self._description(),
-            total=sum(self._estimate.values()) or 1,
-            completed=sum(self._done.values()),
-        )
+        self._bar.update(self._job, description=self._description(), total=self._total(), completed=self._completed())

@@ -62,10 +62,10 @@ def test_finished_runs_are_counted_in_the_description(capsys):
     assert _shown(capsys) == ("sweep: 3/3 runs done", 0)
 
 
-def test_a_sweep_with_nothing_to_train_shows_an_empty_bar(capsys):
-    with SweepProgress(2, 2, {}):
+def test_a_sweep_with_nothing_left_to_train_shows_a_full_bar(capsys):
+    with SweepProgress(2, 2, {}):  # a finished sweep run again: "2/2 runs done" beside 0% read as nothing done
         pass
-    assert _shown(capsys) == ("sweep: 2/2 runs done", 0)
+    assert _shown(capsys) == ("sweep: 2/2 runs done", 100)
 
 
 def test_a_disabled_display_prints_nothing(capsys):
