@@ -32,7 +32,8 @@ from typing import Any
 
 import pandas as pd
 
-from lsa_interp.data.presets import PRESETS, trained_data_seed
+from lsa_interp.data.dataset import read_manifest
+from lsa_interp.data.presets import PRESETS, DatasetConfig, trained_data_seed
 from lsa_interp.evaluation.metrics import OUTCOMES
 from lsa_interp.evaluation.paper_tables import CELLS
 from lsa_interp.utils import NUMBER, JsonObject, atomic_write, read_json_object
@@ -88,7 +89,7 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
     evaluated = field("training_preset", str, None) or field("preset", str, None)
     preset = meta.get("preset") or evaluated
     batching = meta.get("batching") or recipe.get("batching", "unknown")
-    dataset = PRESETS.get(preset)
+    dataset = PRESETS.get(preset) or _own_dataset(recipe.get("data_dir"), preset)
     epochs, planned, complete = training_progress(meta)
     row: dict[str, Any] = {
         "run": str(model_dir),
@@ -132,6 +133,16 @@ def run_record(model_dir: str | os.PathLike) -> dict[str, Any]:
     row.update(matching_record(model_dir))
     row.update(fit_record(model_dir))
     return row
+
+
+def _own_dataset(data_dir: object, preset: object) -> DatasetConfig | None:
+    """The config of a dataset that is no paper preset (a grid's ``[datasets.NAME]``) from the manifest of the
+    folder the run trained on, while that folder is there and holds ``preset``; else None. Raises ValueError
+    naming the manifest when it is damaged."""
+    if not isinstance(data_dir, str) or not (Path(data_dir) / "manifest.json").is_file():
+        return None
+    manifest = read_manifest(data_dir)
+    return DatasetConfig.from_dict(manifest["config"]) if manifest["preset"] == preset else None
 
 
 def read_metadata(model_dir: str | os.PathLike, needed: bool = False) -> dict[str, Any]:

@@ -106,6 +106,11 @@ def test_sweep_trains_evaluates_analyses_and_collects(finished_sweep):
     assert sorted(p.name for p in (finished_sweep / "data").iterdir()) == ["tiny-d0", "tiny-nocopy-d0"]
     table = pd.read_csv(finished_sweep / "results.csv")
     assert len(table) == 4
+    described = table.groupby("preset")[["n_alphabets", "copy", "n_shots"]].first()  # the grid's own datasets
+    assert described.to_dict("index") == {
+        "tiny": {"n_alphabets": 4, "copy": True, "n_shots": 1},
+        "tiny-nocopy": {"n_alphabets": 4, "copy": False, "n_shots": 1},
+    }
     fits = sorted(finished_sweep.glob("stacks/*/replicate-*/model/fit.json"))
     assert len(fits) == 4 and table["fit_train"].between(0, 100).all() and table["fit_val"].between(0, 100).all()
 
