@@ -173,6 +173,7 @@ def register(app: typer.Typer) -> None:
                 if data is None:
                     shutil.rmtree(out if created else out / "data", ignore_errors=True)
                 raise
+        first = trainer.step
         with Progress(
             TextColumn("[bold]train"),
             BarColumn(),
@@ -181,18 +182,52 @@ def register(app: typer.Typer) -> None:
             TimeRemainingColumn(),
             console=console,
         ) as bar:
-            job = bar.add_task("train", total=trainer.total_steps, completed=trainer.step, info="")
+            # the steps this invocation trains to: the end of the recipe, or --max-steps (new or saved) if sooner
+            job = bar.add_task("train", total=max(_limit(trainer), first), completed=first, info="")
 
             def show(record: dict) -> None:
                 info = f"loss {record['train_loss']:.4f}  {record['tasks_per_s']:,.0f} tasks/s  lr {record['lr']:.2e}"
-                bar.update(job, completed=record["step"], total=record["total_steps"], info=info)
+                bar.update(job, completed=record["step"], info=info)
 
-            run_dir = trainer.run(progress=show)
+            try:
+                run_dir = trainer.run(progress=show)
+            finally:  # steps are shown as they are logged (every log_every): the bar ends at the step reached
+                bar.update(job, completed=trainer.step, total=max(_limit(trainer), trainer.step))
         signum = trainer.stopped_by
         state = "model written" if signum is None else "stopped by a signal; continue with --resume"
-        print(f"{run_dir}: {trainer.step} steps ({trainer.step / trainer.steps_per_epoch:.2f} epochs), {state}")
+        bounds = {"max_steps": max_steps, "max_minutes": max_minutes}
+        reason = "" if signum is not None else _stop_reason(trainer, first, resume is not None, bounds)
+        epochs = trainer.step / trainer.steps_per_epoch
+        print(f"{run_dir}: {trainer.step} steps ({epochs:.2f} epochs), {state}" + (f"; {reason}" if reason else ""))
         if signum is not None:  # the state is saved; exit as a program stopped by that signal does (130 for Ctrl-C)
             raise typer.Exit(128 + signum)
+
+
+def _limit(trainer) -> int:
+    """The step at which ``trainer.run`` stops at the latest: its last epoch's end, or ``max_steps`` if sooner."""
+    return min(trainer.total_steps, trainer.config.max_steps or trainer.total_steps)
+
+
+def _stop_reason(trainer, first: int, resumed: bool, given: dict[str, float | None]) -> str:
+    """Why a run that ended without a signal stopped where it did, where the command's own options do not say it:
+    at a bound saved with a resumed run (``given`` holds this command's bounds, None where not given), or with
+    nothing trained from step ``first``; "" for a run that trained to the end of its recipe or to a bound given."""
+    config, step = trainer.config, trainer.step
+    saved = " (saved with the run)"
+    if step >= trainer.total_steps:
+        return "" if step > first else "trained nothing: the run has finished its recipe"
+    if config.max_steps is not None and step >= config.max_steps:
+        bound, total = config.max_steps, "(a total step count)"
+        if resumed and given["max_steps"] is None:
+            where = "stopped at" if step == bound else f"trained nothing: the run is at step {step}, past"
+            return f"{where} the run's max_steps {bound}{saved}; pass --max-steps N {total} to go further"
+        if step == first:
+            return f"trained nothing: the run is at step {step}, --max-steps {bound} {total} is behind it"
+        return ""
+    if config.max_minutes is not None and resumed and given["max_minutes"] is None and step > first:
+        minutes = f"{config.max_minutes:g}"
+        return f"stopped at the run's max_minutes {minutes}{saved}; pass --max-minutes M to train longer"
+    return "" if step > first else "trained nothing"
 
 
 def _parse_model_config(text: str) -> dict:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -14,6 +16,7 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 import torch
+from rich.console import Console
 from safetensors.torch import load_file
 
 from lsa_interp import cli
@@ -249,13 +252,70 @@ def test_a_run_stopped_by_a_signal_exits_as_that_signal_does(tmp_path, capsys, d
         return loss
 
     monkeypatch.setattr(Trainer, "train_step", interrupted_at_step_2)
+    bar = _capture_bar(monkeypatch)
     with pytest.raises(SystemExit) as info:
         cli.main(["train", "--out", str(tmp_path / "R"), "--data", str(data_dir), "--max-steps", "5"])
     assert info.value.code == 130
     said = "2 steps (0.04 epochs), stopped by a signal; continue with --resume"
     assert capsys.readouterr().out == f"{tmp_path / 'R'}: {said}\n"
+    assert _bar_counts(bar) == [(2, 5)], "the step reached of --max-steps (it showed 0/1140: no step logged yet)"
     assert not (tmp_path / "R" / "model").exists()
     assert torch.load(tmp_path / "R" / "state.pt", weights_only=False)["step"] == 2
+
+
+def _capture_bar(monkeypatch) -> io.StringIO:
+    """The train command's console (its progress bar, rendered once at the end off a terminal) into a buffer."""
+    buffer = io.StringIO()
+    monkeypatch.setattr(train_command, "console", Console(file=buffer, width=200))
+    return buffer
+
+
+def _bar_counts(buffer: io.StringIO) -> list[tuple[int, int]]:
+    """The (completed, total) of every bar rendered since the last call."""
+    counts = [(int(a), int(b)) for a, b in re.findall(r"\b(\d+)/(\d+)\b", buffer.getvalue())]
+    buffer.seek(0)
+    buffer.truncate()
+    return counts
+
+
+def test_the_bar_counts_the_steps_the_run_trains_to_and_a_saved_bound_is_named(tmp_path, capsys, data_dir, monkeypatch):
+    """The bar's total was the recipe's steps whatever --max-steps said, and it moved only on the step records
+    (every 100 steps): a run of --max-steps 3 ended at 0/1140. A resumed run that stopped at once at the
+    --max-steps saved with it said only 'N steps (...), model written'."""
+    bar, run_dir = _capture_bar(monkeypatch), tmp_path / "R"
+    started = []
+    add_task = train_command.Progress.add_task
+    monkeypatch.setattr(
+        train_command.Progress,
+        "add_task",
+        lambda self, *args, **kw: started.append((kw["completed"], kw["total"])) or add_task(self, *args, **kw),
+    )
+
+    def train(*args):
+        with pytest.raises(SystemExit) as info:
+            cli.main(["train", *args])
+        out = capsys.readouterr().out
+        assert info.value.code == 0 and out.startswith(f"{run_dir}: ") and out.count("\n") == 1
+        return out.removeprefix(f"{run_dir}: ").rstrip("\n"), _bar_counts(bar)
+
+    small = ["--model-config", json.dumps(SMALL_MODEL), "--val-limit", "8"]
+    assert train("--out", str(run_dir), "--data", str(data_dir), "--max-steps", "3", *small) == (
+        "3 steps (0.05 epochs), model written",
+        [(3, 3)],
+    )
+    saved = "the run's max_steps 3 (saved with the run); pass --max-steps N (a total step count) to go further"
+    assert train("--resume", str(run_dir)) == (f"3 steps (0.05 epochs), model written; stopped at {saved}", [(3, 3)])
+    assert train("--resume", str(run_dir), "--max-steps", "5") == ("5 steps (0.09 epochs), model written", [(5, 5)])
+    assert train("--resume", str(run_dir)) == (
+        f"5 steps (0.09 epochs), model written; trained nothing: the run is at step 5, past {saved}",
+        [(5, 5)],
+    )
+    assert train("--resume", str(run_dir), "--max-steps", "4") == (
+        "5 steps (0.09 epochs), model written; trained nothing: the run is at step 5, --max-steps 4 (a total step "
+        "count) is behind it",
+        [(5, 5)],
+    )
+    assert started == [(0, 3), (3, 3), (3, 5), (5, 5), (5, 5)], "a resumed bar starts at the run's step"
 
 
 def test_cli_refuses_a_used_run_directory(tmp_path, capsys, data_dir):
