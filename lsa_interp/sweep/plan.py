@@ -102,8 +102,14 @@ def plan_stacks(grid: Grid, out: Path) -> list[Stack]:
     stacks: list[Stack] = []
     if path.is_file():
         saved = json.loads(path.read_text(encoding="utf-8"))
-        if (saved["recipe"], saved["model"]) != (recipe, grid.model):
-            raise ValueError(f"the grid's recipe or model differs from the sweep in {out} ({path}); use a new --out")
+        differ = [
+            f"{table}.{key}"
+            for table, ours, theirs in (("recipe", recipe, saved["recipe"]), ("model", grid.model, saved["model"]))
+            for key in sorted(set(ours) | set(theirs))
+            if ours.get(key) != theirs.get(key)
+        ]
+        if differ:
+            raise ValueError(f"the grid's {', '.join(differ)} differ from the sweep in {out} ({path}); use a new --out")
         changed = sorted(
             name for name, config in saved.get("datasets", {}).items() if datasets.get(name, config) != config
         )
