@@ -109,7 +109,8 @@ def plan_stacks(grid: Grid, out: Path) -> list[Stack]:
             if ours.get(key) != theirs.get(key)
         ]
         if differ:
-            raise ValueError(f"the grid's {', '.join(differ)} differ from the sweep in {out} ({path}); use a new --out")
+            verb = "differs" if len(differ) == 1 else "differ"
+            raise ValueError(f"the grid's {', '.join(differ)} {verb} from the sweep in {out} ({path}); use a new --out")
         changed = sorted(
             name for name, config in saved.get("datasets", {}).items() if datasets.get(name, config) != config
         )

@@ -182,7 +182,7 @@ def test_plan_is_kept_and_extended(tmp_path):
     assert second[:2] == first and [[r.seed for r in s.runs] for s in second[2:]] == [[3, 4]]
     assert len(json.loads((tmp_path / PLAN_FILE).read_text())["stacks"]) == 3
     assert [s.name for s in plan_stacks(parse_grid(_grid(replicates=2, seeds=[4])), tmp_path)] == ["stack-002"]
-    with pytest.raises(ValueError, match=r"^the grid's recipe.batch_size differ from the sweep in "):
+    with pytest.raises(ValueError, match=r"^the grid's recipe.batch_size differs from the sweep in "):
         plan_stacks(parse_grid(_grid(recipe={"batch_size": 8})), tmp_path)
     changed = _grid(recipe={"lr": 0.002, "batch_size": 8}, model={"d_model": 32, "n_heads": 4})
     with pytest.raises(ValueError, match=r"grid's recipe.batch_size, recipe.lr, model.d_model, model.n_heads differ"):
