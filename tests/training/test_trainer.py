@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -280,7 +281,7 @@ def _bar_counts(buffer: io.StringIO) -> list[tuple[int, int]]:
 
 def test_the_bar_counts_the_steps_the_run_trains_to_and_a_saved_bound_is_named(tmp_path, capsys, data_dir, monkeypatch):
     """The bar's total was the recipe's steps whatever --max-steps said, and it moved only on the step records
-    (every 100 steps): a run of --max-steps 3 ended at 0/1140. A resumed run that stopped at once at the
+    (every 100 steps): a run of --max-steps 3 ended at 3/1140. A resumed run that stopped at once at the
     --max-steps saved with it said only 'N steps (...), model written'."""
     bar, run_dir = _capture_bar(monkeypatch), tmp_path / "R"
     started = []
@@ -316,6 +317,18 @@ def test_the_bar_counts_the_steps_the_run_trains_to_and_a_saved_bound_is_named(t
         [(5, 5)],
     )
     assert started == [(0, 3), (3, 3), (3, 5), (5, 5), (5, 5)], "a resumed bar starts at the run's step"
+
+
+def test_the_stop_reason_names_a_saved_time_bound_and_a_finished_recipe():
+    def reason(step, first, resumed=True, max_steps=None, max_minutes=None, given=(None, None)):
+        config = SimpleNamespace(max_steps=max_steps, max_minutes=max_minutes)
+        trainer = SimpleNamespace(config=config, step=step, total_steps=100)
+        return train_command._stop_reason(trainer, first, resumed, dict(zip(("max_steps", "max_minutes"), given)))
+
+    saved = "stopped at the run's max_minutes 0.1 (saved with the run); pass --max-minutes M to train longer"
+    assert reason(50, 40, max_minutes=0.1) == saved
+    assert reason(50, 40, max_minutes=0.1, given=(None, 0.1)) == reason(50, 40, False, max_minutes=0.1) == ""
+    assert reason(100, 100) == "trained nothing: the run has finished its recipe" and reason(100, 40) == ""
 
 
 def test_cli_refuses_a_used_run_directory(tmp_path, capsys, data_dir):
