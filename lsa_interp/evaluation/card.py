@@ -211,7 +211,11 @@ def ship_run(
         if storage != "fp32":
             info["check"] = precision_check(model, shipped, dataset.splits["val"])
             if info["check"]["fraction"] >= MAX_CHANGED_ANSWERS:
-                raise ValueError(f"{storage} storage changes {info['check']['changed_answers']} val answers; keep fp32")
+                check = info["check"]
+                raise ValueError(
+                    f"{storage} storage changes {check['changed_answers']:,} of {check['tasks']:,} greedy val answers "
+                    f"({check['fraction']:.3%}; allowed: under {MAX_CHANGED_ANSWERS:.1%}); keep fp32"
+                )
         if stored is not None:
             result, fit = stored
         else:

@@ -473,7 +473,10 @@ def test_reduced_precision_is_refused_from_exactly_the_limit_of_changed_answers(
         if ships:
             assert (ship_run(run_dir, "tiny", dest=dest, storage="fp16", limit=20) / "card.md").is_file()
         else:
-            with pytest.raises(ValueError, match="fp16 storage changes 1 val answers"):
+            message = (
+                r"^fp16 storage changes 1 of 1,000 greedy val answers \(0\.100%; allowed: under 0\.1%\); keep fp32$"
+            )
+            with pytest.raises(ValueError, match=message):
                 ship_run(run_dir, "tiny", dest=dest, storage="fp16", limit=20)
             assert list(dest.iterdir()) == []
 
