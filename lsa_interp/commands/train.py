@@ -183,7 +183,7 @@ def register(app: typer.Typer) -> None:
             console=console,
         ) as bar:
             # the steps this invocation trains to: the end of the recipe, or --max-steps (new or saved) if sooner
-            job = bar.add_task("train", total=max(_limit(trainer), first), completed=first, info="")
+            job = bar.add_task("train", total=max(trainer.limit, first), completed=first, info="")
 
             def show(record: dict) -> None:
                 info = f"loss {record['train_loss']:.4f}  {record['tasks_per_s']:,.0f} tasks/s  lr {record['lr']:.2e}"
@@ -192,7 +192,7 @@ def register(app: typer.Typer) -> None:
             try:
                 run_dir = trainer.run(progress=show)
             finally:  # steps are shown as they are logged (every log_every): the bar ends at the step reached
-                bar.update(job, completed=trainer.step, total=max(_limit(trainer), trainer.step))
+                bar.update(job, completed=trainer.step, total=max(trainer.limit, trainer.step))
         signum = trainer.stopped_by
         state = "model written" if signum is None else "stopped by a signal; continue with --resume"
         bounds = {"max_steps": max_steps, "max_minutes": max_minutes}
@@ -201,11 +201,6 @@ def register(app: typer.Typer) -> None:
         print(f"{run_dir}: {trainer.step} steps ({epochs:.2f} epochs), {state}" + (f"; {reason}" if reason else ""))
         if signum is not None:  # the state is saved; exit as a program stopped by that signal does (130 for Ctrl-C)
             raise typer.Exit(128 + signum)
-
-
-def _limit(trainer) -> int:
-    """The step at which ``trainer.run`` stops at the latest: its last epoch's end, or ``max_steps`` if sooner."""
-    return min(trainer.total_steps, trainer.config.max_steps or trainer.total_steps)
 
 
 def _stop_reason(trainer, first: int, resumed: bool, given: dict[str, float | None]) -> str:

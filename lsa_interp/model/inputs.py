@@ -41,9 +41,9 @@ def to_token_batch(
         if inputs.dim() != 2 or inputs.dtype != torch.long:
             shape = tuple(inputs.shape)
             raise TypeError(f"encoder ids must be a [batch, src_pos] int64 tensor, got {shape} {inputs.dtype}")
-        if inputs.numel() and not 0 <= int(inputs.min()) <= int(inputs.max()) < VOCAB_SIZE:
-            found = f"{int(inputs.min())}..{int(inputs.max())}"
-            raise ValueError(f"encoder ids must be token ids 0..{VOCAB_SIZE - 1} (the vocabulary), got {found}")
+        low, high = (int(inputs.min()), int(inputs.max())) if inputs.numel() else (0, 0)
+        if not 0 <= low <= high < VOCAB_SIZE:
+            raise ValueError(f"encoder ids must be token ids 0..{VOCAB_SIZE - 1} (the vocabulary), got {low}..{high}")
         pad = inputs == PAD
         if bool((pad[:, :-1] & ~pad[:, 1:]).any()):
             raise ValueError("encoder ids must be right-padded: a row has a PAD before a token (put PAD after them)")

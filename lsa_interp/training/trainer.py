@@ -246,14 +246,18 @@ class Trainer:
         """How many tasks one entry of `epoch_plan` trains on."""
         return len(batch)
 
+    @property
+    def limit(self) -> int:
+        """The step at which `run` stops: the end of the last epoch, or ``max_steps`` if sooner."""
+        return min(self.total_steps, self.config.max_steps or self.total_steps)
+
     def run(self, progress: Callable[[dict[str, Any]], None] | None = None) -> Path:
         """Train until the last epoch, ``max_steps`` or ``max_minutes``, or a signal; return the run dir.
 
         ``progress`` receives a dict after every logged step. The final model is written to ``model/``
         when training stops for any reason but a signal (then only the state is saved).
         """
-        cfg = self.config
-        limit = min(self.total_steps, cfg.max_steps or self.total_steps)
+        cfg, limit = self.config, self.limit
         deadline = None if cfg.max_minutes is None else time.monotonic() + 60 * cfg.max_minutes
         window_start, window_tasks = time.perf_counter(), 0
         clock = window_start  # training wall time, without validation and checkpoints, accrues into self.elapsed
