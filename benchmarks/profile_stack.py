@@ -10,8 +10,8 @@ with ``torch.compile`` inside the step, ``--attention triton`` with the stack's 
 ``--packing`` with packed rows (the one-change timings keep sdpa and padding). ``--json OUT`` writes every
 number (rewritten after each part).
 
-    python benchmarks/profile_stack.py --device cuda --replicates 1,64 --precision bf16,fp32 --one-change --json OUT
-    python benchmarks/profile_stack.py --device cuda --replicates 1,8 --precision bf16 --compile --json OUT
+    python -m benchmarks.profile_stack --device cuda --replicates 1,64 --precision bf16,fp32 --one-change --json OUT
+    python -m benchmarks.profile_stack --device cuda --replicates 1,8 --precision bf16 --compile --json OUT
 """
 
 from __future__ import annotations
