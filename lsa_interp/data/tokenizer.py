@@ -50,7 +50,10 @@ class TokenBatch:
         return None if self.tgt_in is None else self.tgt_in == PAD
 
     def to(self, device: torch.device | str) -> TokenBatch:
-        """Return the batch with every tensor moved to ``device``."""
+        """Return the batch with every tensor moved to ``device``; raises TypeError for a dtype (token ids stay
+        integers)."""
+        if isinstance(device, torch.dtype):
+            raise TypeError(f"a TokenBatch holds token ids: move it to a device, not to {device}")
         move = lambda t: None if t is None else t.to(device)
         return TokenBatch(move(self.src), move(self.roles), move(self.tgt_in), move(self.tgt_out))
 

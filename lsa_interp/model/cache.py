@@ -72,11 +72,12 @@ class ActivationCache:
         """(hook name, tensor) pairs, in execution order."""
         return self._activations.items()
 
-    def to(self, device: torch.device | str) -> ActivationCache:
-        """Return a new cache with every tensor (and the inputs) on ``device``."""
-        moved = {name: tensor.to(device) for name, tensor in self._activations.items()}
-        inputs = None if self.inputs is None else self.inputs.to(device)
-        return ActivationCache(moved, self.cfg, inputs)
+    def to(self, target: torch.device | str | torch.dtype) -> ActivationCache:
+        """Return a new cache with every tensor on the device ``target`` (the inputs too), or in the dtype
+        ``target`` (the activations only: the inputs keep their integer token ids)."""
+        moved = {name: tensor.to(target) for name, tensor in self._activations.items()}
+        keep_inputs = self.inputs is None or isinstance(target, torch.dtype)
+        return ActivationCache(moved, self.cfg, self.inputs if keep_inputs else self.inputs.to(target))
 
     def hook_name(self, stack: str, layer: int, hook: str) -> str:
         """Return the full hook name of ``hook`` (e.g. ``"attn.hook_pattern"``) in ``stack`` layer ``layer``.

@@ -75,15 +75,24 @@ class HookedEncoderDecoder(HookedRootModule):
         ``to_tokens``. Raises as `to_token_batch` does."""
         return to_token_batch(inputs).to(self.device)
 
-    def to_str_tokens(self, task: Task | str, side: str = "encoder") -> list[str]:
-        """One task's tokens, one string per position (``EOS`` for the end token), as TransformerLens's
-        ``to_str_tokens``: the labels of a cached activation's ``src_pos`` (``side="encoder"``) or ``tgt_pos``
-        (``side="decoder"``: ``>`` and the answer, teacher-forced). Raises ValueError for another side."""
+    def to_str_tokens(self, inputs: ModelInput, side: str = "encoder") -> list[str] | list[list[str]]:
+        """Token labels, one string per position (``EOS`` for the end token, padding left out), as
+        TransformerLens's ``to_str_tokens``: the labels of a cached activation's ``src_pos`` (``side="encoder"``)
+        or ``tgt_pos`` (``side="decoder"``: ``>`` and the answer, teacher-forced).
+
+        A task (or its text, or one row of ids, ``[src_pos]`` or ``[1, src_pos]``) gives one list; a list of
+        tasks gives one list per task, and a `TokenBatch` or id tensor of several rows one list per row. Raises
+        ValueError for another side, and as `to_token_batch` does for inputs it refuses.
+        """
         if side not in ("encoder", "decoder"):
             raise ValueError(f"side must be 'encoder' or 'decoder', got {side!r}")
-        batch = to_token_batch(task)
-        ids = batch.src[0] if side == "encoder" else batch.tgt_in[0]
-        return [display_token(int(token)) for token in ids if int(token) != PAD]
+        if isinstance(inputs, Tensor) and inputs.dim() == 1:
+            inputs = inputs[None]
+        batch = to_token_batch(inputs)
+        ids = batch.src if side == "encoder" else batch.tgt_in
+        rows = [[display_token(int(token)) for token in row if int(token) != PAD] for row in ids]
+        one_task = isinstance(inputs, (Task, str)) or (not isinstance(inputs, Sequence) and len(rows) == 1)
+        return rows[0] if one_task else rows
 
     def set_use_hook_result(self, use_hook_result: bool) -> HookedEncoderDecoder:
         """Add (True) or remove (False) every attention's per-head ``attn.hook_result`` hook point, as

@@ -108,8 +108,25 @@ encoder output ("memory") read by every decoder cross-attention layer.
   `run_with_cache`, `run_with_hooks`, `hooks` and `add_hook` alike.
 - Inputs: a `Task`, its text (`"abc...z | ghi > ghj | bcd"`, read by `Task.parse`), a list of either, a
   `TokenBatch` or an id tensor; `solve` returns one answer for one task or its text. `model.to_tokens(inputs)`
-  gives the `TokenBatch` that is run, `model.to_str_tokens(task)` one label per encoder position (`side="decoder"`:
-  per decoder position), to index a cached activation's positions, as in TransformerLens.
+  gives the `TokenBatch` that is run (its tensors: `.src`, `.roles`, `.tgt_in`; not a tensor itself),
+  `model.to_str_tokens(task)` one label per encoder position (`side="decoder"`: per decoder position), to index a
+  cached activation's positions, as in TransformerLens; a list of tasks or a batch of several rows gives one list per
+  row.
+- Padding: a batch pads each row to its longest with PAD, and the cache holds those positions too. No real position
+  reads them (PAD keys get -inf), but their own rows are not empty: a PAD query's pattern sums to 1 over the real keys
+  and its residual stream is not zero. Mask them before averaging over positions: `cache.inputs.src_pad_mask`
+  (`tgt_pad_mask` for the decoder; `cache.inputs.roles` is 7 at PAD).
+- Names that differ from TransformerLens: two stacks, so `cfg.n_layers("encoder")` is a method (or
+  `cfg.n_encoder_layers`, `cfg.n_decoder_layers`); `cfg.vocab_size` (TransformerLens's `d_vocab`), `cfg.max_len`
+  (`n_ctx`), `model.unembed.weight` (`W_U`, `[vocab, d_model]`); per attention module `W_Q`, `W_K`, `W_V`
+  (`[head, d_model, d_head]`) and `W_O` (`[head, d_head, d_model]`). The cache has `pattern`, `scores`, `resid`
+  and `accumulated_resid(stack)`, not `stack_head_results` (sum `attn.hook_result` over heads instead),
+  `decompose_resid`, `logit_attrs` or `apply_ln_to_stack`: the model normalises after each sublayer (post-LN), so its
+  final residual stream is no sum of the components' outputs, which those methods assume.
+- nnsight: `NNsight(model)` instruments every module for good, so the wrapped model's attention leaves its fused
+  path (the rounding above) also in plain calls: wrap `copy.deepcopy(model)`, as the patching engine does. nnsight's
+  base wrapper runs one invoke per trace; put clean and corrupted tasks in one list (one invoke, rows of a batch) or
+  trace them one after the other.
 
 ## All hooks
 

@@ -152,7 +152,10 @@ def attention_view(
 ) -> AttentionView:
     """Greedy-decode ``task`` (a `Task` or its text) with ``model`` and return its `AttentionView`.
 
-    Raises ValueError for an unparsable task text, a ``top_k`` outside 1..vocab or a bad ``max_new_tokens``.
+    Raises TypeError for anything but one task (a list: view each task on its own), ValueError for an unparsable
+    task text, a ``top_k`` outside 1..vocab or a bad ``max_new_tokens``.
     """
     task = Task.parse(task) if isinstance(task, str) else task
+    if not isinstance(task, Task):
+        raise TypeError(f"attention_view shows one task (a Task or its text), got {type(task).__name__}")
     return AttentionView(collect_attention(model, task, top_k, max_new_tokens), title)

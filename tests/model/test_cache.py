@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
+from lsa_interp.data.tokenizer import TokenBatch
 from lsa_interp.model import ActivationCache
 
 
@@ -92,6 +95,15 @@ def test_to_moves_every_tensor_and_the_inputs_and_keeps_the_config(cache):
     assert moved.pattern("encoder", 0).shape == cache.pattern("encoder", 0).shape
     bare = ActivationCache(dict(cache.items()), cache.cfg).to("meta")
     assert bare.inputs is None and "batch=None" in repr(bare)
+
+
+def test_a_dtype_converts_the_activations_and_leaves_the_token_ids(cache):
+    half = cache.to(torch.float16)
+    assert all(tensor.dtype == torch.float16 for tensor in half.values())
+    assert half.inputs is cache.inputs and half.inputs.src.dtype == torch.long
+    torch.testing.assert_close(half.pattern("encoder", 0).float(), cache.pattern("encoder", 0), atol=1e-3, rtol=0)
+    with pytest.raises(TypeError, match=r"^a TokenBatch holds token ids: move it to a device, not to torch.float16$"):
+        inspect.unwrap(TokenBatch.to)(cache.inputs, torch.float16)
 
 
 def test_negative_layers_reach_the_first_layer(cache):

@@ -148,6 +148,22 @@ def test_to_tokens_and_to_str_tokens_label_the_cached_positions(paper_pair):
         model.to_str_tokens(text, side="cross")
 
 
+def test_to_str_tokens_gives_one_list_per_row_of_a_batch(paper_pair):
+    """A batch of several tasks is labelled row by row (it used to label only the first row, silently)."""
+    _, model = paper_pair
+    short = "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd > acd"
+    long = "abcdefghijklmnopqrstuvwxyz | ghijklm > fhijklm | bcdefgh > acdefgh"
+    rows = [model.to_str_tokens(short), model.to_str_tokens(long)]
+    assert len(rows[0]) == 39 and len(rows[1]) == 51
+    batch = model.to_tokens([short, long])
+    assert model.to_str_tokens([short, long]) == rows
+    assert model.to_str_tokens(batch) == rows and model.to_str_tokens(batch.src) == rows
+    assert model.to_str_tokens([long, short], side="decoder") == [[*">acdefgh"], [*">acd"]]
+    assert model.to_str_tokens([long]) == [rows[1]]  # a list of one task: a list of one list, as TransformerLens
+    one_row = model.to_tokens(long).src
+    assert model.to_str_tokens(one_row) == rows[1] and model.to_str_tokens(one_row[0]) == rows[1]
+
+
 def test_a_mistyped_hook_name_is_a_value_error_and_attaches_nothing(paper_pair, make_tasks):
     _, model = paper_pair
     tasks = make_tasks(2, seed=6)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 
 import numpy as np
@@ -287,6 +288,9 @@ def test_attention_view_of_a_task_string_and_bad_input(model):
         attention_view(model, TASK, top_k=0)
     with pytest.raises(ValueError):
         attention_view(model, "abc | d")
+    unchecked = inspect.unwrap(attention_view)  # the test run's type checker would refuse the list first
+    with pytest.raises(TypeError, match=r"^attention_view shows one task \(a Task or its text\), got list$"):
+        unchecked(model, [TASK, TASK])
 
 
 def test_each_click_names_the_layer_and_head_in_the_title(view):
