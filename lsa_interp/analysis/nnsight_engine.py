@@ -1,15 +1,14 @@
 """The nnsight engine of attention-pattern patching: nnsight 0.8 traces the hooked model (as the paper did).
 
 nnsight wraps every module of the model it is given, and for good, which would switch the attention of
-the caller's model off its fused path; so the engine traces a deep copy. Inside a trace, modules are
-requested in execution order (encoder layers first, then the encoder output, then the result), as
-nnsight 0.8 requires. Only the encoder is patched, which runs once per ``generate``, so no decoder step
-is addressed and no ``tracer.iter`` range is needed.
+the caller's model off its fused path; so the engine traces a deep copy (`lsa_interp.model.tracing.traced`).
+Inside a trace, modules are requested in execution order (encoder layers first, then the encoder output,
+then the result), as nnsight 0.8 requires. Only the encoder is patched, which runs once per ``generate``, so
+no decoder step is addressed and no ``tracer.iter`` range is needed.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 
 import torch
@@ -24,9 +23,9 @@ class NNsightEngine:
     """Patching with nnsight on a copy of ``model`` (see `lsa_interp.analysis.pattern_patches.Engine`)."""
 
     def __init__(self, model: HookedEncoderDecoder, max_new_tokens: int) -> None:
-        from nnsight import NNsight
+        from lsa_interp.model.tracing import traced
 
-        self.wrapped = NNsight(copy.deepcopy(model))
+        self.wrapped = traced(model)
         self.max_new_tokens = max_new_tokens
 
     def _pattern(self, layer: int):

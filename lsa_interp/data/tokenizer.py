@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from jaxtyping import Bool, Int
 from torch import Tensor
 
@@ -61,6 +62,27 @@ class TokenBatch:
         """Return the rows ``index`` (a slice, index tensor or boolean mask) of every tensor."""
         pick = lambda t: None if t is None else t[index]
         return TokenBatch(pick(self.src), pick(self.roles), pick(self.tgt_in), pick(self.tgt_out))
+
+
+def concat_batches(batches: Sequence[TokenBatch]) -> TokenBatch:
+    """One batch of the rows of ``batches`` in order, each tensor padded to the widest (PAD, roles ``pad``).
+
+    ``tgt_in``/``tgt_out`` are kept where every batch has them, else None. Raises ValueError for no batches.
+    """
+    if not batches:
+        raise ValueError("cannot concatenate an empty list of batches")
+
+    def joined(parts: list[Tensor | None], fill: int) -> Tensor | None:
+        if any(part is None for part in parts):
+            return None
+        width = max(part.shape[1] for part in parts)
+        return torch.cat([F.pad(part, (0, width - part.shape[1]), value=fill) for part in parts])
+
+    field = lambda name: [getattr(batch, name) for batch in batches]
+    return TokenBatch(
+        joined(field("src"), PAD), joined(field("roles"), ROLE_ID["pad"]), joined(field("tgt_in"), PAD),
+        joined(field("tgt_out"), PAD),
+    )  # fmt: skip
 
 
 def source_text(task: Task) -> str:

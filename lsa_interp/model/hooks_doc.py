@@ -123,10 +123,12 @@ encoder output ("memory") read by every decoder cross-attention layer.
   and `accumulated_resid(stack)`, not `stack_head_results` (sum `attn.hook_result` over heads instead),
   `decompose_resid`, `logit_attrs` or `apply_ln_to_stack`: the model normalises after each sublayer (post-LN), so its
   final residual stream is no sum of the components' outputs, which those methods assume.
-- nnsight: `NNsight(model)` instruments every module for good, so the wrapped model's attention leaves its fused
-  path (the rounding above) also in plain calls: wrap `copy.deepcopy(model)`, as the patching engine does. nnsight's
-  base wrapper runs one invoke per trace; put clean and corrupted tasks in one list (one invoke, rows of a batch) or
-  trace them one after the other.
+- nnsight: `traced(model)` (`lsa_interp.model.tracing`) wraps a copy of the model, whose envoys carry these names
+  (`nn.encoder[1].attn.hook_pattern.output`). A trace may hold several invokes (tasks, texts, lists, batches), run as
+  one padded batch, each invoke seeing its own rows; one that hands a value to another meets it at
+  `tracer.barrier(2)` (the module's text has the clean / corrupted example). nnsight instruments the modules it wraps
+  for good, which would move a wrapped model's own attention off its fused path (the rounding above), hence the copy;
+  a bare `NNsight(model)` also runs only one invoke per trace.
 
 ## All hooks
 

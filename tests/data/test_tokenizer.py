@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lsa_interp import Task
-from lsa_interp.data.tokenizer import decode, decode_batch, encode_tasks, source_labels
+from lsa_interp.data.tokenizer import concat_batches, decode, decode_batch, encode_tasks, source_labels
 from lsa_interp.data.vocab import (
     ARROW,
     EOS,
@@ -111,6 +111,18 @@ def test_batch_select_and_to():
     batch = encode_tasks([PAPER, PAPER.with_answer("acde")])
     one = batch.select(torch.tensor([1])).to("cpu")
     assert len(one) == 1 and one.tgt_out[0].tolist() == [0, 2, 3, 4, EOS]
+
+
+def test_concat_batches_pads_each_tensor_to_the_widest_row():
+    short, long = PAPER, Task(LETTERS, (("ghijk", "fhijk"),), "bcdefg", "acdefg")
+    joined = concat_batches([encode_tasks([long]), encode_tasks([short, short])])
+    together = encode_tasks([long, short, short])
+    for name in ("src", "roles", "tgt_in", "tgt_out"):
+        assert torch.equal(getattr(joined, name), getattr(together, name)), name
+    unanswered = concat_batches([encode_tasks([short]), encode_tasks([Task(LETTERS, (("ab", "ac"),), "bc")])])
+    assert unanswered.tgt_in is None and unanswered.tgt_out is None and unanswered.src.shape[0] == 2
+    with pytest.raises(ValueError, match="^cannot concatenate an empty list of batches$"):
+        concat_batches([])
 
 
 def test_unknown_symbols_are_named_exactly():
