@@ -47,8 +47,11 @@ Patterns = Mapping[Head, Float[Tensor, "batch q_pos k_pos"]]
 
 
 def check_heads(model: HookedEncoderDecoder, heads: Sequence[Head]) -> None:
-    """Raise ValueError unless every head is an encoder self-attention head of ``model``."""
+    """Raise ValueError unless every head is an encoder self-attention head of ``model``, each named once."""
     cfg = model.cfg
+    twice = sorted({head.label for head in heads if heads.count(head) > 1})
+    if twice:
+        raise ValueError(f"head {', '.join(twice)} named more than once; name each head once (e.g. 1.3+2.3)")
     for head in heads:
         if (head.stack, head.attn) != ("encoder", "attn"):
             raise ValueError(f"head {head.label} is not an encoder self-attention head; only those can be patched")

@@ -140,8 +140,24 @@ class Population:
             "<table class='findings'><tr><th>finding</th><th>paper</th><th>ours</th></tr>"
             f"{rows}</table><h2>by condition</h2><table class='findings'><tr><th>preset / batching</th><th>models</th>"
             f"<th>matching head (paper: copy 20/20, no-copy 5/20)</th><th>Figure 5 attention (paper: ~0.23 / "
-            f"~0.015)</th></tr>{conditions}</table>"
+            f"~0.015)</th></tr>{conditions}</table><h2>per model</h2>{self._per_model()}"
         )
+
+    def _per_model(self) -> str:
+        """A table of every finding (rows) in every model (columns): its measure and verdict, as the report has it."""
+        verdict = {True: "holds", False: "no", None: "-"}
+        head = "".join(
+            f"<th>{html.escape(Path(row['model']).name)}<br>{html.escape(row['condition'])}</th>" for row in self.rows
+        )
+        body = ""
+        for name in self.finding_names():
+            found = [_find(row, name) for row in self.rows]
+            cells = "".join(
+                "<td></td>" if f is None else f"<td>{html.escape(f['ours'])} (<b>{verdict[f['holds']]}</b>)</td>"
+                for f in found
+            )
+            body += f"<tr><td>{html.escape(name)}</td>{cells}</tr>"
+        return f"<table class='findings'><tr><th>finding</th>{head}</tr>{body}</table>"
 
     def _figures(self) -> dict[str, Any]:  # pragma: no mutate block
         import plotly.graph_objects as go

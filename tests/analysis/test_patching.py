@@ -148,6 +148,11 @@ def test_heads_joined_by_plus_are_patched_together(random_model, pairs):
     tokens, _ = patched_generate(random_model, pair_batch(pairs).target, both, max_new_tokens=8)
     assert decode_batch(tokens) == together.patched
     assert resolve_heads(random_model, "1.1+2.3") == [Head("encoder", 0, 0), Head("encoder", 1, 2)]
+    message = r"^head 1.1 named more than once; name each head once \(e.g. 1.3\+2.3\)$"
+    with pytest.raises(ValueError, match=message):
+        resolve_heads(random_model, "1.1+2.3+1.1")
+    with pytest.raises(ValueError, match=message):
+        resolve_heads(random_model, [Head("encoder", 0, 0), Head("encoder", 0, 0)])
 
 
 def test_outcomes_and_logit_differences_of_a_result(random_model, pairs):

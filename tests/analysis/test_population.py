@@ -184,6 +184,29 @@ def test_the_page_escapes_findings_and_shows_each_models_measure_with_its_units(
     assert "paper: a < b" in figure.layout.title.text
 
 
+def test_the_page_shows_every_finding_in_every_model_with_its_verdict(tmp_path):
+    """The per-model table: one column per model (its folder name and condition), one row per finding, each cell the
+    model's own reading and its verdict; a model without the finding has an empty cell. The roles findings, which have
+    no single measure (no box plot), are shown there too."""
+    rows = [
+        {**ROWS[0], "model": "ckpt/m1", "findings": [{**_finding("roles <", True, None), "ours": "0.29 -> 0.34"}]},
+        {**ROWS[2], "model": "ckpt/m3", "findings": [{**_finding("roles <", None, None), "ours": "none solved"}]},
+        {**ROWS[1], "model": "ckpt/m2", "findings": [{**_finding(OTHER, False, 5), "ours": "5 of 9"}]},
+    ]
+    page = Population(rows).write(tmp_path)["html"].read_text(encoding="utf-8")
+    _, per_model = page.split("<h2>per model</h2>")
+    header = (
+        "<tr><th>finding</th><th>m1<br>copy / alphabet</th><th>m3<br>nocopy / alphabet</th>"
+        "<th>m2<br>copy / alphabet</th></tr>"
+    )
+    assert header in per_model
+    assert (
+        "<tr><td>roles &lt;</td><td>0.29 -&gt; 0.34 (<b>holds</b>)</td><td>none solved (<b>-</b>)</td><td></td></tr>"
+        in (per_model)
+    )
+    assert f"<tr><td>{OTHER}</td><td></td><td></td><td>5 of 9 (<b>no</b>)</td></tr>" in per_model
+
+
 def test_condition_falls_back_to_the_training_config_preset():
     """The metadata's own preset wins; else the training config's; missing parts read "unknown"."""
     assert condition({"train_config": {"preset": "copy-20", "batching": "alphabet"}}) == "copy-20 / alphabet"
