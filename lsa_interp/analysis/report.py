@@ -86,8 +86,9 @@ class Report:
         figures = {f"{r.name}: {title}": fig for r in self.results for title, fig in r.figures.items()}
         total = sum(self.seconds.values())
         intro = (
-            f"<p>Every finding of the paper re-measured on <b>{self.model}</b> in {total:.0f} s "
-            "(head labels 1-based, as in the paper: 2.7 = encoder layer 2, head 7).</p>"
+            f"<p>Every finding of the paper re-measured on <b>{self.model}</b> in {total:.0f} s of analysis time "
+            "(each analysis's own seconds added up; analyses run in parallel take less wall time). "
+            "Head labels are 1-based, as in the paper: 2.7 = encoder layer 2, head 7.</p>"
         )
         page = figures_page(f"lsa-interp report: {self.model}", figures, self.findings, intro)
         atomic_write(paths["html"], lambda p: p.write_text(page, encoding="utf-8"))
