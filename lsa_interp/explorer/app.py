@@ -62,6 +62,7 @@ def _sync_callback(app: Dash, catalogue: ModelCatalogue) -> None:
     @app.callback(
         Output("url", "search"),
         *[Output(name, "value") for name in CONTROLS],
+        Output("drawn", "value"),
         Input("url", "search"),
         *[Input(name, "value") for name in CONTROLS],
         *buttons,
@@ -76,7 +77,7 @@ def _sync_callback(app: Dash, catalogue: ModelCatalogue) -> None:
         if trigger in (None, "url"):
             state = replace(linked, model=linked.model or catalogue.names[0])
             query = state.to_query()
-            return (no_update if query == search else query), *_control_values(state, catalogue)
+            return (no_update if query == search else query), *_changed_controls(state, catalogue, controls, drawn)
         if trigger == "model" and not controls[CONTROLS.index("model")]:
             # the picker emptied itself (Dash's dropdown drops a value it does not offer, such as a link's unknown
             # model): the link keeps naming that model, and the render callback says it is unknown
@@ -97,7 +98,17 @@ def _sync_callback(app: Dash, catalogue: ModelCatalogue) -> None:
                 state = replace(state, task=drawn)
         except (ValueError, FileNotFoundError):
             pass  # the render callback reports what is wrong with the state
-        return state.to_query(), *_control_values(state, catalogue)
+        return state.to_query(), *_changed_controls(state, catalogue, controls, drawn)
+
+
+def _changed_controls(state: ViewState, catalogue: ModelCatalogue, controls: Sequence, drawn: str | None) -> list:
+    """The control values of ``state`` (`_control_values`), no_update for each that the page already shows, then the
+    drawn-task picker's value: cleared once the task is no longer the one picked, so that picking it again fires.
+
+    A control written with the value it has still fires the callbacks that read it: the model picker's did, and the
+    draw callback took it for a model change and cleared the drawn tasks at every interaction."""
+    values = [no_update if new == old else new for new, old in zip(_control_values(state, catalogue), controls)]
+    return [*values, no_update if drawn is None or drawn == state.task else None]
 
 
 def _chosen(linked: ViewState, controls: dict, trigger: str) -> dict[str, str]:
@@ -226,29 +237,33 @@ def _draw_callback(app: Dash, catalogue: ModelCatalogue) -> None:
     @app.callback(
         Output("drawn", "options"),
         Output("draw-message", "children"),
+        Output("drawn-for", "data"),
         Input("draw", "n_clicks"),
         Input("model", "value"),
         State("draw-split", "value"),
         State("draw-transformation", "value"),
         State("draw-alphabet", "value"),
         State("draw-outcome", "value"),
+        State("drawn-for", "data"),
         prevent_initial_call=True,
     )
-    def draw(clicks, name, split, transformation, alphabet, outcome):
-        if ctx.triggered_id == "model":  # the tasks drawn and their answers were the last model's
-            return [], ""
+    def draw(clicks, name, split, transformation, alphabet, outcome, drawn_for):
+        if ctx.triggered_id == "model":  # the tasks drawn and their answers were the last model's, if it changed
+            if name == drawn_for:
+                raise PreventUpdate
+            return [], "", None
         try:
             with catalogue.lock:
                 dataset = catalogue.memo(name, "dataset", evaluation_dataset)
                 pool = filter_tasks(dataset.splits[split], transformation, alphabet)
                 found = draw_tasks(catalogue.model(name), pool, outcome, DRAWN, seed=clicks or 0)
         except (ValueError, KeyError, FileNotFoundError) as err:
-            return [], f"cannot draw tasks: {err}"
+            return [], f"cannot draw tasks: {err}", None
         options = [
             {"label": f"{t.with_answer(None)}  (model: {a or '(empty)'})", "value": str(t.with_answer(None))}
             for t, a in found
         ]
-        return options, f"{len(found)} of {len(pool)} matching tasks drawn; pick one"
+        return options, f"{len(found)} of {len(pool)} matching tasks drawn; pick one", name
 
 
 def explorer_catalogue(

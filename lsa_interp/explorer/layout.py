@@ -66,6 +66,7 @@ def _task_controls(models: list[str]) -> list:
                 dcc.Dropdown(
                     id="drawn", options=[], placeholder="drawn tasks (model's answer)", style={"width": "48rem"}
                 ),
+                dcc.Store(id="drawn-for"),  # the model the drawn tasks were drawn for
             ]
         ),
     ]

@@ -8,10 +8,9 @@ from typing import Any
 from dash import Dash
 
 
-def call_callback(app: Dash, output: str, inputs: list[Any], state: list[Any] = (), changed: str = "") -> Any:
-    """The response of the callback whose output key contains ``output``, given its inputs' and states' values in
-    order, ``changed`` (``"id.property"``) being the input that fired ({} when the callback updated nothing);
-    raises AssertionError for an HTTP error."""
+def post_callback(app: Dash, output: str, inputs: list[Any], state: list[Any] = (), changed: str = ""):
+    """The Flask response to the request that fires the callback whose output key contains ``output``, given its
+    inputs' and states' values in order, ``changed`` (``"id.property"``) being the input that fired."""
     (key,) = [key for key in app.callback_map if output in key]
     callback = app.callback_map[key]
     outputs = (
@@ -29,9 +28,14 @@ def call_callback(app: Dash, output: str, inputs: list[Any], state: list[Any] = 
         "state": values(callback["state"], state),
         "changedPropIds": [changed] if changed else [],
     }
-    client = app.server.test_client()
-    response = client.post("/_dash-update-component", json=payload)
-    if response.status_code == 204:  # PreventUpdate, or every output no_update
+    return app.server.test_client().post("/_dash-update-component", json=payload)
+
+
+def call_callback(app: Dash, output: str, inputs: list[Any], state: list[Any] = (), changed: str = "") -> Any:
+    """The response of the callback `post_callback` fires, parsed ({} when the callback updated nothing: PreventUpdate
+    or every output no_update); raises AssertionError for an HTTP error."""
+    response = post_callback(app, output, inputs, state, changed)
+    if response.status_code == 204:
         return {}
     assert response.status_code == 200, response.data.decode()[:2000]
     return response.get_json()["response"]

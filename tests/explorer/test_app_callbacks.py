@@ -30,16 +30,25 @@ def app():
     return create_app(ModelCatalogue([], {"deep": _model(4), "shallow": _model(3)}))
 
 
+def _respond(
+    app, search: str, controls: dict[str, str], changed: str, pair_clicks: int = 0, drawn: str | None = None
+) -> tuple[dict, list]:
+    """The sync callback's response fired by ``changed`` ({} when it updates nothing) and the controls' values
+    sent."""
+    values = [controls.get(name, getattr(ViewState(), name)) for name in CONTROLS]
+    inputs = [search, *values, 0, 0, pair_clicks, None, drawn]
+    return call_callback(app, "url.search...model.value", inputs, ["zero"], changed), values
+
+
 def _sync(
-    app, search: str, controls: dict[str, str], changed: str, pair_clicks: int = 0
+    app, search: str, controls: dict[str, str], changed: str, pair_clicks: int = 0, drawn: str | None = None
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """The URL's fields and the controls' values after the sync callback fired by ``changed``."""
-    values = (controls.get(name, getattr(ViewState(), name)) for name in CONTROLS)
-    inputs = [search, *values, 0, 0, pair_clicks, None, None]
-    response = call_callback(app, "url.search...model.value", inputs, ["zero"], changed)
+    """The URL's fields and the controls' values after the sync callback fired by ``changed`` (a control the
+    response leaves out keeps the value sent)."""
+    response, sent = _respond(app, search, controls, changed, pair_clicks, drawn)
     search = response["url"]["search"] if "url" in response else search  # left out: the link stays as it was
     url = {k: v[-1] for k, v in parse_qs(search.lstrip("?"), keep_blank_values=True).items()}
-    return url, {name: response[name]["value"] for name in CONTROLS}
+    return url, {name: response[name]["value"] if name in response else value for name, value in zip(CONTROLS, sent)}
 
 
 def test_switching_to_a_shallower_model_takes_its_own_layers_not_the_last_models(app):
@@ -71,8 +80,37 @@ def test_a_checkpoint_removed_after_the_start_is_reported_not_a_server_error(tmp
 
 
 def test_the_drawn_tasks_are_cleared_when_the_model_changes(app):
-    response = call_callback(app, "drawn.options", [1, "shallow"], ["val", "", "", "any"], changed="model.value")
+    state = ["val", "", "", "any", "deep"]
+    response = call_callback(app, "drawn.options", [1, "shallow"], state, changed="model.value")
     assert response["drawn"]["options"] == [] and response["draw-message"]["children"] == ""
+    assert response["drawn-for"]["data"] is None
+
+
+def test_the_drawn_tasks_outlive_every_interaction_but_a_new_draw_or_model(app):
+    """The sync callback wrote every control's value at every interaction, the model's included, which fired the draw
+    callback as a model change: a graph-layer click, a typed ablation or picking a drawn task emptied the list. The
+    sync now leaves the controls the page already shows alone, and the draw callback clears the list only for a
+    model other than the one it was drawn for."""
+    _, controls = _sync(app, "?model=deep", {}, "url.search")
+    task = DEFAULT_TASK.replace("| bcd", "| cde")
+    for changed, change, drawn in (("graph", "2", None), ("ablate", "1.1", None), ("drawn", None, task)):
+        sent = {**controls, changed: change} if change else controls
+        response, _ = _respond(app, "?model=deep", sent, f"{changed}.value", drawn=drawn)
+        assert "model" not in response, f"{changed}: the model picker was written"
+        assert [name for name in CONTROLS if name in response] == (["task"] if drawn else [])
+    assert response["task"]["value"] == task and "drawn" not in response
+    kept = call_callback(app, "drawn.options", [1, "deep"], ["val", "", "", "any", "deep"], changed="model.value")
+    assert kept == {}, "the model the tasks were drawn for: the list stays"
+
+
+def test_a_drawn_task_can_be_picked_again_after_typing_another(app):
+    """The picker kept showing the task picked, so picking it again after typing another changed nothing and fired
+    nothing: the picker is cleared once the task is no longer the one it shows."""
+    picked = DEFAULT_TASK.replace("| bcd", "| cde")
+    response, _ = _respond(app, "?model=deep", {"layer": "4"}, "task.value", drawn=picked)
+    assert response["drawn"]["value"] is None
+    url, controls = _sync(app, "?model=deep", {"layer": "4"}, "drawn.value", drawn=picked)
+    assert url["task"] == controls["task"] == picked
 
 
 def test_a_link_s_unknown_model_is_kept_when_the_picker_empties_itself(app):
