@@ -15,7 +15,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from lsa_interp.explorer.compute import CellBox, Prediction
-from lsa_interp.viz.attention_figures import ROLE_COLOURS, blank_masked
+from lsa_interp.viz.attention_figures import ATTENTION_COLORSCALE, HIDDEN_COLORSCALE, ROLE_COLOURS, blank_masked
 
 _CELL_PX = 14
 DECIMALS = 4
@@ -85,8 +85,8 @@ def attention_heatmap(
     n_heads = values.shape[0]
     text = _hover_text(tuple(q_labels), tuple(k_labels))
     trace = {
-        "type": "heatmap", "text": text, "hovertemplate": HOVER, "hoverongaps": False, "colorscale": "Viridis",
-        "zmin": 0.0,
+        "type": "heatmap", "text": text, "hovertemplate": HOVER, "hoverongaps": False,
+        "colorscale": ATTENTION_COLORSCALE, "zmin": 0.0,
     }  # fmt: skip
     margin = {"t": 60, "l": 70, "r": 30, "b": 60}
     if heads == "average":
@@ -102,7 +102,10 @@ def attention_heatmap(
     cols = min(4, n_heads)
     rows = -(-n_heads // cols)
     panel = max(150, 5 * max(len(k_labels), len(q_labels)))
-    data, layout = [], {"title": {"text": f"{title}, every head"}, "coloraxis": {"colorscale": "Viridis", "cmin": 0}}
+    data, layout = (
+        [],
+        {"title": {"text": f"{title}, every head"}, "coloraxis": {"colorscale": ATTENTION_COLORSCALE, "cmin": 0}},
+    )
     annotations = []
     for h, (xname, yname, xaxis, yaxis) in enumerate(_grid(n_heads, cols)):
         z = _rounded(blank_masked(values[h], masked))
@@ -130,7 +133,7 @@ def hidden_state_heatmap(
         "text": _row_text(tuple(labels), values.shape[1]),
         "zmin": -1.0,
         "zmax": 1.0,
-        "colorscale": "RdBu",
+        "colorscale": HIDDEN_COLORSCALE,
         "hovertemplate": "%{text}, dim %{x}: %{z:.3f}<extra></extra>",
     }
     layout = {

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 from jaxtyping import Bool, Float
+from plotly.colors import diverging, make_colorscale, sequential
 from torch import Tensor
 
 ROLE_COLOURS: dict[str, str] = {
@@ -26,6 +27,12 @@ ROLE_COLOURS: dict[str, str] = {
     "eos": "#d62728",
     "pad": "#dddddd",
 }
+ATTENTION_COLORSCALE: list[list] = make_colorscale(sequential.Viridis)
+"""Attention weights (0..1): Viridis as an explicit ``[[position, colour], ...]`` list, as every attention heatmap
+(viewer, explorer, export) sends it: plotly.js and plotly.py resolve the name to different stops."""
+HIDDEN_COLORSCALE: list[list] = make_colorscale(diverging.RdBu_r)
+"""Hidden states: negative blue, 0 white, positive red (ColorBrewer's RdBu, reversed), as an explicit list: the name
+``"RdBu"`` draws +1 red in plotly.js (the explorer's plain-dict figures) but +1 blue in plotly.py (the viewer)."""
 ATTENTION_HOVER = "%{x} -> %{y}: %{z:.3f}<extra></extra>"
 """Hover text of an attention cell: source (key) -> destination (query): weight. Masked cells have none."""
 _CELL_PX, _MIN_PX, _MIN_WIDTH_PX = 16, 320, 560
@@ -213,7 +220,7 @@ def attention_figure(
                     y=list(q_labels),
                     zmin=0.0,
                     zmax=1.0,  # one scale for every head: a near-uniform head must not look as sharp as a peaked one
-                    colorscale="Viridis",
+                    colorscale=ATTENTION_COLORSCALE,
                     name=f"layer {layer + 1} {_choice_name(choice, n_heads)}",
                     visible=layer == 0 and choice == n_heads,
                     hovertemplate=ATTENTION_HOVER,
@@ -250,7 +257,7 @@ def hidden_state_figure(
                 x=list(range(d_model)),
                 y=list(labels),
                 zmid=0.0,
-                colorscale="RdBu",
+                colorscale=HIDDEN_COLORSCALE,
                 name=f"layer {layer + 1}",
                 visible=layer == 0,
                 hovertemplate="%{y}, dim %{x}: %{z:.3f}<extra></extra>",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from lsa_interp.explorer.render import RenderedView, ViewRenderer, export_html
 from lsa_interp.explorer.state import ViewState
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.model.heads import Head
+from lsa_interp.viz.attention import attention_view
 from lsa_interp.viz.attention_data import collect_attention
 from lsa_interp.viz.attention_figures import role_legend_html
 from lsa_interp.viz.html import figures_page
@@ -232,6 +234,31 @@ def test_export_is_one_page_of_the_summary_the_link_the_roles_and_every_figure(r
     bare = export_html(RenderedView(ViewState(model="x"), error="unknown model 'x'"))
     intro = "<p>unknown model &#x27;x&#x27;</p><p>view: <code>?model=x</code></p>"
     assert bare == figures_page("lsa-interp explorer: x", {}, intro=intro), "no figures and no role legend"
+
+
+def _page_figures(page: str) -> list[dict]:
+    """The figures of an HTML page as plotly.js receives them (``Plotly.newPlot(id, data, layout, config)``)."""
+    decoder, figures = json.JSONDecoder(), []
+    for call in page.split("Plotly.newPlot(")[1:]:
+        start = call.index("[")
+        data, end = decoder.raw_decode(call, start)
+        layout, _ = decoder.raw_decode(call, call.index("{", end))
+        figures.append({"data": data, "layout": layout})
+    return figures
+
+
+def test_the_live_view_its_export_and_the_viewer_draw_with_the_same_colour_scales(renderer, planted):
+    """plotly.js and plotly.py resolve a colour scale's name differently ("RdBu" drew +1 red live, +1 blue in the
+    export and the viewer): every heatmap sends one explicit list; hidden states are negative blue, positive red."""
+    view = renderer.render(ViewState(model="planted"))
+    live = [view.figures[name]["data"][0]["colorscale"] for name in ("encoder self-attention", "encoder hidden states")]
+    assert all(isinstance(scale, list) for scale in live)
+    assert live[1][0] == [0.0, "rgb(5,48,97)"] and live[1][-1] == [1.0, "rgb(103,0,31)"]
+    exported = _page_figures(export_html(view))
+    assert [figure["data"][0]["colorscale"] for figure in exported[:2]] == live  # in the order of view.figures
+    viewer = _page_figures(attention_view(planted, Task.parse(TASK)).html())
+    scales = {figure["layout"]["title"]["text"].split(":")[0]: figure["data"][0].get("colorscale") for figure in viewer}
+    assert scales["encoder self-attention"] == live[0] and scales["encoder hidden states (hook_resid_post)"] == live[1]
 
 
 def test_the_decoder_s_masked_future_is_blank_in_both_head_views(renderer):
