@@ -2,7 +2,8 @@
 
 `render_view` is what the app shows for a URL; the Dash callbacks only lay it out. It parses the state,
 runs the clean and intervened runs (`lsa_interp.explorer.compute`) under the catalogue's lock, and builds
-the figures. `export_html` writes the same view as one offline HTML page (plotly.js inlined).
+the figures. `export_html` writes the same view, its comparison table included, as one offline HTML page (plotly.js
+inlined where there is a figure).
 """
 
 from __future__ import annotations
@@ -191,11 +192,30 @@ def _figures(data: AttentionData, view: RenderedView, layer: int, heads: str, n_
     }
 
 
+def changes_html(view: RenderedView) -> str:
+    """The clean vs intervened comparison as HTML, as the live view shows it: the verdict ("the answer changed" or
+    not) and a table of every decoding step's token and probability in each run; "" without interventions."""
+    if not view.changes:
+        return ""
+    verdict = "the answer changed" if view.answer_changed else "the answer did not change"
+    header = "".join(f"<th>{h}</th>" for h in ("step", "clean", "p", "intervened", "p", ""))
+    rows = [
+        f"<tr><td>{c.step}</td><td>{html.escape(c.clean)}</td><td>{c.clean_prob:.3f}</td>"
+        f"<td>{html.escape(c.changed)}</td><td>{c.changed_prob:.3f}</td>"
+        f"<td class='fails'>{'changed' if c.differs else ''}</td></tr>"
+        for c in view.changes
+    ]
+    return f"<p><b>{verdict}</b></p><table class='findings'><tr>{header}</tr>{''.join(rows)}</table>"
+
+
 def export_html(view: RenderedView) -> str:
-    """The view as one self-contained HTML page (summary, role legend, every figure; nothing fetched)."""
+    """The view as one self-contained HTML page (returned as text; nothing fetched): the summary, the link, the role
+    legend, the step-by-step comparison and every figure in the live app's look (plotly.js's own defaults, template
+    "none": masked cells blank). An error view is its one line, without plotly.js."""
     title = f"lsa-interp explorer: {view.state.model}"
     lines = "<br>".join(html.escape(line) for line in view.summary_lines())
     link = html.escape(view.state.to_query())
-    intro = f"<p>{lines}</p><p>view: <code>{link}</code></p>" + (role_legend_html(view.roles) if view.roles else "")
-    figures = {name: go.Figure(figure) for name, figure in view.figures.items()}
+    legend = role_legend_html(view.roles) if view.roles else ""
+    intro = f"<p>{lines}</p><p>view: <code>{link}</code></p>{legend}{changes_html(view)}"
+    figures = {name: go.Figure(figure).update_layout(template="none") for name, figure in view.figures.items()}
     return figures_page(title, figures, intro=intro)

@@ -236,6 +236,26 @@ def test_export_is_one_page_of_the_summary_the_link_the_roles_and_every_figure(r
     assert bare == figures_page("lsa-interp explorer: x", {}, intro=intro), "no figures and no role legend"
 
 
+def test_the_export_holds_the_step_table_draws_in_the_live_look_and_an_error_without_plotly(renderer):
+    """The exported page is the whole view: the clean vs intervened steps, figures without plotly.py's template (its
+    grey-blue background showed through the blank masked cells), and an error view is one line, not 4.8 MB."""
+    view = renderer.render(ViewState(model="planted", ablate="3.1"))
+    page = export_html(view)
+    assert view.changes and "<p><b>the answer changed</b></p><table class='findings'><tr><th>step</th>" in page
+    first = view.changes[0]
+    assert (
+        f"<tr><td>1</td><td>{html.escape(first.clean)}</td><td>{first.clean_prob:.3f}</td>"
+        f"<td>{html.escape(first.changed)}</td><td>{first.changed_prob:.3f}</td><td class='fails'>changed</td></tr>"
+    ) in page
+    exported = _page_figures(page)
+    assert len(exported) == len(view.figures) and all("layout" not in f["layout"]["template"] for f in exported)
+    assert "plot_bgcolor" not in "".join(json.dumps(f["layout"]) for f in exported)
+    plain = export_html(renderer.render(ViewState(model="planted")))
+    assert "the answer" not in plain and "<th>step</th>" not in plain  # no intervention: no comparison
+    bare = export_html(RenderedView(ViewState(model="x"), error="unknown model 'x'"))
+    assert len(bare) < 2000 and "<script" not in bare and "unknown model &#x27;x&#x27;" in bare
+
+
 def _page_figures(page: str) -> list[dict]:
     """The figures of an HTML page as plotly.js receives them (``Plotly.newPlot(id, data, layout, config)``)."""
     decoder, figures = json.JSONDecoder(), []

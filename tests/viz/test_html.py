@@ -78,6 +78,7 @@ def test_no_findings_make_no_table():
     assert findings_table([]) == ""
     page = figures_page("t", {})
     assert page.split("<body>")[1] == "<h1>t</h1>\n\n</body></html>", "no intro, no table, no figure: the title alone"
+    assert "<script" not in page and len(page) < 1000, "no figure: no plotly.js (4.5 MB) to draw none"
 
 
 def _figure(name: str) -> go.Figure:
