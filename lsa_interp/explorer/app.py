@@ -252,18 +252,17 @@ def _draw_callback(app: Dash, catalogue: ModelCatalogue) -> None:
             if name == drawn_for:
                 raise PreventUpdate
             return [], "", None
-        try:
-            with catalogue.lock:
-                dataset = catalogue.memo(name, "dataset", evaluation_dataset)
-                pool = filter_tasks(dataset.splits[split], transformation, alphabet)
-                found = draw_tasks(catalogue.model(name), pool, outcome, DRAWN, seed=clicks or 0)
+        try:  # the lock is taken per chunk of decoding, not for the whole draw: other views go on meanwhile
+            dataset = catalogue.memo(name, "dataset", evaluation_dataset)
+            pool = filter_tasks(dataset.splits[split], transformation, alphabet)
+            drawn = draw_tasks(catalogue.model(name), pool, outcome, DRAWN, clicks or 0, catalogue.lock)
         except (ValueError, KeyError, FileNotFoundError) as err:
             return [], f"cannot draw tasks: {err}", None
         options = [
             {"label": f"{t.with_answer(None)}  (model: {a or '(empty)'})", "value": str(t.with_answer(None))}
-            for t, a in found
+            for t, a in drawn.found
         ]
-        return options, f"{len(found)} of {len(pool)} matching tasks drawn; pick one", name
+        return options, drawn.message(), name
 
 
 def explorer_catalogue(

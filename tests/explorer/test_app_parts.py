@@ -74,9 +74,9 @@ def test_draw_tasks_by_outcome(model):
     # the planted model answers the first letter of the example output: right only for one-letter answers
     right = Task.parse("abcdefghijklmnopqrstuvwxyz | g > f | b > f", "pred")
     tasks = [PRED, right, PRED.with_answer("fcd")]
-    assert draw_tasks(model, tasks, "correct") == [(right, "f")]
-    assert {t for t, _ in draw_tasks(model, tasks, "wrong")} == {PRED, PRED.with_answer("fcd")}
-    assert len(draw_tasks(model, tasks, "any", n=2)) == 2
+    assert draw_tasks(model, tasks, "correct").found == [(right, "f")]
+    assert {t for t, _ in draw_tasks(model, tasks, "wrong").found} == {PRED, PRED.with_answer("fcd")}
+    assert len(draw_tasks(model, tasks, "any", n=2).found) == 2
     with pytest.raises(ValueError, match="unknown outcome"):
         draw_tasks(model, tasks, "lucky")
 
@@ -230,17 +230,58 @@ def test_drawing_shuffles_with_its_seed_and_decodes_a_chunk_at_a_time(model, mon
     monkeypatch.setattr(
         draw, "predict", lambda m, chunk, batch_size: calls.append((len(chunk), batch_size)) or predict(m, chunk)
     )
-    drawn = draw_tasks(model, tasks)
+    drawn = draw_tasks(model, tasks).found
     order = list(tasks)
     random.Random(0).shuffle(order)
     assert [t for t, _ in drawn] == order[:20] and calls == [(64, 64)]
-    assert [t for t, _ in draw_tasks(model, tasks, seed=1)] != order[:20]
+    assert [t for t, _ in draw_tasks(model, tasks, seed=1).found] != order[:20]
     calls.clear()
-    wrong = draw_tasks(model, tasks, "wrong", n=100)
+    wrong = draw_tasks(model, tasks, "wrong", n=100).found
     assert len(wrong) == 100 and calls == [(64, 64), (64, 64)], "found in two chunks: the third is not decoded"
     assert [t for t, _ in wrong] == order[:100]
     calls.clear()
-    assert len(draw_tasks(model, tasks, "any", n=64)) == 64 and calls == [(64, 64)]
+    assert len(draw_tasks(model, tasks, "any", n=64).found) == 64 and calls == [(64, 64)]
+
+
+def _tasks(n: int) -> list[Task]:
+    """``n`` distinct pred tasks the planted model gets wrong."""
+    letters = "bcdefghijklmnopqrstuvwxy"
+    return [
+        Task.parse(f"abcdefghijklmnopqrstuvwxyz | ghi > fhi | {a}{b}c > x", "pred") for a in letters for b in letters
+    ][:n]
+
+
+def test_a_draw_for_a_rare_outcome_stops_after_its_budget_and_says_how_far_it_searched(model, monkeypatch):
+    """A draw for an outcome no task has scanned the whole split (copy-200, new alphabets: 10409 tasks, 303 s) with
+    the model lock held, and every other view waited. It stops after ``max_tasks`` tasks or ``max_seconds``, takes
+    the lock per chunk, and says how many it searched."""
+    tasks, held, calls = _tasks(300), [], []
+
+    class Lock:
+        def __enter__(self):
+            held.append(True)
+
+        def __exit__(self, *exc):
+            held.append(False)
+
+    predict = draw.predict
+    monkeypatch.setattr(
+        draw, "predict", lambda m, chunk, batch_size: calls.append(held[-1]) or predict(m, chunk, batch_size)
+    )
+    drawn = draw_tasks(model, tasks, "correct", lock=Lock(), max_tasks=150)
+    assert (drawn.found, drawn.searched, drawn.total) == ([], 150, 300)
+    assert calls == [True] * 3 and held == [True, False] * 3, "three chunks (64, 64, 22), each under the lock"
+    assert drawn.message() == (
+        f"none found: searched 150 of 300 matching tasks (a draw searches at most {draw.SCAN_TASKS} or"
+        f" {draw.SCAN_SECONDS:g} s), none with outcome 'correct'; draw again to search others"
+    )
+    calls.clear()
+    assert draw_tasks(model, tasks, "correct", max_seconds=0.0).searched == 64 and len(calls) == 1
+    assert draw_tasks(model, tasks[:10], "correct").message() == (
+        "none found: none of the 10 matching tasks has outcome 'correct'"
+    )
+    assert draw_tasks(model, [], "correct").message().startswith("there are no such tasks: ")
+    assert draw_tasks(model, tasks, "wrong", n=3).message() == "3 of 300 matching tasks drawn (searched 64); pick one"
 
 
 def test_drawn_tasks_carry_the_models_whole_answers(model, monkeypatch):
@@ -250,7 +291,7 @@ def test_drawn_tasks_carry_the_models_whole_answers(model, monkeypatch):
     chunks = []
     predict = draw.predict
     monkeypatch.setattr(draw, "predict", lambda m, chunk, batch_size: chunks.append(chunk) or predict(m, chunk))
-    drawn = draw_tasks(model, tasks, "any", n=5)
+    drawn = draw_tasks(model, tasks, "any", n=5).found
     assert all(t.answer is None for chunk in chunks for t in chunk)
     assert [a for _, a in drawn] == model.solve([t.with_answer(None) for t, _ in drawn])
     assert all(t.answer == "x" for t, _ in drawn)  # the outcome is still judged against the task's answer
