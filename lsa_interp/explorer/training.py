@@ -19,7 +19,7 @@ from plotly.subplots import make_subplots
 
 import lsa_interp
 from lsa_interp.data.transformations import NEW, SEEN
-from lsa_interp.evaluation.grid_summary import batching_summary, format_interval, table1_summary
+from lsa_interp.evaluation.grid_summary import batching_summary, counted_runs, format_interval, table1_summary
 from lsa_interp.evaluation.paper_tables import CELL_LABELS, CELLS
 from lsa_interp.evaluation.runs_table import read_metadata
 from lsa_interp.evaluation.training_history import CONFIG_FILE, epoch_history, training_runs
@@ -45,7 +45,13 @@ SUMMARY_CURVES = {
     "val_acc_new_transformations": "new transformations",
 }
 LOSS_CURVES = {"train_loss": "training loss (mean of the epoch)", "val_loss": "validation loss"}
-RUN_COLUMNS = ("condition", "seed", "epochs", "epochs_planned", "complete", *CELLS)
+RUN_COLUMNS = (
+    "run", "condition", "seed", "precision", "length_bucketing", "epochs", "epochs_planned", "complete", "counted",
+    *CELLS,
+)  # fmt: skip
+"""The run table's columns (those the table has): what tells two runs of one seed apart, and whether the means
+count the run (``counted``, `grid_summary.counted_runs`)."""
+RUN_LABELS = {"length_bucketing": "length-bucketed", **CELL_LABELS}
 _SWEEP_DEPTH = 4
 """How far above a model directory a sweep's ``results.csv`` is looked for (DIR/stacks/stack-k/replicate-i/model)."""
 
@@ -147,17 +153,19 @@ def results_table_path(entry: ModelEntry, default: Path = RUNS_TABLE) -> Path | 
 
 
 def grid_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Display tables of a runs table: ``runs`` (condition, seed, epochs, the Table 1 cells), ``Table 1`` and
-    ``batching`` (per condition: runs counted and, per cell, ours "mean [low, high]" beside the paper's).
-    Only runs that trained all their planned epochs are counted in the summaries; a summary without any such
-    run is left out."""
-    shown = runs[[c for c in RUN_COLUMNS if c in runs]].copy()
+    """Display tables of a runs table: ``runs`` (`RUN_COLUMNS`: the run, its condition, seed, precision, length
+    bucketing, epochs, ``counted`` and the Table 1 cells), ``Table 1`` and ``batching`` (per condition: the runs
+    counted and, per cell, ours "mean [low, high]" beside the paper's). The summaries count the runs of
+    `grid_summary.counted_runs` (complete ones, one per preset, batching and seed: the one closest to the recipe);
+    a summary without any such run is left out. Raises KeyError when ``runs`` has no ``complete`` column."""
+    marked = runs.assign(counted=runs.index.isin(counted_runs(runs).index))
+    shown = marked[[c for c in RUN_COLUMNS if c in marked]].copy()
     if "epochs" in shown:
         shown["epochs"] = shown["epochs"].round(2)
     for cell in CELLS:
         if cell in shown:
             shown[cell] = [format_interval(v, missing="") for v in shown[cell]]
-    tables = {"runs": shown.rename(columns=CELL_LABELS)}
+    tables = {"runs": shown.rename(columns=RUN_LABELS)}
     for name, summary, keys in (
         ("Table 1", table1_summary(runs), ["preset"]),
         ("batching", batching_summary(runs), ["preset", "batching"]),
