@@ -65,12 +65,14 @@ class ViewState:
 def parse_layer(text: str, n_layers: int) -> int:
     """A 1-based layer number from ``text`` ("" is the last layer), returned 0-based.
 
-    Raises ValueError naming the allowed range."""
-    if not text.strip():
+    Raises ValueError naming the allowed range for anything else, a digit other than ASCII 0-9 included (``int``
+    reads a full-width "２" as 2; `parse_pair` refuses it)."""
+    number = text.strip()
+    if not number:
         return n_layers - 1
-    if not text.strip().isdigit() or not 1 <= int(text) <= n_layers:
+    if not (number.isascii() and number.isdigit()) or not 1 <= int(number) <= n_layers:
         raise ValueError(f"layer {text!r} is not one of 1..{n_layers}")
-    return int(text) - 1
+    return int(number) - 1
 
 
 def parse_pair(text: str) -> int:

@@ -60,6 +60,18 @@ def test_layers_are_one_based():
             parse_layer(bad, 3)
 
 
+def test_a_link_s_layer_and_pair_refuse_the_same_non_ascii_digits():
+    """``?layer=%EF%BC%92`` (a full-width "２") showed layer 2, while the same digit as ``pair`` was refused: both are
+    refused now, with the message of any other bad layer."""
+    assert ViewState.from_query("?layer=%EF%BC%92").layer == "\uff12"
+    for digit in ("\uff12", "\u0662", "\u00b2"):  # full-width 2, Arabic-Indic 2, superscript 2
+        with pytest.raises(ValueError, match=rf"^layer {digit!r} is not one of 1\.\.3$"):
+            parse_layer(digit, 3)
+        with pytest.raises(ValueError, match=rf"^pair {digit!r} is not a pair number"):
+            parse_pair(digit)
+    assert parse_layer(" 2 ", 3) == 1
+
+
 def test_interventions_of_state():
     ivs = interventions_of(ViewState(layer="2", ablate="2.7+cross:3.1", patch="1.3"), CFG)
     assert ivs.lens_layer == 1
