@@ -26,6 +26,7 @@ from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.viz.attention_figures import role_legend_html
 
 DRAWN = 20
+_HIDDEN = {"display": "none"}
 
 
 def create_app(catalogue: ModelCatalogue) -> Dash:
@@ -146,18 +147,22 @@ def _render_callback(app: Dash, renderer: ViewRenderer) -> None:
         Output("legend", "children"),
         Output("layer", "options"),
         Output("graph", "options"),
+        Output("view", "style"),
         *[Output(id_, "figure") for id_ in GRAPHS.values()],
         Input("url", "search"),
     )
     def render(search):
         state = ViewState.from_query(search)
         if state.tab == "training":  # any other tab is the graph tab's, which says that the tab is unknown
-            return (no_update,) * (6 + len(GRAPHS))
+            return (no_update,) * (7 + len(GRAPHS))
         view = renderer.render(state)
         layers = _layer_options(view, renderer.catalogue)
-        figures = [view.figures.get(name, {"data": [], "layout": {}}) for name in GRAPHS]
+        if view.error:  # the message alone: the summary, table and figures (empty frames) are hidden, not resent
+            return view.error, no_update, no_update, no_update, layers, layers, _HIDDEN, *[no_update] * len(GRAPHS)
+        figures = [view.figures[name] for name in GRAPHS]
         legend = dcc.Markdown(role_legend_html(view.roles), dangerously_allow_html=True) if view.roles else ""
-        return view.error, "\n".join(view.summary_lines()), _changes_table(view), legend, layers, layers, *figures
+        summary = "\n".join(view.summary_lines())
+        return "", summary, _changes_table(view), legend, layers, layers, {}, *figures
 
 
 def _layer_options(view: RenderedView, catalogue: ModelCatalogue) -> list[str]:

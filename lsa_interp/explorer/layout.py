@@ -122,10 +122,15 @@ def page(models: list[str]) -> html.Div:
         [
             *_intervention_controls(),
             html.Div(id="error", role="alert", style=_ERROR),
-            html.Pre(id="summary", style={"background": "#f6f8fa", "padding": "0.6rem"}),
-            html.Div(id="changes"),
-            html.Div(id="legend"),
-            *[_graph(id_) for id_ in GRAPHS.values()],
+            html.Div(  # hidden while the view is an error: the error says what is wrong, once
+                [
+                    html.Pre(id="summary", style={"background": "#f6f8fa", "padding": "0.6rem"}),
+                    html.Div(id="changes"),
+                    html.Div(id="legend"),
+                    *[_graph(id_) for id_ in GRAPHS.values()],
+                ],
+                id="view",
+            ),
         ]
     )
     training_tab = html.Div(id="training")

@@ -179,3 +179,17 @@ def test_the_succ_pred_pair_goes_on_from_the_link_s_pair_after_a_reload(app):
     url, controls = _sync(app, link, controls, "pair.n_clicks", pair_clicks=1)
     assert (url["task"], url["source"], url["pair"]) == (*_pair(2), "2")
     assert (controls["task"], controls["source"]) == _pair(2)
+
+
+def test_an_error_is_shown_once_without_empty_plot_frames(app):
+    """An empty task used to leave five empty plot frames with their axes on the page and show the message twice (in
+    red and again in the summary box). The view (summary, table, figures) is hidden and keeps its figures, the
+    message is shown once, and the next good view shows it again."""
+    response = call_callback(app, "error.children", ["?model=deep&task="], changed="url.search")
+    assert response["error"]["children"].startswith("no task: type one")
+    assert response["view"]["style"] == {"display": "none"}
+    assert not {"summary", "changes", "legend"} & set(response), "the message once, in the error line"
+    assert not [key for key in response if key.startswith("graph-")], "no empty figure sent"
+    shown = call_callback(app, "error.children", ["?model=deep"], changed="url.search")
+    assert shown["view"]["style"] == {} and shown["error"]["children"] == ""
+    assert shown["summary"]["children"].startswith("task: ") and len(shown["graph-encoder"]["figure"]["data"]) == 1
