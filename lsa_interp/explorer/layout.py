@@ -128,6 +128,7 @@ def page(models: list[str]) -> html.Div:
                     html.Div(id="changes"),
                     html.Div(id="legend"),
                     *[_graph(id_) for id_ in GRAPHS.values()],
+                    dcc.Store(id="figures-shown", data={}),  # figure name -> digest of the figure the page shows
                 ],
                 id="view",
             ),

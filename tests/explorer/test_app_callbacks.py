@@ -12,7 +12,7 @@ import torch
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.explorer.app import create_app
 from lsa_interp.explorer.catalogue import ModelCatalogue, ModelEntry
-from lsa_interp.explorer.layout import CONTROLS
+from lsa_interp.explorer.layout import CONTROLS, GRAPHS
 from lsa_interp.explorer.state import DEFAULT_TASK, ViewState
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
 from tests.explorer.dash_calls import call_callback
@@ -51,6 +51,11 @@ def _sync(
     return url, {name: response[name]["value"] if name in response else value for name, value in zip(CONTROLS, sent)}
 
 
+def _render(app, search: str, shown: dict | None) -> dict:
+    """The render callback's response to the link ``search``, the page showing the figures of digests ``shown``."""
+    return call_callback(app, "error.children", [search], [shown], changed="url.search")
+
+
 def test_switching_to_a_shallower_model_takes_its_own_layers_not_the_last_models(app):
     """Opened on the 4-layer model, the lens radio shows its last layer (4); the controls then name layer 4 and
     graph 4. Picking the 3-layer model used to write layer=4 into the link: an error page whose radios had no layer
@@ -64,7 +69,7 @@ def test_switching_to_a_shallower_model_takes_its_own_layers_not_the_last_models
 
 
 def test_a_link_with_a_layer_the_model_lacks_shows_the_error_and_keeps_the_layer_choices(app):
-    response = call_callback(app, "error.children", ["?model=shallow&layer=4"], changed="url.search")
+    response = _render(app, "?model=shallow&layer=4", {})
     assert response["error"]["children"] == "layer '4' is not one of 1..3"
     assert response["layer"]["options"] == response["graph"]["options"] == ["1", "2", "3"]
 
@@ -75,7 +80,7 @@ def test_a_checkpoint_removed_after_the_start_is_reported_not_a_server_error(tmp
     shutil.rmtree(tmp_path / "gone")
     url, controls = _sync(app, "?model=gone", {}, "url.search")  # used to answer HTTP 500
     assert url == {"model": "gone"} and controls["model"] == "gone"
-    rendered = call_callback(app, "error.children", ["?model=gone"], changed="url.search")
+    rendered = _render(app, "?model=gone", {})
     assert rendered["error"]["children"].startswith("no checkpoint named or at")
 
 
@@ -122,7 +127,7 @@ def test_a_link_s_unknown_model_is_kept_when_the_picker_empties_itself(app):
     picked = [None if name == "model" else getattr(ViewState(), name) for name in CONTROLS]
     inputs = ["?model=%2Fetc%2Fpasswd", *picked, 0, 0, 0, None, None]
     assert call_callback(app, "url.search...model.value", inputs, ["zero"], "model.value") == {}
-    rendered = call_callback(app, "error.children", ["?model=%2Fetc%2Fpasswd"], changed="url.search")
+    rendered = _render(app, "?model=%2Fetc%2Fpasswd", {})
     assert rendered["error"]["children"].startswith("unknown model '/etc/passwd'")
 
 
@@ -130,9 +135,9 @@ def test_a_link_s_unknown_tab_or_head_view_shows_the_graph_tab_with_its_message(
     """``tab=foo`` used to show neither tab (a blank page), ``heads=xyz`` the head average without a word."""
     _, controls = _sync(app, "?model=deep&tab=foo", {}, "url.search")
     assert controls["tab"] == "graph"
-    rendered = call_callback(app, "error.children", ["?model=deep&tab=foo"], changed="url.search")
+    rendered = _render(app, "?model=deep&tab=foo", {})
     assert rendered["error"]["children"] == "tab 'foo' is not one of graph, training"
-    rendered = call_callback(app, "error.children", ["?model=deep&heads=xyz"], changed="url.search")
+    rendered = _render(app, "?model=deep&heads=xyz", {})
     assert rendered["error"]["children"] == "heads 'xyz' is not one of average, all (the attention view)"
     assert call_callback(app, "training.children", ["?model=deep&tab=foo"], changed="url.search") == {}
 
@@ -141,7 +146,7 @@ def test_a_link_without_a_graph_layer_checks_the_layer_drawn(app):
     """``graph=`` draws the last layer (as ``layer=`` reads it); its radio used to have nothing checked."""
     _, controls = _sync(app, "?model=deep&graph=&layer=", {}, "url.search")
     assert (controls["graph"], controls["layer"]) == ("4", "4")
-    rendered = call_callback(app, "error.children", ["?model=deep&graph="], changed="url.search")
+    rendered = _render(app, "?model=deep&graph=", {})
     assert rendered["graph-encoder"]["figure"]["layout"]["title"]["text"].startswith("encoder layer 4 ")
 
 
@@ -185,11 +190,30 @@ def test_an_error_is_shown_once_without_empty_plot_frames(app):
     """An empty task used to leave five empty plot frames with their axes on the page and show the message twice (in
     red and again in the summary box). The view (summary, table, figures) is hidden and keeps its figures, the
     message is shown once, and the next good view shows it again."""
-    response = call_callback(app, "error.children", ["?model=deep&task="], changed="url.search")
+    response = _render(app, "?model=deep&task=", {})
     assert response["error"]["children"].startswith("no task: type one")
     assert response["view"]["style"] == {"display": "none"}
     assert not {"summary", "changes", "legend"} & set(response), "the message once, in the error line"
     assert not [key for key in response if key.startswith("graph-")], "no empty figure sent"
-    shown = call_callback(app, "error.children", ["?model=deep"], changed="url.search")
+    shown = _render(app, "?model=deep", {})
     assert shown["view"]["style"] == {} and shown["error"]["children"] == ""
     assert shown["summary"]["children"].startswith("task: ") and len(shown["graph-encoder"]["figure"]["data"]) == 1
+
+
+def test_a_view_sends_only_the_figures_that_changed(app):
+    """Every interaction re-sent all five figures (a lens-radio click 267 KB on copy-200). The page keeps a digest of
+    each figure it shows; the render callback leaves out those that did not change: the decoder lens changes the
+    decoder's attention and the answer, not the encoder's attention and hidden states."""
+    first = _render(app, "?model=deep", {})
+    assert [key for key in first if key.startswith("graph-")] == list(GRAPHS.values())
+    shown = first["figures-shown"]["data"]
+    lens = _render(app, "?model=deep&layer=2", shown)
+    assert {key for key in lens if key.startswith("graph-")} == {"graph-topk", "graph-decoder", "graph-cross"}
+    assert lens["summary"]["children"].endswith("(no intervention)")
+    shown = lens["figures-shown"]["data"]
+    graph = _render(app, "?model=deep&layer=2&graph=2", shown)
+    assert {key for key in graph if key.startswith("graph-")} == {"graph-encoder", "graph-hidden"}
+    assert graph["graph-encoder"]["figure"]["layout"]["title"]["text"].startswith("encoder layer 2 ")
+    again = _render(app, "?model=deep&layer=2&graph=2", graph["figures-shown"]["data"])
+    assert not [key for key in again if key.startswith("graph-")] and "figures-shown" not in again
+    assert len(_render(app, "?model=deep&layer=2&graph=2", None)["figures-shown"]["data"]) == len(GRAPHS)
