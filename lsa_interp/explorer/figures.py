@@ -29,23 +29,33 @@ Figure = dict
 validation of ``plotly.graph_objects`` (which costs more than the model run); `go.Figure(fig)` makes one."""
 
 
-def _ticks(labels: Sequence[str], roles: Sequence[str] | None) -> dict:
+_HEAD_CELL_PX, _HEAD_TITLE_PX = 9, 30
+"""Every-head view: pixels per position of a panel (its tick labels are 7 px) and between rows (the panel titles)."""
+PLAIN_AXIS = {"zeroline": False, "showgrid": False}
+"""A heatmap's axis: no zero line or grid lines through the cells (they showed in blank masked cells)."""
+
+
+def _ticks(labels: Sequence[str], roles: Sequence[str] | None, size: int = 9) -> dict:
+    """A position axis (`PLAIN_AXIS`) with one tick per position, labelled ``labels``, coloured by ``roles``."""
     text = (
         list(labels)
         if roles is None
         else [f"<span style='color:{ROLE_COLOURS[r]}'>{label}</span>" for label, r in zip(labels, roles)]
     )
-    return {"tickmode": "array", "tickvals": list(range(len(labels))), "ticktext": text, "tickfont": {"size": 9}}
+    ticks = {"tickmode": "array", "tickvals": list(range(len(labels))), "ticktext": text, "tickfont": {"size": size}}
+    return {**PLAIN_AXIS, **ticks}
 
 
-def _grid(n: int, cols: int, gap: float = 0.04) -> list[tuple[str, str, dict, dict]]:
-    """Axis names and domains of ``n`` panels in rows of ``cols``: (x name, y name, x axis, y axis)."""
+def _grid(n: int, cols: int, gap: float = 0.04, vgap: float | None = None) -> list[tuple[str, str, dict, dict]]:
+    """Axis names and domains of ``n`` panels in rows of ``cols``, ``gap`` apart across and ``vgap`` (default
+    ``gap``) down, as fractions of the plot: (x name, y name, x axis, y axis) per panel."""
+    vgap = gap if vgap is None else vgap
     rows = -(-n // cols)
-    width, height = (1 - gap * (cols - 1)) / cols, (1 - gap * (rows - 1)) / rows
+    width, height = (1 - gap * (cols - 1)) / cols, (1 - vgap * (rows - 1)) / rows
     panels = []
     for i in range(n):
         row, col = divmod(i, cols)
-        x0, y1 = col * (width + gap), 1 - row * (height + gap)
+        x0, y1 = col * (width + gap), 1 - row * (height + vgap)
         suffix = "" if i == 0 else str(i + 1)
         panels.append(
             (f"x{suffix}", f"y{suffix}", {"domain": [x0, x0 + width], "anchor": f"y{suffix}"},
@@ -82,14 +92,13 @@ def attention_heatmap(
     (``heads="all"``, panels titled 1-based). Hover reads ``source -> destination: weight``; cells where
     ``masked`` is True (keys the query cannot attend) are blank."""
     values = patterns.detach().float().cpu().numpy()
-    n_heads = values.shape[0]
     text = _hover_text(tuple(q_labels), tuple(k_labels))
     trace = {
         "type": "heatmap", "text": text, "hovertemplate": HOVER, "hoverongaps": False,
         "colorscale": ATTENTION_COLORSCALE, "zmin": 0.0,
     }  # fmt: skip
-    margin = {"t": 60, "l": 70, "r": 30, "b": 60}
     if heads == "average":
+        margin = {"t": 60, "l": 70, "r": 30, "b": 60}
         layout = {
             "title": {"text": f"{title}, head average"},
             "xaxis": {"title": {"text": "source (key)"}, **_ticks(k_labels, k_roles)},
@@ -99,24 +108,44 @@ def attention_heatmap(
         }
         z = _rounded(blank_masked(values.mean(0), masked))
         return {"data": [{**trace, "z": z}], "layout": {**layout, "margin": margin}}
+    return _every_head(values, (q_labels, k_labels), (q_roles, k_roles), title, trace, masked)
+
+
+def _every_head(
+    values: Float[np.ndarray, "head q_pos k_pos"],
+    labels: tuple[Sequence[str], Sequence[str]],
+    roles: tuple[Sequence[str] | None, Sequence[str] | None],
+    title: str,
+    trace: dict,
+    masked: Bool[Tensor, "q_pos k_pos"] | None,
+) -> Figure:
+    """`attention_heatmap`'s every-head grid of ``trace`` heatmaps (``labels`` and ``roles``: query, key): tick
+    labels on the outer panels (left column, bottom of each column), a title above each panel in a gap of its own."""
+    (q_labels, k_labels), (q_roles, k_roles) = labels, roles
+    n_heads = values.shape[0]
     cols = min(4, n_heads)
     rows = -(-n_heads // cols)
-    panel = max(150, 5 * max(len(k_labels), len(q_labels)))
-    data, layout = (
-        [],
-        {"title": {"text": f"{title}, every head"}, "coloraxis": {"colorscale": ATTENTION_COLORSCALE, "cmin": 0}},
-    )
+    panel = max(150, _HEAD_CELL_PX * max(len(k_labels), len(q_labels)))
+    plot_height = rows * panel + (rows - 1) * _HEAD_TITLE_PX
+    margin = {"t": 60, "l": 70, "r": 30, "b": 70}
+    coloraxis = {"colorscale": ATTENTION_COLORSCALE, "cmin": 0}
+    data, layout = [], {"title": {"text": f"{title}, every head"}, "coloraxis": coloraxis}
     annotations = []
-    for h, (xname, yname, xaxis, yaxis) in enumerate(_grid(n_heads, cols)):
+    for h, (xname, yname, xaxis, yaxis) in enumerate(_grid(n_heads, cols, vgap=_HEAD_TITLE_PX / plot_height)):
         z = _rounded(blank_masked(values[h], masked))
         data.append({**trace, "z": z, "xaxis": xname, "yaxis": yname, "coloraxis": "coloraxis"})
-        layout["xaxis" + xname[1:]] = {**xaxis, "showticklabels": False}
-        layout["yaxis" + yname[1:]] = {**yaxis, "showticklabels": False, "autorange": "reversed"}
+        bottom, left = h + cols >= n_heads, h % cols == 0
+        inner = {**PLAIN_AXIS, "showticklabels": False, "ticks": ""}
+        x_ticks = _ticks(k_labels, k_roles, size=7) if bottom else inner
+        y_ticks = _ticks(q_labels, q_roles, size=7) if left else inner
+        layout["xaxis" + xname[1:]] = {**xaxis, **x_ticks}
+        layout["yaxis" + yname[1:]] = {**yaxis, **y_ticks, "autorange": "reversed"}
         annotations.append(
             {"text": f"head {h + 1}", "xref": "paper", "yref": "paper", "x": sum(xaxis["domain"]) / 2,
              "y": yaxis["domain"][1], "yanchor": "bottom", "showarrow": False}
         )  # fmt: skip
-    layout.update(annotations=annotations, width=cols * panel + 150, height=rows * panel + 120, margin=margin)
+    height = plot_height + margin["t"] + margin["b"]
+    layout.update(annotations=annotations, width=cols * panel + 150, height=height, margin=margin)
     return {"data": data, "layout": layout}
 
 
@@ -142,7 +171,7 @@ def hidden_state_heatmap(
         "width": max(480, 220 + 5 * values.shape[1]),
         "height": max(320, 160 + _CELL_PX * len(labels)),
         "margin": {"t": 60, "l": 70, "r": 30, "b": 50},
-        "xaxis": {"title": {"text": "dimension"}},
+        "xaxis": {"title": {"text": "dimension"}, **PLAIN_AXIS},
         "yaxis": {"title": {"text": "token"}, "autorange": "reversed", **_ticks(labels, roles)},
         "shapes": [
             {

@@ -16,6 +16,7 @@ from lsa_interp.data.vocab import VOCAB_SIZE, display_token
 from lsa_interp.explorer import render
 from lsa_interp.explorer.catalogue import ModelCatalogue
 from lsa_interp.explorer.compute import CellBox, Interventions, Prediction, reference_means, run_task
+from lsa_interp.explorer.figures import attention_heatmap
 from lsa_interp.explorer.render import RenderedView, ViewRenderer, export_html
 from lsa_interp.explorer.state import ViewState
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
@@ -279,6 +280,45 @@ def test_the_live_view_its_export_and_the_viewer_draw_with_the_same_colour_scale
     viewer = _page_figures(attention_view(planted, Task.parse(TASK)).html())
     scales = {figure["layout"]["title"]["text"].split(":")[0]: figure["data"][0].get("colorscale") for figure in viewer}
     assert scales["encoder self-attention"] == live[0] and scales["encoder hidden states (hook_resid_post)"] == live[1]
+
+
+def test_every_head_panel_is_titled_clear_of_the_row_above_and_the_outer_panels_carry_the_tick_labels(renderer):
+    view = renderer.render(ViewState(model="tiny", graph="2", heads="all"))
+    for name, (q_roles, k_roles) in [
+        ("encoder self-attention", (True, True)), ("decoder self-attention", (False, False)),
+        ("cross-attention", (False, True)),
+    ]:  # fmt: skip
+        layout = view.figures[name]["layout"]
+        xs, ys = (sorted((k for k in layout if k.startswith(axis)), key=lambda k: int(k[5:] or 1)) for axis in "xy")
+        assert len(xs) == len(ys) == 4, "the tiny model's four heads in one row"
+        for axis, roles in [(layout[xs[0]], k_roles), (layout[ys[0]], q_roles)]:  # every x axis is the bottom one
+            assert axis.get("showticklabels", True) and len(axis["ticktext"]) == len(axis["tickvals"]) > 1
+            assert axis["ticktext"][0].startswith("<span") == roles
+        assert all(layout[y]["showticklabels"] is False and "ticktext" not in layout[y] for y in ys[1:])
+    two_rows = attention_heatmap(torch.rand(8, 39, 39), [str(i) for i in range(39)], list("a" * 39), "t", "all")
+    layout = two_rows["layout"]
+    plot_px = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
+
+    def axis(kind: str, head: int) -> dict:  # head 0's axes are xaxis and yaxis, head 4's xaxis5 and yaxis5
+        return layout[f"{kind}axis{head + 1 if head else ''}"]
+
+    for head in range(4, 8):  # the second row: its titles need 20 px below the panel above
+        title = layout["annotations"][head]
+        assert title["text"] == f"head {head + 1}" and title["y"] + 20 / plot_px <= axis("y", head - 4)["domain"][0]
+    assert ["ticktext" in axis("y", h) for h in (0, 1, 4, 5)] == [True, False, True, False]
+    assert ["ticktext" in axis("x", h) for h in (0, 4, 7)] == [False, True, True]
+    assert axis("x", 4)["ticktext"] == list("a" * 39) and axis("y", 4)["ticktext"][-1] == "38"
+
+
+def test_no_zero_or_grid_line_runs_through_a_heatmap(renderer):
+    """A zero line ran through the blank masked cells of the decoder self-attention."""
+    for heads in ("average", "all"):
+        view = renderer.render(ViewState(model="tiny", heads=heads))
+        for name, figure in view.figures.items():
+            if name == "top-k":
+                continue
+            axes = [value for key, value in figure["layout"].items() if key.startswith(("xaxis", "yaxis"))]
+            assert axes and all(a["zeroline"] is False and a["showgrid"] is False for a in axes), (heads, name)
 
 
 def test_the_decoder_s_masked_future_is_blank_in_both_head_views(renderer):
