@@ -10,11 +10,13 @@ the model, else ``analyses/results/runs.csv``), summarised by `table1_summary` a
 from __future__ import annotations
 
 import json
+from itertools import cycle
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 import lsa_interp
@@ -45,6 +47,9 @@ SUMMARY_CURVES = {
     "val_acc_new_transformations": "new transformations",
 }
 LOSS_CURVES = {"train_loss": "training loss (mean of the epoch)", "val_loss": "validation loss"}
+CURVE_COLOURS: tuple[str, ...] = tuple(qualitative.Dark24)
+"""The accuracy curves' colours, one per curve in the figure's order (summary, seen, new: 24 at most), so no two
+share a colour in the one legend (plotly's 10-colour cycle repeated them); the losses are black."""
 RUN_COLUMNS = (
     "run", "condition", "seed", "precision", "length_bucketing", "epochs", "epochs_planned", "complete", "counted",
     *CELLS,
@@ -119,9 +124,13 @@ def history_figure(history: pd.DataFrame, title: str) -> go.Figure:  # pragma: n
         specs=[[{}, {}, {}], [{"colspan": 3}, None, None]] if losses else None, vertical_spacing=0.14,
     )  # fmt: skip
     epochs = history["epoch"]
+    colours = cycle(CURVE_COLOURS)
     for column, name in SUMMARY_CURVES.items():
         if column in history and history[column].notna().any():
-            fig.add_scatter(x=epochs, y=100 * history[column], name=name, mode="lines+markers", row=1, col=1)
+            fig.add_scatter(
+                x=epochs, y=100 * history[column], name=name, mode="lines+markers", line={"color": next(colours)},
+                row=1, col=1,
+            )  # fmt: skip
     if "matching_score" in history and history["matching_score"].notna().any():
         fig.add_scatter(
             x=epochs, y=100 * history["matching_score"], name="matching-head score (x100)", mode="lines",
@@ -130,9 +139,15 @@ def history_figure(history: pd.DataFrame, title: str) -> go.Figure:  # pragma: n
     for col, rules in ((2, SEEN), (3, NEW)):
         for rule in rules:
             if f"acc_{rule}" in history:
-                fig.add_scatter(x=epochs, y=100 * history[f"acc_{rule}"], name=rule, mode="lines", row=1, col=col)
-    for column in losses:
-        fig.add_scatter(x=epochs, y=history[column], name=LOSS_CURVES[column], mode="lines+markers", row=2, col=1)
+                fig.add_scatter(
+                    x=epochs, y=100 * history[f"acc_{rule}"], name=rule, mode="lines", line={"color": next(colours)},
+                    row=1, col=col,
+                )  # fmt: skip
+    for column, dash in zip(losses, ("solid", "dot")):
+        fig.add_scatter(
+            x=epochs, y=history[column], name=LOSS_CURVES[column], mode="lines+markers",
+            line={"color": "black", "dash": dash}, row=2, col=1,
+        )  # fmt: skip
     fig.update_yaxes(range=[0, 101], row=1)
     fig.update_yaxes(title_text="validation accuracy (%)", row=1, col=1)
     if losses:

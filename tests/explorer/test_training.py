@@ -1,11 +1,27 @@
-"""The training tab's run table tells a seed's runs apart and marks the runs its means count."""
+"""The training tab: every curve of the history in its own colour; the run table tells a seed's runs apart and
+marks the runs its means count."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from lsa_interp.data.transformations import NEW, SEEN
 from lsa_interp.evaluation.paper_tables import CELLS
-from lsa_interp.explorer.training import grid_tables
+from lsa_interp.explorer.training import LOSS_CURVES, SUMMARY_CURVES, grid_tables, history_figure
+
+
+def test_every_accuracy_curve_has_a_colour_of_its_own():
+    """The seen and new transformations' panels hold 19 curves beside 5 summary ones; on plotly's 10-colour cycle
+    a seen and a new transformation shared a colour in the one legend."""
+    columns = [*SUMMARY_CURVES, "matching_score", *(f"acc_{rule}" for rule in (*SEEN, *NEW)), *LOSS_CURVES]
+    history = pd.DataFrame({"epoch": [1, 2], **{column: [0.5, 0.6] for column in columns}})
+    fig = history_figure(history, "t")
+    accuracy = [trace for trace in fig.data if trace.line.color != "black"]
+    assert len(accuracy) == len(SUMMARY_CURVES) + len(SEEN) + len(NEW) == 24
+    assert len({trace.line.color for trace in accuracy}) == len(accuracy) and all(t.line.color for t in accuracy)
+    black = [(trace.name, trace.line.dash) for trace in fig.data if trace.line.color == "black"]
+    assert black == [("matching-head score (x100)", "dash"), (LOSS_CURVES["train_loss"], "solid"),
+                     (LOSS_CURVES["val_loss"], "dot")]  # fmt: skip
 
 
 def _run(name: str, preset: str, batching: str, seed: int, precision: str, bucketed: bool, acc: float) -> dict:
