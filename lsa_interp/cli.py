@@ -35,7 +35,7 @@ def data_generate(
     preset: Annotated[str, typer.Option(help="Dataset preset, e.g. copy-20, nocopy-20, copy-200, copy-20-3shot.")],
     out: Annotated[Path, typer.Option(help="Output directory (Parquet per split + manifest.json).")],
     seed: Annotated[int, typer.Option(min=0, help="Random seed; the same preset and seed give identical files.")] = 0,
-    force: Annotated[bool, typer.Option(help="Overwrite a non-empty output directory.")] = False,
+    force: Annotated[bool, typer.Option(help="Replace the dataset already in OUT (never other files).")] = False,
 ) -> None:
     """Generate a dataset preset and write it to OUT."""
     from lsa_interp.data import generate_dataset, get_preset, save_dataset
@@ -45,6 +45,11 @@ def data_generate(
         raise UserError(f"--out {out} is a file; give a directory (a new or empty one, or a dataset's with --force)")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise UserError(f"{out} exists and is not empty; pass --force to overwrite it")
+    if out.is_dir() and any(out.iterdir()) and not (out / "manifest.json").is_file():
+        raise UserError(
+            f"--out {out} holds no dataset (no manifest.json); --force replaces only a dataset: give a new or empty "
+            "directory"
+        )
     writable_out(out)
     stages = 6 + (config.match_size_of is not None)
     with Progress(

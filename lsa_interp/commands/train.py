@@ -248,6 +248,8 @@ def _generate_into(preset: str, seed: int, out: Path) -> None:
         manifest = read_manifest(out)
         if (manifest["preset"], manifest["seed"]) == (preset, seed):
             return
+    elif out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} holds no dataset (no manifest.json); move it away or give --data DATASET")
     console.print(f"generating {preset} (seed {seed}) into {out}")
     save_dataset(generate_dataset(config, seed=seed), out, force=True)
 

@@ -116,11 +116,18 @@ def _from_table(table: pa.Table) -> list[Task]:
 def save_dataset(dataset: Dataset, out_dir: str | os.PathLike, force: bool = False) -> Path:
     """Write ``dataset`` to ``out_dir`` (Parquet per split + manifest) and return the directory.
 
-    Raises FileExistsError when ``out_dir`` exists and is not empty, unless ``force``.
+    Raises FileExistsError when ``out_dir`` exists and is not empty, unless ``force``; ``force`` replaces only a saved
+    dataset (a directory holding a manifest), never a file or a directory of other files.
     """
     out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise FileExistsError(f"{out} exists and is not empty; pass force=True (CLI: --force) to overwrite it")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not force:
+            raise FileExistsError(f"{out} exists and is not empty; pass force=True (CLI: --force) to overwrite it")
+        if not (out / MANIFEST).is_file():
+            raise FileExistsError(
+                f"{out} holds no dataset (no {MANIFEST}); force replaces only a saved dataset: give a new or empty "
+                "directory"
+            )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = make_staging_dir(out)
     try:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lsa_interp.data.dataset import load_dataset, read_manifest, save_dataset
+from lsa_interp.data.dataset import MANIFEST, load_dataset, read_manifest, save_dataset
 from lsa_interp.data.generate import generate_dataset, split_sizes
 from lsa_interp.data.presets import DatasetConfig
 from lsa_interp.evaluation import evaluate_model
@@ -55,9 +55,14 @@ def _saved(config: DatasetConfig, seed: int, directory: Path) -> dict[str, Any] 
 
 
 def ensure_dataset(config: DatasetConfig, seed: int, directory: Path) -> bool:
-    """Generate and save ``config`` with ``seed`` into ``directory`` unless that dataset is there; True if made."""
+    """Generate and save ``config`` with ``seed`` into ``directory`` unless that dataset is there; True if made.
+
+    ``directory`` is the sweep's own (OUT/data/...): another dataset there is replaced, and so is a folder without a
+    manifest (a copy cut short), which `save_dataset` would not replace."""
     if _saved(config, seed, directory) is not None:
         return False
+    if directory.is_dir() and not (directory / MANIFEST).is_file():
+        shutil.rmtree(directory)
     save_dataset(generate_dataset(config, seed=seed), directory, force=True)
     return True
 

@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
 import lsa_interp.data
 from lsa_interp.commands import train
+from lsa_interp.commands.common import UserError
 from lsa_interp.data import read_manifest
 from lsa_interp.data.presets import PRESETS, DatasetConfig
+
+
+def test_a_run_s_data_folder_of_other_files_is_refused_not_removed(tmp_path, monkeypatch):
+    """OUT/data without a manifest (the user's files) is named and kept: the dataset writer replaces only a dataset."""
+    monkeypatch.setattr(lsa_interp.data, "generate_dataset", lambda *a, **k: pytest.fail("the dataset was generated"))
+    out = tmp_path / "run" / "data"
+    out.mkdir(parents=True)
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(
+        UserError, match=r"^.*/run/data holds no dataset \(no manifest.json\); move it away or give --data"
+    ):
+        train._generate_into("copy-20", 0, out)
+    assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_a_new_run_s_dataset_is_generated_once_per_preset_and_seed(tmp_path, monkeypatch):

@@ -60,7 +60,25 @@ def test_refuses_to_overwrite_without_force(tiny, tmp_path):
     stray.write_text("a file where the dataset goes")
     with pytest.raises(FileExistsError, match="not empty"):
         save_dataset(tiny, stray)
-    assert load_dataset(save_dataset(tiny, stray, force=True)).splits == tiny.splits
+
+
+def test_force_replaces_only_a_saved_dataset(tiny, tmp_path):
+    """A file, or a directory of other files, is refused even with force (it removed them: a user's notes, a home
+    directory); a dataset's directory is replaced, an empty one written into."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "notes.txt").write_text("precious")
+    stray = tmp_path / "stray"
+    stray.write_text("a file where the dataset goes")
+    for target in (notes, stray):
+        with pytest.raises(
+            FileExistsError, match=r"holds no dataset \(no manifest.json\); force replaces only a saved"
+        ):
+            save_dataset(tiny, target, force=True)
+    assert (notes / "notes.txt").read_text() == "precious" and stray.read_text() == "a file where the dataset goes"
+    assert not list(tmp_path.glob(".*"))  # no staging directory left behind
+    (tmp_path / "empty").mkdir()
+    assert load_dataset(save_dataset(tiny, tmp_path / "empty", force=True)).splits == tiny.splits
 
 
 def test_failed_write_leaves_nothing_behind(tiny, tmp_path, monkeypatch):
