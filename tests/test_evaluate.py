@@ -333,8 +333,12 @@ def test_evaluation_dataset_preset_and_seed(model, tiny_copy20, tmp_path):
     own = HookedEncoderDecoder(SMALL, metadata={"preset": "tiny", "train_config": {"data_dir": str(tmp_path / "d")}})
     assert evaluation_dataset(own).seed == 5 and evaluation_dataset(own).config.name == TINY.name
     moved = HookedEncoderDecoder(SMALL, metadata={"preset": "tiny", "train_config": {"data_dir": "no/such/dir"}})
-    with pytest.raises(ValueError, match="unknown preset 'tiny'"):
+    message = r"^the model trained on a dataset of its own, no/such/dir, not found from here .*; pass the dataset with"
+    with pytest.raises(ValueError, match=message):  # it said "unknown preset 'tiny'", which is not the cause
         evaluation_dataset(moved)
+    bare = HookedEncoderDecoder(SMALL, metadata={"preset": "tiny"})
+    with pytest.raises(ValueError, match="unknown preset 'tiny'"):
+        evaluation_dataset(bare)
 
 
 def assert_offline_html(path):

@@ -135,12 +135,16 @@ def register(app: typer.Typer) -> None:
         else:
             if out is None:
                 raise UserError("give --out RUN_DIR for a new run (or --resume RUN_DIR to continue one)")
-            if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+            if out.exists() and not out.is_dir():
+                raise UserError(f"--out {out} is a file; give a directory for the run (a new or empty one)")
+            if out.is_dir() and any(out.iterdir()) and not force:
                 raise UserError(f"{out} is not empty; pass --force to overwrite it or --resume {out} to continue it")
+            if data is not None and "data_seed" in given_options(ctx):
+                raise UserError("--data-seed does not apply with --data (the dataset has its seed); leave it out")
             preset = training_preset(preset, data)
             _check_batch_size(batch_size, data)
             config = TrainConfig(
-                data_dir=str(data if data is not None else out / "data"),
+                data_dir=str((data if data is not None else out / "data").resolve()),
                 preset=preset,
                 seed=seed,
                 epochs=epochs,

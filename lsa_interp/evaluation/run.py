@@ -61,7 +61,12 @@ def evaluation_dataset(
                 raise ValueError(f"{name} {wanted!r} does not match the dataset in {data_dir} ({name} {found!r})")
         return dataset
     own = (model.metadata.get("train_config") or {}).get("data_dir")
-    if preset is None and model.metadata.get("preset") not in PRESETS and own and os.path.isdir(own):
+    if preset is None and model.metadata.get("preset") not in PRESETS and own:
+        if not os.path.isdir(own):
+            raise ValueError(
+                f"the model trained on a dataset of its own, {own}, not found from here (a path relative to where its "
+                "run started?); pass the dataset with --data"
+            )
         return load_dataset(own, splits=splits)
     preset = preset or model.metadata.get("preset")
     if preset is None:

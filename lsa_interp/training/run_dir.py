@@ -45,8 +45,9 @@ def prepare_run_dir(run_dir: str | os.PathLike, config: dict[str, Any], force: b
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:
-    """The parsed ``train_config.json`` of ``run_dir``. Raises ValueError naming the file when it is not a JSON
-    object (a damaged run), FileNotFoundError when it is missing."""
+    """The parsed ``train_config.json`` of ``run_dir``, its dataset paths found from here (`located_data_dir`).
+    Raises ValueError naming the file when it is not a JSON object (a damaged run), FileNotFoundError when it is
+    missing."""
     path = run_dir / CONFIG_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -54,7 +55,22 @@ def read_config(run_dir: Path) -> dict[str, Any]:
         raise ValueError(f"{path} is damaged (not JSON: {error}); start the run again") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path} is damaged (not a JSON object); start the run again")
+    for holder in [data, *(run for run in data.get("runs") or [] if isinstance(run, dict))]:
+        if isinstance(holder.get("data_dir"), str):
+            holder["data_dir"] = located_data_dir(holder["data_dir"], run_dir)
     return data
+
+
+def located_data_dir(data_dir: str, run_dir: Path) -> str:
+    """A run's dataset path as found from the working directory: ``data_dir`` itself where it holds a dataset or is
+    absolute; else, for a relative path (runs before 2026-12-06 stored the path as typed, relative to where they
+    started), the run's own ``RUN/data`` where the path names it (``.../RUN/data``: a run started without --data) and
+    it holds a dataset; else unchanged, for the loader to name."""
+    stored, own = Path(data_dir), run_dir / "data"
+    if stored.is_absolute() or (stored / "manifest.json").is_file():
+        return data_dir
+    names_own = stored.name == "data" and stored.parent.name == run_dir.resolve().name
+    return str(own) if names_own and (own / "manifest.json").is_file() else data_dir
 
 
 def read_state(run_dir: Path) -> dict[str, Any] | None:

@@ -139,3 +139,26 @@ def test_a_config_is_read_as_utf_8_whatever_the_locale(tmp_path, ascii_locale):
     config = {"data_dir": "/données/copy-20", "seed": 1}
     (tmp_path / rd.CONFIG_FILE).write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
     assert rd.read_config(tmp_path) == config
+
+
+def test_a_relative_dataset_path_is_found_from_another_directory(tmp_path, monkeypatch):
+    """Runs stored the dataset path as typed (``runs/gen/data``), so resuming or evaluating them from elsewhere
+    failed ('runs/gen/data is not a dataset directory'); a relative path not found from here is read as the run's
+    own ``RUN/data`` where that holds a dataset, in a single run's config and in each run of a stack's."""
+    run = tmp_path / "runs" / "gen"
+    (run / "data").mkdir(parents=True)
+    (run / "data" / "manifest.json").write_text("{}")
+    (tmp_path / "elsewhere").mkdir()
+    other = tmp_path / "mine"
+    (other / "ds").mkdir(parents=True)
+    (other / "ds" / "manifest.json").write_text("{}")
+    config = {"data_dir": "runs/gen/data", "runs": [{"data_dir": "runs/gen/data"}, {"data_dir": "ds"}, "x"]}
+    (run / rd.CONFIG_FILE).write_text(json.dumps(config))
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    read = rd.read_config(run)
+    assert read["data_dir"] == str(run / "data") and read["runs"][0]["data_dir"] == str(run / "data")
+    assert read["runs"][1]["data_dir"] == "ds" and read["runs"][2] == "x"  # not found either way: left for the loader
+    monkeypatch.chdir(tmp_path)
+    assert rd.read_config(run)["data_dir"] == "runs/gen/data"  # found from here: kept as stored
+    monkeypatch.chdir(other)
+    assert rd.located_data_dir("ds", run) == "ds" and rd.located_data_dir("/abs/gone", run) == "/abs/gone"

@@ -213,6 +213,8 @@ def run_cli(args, capsys):
         (["train", "--out", "R", "--data", "D", "--device", "tpu"], "unknown device 'tpu'; choose one of: auto, cpu"),
         (["train", "--resume", "R", "--epochs", "1"], "--epochs does not apply with --resume"),
         (["train", "--resume", "R", "--max-steps", "9", "--lr", "0.5"], "--lr does not apply with --resume"),
+        (["train", "--out", "R", "--data", "D", "--data-seed", "2"], "--data-seed does not apply with --data"),
+        (["train", "--out", "R", "--data", "D", "--data-seed", "0"], "--data-seed does not apply with --data"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path, capsys, monkeypatch, data_dir):
@@ -221,6 +223,26 @@ def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path, capsys, mon
     code, err = run_cli(args, capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "R").exists()  # nothing half-written
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_an_out_that_is_a_file_is_named_as_one(force, tmp_path, capsys, data_dir):
+    """It said 'is not empty; pass --force', and --force then failed with 'cannot write to --out: File exists'."""
+    (tmp_path / "grid.toml").write_text("keep")
+    code, err = run_cli(["train", "--out", str(tmp_path / "grid.toml"), "--data", str(data_dir), *force], capsys)
+    assert code == 2 and err == (
+        f"lsa-interp: error: --out {tmp_path / 'grid.toml'} is a file; give a directory for the run (a new or empty "
+        "one)\n"
+    )
+    assert (tmp_path / "grid.toml").read_text() == "keep"
+
+
+def test_a_new_run_stores_its_dataset_path_absolute(tmp_path, capsys, data_dir, monkeypatch):
+    """The path as typed (relative) broke resuming and evaluating from another directory."""
+    monkeypatch.chdir(data_dir.parent)
+    code, _ = run_cli(["train", "--out", str(tmp_path / "R"), "--data", data_dir.name, "--max-steps", "1"], capsys)
+    stored = json.loads((tmp_path / "R" / "train_config.json").read_text())["data_dir"]
+    assert code == 0 and stored == str(data_dir.resolve())
 
 
 def test_a_run_on_a_saved_dataset_records_that_dataset_s_preset(tmp_path, capsys, data_dir):
