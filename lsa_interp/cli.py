@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from lsa_interp.commands.common import CommandGroup, UserError, device_option, writable_out
+from lsa_interp.commands.common import CommandGroup, UserError, device_option, refuse_foreign_out, writable_out
 
 app = typer.Typer(
     name="lsa-interp",
@@ -160,6 +160,7 @@ def evaluate(
         if given:
             raise UserError(f"--card writes a card of the full splits of the model's own dataset; drop {given[0]}")
     if out is not None:
+        refuse_foreign_out(out)
         writable_out(out)
     net = load_run_or_model(model, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     with console.status("loading the dataset" if data else "generating the dataset"):

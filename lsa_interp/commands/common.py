@@ -94,6 +94,23 @@ _MADE: list[Path] = []
 still empty, when the command fails)."""
 
 
+FOREIGN_MARKERS = {
+    "manifest.json": "a dataset",
+    "train_config.json": "a training run",
+    "model.safetensors": "a model",
+    "plan.json": "a sweep",
+}
+"""Files that say a directory is something other than a folder of results (what it is)."""
+
+
+def refuse_foreign_out(out: Path, option: str = "--out") -> None:
+    """Raise UserError (exit 2) when ``out`` holds a dataset, a training run, a model or a sweep: a command's results
+    go in a folder of their own, not among those files."""
+    found = next((what for name, what in FOREIGN_MARKERS.items() if (out / name).is_file()), None)
+    if found:
+        raise UserError(f"{option} {out} holds {found}; give a folder of its own for these results")
+
+
 def writable_out(out: Path, option: str = "--out") -> Path:
     """Make sure ``out`` is a directory we can write files into (created if missing), before any work.
 

@@ -34,12 +34,13 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from lsa_interp.commands.common import open_model, writable_out
+        from lsa_interp.commands.common import open_model, refuse_foreign_out, writable_out
         from lsa_interp.data.dataset import read_manifest
         from lsa_interp.evaluation.fit import FIT_SPLITS, training_fit, write_fit
         from lsa_interp.evaluation.run import evaluation_dataset
 
         if out is not None:
+            refuse_foreign_out(out)
             writable_out(out)
         console = Console()
         net = open_model(model, device)

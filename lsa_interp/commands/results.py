@@ -155,7 +155,7 @@ def register(app: typer.Typer) -> None:
         the runs' mean and spread in precision_history.csv, printed at the last epoch every run reached)."""
         from rich.console import Console
 
-        from lsa_interp.commands.common import writable_out
+        from lsa_interp.commands.common import refuse_foreign_out, writable_out
         from lsa_interp.evaluation import grid_summary
         from lsa_interp.evaluation.runs_table import find_runs, runs_table, write_runs_table
         from lsa_interp.evaluation.training_history import histories, matched_epoch, precision_by_epoch
@@ -169,6 +169,7 @@ def register(app: typer.Typer) -> None:
         from lsa_interp.viz.html import figures_page
 
         curves = histories(history) if history else None  # a --history without runs fails before anything is written
+        refuse_foreign_out(out)
         writable_out(out)
         from lsa_interp.model.checkpoint import CHECKPOINTS_DIR
 

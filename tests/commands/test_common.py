@@ -302,3 +302,29 @@ def test_models_are_each_opened_once_and_the_first_broken_one_raises(tmp_path, m
     with pytest.raises(ValueError, match="bad is corrupted"):
         common.check_models(iter(["c", "bad", "d"]))
     assert opened == ["a", "b", "c", "bad"]
+
+
+@pytest.mark.parametrize(
+    ("marker", "what"),
+    [("manifest.json", "a dataset"), ("train_config.json", "a training run"), ("model.safetensors", "a model"),
+     ("plan.json", "a sweep")],
+)  # fmt: skip
+def test_results_are_not_written_among_a_dataset_run_model_or_sweep(marker, what, tmp_path):
+    """evaluate, fit and results wrote their files beside a dataset's Parquet files (helper-58)."""
+    (tmp_path / marker).write_text("{}")
+    with pytest.raises(common.UserError, match=rf"^--out {tmp_path} holds {what}; give a folder of its own for these"):
+        common.refuse_foreign_out(tmp_path)
+    (tmp_path / marker).unlink()
+    (tmp_path / "evaluation.json").write_text("{}")
+    common.refuse_foreign_out(tmp_path)  # an earlier result of its own, or any other files: allowed
+    common.refuse_foreign_out(tmp_path / "new")
+
+
+@pytest.mark.parametrize("command", [["evaluate", "--model", "copy-20"], ["fit", "--model", "copy-20"], ["results"]])
+def test_the_commands_refuse_such_an_out_before_any_work(command, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("lsa_interp.model.checkpoint.load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    (tmp_path / "manifest.json").write_text("{}")
+    code, _, err = run([*command, "--out", str(tmp_path)], capsys)
+    assert code == 2
+    assert err == f"lsa-interp: error: --out {tmp_path} holds a dataset; give a folder of its own for these results\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
