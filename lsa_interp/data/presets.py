@@ -105,7 +105,9 @@ class DatasetConfig:
         """Inverse of ``to_dict``; raises ValueError for unknown or missing keys."""
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
-            raise ValueError(f"unknown dataset config key(s): {sorted(unknown)}")
+            raise ValueError(
+                f"unknown dataset config key(s): {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}"
+            )
         fields = cls.__dataclass_fields__.values()
         required = {f.name for f in fields if f.default is MISSING and f.default_factory is MISSING}
         if required - set(data):

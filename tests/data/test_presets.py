@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -136,7 +137,8 @@ def test_the_dict_form_round_trips_through_json_and_refuses_unknown_keys():
     assert data["window_lengths"] == [3, 4] and data["name"] == "mine"
     again = DatasetConfig.from_dict(data)
     assert again == config and again.window_lengths == (3, 4) and again.notes == "for a test"
-    with pytest.raises(ValueError, match=re.escape("unknown dataset config key(s): ['n_alphabet', 'shots']")):
+    known = re.escape(f"; known: {sorted(f.name for f in dataclasses.fields(DatasetConfig))}")
+    with pytest.raises(ValueError, match=re.escape("unknown dataset config key(s): ['n_alphabet', 'shots']") + known):
         DatasetConfig.from_dict({"name": "mine", "n_alphabet": 8, "shots": 2})
     with pytest.raises(ValueError, match="^the dataset config lacks name$"):
         DatasetConfig.from_dict({"n_alphabets": 8})  # every other field has a default
