@@ -22,7 +22,14 @@ from lsa_interp.explorer.catalogue import ModelCatalogue, discover_models
 from lsa_interp.explorer.draw import draw_tasks, filter_tasks
 from lsa_interp.explorer.figures import Figure
 from lsa_interp.explorer.layout import CONTROLS, GRAPHS, page
-from lsa_interp.explorer.render import RenderedView, ViewRenderer, export_html
+from lsa_interp.explorer.render import (
+    CHANGE_COLUMNS,
+    RenderedView,
+    ViewRenderer,
+    change_rows,
+    change_verdict,
+    export_html,
+)
 from lsa_interp.explorer.state import TABS, ViewState, with_next_pair, with_selection
 from lsa_interp.explorer.training import grid_tables, history_figure, model_history, results_table_path
 from lsa_interp.model.hooked import HookedEncoderDecoder
@@ -194,22 +201,13 @@ def _layer_options(view: RenderedView, catalogue: ModelCatalogue) -> list[str]:
 def _changes_table(view: RenderedView) -> html.Div | str:
     if not view.changes:
         return ""
-    header = html.Tr([html.Th(h) for h in ("step", "clean", "p", "intervened", "p", "")])
+    header = html.Tr([html.Th(h) for h in CHANGE_COLUMNS])
     rows = [
-        html.Tr(
-            [
-                html.Td(c.step),
-                html.Td(c.clean),
-                html.Td(f"{c.clean_prob:.3f}"),
-                html.Td(c.changed),
-                html.Td(f"{c.changed_prob:.3f}"),
-                html.Td("changed" if c.differs else "", style={"color": "#cf222e"}),
-            ]
-        )
-        for c in view.changes
+        html.Tr([*(html.Td(cell) for cell in row[:-1]), html.Td(row[-1], style={"color": "#cf222e"})])
+        for row in change_rows(view)
     ]
-    verdict = "the answer changed" if view.answer_changed else "the answer did not change"
-    return html.Div([html.Strong(verdict, id="verdict"), html.Table([header, *rows], style={"fontSize": "0.85rem"})])
+    verdict = html.Strong(change_verdict(view), id="verdict")
+    return html.Div([verdict, html.Table([header, *rows], style={"fontSize": "0.85rem"})])
 
 
 def _training_callback(app: Dash, catalogue: ModelCatalogue) -> None:
@@ -241,7 +239,8 @@ def _training_callback(app: Dash, catalogue: ModelCatalogue) -> None:
         parts.append(_frame_table(tables["runs"], "runs-table"))
         for name in ("Table 1", "batching"):
             if name in tables:
-                parts.append(html.H4(f"{name}: mean [95% bootstrap interval] over complete runs, beside the paper"))
+                title = f"{name}: mean [95% bootstrap interval] over the runs marked counted, beside the paper"
+                parts.append(html.H4(title))
                 parts.append(_frame_table(tables[name], f"{name.replace(' ', '-').lower()}-table"))
         return parts
 

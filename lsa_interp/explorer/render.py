@@ -192,20 +192,40 @@ def _figures(data: AttentionData, view: RenderedView, layer: int, heads: str, n_
     }
 
 
-def changes_html(view: RenderedView) -> str:
-    """The clean vs intervened comparison as HTML, as the live view shows it: the verdict ("the answer changed" or
-    not) and a table of every decoding step's token and probability in each run; "" without interventions."""
-    if not view.changes:
-        return ""
-    verdict = "the answer changed" if view.answer_changed else "the answer did not change"
-    header = "".join(f"<th>{h}</th>" for h in ("step", "clean", "p", "intervened", "p", ""))
-    rows = [
-        f"<tr><td>{c.step}</td><td>{html.escape(c.clean)}</td><td>{c.clean_prob:.3f}</td>"
-        f"<td>{html.escape(c.changed)}</td><td>{c.changed_prob:.3f}</td>"
-        f"<td class='fails'>{'changed' if c.differs else ''}</td></tr>"
+CHANGE_COLUMNS = ("step", "clean", "p", "intervened", "p", "")
+"""The columns of the clean vs intervened table; the last says "changed" where the two runs' tokens differ."""
+
+
+def change_rows(view: RenderedView) -> list[tuple[str, ...]]:
+    """The cells of the clean vs intervened table (`CHANGE_COLUMNS`), one row per decoding step ([] without
+    interventions), for the live view and the exported page alike."""
+    return [
+        (
+            str(c.step),
+            c.clean,
+            f"{c.clean_prob:.3f}",
+            c.changed,
+            f"{c.changed_prob:.3f}",
+            "changed" if c.differs else "",
+        )
         for c in view.changes
     ]
-    return f"<p><b>{verdict}</b></p><table class='findings'><tr>{header}</tr>{''.join(rows)}</table>"
+
+
+def change_verdict(view: RenderedView) -> str:
+    """ "the answer changed" or "the answer did not change" (under the view's interventions)."""
+    return "the answer changed" if view.answer_changed else "the answer did not change"
+
+
+def changes_html(view: RenderedView) -> str:
+    """The clean vs intervened comparison as HTML, as the live view shows it: the verdict and a table of every
+    decoding step's token and probability in each run; "" without interventions."""
+    if not view.changes:
+        return ""
+    header = "".join(f"<th>{h}</th>" for h in CHANGE_COLUMNS)
+    cells = lambda row: "".join(f"<td>{html.escape(cell)}</td>" for cell in row[:-1])
+    rows = "".join(f"<tr>{cells(row)}<td class='fails'>{row[-1]}</td></tr>" for row in change_rows(view))
+    return f"<p><b>{change_verdict(view)}</b></p><table class='findings'><tr>{header}</tr>{rows}</table>"
 
 
 def export_html(view: RenderedView) -> str:
