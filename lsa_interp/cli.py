@@ -146,15 +146,19 @@ def evaluate(
     import torch
 
     from lsa_interp.evaluation import evaluate_model, evaluation_dataset, rich_tables, write_report
-    from lsa_interp.evaluation.card import CARD_FILE, refresh_card
+    from lsa_interp.evaluation.card import CARD_FILE, refresh_card, shipped_name
     from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, checkpoint_name
     from lsa_interp.training.snapshot import load_run_or_model
 
     name = model
     if card:
-        name = checkpoint_name(model)
-        if not (name and (CHECKPOINTS_DIR / name / CARD_FILE).is_file()):
-            raise UserError(f"--card needs a shipped checkpoint with a {CARD_FILE}; {model!r} is none")
+        shipped = checkpoint_name(model)
+        card_dir = CHECKPOINTS_DIR / shipped if shipped else Path(model)
+        if not (card_dir / CARD_FILE).is_file():
+            raise UserError(
+                f"--card needs a checkpoint with a {CARD_FILE} (lsa-interp ship writes one); {model!r} has none"
+            )
+        name = shipped or shipped_name(card_dir) or model
         options = (("--limit", limit), ("--preset", preset), ("--seed", seed))
         given = [option for option, value in options if value is not None]
         if given:
@@ -173,7 +177,7 @@ def evaluate(
         paths = write_report(result, out)
         print("wrote " + ", ".join(str(path) for path in paths.values()))
     if card:
-        print(f"wrote {refresh_card(CHECKPOINTS_DIR / name, result)} and its evaluation.json")
+        print(f"wrote {refresh_card(card_dir, result, reference=None if shipped else model)} and its evaluation.json")
 
 
 def _register_analysis_commands() -> None:

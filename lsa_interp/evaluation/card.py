@@ -83,11 +83,18 @@ def _recipe_line(recipe: dict[str, Any], dropout: float) -> str:
 
 
 def card_header(
-    name: str, model: HookedEncoderDecoder, storage: dict[str, Any], fit: FitResult | None = None, reused: bool = False
+    name: str,
+    model: HookedEncoderDecoder,
+    storage: dict[str, Any],
+    fit: FitResult | None = None,
+    reused: bool = False,
+    reference: str | None = None,
 ) -> str:
     """The card's first part: provenance and recipe from the model's metadata, how it is stored and, with
     ``fit``, its training fit; ``reused``: the evaluation is the one made at the end of training (of the fp32
-    weights, by a sweep or by ``lsa-interp evaluate`` of the run's model)."""
+    weights, by a sweep or by ``lsa-interp evaluate`` of the run's model). ``reference`` is what ``evaluate
+    --model`` takes to find the model (default ``name``: a checkpoint under the repository's checkpoints/)."""
+    reference = reference or name
     meta = model.metadata
     recipe = meta.get("train_config") or {}
     epochs = meta.get("epochs_completed")
@@ -113,9 +120,9 @@ def card_header(
         *_fit_line(fit),
         f"- evaluated at the end of training, on its hardware, in fp32 (the run's `evaluation.json` and "
         f"`fit.json`{'; the stored weights change the val answers counted above' if 'check' in storage else ''}); "
-        f"`lsa-interp evaluate --model {name}` evaluates it again"
+        f"`lsa-interp evaluate --model {reference}` evaluates it again"
         if reused
-        else f"- evaluated with `lsa-interp evaluate --model {name}` (numbers below)",
+        else f"- evaluated with `lsa-interp evaluate --model {reference}` (numbers below)",
         "",
     ]
     return "\n".join(lines)
@@ -128,9 +135,10 @@ def card_markdown(
     storage: dict[str, Any],
     fit: FitResult | None = None,
     reused: bool = False,
+    reference: str | None = None,
 ) -> str:
-    """The model card: `card_header`, then the evaluation report."""
-    header = card_header(name, model, storage, fit, reused)
+    """The model card: `card_header` (``reference`` as it takes it), then the evaluation report."""
+    header = card_header(name, model, storage, fit, reused, reference)
     return header + markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
 
 
@@ -229,7 +237,9 @@ def ship_run(
         write_fit(fit, staging, page=False)
         if analyse is not None:
             analyse(shipped, staging)
-        card = card_markdown(name, shipped, result, info, fit, reused=stored is not None)
+        elsewhere = Path(dest).resolve() != CHECKPOINTS_DIR.resolve()  # evaluate finds it by its path, not its name
+        reference = target.as_posix() if elsewhere else None
+        card = card_markdown(name, shipped, result, info, fit, reused=stored is not None, reference=reference)
         atomic_write(staging / CARD_FILE, lambda p: p.write_text(card, encoding="utf-8"))
     except BaseException:  # nothing half-written stays behind
         shutil.rmtree(staging, ignore_errors=True)
@@ -276,14 +286,21 @@ def check_checkpoint_name(name: str) -> None:
         )
 
 
-def refresh_card(checkpoint_dir: str | Path, result: EvaluationResult) -> Path:
+def shipped_name(checkpoint_dir: str | Path) -> str | None:
+    """The name a checkpoint was shipped under, as its ``evaluation.json`` records it; None without one."""
+    path = Path(checkpoint_dir) / EVALUATION_FILE
+    return json.loads(path.read_text(encoding="utf-8")).get("model") if path.is_file() else None
+
+
+def refresh_card(checkpoint_dir: str | Path, result: EvaluationResult, reference: str | None = None) -> Path:
     """Replace a shipped checkpoint's ``evaluation.json`` and the evaluation part of its ``card.md`` with
     ``result`` (an evaluation of that checkpoint on the full splits), keeping the card's header (provenance,
     storage, training fit). For evaluations that gained sections after the model was shipped.
 
     Returns the card's path. Raises FileNotFoundError when the directory holds no card, ValueError when the
     card has no evaluation part or ``result`` is of another model, preset or dataset seed, or of a subset. The
-    header's line on how the numbers were made names this evaluation.
+    header's line on how the numbers were made names this evaluation (``evaluate --model REFERENCE``, by default the
+    checkpoint's name).
     """
     directory = Path(checkpoint_dir)
     card_path = directory / CARD_FILE
@@ -304,7 +321,7 @@ def refresh_card(checkpoint_dir: str | Path, result: EvaluationResult) -> Path:
         if field in old and old[field] != new.get(field):
             raise ValueError(f"the evaluation is of {field} {new.get(field)!r}; the checkpoint's: {old[field]!r}")
     report = markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
-    made = f"- evaluated with `lsa-interp evaluate --model {result.model}` (numbers below)"
+    made = f"- evaluated with `lsa-interp evaluate --model {reference or result.model}` (numbers below)"
     header = "\n".join(made if line.startswith("- evaluated") else line for line in header.split("\n"))
     atomic_write(
         directory / EVALUATION_FILE, lambda path: path.write_text(json.dumps(new, indent=2) + "\n", encoding="utf-8")

@@ -201,7 +201,7 @@ def test_a_refreshed_card_keeps_its_header_and_takes_the_new_evaluation(shipped,
     """Cards are UTF-8 (their tables' dashes, a header's names) whatever the locale's encoding."""
     target = shutil.copytree(shipped, tmp_path / "tiny")
     header = (target / "card.md").read_text(encoding="utf-8").partition("## Evaluation")[0]
-    made = "- evaluated with `lsa-interp evaluate --model tiny` (numbers below)"
+    made = f"- evaluated with `lsa-interp evaluate --model {shipped.as_posix()}` (numbers below)"  # shipped elsewhere
     assert made in header
     header += "Trained by Zoë – here.\n\n"
     at_the_end = "- evaluated at the end of training, on its hardware, in fp32 (the run's `evaluation.json`)"
@@ -215,8 +215,9 @@ def test_a_refreshed_card_keeps_its_header_and_takes_the_new_evaluation(shipped,
     evaluation = json.loads((target / "evaluation.json").read_text(encoding="utf-8"))
     assert evaluation == json.loads(json.dumps(result.to_dict()))
     card = (target / "card.md").read_text(encoding="utf-8")
-    # the header says how these numbers were made: no longer at the end of training
-    assert card == header + markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
+    # the header says how these numbers were made (by `evaluate --model` of the name given): not at the end of training
+    refreshed = header.replace(made, "- evaluated with `lsa-interp evaluate --model tiny` (numbers below)")
+    assert card == refreshed + markdown_report(result).replace("# Evaluation", "## Evaluation", 1)
     assert "stale" not in card and "Which rule was applied" in card
     assert sorted(p.name for p in target.iterdir()) == sorted(p.name for p in shipped.iterdir())
 
@@ -255,13 +256,23 @@ def test_evaluate_card_rewrites_a_shipped_checkpoint_and_refuses_anything_else(
     fresh = json.loads((shipped / "evaluation.json").read_text())
     assert "stale" not in fresh and fresh["model"] == "tiny" and fresh["limit"] is None
     for args, message in (
-        (["--model", str(run_dir)], f"--card needs a shipped checkpoint with a card.md; '{run_dir}' is none"),
+        (
+            ["--model", str(run_dir)],
+            f"--card needs a checkpoint with a card.md (lsa-interp ship writes one); '{run_dir}' has none",
+        ),
         (["--model", "tiny", "--limit", "5"], "drop --limit"),
         (["--model", "tiny", "--seed", "0"], "drop --seed"),
     ):
         with pytest.raises(SystemExit) as info:
             cli.main(["evaluate", *args, "--data", data_dir, "--card"])
         assert info.value.code == 2 and message in capsys.readouterr().err
+    monkeypatch.setattr(checkpoint_module, "CHECKPOINTS_DIR", shipped.parent / "elsewhere")
+    with pytest.raises(SystemExit) as info:  # a checkpoint shipped with --dest: found by its path
+        cli.main(["evaluate", "--model", str(shipped), "--data", data_dir, "--card", "--device", "cpu"])
+    assert info.value.code == 0 and f"wrote {shipped / 'card.md'}" in capsys.readouterr().out
+    made = f"- evaluated with `lsa-interp evaluate --model {shipped}` (numbers below)"
+    assert made in (shipped / "card.md").read_text()
+    assert json.loads((shipped / "evaluation.json").read_text())["model"] == "tiny"  # the name it was shipped under
 
 
 def test_ship_reuses_the_full_split_evaluation_and_fit_beside_the_model_unless_asked_to_evaluate(
@@ -290,6 +301,8 @@ def test_ship_reuses_the_full_split_evaluation_and_fit_beside_the_model_unless_a
         assert recorded.rows == read_answer_check(shipped).rows
         assert storage == "fp16" or recorded == read_answer_check(shipped)
     assert evaluated == []
+    elsewhere = (tmp_path / "checkpoints" / "again-fp32").as_posix()  # shipped outside the repository's checkpoints/
+    assert f"`lsa-interp evaluate --model {elsewhere}` evaluates it again" in cards["fp32"]
     for options in ({"reevaluate": True}, {"limit": 20}):
         with pytest.raises(ZeroDivisionError):
             ship_run(run, "again-fp32", dest=tmp_path / "checkpoints", **options)
