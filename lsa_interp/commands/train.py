@@ -5,12 +5,23 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn
+from rich.console import Console, RenderableType
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
 
 from lsa_interp.commands.common import UserError, check_device, given_options, training_preset, writable_out
 from lsa_interp.data.presets import DEFAULT_DATA_SEED
@@ -122,8 +133,6 @@ def register(app: typer.Typer) -> None:
         force: Annotated[bool, typer.Option(help="Overwrite a non-empty run directory.")] = False,
     ) -> None:
         """Train the paper's encoder-decoder with the reference recipe (AdamW, warm-up, linear decay)."""
-        from rich.progress import MofNCompleteColumn, TimeRemainingColumn
-
         from lsa_interp.training import TrainConfig, resume_run, start_run
 
         if resume is not None:
@@ -178,25 +187,16 @@ def register(app: typer.Typer) -> None:
                     shutil.rmtree(out if created else out / "data", ignore_errors=True)
                 raise
         first = trainer.step
-        with Progress(
-            TextColumn("[bold]train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeRemainingColumn(),
-            console=console,
-        ) as bar:
-            # the steps this invocation trains to: the end of the recipe, or --max-steps (new or saved) if sooner
-            job = bar.add_task("train", total=max(trainer.limit, first), completed=first, info="")
+        with _StepProgress(trainer, console) as bar:
 
             def show(record: dict) -> None:
                 info = f"loss {record['train_loss']:.4f}  {record['tasks_per_s']:,.0f} tasks/s  lr {record['lr']:.2e}"
-                bar.update(job, completed=record["step"], info=info)
+                bar.update(bar.job, info=info)
 
             try:
                 run_dir = trainer.run(progress=show)
-            finally:  # steps are shown as they are logged (every log_every): the bar ends at the step reached
-                bar.update(job, completed=trainer.step, total=max(trainer.limit, trainer.step))
+            finally:  # the bar ends at the step reached, however the run stopped
+                bar.follow()
         signum = trainer.stopped_by
         state = "model written" if signum is None else "stopped by a signal; continue with --resume"
         bounds = {"max_steps": max_steps, "max_minutes": max_minutes}
@@ -207,25 +207,72 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(128 + signum)
 
 
+class _StepsPerSecond(ProgressColumn):
+    """Rich's rate of the bar (steps/s over its last 30 s); empty until rich has one."""
+
+    def render(self, task: Task) -> Text:
+        """The rate's text."""
+        return Text(f"{task.speed:,.1f} steps/s" if task.speed else "", style="progress.data.speed")
+
+
+class _StepProgress(Progress):
+    """The train command's bar: it follows ``trainer.step`` whenever it is drawn (about 10 times a second), so it
+    moves, and rich has a rate and an ETA, between the step records (every ``log_every`` steps), without any work in
+    the training step. The step records' loss, tasks/s and learning rate go in the ``info`` field of task ``job``."""
+
+    def __init__(self, trainer, console: Console) -> None:
+        self.trainer = trainer
+        super().__init__(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            _StepsPerSecond(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+        )
+        self.job = self.add_task("train", total=self._total(), completed=trainer.step, info="")
+
+    def _total(self) -> int:
+        """The step this invocation trains to: the recipe's end, or ``--max-steps`` (new or saved) if sooner; the
+        step reached where that is past it."""
+        return max(self.trainer.limit, self.trainer.step)
+
+    def follow(self) -> None:
+        """Set the bar (its one task, once added) to the trainer's step."""
+        for job in self.task_ids:
+            self.update(job, completed=self.trainer.step, total=self._total())
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        """The bar at the trainer's current step (rich calls this at each refresh)."""
+        self.follow()
+        yield from super().get_renderables()
+
+
 def _stop_reason(trainer, first: int, resumed: bool, given: dict[str, float | None]) -> str:
-    """Why a run that ended without a signal stopped where it did, where the command's own options do not say it:
-    at a bound saved with a resumed run (``given`` holds this command's bounds, None where not given), or with
-    nothing trained from step ``first``; "" for a run that trained to the end of its recipe or to a bound given."""
-    config, step = trainer.config, trainer.step
+    """Why a run that ended without a signal stopped where it did, from step ``first``: at ``--max-steps`` or
+    ``--max-minutes`` (``given`` holds this command's bounds, None where not given; others were saved with a resumed
+    run), with how to go on, or with nothing trained; "" for a run that trained to the end of its recipe."""
+    config, step, run = trainer.config, trainer.step, trainer.run_dir
     saved = " (saved with the run)"
     if step >= trainer.total_steps:
         return "" if step > first else "trained nothing: the run has finished its recipe"
+    where = f"(step {step} of {trainer.total_steps})"
     if config.max_steps is not None and step >= config.max_steps:
         bound, total = config.max_steps, "(a total step count)"
         if resumed and given["max_steps"] is None:
-            where = "stopped at" if step == bound else f"trained nothing: the run is at step {step}, past"
-            return f"{where} the run's max_steps {bound}{saved}; pass --max-steps N {total} to go further"
+            stop = "stopped at" if step == bound else f"trained nothing: the run is at step {step}, past"
+            return f"{stop} the run's max_steps {bound}{saved}; pass --max-steps N {total} to go further"
         if step == first:
             return f"trained nothing: the run is at step {step}, --max-steps {bound} {total} is behind it"
-        return ""
-    if config.max_minutes is not None and resumed and given["max_minutes"] is None and step > first:
+        return f"stopped at --max-steps {bound} {where}; continue with --resume {run} --max-steps N {total}"
+    if config.max_minutes is not None and step > first:
         minutes = f"{config.max_minutes:g}"
-        return f"stopped at the run's max_minutes {minutes}{saved}; pass --max-minutes M to train longer"
+        if resumed and given["max_minutes"] is None:
+            again = f"continue with --resume {run}, or pass --max-minutes M to train longer"
+            return f"stopped at the run's max_minutes {minutes}{saved}, step {step} of {trainer.total_steps}; {again}"
+        return f"stopped at --max-minutes {minutes} {where}; continue with --resume {run}"
     return "" if step > first else "trained nothing"
 
 

@@ -12,12 +12,14 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from rich.console import Console
+from rich.progress import TimeElapsedColumn
 from safetensors.torch import load_file
 
 from lsa_interp import cli
@@ -322,13 +324,17 @@ def test_the_bar_counts_the_steps_the_run_trains_to_and_a_saved_bound_is_named(t
         return out.removeprefix(f"{run_dir}: ").rstrip("\n"), _bar_counts(bar)
 
     small = ["--model-config", json.dumps(SMALL_MODEL), "--val-limit", "8"]
+    again = f"continue with --resume {run_dir} --max-steps N (a total step count)"
     assert train("--out", str(run_dir), "--data", str(data_dir), "--max-steps", "3", *small) == (
-        "3 steps (0.05 epochs), model written",
+        f"3 steps (0.05 epochs), model written; stopped at --max-steps 3 (step 3 of 1140); {again}",
         [(3, 3)],
     )
     saved = "the run's max_steps 3 (saved with the run); pass --max-steps N (a total step count) to go further"
     assert train("--resume", str(run_dir)) == (f"3 steps (0.05 epochs), model written; stopped at {saved}", [(3, 3)])
-    assert train("--resume", str(run_dir), "--max-steps", "5") == ("5 steps (0.09 epochs), model written", [(5, 5)])
+    assert train("--resume", str(run_dir), "--max-steps", "5") == (
+        f"5 steps (0.09 epochs), model written; stopped at --max-steps 5 (step 5 of 1140); {again}",
+        [(5, 5)],
+    )
     assert train("--resume", str(run_dir)) == (
         f"5 steps (0.09 epochs), model written; trained nothing: the run is at step 5, past {saved}",
         [(5, 5)],
@@ -341,16 +347,49 @@ def test_the_bar_counts_the_steps_the_run_trains_to_and_a_saved_bound_is_named(t
     assert started == [(0, 3), (3, 3), (3, 5), (5, 5), (5, 5)], "a resumed bar starts at the run's step"
 
 
-def test_the_stop_reason_names_a_saved_time_bound_and_a_finished_recipe():
+def test_the_stop_reason_names_a_time_bound_saved_or_given_and_a_finished_recipe():
+    """A first run stopped by --max-minutes said only '16 steps (0.55 epochs), model written', as a finished run."""
+
     def reason(step, first, resumed=True, max_steps=None, max_minutes=None, given=(None, None)):
         config = SimpleNamespace(max_steps=max_steps, max_minutes=max_minutes)
-        trainer = SimpleNamespace(config=config, step=step, total_steps=100)
+        trainer = SimpleNamespace(config=config, step=step, total_steps=100, run_dir=Path("runs/mm"))
         return train_command._stop_reason(trainer, first, resumed, dict(zip(("max_steps", "max_minutes"), given)))
 
-    saved = "stopped at the run's max_minutes 0.1 (saved with the run); pass --max-minutes M to train longer"
-    assert reason(50, 40, max_minutes=0.1) == saved
-    assert reason(50, 40, max_minutes=0.1, given=(None, 0.1)) == reason(50, 40, False, max_minutes=0.1) == ""
+    assert reason(50, 40, max_minutes=0.1) == (
+        "stopped at the run's max_minutes 0.1 (saved with the run), step 50 of 100; continue with --resume runs/mm, "
+        "or pass --max-minutes M to train longer"
+    )
+    given = "stopped at --max-minutes 0.1 (step 50 of 100); continue with --resume runs/mm"
+    assert reason(50, 40, max_minutes=0.1, given=(None, 0.1)) == reason(50, 0, False, max_minutes=0.1) == given
     assert reason(100, 100) == "trained nothing: the run has finished its recipe" and reason(100, 40) == ""
+    assert reason(100, 40, max_minutes=0.1) == "", "a run that ended its recipe before the deadline says nothing"
+
+
+def test_the_bar_follows_the_steps_between_step_records_and_shows_the_elapsed_time(
+    tmp_path, capsys, data_dir, monkeypatch
+):
+    """The bar moved only on the step records (every 100 steps): a 58-step run read 0/58 with no rate or ETA until
+    its epoch ended, and it had no elapsed time."""
+    buffer = io.StringIO()
+    monkeypatch.setattr(train_command, "console", Console(file=buffer, width=200, force_terminal=True))
+    bars, shown = [], []
+    start, step = train_command.Progress.start, Trainer.train_step
+    monkeypatch.setattr(train_command.Progress, "start", lambda self: bars.append(self) or start(self))
+
+    def drawn_at_step_2(self, batch):
+        loss = step(self, batch)
+        if self.step == 2:
+            bars[0].refresh()
+            shown.append(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buffer.getvalue()).splitlines()[-1])
+        return loss
+
+    monkeypatch.setattr(Trainer, "train_step", drawn_at_step_2)
+    small = ["--model-config", json.dumps(SMALL_MODEL), "--val-limit", "8", "--max-steps", "4"]
+    code, _ = run_cli(["train", "--out", str(tmp_path / "R"), "--data", str(data_dir), *small], capsys)
+    assert code == 0
+    (line,) = shown
+    assert re.search(r" 2/4 .* \d:\d\d:\d\d (-:--:--|\d:\d\d:\d\d)\s*$", line), line
+    assert any(isinstance(column, TimeElapsedColumn) for column in bars[0].columns)
 
 
 def test_cli_refuses_a_used_run_directory(tmp_path, capsys, data_dir):
