@@ -1,10 +1,14 @@
 """One rich progress display over every run of a sweep: runs finished, training tasks per second, ETA.
 
 The bar counts training tasks (steps x batch size x runs of each stack, estimated from the datasets' sizes
-before a stack reports its exact step count); the description counts finished runs (model + evaluation).
+before a stack reports its exact step count); the description counts finished runs (model + evaluation) and names
+the work going on. The elapsed time runs until the display closes (through the evaluations and analyses after the
+last training); once the bar is full, the rate is the one training ended with.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from rich.console import Console
 from rich.progress import (
@@ -13,7 +17,6 @@ from rich.progress import (
     ProgressColumn,
     TaskProgressColumn,
     TextColumn,
-    TimeElapsedColumn,
     TimeRemainingColumn,
 )
 from rich.progress import Task as ProgressTask
@@ -22,8 +25,16 @@ from rich.text import Text
 
 class _TasksPerSecond(ProgressColumn):
     def render(self, task: ProgressTask) -> Text:
-        speed = task.speed
+        """Rich's rate, or once the bar is full the rate training ended with; empty while there is none."""
+        speed = task.finished_speed or task.speed
         return Text(f"{speed:,.0f} tasks/s" if speed else "", style="progress.data.speed")
+
+
+class _Elapsed(ProgressColumn):
+    def render(self, task: ProgressTask) -> Text:
+        """The time since the display opened (rich's `TimeElapsedColumn` stops once the bar is full)."""
+        elapsed = task.elapsed
+        return Text("-:--:--" if elapsed is None else str(timedelta(seconds=int(elapsed))), style="progress.elapsed")
 
 
 class SweepProgress:
@@ -31,6 +42,7 @@ class SweepProgress:
 
     def __init__(self, runs_total: int, runs_done: int, stacks: dict[str, tuple[int, int]], enabled: bool = True):
         self.runs_total, self.runs_done, self.failures, self.enabled = runs_total, runs_done, 0, enabled
+        self.work: str | None = None
         self._estimate = {name: estimate for name, (estimate, _) in stacks.items()}
         self._done = {name: min(done, estimate) for name, (estimate, done) in stacks.items()}
         self._bar = Progress(
@@ -38,7 +50,7 @@ class SweepProgress:
             BarColumn(),
             TaskProgressColumn(),
             _TasksPerSecond(),
-            TimeElapsedColumn(),
+            _Elapsed(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
             console=Console(stderr=True),
@@ -56,7 +68,13 @@ class SweepProgress:
 
     def _description(self) -> str:
         failed = f", {self.failures} failed" if self.failures else ""
-        return f"sweep: {self.runs_done}/{self.runs_total} runs done{failed}"
+        work = f"; {self.work}" if self.work else ""
+        return f"sweep: {self.runs_done}/{self.runs_total} runs done{failed}{work}"
+
+    def working(self, work: str | None) -> None:
+        """Name the work going on (e.g. ``evaluate copy-20-random-s0``) in the description; None for none."""
+        self.work = work
+        self._refresh()
 
     def trained(self, stack: str, tasks: int, total: int | None = None) -> None:
         """Stack ``stack`` has trained ``tasks`` tasks in all (of ``total``, once known)."""
@@ -90,3 +108,6 @@ class SweepProgress:
 
     def _refresh(self) -> None:
         self._bar.update(self._job, description=self._description(), total=self._total(), completed=self._completed())
+        task = self._bar.tasks[0]
+        if task.finished and task.finished_speed is None:  # rich keeps this rate only when a task is advanced
+            task.finished_speed = task.speed

@@ -87,7 +87,10 @@ def test_past_only_once_the_deadline_is_reached(monkeypatch):
 
 class _Display:
     def __init__(self, log: list):
-        self.log = log
+        self.log, self.work = log, []
+
+    def working(self, work):
+        self.work.append(work)
 
     def trained(self, stack, tasks, total):
         self.log.append(("trained", stack, tasks, total))
@@ -142,6 +145,18 @@ def test_each_stack_is_trained_then_each_run_evaluated_and_analysed(jobs, monkey
         expected += [("evaluate", run, 40, device)] + [("run_finished",)] * counted
         expected += [("analyse", run, "matching", device), ("analyse", run, "rasp", device)]
     assert log[3:] == expected
+
+
+def test_the_display_names_each_unit_of_work_and_nothing_once_the_work_ends(jobs, monkeypatch, tmp_path):
+    """The sweep's bar showed nothing of the evaluations and analyses after training (its clock stopped there too)."""
+    grid, stacks = jobs
+    _stand_ins(monkeypatch, stacks, [])
+    display = _Display([])
+    local_runner.execute_local(stacks, grid, None, display, FailureLog(tmp_path))
+    expected = ["train stack-000"]
+    for run in stacks[0].runs:
+        expected += [f"evaluate {run.name}", f"analyse matching {run.name}", f"analyse rasp {run.name}"]
+    assert display.work == [*expected, None]
 
 
 def test_a_stack_that_stops_unfinished_ends_the_invocation(jobs, monkeypatch, tmp_path):

@@ -45,6 +45,32 @@ def test_the_line_shows_runs_bar_percentage_rate_elapsed_and_eta(capsys):
     assert re.fullmatch(r"sweep: 1/4 runs done [━╸]+ +53%  \d:\d\d:\d\d ETA (-:--:--|\d:\d\d:\d\d)", line), line
 
 
+def test_the_clock_runs_to_the_end_and_a_full_bar_keeps_the_rate_training_ended_with(capsys, monkeypatch):
+    """The elapsed time stopped once training ended (0:00:28 through the evaluations and analyses of a 40 s sweep),
+    and the rate changed after it, as rich's window of recent samples emptied."""
+    now = [0.0]
+    monkeypatch.setattr("rich.console.monotonic", lambda: now[0])
+    with SweepProgress(1, 0, {"a": (100, 0)}) as display:
+        now[0] = 5.0
+        display.trained("a", 50)
+        now[0] = 10.0
+        display.trained("a", 100, 100)
+        display.working("evaluate run-a")
+        now[0] = 40.0
+        display.run_finished()
+        display.working(None)
+        now[0] = 45.0
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert re.fullmatch(r"sweep: 1/1 runs done [━╸]+ +100% 10 tasks/s 0:00:45 ETA 0:00:00", line), line
+
+
+def test_the_description_names_the_work_going_on(capsys):
+    with SweepProgress(2, 0, {"a": (10, 0)}) as display:
+        display.failed("evaluate run-a: ValueError (traceback: x.txt)")
+        display.working("analyse matching run-b")
+    assert "sweep: 0/2 runs done, 1 failed; analyse matching run-b " in capsys.readouterr().err
+
+
 def test_a_stack_s_exact_total_replaces_its_estimate(capsys):
     with SweepProgress(4, 0, {"a": (100, 0), "b": (50, 50)}) as display:
         display.trained("a", 60, 250)
@@ -85,8 +111,9 @@ def test_a_failure_is_printed_above_the_bar_and_counted(capsys):
 
 def test_the_rate_column_reads_tasks_per_second():
     column = _TasksPerSecond()
-    assert column.render(SimpleNamespace(speed=None)).plain == ""
-    assert column.render(SimpleNamespace(speed=1234.6)).plain == "1,235 tasks/s"
+    assert column.render(SimpleNamespace(speed=None, finished_speed=None)).plain == ""
+    assert column.render(SimpleNamespace(speed=1234.6, finished_speed=None)).plain == "1,235 tasks/s"
+    assert column.render(SimpleNamespace(speed=None, finished_speed=99.0)).plain == "99 tasks/s"
 
 
 class _Recorder:
@@ -102,6 +129,9 @@ class _Recorder:
 
     def __exit__(self, *exc):
         return None
+
+    def working(self, work):
+        """The work going on, which these tests do not check."""
 
 
 @pytest.fixture
