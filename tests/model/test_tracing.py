@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+pytest.importorskip("nnsight")  # a project dependency; the GPU machine's image lacks it (scripts/device_env_check.sh)
+
 from lsa_interp.model.tracing import TracedModel, traced
 
 SHORT = "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd"
