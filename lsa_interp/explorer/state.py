@@ -121,12 +121,21 @@ def parse_cells(text: str) -> tuple[CellBox, ...]:
                 f"bad cell box {part!r}: unknown mode {pieces[3]!r}; choose one of {', '.join(ABLATION_MODES)}"
             )
         try:
-            layer = int(pieces[0]) - 1
-            (p0, p1), (d0, d1) = (tuple(int(x) for x in r.split("-")) for r in pieces[1:3])
+            layer = _number(pieces[0]) - 1
+            (p0, p1), (d0, d1) = (tuple(_number(x) for x in r.split("-")) for r in pieces[1:3])
         except ValueError:
             raise ValueError(f"bad cell box {part!r}: numbers expected, e.g. 3:35-37:0-127:zero") from None
         boxes.append(CellBox(layer, (min(p0, p1), max(p0, p1)), (min(d0, d1), max(d0, d1)), mode))
     return tuple(boxes)
+
+
+def _number(text: str) -> int:
+    """``text`` (spaces around it aside) as an int when it is ASCII digits only; ValueError for anything else ``int``
+    would read ("1_0", full-width digits, signs)."""
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(text)
+    return int(text)
 
 
 def format_cells(boxes: tuple[CellBox, ...]) -> str:

@@ -57,7 +57,7 @@ def parse_head(text: str, cfg: ModelConfig) -> Head:
     stack, attn = BLOCKS[prefix]
     n_layers = cfg.n_layers(stack)
     layer_text, dot, head_text = core.partition(".")
-    if not (dot and layer_text.isdigit() and head_text.isdigit()):
+    if not (dot and core.isascii() and layer_text.isdigit() and head_text.isdigit()):  # not "２.７" (full width)
         raise ValueError(f"bad head {text!r}: write LAYER.HEAD with {allowed.format(n_layers)}")
     layer, head = int(layer_text), int(head_text)
     if not (1 <= layer <= n_layers and 1 <= head <= cfg.n_heads):

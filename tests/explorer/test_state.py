@@ -48,7 +48,7 @@ def test_cells_parse_and_format():
     boxes = parse_cells("3:37-35:0-127:zero, 1:2-2:5-9:mean")
     assert boxes == (CellBox(2, (35, 37), (0, 127), "zero"), CellBox(0, (2, 2), (5, 9), "mean"))
     assert parse_cells(format_cells(boxes)) == boxes
-    for bad in ("3:35-37:0-127", "3:a-b:0-1:zero", "3:1-2:0-1:half"):
+    for bad in ("3:35-37:0-127", "3:a-b:0-1:zero", "3:1-2:0-1:half", "３:1-2:0-1:zero", "3:1_0-12:0-1:zero"):
         with pytest.raises(ValueError, match="bad cell box"):
             parse_cells(bad)
 

@@ -34,6 +34,7 @@ def test_labels_parse_to_zero_based_heads_and_back(text, head):
         ("x", "bad head 'x'"),
         ("2", "bad head"),
         ("2.x", "bad head"),
+        ("２.７", "bad head '２.７'"),  # full-width digits, which str.isdigit and int both take
         ("foo:1.1", "prefix must be one of"),
     ],
 )
