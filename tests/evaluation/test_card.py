@@ -22,6 +22,7 @@ from lsa_interp.evaluation.card import (
     card_markdown,
     refresh_card,
     ship_run,
+    shipped_name,
 )
 from lsa_interp.evaluation.fit import FitResult
 from lsa_interp.evaluation.metrics import Accuracy
@@ -543,3 +544,12 @@ def test_a_card_is_refreshed_beside_an_evaluation_written_without_escapes_whatev
     assert json.loads((copy / "evaluation.json").read_text(encoding="utf-8")) == json.loads(
         json.dumps(result.to_dict())
     )
+
+
+def test_shipped_name_is_the_evaluations_model_or_none_without_one(tmp_path, ascii_locale):
+    """The name recorded in a checkpoint's ``evaluation.json`` (read as UTF-8 whatever the locale: a hand-edited file
+    may hold a note outside ASCII); a directory without that file has none."""
+    assert shipped_name(tmp_path) is None
+    record = {"model": "replicates/copy-20-s2", "note": "réévalué"}
+    (tmp_path / "evaluation.json").write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
+    assert shipped_name(tmp_path) == shipped_name(str(tmp_path)) == "replicates/copy-20-s2"

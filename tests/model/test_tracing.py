@@ -86,3 +86,21 @@ def test_an_invoke_of_a_bad_task_names_the_task_problem(small_model):
             nn.output.save()
         with tracer.invoke("abc | d"):
             nn.output.save()
+
+
+def test_the_first_invokes_keyword_arguments_run_the_whole_pass(small_model):
+    """The invokes run as one forward pass, which takes one set of keyword arguments: the first invoke's (here
+    ``mask_tgt_pad=False``, which reads the PAD after the shorter answer as a token)."""
+    short, long = f"{SHORT} > cde", f"{LONG} > cdefghi"
+    nn = traced(small_model)
+    with torch.no_grad(), nn.trace() as tracer:
+        with tracer.invoke(short, mask_tgt_pad=False):
+            first = nn.output.save()
+        with tracer.invoke(long):
+            second = nn.output.save()
+    with torch.no_grad():
+        unmasked = small_model([short, long], mask_tgt_pad=False)
+        masked = small_model([short, long])
+    torch.testing.assert_close(first, unmasked[:1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(second, unmasked[1:], atol=1e-5, rtol=0)
+    assert (unmasked[0] - masked[0]).abs().max() > 1e-3  # the keyword argument changes the shorter answer's row

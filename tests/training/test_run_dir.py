@@ -162,3 +162,15 @@ def test_a_relative_dataset_path_is_found_from_another_directory(tmp_path, monke
     assert rd.read_config(run)["data_dir"] == "runs/gen/data"  # found from here: kept as stored
     monkeypatch.chdir(other)
     assert rd.located_data_dir("ds", run) == "ds" and rd.located_data_dir("/abs/gone", run) == "/abs/gone"
+
+
+def test_a_relative_dataset_path_is_read_as_the_runs_own_only_where_it_names_it(tmp_path, monkeypatch):
+    """Only a path ending in ``RUN/data`` (the run's own name, then ``data``) is read as the run's own dataset: another
+    run's ``data`` or another folder of this run is left as stored, even where the run's own ``data`` holds one."""
+    run = tmp_path / "runs" / "gen"
+    (run / "data").mkdir(parents=True)
+    (run / "data" / "manifest.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    assert rd.located_data_dir("other/gen/data", run) == str(run / "data")
+    assert rd.located_data_dir("runs/other/data", run) == "runs/other/data"
+    assert rd.located_data_dir("runs/gen/dataset", run) == "runs/gen/dataset"
