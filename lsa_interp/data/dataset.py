@@ -151,7 +151,7 @@ def save_dataset(dataset: Dataset, out_dir: str | os.PathLike, force: bool = Fal
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         if out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
+            shutil.rmtree(out)  # a dataset (a file or other files were refused above)
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
