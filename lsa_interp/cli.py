@@ -39,15 +39,16 @@ def data_generate(
 ) -> None:
     """Generate a dataset preset and write it to OUT."""
     from lsa_interp.data import generate_dataset, get_preset, save_dataset
+    from lsa_interp.data.dataset import MANIFEST
 
     config = get_preset(preset)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give a directory (a new or empty one, or a dataset's with --force)")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise UserError(f"{out} exists and is not empty; pass --force to overwrite it")
-    if out.is_dir() and any(out.iterdir()) and not (out / "manifest.json").is_file():
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
         raise UserError(
-            f"--out {out} holds no dataset (no manifest.json); --force replaces only a dataset: give a new or empty "
+            f"--out {out} holds no dataset (no {MANIFEST}); --force replaces only a dataset: give a new or empty "
             "directory"
         )
     writable_out(out)

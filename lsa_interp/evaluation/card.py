@@ -29,7 +29,7 @@ from lsa_interp.evaluation.run import evaluate_model, evaluation_dataset, predic
 from lsa_interp.evaluation.stored import read_evaluation, read_fit
 from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, load_model, save_model
 from lsa_interp.model.hooked import HookedEncoderDecoder
-from lsa_interp.utils import atomic_write
+from lsa_interp.utils import atomic_write, read_json_object
 
 MAX_CHANGED_ANSWERS = 0.001
 """Reduced-precision storage must change fewer than this fraction of the val split's greedy answers."""
@@ -289,7 +289,7 @@ def check_checkpoint_name(name: str) -> None:
 def shipped_name(checkpoint_dir: str | Path) -> str | None:
     """The name a checkpoint was shipped under, as its ``evaluation.json`` records it; None without one."""
     path = Path(checkpoint_dir) / EVALUATION_FILE
-    return json.loads(path.read_text(encoding="utf-8")).get("model") if path.is_file() else None
+    return read_json_object(path, "a shipped model's evaluation").get("model", str, None) if path.is_file() else None
 
 
 def refresh_card(checkpoint_dir: str | Path, result: EvaluationResult, reference: str | None = None) -> Path:

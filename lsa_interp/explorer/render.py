@@ -213,7 +213,7 @@ def change_rows(view: RenderedView) -> list[tuple[str, ...]]:
 
 
 def change_verdict(view: RenderedView) -> str:
-    """ "the answer changed" or "the answer did not change" (under the view's interventions)."""
+    """The comparison's verdict: "the answer changed" or "the answer did not change" (under the interventions)."""
     return "the answer changed" if view.answer_changed else "the answer did not change"
 
 

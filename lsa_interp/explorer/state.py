@@ -66,23 +66,26 @@ def parse_layer(text: str, n_layers: int) -> int:
     """A 1-based layer number from ``text`` ("" is the last layer), returned 0-based.
 
     Raises ValueError naming the allowed range for anything else, a digit other than ASCII 0-9 included (``int``
-    reads a full-width "２" as 2; `parse_pair` refuses it)."""
-    number = text.strip()
-    if not number:
+    reads a full-width "２" as 2)."""
+    if not text.strip():
         return n_layers - 1
-    if not (number.isascii() and number.isdigit()) or not 1 <= int(number) <= n_layers:
+    try:
+        layer = _number(text)
+    except ValueError:
+        layer = None
+    if layer is None or not 1 <= layer <= n_layers:
         raise ValueError(f"layer {text!r} is not one of 1..{n_layers}")
-    return int(number) - 1
+    return layer - 1
 
 
 def parse_pair(text: str) -> int:
     """The number of the succ/pred pair last drawn ("" when none was: 0). Raises ValueError for anything else."""
-    number = text.strip()
-    if not number:
+    if not text.strip():
         return 0
-    if not (number.isascii() and number.isdigit()):
-        raise ValueError(f"pair {text!r} is not a pair number (1, 2, ...)")
-    return int(number)
+    try:
+        return _number(text)
+    except ValueError:
+        raise ValueError(f"pair {text!r} is not a pair number (1, 2, ...)") from None
 
 
 def parse_head_view(text: str) -> str:
