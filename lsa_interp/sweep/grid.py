@@ -60,7 +60,8 @@ class Grid:
 
 
 def load_grid(path: str | Path) -> Grid:
-    """Read and validate the grid file at ``path``; raises ValueError (prefixed with the path) for any problem."""
+    """Read and validate the grid file at ``path``; raises ValueError (prefixed with the path) for any problem but
+    a run asked for by two cells, which `lsa_interp.sweep.plan.load_sweep_grid` also refuses."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{path}: a directory; give a grid file (.toml)")

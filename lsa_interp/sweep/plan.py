@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lsa_interp.data.presets import DEFAULT_DATA_SEED
-from lsa_interp.sweep.grid import Grid
+from lsa_interp.sweep.grid import Grid, load_grid
 from lsa_interp.training.run_dir import MODEL_DIR, replicate_dir
 from lsa_interp.training.stack_config import RunSpec, StackConfig
 from lsa_interp.utils import atomic_write
@@ -75,6 +75,17 @@ def expand(grid: Grid) -> list[SweepRun]:
                         raise ValueError(f"cells[{index}]: run {run.name} is already in an earlier cell")
                     runs[run.name] = run
     return list(runs.values())
+
+
+def load_sweep_grid(path: str | Path) -> Grid:
+    """The grid of the file at ``path`` (`load_grid`), its runs checked by `expand`; raises ValueError prefixed with
+    the path for any problem, two cells asking for the same run included."""
+    grid = load_grid(path)
+    try:
+        expand(grid)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+    return grid
 
 
 def pack(runs: list[SweepRun], replicates: int, first_index: int = 0) -> list[Stack]:

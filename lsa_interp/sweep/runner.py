@@ -15,10 +15,10 @@ from pathlib import Path
 from lsa_interp.data.dataset import read_manifest
 from lsa_interp.evaluation.runs_table import runs_table, write_runs_table
 from lsa_interp.sweep.failures import Failure, FailureLog
-from lsa_interp.sweep.grid import Grid, load_grid
+from lsa_interp.sweep.grid import Grid
 from lsa_interp.sweep.jobs import StackJob, stack_jobs
 from lsa_interp.sweep.local_runner import execute_local
-from lsa_interp.sweep.plan import GRID_COPY, PLAN_FILE, RESULTS_FILE, data_dir, expand, plan_stacks
+from lsa_interp.sweep.plan import GRID_COPY, PLAN_FILE, RESULTS_FILE, data_dir, expand, load_sweep_grid, plan_stacks
 from lsa_interp.sweep.progress import SweepProgress
 from lsa_interp.sweep.ray_runner import check_address, execute_ray, require_ray
 from lsa_interp.sweep.work import ensure_dataset, steps_logged, training_rows
@@ -58,7 +58,7 @@ def run_sweep(
     rows, a grid that does not match the sweep already in ``out``, ``ray`` without Ray installed or an address
     where nothing answers, before any work; `StoppedBySignal` when SIGINT/SIGTERM stopped training (state saved).
     """
-    grid, out = load_grid(grid_path), Path(out)
+    grid, out = load_sweep_grid(grid_path), Path(out)
     if out.is_dir() and any(out.iterdir()) and not (out / PLAN_FILE).is_file():
         raise ValueError(
             f"{out} is not empty and holds no sweep ({PLAN_FILE}): give a new or empty --out, or the directory of "

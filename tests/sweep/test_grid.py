@@ -15,6 +15,7 @@ from lsa_interp.sweep.plan import (
     analysis_dir,
     data_dir,
     expand,
+    load_sweep_grid,
     model_dir,
     pack,
     plan_stacks,
@@ -163,6 +164,18 @@ def test_seed_ranges_cell_overrides_and_duplicate_runs():
     again = parse_grid({"seeds": [0], "cells": [{"presets": ["copy-20"], "batching": ["random"]}] * 2})
     with pytest.raises(ValueError, match=r"cells\[1\]: run copy-20-random-s0 is already"):
         expand(again)
+
+
+def test_a_run_in_two_cells_is_refused_naming_the_grid_file(tmp_path):
+    path = tmp_path / "grid.toml"
+    path.write_text("seeds = [0]\n" + '[[cells]]\npresets = ["copy-20"]\nbatching = ["random"]\n' * 2)
+    message = f"^{re.escape(str(path))}: cells\\[1\\]: run copy-20-random-s0 is already in an earlier cell$"
+    with pytest.raises(ValueError, match=message):
+        load_sweep_grid(path)
+    absent = tmp_path / "absent.toml"
+    with pytest.raises(ValueError, match=f"^{re.escape(str(absent))}: no such grid file$"):
+        load_sweep_grid(absent)
+    assert load_sweep_grid(GRIDS / "tiny.toml") == load_grid(GRIDS / "tiny.toml")
 
 
 def test_pack_keeps_precisions_apart_and_bounds_stack_size():

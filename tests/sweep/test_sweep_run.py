@@ -36,6 +36,17 @@ def test_bad_grid_exits_2_with_one_line_and_trains_nothing(tmp_path, capsys):
     assert not (tmp_path / "sweep").exists()
 
 
+def test_a_run_in_two_cells_exits_2_naming_the_grid_file(tmp_path, capsys):
+    grid = write_tiny_grid(tmp_path / "grid.toml")
+    grid.write_text(grid.read_text() + '[[cells]]\npresets = ["tiny"]\nbatching = ["random"]\nseeds = [1]\n')
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", str(grid), "--out", str(tmp_path / "sweep")])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err == f"lsa-interp: error: {grid}: cells[1]: run tiny-random-s1 is already in an earlier cell"
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_a_batch_larger_than_a_datasets_training_rows_exits_2_before_any_training(tmp_path, capsys, monkeypatch):
     grid = write_tiny_grid(tmp_path / "grid.toml", batch_size=1805, small=True)  # the small datasets: 1,804 rows
     with pytest.raises(SystemExit) as exit_info:
