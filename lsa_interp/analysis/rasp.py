@@ -27,9 +27,12 @@ match ``same_as`` perfectly while reading nothing. Scores are averaged over task
 
 Findings (paper, by eye on one predecessor prompt): layer-1 heads resemble the pipe and the arrow selectors;
 the matching head ("2.7" in the paper's checkpoint, encoder layer 2) resembles ``same_as``; the paper itself
-calls only arrow and same-as convincing. Each selector is scored on its own: it holds when some encoder
-head puts at least `MATCH_THRESHOLD` of its attention on the selected keys, whatever its layer (head
-numbers and layers belong to one checkpoint); the best head of the paper's layer is reported beside it.
+calls only arrow and same-as convincing. Each selector is scored on its own: it holds when some head of
+its judged layer puts at least `MATCH_THRESHOLD` of its attention on the selected keys. Pipe and arrow are
+judged in encoder layer 1, the layer the claim names (as the role-assignment finding judges layer 1's
+separator stripes); same-as in any layer, as the matching head is found: its place varies between runs
+(the paper's appendix: "usually within the first two layers"). The best head of any layer and the best of
+the paper's layer are reported beside the verdict.
 Default tasks (`paper_rasp_tasks`): the paper's predecessor prompts (``a..z | ghi > fhi | bcd`` and more of
 its form, `prompts.paper_prompts`).
 """
@@ -56,6 +59,8 @@ SELECTORS: tuple[str, ...] = ("pipe", "arrow", "same_as")
 RUNNING_EXAMPLE = "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd"
 PAPER_LAYER: dict[str, int] = {"pipe": 1, "arrow": 1, "same_as": 2}
 """The 1-based encoder layer whose heads resemble each selector in the paper."""
+JUDGED_IN_ANY_LAYER = frozenset({"same_as"})
+"""Selectors whose finding the best head of any layer decides; the others are judged in their `PAPER_LAYER`."""
 MATCH_THRESHOLD = 0.5
 """Mass on the selected keys the best head needs for a finding to hold (chance is about 0.03-0.06): a head
 "resembles" a selector when most of its attention (more than half) goes where the selector points."""
@@ -249,16 +254,22 @@ def _findings(best_rows: dict[str, dict]) -> list[Finding]:
             if sel == "same_as"
             else f"layer-{PAPER_LAYER[sel]} heads resemble the {sel} selector"
         )
+        anywhere = sel in JUDGED_IN_ANY_LAYER
+        judged = row["mass"] if anywhere else row.get("paper_layer_mass", 0.0)
+        where = (
+            "in any layer (the matching head's layer varies between runs)"
+            if anywhere
+            else f"of encoder layer {PAPER_LAYER[sel]}, the layer the claim names,"
+        )
         findings.append(
             Finding(
                 f"RASP {sel} selector",
                 paper,
                 f"best head {row['head']}: mass {row['mass']:.2f} (chance {row['chance']:.2f}), "
                 f"r {row['correlation']:.2f}{in_layer}",
-                row["mass"] >= MATCH_THRESHOLD,
-                f"holds when some head puts >= {MATCH_THRESHOLD} of its attention on the selected keys, in any "
-                "layer (head numbers and layers belong to one checkpoint)",
-                row["mass"],
+                judged >= MATCH_THRESHOLD,
+                f"holds when some head {where} puts >= {MATCH_THRESHOLD} of its attention on the selected keys",
+                judged,
             )
         )
     return findings

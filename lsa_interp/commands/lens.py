@@ -61,8 +61,9 @@ def register(app: typer.Typer) -> None:
     @app.command(
         "rasp",
         help="Compare every encoder head's attention with the paper's RASP-L selectors (pipe, arrow, same-as): "
-        "a selector's finding holds when some head, in any layer, puts >= 0.5 of its attention on the selected "
-        "keys (the best head of the paper's layer is reported beside it). " + HEAD_HELP,
+        "a selector's finding holds when some head puts >= 0.5 of its attention on the selected keys, judged in "
+        "encoder layer 1 for pipe and arrow (the layer the claim names) and in any layer for same-as (the best "
+        "head of any layer is reported beside it). " + HEAD_HELP,
         epilog="Example: lsa-interp rasp --model copy-200 --out runs/analysis/copy-200\n\n"
         "On 500 tasks of the seen rules: lsa-interp rasp --model copy-200 --seen-rules --tasks 500",
     )

@@ -173,7 +173,7 @@ def register(app: typer.Typer) -> None:
         role probe), and do the layer-1 heads attend to the separators? Of the --tasks, half fit the PCA and
         the probe and half are measured. Holds: the PCA-plane silhouette rises by >= 0.05 and the probe
         accuracy falls by < 0.02; both example-out density overlaps fall by >= 0.05; at least 2 layer-1 heads
-        put >= 2x the uniform mass on the separators."""
+        put >= 0.5 of their attention on the separators."""
         rules = _check(transformation or _seen(), alphabets)
         from lsa_interp.analysis.roles import role_assignment
 

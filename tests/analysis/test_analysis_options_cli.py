@@ -183,7 +183,7 @@ def test_help_texts_state_the_library_thresholds(capsys):
             f"rises by >= {roles.SILHOUETTE_MARGIN}",
             f"falls by < {roles.PROBE_MARGIN}",
             f"fall by >= {roles.OVERLAP_MARGIN}",
-            f"at least {roles.MIN_STRIPE_HEADS} layer-1 heads put >= {roles.STRIPE_RATIO:g}x",
+            f"at least {roles.MIN_STRIPE_HEADS} layer-1 heads put >= {roles.STRIPE_MASS:g} of their attention",
         ],
         "decoder-lens": [f"at most {decoder_lens.PAPER_EARLY_SHARE:.3f} x the last layer"],
         "rasp": [f">= {rasp.MATCH_THRESHOLD} of its attention"],

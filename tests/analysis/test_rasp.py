@@ -8,6 +8,7 @@ import torch
 
 from lsa_interp.analysis.prompts import paper_prompts
 from lsa_interp.analysis.rasp import (
+    JUDGED_IN_ANY_LAYER,
     MATCH_THRESHOLD,
     RUNNING_EXAMPLE,
     SELECTORS,
@@ -161,20 +162,27 @@ def test_seen_rule_tasks():
         rasp_comparison(HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, d_mlp=64)), [])
 
 
-def test_a_selector_matched_outside_the_paper_layer_holds_and_names_the_paper_layer_best():
+def test_pipe_and_arrow_are_judged_in_layer_one_and_same_as_in_any_layer():
+    """2.2 is the arrow selector and 1.1 the same-as selector: the arrow finding does not hold (the claim names
+    layer-1 heads; layer 1's best is reported), same-as holds from layer 1 (the matching head's layer varies)."""
     torch.manual_seed(0)
     model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64))
-    handle, hooks = forcing_hooks(model, {(1, 1): (1, True)})  # 2.2 is the arrow selector
+    handle, hooks = forcing_hooks(model, {(1, 1): (1, True), (0, 0): (2, False)})
     try:
         with model.hooks(fwd_hooks=hooks):
             result = rasp_comparison(model.eval(), paper_rasp_tasks(8), model_name="tiny")
     finally:
         handle.remove()
-    arrow = result.data["best"]["arrow"]
-    assert arrow["head"] == "2.2" and arrow["paper_layer_head"].startswith("1.") and arrow["paper_layer_mass"] < 0.5
+    arrow, same = result.data["best"]["arrow"], result.data["best"]["same_as"]
+    assert arrow["head"] == "2.2" and arrow["mass"] == pytest.approx(1.0)
+    assert arrow["paper_layer_head"].startswith("1.") and arrow["paper_layer_mass"] < 0.5
+    assert same["head"] == "1.1" and same["mass"] == pytest.approx(1.0) and same["paper_layer_mass"] < 0.5
     by_name = {f.name: f for f in result.findings}
-    assert by_name["RASP arrow selector"].holds is True and by_name["RASP arrow selector"].value == arrow["mass"]
+    assert by_name["RASP arrow selector"].holds is False
+    assert by_name["RASP arrow selector"].value == arrow["paper_layer_mass"]
+    assert by_name["RASP same_as selector"].holds is True and by_name["RASP same_as selector"].value == same["mass"]
     assert by_name["RASP pipe selector"].holds is False
+    assert JUDGED_IN_ANY_LAYER == {"same_as"}
 
 
 def test_paper_rasp_tasks_are_the_paper_pred_prompts():
@@ -190,13 +198,21 @@ def _row(mass: float, **extra) -> dict:
 
 
 def test_a_selector_holds_from_half_the_attention_on_its_keys():
-    """The verdict is mass >= MATCH_THRESHOLD (0.5): exactly half holds, just below does not."""
-    findings = _findings({"pipe": _row(0.5), "arrow": _row(0.4999), "same_as": _row(0.75)})
+    """The verdict is mass >= MATCH_THRESHOLD (0.5) in the judged layer: exactly half holds, just below does
+    not; a pipe or arrow row without a layer-1 head does not hold."""
+    findings = _findings(
+        {
+            "pipe": _row(0.9, paper_layer_head="1.1", paper_layer_mass=0.5),
+            "arrow": _row(0.9, paper_layer_head="1.1", paper_layer_mass=0.4999),
+            "same_as": _row(0.75, paper_layer_head="2.1", paper_layer_mass=0.1),
+        }
+    )
     assert [(f.name, f.holds, f.value) for f in findings] == [
         ("RASP pipe selector", True, 0.5),
         ("RASP arrow selector", False, 0.4999),
         ("RASP same_as selector", True, 0.75),
     ]
+    assert _findings({"arrow": _row(0.9)})[0].holds is False
     assert MATCH_THRESHOLD == 0.5
 
 
@@ -258,10 +274,12 @@ def test_comparison_result_records_its_tables_example_and_figures():
     titles = {name: figure.layout.title.text for name, figure in result.figures.items()}
     assert titles["attention mass on the selector's keys"] == "Encoder heads vs RASP-L selectors: mass on selected keys"
     assert titles["correlation with the selector"] == "Encoder heads vs RASP-L selectors: Pearson correlation"
-    assert result.findings[0].detail == (
-        "holds when some head puts >= 0.5 of its attention on the selected keys, in any layer "
-        "(head numbers and layers belong to one checkpoint)"
-    )
+    assert [f.detail for f in result.findings[1:]] == [
+        "holds when some head of encoder layer 1, the layer the claim names, puts >= 0.5 of its attention on the "
+        "selected keys",
+        "holds when some head in any layer (the matching head's layer varies between runs) puts >= 0.5 of its "
+        "attention on the selected keys",
+    ]
     assert rasp_comparison(model, [Task.parse(RUNNING_EXAMPLE)], model_name="tiny").model == "tiny"
 
 

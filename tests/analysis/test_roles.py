@@ -257,8 +257,10 @@ def test_role_assignment_summary_data_and_separator_heads(model):
         "silhouette_margin": 0.05,
         "probe_margin": 0.02,
         "overlap_margin": 0.05,
-        "stripe_ratio": 2.0,
+        "stripe_mass": 0.5,
+        "arrow_alone_mass": 0.9,
     }
+    assert (s["arrow_head"], s["max_arrow_mass"], s["arrow_alone_heads"]) == ("1.1", 0.0, 0)
     again = role_assignment(model, n_tasks=6, seed=2, transformations=["pred", "sort"], alphabets="both", normed=False)
     assert again.summary["silhouette_pca_after"] == pytest.approx(
         role_assignment(model, analysis_tasks(["pred", "sort"], 6, 2, "both"), normed=False).summary[
@@ -275,6 +277,7 @@ def role_summary(**overrides) -> dict:
     }
     s |= {f"overlap_{n}_{stage}": 0.5 for n in ("in_out", "out_query") for stage in ("before", "after")}
     s |= {"uniform_separator_mass": 0.1, "max_separator_mass": 0.5}
+    s |= {"arrow_head": "1.2", "max_arrow_mass": 0.4, "arrow_alone_heads": 0}
     return s | overrides
 
 
@@ -327,6 +330,9 @@ def test_findings_state_the_paper_claim_our_numbers_and_the_rule():
         overlap_out_query_after=0.13,
         uniform_separator_mass=0.09,
         max_separator_mass=0.95,
+        arrow_head="1.3",
+        max_arrow_mass=0.91,
+        arrow_alone_heads=1,
     )
     texts = [(f.paper, f.ours, f.detail) for f in role_findings(role_summary(**values), ["1.1", "1.3"], 4)]
     assert texts == [
@@ -342,8 +348,9 @@ def test_findings_state_the_paper_claim_our_numbers_and_the_rule():
         ),
         (
             "multiple layer-1 heads put high attention on | and > (vertical stripes)",
-            "2/4 heads (1.1, 1.3) put >= 2x the uniform mass (0.09) on separators; max 0.95",
-            "holds when at least 2 heads reach 2x the uniform separator mass",
+            "2/4 heads (1.1, 1.3) put >= 0.5 of their attention on separators (uniform 0.09); max 0.95; "
+            "on > alone: 1.3 0.91 (paper's 1.3: 0.97-1.0), 1 heads >= 0.9",
+            "holds when at least 2 heads put >= 0.5 of their attention on | and >",
         ),
     ]
 
@@ -454,29 +461,35 @@ def test_the_pca_is_reproducible_when_sklearn_picks_its_randomized_solver(monkey
     assert one["overlap_in_out_after"] == again["overlap_in_out_after"]
 
 
-def at_the_ratio(pattern, hook):
-    """6-letter windows (48 positions, 3 separators: uniform mass 1/16). Head 1 puts exactly twice the uniform
-    mass (1/8) on the first ``|`` (26), head 2 half on that ``|`` and half on ``>`` (33); the rest goes to 0."""
+def at_the_bar(pattern, hook):
+    """6-letter windows (48 positions, 3 separators: uniform mass 1/16). Head 1 puts exactly half of every row
+    on the first ``|`` (26), head 2 a quarter on that ``|`` and a quarter on ``>`` (33), head 3 0.4375 on ``>``;
+    the rest goes to position 0."""
     forced = torch.zeros_like(pattern)
     forced[:, :, :, 0] = 1.0
-    forced[:, 0, :, 26], forced[:, 0, :, 0] = 0.125, 0.875
-    forced[:, 1, :, 26], forced[:, 1, :, 33], forced[:, 1, :, 0] = 0.5, 0.5, 0.0
+    forced[:, 0, :, 26], forced[:, 0, :, 0] = 0.5, 0.5
+    forced[:, 1, :, 26], forced[:, 1, :, 33], forced[:, 1, :, 0] = 0.25, 0.25, 0.5
+    forced[:, 2, :, 33], forced[:, 2, :, 0] = 0.4375, 0.5625
     return forced
 
 
-def test_separator_heads_count_both_separators_and_include_the_exact_ratio(model):
-    """A head's separator mass is its mass on ``|`` plus on ``>``; a head at exactly 2x the uniform mass counts."""
+def test_separator_heads_count_both_separators_and_include_exactly_half(model):
+    """A head's separator mass is its mass on ``|`` plus on ``>``; a head at exactly half counts, one below
+    does not; the head with most attention on ``>`` alone is named beside the finding."""
     tasks = analysis_tasks(["pred"], 4, seed=0, lengths=(6,))
     tasks[0] = dataclasses.replace(tasks[0], transformation=None)
-    with model.hooks(fwd_hooks=[("encoder.0.attn.hook_pattern", at_the_ratio)]):
+    with model.hooks(fwd_hooks=[("encoder.0.attn.hook_pattern", at_the_bar)]):
         result = role_assignment(model, tasks, normed=False)
-    data = result.data
-    assert result.summary["uniform_separator_mass"] == 1 / 16
-    assert data["separator_heads"] == ["1.1", "1.2"] and result.summary["max_separator_mass"] == pytest.approx(1.0)
-    assert data["separator_attention"][:2] == [
-        {"head": "1.1", "pipe": 0.125, "arrow": 0.0},
-        {"head": "1.2", "pipe": 0.5, "arrow": 0.5},
+    data, s = result.data, result.summary
+    assert s["uniform_separator_mass"] == 1 / 16
+    assert data["separator_heads"] == ["1.1", "1.2"] and s["max_separator_mass"] == pytest.approx(0.5)
+    assert data["separator_attention"][:3] == [
+        {"head": "1.1", "pipe": 0.5, "arrow": 0.0},
+        {"head": "1.2", "pipe": 0.25, "arrow": 0.25},
+        {"head": "1.3", "pipe": 0.0, "arrow": 0.4375},
     ]
+    assert (s["arrow_head"], s["max_arrow_mass"], s["arrow_alone_heads"]) == ("1.3", 0.4375, 0)
+    assert result.findings[2].holds is True and "on > alone: 1.3 0.44" in result.findings[2].ours
     assert data["transformations"] == ["?", "pred"]
     assert data["pca_explained_variance_ratio"].sum() == pytest.approx(result.summary["pca_explained_variance"])
 
@@ -495,3 +508,11 @@ def test_residuals_are_raw_by_default(model, tasks):
         normed, _ = collect_residuals(model, tasks[:2], [BEFORE], normed=True)
     assert (raw[BEFORE][:, 0] == 5.0).all() and (raw[BEFORE][:, 1:] == 0.0).all()
     assert np.allclose(np.linalg.norm(normed[BEFORE], axis=1), 32**0.5, rtol=1e-4)
+
+
+def test_heads_that_send_almost_everything_to_the_arrow_are_counted(model):
+    """Every layer-1 head on ``>`` alone (the paper's 1.3: 0.97-1.0): all four count at >= 0.9."""
+    three = analysis_tasks(["pred"], 4, seed=0, lengths=(3,))
+    with model.hooks(fwd_hooks=[("encoder.0.attn.hook_pattern", arrow_stripe)]):
+        s = role_assignment(model, three, normed=False).summary
+    assert (s["arrow_alone_heads"], s["max_arrow_mass"]) == (CFG.n_heads, pytest.approx(1.0))
