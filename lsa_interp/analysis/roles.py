@@ -295,10 +295,10 @@ def _findings(summary: dict, stripe_heads: list[str], n_heads: int) -> list[Find
         Finding(
             "layer-1 heads attend to the separators",
             "multiple layer-1 heads put high attention on | and > (vertical stripes)",
-            f"{len(stripe_heads)}/{n_heads} heads ({', '.join(stripe_heads) or 'none'}) put >= {STRIPE_MASS:g} of their "
-            f"attention on separators (uniform {s['uniform_separator_mass']:.2f}); max {s['max_separator_mass']:.2f}; "
-            f"on > alone: {s['arrow_head']} {s['max_arrow_mass']:.2f} (paper's 1.3: 0.97-1.0), "
-            f"{s['arrow_alone_heads']} heads >= {ARROW_ALONE_MASS:g}",
+            f"{len(stripe_heads)}/{n_heads} heads ({', '.join(stripe_heads) or 'none'}) put >= {STRIPE_MASS:g} of "
+            f"their attention on separators (uniform {s['uniform_separator_mass']:.2f}); "
+            f"max {s['max_separator_mass']:.2f}; on > alone: {s['arrow_head']} {s['max_arrow_mass']:.2f} "
+            f"(paper's 1.3: 0.97-1.0), {s['arrow_alone_heads']} heads >= {ARROW_ALONE_MASS:g}",
             len(stripe_heads) >= MIN_STRIPE_HEADS,
             f"holds when at least {MIN_STRIPE_HEADS} heads put >= {STRIPE_MASS:g} of their attention on | and >",
         ),
