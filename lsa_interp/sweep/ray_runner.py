@@ -108,7 +108,7 @@ def execute_ray(
     """Submit every stack, then each finished stack's evaluations and analyses; wait for all of them.
 
     A task that raises (or whose worker died more than ``MAX_RETRIES`` times) is recorded in ``failures``; the
-    other tasks go on."""
+    other tasks go on. The display names the tasks in flight (`_in_flight`)."""
     ray = require_ray()
     started = connect(address)
     try:
@@ -123,6 +123,7 @@ def execute_ray(
         }
         training = {job.name: job for job in jobs}
         while pending:
+            display.working(_in_flight(pending))
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_SECONDS)
             for job in training.values():
                 display.trained(job.name, job.tasks(steps_logged(job.directory)))
@@ -143,8 +144,19 @@ def execute_ray(
                         for name, out in run.missing_analyses():
                             pending[analyse.remote(run, name, out)] = (f"analyse {name}", run)
     finally:
+        display.working(None)
         if started:
             ray.shutdown()
+
+
+def _in_flight(pending: dict[Any, tuple[str, Any]]) -> str | None:
+    """The tasks submitted and not yet returned, named as the in-process sweep names its work, the first of each
+    kind and how many more (``train stack-000 +2, evaluate copy-20-random-s0``); None for none."""
+    names: dict[str, list[str]] = {}
+    for kind, item in pending.values():
+        names.setdefault(kind, []).append(item.name)
+    groups = [f"{kind} {first}" + (f" +{len(rest)}" if rest else "") for kind, (first, *rest) in names.items()]
+    return ", ".join(groups) or None
 
 
 def _result(ray: Any, ref: Any, kind: str, item: Any, failures: FailureLog, display: SweepProgress) -> Any:

@@ -143,15 +143,51 @@ def test_a_task_error_is_recorded_led_by_what_failed(tmp_path):
     assert _result(answers, None, "train", run, failures, display) == 5 and len(failures.failures) == 3
 
 
+def test_the_work_in_flight_is_named_as_the_in_process_sweep_names_it():
+    from lsa_interp.sweep.ray_runner import _in_flight
+
+    named = lambda name: SimpleNamespace(name=name)
+    pending = {
+        1: ("train", named("stack-000")),
+        2: ("train", named("stack-001")),
+        3: ("evaluate", named("tiny-random-s0")),
+        4: ("analyse matching", named("tiny-random-s0")),
+        5: ("train", named("stack-002")),
+        6: ("analyse rasp", named("tiny-random-s1")),
+    }
+    expected = (
+        "train stack-000 +2, evaluate tiny-random-s0, analyse matching tiny-random-s0, analyse rasp tiny-random-s1"
+    )
+    assert _in_flight(pending) == expected
+    assert _in_flight({}) is None
+
+
+class _Labels(SweepProgress):
+    """A disabled display that keeps each change of the work it names."""
+
+    def __init__(self, *args):
+        super().__init__(*args, enabled=False)
+        self.labels: list[str | None] = []
+
+    def working(self, work):
+        if not self.labels or self.labels[-1] != work:
+            self.labels.append(work)
+        super().working(work)
+
+
 def test_failing_ray_tasks_are_recorded_and_the_others_go_on(local_ray, tmp_path):
-    """A stack marked done whose models are missing: each run's evaluation and analysis fails in its worker."""
+    """A stack marked done whose models are missing: each run's evaluation and analysis fails in its worker. The
+    display names the tasks in flight, the stack's training and then its runs' evaluations and analyses."""
     grid = load_grid(write_tiny_grid(tmp_path / "grid.toml", analyses=("matching",)))
     out = tmp_path / "out"
     (job,) = stack_jobs(grid, out, plan_stacks(grid, out))
     job.directory.mkdir(parents=True)
     (job.directory / DONE_FILE).write_text("")
-    failures, display = FailureLog(out), SweepProgress(4, 0, {job.name: (1, 0)}, enabled=False)
+    failures, display = FailureLog(out), _Labels(4, 0, {job.name: (1, 0)})
     execute_ray([job], grid, None, display, failures, "auto")
+    first = job.runs[0].name
+    assert display.labels[:2] == ["train stack-000", f"evaluate {first} +3, analyse matching {first} +3"]
+    assert display.labels[-1] is None and display.work is None, "nothing is named once every task returned"
     units = sorted((failure.kind, failure.name) for failure in failures.failures)
     expected = [(kind, run.name) for run in job.runs for kind in ("analyse matching", "evaluate")]
     assert units == sorted(expected) and display.failures == 8
