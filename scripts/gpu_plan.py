@@ -59,8 +59,8 @@ from typing import Any
 from lsa_interp.evaluation.grid_summary import RECIPE_PRECISION
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
 from lsa_interp.sweep.done import finished_runs
-from lsa_interp.sweep.grid import Grid, load_grid
-from lsa_interp.sweep.plan import SweepRun, expand
+from lsa_interp.sweep.grid import Grid
+from lsa_interp.sweep.plan import SweepRun, expand, load_sweep_grid
 from lsa_interp.sweep.stackings import (
     AUTO_STACKINGS,
     STACKING_RECIPE,
@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="where to write the session's grid file")
     args = parser.parse_args(argv)
     try:
-        grid = load_grid(args.queue)
+        grid = load_sweep_grid(args.queue)
         bench = merge_benchmarks([json.loads(path.read_text(encoding="utf-8")) for path in args.bench])
         missing = [str(root) for root in args.done if not root.is_dir()]
         if missing:

@@ -274,6 +274,17 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys, change, mess
     assert not (tmp_path / "session.toml").exists()
 
 
+def test_a_queue_with_a_run_in_two_cells_is_refused_naming_the_file(tmp_path, capsys):
+    queue = tmp_path / "queue.toml"
+    queue.write_text("seeds = [0]\n" + '[[cells]]\npresets = ["copy-20"]\nbatching = ["random"]\n' * 2)
+    (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8})))
+    options = ["--queue", str(queue), "--bench", str(tmp_path / "bench.json"), "--minutes", "20"]
+    assert gpu_plan.main([*options, "--out", str(tmp_path / "session.toml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"gpu_plan: error: {queue}: cells[1]: run copy-20-random-s0 is already in an earlier cell"
+    assert not (tmp_path / "session.toml").exists()
+
+
 def test_the_queue_starts_with_the_precision_check_and_covers_the_paper_grid():
     runs = expand(load_grid(ROOT / "grids" / "queue.toml"))
     assert [run.name for run in runs[:10]] == [f"copy-20-random-s{s}-bf16" for s in range(5)] + [
