@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from jaxtyping import Bool, Int
+from jaxtyping import Bool, Int, Int64
 from torch import Tensor
 
 from lsa_interp.data.task import Task
@@ -25,11 +25,17 @@ _LUT[np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)] = np.arange(2
 _LUT[ord("|")], _LUT[ord(">")], _LUT[ord(_EOS_CHAR)], _LUT[ord(_PAD_CHAR)] = SEP, ARROW, EOS, PAD
 
 
+_ROW_INDEX = "an int, a slice, a list of ints, a 1-D int64 index tensor or a bool mask of the batch's length"
+
+
 @dataclass(frozen=True)
 class TokenBatch:
     """Padded token ids of a batch of tasks (all int64, PAD-filled).
 
-    ``tgt_in``/``tgt_out`` are None when the tasks carry no answers.
+    ``tgt_in``/``tgt_out`` are None when the tasks carry no answers. There is no ``shape``: the encoder and decoder
+    sides differ in width, so ``len(batch)`` is the number of rows, ``batch.src.shape`` (also ``roles``) is
+    ``(batch, src_pos)`` and ``batch.tgt_in.shape`` (also ``tgt_out``) is ``(batch, tgt_pos)``. ``batch[rows]``
+    selects rows (see `__getitem__`).
     """
 
     src: Int[Tensor, "batch src_pos"]
@@ -57,6 +63,40 @@ class TokenBatch:
             raise TypeError(f"a TokenBatch holds token ids: move it to a device, not to {device}")
         move = lambda t: None if t is None else t.to(device)
         return TokenBatch(move(self.src), move(self.roles), move(self.tgt_in), move(self.tgt_out))
+
+    def __getitem__(
+        self, rows: int | slice | list[int] | Int64[Tensor, " rows"] | Bool[Tensor, " batch"]
+    ) -> TokenBatch:
+        """Return the rows ``rows`` (an int, a slice, a list of ints, a 1-D int64 index tensor or a bool mask of
+        ``len(batch)``) as a TokenBatch: an int keeps a batch of one row, so the result is always a batch.
+
+        Columns are kept as they are: padding the selected rows no longer need is not trimmed. ``tgt_in``/``tgt_out``
+        stay None where they are. Raises IndexError for a row out of range, a mask of another length or a tensor
+        that is not 1-D, and TypeError for any other index (a tuple such as ``batch[0, 1]``, a float, a float
+        tensor).
+        """
+        if isinstance(rows, slice):  # numpy's slicing takes a negative step, torch's does not
+            rows = torch.from_numpy(np.arange(len(self), dtype=np.int64)[rows].copy())
+        is_int = lambda row: isinstance(row, int) and not isinstance(row, bool)
+        if is_int(rows):
+            rows = [rows]
+        if isinstance(rows, list) and all(is_int(row) for row in rows):
+            rows = torch.tensor(rows, dtype=torch.long)
+        if isinstance(rows, list):
+            held = ", ".join(sorted({type(row).__name__ for row in rows}))
+            raise TypeError(f"index a TokenBatch by {_ROW_INDEX}, not a list holding {held}")
+        if not isinstance(rows, Tensor) or rows.dtype not in (torch.long, torch.bool):
+            given = f"a {rows.dtype} tensor" if isinstance(rows, Tensor) else type(rows).__name__
+            raise TypeError(f"index a TokenBatch by {_ROW_INDEX}, not {given}")
+        n = len(self)
+        if rows.dim() != 1 or (rows.dtype == torch.bool and len(rows) != n):
+            given = f"a {rows.dtype} tensor of shape {tuple(rows.shape)}"
+            raise IndexError(f"index a TokenBatch of {n} rows by {_ROW_INDEX}, not {given}")
+        if rows.dtype == torch.long:
+            outside = rows[(rows < -n) | (rows >= n)]
+            if len(outside):
+                raise IndexError(f"row(s) {outside.tolist()} out of range for a TokenBatch of {n} rows")
+        return self.select(rows)
 
     def select(self, index: Tensor | slice) -> TokenBatch:
         """Return the rows ``index`` (a slice, index tensor or boolean mask) of every tensor."""

@@ -108,7 +108,9 @@ encoder output ("memory") read by every decoder cross-attention layer.
   `run_with_cache`, `run_with_hooks`, `hooks` and `add_hook` alike.
 - Inputs: a `Task`, its text (`"abc...z | ghi > ghj | bcd"`, read by `Task.parse`), a list of either, a
   `TokenBatch` or an id tensor; `solve` returns one answer for one task or its text. `model.to_tokens(inputs)`
-  gives the `TokenBatch` that is run (its tensors: `.src`, `.roles`, `.tgt_in`; not a tensor itself),
+  gives the `TokenBatch` that is run (its tensors: `.src` `[batch, src_pos]`, `.roles`, `.tgt_in` `[batch, tgt_pos]`;
+  not a tensor itself, so no `.shape`: `len(tokens)` counts its rows, and `tokens[rows]` for an int, a slice, a list
+  of ints, an index tensor or a bool mask is a `TokenBatch` of those rows, one row a batch of one, padding kept),
   `model.to_str_tokens(task)` one label per encoder position (`side="decoder"`: per decoder position), to index a
   cached activation's positions, as in TransformerLens; a list of tasks or a batch of several rows gives one list per
   row.

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import inspect
+import itertools
+import re
+
 import pytest
 import torch
 
 from lsa_interp import Task
-from lsa_interp.data.tokenizer import concat_batches, decode, decode_batch, encode_tasks, source_labels
+from lsa_interp.data.tokenizer import TokenBatch, concat_batches, decode, decode_batch, encode_tasks, source_labels
 from lsa_interp.data.vocab import (
     ARROW,
     EOS,
@@ -18,8 +22,31 @@ from lsa_interp.data.vocab import (
     position_labels,
     token_str,
 )
+from lsa_interp.model import HookedEncoderDecoder
+from tests.helpers import TINY
 
 PAPER = Task.parse(f"{LETTERS} | ghi > fhi | bcd > acd")
+MIXED = [
+    PAPER,
+    PAPER.with_answer("acde"),
+    Task(LETTERS, (("ghijk", "fhijk"),), "bcdefg", "acdefg"),
+    Task.parse(f"{LETTERS} | abc > abd | ijk > ijl | pqrs > pqrt"),
+    Task(LETTERS, (("ab", "ac"),), "xy", "xz"),
+]
+"""Five answered tasks of different encoder and decoder lengths: every row but the longest is padded."""
+FIELDS = ("src", "roles", "tgt_in", "tgt_out")
+ROW_INDICES = [
+    (2, [2]),
+    (-1, [4]),
+    (slice(1, 4), [1, 2, 3]),
+    (slice(None, None, -2), [4, 2, 0]),
+    (slice(3, 1), []),
+    ([3, 0, 3], [3, 0, 3]),
+    ([], []),
+    (torch.tensor([4, -4]), [4, 1]),
+    (torch.tensor([True, False, True, False, True]), [0, 2, 4]),
+]
+"""An index of each kind `TokenBatch.__getitem__` takes and the rows of `MIXED` it selects."""
 
 
 def test_reference_layout_of_the_one_shot_example():
@@ -152,6 +179,82 @@ def test_select_and_to_carry_every_tensor_and_keep_missing_targets_missing():
     assert unanswered.to("meta").tgt_in is None and unanswered.to("meta").roles.device.type == "meta"
 
 
+@pytest.mark.parametrize(("rows", "expected"), ROW_INDICES)
+def test_indexing_selects_the_rows_of_every_tensor_and_keeps_the_columns(rows, expected):
+    batch = encode_tasks(MIXED)
+    picked = batch[rows]
+    assert isinstance(picked, TokenBatch) and len(picked) == len(expected)
+    for name in FIELDS:
+        full = getattr(batch, name)
+        assert torch.equal(getattr(picked, name), full[expected]) and getattr(picked, name).shape[1] == full.shape[1]
+
+
+def test_an_int_keeps_a_batch_of_one_row_and_iterating_gives_one_row_batches():
+    batch = encode_tasks(MIXED)
+    one = batch[3]
+    assert one.src.shape == (1, batch.src.shape[1]) and one.tgt_out[0].tolist() == [15, 16, 17, 19, EOS, PAD, PAD]
+    rows = list(itertools.islice(batch, 6))  # bounded: a batch that never raised IndexError would iterate forever
+    assert len(rows) == 5 and all(torch.equal(row.tgt_in, batch.tgt_in[i : i + 1]) for i, row in enumerate(rows))
+
+
+def test_indexing_a_batch_without_answers_keeps_its_targets_missing():
+    unanswered = encode_tasks([task.with_answer(None) for task in MIXED])
+    for rows, expected in ROW_INDICES:
+        picked = unanswered[rows]
+        assert picked.tgt_in is None and picked.tgt_out is None, rows
+        assert all(torch.equal(getattr(picked, name), getattr(unanswered, name)[expected]) for name in FIELDS[:2])
+
+
+def test_an_index_out_of_range_or_of_another_length_is_an_index_error():
+    batch = encode_tasks(MIXED)
+    for rows, outside in ((5, [5]), (-6, [-6]), ([0, 7, -9], [7, -9]), (torch.tensor([2, 5]), [5])):
+        with pytest.raises(
+            IndexError, match=f"^{re.escape(f'row(s) {outside} out of range for a TokenBatch of 5 rows')}$"
+        ):
+            batch[rows]
+    with pytest.raises(
+        IndexError, match=r"^index a TokenBatch of 5 rows by an int, .*, not a torch.bool tensor of shape \(4,\)$"
+    ):
+        batch[torch.tensor([True, False, True, False])]
+    getitem = inspect.unwrap(TokenBatch.__getitem__)  # the checks of its own, behind jaxtyping's annotation check
+    for rows in (torch.tensor([[0, 1]]), torch.tensor(1)):
+        given = re.escape(f"not a torch.int64 tensor of shape {tuple(rows.shape)}")
+        with pytest.raises(IndexError, match=f"^index a TokenBatch of 5 rows by an int, .*, {given}$"):
+            getitem(batch, rows)
+
+
+def test_any_other_index_is_a_type_error_naming_the_kinds_taken():
+    batch = encode_tasks(MIXED)
+    allowed = "an int, a slice, a list of ints, a 1-D int64 index tensor or a bool mask of the batch's length"
+    getitem = inspect.unwrap(TokenBatch.__getitem__)  # the message of its own, behind jaxtyping's annotation check
+    for rows, given in (
+        ((0, 1), "tuple"),
+        (1.0, "float"),
+        (True, "bool"),
+        ([0, 1.5], "a list holding float, int"),
+        ([True, False], "a list holding bool"),
+        (torch.tensor([0.0]), "a torch.float32 tensor"),
+        (torch.tensor([0], dtype=torch.int32), "a torch.int32 tensor"),
+    ):
+        with pytest.raises(TypeError, match=f"^{re.escape(f'index a TokenBatch by {allowed}, not {given}')}$"):
+            getitem(batch, rows)
+        with pytest.raises(TypeError):
+            batch[rows]
+
+
+def test_the_rows_of_a_batch_give_the_model_the_logits_of_those_rows():
+    """Padding is kept, and masked: each row's logits are the same alone, in any selection or in the full batch."""
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(TINY).eval()
+    batch = encode_tasks(MIXED)
+    with torch.no_grad():
+        full = model(batch)
+        for rows, expected in ROW_INDICES:
+            if expected:  # the empty selections aside
+                torch.testing.assert_close(model(batch[rows]), full[expected], rtol=1e-5, atol=1e-5)
+    assert not any(torch.allclose(full[i], full[j]) for i in range(5) for j in range(i))  # a wrong row would be seen
+
+
 def test_shapes_are_checked_at_runtime():
     """conftest installs jaxtyping's import hook: a wrongly shaped tensor is refused."""
     from jaxtyping import TypeCheckError
@@ -161,3 +264,5 @@ def test_shapes_are_checked_at_runtime():
     batch = encode_tasks([PAPER])
     with pytest.raises(TypeCheckError):
         type(batch)(batch.src, batch.roles[:, :5])
+    with pytest.raises(TypeCheckError):  # a 2-D index is refused by the annotation, before the method's own check
+        batch[torch.tensor([[0]])]
