@@ -29,6 +29,11 @@ Figure = dict
 validation of ``plotly.graph_objects`` (which costs more than the model run); `go.Figure(fig)` makes one."""
 
 
+_BAR_PANEL_PX, _BAR_WIDTH_MIN = 140, 480
+"""Top-k view: the plot width of one step's panel and of the whole figure at least (room for the title)."""
+_TICK_CHAR_PX, _TICK_PAD_PX = 9, 14
+"""A 12 px tick label's widest glyph, and the room between a top-k panel's edge and the next panel's token labels (its
+last x tick label beside the next panel's first): panels are that far apart, in pixels at the figure's fixed width."""
 _HEAD_CELL_PX, _HEAD_TITLE_PX = 9, 30
 """Every-head view: pixels per position of a panel (its tick labels are 7 px) and between rows (the panel titles)."""
 PLAIN_AXIS = {"zeroline": False, "showgrid": False}
@@ -190,12 +195,17 @@ def hidden_state_heatmap(
 
 def top_k_bars(prediction: Prediction, title: str, clean: Prediction | None = None) -> Figure:
     """Horizontal bars of the top-k next tokens at every decoding step, one panel per step; with ``clean``,
-    the clean run's probabilities of the same tokens at the same step (from its full distribution) beside them."""
+    the clean run's probabilities of the same tokens at the same step (from its full distribution) beside them.
+    Panels are a fixed pixel width, their token labels in a gap as wide as the longest needs."""
     n_steps = max(1, len(prediction.steps))
+    longest = max((len(token) for ranked in prediction.steps for token, _ in ranked), default=1)
+    labels = _TICK_CHAR_PX * longest + _TICK_PAD_PX  # pixels left of each panel for its token labels
+    margin = {"t": 80, "l": labels, "r": 20, "b": 40}
+    plot = max(_BAR_WIDTH_MIN - labels - margin["r"], n_steps * _BAR_PANEL_PX + (n_steps - 1) * labels)
     data, layout, annotations = [], {}, []
-    for step, (xname, yname, xaxis, yaxis) in enumerate(_grid(n_steps, n_steps, gap=0.03)):
+    for step, (xname, yname, xaxis, yaxis) in enumerate(_grid(n_steps, n_steps, gap=labels / plot)):
         layout["xaxis" + xname[1:]] = {**xaxis, "range": [0, 1], "nticks": 3}
-        layout["yaxis" + yname[1:]] = {**yaxis, "type": "category"}
+        layout["yaxis" + yname[1:]] = {**yaxis, "type": "category", "automargin": True}
         annotations.append(
             {"text": f"step {step + 1}", "xref": "paper", "yref": "paper", "x": sum(xaxis["domain"]) / 2, "y": 1,
              "yanchor": "bottom", "showarrow": False}
@@ -220,8 +230,8 @@ def top_k_bars(prediction: Prediction, title: str, clean: Prediction | None = No
         barmode="group",
         annotations=annotations,
         height=300,
-        width=max(480, 150 * n_steps + 120),
-        margin={"t": 80, "l": 40, "r": 20, "b": 40},
+        width=plot + labels + margin["r"],
+        margin=margin,
         legend={"orientation": "h", "y": -0.15},
     )
     return {"data": data, "layout": layout}
