@@ -122,6 +122,7 @@ def test_role_assignment_result_findings_and_files(model, tasks, tmp_path):
     assert again.summary["probe_accuracy_before"] == s["probe_accuracy_before"]  # eval mode: no dropout noise
     assert again.findings[2].holds is False
     paths = result.write(tmp_path)
+    assert result.name == "roles" and paths == {"json": tmp_path / "roles.json", "html": tmp_path / "roles.html"}
     assert paths["json"].exists() and "role densities before and after" in paths["html"].read_text()
 
 
@@ -516,3 +517,13 @@ def test_heads_that_send_almost_everything_to_the_arrow_are_counted(model):
     with model.hooks(fwd_hooks=[("encoder.0.attn.hook_pattern", arrow_stripe)]):
         s = role_assignment(model, three, normed=False).summary
     assert (s["arrow_alone_heads"], s["max_arrow_mass"]) == (CFG.n_heads, pytest.approx(1.0))
+
+
+def test_a_head_at_exactly_the_arrow_alone_mass_counts(model, tasks, monkeypatch):
+    """`arrow_alone_heads` counts the heads with at least `ARROW_ALONE_MASS` (0.9) on ``>``: 0.9 exactly counts,
+    the float just below does not; the strongest head on ``>`` is named with its mass."""
+    arrow = np.array([0.3, 0.9, np.nextafter(0.9, 0.0), 0.0])
+    sep = {"pipe": np.zeros(CFG.n_heads), "arrow": arrow, "uniform": 0.06}
+    monkeypatch.setattr(roles_module, "separator_attention", lambda model, tasks: sep)
+    s = role_assignment(model, tasks, normed=False).summary
+    assert (s["arrow_alone_heads"], s["arrow_head"], s["max_arrow_mass"]) == (1, "1.2", 0.9)

@@ -38,6 +38,7 @@ FIELDS = ("src", "roles", "tgt_in", "tgt_out")
 ROW_INDICES = [
     (2, [2]),
     (-1, [4]),
+    (-5, [0]),
     (slice(1, 4), [1, 2, 3]),
     (slice(None, None, -2), [4, 2, 0]),
     (slice(3, 1), []),
@@ -46,7 +47,13 @@ ROW_INDICES = [
     (torch.tensor([4, -4]), [4, 1]),
     (torch.tensor([True, False, True, False, True]), [0, 2, 4]),
 ]
-"""An index of each kind `TokenBatch.__getitem__` takes and the rows of `MIXED` it selects."""
+"""An index of each kind `TokenBatch.__getitem__` takes and the rows of `MIXED` it selects (-5: the first row)."""
+
+
+def _own_checks(method):
+    """``method`` behind jaxtyping's annotation check only: its own checks and messages. `inspect.unwrap` alone
+    also went through mutmut's wrapper to the unmutated method, so no mutant of a message was ever seen."""
+    return inspect.unwrap(method, stop=lambda f: "jaxtyping" not in f.__code__.co_filename)
 
 
 def test_reference_layout_of_the_one_shot_example():
@@ -216,7 +223,7 @@ def test_an_index_out_of_range_or_of_another_length_is_an_index_error():
         IndexError, match=r"^index a TokenBatch of 5 rows by an int, .*, not a torch.bool tensor of shape \(4,\)$"
     ):
         batch[torch.tensor([True, False, True, False])]
-    getitem = inspect.unwrap(TokenBatch.__getitem__)  # the checks of its own, behind jaxtyping's annotation check
+    getitem = _own_checks(TokenBatch.__getitem__)
     for rows in (torch.tensor([[0, 1]]), torch.tensor(1)):
         given = re.escape(f"not a torch.int64 tensor of shape {tuple(rows.shape)}")
         with pytest.raises(IndexError, match=f"^index a TokenBatch of 5 rows by an int, .*, {given}$"):
@@ -226,7 +233,7 @@ def test_an_index_out_of_range_or_of_another_length_is_an_index_error():
 def test_any_other_index_is_a_type_error_naming_the_kinds_taken():
     batch = encode_tasks(MIXED)
     allowed = "an int, a slice, a list of ints, a 1-D int64 index tensor or a bool mask of the batch's length"
-    getitem = inspect.unwrap(TokenBatch.__getitem__)  # the message of its own, behind jaxtyping's annotation check
+    getitem = _own_checks(TokenBatch.__getitem__)
     for rows, given in (
         ((0, 1), "tuple"),
         (1.0, "float"),

@@ -197,6 +197,102 @@ def test_failing_ray_tasks_are_recorded_and_the_others_go_on(local_ray, tmp_path
         assert "FileNotFoundError" in failure.log.read_text()
 
 
+def test_ray_is_shut_down_only_when_the_sweep_started_it(monkeypatch, tmp_path):
+    """`connect`'s answer decides (a stand-in Ray, no stacks): the Ray a sweep started is shut down after it, the
+    one it joined is left running; the address is passed on; the display names no work at the end."""
+    from lsa_interp.sweep import ray_runner
+
+    calls = []
+    task = SimpleNamespace(options=lambda **options: None)
+    stand_in = SimpleNamespace(cluster_resources=dict, remote=lambda f: task, shutdown=lambda: calls.append("shutdown"))
+    monkeypatch.setattr(ray_runner, "require_ray", lambda: stand_in)
+    for started in (True, False):
+        monkeypatch.setattr(ray_runner, "connect", lambda address, started=started: calls.append(address) or started)
+        display = _Labels(0, 0, {})
+        execute_ray([], None, None, display, FailureLog(tmp_path), "ray://head:10001")
+        assert display.labels == [None]
+    assert calls == ["ray://head:10001", "shutdown", "ray://head:10001"]
+
+
+class _StandInRay:
+    """Ray as `execute_ray` calls it, in this process: a task's ``remote`` returns a ref (recorded with the task's
+    name and arguments) that `get` answers True; `wait` returns nothing for the first ``busy`` polls, then one
+    ready task per poll, and refuses to block (Ray's ``wait`` without a timeout waits for a task to return)."""
+
+    exceptions = ray.exceptions
+
+    def __init__(self, busy: int):
+        self.busy, self.submitted, self.polls = busy, [], []
+
+    def cluster_resources(self):
+        return {}
+
+    def remote(self, function):
+        submitted = self.submitted
+
+        class Task:
+            def options(self, **options):
+                return self
+
+            def remote(self, *args):
+                submitted.append((function.__name__, args))
+                return len(submitted) - 1
+
+        return Task()
+
+    def wait(self, refs, num_returns=1, timeout=None):
+        assert timeout is not None, "without a timeout, Ray's wait blocks until a task returns"
+        self.polls.append(timeout)
+        if self.busy:
+            self.busy -= 1
+            return [], refs
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref):
+        return True
+
+    def shutdown(self):
+        pass
+
+
+class _Counts(_Labels):
+    """`_Labels` that also counts each stack's progress reports."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.reports = 0
+
+    def trained(self, stack, tasks, total=None):
+        self.reports += 1
+        super().trained(stack, tasks, total)
+
+
+def test_the_loop_polls_evaluates_with_the_grids_limit_counts_runs_and_keeps_the_deadline(monkeypatch, tmp_path):
+    """With a stand-in Ray: while a stack trains, every poll (each `POLL_SECONDS`) reports its progress; once it
+    returns, each run's evaluation (of the grid's `eval_limit` rows) and analyses are submitted and each returned
+    evaluation counts a finished run. Past the deadline, a trained stack's runs are not evaluated."""
+    from lsa_interp.sweep import ray_runner
+
+    grid = load_grid(write_tiny_grid(tmp_path / "grid.toml", analyses=("matching",)))
+    out = tmp_path / "out"
+    (job,) = stack_jobs(grid, out, plan_stacks(grid, out))
+    for deadline, busy in ((None, 2), (time.time() - 1, 0)):
+        stand_in = _StandInRay(busy)
+        monkeypatch.setattr(ray_runner, "require_ray", lambda stand_in=stand_in: stand_in)
+        monkeypatch.setattr(ray_runner, "connect", lambda address: False)
+        display = _Counts(4, 0, {job.name: (1, 0)})
+        execute_ray([job], grid, deadline, display, FailureLog(out), "auto")
+        tasks = [name for name, _ in stand_in.submitted]
+        if deadline is None:
+            assert tasks == ["_train_task"] + ["_evaluate_task", "_analyse_task"] * 4
+            limits = {args[1] for name, args in stand_in.submitted if name == "_evaluate_task"}
+            assert limits == {grid.eval_limit} == {40} and display.runs_done == 4
+            assert display.reports == 3 + 1, "at each of the three polls of the training stack, and at its end"
+        else:
+            assert tasks == ["_train_task"] and display.runs_done == 0
+        assert set(stand_in.polls) == {ray_runner.POLL_SECONDS} and display.failures == 0
+
+
 def _closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
