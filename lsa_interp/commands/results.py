@@ -1,5 +1,5 @@
 """CLI command ``results``: the table of every evaluated run, our Table 1 and batching table with bootstrap
-intervals beside the paper's, the precision check, the matching head's occurrence, and Figure 4 (accuracy by
+intervals beside the paper's, the precision check, the matching head's occurrence, and Figure 3 (accuracy by
 number of training alphabets) as an offline page."""
 
 from __future__ import annotations
@@ -20,16 +20,32 @@ NEW_ALPHABETS_NOTE = (
 )
 
 
-def _captions() -> dict[str, str]:
-    from lsa_interp.evaluation.paper_tables import PAPER_ALPHABETS, PAPER_BATCHING_ROWS
+def _pooled_text(frame, keys) -> str:
+    """What each of our rows pools, from the summaries' ``batching_methods`` / ``precisions`` columns:
+    ``copy-20: random batching, bf16 4 + fp32 1``."""
+    parts = []
+    for _, row in frame.iterrows():
+        pooled = [f"{row['batching_methods']} batching"] if "batching_methods" in row else []
+        pooled += [row["precisions"].replace(", ", " + ")] if isinstance(row.get("precisions"), str) else []
+        parts.append(f"{' / '.join(str(row[key]) for key in keys)}: {', '.join(pooled)}")
+    return "; ".join(parts) if parts else "no runs"
+
+
+def _captions(table1, batching) -> dict[str, str]:
+    """The printed tables' captions: what our rows pool (batching methods and precisions, from the summaries) and
+    which of the paper's tables each paper number comes from."""
+    from lsa_interp.evaluation.paper_tables import PAPER_ALPHABETS, PAPER_BATCHING, PAPER_BATCHING_ROWS, PAPER_TABLE1
 
     rows, five_runs = PAPER_BATCHING_ROWS[("copy-20", "random")], PAPER_ALPHABETS[20]["random"][0]
     return {
-        "Table 1": "rows of 20 alphabets pool all four batching methods, copy-200 alphabet and random batching, as "
-        "the paper's numbers do (its caption says 10 runs); " + NEW_ALPHABETS_NOTE,
-        "Batching methods": f"the paper's copy-20 / random cell averages {rows} rows of the authors' table: 5 runs, "
-        f"each listed twice (one with two different results), and a sixth (its 5 runs: {five_runs:.1f} on "
-        "seenT/seenA); " + NEW_ALPHABETS_NOTE,
+        "Table 1": f"ours, one run per seed: {_pooled_text(table1, ['preset'])}. paper: the main results table "
+        "(Table 1 here, as in SPEC; the PDF's Table 3), whose 20-alphabet rows pool all four batching methods "
+        f"(copy-20: 26 rows of the authors' table, {PAPER_TABLE1['copy-20'][0]:.1f} on seenT/seenA) and copy-200 "
+        "alphabet and random batching (10 runs; its caption says 10 runs for every row); " + NEW_ALPHABETS_NOTE,
+        "Batching methods": f"ours, one run per seed: {_pooled_text(batching, ['preset', 'batching'])}. paper: the "
+        f"appendix's batching table; its copy-20 / random cell ({PAPER_BATCHING[('copy-20', 'random')][0][0]:.1f}) "
+        f"averages {rows} rows of the authors' table: 5 runs, each listed twice (one with two different results), "
+        f"and a sixth (its 5 runs: {five_runs:.1f} on seenT/seenA, Figure 3's point); " + NEW_ALPHABETS_NOTE,
     }
 
 
@@ -39,7 +55,7 @@ def _print_summaries(table1, batching, console) -> None:
     from lsa_interp.evaluation.grid_summary import format_interval
     from lsa_interp.evaluation.paper_tables import CELL_LABELS, CELLS
 
-    captions = _captions()
+    captions = _captions(table1, batching)
     for title, frame, keys in (("Table 1", table1, ["preset"]), ("Batching methods", batching, ["preset", "batching"])):
         table = Table(
             title=f"{title}: ours, mean [95% bootstrap] (runs) / paper", show_lines=False, caption=captions[title]
@@ -66,15 +82,30 @@ def _print_summaries(table1, batching, console) -> None:
 def _print_precision_check(summary, console) -> None:
     from rich.table import Table
 
-    table = Table(title="Precision check: seen transformations, seen alphabets, per precision")
-    for column in ("preset", "batching", "precision", "runs", "mean", "sd", "vs fp32", "within the spread"):
+    from lsa_interp.evaluation.grid_summary import SPREAD_RUNS
+
+    notes = [
+        f"{row['preset']} / {row['batching']} {row['precision']}: {row['note']}"
+        for _, row in summary.iterrows()
+        if isinstance(row.get("note"), str) and row["note"]
+    ]
+    caption = (
+        "within the spread: the difference of the means is smaller than the larger run-to-run standard deviation "
+        f"(issue 14's rule), judged only where both precisions have {SPREAD_RUNS} runs or more"
+    )
+    table = Table(
+        title="Precision check: seen transformations, seen alphabets, per precision",
+        caption="; ".join([caption, *notes]),
+    )
+    for column in ("preset", "batching", "precision", "runs", "mean", "sd", "vs fp32", "within the spread", "hardware"):
         table.add_column(column, justify="right" if column in ("runs", "mean", "sd", "vs fp32") else "left")
     show = lambda value, sign="": "-" if value != value else f"{value:{sign}.1f}"
     for _, row in summary.iterrows():
         verdict = {True: "yes", False: "no"}.get(row["within_spread"], "-")
+        hardware = row.get("hardware")
         table.add_row(
             row["preset"], row["batching"], row["precision"], str(int(row["n"])), show(row["mean"]),
-            show(row["sd"]), show(row["difference"], "+"), verdict,
+            show(row["sd"]), show(row["difference"], "+"), verdict, hardware if isinstance(hardware, str) else "",
         )  # fmt: skip
     console.print(table)
 
@@ -105,13 +136,46 @@ def _print_precision_over_training(matched, console) -> None:
 def _print_occurrence(summary, console) -> None:
     from rich.table import Table
 
-    table = Table(title="Matching-head occurrence: runs with a matching head / runs analysed (paper, Appendix B)")
+    table = Table(
+        title="Matching-head occurrence: runs with a matching head / runs analysed (paper, Appendix B)",
+        caption="all: ours pools the batching methods of the runs analysed (named); the paper's, all four",
+    )
     for column in ("preset", "batching", "ours", "paper"):
         table.add_column(column, justify="right" if column in ("ours", "paper") else "left")
     for _, row in summary.iterrows():
         paper = "-" if row["paper_n"] != row["paper_n"] else f"{int(row['paper_with_head'])}/{int(row['paper_n'])}"
-        table.add_row(row["preset"], row["batching"], f"{int(row['with_head'])}/{int(row['n'])}", paper)
+        batching, methods = row["batching"], row.get("pooled")
+        if batching == "all" and isinstance(methods, str) and methods:
+            batching = f"all analysed: {methods}"
+            paper += " (all four)" if paper != "-" else ""
+        table.add_row(row["preset"], batching, f"{int(row['with_head'])}/{int(row['n'])}", paper)
     console.print(table)
+
+
+def _counts_text(frame, counted, reasons) -> str:
+    """How many runs runs.csv lists, how many count in the tables and why each other one does not."""
+    text = (
+        f"{len(frame)} runs in runs.csv, {len(counted)} counted in the tables and Figure 3 (one run per preset, "
+        "batching method and seed)"
+    )
+    if len(reasons):
+        text += "; not counted: " + "; ".join(f"{frame.loc[i, 'run']} ({reason})" for i, reason in reasons.items())
+    return text
+
+
+def _paper_sources_text() -> str:
+    """Which of the paper's tables and figures each paper number of the output comes from, with copy-20's
+    seenT/seenA in each, as they differ."""
+    from lsa_interp.evaluation.paper_tables import PAPER_ALPHABETS, PAPER_BATCHING, PAPER_TABLE1
+
+    return (
+        "Paper numbers: Table 1 (table1.csv) is the paper's main results table (copy-20 seenT/seenA "
+        f"{PAPER_TABLE1['copy-20'][0]:.1f}, the mean of 26 rows of four batching methods); the batching table "
+        "(batching.csv) is the appendix's (copy-20 / random "
+        f"{PAPER_BATCHING[('copy-20', 'random')][0][0]:.1f}, 11 rows: its 5 runs listed twice and a sixth); Figure "
+        "3's open markers are the means of the authors' runs behind the paper's Figure 3 (copy-20 / random, 20 "
+        f"alphabets: {PAPER_ALPHABETS[20]['random'][0]:.1f}, its 5 runs once each)."
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -119,7 +183,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command(
         "results",
-        epilog="Example: lsa-interp results --runs checkpoints --runs runs/grid --out analyses/results",
+        epilog="Example: lsa-interp results --runs checkpoints --runs runs/grid --out runs/results (the repository's "
+        "own tables in analyses/results are regenerated by the command in docs/results.md)",
     )
     def results(
         runs: Annotated[
@@ -147,12 +212,16 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Collect every evaluated run into runs.csv, print Table 1 and the batching table (mean and bootstrap 95%
         interval over runs beside the paper's; a seed trained in several precisions counts once, in fp32) and the
-        precision check where a condition was trained in several precisions, and the matching head's occurrence over
-        the runs analysed (by a sweep, or on a checkpoint's weights by ship); write figures.html: Figure 4, each
+        precision check where a condition was trained in several precisions (a verdict only where both precisions
+        have 2 runs or more), and the matching head's occurrence over the runs analysed (by a sweep, or on a
+        checkpoint's weights by ship); write figures.html: Figure 3 (accuracy by number of training alphabets), each
         analysed run's matching-head score against its share of sibling-rule answers (where evaluations have it),
-        and training curves with --history (and, where a condition's histories are in two precisions, the
-        precision check over training: validation accuracy and training loss per epoch, and per epoch and precision
-        the runs' mean and spread in precision_history.csv, printed at the last epoch every run reached)."""
+        and with --history the training curves by preset, one run per seed as the tables count (and, where a
+        condition's histories are in two precisions, the precision check over training: validation accuracy and
+        training loss per epoch, and per epoch and precision the runs' mean and spread in precision_history.csv,
+        printed at the last epoch every run reached)."""
+        import html
+
         from rich.console import Console
 
         from lsa_interp.commands.common import refuse_foreign_out, writable_out
@@ -193,11 +262,12 @@ def register(app: typer.Typer) -> None:
             _print_precision_check(summaries["precision"], console)
         if not summaries["occurrence"].empty:
             _print_occurrence(summaries["occurrence"], console)
-        figures = {"Figure 4": alphabets_figure(summaries["alphabets"])}
+        figures = {"Figure 3": alphabets_figure(summaries["alphabets"])}
         paired = matching_vs_rule_figure(frame)
         if paired.data:
             figures["Matching head and rule identification"] = paired
-        intro = f"<p>{len(frame)} runs from runs.csv</p>"
+        counts = _counts_text(frame, counted, grid_summary.uncounted_reasons(frame, include_partial))
+        intro = f"<p>{html.escape(counts)}.</p><p>{html.escape(_paper_sources_text())}</p>"
         if curves is not None and curves.empty:
             intro += "<p>No training curves: the --history runs have no epoch records yet.</p>"
         elif curves is not None:
@@ -211,7 +281,4 @@ def register(app: typer.Typer) -> None:
                 _print_precision_over_training(matched_epoch(over_training, curves), console)
         page = figures_page("Results over runs", figures, intro=intro)
         atomic_write(out / "figures.html", lambda p: p.write_text(page, encoding="utf-8"))
-        console.print(
-            f"{len(frame)} runs ({len(counted)} counted); wrote {out}/runs.csv, the summaries and {out}/figures.html",
-            highlight=False,
-        )
+        console.print(f"{counts}; wrote {out}/runs.csv, the summaries and {out}/figures.html", highlight=False)

@@ -33,23 +33,26 @@ def _log(path: Path, record: dict[str, Any]) -> JsonObject:
     return JsonObject(record, path, f"{record['type']} records as lsa-interp train logs them")
 
 
-def _replicate_labels(config: JsonObject) -> list[tuple[str, str | None, str, int | None]]:
-    """(run name, preset, batching, planned epochs or None) per replicate of a run's saved config (a stack or a
-    single run). A single run on another architecture than ours (``reference``: the plain ``nn.Transformer``)
-    has it in its name, as ``scripts/cpu_runs.sh`` names its folder. Raises ValueError naming the config where a
-    setting is of the wrong type, or a stack's run has no batching."""
+def _replicate_labels(config: JsonObject) -> list[tuple[str, str | None, str, int | None, int | None]]:
+    """(run name, preset, batching, planned epochs or None, seed or None) per replicate of a run's saved config (a
+    stack or a single run). A single run on another architecture than ours (``reference``: the plain
+    ``nn.Transformer``) has it in its name, as ``scripts/cpu_runs.sh`` names its folder. Raises ValueError naming
+    the config where a setting is of the wrong type, or a stack's run has no batching."""
     field = config.get
     if (runs := field("runs", list, None)) is not None:
         return [
             (field(f"runs.{i}.name", str, None) or f"replicate-{i}", field(f"runs.{i}.preset", str, None),
-             field(f"runs.{i}.batching", str), field(f"runs.{i}.epochs", int, None))
+             field(f"runs.{i}.batching", str), field(f"runs.{i}.epochs", int, None), field(f"runs.{i}.seed", int, None))
             for i in range(len(runs))
         ]  # fmt: skip
     seed, replicates = field("seed", int, 0), field("replicates", int, 1)
     preset, batching = field("preset", str, None), field("batching", str, "random")
     epochs, architecture = field("epochs", int, None), field("architecture", str, "hooked")
     kind = "" if architecture == "hooked" else f"-{architecture}"
-    return [(f"{preset or 'data'}-{batching}{kind}-s{seed + i}", preset, batching, epochs) for i in range(replicates)]
+    return [
+        (f"{preset or 'data'}-{batching}{kind}-s{seed + i}", preset, batching, epochs, seed + i)
+        for i in range(replicates)
+    ]
 
 
 def _window_losses(path: Path, records: list[dict[str, Any]]) -> dict[int, dict[int, float]]:
@@ -82,7 +85,8 @@ def _epoch_train_loss(windows: dict[int, float], after: int, upto: int) -> float
 def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
     """One row per (model, epoch) of one run directory: ``run``, ``preset``, ``batching``, ``precision`` (the
     training precision of the run or stack), ``planned_epochs`` (the epochs its config asks for; None where it does
-    not say), ``architecture`` (``hooked``, ours, unless the config names another), ``epoch``, ``step``,
+    not say), ``seed`` (None where a stack's run names none), ``architecture`` (``hooked``, ours, unless the config
+    names another), ``length_bucketing`` (true where the config predates the option), ``epoch``, ``step``,
     every scalar of the epoch record, ``acc_<rule>`` per transformation, ``sibling_<family>`` per rule family
     (records written since the rule-family analysis) and ``train_loss``: the mean of the model's logged window
     losses whose windows end in the epoch (after the step of the model's previous epoch, up to this one's; NaN
@@ -95,6 +99,7 @@ def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
     config = read_json_object(run_dir / CONFIG_FILE, CONFIG_EXPECTED)
     labels, precision = _replicate_labels(config), config.get("precision", str, "fp32")
     architecture = config.get("architecture", str, "hooked")
+    bucketed = config.get("length_bucketing", bool, True)  # configs from before the option: bucketed
     metrics = run_dir / METRICS_FILE
     records = read_json_lines(metrics)
     epochs = []  # (replicate, step, record) of each epoch record
@@ -110,11 +115,11 @@ def epoch_history(run_dir: str | os.PathLike) -> pd.DataFrame:
         ends.setdefault(index, set()).add(end)
     rows = []
     for index, end, record in epochs:
-        name, preset, batching, planned = (
-            labels[index] if index < len(labels) else (f"replicate-{index}", None, None, None)
+        name, preset, batching, planned, seed = (
+            labels[index] if index < len(labels) else (f"replicate-{index}", None, None, None, None)
         )
         row = {"run": name, "preset": preset, "batching": batching, "precision": precision, "planned_epochs": planned}
-        row["architecture"] = architecture
+        row["seed"], row["architecture"], row["length_bucketing"] = seed, architecture, bucketed
         row["replicate"] = index
         row.update({k: v for k, v in record.items() if k not in _NESTED and not isinstance(v, dict) and k != "type"})
         after = max((s for s in ends[index] if s < end), default=0)

@@ -1,7 +1,7 @@
-"""Figures of a grid of runs: accuracy against the number of training alphabets (the paper's Figure 4),
-validation accuracy and matching-head score over training, copy against no-copy runs, the same condition's
-runs in two precisions over training (the precision check), and per run its matching-head score against how
-often it answered with a sibling rule's answer."""
+"""Figures of a grid of runs: accuracy against the number of training alphabets (the paper's Figure 3),
+validation accuracy and matching-head score over training by preset (copy-20 against nocopy-20, the paper's
+comparison), the same condition's runs in two precisions over training (the precision check), and per run its
+matching-head score against how often it answered with a sibling rule's answer."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from lsa_interp.evaluation.grid_summary import counted_histories
+
 _ALPHABET_SERIES = {
     "seen_transformations_seen_alphabets": ("seen alphabets", "#d62728", "rgba(214,39,40,0.15)"),
     "seen_transformations_new_alphabets": ("new alphabets", "#1f77b4", "rgba(31,119,180,0.15)"),
@@ -19,9 +21,10 @@ _DASH = {"alphabet": "solid", "random": "dash"}
 
 
 def alphabets_figure(summary: pd.DataFrame) -> go.Figure:  # pragma: no mutate block
-    """Figure 4 from `lsa_interp.evaluation.grid_summary.alphabets_summary`: seen-transformation accuracy on
+    """Figure 3 from `lsa_interp.evaluation.grid_summary.alphabets_summary`: seen-transformation accuracy on
     seen and new alphabets against the number of training alphabets, per batching method, with bootstrap
-    bands (where a condition has two or more runs) and the paper's means as open markers."""
+    bands (where a condition has two or more runs) and the paper's means as open markers (the means of the
+    authors' runs behind its Figure 3: `lsa_interp.evaluation.paper_tables.PAPER_ALPHABETS`)."""
     fig = go.Figure()
     for batching, group in summary.groupby("batching", sort=True):
         group = group.sort_values("n_alphabets")
@@ -46,7 +49,9 @@ def alphabets_figure(summary: pd.DataFrame) -> go.Figure:  # pragma: no mutate b
                 hovertemplate="paper, %{x} alphabets: %{y:.1f}%<extra></extra>",
             )  # fmt: skip
     fig.update_layout(
-        title="Seen transformations: accuracy by number of training alphabets (copy tasks; bands: 95% bootstrap)",
+        title="Figure 3: seen-transformation accuracy by number of training alphabets (copy tasks; bands: 95% "
+        "bootstrap)<br><sup>open markers: the paper's Figure 3, the means of the authors' runs behind it "
+        "(20 alphabets, random batching: 91.2 over its 5 runs)</sup>",
         xaxis={"title": "training alphabets", "type": "log", "tickvals": [20, 40, 60, 80, 100, 140, 200, 400]},
         yaxis={"title": "exact match (%)", "range": [0, 100]},
         legend={"groupclick": "togglegroup"},
@@ -69,8 +74,8 @@ def _still_training(runs: pd.DataFrame) -> pd.Series:
     )
 
 
-def _mean_curve(runs: pd.DataFrame, column: str) -> tuple[pd.Series, int]:
-    """The mean of ``column`` per epoch and how many runs it is over: the runs with that column that finished their
+def _mean_curve(runs: pd.DataFrame, column: str) -> tuple[pd.Series, list[str]]:
+    """The mean of ``column`` per epoch and the runs it is over: the runs with that column that finished their
     planned epochs, where any did (a run still training is drawn on its own, not averaged in), else all of them; at
     the epochs every one of those runs reached (a shorter run would otherwise turn the mean into that of fewer runs
     part of the way)."""
@@ -79,7 +84,7 @@ def _mean_curve(runs: pd.DataFrame, column: str) -> tuple[pd.Series, int]:
     if finished.any():
         logged = logged[logged["run"].isin(finished[finished].index)]
     last = logged.groupby("run")["epoch"].max().min()
-    return logged[logged["epoch"] <= last].groupby("epoch")[column].mean(), logged["run"].nunique()
+    return logged[logged["epoch"] <= last].groupby("epoch")[column].mean(), sorted(logged["run"].unique())
 
 
 def _run_line(run: str, note: str) -> tuple[str, str]:
@@ -87,13 +92,21 @@ def _run_line(run: str, note: str) -> tuple[str, str]:
     return f"{run}{note}", "dot" if note else "solid"
 
 
+_PRESET_COLOURS = {"copy-20": "#1f77b4", "nocopy-20": "#ff7f0e", "copy-200": "#2ca02c"}
+_OTHER_COLOURS = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+PAIRED_PRESETS = ("copy-20", "nocopy-20")
+"""The paper's copy against no-copy comparison (same 20 alphabets): first in the training-curves figure."""
+
+
 def training_curves_figure(history: pd.DataFrame) -> go.Figure:  # pragma: no mutate block
     """Validation accuracy of non-copy tasks, the best matching-head score and the share of extend / succ / pred
     tasks answered with a sibling rule's answer (the example not read) per epoch, one thin line per run and a thick
-    mean per group (copy vs no-copy training data; `_mean_curve`: over the finished runs, a run still training drawn
-    dotted), from
-    `lsa_interp.evaluation.training_history.histories`. Runs without ``matching_score`` or ``sibling_window``
-    leave those panels empty."""
+    mean per preset (copy-20 against nocopy-20 first, the paper's comparison; every other preset on its own, never
+    pooled with them), from `lsa_interp.evaluation.training_history.histories`. A preset's mean counts one run per
+    batching method and seed, by the tables' rule (`lsa_interp.evaluation.grid_summary.counted_histories`); its
+    legend names the batching methods and how many runs it holds. A seed's other finished runs (its bf16 run where
+    the fp32 one counts) are left out and named in the title; a run still training is drawn dotted and left out of
+    the mean (`_mean_curve`). Runs without ``matching_score`` or ``sibling_window`` leave those panels empty."""
     fig = make_subplots(
         rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
         subplot_titles=(
@@ -104,31 +117,56 @@ def training_curves_figure(history: pd.DataFrame) -> go.Figure:  # pragma: no mu
     if history.empty:
         fig.update_layout(title="No epoch records found")
         return fig
-    frame = history.assign(group=["copy" if str(p).startswith("copy") else "no copy" for p in history["preset"]])
-    colours = {"copy": "#1f77b4", "no copy": "#ff7f0e"}
+    frame = counted_histories(history)
+    frame = frame.assign(preset=frame["preset"].astype(object).where(frame["preset"].notna(), "no preset"))
+    training = _still_training(frame)
+    drawn = frame["counted"] | frame["run"].map(training != "")  # a seed's run still training is drawn, dotted
+    left_out = sorted(frame.loc[~drawn, "run"].unique())
+    presets = [*[p for p in PAIRED_PRESETS if p in set(frame["preset"])],
+               *sorted(set(frame["preset"]) - set(PAIRED_PRESETS))]  # fmt: skip
+    others = iter(_OTHER_COLOURS * (len(presets) // len(_OTHER_COLOURS) + 1))
+    colours = {preset: _PRESET_COLOURS.get(preset) or next(others) for preset in presets}
     panels = [(1, "val_acc_noncopy", 100.0), (2, "matching_score", 1.0), (3, "sibling_window", 100.0)]
-    for group, runs in frame.groupby("group", sort=True):
+    for preset in presets:
+        runs = frame[drawn & (frame["preset"] == preset)]
+        counted = runs[runs["counted"]]
+        methods = ", ".join(sorted(counted["batching"].dropna().astype(str).unique())) or "batching not recorded"
         for row, column, scale in panels:
             if column not in runs or runs[column].isna().all():
                 continue
-            notes = _still_training(runs)
             for run, curve in runs.groupby("run", sort=True):
-                curve, (name, dash) = curve.sort_values("epoch"), _run_line(str(run), notes[run])
+                curve, (name, dash) = curve.sort_values("epoch"), _run_line(str(run), training[run])
                 fig.add_scatter(
-                    x=curve["epoch"], y=curve[column] * scale, mode="lines", name=name, legendgroup=group,
-                    line={"color": colours[group], "width": 1, "dash": dash}, opacity=0.35, showlegend=False,
+                    x=curve["epoch"], y=curve[column] * scale, mode="lines", name=name, legendgroup=preset,
+                    line={"color": colours[preset], "width": 1, "dash": dash}, opacity=0.35, showlegend=False,
                     row=row, col=1,
                 )  # fmt: skip
-            mean, count = _mean_curve(runs, column)
+            if counted[column].isna().all():
+                continue
+            mean, in_mean = _mean_curve(counted, column)
+            precisions = (
+                counted[counted["run"].isin(in_mean)].groupby("run")["precision"].first().value_counts()
+                if "precision" in counted
+                else pd.Series(dtype=int)
+            )
+            held = ", ".join(f"{precisions[p]} {p}" for p in sorted(precisions.index)) or "precision not recorded"
             fig.add_scatter(
-                x=mean.index, y=mean.values * scale, mode="lines+markers", name=f"{group} (mean of {count})",
-                legendgroup=group, showlegend=row == 1, line={"color": colours[group], "width": 3}, row=row, col=1,
+                x=mean.index, y=mean.values * scale, mode="lines+markers",
+                name=f"{preset} ({methods}): mean of {len(in_mean)} run{'s' if len(in_mean) != 1 else ''}, one per "
+                f"seed ({held})",
+                legendgroup=preset, showlegend=row == 1, line={"color": colours[preset], "width": 3}, row=row, col=1,
             )  # fmt: skip
+    title = "Training by preset: copy-20 against nocopy-20 (the paper's comparison); other presets on their own"
+    if left_out:
+        title += (
+            f"<br><sup>left out: {', '.join(left_out)} (another run of the seed counts, as in the tables: fp32, "
+            "the reference's batches, our model)</sup>"
+        )
     fig.update_yaxes(title_text="accuracy (%)", range=[0, 100], row=1, col=1)
     fig.update_yaxes(title_text="score", row=2, col=1)
     fig.update_yaxes(title_text="% of tasks", row=3, col=1)
     fig.update_xaxes(title_text="epoch", row=3, col=1)
-    fig.update_layout(title="Training: copy vs no-copy runs", height=950)
+    fig.update_layout(title=title, height=950)
     return fig
 
 
@@ -171,9 +209,10 @@ def precision_curves_figure(history: pd.DataFrame) -> go.Figure | None:  # pragm
                     )  # fmt: skip
                 if runs[column].isna().all():
                     continue
-                mean, count = _mean_curve(runs, column)
+                mean, means_runs = _mean_curve(runs, column)
                 fig.add_scatter(
-                    x=mean.index, y=mean.values * scale, mode="lines+markers", name=f"{precision} (mean of {count})",
+                    x=mean.index, y=mean.values * scale, mode="lines+markers",
+                    name=f"{precision} (mean of {len(means_runs)})",
                     line={"color": colour, "width": 3}, legendgroup=str(precision),
                     showlegend=row == 1 and col == 1, row=row, col=col,
                 )  # fmt: skip

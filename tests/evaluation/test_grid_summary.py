@@ -11,14 +11,18 @@ from scipy import stats
 
 from lsa_interp.evaluation.grid_summary import (
     alphabets_summary,
+    batching_summary,
     bootstrap_interval,
     complete_runs,
+    counted_histories,
     counted_runs,
     few_shot_summary,
     format_interval,
     occurrence_summary,
     precision_summary,
     summarize,
+    table1_summary,
+    uncounted_reasons,
 )
 from lsa_interp.evaluation.paper_tables import CELLS, PAPER_ALPHABETS, PAPER_FEW_SHOT
 
@@ -99,7 +103,7 @@ def precision_frame(fp32: list[float], bf16: list[float], preset: str = "copy-20
 
 
 def test_the_precision_check_compares_each_precision_with_fp32_per_condition():
-    rows = precision_frame([70.0], [60.0, 61.0], preset="nocopy-20")  # one fp32 run: bf16's sd alone decides
+    rows = precision_frame([70.0], [60.0, 61.0], preset="nocopy-20")  # one fp32 run: no spread there, no verdict
     rows += precision_frame([90.0, 92.0, 94.0], [89.0, 90.0, 91.0, 95.0])  # sd 2.0 and 2.65
     rows += [run("copy-200", "alphabet", 0, 90.0)]  # one precision: no check
     rows += [run("copy-20", "random", 9, 10.0, complete=False, precision="bf16")]  # partial: left out
@@ -113,6 +117,8 @@ def test_the_precision_check_compares_each_precision_with_fp32_per_condition():
         "sd",
         "difference",
         "within_spread",
+        "hardware",
+        "note",
     ]
     assert check[["preset", "precision", "n"]].values.tolist() == [
         ["copy-20", "bf16", 4], ["copy-20", "fp32", 3], ["nocopy-20", "bf16", 2], ["nocopy-20", "fp32", 1],
@@ -126,7 +132,9 @@ def test_the_precision_check_compares_each_precision_with_fp32_per_condition():
     assert math.isnan(copy.loc[("copy-20", "fp32"), "difference"])
     assert math.isnan(copy.loc[("nocopy-20", "fp32"), "sd"])
     assert copy.loc[("nocopy-20", "bf16"), "difference"] == pytest.approx(-9.5)
-    assert copy.loc[("nocopy-20", "bf16"), "within_spread"] is False  # 9.5 against the bf16 sd 0.71
+    assert copy.loc[("nocopy-20", "bf16"), "within_spread"] is None  # 9.5 against the bf16 sd 0.71, fp32 has none
+    assert copy.loc[("nocopy-20", "bf16"), "note"] == "no verdict: fp32 has 1 run, so no run-to-run spread"
+    assert copy.loc[("copy-20", "bf16"), "note"] == "" and copy.loc[("copy-20", "bf16"), "hardware"] == ""
     with_partial = precision_summary(pd.DataFrame(rows), include_partial=True).set_index(["preset", "precision"])
     assert with_partial.loc[("copy-20", "bf16"), "n"] == 5
     for frame in (pd.DataFrame(rows).iloc[:0], pd.DataFrame(rows).drop(columns="precision")):
@@ -148,12 +156,103 @@ def test_a_difference_equal_to_the_larger_spread_is_not_within_it_and_no_spread_
     assert check["within_spread"].tolist() == [None, None] and check["difference"].isna().all()
 
 
-def test_figure4_counts_one_shot_copy_runs_of_alphabet_and_random_batching_beside_the_paper():
+def test_the_precision_check_judges_only_with_two_runs_of_each_precision_and_names_different_hardware():
+    """Issue 14's rule compares the difference with the larger run-to-run standard deviation: a side of one run has
+    none, so there is no verdict, however far apart the means (96.5 in fp32 against bf16's 92.4 was judged "no"
+    with fp32 alone). Where the precisions trained on different machines, the note says which."""
+    cpu, h100 = "AMD EPYC, 1 torch threads", "NVIDIA H100 80GB HBM3 (CUDA 13.0)"
+    rows = [run("copy-20", "random", 0, 96.5, hardware=cpu)]
+    rows += [run("copy-20", "random", s, v, precision="bf16", hardware=h100) for s, v in enumerate([93.0, 88.8, 92.2])]
+    check = precision_summary(pd.DataFrame(rows)).set_index("precision")
+    assert check.loc["bf16", "within_spread"] is None
+    assert check.loc["bf16", "difference"] == pytest.approx(274 / 3 - 96.5)
+    assert check.loc["bf16", "note"] == (
+        "no verdict: fp32 has 1 run, so no run-to-run spread; "
+        f"trained on different hardware: bf16 on {h100}, fp32 on {cpu}"
+    )
+    assert check["hardware"].to_dict() == {"bf16": h100, "fp32": cpu} and check.loc["fp32", "note"] == ""
+    one_bf16 = precision_summary(pd.DataFrame(rows[:2] + [run("copy-20", "random", 1, 95.0, hardware=cpu)]))
+    row = one_bf16.set_index("precision").loc["bf16"]
+    assert row["within_spread"] is None and row["note"].startswith("no verdict: bf16 has 1 run, so")
+    rows.append(run("copy-20", "random", 1, 95.0, hardware=h100))  # fp32 now 2 runs, one on each machine
+    row = precision_summary(pd.DataFrame(rows)).set_index("precision").loc["bf16"]
+    assert row["within_spread"] is False  # |91.33 - 95.75| = 4.42 against sd 2.23 (bf16) and 1.06
+    assert row["note"] == f"trained on different hardware: bf16 on {h100}, fp32 on {cpu}; {h100}"
+    same = [{**r, "hardware": h100} for r in rows]
+    assert precision_summary(pd.DataFrame(same)).set_index("precision").loc["bf16", "note"] == ""
+    unknown = precision_summary(pd.DataFrame(rows).drop(columns="hardware")).set_index("precision")
+    assert unknown.loc["bf16", "note"] == "" and unknown.loc["bf16", "hardware"] == ""
+
+
+def test_table1_and_the_batching_table_say_which_batching_methods_and_precisions_each_row_pools():
+    rows = [run("copy-20", "random", 0, 96.5), run("copy-20", "random", 0, 93.0, precision="bf16")]
+    rows += [run("copy-20", "random", s, 90.0, precision="bf16") for s in (1, 2)]
+    rows += [run("copy-20", "alphabet", 0, 90.0), run("copy-200", "alphabet", 0, 87.0)]
+    rows += [run("copy-200", "transformation", 0, 10.0)]  # not pooled in Table 1's copy-200 row
+    table1 = table1_summary(pd.DataFrame(rows)).set_index("preset")
+    described = ["n", "batching_methods", "precisions"]
+    assert table1.loc["copy-20", described].tolist() == [4, "alphabet, random", "bf16 2, fp32 2"]
+    assert table1.loc["copy-200", described].tolist() == [1, "alphabet", "fp32 1"]
+    batching = batching_summary(pd.DataFrame(rows)).set_index(["preset", "batching"])
+    assert batching.loc[("copy-20", "random"), "precisions"] == "bf16 2, fp32 1" and "batching_methods" not in batching
+    empty = table1_summary(pd.DataFrame(rows).iloc[:0])
+    assert empty.empty and {"batching_methods", "precisions"} <= set(empty.columns)
+
+
+def test_each_run_left_out_of_the_means_says_why():
+    rows = [
+        run("copy-20", "random", 0, 96.5, run="fp32"),
+        run("copy-20", "random", 0, 93.0, precision="bf16", run="bf16"),
+        run("copy-200", "alphabet", 0, 87.0, length_bucketing=False, architecture="hooked", run="reference batches"),
+        run("copy-200", "alphabet", 0, 85.0, length_bucketing=True, architecture="hooked", run="bucketed"),
+        run("copy-200", "alphabet", 1, 80.0, length_bucketing=False, architecture="reference", run="nn"),
+        run("copy-200", "alphabet", 1, 81.0, length_bucketing=False, architecture="hooked", run="ours"),
+        run("copy-200", "alphabet", 2, 10.0, complete=False, run="partial"),
+        run("copy-200", "alphabet", 3, 70.0, length_bucketing=False, architecture="hooked", run="first"),
+        run("copy-200", "alphabet", 3, 71.0, length_bucketing=False, architecture="hooked", run="second"),
+    ]
+    frame = pd.DataFrame(rows)
+    reasons = {frame.loc[i, "run"]: reason for i, reason in uncounted_reasons(frame).items()}
+    assert reasons == {
+        "bf16": "copy-20 / random seed 0 counts once: its fp32 run counts, not this bf16 one",
+        "bucketed": "copy-200 / alphabet seed 0 counts once: its run with the reference's batches counts, not this "
+        "length-bucketed one",
+        "nn": "copy-200 / alphabet seed 1 counts once: its run on our model counts, not this one on the plain "
+        "nn.Transformer",
+        "partial": "stopped before its last epoch (--include-partial counts it)",
+        "second": "copy-200 / alphabet seed 3 counts once: an earlier-listed run of it counts",
+    }
+    assert "partial" not in {frame.loc[i, "run"] for i in uncounted_reasons(frame, include_partial=True).index}
+    assert uncounted_reasons(frame.iloc[:1]).empty
+
+
+def history_rows(run_name, preset, seed, precision="fp32", epochs=2, planned=2, **columns):
+    """Epoch rows of one run as `training_history.histories` gives them."""
+    base = {"run": run_name, "preset": preset, "batching": "random", "seed": seed, "precision": precision,
+            "architecture": "hooked", "length_bucketing": False, "planned_epochs": planned}  # fmt: skip
+    return [{**base, "epoch": n, "val_acc_noncopy": 0.1 * n, **columns} for n in range(1, epochs + 1)]
+
+
+def test_counted_histories_keeps_one_run_per_seed_by_the_tables_rule_a_finished_run_first():
+    rows = history_rows("c0", "copy-20", 0) + history_rows("c0-bf16", "copy-20", 0, "bf16")
+    rows += history_rows("c1", "copy-20", 1, epochs=1) + history_rows("c1-bf16", "copy-20", 1, "bf16")  # fp32 training
+    rows += history_rows("c2", "copy-20", 2, epochs=1)  # still training, the seed's only run
+    rows += history_rows("c200", "copy-200", 0) + history_rows("n0", "nocopy-20", 0)  # same seed, other presets
+    rows += history_rows("x", "copy-20", None) + history_rows("y", "copy-20", None)  # no seed: each its own
+    frame = counted_histories(pd.DataFrame(rows))
+    assert frame.groupby("run", sort=False)["counted"].first().to_dict() == {
+        "c0": True, "c0-bf16": False, "c1": False, "c1-bf16": True, "c2": True, "c200": True, "n0": True,
+        "x": True, "y": True,
+    }  # fmt: skip
+    assert len(frame) == len(rows) and counted_histories(pd.DataFrame()).empty
+
+
+def test_figure3_counts_one_shot_copy_runs_of_alphabet_and_random_batching_beside_the_paper():
     rows = [
         run("copy-20", "random", 0, 90.0),
         run("copy-20", "random", 1, 92.0),
         run("copy-40", "alphabet", 0, 93.0),
-        run("copy-20", "transformation", 0, 50.0),  # not a batching method of Figure 4
+        run("copy-20", "transformation", 0, 50.0),  # not a batching method of Figure 3
         run("nocopy-20", "random", 0, 60.0),  # no copy tasks
         run("copy-20-3shot", "alphabet", 0, 40.0, n_shots=3),  # more than one example
         run("copy-30", "random", 0, 95.0),  # a number of alphabets the paper did not train
@@ -199,7 +298,7 @@ def test_occurrence_counts_heads_per_batching_method_and_over_all_of_them():
         run("copy-200", "alphabet", 0, 90.0, matching_head=True),  # not in the paper's occurrence table
     ]
     table = occurrence_summary(pd.DataFrame(rows))
-    assert table.columns.tolist() == ["preset", "batching", "n", "with_head", "paper_with_head", "paper_n"]
+    assert table.columns.tolist() == ["preset", "batching", "n", "with_head", "paper_with_head", "paper_n", "pooled"]
     by = table.set_index(["preset", "batching"])
     assert list(by.index) == [
         ("copy-20", "random"), ("copy-20", "all"), ("nocopy-20", "random"), ("nocopy-20", "transformation"),
@@ -214,6 +313,9 @@ def test_occurrence_counts_heads_per_batching_method_and_over_all_of_them():
     ]
     assert by.loc[("nocopy-20", "all"), ["n", "with_head", "paper_with_head", "paper_n"]].tolist() == [3, 1, 5, 20]
     assert by.loc[("copy-20", "all"), ["n", "with_head", "paper_with_head", "paper_n"]].tolist() == [1, 1, 20, 20]
+    # "all" is over the methods analysed here: copy-20's is random batching only, the paper's all four
+    assert by.loc[("copy-20", "all"), "pooled"] == "random" and by.loc[("nocopy-20", "random"), "pooled"] == "random"
+    assert by.loc[("nocopy-20", "all"), "pooled"] == "random, transformation"
     assert math.isnan(by.loc[("copy-20", "random"), "paper_n"]) and math.isnan(
         by.loc[("copy-20", "random"), "paper_with_head"]
     )

@@ -7,7 +7,7 @@ import pytest
 from lsa_interp.data.batching import BATCHING_METHODS
 from lsa_interp.evaluation.paper_tables import (
     CELLS,
-    FIGURE4_BATCHING,
+    FIGURE3_BATCHING,
     PAPER_ALPHABETS,
     PAPER_BATCHING,
     PAPER_BATCHING_ROWS,
@@ -51,11 +51,15 @@ def test_every_batching_cell_lies_in_its_interval_and_names_a_batching_method():
     assert sum(PAPER_BATCHING_ROWS[("copy-20", method)] for method in BATCHING_METHODS) == 26
 
 
-def test_figure4_at_20_and_200_alphabets_shows_the_batching_tables_alphabet_runs():
-    assert FIGURE4_BATCHING == ("alphabet", "random")
+def test_figure3_at_20_and_200_alphabets_shows_the_batching_tables_runs():
+    """Both are means of the same 5 runs, so they print the same numbers, except copy-20 / random, whose batching
+    cell averages 11 rows (`PAPER_BATCHING_ROWS`). copy-200 / random's new-T/new-A is 9.9 in the appendix
+    (9.852 over the authors' 5 runs), not 9.8."""
+    assert FIGURE3_BATCHING == ("alphabet", "random")
     for n, preset in ((20, "copy-20"), (200, "copy-200")):
         assert PAPER_ALPHABETS[n]["alphabet"] == tuple(cell[0] for cell in PAPER_BATCHING[(preset, "alphabet")])
-    for figure, table in zip(PAPER_ALPHABETS[200]["random"], PAPER_BATCHING[("copy-200", "random")]):
-        assert figure == pytest.approx(table[0], abs=ROUNDING)
+    assert PAPER_ALPHABETS[200]["random"] == tuple(cell[0] for cell in PAPER_BATCHING[("copy-200", "random")])
+    assert PAPER_ALPHABETS[200]["random"] == (97.7, 94.5, 10.4, 9.9)  # the appendix's table, row copy-200 / random
+    assert PAPER_ALPHABETS[20]["random"] != tuple(cell[0] for cell in PAPER_BATCHING[("copy-20", "random")])
     assert sorted(PAPER_ALPHABETS) == [20, 40, 60, 80, 100, 140, 200, 400]
-    assert all(sorted(columns) == sorted(FIGURE4_BATCHING) for columns in PAPER_ALPHABETS.values())
+    assert all(sorted(columns) == sorted(FIGURE3_BATCHING) for columns in PAPER_ALPHABETS.values())

@@ -297,7 +297,8 @@ def test_results_command_writes_the_tables_and_figures(tmp_path, capsys):
     alphabets = pd.read_csv(out / "alphabets.csv")
     assert alphabets[["n_alphabets", "batching", "n"]].values.tolist() == [[200, "alphabet", 2]]
     page = (out / "figures.html").read_text()
-    assert "Figure 4" in page and "plotly" in page and not re.search(r"<script[^>]*\bsrc=", page)
+    assert "<h2>Figure 3</h2>" in page and "plotly" in page and not re.search(r"<script[^>]*\bsrc=", page)
+    assert "<p>2 runs in runs.csv, 2 counted in the tables and Figure 3" in page
     printed = capsys.readouterr().out
     assert "96.0 [95.0, 97.0] (n=2)" in printed and "Precision check" not in printed
     assert "counted the standard alphabet" in " ".join(printed.split())  # the caption under each table
@@ -309,6 +310,10 @@ def test_results_command_writes_the_tables_and_figures(tmp_path, capsys):
     assert "Precision check" in printed and "94.0 [91.0, 97.0] (n=2)" in printed
     counted = read_runs_table(out / "runs.csv").set_index("run")["counted"]
     assert counted.to_dict() == {str(tmp_path / "runs" / name): name != "a" for name in "abc"}
+    assert (
+        f"not counted: {tmp_path / 'runs' / 'a'} (copy-200 / alphabet seed 0 counts once: its fp32 run counts, not "
+        "this bf16 one)" in (out / "figures.html").read_text()
+    )
     assert pd.read_csv(out / "precision.csv")["precision"].tolist() == ["bf16", "fp32"]
     assert "Matching-head occurrence" not in printed and pd.read_csv(out / "occurrence.csv").empty
     analysed_run(tmp_path / "runs", "n", "nocopy-20", "random", 0, "none")

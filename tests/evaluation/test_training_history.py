@@ -1,5 +1,5 @@
-"""Per-epoch histories of single and stacked runs, the copy vs no-copy training-curves figure and the precision
-check's curves."""
+"""Per-epoch histories of single and stacked runs, the training-curves figure by preset and the precision check's
+curves."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_a_stack_names_each_replicate_by_its_run_and_ignores_step_records(tmp_pa
     assert frame["acc_succ"].tolist() == pytest.approx([0.25, 0.2, 0.35])
 
 
-def test_a_single_run_gets_its_preset_and_seed_and_the_figure_draws_both_groups(tmp_path):
+def test_a_single_run_gets_its_preset_and_seed_and_the_figure_draws_both_presets(tmp_path):
     siblings = {"val_sibling_by_family": {"window": 0.4, "doubled": 0.5}}
     single = write_run(tmp_path / "single", {"preset": "nocopy-20", "seed": 4, "batching": "random"},
                        [epoch(0, 1, 0.3), epoch(0, 2, 0.5, **siblings)])  # fmt: skip
@@ -56,10 +56,13 @@ def test_a_single_run_gets_its_preset_and_seed_and_the_figure_draws_both_groups(
                       [epoch(0, 1, 0.6, 0.8)])  # fmt: skip
     frame = histories([single, stack])
     assert sorted(frame["run"]) == ["c", "nocopy-20-random-s4", "nocopy-20-random-s4"]
+    assert frame.groupby("run")["seed"].first().to_dict() == {"c": 0, "nocopy-20-random-s4": 4}
+    assert frame["length_bucketing"].tolist() == [True, True, True]  # configs from before the option
     figure = training_curves_figure(frame)
-    means = [trace.name for trace in figure.data if trace.name.startswith(("copy", "no copy"))]
-    assert means == ["copy (mean of 1)", "copy (mean of 1)", "no copy (mean of 1)", "no copy (mean of 1)"]
-    no_copy_mean = next(t for t in figure.data if t.name == "no copy (mean of 1)")
+    means = [trace.name for trace in figure.data if "mean of" in trace.name]
+    copy, no_copy = (f"{p} (random): mean of 1 run, one per seed (1 fp32)" for p in ("copy-20", "nocopy-20"))
+    assert means == [copy, copy, no_copy, no_copy]  # accuracy and matching score; accuracy and sibling answers
+    no_copy_mean = next(t for t in figure.data if t.name == no_copy)
     assert list(no_copy_mean.y) == pytest.approx([30.0, 50.0])
     single_rows = frame[frame["run"] == "nocopy-20-random-s4"]
     assert single_rows["sibling_doubled"].tolist()[1] == 0.5 and single_rows["sibling_window"].isna().tolist() == [
@@ -216,9 +219,10 @@ def test_runs_of_one_name_in_two_directories_stay_two_runs_and_the_mean_stops_at
         + [f"copy-20-random-s1 [{gpu.resolve()}]"] * 2
         + ["copy-20-random-s2"] * 2
     )
-    figure = training_curves_figure(frame)
-    mean = next(t for t in figure.data if t.name == "copy (mean of 3)")
-    assert list(mean.x) == [1, 2] and list(mean.y) == pytest.approx([20.0, 40.0])
+    figure = training_curves_figure(frame)  # seed 1 counts once, as in the tables: its first run, on the CPU
+    mean = next(t for t in figure.data if t.name == "copy-20 (random): mean of 2 runs, one per seed (2 fp32)")
+    assert list(mean.x) == [1, 2] and list(mean.y) == pytest.approx([20.0, 40.0])  # (0.1 n + 0.3 n) / 2
+    assert f"left out: copy-20-random-s1 [{gpu.resolve()}] (another run of the seed counts" in figure.layout.title.text
 
 
 def test_a_config_is_read_as_utf_8_whatever_the_locale(tmp_path, ascii_locale):
@@ -247,10 +251,11 @@ def test_a_run_still_training_is_drawn_dotted_and_left_out_of_the_mean_of_the_fi
     assert frame.groupby("run")["planned_epochs"].first().tolist() == [3, 3, 3]
     figure = training_curves_figure(frame)
     accuracy = {t.name: (list(t.x), list(t.y), t.line.dash) for t in figure.data if t.yaxis == "y"}
-    assert accuracy["copy (mean of 1)"] == ([1, 2, 3], pytest.approx([20.0, 40.0, 60.0]), None)
+    mean = "copy-20 (random): mean of 1 run, one per seed (1 fp32)"
+    assert accuracy[mean] == ([1, 2, 3], pytest.approx([20.0, 40.0, 60.0]), None)
     assert accuracy["copy-20-random-s1 (training: epoch 1 of 3)"] == ([1], [60.0], "dot")
     assert accuracy["copy-20-random-s0"][2] == "solid"
-    matching = next(t for t in figure.data if t.yaxis == "y2" and t.name == "copy (mean of 1)")
+    matching = next(t for t in figure.data if t.yaxis == "y2" and t.name == mean)
     assert list(matching.y) == pytest.approx([0.1, 0.2, 0.3])
     precision = precision_curves_figure(frame)
     means = {t.name: list(t.y) for t in precision.data if "mean" in t.name}
