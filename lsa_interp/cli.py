@@ -5,14 +5,18 @@ Bad input ends with one line on stderr and exit code 2 (set ``LSA_INTERP_DEBUG=1
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -28,6 +32,61 @@ app = typer.Typer(
 data_app = typer.Typer(cls=CommandGroup, no_args_is_help=True, help="Generate and inspect the paper's datasets.")
 app.add_typer(data_app, name="data")
 console = Console(stderr=True)
+TERMINAL_MIN_WIDTH = 120
+"""Tables are laid out at least this wide at a terminal (rich cuts a cell that does not fit with '…')."""
+
+
+def table_console(tables: Sequence[Table], minimum: int = TERMINAL_MIN_WIDTH) -> Console:
+    """A Console on stdout for printing ``tables``: at a terminal as wide as the terminal, at least ``minimum``;
+    piped or redirected, as wide as the widest table needs (at least ``minimum``), so that no cell is cut."""
+    if Console().is_terminal:
+        return Console(width=max(shutil.get_terminal_size().columns, minimum))
+    probe = Console(width=1_000_000)
+    need = max((Measurement.get(probe, probe.options, table).maximum for table in tables), default=0)
+    return Console(width=max(need, minimum))
+
+
+def weightless_record(model: str) -> str | None:
+    """One line saying why ``model`` cannot be opened when it is a directory that records a run without its weights:
+    a training run (or a stack's replicate-I) that finished (it logged an epoch, or is done) but holds no state.pt,
+    or a checkpoint directory whose weights file is gone (config.json and results only); None for anything else."""
+    from lsa_interp.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, available_models
+    from lsa_interp.training.run_dir import DONE_FILE, METRICS_FILE, MODEL_DIR, STATE_FILE
+    from lsa_interp.training.snapshot import is_training_run
+
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        return None
+    run = path.parent if re.fullmatch(r"replicate-\d+", path.name) and is_training_run(path.parent) else path
+    if is_training_run(run):
+        own, metrics = path / MODEL_DIR, run / METRICS_FILE
+        if (run / STATE_FILE).is_file():
+            return None
+        if (own / WEIGHTS_FILE).is_file():
+            return f"{run} holds no {STATE_FILE} (its training state); its final model is {own}: give that"
+        finished = (run / DONE_FILE).is_file() or (
+            metrics.is_file() and '"type": "epoch"' in metrics.read_text(encoding="utf-8", errors="replace")
+        )
+        if not finished:
+            return None  # a run before its first save: load_run_or_model says so
+        missing = f"no {STATE_FILE} or saved model weights"
+    elif (path / CONFIG_FILE).is_file():
+        try:
+            weights = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")).get("weights_file", WEIGHTS_FILE)
+        except (ValueError, AttributeError):  # not a JSON object: loading names the problem
+            return None
+        if not isinstance(weights, str) or (path / weights).exists():
+            return None
+        missing = f"no {weights}"
+    else:
+        return None
+    names = sorted(child.name + "/" * child.is_dir() for child in path.iterdir())
+    holds = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "") if names else "nothing"
+    shipped = ", ".join(available_models(replicates=False)) or "none here"
+    return (
+        f"{path} is a run's record without its weights (it holds {holds}; {missing}): give a model with weights: "
+        f"a shipped checkpoint (checkpoints/: {shipped}), a training run's directory or its model/"
+    )
 
 
 @data_app.command("generate", epilog="Example: lsa-interp data generate --preset copy-200 --seed 0 --out data/copy-200")
@@ -83,11 +142,6 @@ def data_show(
     from lsa_interp.data.dataset import count_rows, read_manifest, sample_tasks
 
     manifest = read_manifest(data_dir)
-    out = Console(width=max(shutil.get_terminal_size().columns, 120))
-    out.print(
-        f"[bold]{manifest['preset']}[/] seed {manifest['seed']} (lsa-interp {manifest['package_version']}): "
-        f"{len(manifest['train_alphabets'])} training alphabets, {len(manifest['new_alphabets'])} new alphabets"
-    )
     counts = count_rows(data_dir)
     splits = manifest["splits"]
     table = Table(title="tasks per split (non-copy / copy)")
@@ -97,6 +151,11 @@ def data_show(
     for name in counts.index:
         table.add_row(name, *(f"{counts.loc[name, (s, False)]:,} / {counts.loc[name, (s, True)]:,}" for s in splits))
     table.add_row("[bold]total", *(f"[bold]{manifest['files'][s]['rows']:,}" for s in splits))
+    out = table_console([table])
+    out.print(
+        f"[bold]{manifest['preset']}[/] seed {manifest['seed']} (lsa-interp {manifest['package_version']}): "
+        f"{len(manifest['train_alphabets'])} training alphabets, {len(manifest['new_alphabets'])} new alphabets"
+    )
     out.print(table)
     for split in splits:
         for task in sample_tasks(data_dir, split, examples):
@@ -151,6 +210,9 @@ def evaluate(
     from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, checkpoint_name
     from lsa_interp.training.snapshot import load_run_or_model
 
+    record = weightless_record(model)
+    if record:
+        raise UserError(record)
     name = model
     if card:
         shipped = checkpoint_name(model)
@@ -164,6 +226,8 @@ def evaluate(
         given = [option for option, value in options if value is not None]
         if given:
             raise UserError(f"--card writes a card of the full splits of the model's own dataset; drop {given[0]}")
+        if data is not None:
+            _refuse_foreign_card_data(card_dir, data)
     if out is not None:
         refuse_foreign_out(out)
         writable_out(out)
@@ -171,14 +235,36 @@ def evaluate(
     with console.status("loading the dataset" if data else "generating the dataset"):
         dataset = evaluation_dataset(net, preset, seed, data)
     result = evaluate_model(net, dataset, limit=limit, progress=True, batch_size=batch_size, model_name=name)
-    out_console = Console(width=max(shutil.get_terminal_size().columns, 120))
-    for table in rich_tables(result):
+    tables = rich_tables(result)
+    out_console = table_console(tables)
+    for table in tables:
         out_console.print(table)
     if out is not None:
         paths = write_report(result, out)
         print("wrote " + ", ".join(str(path) for path in paths.values()))
     if card:
         print(f"wrote {refresh_card(card_dir, result, reference=None if shipped else model)} and its evaluation.json")
+
+
+def _refuse_foreign_card_data(card_dir: Path, data: Path) -> None:
+    """Raise UserError when the dataset in ``data`` is not the one of the checkpoint's card (the preset and dataset
+    seed its ``evaluation.json`` records, which `refresh_card` requires of the new evaluation), before evaluating."""
+    from lsa_interp.data.dataset import read_manifest
+    from lsa_interp.evaluation.card import EVALUATION_FILE
+    from lsa_interp.utils import read_json_object
+
+    recorded = card_dir / EVALUATION_FILE
+    if not recorded.is_file():
+        return
+    old = read_json_object(recorded, "a shipped model's evaluation")
+    manifest = read_manifest(data)
+    for field, found in (("preset", manifest["preset"]), ("seed", manifest["seed"])):
+        wanted = old.get(field, (str, int), None)
+        if wanted is not None and wanted != found:
+            raise UserError(
+                f"--data {data} is of {field} {found!r}; the checkpoint's: {wanted!r}: --card needs the model's own "
+                "dataset (leave --data out to regenerate it)"
+            )
 
 
 def _register_analysis_commands() -> None:

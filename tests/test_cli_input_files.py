@@ -127,3 +127,50 @@ def test_fit_takes_the_models_own_dataset_by_preset_and_dataset_seed_or_by_folde
         assert info.value.code == 0 and "train - val" in capsys.readouterr().out
     else:
         assert "give the model's own dataset" in _refused(args, capsys)
+
+
+def _run_record(directory, *, epochs: bool = True, done: bool = False):
+    """A training run's directory as a committed record keeps it: its config and metrics, no state.pt, no model."""
+    directory.mkdir(parents=True)
+    (directory / "train_config.json").write_text(json.dumps({"preset": "tiny", "epochs": 1}))
+    records = [{"type": "step", "step": 1, "epoch": 0.5}] + [{"type": "epoch", "step": 2, "epoch": 1}] * epochs
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    if done:
+        (directory / "done").write_text("")
+    return directory
+
+
+def test_a_run_record_without_weights_is_named_as_such(tmp_path, capsys):
+    """Committed records of runs (analyses/runs/) keep config and results, not weights: evaluate said
+    'model.safetensors is missing' or 'has saved no state yet; wait for its first save'."""
+    checkpoint = _tiny_model(tmp_path / "shipped", preset="tiny")
+    (checkpoint / "model.safetensors").unlink()
+    (checkpoint / "evaluation.json").write_text("{}")
+    stack = _run_record(tmp_path / "stack", epochs=False, done=True)
+    (stack / "replicate-0" / "model").mkdir(parents=True)
+    cases = {
+        checkpoint: "it holds config.json, evaluation.json; no model.safetensors",
+        _run_record(tmp_path / "run"): "it holds metrics.jsonl, train_config.json; no state.pt or saved model weights",
+        stack: "it holds done, metrics.jsonl, replicate-0/, train_config.json; no state.pt or saved model weights",
+        stack / "replicate-0": "it holds model/; no state.pt or saved model weights",
+    }
+    for path, holds in cases.items():
+        for command in ("evaluate", "fit"):
+            err = _refused([command, "--model", str(path), "--device", "cpu", "--out", str(tmp_path / "o")], capsys)
+            assert f"error: {path} is a run's record without its weights ({holds}): give a model with weights: " in err
+            assert "a shipped checkpoint (checkpoints/: " in err and ", a training run's directory or its model/" in err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["run", "shipped", "stack"]
+
+
+def test_a_run_before_its_first_save_is_still_told_to_wait_and_a_run_without_state_pointed_at_its_model(
+    tmp_path, capsys
+):
+    early = _run_record(tmp_path / "early", epochs=False)
+    err = _refused(["evaluate", "--model", str(early), "--device", "cpu"], capsys)
+    assert f"{early} has saved no state yet (no state.pt); wait for its first save" in err
+    finished = _run_record(tmp_path / "finished")
+    _tiny_model(finished / "model", preset="tiny")
+    err = _refused(["evaluate", "--model", str(finished), "--device", "cpu"], capsys)
+    assert (
+        f"{finished} holds no state.pt (its training state); its final model is {finished / 'model'}: give that" in err
+    )

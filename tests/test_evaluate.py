@@ -409,6 +409,51 @@ def test_cli_preset_and_seed_from_model_metadata(saved, tiny_copy20, tmp_path, c
     assert (report["preset"], report["seed"], report["training_preset"]) == ("copy-20", 2, "copy-20")
 
 
+def test_cli_tables_piped_keep_every_count_whole(saved, tmp_path, capsys):
+    """Piped output is as wide as its widest table: at 120 columns rich cut cells to '25.8 (49/19…'."""
+    args = ["evaluate", "--model", str(saved / "model"), "--data", str(saved / "data"), "--limit", "150"]
+    code, stdout, err = run([*args, "--out", str(tmp_path)], capsys)
+    assert code == 0, err
+    report = json.loads((tmp_path / REPORT_FILES["json"]).read_text())
+    counts = [f"({cell['correct']}/{cell['total']})" for cell in report["table1"].values()]
+    assert len(counts) == 6 and all(count in stdout for count in counts), (counts, stdout)
+    assert "…" not in stdout and "new alphabets + standard" in stdout and "applied other rule" in stdout
+
+
+@pytest.fixture
+def card_dir(saved, tmp_path):
+    """A checkpoint with a card (the test writes the evaluation.json it was shipped with)."""
+    directory = save_model(HookedEncoderDecoder(SMALL), tmp_path / "shipped", metadata={"preset": "tiny"})
+    (directory / "card.md").write_text("# shipped\n\n## Evaluation\n")
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("recorded", "message"),
+    [
+        ({"preset": "tiny", "seed": 7}, "is of seed 0; the checkpoint's: 7: --card needs the model's own dataset"),
+        (
+            {"preset": "copy-20", "seed": 0},
+            "is of preset 'tiny'; the checkpoint's: 'copy-20': --card needs the model's own dataset",
+        ),
+    ],
+)
+def test_cli_card_refuses_another_dataset_before_evaluating(saved, card_dir, recorded, message, monkeypatch, capsys):
+    """The preset and dataset seed of the card's evaluation.json (saved/data: tiny, seed 0) are compared with --data's
+    manifest up front: refresh_card refused them only after the full evaluation (~20 min on CPU)."""
+    (card_dir / "evaluation.json").write_text(json.dumps({"model": "shipped", **recorded}))
+    before = {path.name: path.read_bytes() for path in card_dir.iterdir()}
+
+    def never(*args, **kwargs):
+        raise AssertionError("evaluated a dataset --card refuses")
+
+    monkeypatch.setattr("lsa_interp.evaluation.evaluate_model", never)
+    monkeypatch.setattr("lsa_interp.evaluation.evaluation_dataset", never)
+    code, out, err = run(["evaluate", "--model", str(card_dir), "--data", str(saved / "data"), "--card"], capsys)
+    assert code == 2 and out == "" and {path.name: path.read_bytes() for path in card_dir.iterdir()} == before
+    assert err == f"lsa-interp: error: --data {saved / 'data'} {message} (leave --data out to regenerate it)\n"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

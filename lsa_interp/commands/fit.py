@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from lsa_interp.commands.common import DeviceOption
+from lsa_interp.commands.common import device_option
 
 
 def register(app: typer.Typer) -> None:
@@ -22,32 +23,51 @@ def register(app: typer.Typer) -> None:
     )
     def fit(
         model: Annotated[str, typer.Option(help="A shipped checkpoint name, or a checkpoint directory.")],
-        rows: Annotated[int, typer.Option(min=1, help="Rows decoded per split (a fixed random subset).")] = 4000,
+        rows: Annotated[
+            int,
+            typer.Option(
+                min=1, help="Rows decoded per split (a fixed random subset; at most as many as the smaller split has)."
+            ),
+        ] = 4000,
         data: Annotated[
             Path | None,
             typer.Option(help="The model's dataset saved by 'lsa-interp data generate'; default: regenerate it."),
         ] = None,
         out: Annotated[Path | None, typer.Option(help="Write fit.json and fit.html (offline plotly) here.")] = None,
-        device: DeviceOption = "cpu",
+        device: Annotated[
+            str | None,
+            typer.Option(help="cpu or cuda; default: cuda when available, else cpu.", callback=device_option),
+        ] = None,
     ) -> None:
         """Print the training fit of a model."""
-        from rich.console import Console
+        import torch
         from rich.table import Table
 
-        from lsa_interp.commands.common import open_model, refuse_foreign_out, writable_out
+        from lsa_interp.cli import console, table_console, weightless_record
+        from lsa_interp.commands.common import UserError, open_model, refuse_foreign_out, writable_out
         from lsa_interp.data.dataset import read_manifest
-        from lsa_interp.evaluation.fit import FIT_SPLITS, training_fit, write_fit
+        from lsa_interp.evaluation.fit import FIT_SPLITS, fit_pool_sizes, training_fit, write_fit
         from lsa_interp.evaluation.run import evaluation_dataset
 
+        record = weightless_record(model)
+        if record:
+            raise UserError(record)
         if out is not None:
             refuse_foreign_out(out)
             writable_out(out)
-        console = Console()
-        net = open_model(model, device)
+        net = open_model(model, device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if data is not None:
             _check_own_dataset(model, net.metadata, data, read_manifest(data))
         with console.status("loading the dataset" if data else "generating the dataset"):
             dataset = evaluation_dataset(net, data_dir=data, splits=FIT_SPLITS)
+        sizes = fit_pool_sizes(dataset)
+        split, size = min(sizes.items(), key=lambda item: item[1])
+        if rows > size:
+            print(
+                f"--rows {rows:,} is more than the {split} split's {size:,} non-copy rows of the seen "
+                f"transformations: decoding {size:,} rows of each split",
+                file=sys.stderr,
+            )
         result = training_fit(net, dataset, rows, model_name=model)
         table = Table(title=f"{model} on {result.preset}: exact match %, non-copy rows of the seen transformations")
         for column in ("transformation", *FIT_SPLITS, "train - val"):
@@ -58,7 +78,6 @@ def register(app: typer.Typer) -> None:
             cells = [f"{a.percent:.1f} ({a.correct}/{a.total})" if a else "-" for a in (train, val)]
             gap = f"{train.percent - val.percent:+.1f}" if train and val else "-"
             table.add_row(name, *cells, gap, style="bold" if name == "all" else None)
-        console.print(table)
         levels = Table(title="by the alphabet's permutation level (letters out of their standard place)")
         for column in ("level", *FIT_SPLITS):
             levels.add_column(column, justify="right")
@@ -66,7 +85,9 @@ def register(app: typer.Typer) -> None:
             train, val = (result.by_level[split].get(level) for split in FIT_SPLITS)
             cells = [f"{a.percent:.1f} ({a.correct}/{a.total})" if a else "-" for a in (train, val)]
             levels.add_row("standard" if level == 0 else str(level), *cells)
-        console.print(levels)
+        out_console = table_console([table, levels])
+        out_console.print(table)
+        out_console.print(levels)
         if out is not None:
             paths = write_fit(result, out)
             print("wrote " + ", ".join(str(path) for path in paths.values()))

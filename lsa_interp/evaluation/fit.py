@@ -35,8 +35,9 @@ FIT_ROWS = 4000
 
 @dataclass(frozen=True)
 class FitResult:
-    """Exact match on ``rows`` non-copy seen-transformation rows per split: overall, by transformation and by
-    the alphabet's permutation level (letters out of their standard place; 0 = the standard alphabet).
+    """Exact match on ``rows`` non-copy seen-transformation rows per split (the rows decoded in each): overall, by
+    transformation and by the alphabet's permutation level (letters out of their standard place; 0 = the standard
+    alphabet).
 
     ``overall[split]``, ``by_transformation[split][name]`` and ``by_level[split][level]`` are `Accuracy` counts
     for split ``train``/``val``.
@@ -81,24 +82,38 @@ def fit_rows(tasks: Sequence[Task], seen: Sequence[str], rows: int, seed: int = 
     return subsample([t for t in tasks if not t.is_copy and t.transformation in keep], rows, seed)
 
 
+def fit_pool_sizes(dataset: Dataset) -> dict[str, int]:
+    """The non-copy rows of the seen transformations in each of ``dataset``'s `FIT_SPLITS` (the rows a training fit
+    draws from). Raises ValueError when the dataset lacks one of the splits or a split has no such rows."""
+    missing = [split for split in FIT_SPLITS if split not in dataset.splits]
+    if missing:
+        raise ValueError(f"the dataset lacks split(s) {missing}; the training fit needs {list(FIT_SPLITS)}")
+    seen = set(dataset.config.train_transformations)
+    sizes = {
+        split: sum(not t.is_copy and t.transformation in seen for t in dataset.splits[split]) for split in FIT_SPLITS
+    }
+    for split, size in sizes.items():
+        if not size:
+            raise ValueError(f"the {split} split has no non-copy rows of the seen transformations")
+    return sizes
+
+
 def training_fit(
     model: HookedEncoderDecoder, dataset: Dataset, rows: int = FIT_ROWS, model_name: str = "", batch_size: int = 512
 ) -> FitResult:
-    """Decode ``rows`` non-copy seen-transformation rows of ``dataset``'s train and val splits and score them.
+    """Decode ``rows`` non-copy seen-transformation rows of ``dataset``'s train and val splits and score them; when
+    a split has fewer such rows (`fit_pool_sizes`), as many rows of each split as the smaller one has. The result
+    records the rows decoded per split.
 
     Raises ValueError when the dataset lacks the train or val split, ``rows`` is not positive, or a split has
     no such rows.
     """
     if rows < 1:
         raise ValueError(f"rows must be positive, got {rows}")
-    missing = [split for split in FIT_SPLITS if split not in dataset.splits]
-    if missing:
-        raise ValueError(f"the dataset lacks split(s) {missing}; the training fit needs {list(FIT_SPLITS)}")
+    rows = min(rows, *fit_pool_sizes(dataset).values())
     overall, per_rule, per_level = {}, {}, {}
     for split in FIT_SPLITS:
         tasks = fit_rows(dataset.splits[split], dataset.config.train_transformations, rows)
-        if not tasks:
-            raise ValueError(f"the {split} split has no non-copy rows of the seen transformations")
         answers = predict(model, tasks, batch_size)
         overall[split] = accuracy(tasks, answers)
         per_rule[split] = by_transformation(tasks, answers)

@@ -134,3 +134,55 @@ def test_levels_need_one_prediction_per_task():
     task = Task("abcdefghijklmnopqrstuvwxyz", (("abc", "abd"),), "ijk", "ijl", "succ")
     with pytest.raises(ValueError):
         fit.by_permutation_level([task, task], ["ijl"])
+
+
+def test_training_fit_decodes_and_records_as_many_rows_of_each_split_as_the_smaller_has(tiny, monkeypatch):
+    """Rows beyond a split's size decode the same number of each split, and the result records that number (it
+    recorded the number asked for, and decoded all of the larger split)."""
+    monkeypatch.setattr(fit, "predict", lambda model, tasks, batch_size: [t.answer for t in tasks])
+    sizes = fit.fit_pool_sizes(tiny)
+    assert sizes["train"] != sizes["val"]
+    result = fit.training_fit(HookedEncoderDecoder(SMALL), tiny, rows=10**8)
+    assert result.rows == result.overall["train"].total == result.overall["val"].total == min(sizes.values())
+    assert fit.training_fit(HookedEncoderDecoder(SMALL), tiny, rows=7).rows == 7
+
+
+def test_fit_command_says_when_rows_exceed_a_split_and_writes_the_rows_decoded(tiny, tmp_path, capsys):
+    data = save_dataset(tiny, tmp_path / "data")
+    model = save_model(HookedEncoderDecoder(SMALL), tmp_path / "model")
+    size = min(fit.fit_pool_sizes(tiny).items(), key=lambda item: item[1])
+    args = ["fit", "--model", str(model), "--data", str(data), "--device", "cpu", "--out", str(tmp_path / "f")]
+    code, out, err = run([*args, "--rows", "100000000"], capsys)
+    assert code == 0, err
+    notice = (
+        f"--rows 100,000,000 is more than the {size[0]} split's {size[1]:,} non-copy rows of the seen "
+        f"transformations: decoding {size[1]:,} rows of each split"
+    )
+    assert err.splitlines() == [notice]
+    saved = json.loads((tmp_path / "f" / "fit.json").read_text())
+    assert saved["rows"] == saved["overall"]["train"]["total"] == saved["overall"]["val"]["total"] == size[1]
+    overall = saved["overall"]
+    assert all(f"({overall[s]['correct']}/{overall[s]['total']})" in out for s in ("train", "val")) and "…" not in out
+    code, _, err = run([*args, "--rows", str(size[1])], capsys)
+    assert code == 0 and "is more than" not in err
+
+
+def test_fit_takes_cuda_when_there_is_one_as_evaluate_does(monkeypatch, capsys):
+    """Its default was cpu whatever the machine; --device cpu still picks the CPU."""
+    import torch
+
+    from lsa_interp.commands import common
+
+    opened = []
+
+    def record_device(name, device="cpu"):
+        opened.append(device)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(common, "open_model", record_device)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert run(["fit", "--model", "copy-20"], capsys)[0] == 2
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert run(["fit", "--model", "copy-20"], capsys)[0] == 2
+    assert run(["fit", "--model", "copy-20", "--device", "cpu"], capsys)[0] == 2
+    assert opened == ["cuda", "cpu", "cpu"]
