@@ -5,22 +5,25 @@ Bad input ends with one line on stderr and exit code 2 (set ``LSA_INTERP_DEBUG=1
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import shutil
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.measure import Measurement
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from lsa_interp.commands.common import CommandGroup, UserError, device_option, refuse_foreign_out, writable_out
+from lsa_interp.commands.common import (
+    CommandGroup,
+    UserError,
+    device_option,
+    refuse_foreign_out,
+    weightless_record,
+    writable_out,
+)
+from lsa_interp.commands.tables import table_console
 
 app = typer.Typer(
     name="lsa-interp",
@@ -32,61 +35,6 @@ app = typer.Typer(
 data_app = typer.Typer(cls=CommandGroup, no_args_is_help=True, help="Generate and inspect the paper's datasets.")
 app.add_typer(data_app, name="data")
 console = Console(stderr=True)
-TERMINAL_MIN_WIDTH = 120
-"""Tables are laid out at least this wide at a terminal (rich cuts a cell that does not fit with '…')."""
-
-
-def table_console(tables: Sequence[Table], minimum: int = TERMINAL_MIN_WIDTH) -> Console:
-    """A Console on stdout for printing ``tables``: at a terminal as wide as the terminal, at least ``minimum``;
-    piped or redirected, as wide as the widest table needs (at least ``minimum``), so that no cell is cut."""
-    if Console().is_terminal:
-        return Console(width=max(shutil.get_terminal_size().columns, minimum))
-    probe = Console(width=1_000_000)
-    need = max((Measurement.get(probe, probe.options, table).maximum for table in tables), default=0)
-    return Console(width=max(need, minimum))
-
-
-def weightless_record(model: str) -> str | None:
-    """One line saying why ``model`` cannot be opened when it is a directory that records a run without its weights:
-    a training run (or a stack's replicate-I) that finished (it logged an epoch, or is done) but holds no state.pt,
-    or a checkpoint directory whose weights file is gone (config.json and results only); None for anything else."""
-    from lsa_interp.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, available_models
-    from lsa_interp.training.run_dir import DONE_FILE, METRICS_FILE, MODEL_DIR, STATE_FILE
-    from lsa_interp.training.snapshot import is_training_run
-
-    path = Path(model).expanduser()
-    if not path.is_dir():
-        return None
-    run = path.parent if re.fullmatch(r"replicate-\d+", path.name) and is_training_run(path.parent) else path
-    if is_training_run(run):
-        own, metrics = path / MODEL_DIR, run / METRICS_FILE
-        if (run / STATE_FILE).is_file():
-            return None
-        if (own / WEIGHTS_FILE).is_file():
-            return f"{run} holds no {STATE_FILE} (its training state); its final model is {own}: give that"
-        finished = (run / DONE_FILE).is_file() or (
-            metrics.is_file() and '"type": "epoch"' in metrics.read_text(encoding="utf-8", errors="replace")
-        )
-        if not finished:
-            return None  # a run before its first save: load_run_or_model says so
-        missing = f"no {STATE_FILE} or saved model weights"
-    elif (path / CONFIG_FILE).is_file():
-        try:
-            weights = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")).get("weights_file", WEIGHTS_FILE)
-        except (ValueError, AttributeError):  # not a JSON object: loading names the problem
-            return None
-        if not isinstance(weights, str) or (path / weights).exists():
-            return None
-        missing = f"no {weights}"
-    else:
-        return None
-    names = sorted(child.name + "/" * child.is_dir() for child in path.iterdir())
-    holds = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "") if names else "nothing"
-    shipped = ", ".join(available_models(replicates=False)) or "none here"
-    return (
-        f"{path} is a run's record without its weights (it holds {holds}; {missing}): give a model with weights: "
-        f"a shipped checkpoint (checkpoints/: {shipped}), a training run's directory or its model/"
-    )
 
 
 @data_app.command("generate", epilog="Example: lsa-interp data generate --preset copy-200 --seed 0 --out data/copy-200")

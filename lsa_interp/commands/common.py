@@ -3,6 +3,7 @@ that refuses empty paths and removes the output directories of a command that fa
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Iterable, Iterator
@@ -220,6 +221,49 @@ def finish(result: AnalysisResult, out: Path | None, model: str) -> None:
         console.print(findings)
     paths = result.write(out if out is not None else default_out(model))
     console.print("wrote " + ", ".join(str(p) for p in paths.values()), highlight=False)
+
+
+def weightless_record(model: str) -> str | None:
+    """One line saying why ``model`` cannot be opened when it is a directory that records a run without its weights:
+    a training run (or a stack's replicate-I) that finished (it logged an epoch, or is done) but holds no state.pt,
+    or a checkpoint directory whose weights file is gone (config.json and results only); None for anything else."""
+    from lsa_interp.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, available_models
+    from lsa_interp.training.run_dir import DONE_FILE, METRICS_FILE, MODEL_DIR, STATE_FILE
+    from lsa_interp.training.snapshot import is_training_run
+
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        return None
+    run = path.parent if re.fullmatch(r"replicate-\d+", path.name) and is_training_run(path.parent) else path
+    if is_training_run(run):
+        own, metrics = path / MODEL_DIR, run / METRICS_FILE
+        if (run / STATE_FILE).is_file():
+            return None
+        if (own / WEIGHTS_FILE).is_file():
+            return f"{run} holds no {STATE_FILE} (its training state); its final model is {own}: give that"
+        finished = (run / DONE_FILE).is_file() or (
+            metrics.is_file() and '"type": "epoch"' in metrics.read_text(encoding="utf-8", errors="replace")
+        )
+        if not finished:
+            return None  # a run before its first save: load_run_or_model says so
+        missing = f"no {STATE_FILE} or saved model weights"
+    elif (path / CONFIG_FILE).is_file():
+        try:
+            weights = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")).get("weights_file", WEIGHTS_FILE)
+        except (ValueError, AttributeError):  # not a JSON object: loading names the problem
+            return None
+        if not isinstance(weights, str) or (path / weights).exists():
+            return None
+        missing = f"no {weights}"
+    else:
+        return None
+    names = sorted(child.name + "/" * child.is_dir() for child in path.iterdir())
+    holds = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "") if names else "nothing"
+    shipped = ", ".join(available_models(replicates=False)) or "none here"
+    return (
+        f"{path} is a run's record without its weights (it holds {holds}; {missing}): give a model with weights: "
+        f"a shipped checkpoint (checkpoints/: {shipped}), a training run's directory or its model/"
+    )
 
 
 def given_options(ctx: typer.Context) -> list[str]:

@@ -41,10 +41,17 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the training fit of a model."""
         import torch
+        from rich.console import Console
         from rich.table import Table
 
-        from lsa_interp.cli import console, table_console, weightless_record
-        from lsa_interp.commands.common import UserError, open_model, refuse_foreign_out, writable_out
+        from lsa_interp.commands.common import (
+            UserError,
+            open_model,
+            refuse_foreign_out,
+            weightless_record,
+            writable_out,
+        )
+        from lsa_interp.commands.tables import table_console
         from lsa_interp.data.dataset import read_manifest
         from lsa_interp.evaluation.fit import FIT_SPLITS, fit_pool_sizes, training_fit, write_fit
         from lsa_interp.evaluation.run import evaluation_dataset
@@ -58,7 +65,7 @@ def register(app: typer.Typer) -> None:
         net = open_model(model, device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if data is not None:
             _check_own_dataset(model, net.metadata, data, read_manifest(data))
-        with console.status("loading the dataset" if data else "generating the dataset"):
+        with Console(stderr=True).status("loading the dataset" if data else "generating the dataset"):
             dataset = evaluation_dataset(net, data_dir=data, splits=FIT_SPLITS)
         sizes = fit_pool_sizes(dataset)
         split, size = min(sizes.items(), key=lambda item: item[1])
