@@ -98,6 +98,14 @@ PAIRED_PRESETS = ("copy-20", "nocopy-20")
 """The paper's copy against no-copy comparison (same 20 alphabets): first in the training-curves figure."""
 
 
+def _preset_colours(presets: pd.Series) -> tuple[list[str], dict[str, str]]:
+    """The presets of ``presets`` in drawing order (copy-20 and nocopy-20 first, the rest sorted) and a colour each."""
+    found = set(presets.astype(str))
+    order = [*[p for p in PAIRED_PRESETS if p in found], *sorted(found - set(PAIRED_PRESETS))]
+    others = iter(_OTHER_COLOURS * (len(order) // len(_OTHER_COLOURS) + 1))
+    return order, {preset: _PRESET_COLOURS.get(preset) or next(others) for preset in order}
+
+
 def training_curves_figure(history: pd.DataFrame) -> go.Figure:  # pragma: no mutate block
     """Validation accuracy of non-copy tasks, the best matching-head score and the share of extend / succ / pred
     tasks answered with a sibling rule's answer (the example not read) per epoch, one thin line per run and a thick
@@ -122,10 +130,7 @@ def training_curves_figure(history: pd.DataFrame) -> go.Figure:  # pragma: no mu
     training = _still_training(frame)
     drawn = frame["counted"] | frame["run"].map(training != "")  # a seed's run still training is drawn, dotted
     left_out = sorted(frame.loc[~drawn, "run"].unique())
-    presets = [*[p for p in PAIRED_PRESETS if p in set(frame["preset"])],
-               *sorted(set(frame["preset"]) - set(PAIRED_PRESETS))]  # fmt: skip
-    others = iter(_OTHER_COLOURS * (len(presets) // len(_OTHER_COLOURS) + 1))
-    colours = {preset: _PRESET_COLOURS.get(preset) or next(others) for preset in presets}
+    presets, colours = _preset_colours(frame["preset"])
     panels = [(1, "val_acc_noncopy", 100.0), (2, "matching_score", 1.0), (3, "sibling_window", 100.0)]
     for preset in presets:
         runs = frame[drawn & (frame["preset"] == preset)]
@@ -227,15 +232,18 @@ def precision_curves_figure(history: pd.DataFrame) -> go.Figure | None:  # pragm
 def matching_vs_rule_figure(runs: pd.DataFrame) -> go.Figure:  # pragma: no mutate block
     """One point per run of `lsa_interp.evaluation.runs_table.runs_table` that has both a matching-head analysis
     and rule-family counts: its best matching-head score against the share of the look-alike rules' tasks it
-    answered with a sibling rule's answer (the example not read), copy against no-copy runs."""
+    answered with a sibling rule's answer (the example not read), a colour per preset (copy-20 and copy-200 trained
+    on different data are told apart)."""
     fig = go.Figure()
     paired = runs.reindex(columns=["matching_best_score", "sibling_percent"]).notna().all(axis=1)
-    points = runs[paired]
-    for copy, group in points.groupby(points["preset"].astype(str).str.startswith("copy"), sort=False):
-        label = "copy" if copy else "no copy"
+    points = runs[paired].assign(preset=lambda frame: frame["preset"].astype(str))
+    presets, colours = _preset_colours(points["preset"])
+    for preset in presets:
+        group = points[points["preset"] == preset]
+        label = f"{preset} ({len(group)} run{'' if len(group) == 1 else 's'})"
         fig.add_scatter(
             x=group["matching_best_score"], y=group["sibling_percent"], mode="markers", name=label,
-            marker={"color": "#1f77b4" if copy else "#ff7f0e", "size": 10}, customdata=group[["run"]].to_numpy(),
+            marker={"color": colours[preset], "size": 10}, customdata=group[["run"]].to_numpy(),
             hovertemplate="%{customdata[0]}: score %{x:.3f}, %{y:.1f}% sibling answers<extra>" + label + "</extra>",
         )  # fmt: skip
     fig.update_layout(

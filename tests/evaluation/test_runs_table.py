@@ -266,7 +266,16 @@ def test_sibling_percent_pools_the_family_rules_and_the_page_plots_it_against_th
     assert rows.loc[str(model), "succ_as_pred"] == 3 and rows.loc[str(model), "rr_succ_as_remove_redundant"] == 1
     assert math.isnan(rows.loc[str(tmp_path / "runs" / "plain"), "sibling_percent"])
     figure = matching_vs_rule_figure(frame)
-    assert [(t.name, list(t.x), list(t.y)) for t in figure.data] == [("no copy", [0.4], [20.0])]
+    assert [(t.name, list(t.x), list(t.y)) for t in figure.data] == [("nocopy-20 (1 run)", [0.4], [20.0])]
+    copy_20, copy_200 = (analysed_run(tmp_path / "more", name, preset, "random", 0, "none", families=families)
+                         for name, preset in (("c20", "copy-20"), ("c200", "copy-200")))  # fmt: skip
+    both = runs_table(find_runs([tmp_path / "runs", tmp_path / "more"]))
+    traces = {t.name: (list(t.customdata[:, 0]), t.marker.color) for t in matching_vs_rule_figure(both).data}
+    assert traces == {
+        "copy-20 (1 run)": ([str(copy_20)], "#1f77b4"),
+        "nocopy-20 (1 run)": ([str(model)], "#ff7f0e"),
+        "copy-200 (1 run)": ([str(copy_200)], "#2ca02c"),
+    }
     out = tmp_path / "results"
     with pytest.raises(SystemExit):
         cli.main(["results", "--runs", str(tmp_path / "runs"), "--out", str(out)])
