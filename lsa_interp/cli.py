@@ -19,8 +19,8 @@ from lsa_interp.commands.common import (
     CommandGroup,
     UserError,
     device_option,
+    not_a_model,
     refuse_foreign_out,
-    weightless_record,
     writable_out,
 )
 from lsa_interp.commands.tables import table_console
@@ -158,7 +158,7 @@ def evaluate(
     from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, checkpoint_name
     from lsa_interp.training.snapshot import load_run_or_model
 
-    record = weightless_record(model)
+    record = not_a_model(model)
     if record:
         raise UserError(record)
     name = model

@@ -174,3 +174,23 @@ def test_a_run_before_its_first_save_is_still_told_to_wait_and_a_run_without_sta
     assert (
         f"{finished} holds no state.pt (its training state); its final model is {finished / 'model'}: give that" in err
     )
+
+
+def test_a_sweeps_directory_is_named_as_such_with_one_of_its_runs(tmp_path, capsys):
+    """A sweep's directory (plan.json, stacks/) given as --model: evaluate said 'not a checkpoint directory:
+    config.json is missing'; every command that opens a model now names it and one of its runs."""
+    sweep = tmp_path / "sweep"
+    (sweep / "stacks" / "stack-001" / "replicate-1").mkdir(parents=True)
+    (sweep / "stacks" / "stack-000" / "replicate-0").mkdir(parents=True)
+    (sweep / "plan.json").write_text("{}")
+    run = sweep / "stacks" / "stack-000" / "replicate-0"
+    for command in ("evaluate", "fit", "roles"):
+        err = _refused([command, "--model", str(sweep), "--device", "cpu", "--out", str(tmp_path / "o")], capsys)
+        assert err.strip().endswith(
+            f"error: {sweep} is a sweep's directory, not a model: give one of its runs (STACK/replicate-I), e.g. {run}"
+        )
+    (sweep / "stacks").rename(tmp_path / "elsewhere")
+    err = _refused(["evaluate", "--model", str(sweep), "--device", "cpu"], capsys)
+    bare = f"{sweep} is a sweep's directory, not a model: give one of its runs (STACK/replicate-I)"
+    assert err.strip().endswith(bare)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["elsewhere", "sweep"]

@@ -62,9 +62,13 @@ HEAD_HELP = "Head labels are the paper's, 1-based: '2.7' = encoder layer 2, head
 
 def open_model(name: str, device: str = "cpu"):
     """Load a model by shipped name or path, or a training run's last saved state (`load_run_or_model`); a
-    missing or broken checkpoint raises ValueError (exit 2)."""
+    missing or broken checkpoint raises ValueError, a directory that holds no model (`not_a_model`) UserError
+    (exit 2 both)."""
     from lsa_interp.training.snapshot import load_run_or_model
 
+    reason = not_a_model(name)
+    if reason:
+        raise UserError(reason)
     return load_run_or_model(name, device=device)
 
 
@@ -223,17 +227,23 @@ def finish(result: AnalysisResult, out: Path | None, model: str) -> None:
     console.print("wrote " + ", ".join(str(p) for p in paths.values()), highlight=False)
 
 
-def weightless_record(model: str) -> str | None:
-    """One line saying why ``model`` cannot be opened when it is a directory that records a run without its weights:
-    a training run (or a stack's replicate-I) that finished (it logged an epoch, or is done) but holds no state.pt,
-    or a checkpoint directory whose weights file is gone (config.json and results only); None for anything else."""
+def not_a_model(model: str) -> str | None:
+    """One line saying why ``model`` cannot be opened when it is a directory that holds no model to open: a sweep's
+    directory (naming one of its runs), a training run (or a stack's replicate-I) that finished (it logged an epoch,
+    or is done) but holds no state.pt, or a checkpoint directory whose weights file is gone (config.json and results
+    only); None for anything else."""
     from lsa_interp.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, available_models
+    from lsa_interp.sweep.plan import PLAN_FILE
     from lsa_interp.training.run_dir import DONE_FILE, METRICS_FILE, MODEL_DIR, STATE_FILE
     from lsa_interp.training.snapshot import is_training_run
 
     path = Path(model).expanduser()
     if not path.is_dir():
         return None
+    if (path / PLAN_FILE).is_file():
+        runs = sorted(str(run) for run in path.glob("stacks/*/replicate-*") if run.is_dir())
+        example = f", e.g. {runs[0]}" if runs else ""
+        return f"{path} is a sweep's directory, not a model: give one of its runs (STACK/replicate-I){example}"
     run = path.parent if re.fullmatch(r"replicate-\d+", path.name) and is_training_run(path.parent) else path
     if is_training_run(run):
         own, metrics = path / MODEL_DIR, run / METRICS_FILE

@@ -46,9 +46,9 @@ def register(app: typer.Typer) -> None:
 
         from lsa_interp.commands.common import (
             UserError,
+            not_a_model,
             open_model,
             refuse_foreign_out,
-            weightless_record,
             writable_out,
         )
         from lsa_interp.commands.tables import table_console
@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
         from lsa_interp.evaluation.fit import FIT_SPLITS, fit_pool_sizes, training_fit, write_fit
         from lsa_interp.evaluation.run import evaluation_dataset
 
-        record = weightless_record(model)
+        record = not_a_model(model)
         if record:
             raise UserError(record)
         if out is not None:
