@@ -130,7 +130,8 @@ encoder output ("memory") read by every decoder cross-attention layer.
   one padded batch, each invoke seeing its own rows; one that hands a value to another meets it at
   `tracer.barrier(2)` (the module's text has the clean / corrupted example). nnsight instruments the modules it wraps
   for good, which would move a wrapped model's own attention off its fused path (the rounding above), hence the copy;
-  a bare `NNsight(model)` also runs only one invoke per trace.
+  a bare `NNsight(model)` also runs only one invoke per trace. nnsight reads a trace's `with` block from its source
+  file, so a trace runs from a script, a module or a notebook cell, not from code piped to `python -`.
 
 ## All hooks
 
