@@ -176,6 +176,45 @@ def test_a_run_before_its_first_save_is_still_told_to_wait_and_a_run_without_sta
     )
 
 
+def test_a_finished_runs_model_folder_opens_and_a_damaged_metrics_file_is_still_read(tmp_path, monkeypatch):
+    """The folder the refusal points at (RUN/model) is a model: only a replicate-I folder is read as its run's part.
+    A metrics file with bytes that are not UTF-8 is read all the same (its epoch record found)."""
+    from lsa_interp.commands.common import not_a_model
+    from lsa_interp.model.checkpoint import available_models
+
+    finished = _run_record(tmp_path / "finished")
+    _tiny_model(finished / "model", preset="tiny")
+    assert not_a_model(str(finished / "model")) is None
+    assert not_a_model(str(finished)).endswith(f"its final model is {finished / 'model'}: give that")
+    damaged = _run_record(tmp_path / "damaged")
+    (damaged / "metrics.jsonl").write_bytes(b"\xff\xfe" + (damaged / "metrics.jsonl").read_bytes())
+    assert "is a run's record without its weights" in not_a_model(str(damaged))
+    named = _tiny_model(tmp_path / "named", preset="tiny")
+    config = json.loads((named / "config.json").read_text())
+    (named / "model.safetensors").rename(named / "other.safetensors")
+    (named / "config.json").write_text(json.dumps({**config, "weights_file": "other.safetensors"}))
+    assert not_a_model(str(named)) is None  # the weights file its config names is there
+    (named / "other.safetensors").unlink()
+    assert "; no other.safetensors): give a model" in not_a_model(str(named))
+    del config["weights_file"]  # a config that names none: model.safetensors
+    (named / "config.json").write_text(json.dumps(config))
+    assert "; no model.safetensors): give a model" in not_a_model(str(named))
+    for name in ("a", "b", "c", "d", "e"):
+        (named / name).write_text("")
+    assert "(it holds a, b, c, config.json, d, e; no model.safetensors)" in not_a_model(str(named))  # six: all
+    (named / "f").write_text("")
+    assert "(it holds a, b, c, config.json, d, e, ...; no model.safetensors)" in not_a_model(str(named))
+    stack = _run_record(tmp_path / "stack", epochs=False, done=True)
+    (stack / "replicate-1").mkdir()
+    shipped = ", ".join(available_models(replicates=False))
+    assert not_a_model(str(stack / "replicate-1")).endswith(
+        "(it holds nothing; no state.pt or saved model weights): give a model with weights: a shipped checkpoint "
+        f"(checkpoints/: {shipped}), a training run's directory or its model/"
+    )
+    monkeypatch.setattr("lsa_interp.model.checkpoint.available_models", lambda replicates: [])
+    assert "a shipped checkpoint (checkpoints/: none here)," in not_a_model(str(stack / "replicate-1"))
+
+
 def test_a_sweeps_directory_is_named_as_such_with_one_of_its_runs(tmp_path, capsys):
     """A sweep's directory (plan.json, stacks/) given as --model: evaluate said 'not a checkpoint directory:
     config.json is missing'; every command that opens a model now names it and one of its runs."""

@@ -26,8 +26,9 @@ def _pooled_text(frame, keys) -> str:
     parts = []
     for _, row in frame.iterrows():
         pooled = [f"{row['batching_methods']} batching"] if "batching_methods" in row else []
-        pooled += [row["precisions"].replace(", ", " + ")] if isinstance(row.get("precisions"), str) else []
-        parts.append(f"{' / '.join(str(row[key]) for key in keys)}: {', '.join(pooled)}")
+        precisions = row.get("precisions")
+        pooled += [precisions.replace(", ", " + ")] if isinstance(precisions, str) and precisions else []
+        parts.append(f"{' / '.join(str(row[key]) for key in keys)}: {', '.join(pooled) or 'precision not recorded'}")
     return "; ".join(parts) if parts else "no runs"
 
 

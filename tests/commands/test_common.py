@@ -328,3 +328,20 @@ def test_the_commands_refuse_such_an_out_before_any_work(command, tmp_path, caps
     assert code == 2
     assert err == f"lsa-interp: error: --out {tmp_path} holds a dataset; give a folder of its own for these results\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
+
+
+def test_a_table_console_is_as_wide_as_the_terminal_or_the_widest_table_and_at_least_the_minimum(monkeypatch):
+    import shutil
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from lsa_interp.commands.tables import table_console
+
+    wide = Table("x" * 150)
+    assert table_console([]).width == 120 and table_console([Table("a")]).width == 120  # piped: at least 120
+    assert table_console([Table("a"), wide]).width == 154  # the widest table's width, its borders included
+    monkeypatch.setattr(Console, "is_terminal", property(lambda self: True))
+    for columns, width in ((100, 120), (200, 200)):
+        monkeypatch.setattr(shutil, "get_terminal_size", lambda *a, columns=columns: os.terminal_size((columns, 40)))
+        assert table_console([wide]).width == width and table_console([], minimum=90).width == max(columns, 90)

@@ -147,8 +147,20 @@ def test_the_precision_check_prints_signed_differences_verdicts_and_dashes_for_m
     assert _printed(results._print_precision_check, _precision()) == PRECISION.splitlines()
 
 
+def test_a_precision_outside_the_spread_is_marked_no():
+    printed = _printed(results._print_precision_check, _precision().iloc[:2].assign(within_spread=[False, None]))
+    assert "│ copy-20 │ random   │ bf16      │    6 │ 91.2 │ 2.0 │    -0.8 │ no                │ H100     │" in printed
+
+
 def test_the_occurrence_prints_ours_beside_the_papers_counts_or_a_dash():
     assert _printed(results._print_occurrence, _occurrence()) == OCCURRENCE.splitlines()
+
+
+def test_an_all_row_without_the_papers_count_prints_a_dash_alone():
+    row = {"preset": "copy-200", "batching": "all", "n": 2, "with_head": 1, "paper_with_head": NAN, "paper_n": NAN,
+           "pooled": "alphabet"}  # fmt: skip
+    printed = _printed(results._print_occurrence, pd.DataFrame([row]))
+    assert any(line.startswith("│ copy-200 │ all analysed: alphabet │  1/2 │     - │") for line in printed), printed
 
 
 def test_each_caption_says_what_our_rows_pool_and_which_paper_table_its_numbers_come_from():
@@ -167,8 +179,27 @@ def test_each_caption_says_what_our_rows_pool_and_which_paper_table_its_numbers_
         "appendix's batching table; its copy-20 / random cell (91.5)"
     )
     assert "91.2 on seenT/seenA, Figure 3's point" in captions["Batching methods"]
-    sources = results._paper_sources_text()
-    assert all(number in sources for number in ("91.0", "91.5", "91.2")) and "Figure 3" in sources
+    assert results._paper_sources_text() == (
+        "Paper numbers: Table 1 (table1.csv) is the paper's main results table (copy-20 seenT/seenA 91.0, the mean "
+        "of 26 rows of four batching methods); the batching table (batching.csv) is the appendix's (copy-20 / random "
+        "91.5, 11 rows: its 5 runs listed twice and a sixth); Figure 3's open markers are the means of the authors' "
+        "runs behind the paper's Figure 3 (copy-20 / random, 20 alphabets: 91.2, its 5 runs once each)."
+    )
+
+
+def test_a_row_without_precisions_says_what_it_pools_without_an_empty_part():
+    """A runs table without a precision column (`grid_summary.pooled` gives ""): the caption said
+    "copy-20: alphabet batching, " with nothing after the comma."""
+    rows = [{"preset": "copy-20", "batching_methods": "alphabet", "precisions": ""},
+            {"preset": "copy-200", "batching_methods": "random", "precisions": NAN}]  # fmt: skip
+    assert results._pooled_text(pd.DataFrame(rows), ["preset"]) == (
+        "copy-20: alphabet batching; copy-200: random batching"
+    )
+    batching = pd.DataFrame(rows).drop(columns="batching_methods").assign(batching=["alphabet", "random"])
+    assert results._pooled_text(batching, ["preset", "batching"]) == (
+        "copy-20 / alphabet: precision not recorded; copy-200 / random: precision not recorded"
+    )
+    assert results._pooled_text(batching.iloc[:0], ["preset"]) == "no runs"
 
 
 def test_the_counts_say_how_many_runs_count_and_why_each_other_one_does_not():
@@ -178,6 +209,10 @@ def test_the_counts_say_how_many_runs_count_and_why_each_other_one_does_not():
     )
     assert results._counts_text(frame, frame.iloc[:2], pd.Series({2: "its fp32 run counts"})).endswith(
         "seed); not counted: c (its fp32 run counts)"
+    )
+    two = pd.Series({1: "its fp32 run counts", 2: "stopped before its last epoch"})
+    assert results._counts_text(frame, frame.iloc[:1], two).endswith(
+        "seed); not counted: b (its fp32 run counts); c (stopped before its last epoch)"
     )
 
 

@@ -19,6 +19,7 @@ from lsa_interp.evaluation.grid_summary import (
     few_shot_summary,
     format_interval,
     occurrence_summary,
+    pooled,
     precision_summary,
     summarize,
     table1_summary,
@@ -184,6 +185,23 @@ def test_the_precision_check_judges_only_with_two_runs_of_each_precision_and_nam
     assert unknown.loc["bf16", "note"] == "" and unknown.loc["bf16", "hardware"] == ""
 
 
+def test_the_precision_check_names_both_sides_of_one_run_and_every_machine_and_no_verdict_without_an_sd():
+    rows = [run("copy-20", "random", 0, 96.5, hardware="cpu"), run("copy-20", "random", 0, 93.0, precision="bf16")]
+    rows += [run("copy-20", "random", 1, 92.0, precision="bf16", hardware="h100", run="x")]  # seed 1: bf16 only
+    rows[1]["hardware"] = "a100"
+    check = precision_summary(pd.DataFrame(rows)).set_index("precision")
+    assert check.loc["bf16", "hardware"] == "a100; h100"
+    assert check.loc["bf16", "note"] == (
+        "no verdict: fp32 has 1 run, so no run-to-run spread; trained on different hardware: bf16 on a100; h100, "
+        "fp32 on cpu"
+    )
+    alone = precision_summary(pd.DataFrame(rows[:2])).set_index("precision")
+    assert alone.loc["bf16", "note"].startswith("no verdict: bf16 has 1 run and fp32 has 1 run, so no run-to-run")
+    no_sd = rows[:2] + [run("copy-20", "random", 1, 95.0), run("copy-20", "random", 1, math.nan, precision="bf16")]
+    row = precision_summary(pd.DataFrame(no_sd)).set_index("precision").loc["bf16"]
+    assert row["n"] == 2 and math.isnan(row["sd"]) and row["within_spread"] is None
+
+
 def test_table1_and_the_batching_table_say_which_batching_methods_and_precisions_each_row_pools():
     rows = [run("copy-20", "random", 0, 96.5), run("copy-20", "random", 0, 93.0, precision="bf16")]
     rows += [run("copy-20", "random", s, 90.0, precision="bf16") for s in (1, 2)]
@@ -197,6 +215,12 @@ def test_table1_and_the_batching_table_say_which_batching_methods_and_precisions
     assert batching.loc[("copy-20", "random"), "precisions"] == "bf16 2, fp32 1" and "batching_methods" not in batching
     empty = table1_summary(pd.DataFrame(rows).iloc[:0])
     assert empty.empty and {"batching_methods", "precisions"} <= set(empty.columns)
+
+
+def test_pooled_names_no_precisions_for_a_table_without_them():
+    runs = pd.DataFrame({"batching": ["random", "alphabet", "random"]})
+    assert pooled(runs) == ("alphabet, random", "")
+    assert pooled(runs.assign(precision=["fp32", "bf16", "fp32"])) == ("alphabet, random", "bf16 1, fp32 2")
 
 
 def test_each_run_left_out_of_the_means_says_why():
@@ -226,6 +250,23 @@ def test_each_run_left_out_of_the_means_says_why():
     assert uncounted_reasons(frame.iloc[:1]).empty
 
 
+def test_a_table_without_the_batching_or_architecture_columns_says_an_earlier_run_counts():
+    """Runs tables from before the length_bucketing and architecture columns: two runs of a seed differ in neither
+    (a missing column reads as not bucketed, on our model), so the reason is the listing order."""
+    frame = pd.DataFrame(
+        [run("copy-20", "random", 0, 96.5, run="first"), run("copy-20", "random", 0, 95.0, run="again")]
+    )
+    assert "length_bucketing" not in frame and "architecture" not in frame
+    assert uncounted_reasons(frame).tolist() == [
+        "copy-20 / random seed 0 counts once: an earlier-listed run of it counts"
+    ]
+
+
+def test_runs_without_a_seed_count_once_per_preset_and_batching_and_the_others_say_so():
+    frame = pd.DataFrame([run("copy-20", "random", None, 90.0, run="a"), run("copy-20", "random", None, 91.0, run="b")])
+    assert uncounted_reasons(frame).to_dict() == {1: "copy-20 / random seed None counts once: another run of it counts"}
+
+
 def history_rows(run_name, preset, seed, precision="fp32", epochs=2, planned=2, **columns):
     """Epoch rows of one run as `training_history.histories` gives them."""
     base = {"run": run_name, "preset": preset, "batching": "random", "seed": seed, "precision": precision,
@@ -245,6 +286,31 @@ def test_counted_histories_keeps_one_run_per_seed_by_the_tables_rule_a_finished_
         "x": True, "y": True,
     }  # fmt: skip
     assert len(frame) == len(rows) and counted_histories(pd.DataFrame()).empty
+
+
+def test_counted_histories_ranks_whichever_run_is_listed_first_and_ties_go_to_the_first_listed():
+    """The recipe's run counts where it is listed after the other (fp32 after bf16, the reference's batches after
+    length-bucketed ones, our model after the plain nn.Transformer); runs that tie count in their listed order, not
+    by name."""
+    rows = history_rows("b-bf16", "copy-20", 0, "bf16") + history_rows("b", "copy-20", 0)
+    rows += history_rows("q-bucketed", "copy-20", 2, length_bucketing=True) + history_rows("q", "copy-20", 2)
+    rows += history_rows("r-nn", "copy-20", 3, architecture="reference") + history_rows("r", "copy-20", 3)
+    rows += history_rows("z", "copy-200", 1) + history_rows("a", "copy-200", 1)
+    frame = counted_histories(pd.DataFrame(rows))
+    assert frame.groupby("run", sort=False)["counted"].first().to_dict() == {
+        "b-bf16": False, "b": True, "q-bucketed": False, "q": True, "r-nn": False, "r": True, "z": True, "a": False,
+    }  # fmt: skip
+    empty = counted_histories(pd.DataFrame(columns=["run", "epoch"]))
+    assert empty.empty and empty["counted"].dtype == bool
+
+
+def test_counted_histories_of_runs_without_seed_precision_or_plan_columns():
+    """Histories with none of the ranked columns: a run without a seed counts on its own; two runs of a seed, the
+    first listed."""
+    bare = pd.DataFrame([{"run": r, "preset": "copy-20", "epoch": 1} for r in ("u", "v")])
+    assert counted_histories(bare)["counted"].tolist() == [True, True]
+    seeded = bare.assign(seed=0, batching="random")
+    assert counted_histories(seeded)["counted"].tolist() == [True, False]
 
 
 def test_figure3_counts_one_shot_copy_runs_of_alphabet_and_random_batching_beside_the_paper():

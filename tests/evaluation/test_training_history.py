@@ -47,6 +47,20 @@ def test_a_stack_names_each_replicate_by_its_run_and_ignores_step_records(tmp_pa
     assert frame["acc_succ"].tolist() == pytest.approx([0.25, 0.2, 0.35])
 
 
+def test_a_config_that_names_its_length_bucketing_gives_it_and_a_stacks_run_without_a_seed_none(tmp_path):
+    single = write_run(tmp_path / "single", {"preset": "copy-20", "seed": 2, "batching": "random",
+                                             "length_bucketing": False}, [epoch(0, 1, 0.3)])  # fmt: skip
+    assert epoch_history(single)[["seed", "length_bucketing"]].values.tolist() == [[2, False]]
+    stack = write_run(tmp_path / "stack", {"runs": [{"data_dir": "d", "batching": "random", "preset": "copy-20",
+                                                     "name": "c"}], "length_bucketing": True},
+                      [epoch(0, 1, 0.6)])  # fmt: skip
+    assert epoch_history(stack)[["seed", "length_bucketing"]].values.tolist() == [[None, True]]
+    with pytest.raises(ValueError, match="length_bucketing"):
+        epoch_history(
+            write_run(tmp_path / "wrong", {"preset": "copy-20", "length_bucketing": "no"}, [epoch(0, 1, 0.3)])
+        )
+
+
 def test_a_single_run_gets_its_preset_and_seed_and_the_figure_draws_both_presets(tmp_path):
     siblings = {"val_sibling_by_family": {"window": 0.4, "doubled": 0.5}}
     single = write_run(tmp_path / "single", {"preset": "nocopy-20", "seed": 4, "batching": "random"},
