@@ -7,7 +7,8 @@ with its own query and key lengths, forward and backward, with attention dropout
 pairs drawn from a dataset's train rows at their widths, the kernel's real mix of length classes; without,
 spread evenly around the paper's means (sources of 25-73 tokens: no row in the 128 tile). SDPA computes
 every query of the padded rows, as the stack's SDPA path does; the kernel only each row's own. Times come
-from CUDA events (medians of ``--rounds``); each attention's ratio is SDPA's time over the kernel's (above 1:
+from CUDA events (medians of ``--rounds``, after ``--warmup`` untimed calls, 2 by default: the first compiles the
+kernel); each attention's ratio is SDPA's time over the kernel's (above 1:
 the kernel is faster). ``kernel_no_dropout_ms`` times the kernel without dropout (what its random numbers
 cost); ``kernel_earlier_warps_ms`` with the warps a program launched with before `small_attention.WARPS` (a
 tile's area over 512, 1 to 8: `earlier_table`; ``benchmarks/kernel_registers.py`` says why they changed).
@@ -142,9 +143,9 @@ def _with_warps(table: dict, step) -> None:
         step()
 
 
-def timed(step, rounds: int, device: torch.device) -> float:
-    """Median milliseconds of ``step`` (forward and backward) over ``rounds``, after two warm-up calls."""
-    for _ in range(2):
+def timed(step, rounds: int, device: torch.device, warmup: int = 2) -> float:
+    """Median milliseconds of ``step`` (forward and backward) over ``rounds``, after ``warmup`` calls."""
+    for _ in range(warmup):
         step()
     times = []
     for _ in range(rounds):
@@ -163,10 +164,17 @@ def timed(step, rounds: int, device: torch.device) -> float:
 
 
 def compare(
-    replicates: int, batch: int, precision: str, dropout: float, rounds: int, device: torch.device, lengths=None
+    replicates: int,
+    batch: int,
+    precision: str,
+    dropout: float,
+    rounds: int,
+    device: torch.device,
+    lengths=None,
+    warmup: int = 2,
 ) -> list:
     """Each attention's milliseconds with SDPA and with the kernel, and their ratio, for R x ``batch`` rows
-    (their lengths: see `length_sets`)."""
+    (their lengths: see `length_sets`), each timed after ``warmup`` calls."""
     from lsa_interp.training.small_attention import launch_count, small_attention
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
@@ -187,7 +195,7 @@ def compare(
         steps["kernel_earlier_warps_ms"] = partial(_with_warps, earlier, steps["kernel_ms"])
         if device.type == "cuda" and dtype == torch.bfloat16:
             steps["flash_ms"] = partial(_forward_backward, *flash_call(q, k, v, key_len, query_len, causal, dropout))
-        times = {who: timed(step, rounds, device) for who, step in steps.items()}
+        times = {who: timed(step, rounds, device, warmup) for who, step in steps.items()}
         counts = [launch_count((q_width, k_width), query_len is None, shortest) for shortest in ((1, 1), hint)]
         left_out = counts[0] - counts[1]
         saved = 1000 * (times["kernel_ms"] - times["kernel_hinted_ms"]) / left_out if left_out else None
@@ -205,16 +213,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls before each timing (compiles the kernel)")
     parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     parser.add_argument("--lengths", type=Path, help="a packing_bound.py --json document: draw rows' lengths from it")
     parser.add_argument("--json", type=Path, help="write the numbers here")
     args = parser.parse_args(argv)
     try:
         sizes = [int(r) for r in args.replicates.split(",")]
-        if min(sizes) < 1 or args.batch_size < 1 or args.rounds < 1 or not 0 <= args.dropout < 1:
+        if min(sizes) < 1 or args.batch_size < 1 or args.rounds < 1 or args.warmup < 0 or not 0 <= args.dropout < 1:
             raise ValueError
     except ValueError:
-        parser.error("--replicates, --batch-size and --rounds take positive integers, --dropout a value in [0, 1)")
+        parser.error(
+            "--replicates, --batch-size and --rounds take positive integers, --warmup a count from 0, --dropout a"
+            " value in [0, 1)"
+        )
     try:
         lengths = json.loads(args.lengths.read_text(encoding="utf-8")) if args.lengths else None
         if lengths is not None and not {"widths", "row_lengths"} <= set(lengths):
@@ -227,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         document["hardware"] = torch.cuda.get_device_name()
     for reps in sizes:
-        results = compare(reps, args.batch_size, args.precision, args.dropout, args.rounds, device, lengths)
+        results = compare(
+            reps, args.batch_size, args.precision, args.dropout, args.rounds, device, lengths, args.warmup
+        )
         document["runs"].append({"replicates": reps, "results": results})
         for r in results:
             plain = f"  (no dropout {r['kernel_no_dropout_ms']:8.3f} ms)" if "kernel_no_dropout_ms" in r else ""

@@ -71,12 +71,19 @@ def test_bad_arguments_are_a_usage_error(tmp_path, content, capsys):
         assert "not a packing_bound.py --json document with row_lengths" in capsys.readouterr().err
 
 
+def test_a_negative_warmup_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        attention_kernel.main(["--warmup", "-1"])
+    assert exit_info.value.code == 2 and "--warmup a count from 0" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("histogram", [False, True], ids=["spread", "lengths"])
 def test_it_times_the_three_attentions_against_sdpa(tmp_path, histogram):
     pytest.importorskip("triton")  # without a GPU: under Triton's interpreter (tests/conftest.py)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     out = tmp_path / "attention.json"
     args = ["--device", device, "--replicates", "1", "--batch-size", "2", "--rounds", "1", "--precision", "fp32"]
+    args += ["--warmup", "0"] * (device == "cpu")  # the interpreter compiles nothing; each call costs seconds
     if histogram:  # sources of 40 and 70 tokens: the 64 and 128 tiles
         lengths = {"widths": {"src": 93, "tgt": 22}, "row_lengths": [[40, 5, 1], [70, 9, 1]]}
         (tmp_path / "lengths.json").write_text(json.dumps(lengths))
