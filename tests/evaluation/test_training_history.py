@@ -174,7 +174,13 @@ def test_a_single_runs_config_names_its_replicates_from_its_seed_with_the_defaul
     config = {"preset": "copy-20", "seed": 3, "replicates": 2, "batching": "alphabet"}
     frame = epoch_history(write_run(tmp_path / "two", config, [epoch(0, 1, 0.5), epoch(1, 1, 0.6)]))
     assert frame["run"].tolist() == ["copy-20-alphabet-s3", "copy-20-alphabet-s4"]
-    assert frame["replicate"].tolist() == [0, 1]
+    assert frame["replicate"].tolist() == [0, 1] and frame["seed"].tolist() == [3, 4]
+
+
+def test_a_stacks_run_without_a_name_is_named_by_its_replicate(tmp_path):
+    runs = [{"data_dir": "d", "seed": 5, "batching": "random", "preset": "copy-20"}] * 2
+    frame = epoch_history(write_run(tmp_path / "stack", {"runs": runs}, [epoch(0, 1, 0.5), epoch(1, 1, 0.6)]))
+    assert frame["run"].tolist() == ["replicate-0", "replicate-1"]
 
 
 def test_an_epoch_record_keeps_its_own_run_name_and_scalars_but_not_its_type_or_nested_records(tmp_path):
