@@ -4,16 +4,37 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import importlib
 import json
 import os
+import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 PACKAGE_VERSION = "0.1.0"
 """The package's version (``lsa_interp.__version__``; recorded in dataset manifests)."""
+
+
+def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__`` for names (``exports``: name -> the package's module that defines
+    it) imported on first use, so that importing one module of a package (a grid file's reader, a config) does not
+    import torch and TransformerLens through its siblings. ``__getattr__`` raises AttributeError for any other
+    name."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(sys.modules[package]), *exports})
+
+    return __getattr__, __dir__
 
 
 @contextmanager

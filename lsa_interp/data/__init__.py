@@ -1,56 +1,35 @@
 """Datasets of the paper: alphabets, transformations, tasks, splits, tokenizer and on-disk format."""
 
-from lsa_interp.data.alphabets import make_alphabets, permutation_level, permute_alphabet
-from lsa_interp.data.dataset import Dataset, load_dataset, read_manifest, save_dataset
-from lsa_interp.data.generate import generate_dataset, split_sizes
-from lsa_interp.data.presets import PRESETS, DatasetConfig, get_preset
-from lsa_interp.data.task import STANDARD_ALPHABET, Task
-from lsa_interp.data.transformations import (
-    COMPOSITIONAL,
-    NEW,
-    NOVEL,
-    PAPER,
-    SEEN,
-    TRANSFORMATIONS,
-    get_transformation,
-)
+from lsa_interp.utils import lazy_exports
 
-_TOKENIZER_NAMES = ("TokenBatch", "decode", "decode_batch", "encode_tasks")
+_EXPORTS = {
+    "make_alphabets": "alphabets",
+    "permutation_level": "alphabets",
+    "permute_alphabet": "alphabets",
+    "Dataset": "dataset",
+    "load_dataset": "dataset",
+    "read_manifest": "dataset",
+    "save_dataset": "dataset",
+    "generate_dataset": "generate",
+    "split_sizes": "generate",
+    "PRESETS": "presets",
+    "DatasetConfig": "presets",
+    "get_preset": "presets",
+    "STANDARD_ALPHABET": "task",
+    "Task": "task",
+    "COMPOSITIONAL": "transformations",
+    "NEW": "transformations",
+    "NOVEL": "transformations",
+    "PAPER": "transformations",
+    "SEEN": "transformations",
+    "TRANSFORMATIONS": "transformations",
+    "get_transformation": "transformations",
+    "TokenBatch": "tokenizer",
+    "decode": "tokenizer",
+    "decode_batch": "tokenizer",
+    "encode_tasks": "tokenizer",
+}
+"""Each public name -> the module that defines it, imported on first use (`lazy_exports`)."""
 
-
-def __getattr__(name: str):
-    """Import the tokenizer (and with it torch) only when one of its names is asked for."""
-    if name in _TOKENIZER_NAMES:
-        from lsa_interp.data import tokenizer
-
-        return getattr(tokenizer, name)
-    raise AttributeError(f"module 'lsa_interp.data' has no attribute {name!r}")
-
-
-__all__ = [
-    "COMPOSITIONAL",
-    "NEW",
-    "NOVEL",
-    "PAPER",
-    "PRESETS",
-    "SEEN",
-    "STANDARD_ALPHABET",
-    "TRANSFORMATIONS",
-    "Dataset",
-    "DatasetConfig",
-    "Task",
-    "TokenBatch",
-    "decode",
-    "decode_batch",
-    "encode_tasks",
-    "generate_dataset",
-    "get_preset",
-    "get_transformation",
-    "load_dataset",
-    "make_alphabets",
-    "permutation_level",
-    "permute_alphabet",
-    "read_manifest",
-    "save_dataset",
-    "split_sizes",
-]
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

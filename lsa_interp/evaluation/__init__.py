@@ -11,77 +11,47 @@ Seen-alphabet numbers come from the val split, new-alphabet numbers from ``test_
 comparison with the paper. `score_predictions` computes every number from given predictions.
 """
 
-from lsa_interp.evaluation.metrics import (
-    ALTERNATE_RULES,
-    Accuracy,
-    AlternateRuleCounts,
-    Table1,
-    accuracy,
-    alternate_rule_errors,
-    by_transformation,
-    copy_split,
-    exact_match,
-    in_paper_order,
-    other_rule_answer,
-    standard_alphabet_answer,
-    table1,
-)
-from lsa_interp.evaluation.recall import (
-    RecallCounts,
-    recall_totals,
-    seen_rule_answers,
-    trained_answers,
-    training_recall,
-)
-from lsa_interp.evaluation.report import (
-    PAPER_TABLE1,
-    REPORT_FILES,
-    markdown_report,
-    report_sections,
-    rich_tables,
-    transformation_figure,
-    write_report,
-)
-from lsa_interp.evaluation.result import EvaluationResult, score_predictions
-from lsa_interp.evaluation.rule_families import RULE_FAMILIES, FamilyCounts, family_answers, family_confusion
-from lsa_interp.evaluation.run import evaluate_model, evaluation_dataset, predict, subsample
-from lsa_interp.evaluation.stored import shipped_evaluation
+from lsa_interp.utils import lazy_exports
 
-__all__ = [
-    "ALTERNATE_RULES",
-    "PAPER_TABLE1",
-    "REPORT_FILES",
-    "RULE_FAMILIES",
-    "Accuracy",
-    "AlternateRuleCounts",
-    "EvaluationResult",
-    "FamilyCounts",
-    "RecallCounts",
-    "Table1",
-    "accuracy",
-    "alternate_rule_errors",
-    "by_transformation",
-    "copy_split",
-    "evaluate_model",
-    "evaluation_dataset",
-    "exact_match",
-    "family_answers",
-    "family_confusion",
-    "in_paper_order",
-    "markdown_report",
-    "other_rule_answer",
-    "predict",
-    "recall_totals",
-    "report_sections",
-    "rich_tables",
-    "score_predictions",
-    "seen_rule_answers",
-    "shipped_evaluation",
-    "standard_alphabet_answer",
-    "subsample",
-    "table1",
-    "trained_answers",
-    "training_recall",
-    "transformation_figure",
-    "write_report",
-]
+_EXPORTS = {
+    "ALTERNATE_RULES": "metrics",
+    "Accuracy": "metrics",
+    "AlternateRuleCounts": "metrics",
+    "Table1": "metrics",
+    "accuracy": "metrics",
+    "alternate_rule_errors": "metrics",
+    "by_transformation": "metrics",
+    "copy_split": "metrics",
+    "exact_match": "metrics",
+    "in_paper_order": "metrics",
+    "other_rule_answer": "metrics",
+    "standard_alphabet_answer": "metrics",
+    "table1": "metrics",
+    "RecallCounts": "recall",
+    "recall_totals": "recall",
+    "seen_rule_answers": "recall",
+    "trained_answers": "recall",
+    "training_recall": "recall",
+    "PAPER_TABLE1": "report",
+    "REPORT_FILES": "report",
+    "markdown_report": "report",
+    "report_sections": "report",
+    "rich_tables": "report",
+    "transformation_figure": "report",
+    "write_report": "report",
+    "EvaluationResult": "result",
+    "score_predictions": "result",
+    "RULE_FAMILIES": "rule_families",
+    "FamilyCounts": "rule_families",
+    "family_answers": "rule_families",
+    "family_confusion": "rule_families",
+    "evaluate_model": "run",
+    "evaluation_dataset": "run",
+    "predict": "run",
+    "subsample": "run",
+    "shipped_evaluation": "stored",
+}
+"""Each public name -> the module that defines it, imported on first use (`lazy_exports`)."""
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

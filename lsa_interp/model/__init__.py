@@ -1,19 +1,19 @@
 """The hooked encoder-decoder, its activation cache, checkpoints and the reference-format converter."""
 
-from lsa_interp.model.cache import ActivationCache
-from lsa_interp.model.checkpoint import CheckpointError, available_models, load_model, save_model
-from lsa_interp.model.config import ModelConfig
-from lsa_interp.model.convert import convert_reference_state_dict, load_reference_checkpoint
-from lsa_interp.model.hooked import HookedEncoderDecoder
+from lsa_interp.utils import lazy_exports
 
-__all__ = [
-    "ActivationCache",
-    "CheckpointError",
-    "HookedEncoderDecoder",
-    "ModelConfig",
-    "available_models",
-    "convert_reference_state_dict",
-    "load_model",
-    "load_reference_checkpoint",
-    "save_model",
-]
+_EXPORTS = {
+    "ActivationCache": "cache",
+    "CheckpointError": "checkpoint",
+    "available_models": "checkpoint",
+    "load_model": "checkpoint",
+    "save_model": "checkpoint",
+    "ModelConfig": "config",
+    "convert_reference_state_dict": "convert",
+    "load_reference_checkpoint": "convert",
+    "HookedEncoderDecoder": "hooked",
+}
+"""Each public name -> the module that defines it, imported on first use (`lazy_exports`)."""
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,24 +1,22 @@
 """Training: the recipe, one model or stacked replicates, CUDA-graph steps, resumable run directories."""
 
-from lsa_interp.training.config import Recipe, TrainConfig
-from lsa_interp.training.runs import resume_run, start_run
-from lsa_interp.training.schedule import lr_factor
-from lsa_interp.training.stack_config import RunSpec, StackConfig
-from lsa_interp.training.stack_trainer import StackTrainer
-from lsa_interp.training.trainer import Trainer
-from lsa_interp.training.validation import exact_match, loss_fn, validate_model
+from lsa_interp.utils import lazy_exports
 
-__all__ = [
-    "Recipe",
-    "RunSpec",
-    "StackConfig",
-    "StackTrainer",
-    "TrainConfig",
-    "Trainer",
-    "exact_match",
-    "loss_fn",
-    "lr_factor",
-    "resume_run",
-    "start_run",
-    "validate_model",
-]
+_EXPORTS = {
+    "Recipe": "config",
+    "TrainConfig": "config",
+    "resume_run": "runs",
+    "start_run": "runs",
+    "lr_factor": "schedule",
+    "RunSpec": "stack_config",
+    "StackConfig": "stack_config",
+    "StackTrainer": "stack_trainer",
+    "Trainer": "trainer",
+    "exact_match": "validation",
+    "loss_fn": "validation",
+    "validate_model": "validation",
+}
+"""Each public name -> the module that defines it, imported on first use (`lazy_exports`)."""
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
