@@ -2,7 +2,7 @@
 
 from lsa_interp.utils import lazy_exports
 
-_EXPORTS = {
+_EXPORTS = {  # each public name -> the module that defines it, imported on first use
     "make_alphabets": "alphabets",
     "permutation_level": "alphabets",
     "permute_alphabet": "alphabets",
@@ -29,7 +29,6 @@ _EXPORTS = {
     "decode_batch": "tokenizer",
     "encode_tasks": "tokenizer",
 }
-"""Each public name -> the module that defines it, imported on first use (`lazy_exports`)."""
 
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -13,7 +13,7 @@ comparison with the paper. `score_predictions` computes every number from given 
 
 from lsa_interp.utils import lazy_exports
 
-_EXPORTS = {
+_EXPORTS = {  # each public name -> the module that defines it, imported on first use
     "ALTERNATE_RULES": "metrics",
     "Accuracy": "metrics",
     "AlternateRuleCounts": "metrics",
@@ -51,7 +51,6 @@ _EXPORTS = {
     "subsample": "run",
     "shipped_evaluation": "stored",
 }
-"""Each public name -> the module that defines it, imported on first use (`lazy_exports`)."""
 
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -2,7 +2,7 @@
 
 from lsa_interp.utils import lazy_exports
 
-_EXPORTS = {
+_EXPORTS = {  # each public name -> the module that defines it, imported on first use
     "ActivationCache": "cache",
     "CheckpointError": "checkpoint",
     "available_models": "checkpoint",
@@ -13,7 +13,6 @@ _EXPORTS = {
     "load_reference_checkpoint": "convert",
     "HookedEncoderDecoder": "hooked",
 }
-"""Each public name -> the module that defines it, imported on first use (`lazy_exports`)."""
 
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -2,7 +2,7 @@
 
 from lsa_interp.utils import lazy_exports
 
-_EXPORTS = {
+_EXPORTS = {  # each public name -> the module that defines it, imported on first use
     "Recipe": "config",
     "TrainConfig": "config",
     "resume_run": "runs",
@@ -16,7 +16,6 @@ _EXPORTS = {
     "loss_fn": "validation",
     "validate_model": "validation",
 }
-"""Each public name -> the module that defines it, imported on first use (`lazy_exports`)."""
 
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
