@@ -1,7 +1,13 @@
 """lsa-interp: letter-string analogy transformers, their datasets, training and interpretability."""
 
-from lsa_interp.utils import PACKAGE_VERSION as __version__
-from lsa_interp.utils import lazy_exports
+from typing import TYPE_CHECKING
+
+from lsa_interp.utils import PACKAGE_VERSION as __version__, lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and editors read; at run time `_EXPORTS` imports each name on first use
+    from lsa_interp.data.task import Task as Task
+    from lsa_interp.model import load_model as load_model
+
 
 _EXPORTS = {"Task": "data.task", "load_model": "model"}
 """``load_model`` imports the model (and torch) only when it is first used."""

@@ -29,6 +29,7 @@ from lsa_interp.evaluation import (
     other_rule_answer,
     predict,
     rich_tables,
+    run as evaluation_run,
     score_predictions,
     standard_alphabet_answer,
     subsample,
@@ -36,7 +37,6 @@ from lsa_interp.evaluation import (
     transformation_figure,
     write_report,
 )
-from lsa_interp.evaluation import run as evaluation_run
 from lsa_interp.evaluation.result import NEW_ALPHABETS, SEEN_ALPHABETS, SPLIT_OF
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig, save_model
 from tests.helpers import SWAPPED, answered_rows, joined_rows, run

@@ -3,7 +3,9 @@ defines, and importing a light module does not import torch, TransformerLens or 
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import json
 import subprocess
 import sys
@@ -25,6 +27,21 @@ def test_every_public_name_is_its_modules_object_and_listed(name):
     assert set(package.__all__) <= set(dir(package))
     with pytest.raises(AttributeError, match=f"module '{name}' has no attribute 'no_such_name'"):
         package.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_what_type_checkers_read_names_the_same_objects(name):
+    """The ``if TYPE_CHECKING:`` imports (what editors and type checkers see) are exactly ``_EXPORTS``."""
+    package = importlib.import_module(name)
+    (block,) = [n for n in ast.parse(inspect.getsource(package)).body if isinstance(n, ast.If)]
+    assert ast.unparse(block.test) == "TYPE_CHECKING"
+    imported = {}
+    for statement in block.body:
+        assert isinstance(statement, ast.ImportFrom) and statement.module.startswith(f"{name}.")
+        for alias in statement.names:
+            assert alias.asname == alias.name, "a re-export is written `X as X`"
+            imported[alias.name] = statement.module.removeprefix(f"{name}.")
+    assert imported == package._EXPORTS
 
 
 def test_a_name_is_imported_once_and_then_is_the_packages_own_attribute(monkeypatch):

@@ -48,8 +48,7 @@ def register(app: typer.Typer) -> None:
         encoder output, for every layer k (1-based), overall and by transformation (paper: 0.0 / 1.9 / 66.5 % on
         the new-alphabet test set; the last layer is the model's own accuracy). Holds when the best earlier
         layer (95 % Wilson lower bound) is at most 0.029 x the last layer (the paper's 1.9 / 66.5)."""
-        from lsa_interp.analysis.decoder_lens import SOURCES, lens_tasks
-        from lsa_interp.analysis.decoder_lens import decoder_lens as run_lens
+        from lsa_interp.analysis.decoder_lens import SOURCES, decoder_lens as run_lens, lens_tasks
 
         if source not in SOURCES:
             raise ValueError(f"unknown task source {source!r} (--source); choose one of {', '.join(SOURCES)}")

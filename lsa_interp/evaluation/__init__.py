@@ -11,7 +11,60 @@ Seen-alphabet numbers come from the val split, new-alphabet numbers from ``test_
 comparison with the paper. `score_predictions` computes every number from given predictions.
 """
 
+from typing import TYPE_CHECKING
+
 from lsa_interp.utils import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers and editors read; at run time `_EXPORTS` imports each name on first use
+    from lsa_interp.evaluation.metrics import (
+        ALTERNATE_RULES as ALTERNATE_RULES,
+        Accuracy as Accuracy,
+        AlternateRuleCounts as AlternateRuleCounts,
+        Table1 as Table1,
+        accuracy as accuracy,
+        alternate_rule_errors as alternate_rule_errors,
+        by_transformation as by_transformation,
+        copy_split as copy_split,
+        exact_match as exact_match,
+        in_paper_order as in_paper_order,
+        other_rule_answer as other_rule_answer,
+        standard_alphabet_answer as standard_alphabet_answer,
+        table1 as table1,
+    )
+    from lsa_interp.evaluation.recall import (
+        RecallCounts as RecallCounts,
+        recall_totals as recall_totals,
+        seen_rule_answers as seen_rule_answers,
+        trained_answers as trained_answers,
+        training_recall as training_recall,
+    )
+    from lsa_interp.evaluation.report import (
+        PAPER_TABLE1 as PAPER_TABLE1,
+        REPORT_FILES as REPORT_FILES,
+        markdown_report as markdown_report,
+        report_sections as report_sections,
+        rich_tables as rich_tables,
+        transformation_figure as transformation_figure,
+        write_report as write_report,
+    )
+    from lsa_interp.evaluation.result import (
+        EvaluationResult as EvaluationResult,
+        score_predictions as score_predictions,
+    )
+    from lsa_interp.evaluation.rule_families import (
+        RULE_FAMILIES as RULE_FAMILIES,
+        FamilyCounts as FamilyCounts,
+        family_answers as family_answers,
+        family_confusion as family_confusion,
+    )
+    from lsa_interp.evaluation.run import (
+        evaluate_model as evaluate_model,
+        evaluation_dataset as evaluation_dataset,
+        predict as predict,
+        subsample as subsample,
+    )
+    from lsa_interp.evaluation.stored import shipped_evaluation as shipped_evaluation
+
 
 _EXPORTS = {  # each public name -> the module that defines it, imported on first use
     "ALTERNATE_RULES": "metrics",

@@ -15,13 +15,11 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     ProgressColumn,
+    Task as ProgressTask,
     TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
-)
-from rich.progress import (
-    Task as ProgressTask,
 )
 from rich.text import Text
 

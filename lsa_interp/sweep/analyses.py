@@ -24,8 +24,16 @@ def analysis_function(name: str) -> Analysis:
 
     Raises ValueError for a name not in `ANALYSIS_NAMES`.
     """
-    from lsa_interp.analysis import cross_attention, decoder_lens, elimination, invariance, matching, patching, rasp
-    from lsa_interp.analysis import roles as role_analysis
+    from lsa_interp.analysis import (
+        cross_attention,
+        decoder_lens,
+        elimination,
+        invariance,
+        matching,
+        patching,
+        rasp,
+        roles as role_analysis,
+    )
     from lsa_interp.analysis.report import REPORT_SIZES, run_report
 
     sizes = REPORT_SIZES

@@ -15,11 +15,11 @@ from rich.progress import (
     BarColumn,
     Progress,
     ProgressColumn,
+    Task as ProgressTask,
     TaskProgressColumn,
     TextColumn,
     TimeRemainingColumn,
 )
-from rich.progress import Task as ProgressTask
 from rich.text import Text
 
 

@@ -22,8 +22,7 @@ from lsa_interp.evaluation import evaluate_model
 from lsa_interp.evaluation.fit import FIT_FILES, FIT_ROWS, FIT_SPLITS, training_fit, write_fit
 from lsa_interp.evaluation.result import SPLIT_OF
 from lsa_interp.evaluation.run import DEFAULT_BATCH_SIZE
-from lsa_interp.model.checkpoint import CONFIG_FILE as MODEL_CONFIG_FILE
-from lsa_interp.model.checkpoint import load_model
+from lsa_interp.model.checkpoint import CONFIG_FILE as MODEL_CONFIG_FILE, load_model
 from lsa_interp.sweep.analyses import analysis_function
 from lsa_interp.sweep.plan import EVALUATION_FILE, evaluated_with, stored_value
 from lsa_interp.training.run_dir import (

@@ -12,13 +12,13 @@ import torch
 from lsa_interp.analysis.activations import analysis_tasks, final_norm
 from lsa_interp.analysis.elimination import (
     SINK_MIN,
+    _findings as elimination_findings,
     _irrelevant,
     _mean,
     elimination,
     group_cosines,
     token_statistics,
 )
-from lsa_interp.analysis.elimination import _findings as elimination_findings
 from lsa_interp.analysis.prompts import paper_prompts
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import encode_tasks, source_text

@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from lsa_interp import cli
-from lsa_interp.analysis import patching as patching_module
-from lsa_interp.analysis import report as report_module
+from lsa_interp.analysis import patching as patching_module, report as report_module
 from lsa_interp.analysis.planted import planted_model
 from lsa_interp.analysis.report import Report, run_report
 from lsa_interp.analysis.types import AnalysisResult, Finding

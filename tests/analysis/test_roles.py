@@ -15,6 +15,7 @@ from lsa_interp.analysis.roles import (
     AFTER,
     BEFORE,
     KDE_ROLES,
+    _findings as role_findings,
     balanced_sample,
     collect_residuals,
     overlaps,
@@ -25,7 +26,6 @@ from lsa_interp.analysis.roles import (
     separator_attention,
     silhouette,
 )
-from lsa_interp.analysis.roles import _findings as role_findings
 from lsa_interp.data.tokenizer import source_text
 from lsa_interp.data.transformations import SEEN
 from lsa_interp.data.vocab import ROLE_ID

@@ -3,8 +3,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from lsa_interp.data import STANDARD_ALPHABET, make_alphabets, permutation_level, permute_alphabet
 

@@ -4,8 +4,7 @@ import dataclasses
 import re
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from lsa_interp import Task
 from lsa_interp.data.vocab import LETTERS

@@ -5,8 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from lsa_interp.data import COMPOSITIONAL, NOVEL, PAPER, SEEN, TRANSFORMATIONS, get_transformation
 from lsa_interp.data.vocab import LETTERS

@@ -29,8 +29,7 @@ from lsa_interp.evaluation.metrics import Accuracy
 from lsa_interp.evaluation.report import markdown_report
 from lsa_interp.evaluation.run import evaluate_model, evaluation_dataset
 from lsa_interp.evaluation.stored import read_evaluation
-from lsa_interp.model import HookedEncoderDecoder, ModelConfig, load_model
-from lsa_interp.model import checkpoint as checkpoint_module
+from lsa_interp.model import HookedEncoderDecoder, ModelConfig, checkpoint as checkpoint_module, load_model
 from lsa_interp.training import TrainConfig, Trainer
 from tests.helpers import SMALL_MODEL
 
