@@ -122,7 +122,7 @@ def counted_histories(history: pd.DataFrame) -> pd.DataFrame:
     for key in ("preset", "batching", "seed"):
         values = by_run[key].first() if key in history else pd.Series(None, index=runs.index, dtype=object)
         runs[key] = [str(value) if pd.notna(value) else f"({run})" for run, value in values.items()]
-    planned = by_run["planned_epochs"].first() if "planned_epochs" in history else runs["seed"].map(lambda _: None)
+    planned = by_run["planned_epochs"].first() if "planned_epochs" in history else pd.Series(None, index=runs.index)
     runs["_training"] = by_run["epoch"].max() < pd.to_numeric(planned, errors="coerce")  # False: no plan
     chosen = _closest_to_recipe(runs, ["preset", "batching", "seed"], first=["_training"])
     return history.assign(counted=history["run"].isin(chosen.index))
