@@ -1,9 +1,9 @@
 """Every command written in the docs names a real command and real options.
 
 The commands (`lsa-interp ...` and `python benchmarks/..., analyses/..., scripts/...`) are read from the
-Markdown files the repository ships and the notebooks' Markdown cells, code blocks and inline code, and
-given to the program's own parser,
-so a renamed option or command fails here instead of in a reader's terminal.
+Markdown files the repository ships and the notebooks' Markdown cells (code blocks and inline code) and
+given to the program's own parser, so a renamed option or command fails here instead of in a reader's
+terminal.
 """
 
 from __future__ import annotations
