@@ -1,4 +1,4 @@
-"""Every command written in the docs names a real command and real options.
+"""Every command written in the docs names a real command and real options; every relative link resolves.
 
 The commands (`lsa-interp ...` and `python benchmarks/..., analyses/..., scripts/...`) are read from the
 Markdown files the repository ships and the notebooks' Markdown cells (code blocks and inline code) and
@@ -244,3 +244,43 @@ def test_wrong_script_options_are_reported(capsys):
     assert "--steps" in problem and "invalid int value" in problem
     assert parser_of("benchmarks/data_generation.py") is None
     assert script_problems_of(["--fast"], None, capsys) == ["takes no arguments, given ['--fast']"]
+
+
+MARKDOWN_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a Markdown file's headings (lower case, punctuation dropped, spaces to -)."""
+    headings = re.findall(r"^#+\s+(.+?)\s*$", markdown, re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+def broken_links(path: Path) -> list[str]:
+    """The relative links of a Markdown file whose file, or whose #anchor in a Markdown file, is missing."""
+    broken = []
+    for target in MARKDOWN_LINK.findall(_text(path)):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        destination = (path.parent / file) if file else path
+        if not destination.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and destination.suffix == ".md" and anchor not in _anchors(destination.read_text()):
+            broken.append(f"{target}: no heading with that anchor")
+    return broken
+
+
+@pytest.mark.parametrize("doc", [_relative(path) for path in DOCS])
+def test_relative_links_and_anchors_resolve(doc):
+    assert broken_links(ROOT / doc) == []
+
+
+def test_broken_links_are_found(tmp_path):
+    (tmp_path / "b.md").write_text("# Grid runs: the plan (2026)\n")
+    page = tmp_path / "a.md"
+    page.write_text("[x](b.md#grid-runs-the-plan-2026) [y](https://e.org/z) [z](c.md) [w](b.md#other) [v](#here)\n")
+    assert broken_links(page) == [
+        "c.md: no such file",
+        "b.md#other: no heading with that anchor",
+        "#here: no heading with that anchor",
+    ]
