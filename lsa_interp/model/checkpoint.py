@@ -181,6 +181,10 @@ def checkpoint_path(name_or_path: str | Path) -> Path:
                 return candidate
     available = available_models()
     listing = ", ".join(available) if available else f"none (no checkpoints in {CHECKPOINTS_DIR})"
+    if not CHECKPOINTS_DIR.is_dir():
+        listing += (
+            "; the shipped checkpoints are the repository's checkpoints/: install it from a clone with pip install -e"
+        )
     raise FileNotFoundError(f"no checkpoint named or at {name!r}; available names: {listing}")
 
 

@@ -121,8 +121,12 @@ def test_missing_files_fail_clearly(saved, tmp_path):
 
 def test_shipped_names_resolve_and_unknown_names_list_them(small_model, small_cfg, tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "CHECKPOINTS_DIR", tmp_path)
-    with pytest.raises(FileNotFoundError, match="available names: none"):
+    with pytest.raises(FileNotFoundError, match=r"available names: none \(no checkpoints in [^)]*\)$"):
         load_model("copy-200")
+    monkeypatch.setattr(checkpoint, "CHECKPOINTS_DIR", tmp_path / "site-packages" / "checkpoints")
+    with pytest.raises(FileNotFoundError, match="checkpoints/: install it from a clone with pip install -e$"):
+        load_model("copy-200")
+    monkeypatch.setattr(checkpoint, "CHECKPOINTS_DIR", tmp_path)
     save_model(small_model, tmp_path / "copy-20")
     save_reference_checkpoint(ReferenceTransformer(small_cfg), tmp_path / "nocopy-20.pt")
     assert available_models() == ["copy-20", "nocopy-20"]
