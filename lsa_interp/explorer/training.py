@@ -114,8 +114,8 @@ def model_history(entry: ModelEntry, records: Path = RECORDS_DIR) -> pd.DataFram
 
 
 def history_figure(history: pd.DataFrame, title: str) -> go.Figure:  # pragma: no mutate block
-    """Validation accuracy (%) per epoch in three panels: the summary curves (and the matching-head score of a
-    stacked run), each seen transformation, each new transformation; below them, where the history has them, the
+    """Validation accuracy (%) per epoch in three panels: the summary curves (and the matching-head score, where
+    the history has it), each seen transformation, each new transformation; below them, where the history has them, the
     training and validation losses (log axis)."""
     losses = [column for column in LOSS_CURVES if column in history and history[column].notna().any()]
     panels = ("overall, copy and by kind", "seen transformations", "new transformations", *(["loss"] if losses else []))
