@@ -69,8 +69,10 @@ def load_grid(path: str | Path) -> Grid:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValueError(f"{path}: no such grid file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not valid UTF-8 TOML ({err})") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: not valid TOML ({err})") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text, which TOML must be ({err})") from None
     try:
         return parse_grid(data)
     except ValueError as err:

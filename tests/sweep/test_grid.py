@@ -130,10 +130,13 @@ def test_the_edges_a_grid_accepts():
 def test_bad_toml_and_missing_file(tmp_path):
     path = tmp_path / "grid.toml"
     path.write_text("seeds = [0,\n")
-    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: not valid UTF-8 TOML"):
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: not valid TOML \\(Invalid value"):
+        load_grid(path)
+    path.write_text("seeds = [0]\nseeds = [1]\n")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: not valid TOML \\(Cannot overwrite a value"):
         load_grid(path)
     path.write_bytes(b"seeds = [0]\n# \xff\n")
-    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: not valid UTF-8 TOML .*can't decode byte 0xff"):
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: not UTF-8 text, which TOML must be .*byte 0xff"):
         load_grid(path)
     with pytest.raises(ValueError, match="no such grid file"):
         load_grid(tmp_path / "absent.toml")
