@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from lsa_interp.data.vocab import VOCAB_SIZE
+
+MAX_LEN_LIMIT = 65_536
+"""The longest position table a config may ask for (64 Ki rows: 32 MiB at d_model 128)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,17 @@ class ModelConfig:
             raise ValueError("the model needs at least one encoder and one decoder layer")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if not 0.0 < self.ln_eps < math.inf:
+            raise ValueError(f"ln_eps must be a positive number (layer norm's epsilon), got {self.ln_eps}")
+        if self.vocab_size < VOCAB_SIZE:
+            raise ValueError(
+                f"vocab_size must be at least {VOCAB_SIZE} (the tokenizer's tokens), got {self.vocab_size}"
+            )
+        if self.max_len > MAX_LEN_LIMIT:
+            raise ValueError(
+                f"max_len must be at most {MAX_LEN_LIMIT:,} (rows of the position table; the paper's longest "
+                f"input has 93 tokens), got {self.max_len:,}"
+            )
 
     @property
     def d_head(self) -> int:

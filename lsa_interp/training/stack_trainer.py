@@ -56,7 +56,7 @@ from lsa_interp.training.stack_data import StackPlan, StackSplit, StepWindow
 from lsa_interp.training.stack_step import StackStep
 from lsa_interp.training.stack_validation import validate_stack
 from lsa_interp.training.stacked_model import StackedEncoderDecoder
-from lsa_interp.training.validation import matching_prompts
+from lsa_interp.training.validation import check_position_table, matching_prompts
 from lsa_interp.utils import atomic_write, hardware_description
 
 STACK_KEY = "stack"
@@ -90,6 +90,7 @@ class StackTrainer:
         data_dirs = [run.data_dir for run in config.runs]
         self.train = StackSplit(data_dirs, "train", self.device)
         self.val = StackSplit(data_dirs, "val", self.device, config.val_limit)
+        check_position_table(ModelConfig(**config.model).max_len, self.train, self.val)
         self.plan = StackPlan(
             config.runs, self.train, config.batch_size, config.length_bucketing, config.lr, config.warmup_start,
             config.final_lr_factor,

@@ -45,7 +45,14 @@ from lsa_interp.training.run_dir import (
     write_state,
 )
 from lsa_interp.training.schedule import lr_factor, reference_warmup_steps
-from lsa_interp.training.validation import ResidentSplit, loss_fn, matching_prompts, matching_score, validate_model
+from lsa_interp.training.validation import (
+    ResidentSplit,
+    check_position_table,
+    loss_fn,
+    matching_prompts,
+    matching_score,
+    validate_model,
+)
 from lsa_interp.utils import hardware_description
 
 
@@ -72,6 +79,7 @@ class Trainer:
         self.steps_per_epoch = len(self.epoch_plan(0))
         self.warmup_steps = reference_warmup_steps(len(self.train.src), config.batch_size)
         self.val = ResidentSplit(load_tokenized(config.data_dir, "val"), self.device, config.val_limit)
+        check_position_table(ModelConfig(**config.model).max_len, self.train, self.val)
         self.prompts = matching_prompts()
         self.total_steps = self.steps_per_epoch * config.epochs
         self.step, self.elapsed, self.metrics_offset = 0, 0.0, 0

@@ -47,6 +47,18 @@ def matching_score(model: HookedEncoderDecoder, prompts: list[Task]) -> float:
     return score
 
 
+def check_position_table(max_len: int, *splits: Any) -> None:
+    """Raise ValueError when a row of ``splits`` (`ResidentSplit`s or `StackSplit`s: anything with ``src_len`` and
+    ``tgt_len``) has more tokens than the model's position table has rows (``max_len``); the trainers check it
+    before training starts, so nothing is written."""
+    longest = max(int(max(split.src_len.max(initial=0), split.tgt_len.max(initial=0))) for split in splits)
+    if longest > max_len:
+        raise ValueError(
+            f"the data's longest row has {longest} tokens, more than the model's max_len {max_len} "
+            "(the rows of its position table)"
+        )
+
+
 class ResidentSplit:
     """A tokenized split on the training device, with row lengths for bucketed batches."""
 

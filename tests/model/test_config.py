@@ -7,7 +7,9 @@ import re
 import jaxtyping
 import pytest
 
+from lsa_interp.data.vocab import VOCAB_SIZE
 from lsa_interp.model import ModelConfig
+from lsa_interp.model.config import MAX_LEN_LIMIT
 
 
 def test_defaults_are_the_papers_model():
@@ -35,6 +37,12 @@ def test_round_trip_and_unknown_keys():
         ({"dropout": 1.0}, "dropout"),
         ({"d_model": 15, "n_heads": 3}, "d_model must be even"),  # sinusoidal positions pair the dimensions
         ({"n_heads": 0}, "n_heads must be positive, got 0"),  # before the divisibility check divides by it
+        ({"ln_eps": -1.0}, "ln_eps must be a positive number"),  # trained to a NaN loss
+        ({"ln_eps": 0.0}, "ln_eps must be a positive number"),
+        ({"ln_eps": float("nan")}, "ln_eps must be a positive number"),
+        ({"ln_eps": float("inf")}, "ln_eps must be a positive number"),
+        ({"vocab_size": 5}, "vocab_size must be at least 30 \\(the tokenizer's tokens\\), got 5"),  # an IndexError
+        ({"max_len": 100_000_000}, "max_len must be at most 65,536 .* got 100,000,000"),  # allocated 25.6 GB
     ],
 )
 def test_invalid_configs_raise(kwargs, message):
@@ -58,6 +66,11 @@ def test_values_of_the_wrong_type_are_refused_by_name(monkeypatch, options, mess
     monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", True)
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
         ModelConfig(**options)
+
+
+def test_the_bounds_themselves_are_allowed():
+    cfg = ModelConfig(vocab_size=VOCAB_SIZE, max_len=MAX_LEN_LIMIT, ln_eps=1e-12)
+    assert (cfg.vocab_size, cfg.max_len) == (30, 65_536)
 
 
 def test_an_integer_is_a_number_for_a_float_field(monkeypatch):

@@ -513,6 +513,9 @@ def test_start_and_resume_refuse_what_they_cannot_use(data_dir, tmp_path):
     with pytest.raises(ValueError, match="not divisible"):
         StackTrainer.start(replace(config, model={**SMALL_MODEL, "d_model": 30}), tmp_path / "refused")
     assert not (tmp_path / "refused").exists()  # nothing written for a stack that cannot start
+    with pytest.raises(ValueError, match="more than the model's max_len 8 "):
+        StackTrainer.start(replace(config, model={**SMALL_MODEL, "max_len": 8}), tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
     single = TrainConfig(data_dir=str(data_dir), max_steps=1, val_limit=8, model=SMALL_MODEL)
     Trainer.start(single, tmp_path / "single").run()
     with pytest.raises(FileNotFoundError, match="not a stacked training run"):

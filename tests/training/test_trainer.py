@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,10 +26,11 @@ from lsa_interp import cli
 from lsa_interp.commands import train as train_command
 from lsa_interp.data import DatasetConfig, generate_dataset, save_dataset
 from lsa_interp.data.batching import BATCHING_METHODS, batch_keys, epoch_batches
+from lsa_interp.data.loaders import load_tokenized
 from lsa_interp.data.vocab import EOS, PAD
 from lsa_interp.model.checkpoint import load_model
 from lsa_interp.training import TrainConfig, Trainer, exact_match, lr_factor
-from lsa_interp.training.validation import loss_fn, matching_prompts, matching_score
+from lsa_interp.training.validation import ResidentSplit, loss_fn, matching_prompts, matching_score
 from lsa_interp.utils import hardware_description
 from tests.helpers import SMALL_MODEL, assert_same_weights
 
@@ -664,3 +665,12 @@ def test_a_run_the_trainer_refuses_leaves_no_run_directory(data_dir, tmp_path):
     with pytest.raises(ValueError, match="not divisible"):
         Trainer.start(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+    splits = [ResidentSplit(load_tokenized(data_dir, name), torch.device("cpu")) for name in ("train", "val")]
+    longest = max(int(max(split.src_len.max(), split.tgt_len.max())) for split in splits)
+    short = TrainConfig(data_dir=str(data_dir), model={**SMALL_MODEL, "max_len": longest - 1})
+    with pytest.raises(
+        ValueError, match=f"longest row has {longest} tokens, more than the model's max_len {longest - 1}"
+    ):
+        Trainer.start(short, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    assert Trainer.start(replace(short, model={**SMALL_MODEL, "max_len": longest}), tmp_path / "run").step == 0
