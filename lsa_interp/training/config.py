@@ -8,6 +8,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from lsa_interp.data.batching import BATCHING_METHODS
+from lsa_interp.model.config import ModelConfig
 
 PRECISIONS = ("fp32", "tf32", "bf16")
 """fp32 (the recipe); tf32 matmuls; bf16 autocast."""
@@ -35,8 +36,9 @@ LEGACY_LENGTH_BUCKETING = True
 class Recipe:
     """What one run and a stack of runs share: the optimizer, schedule, precision, model and bounds (defaults:
     the paper's recipe). Raises ValueError for an unknown precision or device, a non-positive batch size or step
-    bound, a learning rate that is not a positive finite number, AdamW betas outside [0, 1), or a negative weight
-    decay or schedule factor."""
+    bound, a learning rate that is not a positive finite number, AdamW betas outside [0, 1), a negative weight
+    decay or schedule factor, or a model key that is not a `ModelConfig` field (its values are checked when the
+    model is built)."""
 
     batch_size: int = 32
     lr: float = 1e-3
@@ -78,6 +80,11 @@ class Recipe:
         for name in ("weight_decay", "warmup_start", "final_lr_factor"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be at least 0, got {getattr(self, name)}")
+        model_keys = [f.name for f in fields(ModelConfig)]
+        if not isinstance(self.model, dict) or set(self.model) - set(model_keys):
+            raise ValueError(
+                f"model must map model config keys ({', '.join(model_keys)}) to values, got {self.model!r}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,18 +144,41 @@ class TrainConfig(Recipe):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Inverse of ``dataclasses.asdict``. A config saved before ``length_bucketing`` existed ran with it on.
-        Raises ValueError naming missing or unknown keys."""
-        check_keys(cls, data, "training config")
+        Raises ValueError naming missing or unknown keys and values of the wrong type."""
+        check_fields(cls, data, "training config")
         return cls(**{"length_bucketing": LEGACY_LENGTH_BUCKETING, **data, "betas": tuple(data["betas"])})
 
 
-def check_keys(cls: type, data: dict[str, Any], what: str, needed: tuple[str, ...] = ("betas",)) -> None:
-    """Raise ValueError when ``data`` lacks a field of dataclass ``cls`` without a default (or one of ``needed``) or
-    has a key that is not a field (a damaged or foreign ``train_config.json``; older configs lack newer fields,
-    which keep their defaults)."""
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+_FIELD_KINDS: dict[str, tuple[str, Any]] = {
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "float": ("a number", _is_number),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "dict[str, Any]": ("an object of model config keys", lambda v: isinstance(v, dict)),
+    "tuple[float, float]": ("a list of two numbers", lambda v: isinstance(v, list | tuple) and len(v) == 2
+                            and all(map(_is_number, v))),
+    "tuple[RunSpec, ...]": ("a list of run objects", lambda v: isinstance(v, list | tuple)
+                            and all(isinstance(run, dict) for run in v)),
+}  # fmt: skip
+"""What a saved config's value of each field type must be (JSON carries no types), and how to say it."""
+
+
+def check_fields(cls: type, data: dict[str, Any], what: str, needed: tuple[str, ...] = ("betas",)) -> None:
+    """Raise ValueError when ``data`` lacks a field of dataclass ``cls`` without a default (or one of ``needed``), has
+    a key that is not a field, or holds a value of the wrong type for its field (a damaged or foreign
+    ``train_config.json``; older configs lack newer fields, which keep their defaults)."""
     names = {f.name for f in fields(cls)}
     required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
     problems = [f"missing {key!r}" for key in sorted((required | set(needed)) - set(data))]
     problems += [f"unknown key {key!r}" for key in sorted(set(data) - names)]
+    for f in fields(cls):
+        optional = f.type.endswith(" | None")
+        wanted, fits = _FIELD_KINDS[f.type.removesuffix(" | None")]
+        if f.name in data and not (fits(data[f.name]) or (optional and data[f.name] is None)):
+            problems.append(f"{f.name} must be {wanted}{' or null' if optional else ''}, got {data[f.name]!r}")
     if problems:
         raise ValueError(f"not a {what}: {'; '.join(problems)}")

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from lsa_interp.data.batching import BATCHING_METHODS
-from lsa_interp.training.config import Recipe, TrainConfig, check_keys
+from lsa_interp.training.config import Recipe, TrainConfig, check_fields
 
 
 @dataclass(frozen=True)
@@ -70,10 +70,10 @@ class StackConfig(Recipe):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StackConfig:
-        """Inverse of `to_dict`. Raises ValueError naming missing or unknown keys."""
-        check_keys(cls, data, "stack config", ("betas", "runs"))
+        """Inverse of `to_dict`. Raises ValueError naming missing or unknown keys and values of the wrong type."""
+        check_fields(cls, data, "stack config", ("betas", "runs"))
         for run in data["runs"]:
-            check_keys(RunSpec, run, "stack config's run", ())
+            check_fields(RunSpec, run, "stack config's run", ())
         runs = tuple(RunSpec(**run) for run in data["runs"])
         return cls(**{**data, "runs": runs, "betas": tuple(data["betas"])})
 

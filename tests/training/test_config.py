@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, fields
 
 import pytest
@@ -193,3 +194,47 @@ def test_a_damaged_or_foreign_config_names_its_missing_and_unknown_keys():
         StackConfig.from_dict({k: v for k, v in stack.items() if k != "runs"})
     with pytest.raises(ValueError, match="^not a stack config's run: missing 'data_dir'$"):
         StackConfig.from_dict({**stack, "runs": [{"seed": 0}]})
+
+
+@pytest.mark.parametrize(
+    ("changed", "problem"),
+    [
+        ({"lr": "fast"}, "lr must be a number, got 'fast'"),
+        ({"betas": 5}, "betas must be a list of two numbers, got 5"),
+        ({"betas": [0.9]}, "betas must be a list of two numbers, got [0.9]"),
+        ({"micro_batches": "x"}, "micro_batches must be an integer, got 'x'"),
+        ({"seed": None}, "seed must be an integer, got None"),
+        ({"seed": True}, "seed must be an integer, got True"),
+        ({"data_dir": 5}, "data_dir must be a string, got 5"),
+        ({"model": "big"}, "model must be an object of model config keys, got 'big'"),
+        ({"compile": "yes"}, "compile must be true or false, got 'yes'"),
+        ({"max_steps": 1.5}, "max_steps must be an integer or null, got 1.5"),
+        ({"lr": "fast", "seed": None}, "lr must be a number, got 'fast'; seed must be an integer, got None"),
+    ],
+)
+def test_a_saved_value_of_the_wrong_type_is_named(changed, problem):
+    """`train --resume` of a train_config.json with a value of the wrong type ended in a TypeError traceback (a
+    comparison of str and int) or trained with it; JSON carries no types, so loading checks each field's."""
+    config = {**asdict(TrainConfig(data_dir="d")), **changed}
+    with pytest.raises(ValueError, match="^" + re.escape(f"not a training config: {problem}") + "$"):
+        TrainConfig.from_dict(config)
+    assert TrainConfig.from_dict({**config, **asdict(TrainConfig(data_dir="d"))}) == TrainConfig(data_dir="d")
+
+
+def test_a_stack_config_checks_its_runs_types_too():
+    stack = StackConfig.from_train_config(TrainConfig(data_dir="d", replicates=2)).to_dict()
+    assert StackConfig.from_dict({**stack, "max_minutes": None, "val_limit": 5}).val_limit == 5
+    with pytest.raises(ValueError, match="^not a stack config: runs must be a list of run objects, got 3$"):
+        StackConfig.from_dict({**stack, "runs": 3})
+    with pytest.raises(ValueError, match=r"^not a stack config's run: seed must be an integer, got '1'$"):
+        StackConfig.from_dict({**stack, "runs": [{**stack["runs"][0], "seed": "1"}]})
+    with pytest.raises(ValueError, match=r"^not a stack config's run: preset must be a string or null, got 20$"):
+        StackConfig.from_dict({**stack, "runs": [{**stack["runs"][0], "preset": 20}]})
+
+
+def test_a_model_key_that_is_not_a_model_config_field_is_refused_with_the_recipe():
+    """A model override `{"d_modle": 3}` reached `ModelConfig(**model)` as a TypeError traceback at training time."""
+    for make in (lambda **kw: TrainConfig(data_dir="d", **kw), lambda **kw: StackConfig(runs=(RunSpec("d"),), **kw)):
+        with pytest.raises(ValueError, match=r"^model must map model config keys \(d_model, n_heads, .*'d_modle': 3"):
+            make(model={"d_modle": 3})
+        assert make(model={"d_model": 64}).model == {"d_model": 64}
