@@ -184,8 +184,9 @@ def ship_run(
 
     ``replicate`` picks ``replicate-{i}/model`` of a stacked run (0 of a single run: its ``model``). The run's
     own dataset (a stacked run's ``runs[i].data_dir``) is used when it is still there, else the training preset
-    is regenerated. Returns the checkpoint directory. Raises FileNotFoundError when ``run_dir`` is no directory
-    or the run has no final model, ValueError for a replicate the run does not have or when reduced-precision
+    is regenerated. Returns the checkpoint directory. Raises FileNotFoundError when ``run_dir`` is no directory,
+    no training run (neither ``train_config.json`` nor a model) or a run without its final model yet, ValueError
+    naming a damaged ``train_config.json``, for a replicate the run does not have or when reduced-precision
     storage changes too many answers (nothing is written then).
     """
     check_checkpoint_name(name)
@@ -193,11 +194,16 @@ def ship_run(
         reason = "a file" if Path(run_dir).exists() else "no such directory"
         raise FileNotFoundError(f"{run_dir} is not a training run ({reason}); give the RUN_DIR of train --out RUN_DIR")
     config_file = Path(run_dir) / "train_config.json"
-    recipe = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    recipe = read_json_object(config_file, "a training run's config").data if config_file.is_file() else {}
     runs = recipe.get("runs")  # a stacked run: each replicate has its own dataset
     source = Path(run_dir) / _replicate_folder(run_dir, replicate, recipe) / "model"
     if replicate is None and not source.exists() and any(Path(run_dir).glob("replicate-*/model/config.json")):
         raise ValueError(f"{run_dir} is a stacked run: pick one of its models with --replicate I (0-based)")
+    if not (source / "config.json").is_file() and not config_file.is_file():
+        raise FileNotFoundError(
+            f"{run_dir} is not a training run (no train_config.json, no model/); give the RUN_DIR of train --out "
+            "RUN_DIR (a sweep's: DIR/stacks/stack-K with --replicate I)"
+        )
     if not (source / "config.json").is_file():
         raise FileNotFoundError(f"{source} holds no final model; finish the run first (lsa-interp train --resume)")
     model = load_model(source)

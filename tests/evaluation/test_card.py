@@ -154,9 +154,20 @@ def test_the_card_of_a_fresh_evaluation_says_how_to_repeat_it():
 
 def test_ship_refuses_unfinished_runs_and_bad_storage(tmp_path, capsys):
     (tmp_path / "run").mkdir()
+    with pytest.raises(SystemExit) as info:  # an empty folder, a checkpoint, a dataset: they said "finish the run"
+        cli.main(["ship", str(tmp_path / "run"), "--name", "x", "--dest", str(tmp_path)])
+    assert info.value.code == 2 and "is not a training run (no train_config.json, no model/)" in capsys.readouterr().err
+    for text, problem in (("[]", "[] is not a JSON object"), ('{"seed": 0, "dat', "not JSON (Unterminated string")):
+        (tmp_path / "run" / "train_config.json").write_text(text)
+        with pytest.raises(SystemExit) as info:  # a list ended in an AttributeError; a truncated file went unnamed
+            cli.main(["ship", str(tmp_path / "run"), "--name", "x", "--dest", str(tmp_path)])
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and err.count("\n") == 1 and f"run/train_config.json: {problem}" in err
+    (tmp_path / "run" / "train_config.json").write_text("{}")  # a started run
     with pytest.raises(SystemExit) as info:
         cli.main(["ship", str(tmp_path / "run"), "--name", "x", "--dest", str(tmp_path)])
-    assert info.value.code == 2 and "holds no final model" in capsys.readouterr().err
+    assert info.value.code == 2 and "run/model holds no final model; finish the run" in capsys.readouterr().err
+    (tmp_path / "run" / "train_config.json").unlink()
     (tmp_path / "run" / "replicate-0" / "model").mkdir(parents=True)
     (tmp_path / "run" / "replicate-0" / "model" / "config.json").write_text("{}")
     with pytest.raises(SystemExit) as info:
