@@ -181,7 +181,7 @@ def evaluate(
         writable_out(out)
     net = load_run_or_model(model, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     with console.status("loading the dataset" if data else "generating the dataset"):
-        dataset = evaluation_dataset(net, preset, seed, data)
+        dataset = evaluation_dataset(net, preset, seed, data, remedy="pass --preset or --data")
     result = evaluate_model(net, dataset, limit=limit, progress=True, batch_size=batch_size, model_name=name)
     tables = rich_tables(result)
     out_console = table_console(tables)

@@ -459,7 +459,10 @@ def test_cli_card_refuses_another_dataset_before_evaluating(saved, card_dir, rec
     [
         (["--model", "no-such-model"], "no checkpoint named or at 'no-such-model'"),
         (["--model", "{saved}/model", "--preset", "nope"], "unknown preset 'nope'; choose one of"),
-        (["--model", "{saved}/model"], "records no training preset"),
+        (
+            ["--model", "{saved}/model"],
+            "records no training preset, so its dataset is not known; pass --preset or --data",
+        ),
         (["--model", "{saved}/model", "--data", "{saved}/data", "--preset", "copy-20"], "does not match"),
         (["--model", "{saved}/model", "--data", "{saved}/missing"], "not a dataset directory"),
         (["--model", "{saved}/model", "--limit", "0"], "Invalid value for '--limit'"),
@@ -470,6 +473,19 @@ def test_cli_bad_input_is_one_line_and_exit_2(saved, args, message, capsys):
     assert code == 2 and message in err
     assert len(err.strip().splitlines()) == 1 and err.startswith("lsa-interp: error: ")
     assert "Traceback" not in err + out
+
+
+@pytest.mark.parametrize(
+    ("command", "remedy"),
+    [
+        (["fit", "--rows", "1"], "pass its dataset with --data"),  # it said --preset, which fit does not take
+        (["decoder-lens", "--tasks", "1"], "use --source rules, which needs none"),  # neither --preset nor --data
+    ],
+)
+def test_a_model_without_a_preset_is_told_what_this_command_takes(saved, command, remedy, capsys):
+    code, out, err = run([*command, "--model", str(saved / "model")], capsys)
+    unknown = "the model's metadata records no training preset, so its dataset is not known"
+    assert code == 2 and err == f"lsa-interp: error: {unknown}; {remedy}\n"
 
 
 def _scored_task(rule: str, alphabet: str = PERM, copy: bool = False) -> Task:

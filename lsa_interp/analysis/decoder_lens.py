@@ -41,8 +41,11 @@ PAPER_EARLY_SHARE = PAPER_LENS[2] / PAPER_LENS[3]
 SOURCES = ("new", "val", "rules")
 
 
-def lens_tasks(model: HookedEncoderDecoder, n: int, seed: int = 0, source: str = "new") -> list[Task]:
-    """Return ``n`` tasks with answers for the lens (see the module docstring for ``source``).
+def lens_tasks(
+    model: HookedEncoderDecoder, n: int, seed: int = 0, source: str = "new", remedy: str = "use source 'rules'"
+) -> list[Task]:
+    """Return ``n`` tasks with answers for the lens (see the module docstring for ``source``; ``remedy`` ends the
+    message for a model whose metadata names no preset).
 
     ``"new"``: a deterministic subset (``seed``) of the new-alphabet test set of the model's training preset;
     ``"val"``: of its non-copy val rows. ``"rules"``: `seen_rule_tasks` (seen transformations, standard
@@ -54,7 +57,7 @@ def lens_tasks(model: HookedEncoderDecoder, n: int, seed: int = 0, source: str =
         raise ValueError(f"the number of tasks must be positive, got {n}")
     if source == "rules":
         return seen_rule_tasks(n, seed)
-    split = evaluation_dataset(model).splits["test_new_alphabets" if source == "new" else "val"]
+    split = evaluation_dataset(model, remedy=remedy).splits["test_new_alphabets" if source == "new" else "val"]
     return subsample([task for task in split if not task.is_copy], n, seed)
 
 

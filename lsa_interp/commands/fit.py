@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
         if data is not None:
             _check_own_dataset(model, net.metadata, data, read_manifest(data))
         with Console(stderr=True).status("loading the dataset" if data else "generating the dataset"):
-            dataset = evaluation_dataset(net, data_dir=data, splits=FIT_SPLITS)
+            dataset = evaluation_dataset(net, data_dir=data, splits=FIT_SPLITS, remedy="pass its dataset with --data")
         sizes = fit_pool_sizes(dataset)
         split, size = min(sizes.items(), key=lambda item: item[1])
         if rows > size:

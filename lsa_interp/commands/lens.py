@@ -54,7 +54,12 @@ def register(app: typer.Typer) -> None:
             raise ValueError(f"unknown task source {source!r} (--source); choose one of {', '.join(SOURCES)}")
         target = out_dir(out, model)
         net = open_model(model, device)
-        result = run_lens(net, lens_tasks(net, tasks, seed, source), model_name=model, source=source)
+        result = run_lens(
+            net,
+            lens_tasks(net, tasks, seed, source, remedy="use --source rules, which needs none"),
+            model_name=model,
+            source=source,
+        )
         finish(result, target, model)
 
     @app.command(

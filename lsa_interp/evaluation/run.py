@@ -40,6 +40,7 @@ def evaluation_dataset(
     seed: int | None = None,
     data_dir: str | os.PathLike | None = None,
     splits: tuple[str, ...] = tuple(SPLIT_OF.values()),
+    remedy: str = "give a preset or a saved dataset",
 ) -> Dataset:
     """Return the dataset to evaluate ``model`` on: its val and test_new_alphabets splits (``splits``).
 
@@ -47,8 +48,8 @@ def evaluation_dataset(
     manifest). Otherwise ``preset`` (default: ``model.metadata["preset"]``) is generated with ``seed`` (default:
     `trained_data_seed`: the metadata's ``data_seed``, else 0), every split; a model trained on a dataset of its own
     (a grid's ``[datasets.NAME]``, no paper preset) reads the one its training config names while it is there.
-    Raises ValueError for an unknown or missing preset or a mismatch, FileNotFoundError for a missing dataset
-    directory.
+    Raises ValueError for an unknown or missing preset (its message ends with ``remedy``: what the caller's user
+    can give instead) or a mismatch, FileNotFoundError for a missing dataset directory.
     """
     if preset is not None:
         get_preset(preset)
@@ -68,7 +69,7 @@ def evaluation_dataset(
         return load_dataset(own, splits=splits)
     preset = preset or model.metadata.get("preset")
     if preset is None:
-        raise ValueError("the model's metadata records no training preset; pass one (--preset) or a dataset (--data)")
+        raise ValueError(f"the model's metadata records no training preset, so its dataset is not known; {remedy}")
     if seed is None:
         seed = trained_data_seed(model.metadata)
     return generate_dataset(get_preset(preset), seed)

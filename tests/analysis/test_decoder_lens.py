@@ -139,8 +139,11 @@ def test_bad_arguments():
     model = small_model()
     with pytest.raises(ValueError, match="unknown task source"):
         lens_tasks(model, 5, source="test")
-    with pytest.raises(ValueError, match="records no training preset"):
+    with pytest.raises(
+        ValueError, match="records no training preset, so its dataset is not known; use source 'rules'$"
+    ):
         lens_tasks(model, 5)
+    assert len(lens_tasks(model, 5, source="rules")) == 5
     with pytest.raises(ValueError, match="not in 1..2"):
         lens_predict(model, rule_tasks("pred", 2), 3)
     with pytest.raises(ValueError, match="has no answer"):
