@@ -29,6 +29,12 @@ EMPTY = "Invalid value for {}: an empty path; give a file or directory name ('.'
             "cannot write to --circuitsvis",
         ),
         (["attention", "--model", "copy-20", "--out", "CK"], "is a directory; give the page's file name"),
+        (["attention", "--model", "copy-20", "--out", "FILE"], "exists and is not an HTML page; give the page a file"),
+        (["attention", "--model", "copy-20", "--out", "CK/taken/card.md"], "is not an HTML page"),
+        (
+            ["attention", "--model", "copy-20", "--out", "CK/v.html", "--circuitsvis", "CK/run"],
+            "--circuitsvis CK/run holds a training run; give a folder of its own",
+        ),
         (["ship", "nowhere", "--name", "taken", "--dest", "CK"], "exists; pass --force to replace it"),
         (["ship", "nowhere", "--name", "new", "--dest", "FILE"], "cannot write to --dest"),
         (["data", "generate", "--preset", "copy-20", "--out", "/proc/lsa-interp"], "cannot write to --out /proc/"),
@@ -57,9 +63,12 @@ def test_options_that_cannot_work_are_refused_before_any_work(args, message, tmp
     (tmp_path / "FILE").write_text("a file, not a directory")
     (tmp_path / "CK" / "taken").mkdir(parents=True)
     (tmp_path / "CK" / "taken" / "card.md").write_text("precious")
+    (tmp_path / "CK" / "run").mkdir()
+    (tmp_path / "CK" / "run" / "train_config.json").write_text("{}")
     with pytest.raises(SystemExit) as info:
         cli.main([str(tmp_path / a) if a in ("FILE", "CK") else a for a in args])
     err = capsys.readouterr().err
     assert info.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert (tmp_path / "CK" / "taken" / "card.md").read_text() == "precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["CK", "FILE"]  # no output directory made
+    assert (tmp_path / "FILE").read_text() == "a file, not a directory"

@@ -116,6 +116,16 @@ def refuse_foreign_out(out: Path, option: str = "--out") -> None:
         raise UserError(f"{option} {out} holds {found}; give a folder of its own for these results")
 
 
+def refuse_foreign_page(page: Path, option: str = "--out") -> None:
+    """Raise UserError (exit 2) when ``page`` is a file that is not an HTML page (a model's config.json, a table):
+    a page replaces only an earlier page."""
+    if page.is_file():
+        with page.open("rb") as file:
+            head = file.read(256).lstrip().lower()
+        if not head.startswith((b"<!doctype html", b"<html")):
+            raise UserError(f"{option} {page} exists and is not an HTML page; give the page a file name of its own")
+
+
 def writable_out(out: Path, option: str = "--out") -> Path:
     """Make sure ``out`` is a directory we can write files into (created if missing), before any work.
 

@@ -10,7 +10,15 @@ from typing import Annotated
 
 import typer
 
-from lsa_interp.commands.common import DeviceOption, ModelOption, default_out, open_model, writable_out
+from lsa_interp.commands.common import (
+    DeviceOption,
+    ModelOption,
+    default_out,
+    open_model,
+    refuse_foreign_out,
+    refuse_foreign_page,
+    writable_out,
+)
 
 _EXAMPLE_TASK = "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd"
 
@@ -56,8 +64,10 @@ def register(app: typer.Typer) -> None:
         page = out if out is not None else default_out(model) / "attention.html"
         if page.is_dir():
             raise ValueError(f"--out {page} is a directory; give the page's file name (e.g. {page / 'attention.html'})")
+        refuse_foreign_page(page)
         writable_out(page.parent)
         if circuitsvis is not None:
+            refuse_foreign_out(circuitsvis, "--circuitsvis")
             writable_out(
                 circuitsvis, "--circuitsvis"
             )  # both outputs checked before any work: no page left behind by a failure

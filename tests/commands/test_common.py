@@ -345,3 +345,15 @@ def test_a_table_console_is_as_wide_as_the_terminal_or_the_widest_table_and_at_l
     for columns, width in ((100, 120), (200, 200)):
         monkeypatch.setattr(shutil, "get_terminal_size", lambda *a, columns=columns: os.terminal_size((columns, 40)))
         assert table_console([wide]).width == width and table_console([], minimum=90).width == max(columns, 90)
+
+
+def test_a_page_replaces_only_an_earlier_page(tmp_path):
+    """`attention --out ck/config.json` replaced a checkpoint's config with the page (the model then failed to load)."""
+    common.refuse_foreign_page(tmp_path / "new.html")
+    for earlier in ("<!DOCTYPE html>\n<html>", "\n  <html><head>", "<!doctype HTML>"):
+        (tmp_path / "page.html").write_text(earlier)
+        common.refuse_foreign_page(tmp_path / "page.html")
+    for foreign in ('{"model_config": {}}', "", "a,b\n1,2\n"):
+        (tmp_path / "config.json").write_text(foreign)
+        with pytest.raises(common.UserError, match=r"^--page .*config\.json exists and is not an HTML page; give"):
+            common.refuse_foreign_page(tmp_path / "config.json", "--page")
