@@ -51,13 +51,13 @@ def data_generate(
     config = get_preset(preset)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give a directory (a new or empty one, or a dataset's with --force)")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise UserError(f"{out} exists and is not empty; pass --force to overwrite it")
     if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
         raise UserError(
-            f"--out {out} holds no dataset (no {MANIFEST}); --force replaces only a dataset: give a new or empty "
-            "directory"
+            f"--out {out} holds no dataset (no {MANIFEST}) and is not empty; give a new or empty directory (--force "
+            "replaces only a dataset)"
         )
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise UserError(f"{out} holds a dataset; pass --force to replace it")
     writable_out(out)
     stages = 6 + (config.match_size_of is not None)
     with Progress(

@@ -28,15 +28,16 @@ def test_generate_then_show(small_preset, tmp_path, capsys):
 def test_refuses_non_empty_out_without_force(small_preset, tmp_path, capsys):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "keep.txt").write_text("x")
-    code, _, err = run(["data", "generate", "--preset", "copy-20", "--out", str(tmp_path / "d")], capsys)
-    assert code == 2 and "pass --force" in err and (tmp_path / "d" / "keep.txt").exists()
-    code, _, err = run(["data", "generate", "--preset", "copy-20", "--out", str(tmp_path / "d"), "--force"], capsys)
-    assert code == 2 and (tmp_path / "d" / "keep.txt").read_text() == "x"  # --force removed every file there
-    assert err == (
-        f"lsa-interp: error: --out {tmp_path / 'd'} holds no dataset (no manifest.json); --force replaces only a "
-        "dataset: give a new or empty directory\n"
+    refused = (
+        f"lsa-interp: error: --out {tmp_path / 'd'} holds no dataset (no manifest.json) and is not empty; give a new "
+        "or empty directory (--force replaces only a dataset)\n"
     )
+    for force in ([], ["--force"]):  # it said "pass --force", which then refused (--force once removed every file)
+        code, _, err = run(["data", "generate", "--preset", "copy-20", "--out", str(tmp_path / "d"), *force], capsys)
+        assert code == 2 and err == refused and (tmp_path / "d" / "keep.txt").read_text() == "x"
     run(["data", "generate", "--preset", "copy-20", "--seed", "1", "--out", str(tmp_path / "e")], capsys)
+    code, _, err = run(["data", "generate", "--preset", "copy-20", "--out", str(tmp_path / "e")], capsys)
+    assert code == 2 and err == f"lsa-interp: error: {tmp_path / 'e'} holds a dataset; pass --force to replace it\n"
     (tmp_path / "e" / "keep.txt").write_text("x")
     code, _, _ = run(["data", "generate", "--preset", "copy-20", "--out", str(tmp_path / "e"), "--force"], capsys)
     assert code == 0 and not (tmp_path / "e" / "keep.txt").exists() and load_dataset(tmp_path / "e").seed == 0

@@ -119,6 +119,10 @@ def _read_config(directory: Path) -> dict[str, Any]:
     for key in ("model_config", "weights_file", "weights_sha256"):
         if key not in config:
             raise CheckpointError(f"{config_path} lacks {key!r}")
+    if not isinstance(config["model_config"], dict):
+        raise CheckpointError(
+            f"{config_path}: model_config is {config['model_config']!r}, not an object of the model's hyper-parameters"
+        )
     return config
 
 
@@ -142,10 +146,28 @@ def load_checkpoint_dir(directory: str | Path, device: torch.device | str = "cpu
         cfg = ModelConfig.from_dict(config["model_config"])
         state = load_file(str(weights))
         model = HookedEncoderDecoder(cfg, metadata=config.get("metadata") or {})
+        _check_weights_fit(state, model.state_dict(), config["weights_file"])
         model.load_state_dict(state, strict=True)
     except (SafetensorError, RuntimeError, ValueError, TypeError) as err:
         raise CheckpointError(f"cannot load {directory}: {err}") from err
     return model.to(device).eval()
+
+
+def _check_weights_fit(state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], weights_file: str) -> None:
+    """Raise ValueError, in one line, naming the first weight of ``state`` that the config's model lacks, misses
+    or shapes otherwise (torch's own message spans many lines, of which a command prints the first)."""
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise ValueError(
+            f"{weights_file} does not fit config.json's model: {len(missing)} weight(s) missing ({missing[:3]}), "
+            f"{len(unexpected)} unexpected ({unexpected[:3]})"
+        )
+    for name, tensor in state.items():
+        if tensor.shape != expected[name].shape:
+            raise ValueError(
+                f"{weights_file} does not fit config.json's model: {name} has shape {list(tensor.shape)}, the config "
+                f"makes {list(expected[name].shape)}"
+            )
 
 
 def available_models(replicates: bool = True) -> list[str]:
