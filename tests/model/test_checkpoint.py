@@ -262,6 +262,18 @@ def test_weights_that_do_not_fit_the_config_are_refused(small_model, saved):
         load_model(saved)
 
 
+def test_the_first_weight_that_does_not_fit_is_named_with_both_shapes():
+    fit = checkpoint._check_weights_fit
+    expected = {"a": torch.zeros(2, 3), "b": torch.zeros(4)}
+    fit({"a": torch.ones(2, 3), "b": torch.ones(4)}, expected, "w.safetensors")
+    with pytest.raises(
+        ValueError, match=r"^w\.safetensors does not fit config\.json's model: a has shape \[2, 4\], the "
+    ):
+        fit({"a": torch.ones(2, 4), "b": torch.ones(4)}, expected, "w.safetensors")
+    with pytest.raises(ValueError, match=r"0 weight\(s\) missing \(\[\]\), 1 unexpected \(\['c'\]\)$"):
+        fit({**expected, "c": torch.ones(1)}, expected, "w.safetensors")
+
+
 def test_a_path_with_a_separator_is_never_looked_up_among_shipped_names(small_model, tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "CHECKPOINTS_DIR", tmp_path)
     save_model(small_model, tmp_path / "sub" / "copy-20")

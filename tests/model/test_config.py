@@ -41,6 +41,7 @@ def test_round_trip_and_unknown_keys():
         ({"ln_eps": 0.0}, "ln_eps must be a positive number"),
         ({"ln_eps": float("nan")}, "ln_eps must be a positive number"),
         ({"ln_eps": float("inf")}, "ln_eps must be a positive number"),
+        ({"vocab_size": 29}, "vocab_size must be at least 30"),
         ({"vocab_size": 5}, "vocab_size must be at least 30 \\(the tokenizer's tokens\\), got 5"),  # an IndexError
         ({"max_len": 100_000_000}, "max_len must be at most 65,536 .* got 100,000,000"),  # allocated 25.6 GB
     ],

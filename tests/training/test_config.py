@@ -208,6 +208,7 @@ def test_a_damaged_or_foreign_config_names_its_missing_and_unknown_keys():
         ({"data_dir": 5}, "data_dir must be a string, got 5"),
         ({"model": "big"}, "model must be an object of model config keys, got 'big'"),
         ({"compile": "yes"}, "compile must be true or false, got 'yes'"),
+        ({"compile": 1}, "compile must be true or false, got 1"),
         ({"max_steps": 1.5}, "max_steps must be an integer or null, got 1.5"),
         ({"lr": "fast", "seed": None}, "lr must be a number, got 'fast'; seed must be an integer, got None"),
     ],
@@ -226,6 +227,8 @@ def test_a_stack_config_checks_its_runs_types_too():
     assert StackConfig.from_dict({**stack, "max_minutes": None, "val_limit": 5}).val_limit == 5
     with pytest.raises(ValueError, match="^not a stack config: runs must be a list of run objects, got 3$"):
         StackConfig.from_dict({**stack, "runs": 3})
+    with pytest.raises(ValueError, match=r"^not a stack config: runs must be a list of run objects, got \[3\]$"):
+        StackConfig.from_dict({**stack, "runs": [3]})
     with pytest.raises(ValueError, match=r"^not a stack config's run: seed must be an integer, got '1'$"):
         StackConfig.from_dict({**stack, "runs": [{**stack["runs"][0], "seed": "1"}]})
     with pytest.raises(ValueError, match=r"^not a stack config's run: preset must be a string or null, got 20$"):
