@@ -95,8 +95,10 @@ def _encoder_patterns(model: HookedEncoderDecoder, batch: TokenBatch) -> Float[T
 def matching_scores(
     model: HookedEncoderDecoder, tasks: Sequence[Task] | None = None, batch_size: int = 128
 ) -> MatchingScores:
-    """Score every encoder head on ``tasks`` (default `matching_tasks`), in eval mode (no dropout; the model's mode
-    is restored). Raises ValueError for no tasks."""
+    """Score every encoder head on ``tasks`` (default `matching_tasks`), ``batch_size`` at a time, in eval mode (no
+    dropout; the model's mode is restored). Raises ValueError for no tasks or a ``batch_size`` below 1."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1 (tasks scored at a time), got {batch_size}")
     with torch.no_grad(), eval_mode(model):
         tasks = list(tasks) if tasks is not None else matching_tasks()
         if not tasks:
@@ -273,8 +275,9 @@ def matching_occurrence(
 ) -> AnalysisResult:
     """Which checkpoints of each group have a matching head (paper: 20/20 copy runs, 5/20 no-copy runs).
 
-    ``groups`` maps a group name to checkpoints (paths or loaded models). Raises ValueError for an empty
-    group and when a checkpoint cannot be loaded.
+    ``groups`` maps a group name to checkpoints (paths or loaded models). Raises ValueError for an empty group
+    and what `load_model` raises for a checkpoint that cannot be loaded: FileNotFoundError for a missing one,
+    ValueError for a broken or foreign one.
     """
     import plotly.graph_objects as go
 

@@ -18,7 +18,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from lsa_interp.analysis.splice import MEMORY_HOOK, masked_change, memory_change, splice_mask
+from lsa_interp.analysis.splice import MEMORY_HOOK, check_pair_counts, masked_change, memory_change, splice_mask
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import decode_batch, encode_tasks
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
@@ -26,7 +26,8 @@ from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
 
 def mean_of_others(sums: Float[Tensor, "pair d_model"], counts: Int[Tensor, " pair"]) -> Float[Tensor, "pair d_model"]:
     """Row i: the mean over every pair but i of the vectors whose per-pair sums and counts are given (zero where the
-    other pairs hold none)."""
+    other pairs hold none). Raises ValueError for unequal numbers of sums and counts."""
+    check_pair_counts({"sums": sums.shape[0], "counts": counts.shape[0]})
     others = (counts.sum() - counts).clamp_min(1)
     return (sums.sum(0) - sums) / others[:, None].to(sums.dtype)
 
@@ -46,7 +47,8 @@ def direction_vectors(
 ) -> Float[Tensor, "pair d_model"]:
     """Per pair, ``scale`` times the mean donor-minus-target state difference at the ``mask`` positions of the other
     pairs (`mean_of_others`); with ``random_seed``, vectors of those lengths in random directions. Raises ValueError
-    for a mask wider than either memory or one that marks no state."""
+    as `masked_change` does: for memories and a mask of unequal numbers of pairs, a mask wider than either memory or
+    one that marks no state."""
     change = masked_change(donor_memory, target_memory, mask)
     vectors = scale * mean_of_others(change.sum(1), mask.sum(1))
     return vectors if random_seed is None else random_directions(vectors, random_seed)
@@ -107,7 +109,9 @@ def decode_with_added(
     vectors: Float[Tensor, "pair d_model"],
 ) -> list[str]:
     """Greedy answers of ``targets`` with pair i's vector added to its memory states where ``mask`` is set (the mask
-    covers the memory's first positions); the model's mode is restored."""
+    covers the memory's first positions); the model's mode is restored. Raises ValueError for unequal numbers of
+    targets, mask rows and vectors."""
+    check_pair_counts({"targets": len(targets), "mask rows": mask.shape[0], "vectors": vectors.shape[0]})
     return decode_with_changes(model, targets, mask[..., None] * vectors[:, None, :])
 
 
@@ -115,7 +119,8 @@ def decode_with_changes(
     model: HookedEncoderDecoder, targets: Sequence[Task], changes: Float[Tensor, "pair pos d_model"]
 ) -> list[str]:
     """Greedy answers of ``targets`` with ``changes`` added to their memories' first positions; the model's mode is
-    restored."""
+    restored. Raises ValueError for unequal numbers of targets and changes."""
+    check_pair_counts({"targets": len(targets), "changes": changes.shape[0]})
     width = changes.shape[1]
     added = changes.to(model.device)
 
@@ -138,7 +143,8 @@ def without_component(
     changes: Float[Tensor, "pair pos d_model"], directions: Float[Tensor, "pair d_model"]
 ) -> Float[Tensor, "pair pos d_model"]:
     """``changes`` less their component along pair i's direction (its length does not matter; a zero direction
-    removes nothing)."""
+    removes nothing). Raises ValueError for unequal numbers of changes and directions."""
+    check_pair_counts({"changes": changes.shape[0], "directions": directions.shape[0]})
     unit = directions / directions.norm(dim=1, keepdim=True).clamp_min(1e-12)
     return changes - (changes * unit[:, None, :]).sum(-1, keepdim=True) * unit[:, None, :]
 
@@ -153,8 +159,9 @@ def by_layer(
     """`memory_change` at each pair's ``positions`` after each encoder layer (``encoder.L.hook_resid_post``, L 0-based)
     and in the memory (after the final norm): where the difference between donor and target forms. ``zeroed_heads``
     (0-based heads of the last encoder layer) have their output (``hook_z``) zeroed at those positions in donors and
-    targets alike: what the difference is without them. Raises ValueError for a head outside 0..n_heads-1, and as
-    `splice_mask` and `memory_change` do."""
+    targets alike: what the difference is without them. Raises ValueError for unequal numbers of donors and targets,
+    a head outside 0..n_heads-1, and as `splice_mask` and `memory_change` do."""
+    check_pair_counts({"donors": len(donors), "targets": len(targets)})
     bad = [head for head in zeroed_heads if not 0 <= head < model.cfg.n_heads]
     if bad:
         raise ValueError(f"zeroed heads must lie in 0..{model.cfg.n_heads - 1} (0-based), got {bad}")

@@ -24,15 +24,36 @@ _STALE_TRIES = 2_000
 def analysis_alphabets(kind: str | Sequence[str], seed: int = 0, n: int = 20) -> list[str]:
     """``"standard"`` (the paper's running example), ``"permuted"`` (``n`` permuted alphabets drawn with seed
     ``10_000 + seed``, none of them a training alphabet of any preset generated with data seed 0: copy-400's
-    include every smaller preset's), or an explicit list. Raises ValueError otherwise."""
+    include every smaller preset's), or an explicit non-empty list of permutations of a..z. Raises ValueError
+    otherwise."""
     if not isinstance(kind, str):
-        return list(kind)
+        alphabets = list(kind)
+        bad = next((a for a in alphabets if not isinstance(a, str) or sorted(a) != sorted(STANDARD_ALPHABET)), None)
+        if not alphabets or bad is not None:
+            problem = f"{bad!r} is not a permutation of a..z" if alphabets else "no alphabet given"
+            raise ValueError(f"{problem}; give alphabets of all 26 letters a..z, each once")
+        return alphabets
     if kind == "standard":
         return [STANDARD_ALPHABET]
     if kind == "permuted":
         training = make_alphabets(400, seed=0)
         return make_alphabets(n - n % 4 or 4, seed=10_000 + seed, exclude=training, include_standard=False)
     raise ValueError(f"unknown alphabets {kind!r}; choose standard, permuted or give a list of alphabets")
+
+
+MIN_LENGTH, MAX_LENGTH = 2, ALPHABET_SIZE - 2
+"""Window lengths for which every rule can build its problems within the alphabet."""
+
+
+def _check_lengths(lengths: Sequence[int]) -> list[int]:
+    """``lengths`` as a list; raises ValueError unless it is non-empty and each is in `MIN_LENGTH`..`MAX_LENGTH`."""
+    lengths = list(lengths)
+    if not lengths or any(not MIN_LENGTH <= n <= MAX_LENGTH for n in lengths):
+        raise ValueError(
+            f"window lengths must be in {MIN_LENGTH}..{MAX_LENGTH} (every rule's problems then fit the alphabet), "
+            f"got {lengths}"
+        )
+    return lengths
 
 
 @no_type_check
@@ -53,16 +74,17 @@ def rule_tasks(
     lengths: Sequence[int] = WINDOW_LENGTHS,
 ) -> list[Task]:
     """``n`` distinct 1-shot tasks of one transformation, each with another problem of the same rule and
-    alphabet as its example (never the query problem itself). Raises ValueError for an unknown rule or when
-    fewer than ``n`` distinct tasks exist."""
+    alphabet as its example (never the query problem itself). Raises ValueError for an unknown rule, bad
+    ``alphabets`` (`analysis_alphabets`) or ``lengths`` (none, or one outside 2..24), or when fewer than ``n``
+    distinct tasks exist."""
     get_transformation(transformation)
     rng = random.Random(f"rule_tasks/{transformation}/{seed}")
-    pool = analysis_alphabets(alphabets, seed)
+    pool, lengths = analysis_alphabets(alphabets, seed), _check_lengths(lengths)
     tasks: dict[Task, None] = {}
     stale = 0
     while len(tasks) < n and stale < _STALE_TRIES:
         stale += 1
-        alphabet, length = rng.choice(pool), rng.choice(list(lengths))
+        alphabet, length = rng.choice(pool), rng.choice(lengths)
         made = []
         for _ in range(2):
             start = rng.randrange(ALPHABET_SIZE - length + 1)
@@ -90,9 +112,11 @@ def paper_prompts(transformation: str, n: int, seed: int = 0, fixed_query: bool 
 
     With ``fixed_query`` the query is the paper's ``bcd`` (its window under the rule) and only the example
     varies; otherwise both vary. The paper's own example ``ghi`` comes first when it fits; the rest follow
-    in a ``seed``-shuffled order. Raises ValueError for an unknown rule or fewer than ``n`` such prompts.
+    in a ``seed``-shuffled order. Raises ValueError for an unknown rule, a ``length`` outside 2..24 or fewer than
+    ``n`` such prompts.
     """
     get_transformation(transformation)
+    _check_lengths([length])
     rng = random.Random(f"paper_prompts/{transformation}/{seed}")
     starts = range(ALPHABET_SIZE - length + 1)
     problems = {s: _problem(transformation, s, length, rng.randrange(2**31)) for s in starts}
@@ -156,19 +180,19 @@ def minimal_pairs(
     where both rules give the same example input and the same query input, and different answers, are kept.
 
     With ``at_most``, fewer than ``n`` pairs are returned when no more exist (at least one). Raises ValueError
-    for unknown rules, equal rules, rules whose inputs never agree (e.g. sort vs pred), or (without
-    ``at_most``) fewer than ``n`` distinct pairs.
+    for unknown rules, equal rules, bad ``alphabets`` or ``lengths`` (as `rule_tasks`), rules whose inputs never
+    agree (e.g. sort vs pred), or (without ``at_most``) fewer than ``n`` distinct pairs.
     """
     get_transformation(source), get_transformation(target)
     if source == target:
         raise ValueError(f"source and target are both {source!r}; minimal pairs need two different rules")
     rng = random.Random(f"minimal_pairs/{source}/{target}/{seed}")
-    pool = analysis_alphabets(alphabets, seed)
+    pool, lengths = analysis_alphabets(alphabets, seed), _check_lengths(lengths)
     pairs: dict[MinimalPair, None] = {}
     stale = 0
     while len(pairs) < n and stale < _STALE_TRIES:
         stale += 1
-        alphabet, length = rng.choice(pool), rng.choice(list(lengths))
+        alphabet, length = rng.choice(pool), rng.choice(lengths)
         ex_start, q_start = (rng.randrange(ALPHABET_SIZE - length + 1) for _ in range(2))
         ex_seed, q_seed = rng.randrange(2**31), rng.randrange(2**31)
         problems = [

@@ -212,13 +212,22 @@ def splice_analysis(
     return AnalysisResult("splice", model_name, summary, data, figures, findings)
 
 
+def check_pair_counts(counts: Mapping[str, int]) -> None:
+    """Raise ValueError, naming each count, unless ``counts`` (what is counted -> how many) all count the same pairs."""
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{count} {name}" for name, count in counts.items())
+        raise ValueError(f"unequal numbers of pairs: {listed}; give one of each per pair")
+
+
 def masked_change(
     donor_memory: Float[Tensor, "pair donor_pos d_model"],
     target_memory: Float[Tensor, "pair target_pos d_model"],
     mask: Bool[Tensor, "pair pos"],
 ) -> Float[Tensor, "pair pos d_model"]:
     """Donor minus target at the ``mask`` states (the first ``pos`` of each memory), zero elsewhere. Raises ValueError
-    for a mask wider than either memory or one that marks no state."""
+    for memories and a mask of unequal numbers of pairs, a mask wider than either memory or one that marks no state."""
+    counts = (donor_memory.shape[0], target_memory.shape[0], mask.shape[0])
+    check_pair_counts(dict(zip(("donor memories", "target memories", "mask rows"), counts)))
     width = mask.shape[1]
     if width > min(donor_memory.shape[1], target_memory.shape[1]):
         raise ValueError(
@@ -237,8 +246,8 @@ def memory_change(
     """How the spliced states differ from the target's own at the ``mask`` positions (the first ``pos`` of each
     memory): ``state change`` is the mean of |donor - target| / |target| over those states, ``change alignment`` the
     mean cosine between the differences of two different changed states (1: all point one way; about 0 in a random
-    layout; 0 with under two states that changed by more than 1e-6 of their size). Raises ValueError for a mask
-    wider than either memory or one that marks no state."""
+    layout; 0 with under two states that changed by more than 1e-6 of their size). Raises ValueError as
+    `masked_change` does."""
     width = mask.shape[1]
     change = masked_change(donor, target, mask)[mask].double()
     size = change.norm(dim=-1) / target[:, :width][mask].double().norm(dim=-1)

@@ -53,7 +53,8 @@ def family_answers(task: Task) -> dict[str, str]:
 
     A rule whose answer needs a letter past an end of the alphabet is left out, as is every rule for a task whose
     rule has no family. The ``intruder`` rules fix the query as ``task.answer`` shows (the replaced letter is
-    ambiguous at a window's ends otherwise). Raises ValueError for an ``intruder`` task without an answer.
+    ambiguous at a window's ends otherwise), so an ``intruder`` task whose answer cannot be its rule's (not the
+    query's length, plus one for fix_extend) gets none. Raises ValueError for an ``intruder`` task without an answer.
     """
     alphabet, query = task.alphabet, task.query
     family = FAMILY_OF.get(task.transformation)
@@ -71,7 +72,10 @@ def family_answers(task: Task) -> dict[str, str]:
     elif family == "intruder":
         if task.answer is None:
             raise ValueError(f"task {task.query!r} has no answer: the intruder rules need it")
-        base = task.answer if task.transformation == "fix_alphabetic_seq" else task.answer[:-1]
+        extended = task.transformation == "fix_extend"
+        if len(task.answer) != len(query) + extended:
+            return {}
+        base = task.answer[:-1] if extended else task.answer
         last = _next(alphabet, base[-1])
         answers = {"fix_alphabetic_seq": base, "fix_extend": last and base + last}
     else:

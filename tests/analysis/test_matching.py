@@ -164,6 +164,24 @@ def test_bad_inputs_raise(planted):
         matching_occurrence({"copy": []})
 
 
+@pytest.mark.parametrize("batch_size", [0, -1])
+def test_a_batch_size_below_one_is_refused(planted, batch_size):
+    with pytest.raises(
+        ValueError, match=rf"^batch_size must be at least 1 \(tasks scored at a time\), got {batch_size}$"
+    ):
+        matching_scores(planted, [RUNNING_EXAMPLE], batch_size=batch_size)
+
+
+def test_occurrence_raises_what_loading_a_checkpoint_raises(tmp_path):
+    """As documented (and as the CLI's exit code 2 expects): FileNotFoundError for a missing checkpoint, ValueError for
+    a broken one."""
+    with pytest.raises(FileNotFoundError, match="no checkpoint named or at 'nope-xyz'"):
+        matching_occurrence({"copy": ["nope-xyz"]}, tasks=[RUNNING_EXAMPLE])
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="corrupted"):
+        matching_occurrence({"copy": [tmp_path]}, tasks=[RUNNING_EXAMPLE])
+
+
 PADDED = [RUNNING_EXAMPLE, Task.parse("abcdefghijklmnopqrstuvwxyz | wxyz > wxya | mnop")]
 """39 and 42 positions: the first prompt is padded by 3 in a batch of both."""
 

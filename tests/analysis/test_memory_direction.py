@@ -3,6 +3,7 @@ states, taken away; where it forms and what the letters attend to (the planted m
 
 from __future__ import annotations
 
+import jaxtyping
 import pytest
 import torch
 
@@ -368,3 +369,24 @@ def test_share_along_of_small_changes_is_their_share_too():
     donor = torch.tensor([[[0.03, 0.04], [0.0, 0.02]]])  # squared lengths 0.0029 in all, 0.0009 of it along x
     mask = torch.ones(1, 2, dtype=torch.bool)
     assert share_along(donor, target, mask, torch.tensor([1.0, 0.0])) == pytest.approx(9 / 29)
+
+
+def test_unequal_pair_counts_are_refused_naming_each(monkeypatch):
+    """Each entry point names the counts that differ, before any torch broadcasting error. Run without the test
+    session's runtime type checker, which would refuse these calls first, as a user's Python does not."""
+    monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", True)
+    model = _tiny()
+    preds, succs, positions = _prompts(3)
+    mask, unequal = torch.ones(3, 39, dtype=torch.bool), "^unequal numbers of pairs: "
+    with pytest.raises(ValueError, match=unequal + "2 donor memories, 2 target memories, 3 mask rows; give one"):
+        direction_vectors(torch.randn(2, 5, 4), torch.randn(2, 5, 4), mask[:, :5])
+    with pytest.raises(ValueError, match=unequal + "2 donors, 3 targets; give one of each per pair$"):
+        by_layer(model, preds[:2], succs, positions)
+    with pytest.raises(ValueError, match=unequal + "3 targets, 2 mask rows, 3 vectors; give one"):
+        decode_with_added(model, succs, mask[:2], torch.zeros(3, 16))
+    with pytest.raises(ValueError, match=unequal + "3 targets, 2 changes; give one"):
+        decode_with_changes(model, succs, torch.zeros(2, 39, 16))
+    with pytest.raises(ValueError, match=unequal + "3 changes, 2 directions; give one"):
+        without_component(torch.zeros(3, 5, 4), torch.ones(2, 4))
+    with pytest.raises(ValueError, match=unequal + "3 sums, 2 counts; give one"):
+        mean_of_others(torch.zeros(3, 4), torch.ones(2, dtype=torch.long))

@@ -253,3 +253,37 @@ def test_other_example_tasks_take_the_next_fitting_example_cyclically():
     shared = Task.parse(f"{STANDARD_ALPHABET} | ghi > ghj | stu > stv")  # the first target's example, stu's query
     targets = [tasks[0], clashing, shared, tasks[2], tasks[1]]
     assert [d.examples[0][0] for d in other_example_tasks(targets)[::2]] == ["stu", "mno", "ghi"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"lengths": ()}, r"window lengths must be in 2\.\.24 .*got \[\]"),
+        ({"lengths": (0,)}, r"window lengths must be in 2\.\.24 .*got \[0\]"),
+        ({"lengths": (3, 25)}, r"window lengths must be in 2\.\.24 .*got \[3, 25\]"),
+        ({"alphabets": []}, r"^no alphabet given; give alphabets of all 26 letters a\.\.z, each once$"),
+        ({"alphabets": ["abc"]}, r"^'abc' is not a permutation of a\.\.z; give alphabets of all 26 letters"),
+        ({"alphabets": [STANDARD_ALPHABET[:-1] + "a"]}, r"'abcdefghijklmnopqrstuvwxya' is not a permutation"),
+    ],
+)
+def test_rule_tasks_and_minimal_pairs_refuse_bad_lengths_and_alphabets(options, message):
+    with pytest.raises(ValueError, match=message):
+        rule_tasks("succ", 2, **options)
+    with pytest.raises(ValueError, match=message):
+        minimal_pairs("succ", "pred", 2, **options)
+
+
+@pytest.mark.parametrize("rule", ["sort", "fix_interleave", "rr_interleave", "fix_alphabetic_seq"])
+def test_the_length_bounds_themselves_make_tasks(rule):
+    """The rules that cannot build a problem of 1 or 25 letters build one of 2 and of 24."""
+    assert len(rule_tasks(rule, 1, lengths=(2,))) == len(rule_tasks(rule, 1, lengths=(24,))) == 1
+
+
+def test_paper_prompts_take_the_shortest_window():
+    assert paper_prompts("pred", 3, length=2)[0].query == "bc"
+
+
+@pytest.mark.parametrize("length", [0, -1, 25])
+def test_paper_prompts_refuse_a_length_outside_the_bounds(length):
+    with pytest.raises(ValueError, match=rf"window lengths must be in 2\.\.24 .*got \[{length}\]"):
+        paper_prompts("pred", 3, length=length)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jaxtyping
 import pytest
 import torch
 
@@ -12,7 +13,9 @@ from lsa_interp.analysis.splice import (
     CASES,
     MAJORITY,
     UNUSED,
+    check_pair_counts,
     encoder_memory,
+    masked_change,
     memory_change,
     splice_analysis,
     splice_decode,
@@ -417,3 +420,26 @@ def test_a_target_without_an_answer_has_no_changed_letter_and_no_letters_near_or
     bare = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcd")
     assert splice.changed_letter_place(bare) is None
     assert splice.near_changed(True)(pred, bare) == splice.near_changed(False)(pred, bare) == ()
+
+
+@pytest.mark.parametrize(
+    ("shapes", "counts"),
+    [
+        (((2, 5, 4), (2, 5, 4), (3, 5)), "2 donor memories, 2 target memories, 3 mask rows"),
+        (((3, 5, 4), (2, 5, 4), (3, 5)), "3 donor memories, 2 target memories, 3 mask rows"),
+    ],
+)
+def test_memories_and_a_mask_of_unequal_pair_counts_are_refused_naming_each(monkeypatch, shapes, counts):
+    """What a user's Python sees: the test session's runtime type checker would refuse these calls first."""
+    monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", True)
+    donor, target, (rows, width) = torch.randn(shapes[0]), torch.randn(shapes[1]), shapes[2]
+    message = f"^unequal numbers of pairs: {counts}; give one of each per pair$"
+    for compare in (masked_change, memory_change):
+        with pytest.raises(ValueError, match=message):
+            compare(donor, target, torch.ones(rows, width, dtype=torch.bool))
+
+
+def test_equal_pair_counts_pass():
+    check_pair_counts({"donors": 3, "targets": 3, "mask rows": 3})
+    with pytest.raises(ValueError, match="^unequal numbers of pairs: 3 donors, 1 targets; give one of each per pair$"):
+        check_pair_counts({"donors": 3, "targets": 1})

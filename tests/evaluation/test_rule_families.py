@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lsa_interp.data import Task
+from lsa_interp.data.task import STANDARD_ALPHABET
 from lsa_interp.evaluation.report import markdown_report
 from lsa_interp.evaluation.result import score_predictions
 from lsa_interp.evaluation.rule_families import FAMILY_OF, RULE_FAMILIES, family_answers, family_confusion
@@ -41,6 +42,21 @@ def test_doubled_and_intruder_rules():
     }
     assert family_answers(task("mxop", "mnopq", "fix_extend")) == {"fix_alphabetic_seq": "mnop", "fix_extend": "mnopq"}
     assert family_answers(task("fix", "xif", "reverse")) == {}
+
+
+@pytest.mark.parametrize(
+    ("answer", "rule"),
+    [("x", "fix_extend"), ("ijk", "fix_extend"), ("ij", "fix_alphabetic_seq"), ("ijkl", "fix_alphabetic_seq")],
+)
+def test_an_intruder_task_whose_answer_cannot_be_its_rules_gets_no_family_answers(answer, rule):
+    """The intruder rules read the fixed query off the answer: an answer of another length than the rule gives (the
+    query's, plus one for fix_extend) says nothing, so a wrong prediction counts as other."""
+    odd = Task.parse(f"{STANDARD_ALPHABET} | abc > abd | ijk > {answer}", transformation=rule)
+    assert family_answers(odd) == {}
+    counts = family_confusion([odd, odd], ["abc", answer])[rule]
+    assert (counts.correct, counts.sibling, counts.other) == (1, 0, 1)
+    scored = score_predictions([odd], ["abc"], [odd], [answer]).rule_families
+    assert (scored["seen_alphabets"][rule].other, scored["new_alphabets"][rule].correct) == (1, 1)
 
 
 def test_each_family_rules_answer_is_the_generated_answer_on_every_val_task(copy200):
