@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field
 
-from lsa_interp.data.alphabets import PERMUTATION_LEVELS
+from lsa_interp.data.alphabets import PERMUTATION_LEVELS, most_permuted
 from lsa_interp.data.transformations import PAPER, SEEN, TRANSFORMATIONS
 
 
@@ -17,6 +17,9 @@ class DatasetConfig:
     used for training. ``match_size_of`` names a preset whose split sizes (same seed) this dataset is
     down-sampled to. The new-alphabet test set uses ``n_new_alphabets`` fresh alphabets and
     ``new_alphabet_reshuffle`` pairings per problem, without copy rows.
+
+    Raises ValueError naming the first field of the wrong type or out of range, and when the permutation levels
+    have fewer distinct alphabets than ``n_alphabets + n_new_alphabets`` (see `most_permuted`).
     """
 
     name: str
@@ -44,10 +47,17 @@ class DatasetConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not all(2 <= level <= 26 for level in self.permutation_levels):
             raise ValueError(f"permutation_levels must lie in 2..26 (letters moved), got {self.permutation_levels}")
-        if self.n_alphabets % len(self.permutation_levels):
+        for name in ("n_alphabets", "n_new_alphabets"):
+            if getattr(self, name) % len(self.permutation_levels):
+                raise ValueError(
+                    f"{name} must be a multiple of {len(self.permutation_levels)} (one share per level), "
+                    f"got {getattr(self, name)}"
+                )
+        most = most_permuted(self.permutation_levels)
+        if self.n_alphabets + self.n_new_alphabets > most:
             raise ValueError(
-                f"n_alphabets must be a multiple of {len(self.permutation_levels)} (one share per level), "
-                f"got {self.n_alphabets}"
+                f"n_alphabets + n_new_alphabets must be at most {most}, the distinct alphabets permutation_levels "
+                f"{self.permutation_levels} can supply, got {self.n_alphabets} + {self.n_new_alphabets}"
             )
         if not 1 <= self.n_shots <= 5:
             raise ValueError(f"n_shots must be between 1 and 5, got {self.n_shots}")
@@ -60,8 +70,9 @@ class DatasetConfig:
             raise ValueError("train_transformations must be a subset of eval_transformations")
         if min(self.window_lengths) < 3 or max(self.window_lengths) > 13:
             raise ValueError(f"window lengths must lie in 3..13, got {self.window_lengths}")
-        if abs(sum(self.split_fractions) - 1.0) > 1e-9 or min(self.split_fractions) <= 0:
-            raise ValueError(f"split_fractions must be positive and sum to 1, got {self.split_fractions}")
+        fractions = self.split_fractions
+        if not all(0 < f < 1 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-9:  # NaN lies in no range
+            raise ValueError(f"split_fractions must each lie between 0 and 1 (exclusive) and sum to 1, got {fractions}")
         if self.match_size_of is not None and self.match_size_of not in PRESETS_SPEC:
             raise ValueError(f"match_size_of must name a preset, got {self.match_size_of!r}")
 

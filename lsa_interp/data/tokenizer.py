@@ -17,7 +17,17 @@ from jaxtyping import Bool, Int, Int64
 from torch import Tensor
 
 from lsa_interp.data.task import Task
-from lsa_interp.data.vocab import ARROW, EOS, PAD, ROLE_ID, SEP, TOKEN_STRINGS, display_token, position_labels
+from lsa_interp.data.vocab import (
+    ARROW,
+    EOS,
+    PAD,
+    ROLE_ID,
+    SEP,
+    TOKEN_STRINGS,
+    VOCAB_SIZE,
+    display_token,
+    position_labels,
+)
 
 _EOS_CHAR, _PAD_CHAR = "$", "."
 _LUT = np.full(256, -1, dtype=np.int64)
@@ -188,15 +198,14 @@ def encode_tasks(tasks: Sequence[Task], with_answers: bool | None = None) -> Tok
     return TokenBatch(torch.from_numpy(src), roles, torch.from_numpy(tgt_in), torch.from_numpy(tgt_out))
 
 
-def decode(ids: Sequence[int] | Tensor, skip_start: bool = False) -> str:
-    """Turn decoder ids into an answer string: EOS ends it. A model's generated tokens hold no start symbol, so
-    a ``>`` the model emitted stays in the answer (and is scored wrong); ``skip_start=True`` drops a leading
-    ``>`` (a decoder input row: ``>`` then the answer).
+def _refuse_outside_vocabulary(ids: list[int]) -> None:
+    """Raise ValueError naming the ids of ``ids`` outside the vocabulary (``-1`` would index from the end)."""
+    outside = sorted({token for token in ids if not 0 <= token < VOCAB_SIZE})
+    raise ValueError(f"token id(s) {outside} outside the vocabulary: ids run 0..{VOCAB_SIZE - 1}")
 
-    Tokens other than letters are kept as their symbols (``|``, ``>``, ``<pad>``), so a malformed output
-    never equals a letter-only answer.
-    """
-    tokens = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+
+def _answer(tokens: list[int], skip_start: bool) -> str:
+    """`decode` of ids already known to lie in the vocabulary."""
     if skip_start and tokens and tokens[0] == ARROW:
         tokens = tokens[1:]
     out = []
@@ -207,6 +216,23 @@ def decode(ids: Sequence[int] | Tensor, skip_start: bool = False) -> str:
     return "".join(out)
 
 
+def decode(ids: Sequence[int] | Tensor, skip_start: bool = False) -> str:
+    """Turn decoder ids into an answer string: EOS ends it. A model's generated tokens hold no start symbol, so
+    a ``>`` the model emitted stays in the answer (and is scored wrong); ``skip_start=True`` drops a leading
+    ``>`` (a decoder input row: ``>`` then the answer).
+
+    Tokens other than letters are kept as their symbols (``|``, ``>``, ``<pad>``), so a malformed output
+    never equals a letter-only answer. Raises ValueError naming any id outside the vocabulary (0..29), even
+    one after EOS.
+    """
+    tokens = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+    if tokens and (min(tokens) < 0 or max(tokens) >= VOCAB_SIZE):
+        _refuse_outside_vocabulary(tokens)
+    return _answer(tokens, skip_start)
+
+
 def decode_batch(ids: Int[Tensor, "batch pos"], skip_start: bool = False) -> list[str]:
-    """``decode`` every row of a batch of decoder ids."""
-    return [decode(row, skip_start) for row in ids.tolist()]
+    """``decode`` every row of a batch of decoder ids (the ids are checked once, for the whole batch)."""
+    if ids.numel() and (ids.min() < 0 or ids.max() >= VOCAB_SIZE):
+        _refuse_outside_vocabulary(ids.flatten().tolist())
+    return [_answer(row, skip_start) for row in ids.tolist()]

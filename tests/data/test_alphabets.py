@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from hypothesis import given, strategies as st
 
 from lsa_interp.data import STANDARD_ALPHABET, make_alphabets, permutation_level, permute_alphabet
+from lsa_interp.data.alphabets import PERMUTATION_LEVELS, alphabets_at_level, most_permuted
 
 
 @given(level=st.integers(2, 26), seed=st.integers(0, 10**6))
@@ -77,3 +79,38 @@ def test_alphabets_are_never_repeated():
     """There are 325 alphabets with two letters swapped: asking for all of them gives each exactly once."""
     every_swap = make_alphabets(325, seed=0, levels=(2,), include_standard=False)
     assert len(every_swap) == len(set(every_swap)) == 325
+
+
+def test_the_alphabets_of_each_level_are_counted_exactly():
+    """C(26, k) choices of the moved letters times their derangements; 26 letters have !26 full derangements."""
+    assert [alphabets_at_level(level) for level in (2, 3, 4, 5)] == [325, 5200, 134550, 2894320]
+    assert alphabets_at_level(26) == 148362637348470135821287825
+    assert alphabets_at_level(1) == alphabets_at_level(27) == 0
+    assert most_permuted(PERMUTATION_LEVELS) == 1300 and most_permuted((2, 2)) == 324 and most_permuted((3,)) == 5200
+
+
+def test_the_most_alphabets_the_levels_hold_are_drawn_and_one_share_more_is_refused_up_front():
+    """326 two-letter swaps were asked for by drawing forever (only 325 exist); no levels divided by zero."""
+    assert len(set(make_alphabets(324, seed=0, levels=(2, 2), include_standard=False))) == 324
+    with pytest.raises(
+        ValueError,
+        match=r"^cannot draw 326 distinct alphabets with 2 letters moved for n_permuted 326 over levels \(2,\): "
+        r"only 325 exist$",
+    ):
+        make_alphabets(326, seed=0, levels=(2,))
+    with pytest.raises(ValueError, match=r"^cannot draw 326 .* over levels \(2, 2\): only 325 exist$"):
+        make_alphabets(326, seed=0, levels=(2, 2))
+    for levels in ((), (1, 2), (2, 27)):
+        message = f"levels must be one or more permutation levels in 2..26, got {levels}"
+        with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+            make_alphabets(0, seed=0, levels=levels)
+        with pytest.raises(ValueError, match="levels must be one or more"):
+            most_permuted(levels)
+
+
+def test_alphabets_in_exclude_are_not_counted_as_available():
+    used = make_alphabets(300, seed=0, levels=(2,))  # with the standard alphabet, which takes no level-2 place
+    fresh = make_alphabets(25, seed=1, levels=(2,), exclude=[*used, "not an alphabet"], include_standard=False)
+    assert len(set(fresh)) == 25 and not set(fresh) & set(used)
+    with pytest.raises(ValueError, match="^cannot draw 28 .*: only 25 exist outside exclude$"):
+        make_alphabets(28, seed=1, levels=(2,), exclude=used)

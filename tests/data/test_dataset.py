@@ -264,3 +264,13 @@ def test_a_dataset_saves_into_an_empty_or_new_nested_directory_and_keeps_an_empt
     splits = {**tiny.splits, "test": []}
     out = save_dataset(Dataset(tiny.config, tiny.seed, splits, [], []), tmp_path / "new" / "nested" / "ds")
     assert load_dataset(out).splits == splits
+
+
+def test_a_manifest_whose_config_holds_a_nan_fraction_is_refused_by_name(tiny, tmp_path):
+    """JSON's NaN passed the config's check and failed in numpy when the dataset was generated again."""
+    out = save_dataset(tiny, tmp_path / "ds")
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    manifest["config"]["split_fractions"] = [float("nan"), 0.5, 0.5]
+    (out / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")  # json writes NaN
+    with pytest.raises(ValueError, match=re.escape("split_fractions must each lie between 0 and 1 (exclusive)")):
+        load_dataset(out)

@@ -11,6 +11,8 @@ import pytest
 from lsa_interp.data.presets import DEFAULT_DATA_SEED, PRESETS, DatasetConfig, get_preset, trained_data_seed
 from lsa_interp.data.transformations import PAPER, SEEN
 
+FRACTIONS = "split_fractions must each lie between 0 and 1 (exclusive) and sum to 1"
+
 
 def test_the_papers_thirteen_presets():
     assert list(PRESETS) == [
@@ -67,9 +69,26 @@ def test_a_models_data_seed_is_the_recorded_one_else_the_trainers_default_never_
         ),
         ({"window_lengths": (2, 3)}, "window lengths must lie in 3..13, got (2, 3)"),
         ({"window_lengths": (3, 14)}, "window lengths must lie in 3..13, got (3, 14)"),
-        ({"split_fractions": (0.8, 0.1, 0.2)}, "split_fractions must be positive and sum to 1"),
-        ({"split_fractions": (1.0, 0.0, 0.0)}, "split_fractions must be positive and sum to 1"),
-        ({"split_fractions": (1.1, -0.05, -0.05)}, "split_fractions must be positive and sum to 1"),
+        ({"split_fractions": (0.8, 0.1, 0.2)}, f"{FRACTIONS}, got (0.8, 0.1, 0.2)"),
+        ({"split_fractions": (1.0, 0.0, 0.0)}, f"{FRACTIONS}, got (1.0, 0.0, 0.0)"),
+        ({"split_fractions": (1.1, -0.05, -0.05)}, f"{FRACTIONS}, got (1.1, -0.05, -0.05)"),
+        ({"split_fractions": (float("nan"), 0.5, 0.5)}, f"{FRACTIONS}, got (nan, 0.5, 0.5)"),  # NaN passed
+        ({"split_fractions": (0.5, 0.5, float("nan"))}, f"{FRACTIONS}, got (0.5, 0.5, nan)"),
+        ({"split_fractions": (float("inf"), -float("inf"), 1.0)}, f"{FRACTIONS}, got (inf, -inf, 1.0)"),
+        ({"split_fractions": (10**400, 0.5, 0.5)}, f"{FRACTIONS}, got (1000"),  # too large for a float
+        (
+            {"n_alphabets": 1304, "window_lengths": (3,), "n_reshuffle": 1},  # generating it drew alphabets forever
+            "n_alphabets + n_new_alphabets must be at most 1300, the distinct alphabets permutation_levels "
+            "(2, 5, 10, 20) can supply, got 1304 + 20",
+        ),
+        ({"n_alphabets": 1284}, "n_alphabets + n_new_alphabets must be at most 1300, "),
+        ({"n_new_alphabets": 1284}, "n_alphabets + n_new_alphabets must be at most 1300, "),
+        (
+            {"n_alphabets": 8, "n_new_alphabets": 318, "permutation_levels": (2, 2)},
+            "n_alphabets + n_new_alphabets must be at most 324, the distinct alphabets permutation_levels (2, 2) can "
+            "supply, got 8 + 318",
+        ),
+        ({"n_new_alphabets": 21}, "n_new_alphabets must be a multiple of 4 (one share per level), got 21"),
         ({"match_size_of": "copy-21"}, "match_size_of must name a preset, got 'copy-21'"),
         ({"n_alphabets": -4}, "n_alphabets must be 0 or more (0: the standard alphabet only), got -4"),
         ({"eval_size_divisor": 0}, "eval_size_divisor must be at least 1, got 0"),
@@ -123,10 +142,13 @@ def test_the_edges_a_config_accepts():
         {"split_fractions": (0.7, 0.2, 0.1)},  # sums to 1 only up to rounding
         {"train_transformations": PAPER},
         {"n_alphabets": 0},
-        {"eval_size_divisor": 1, "n_new_alphabets": 1},
+        {"eval_size_divisor": 1, "n_new_alphabets": 1, "permutation_levels": (2,)},
         {"permutation_levels": (2, 26)},
         {"window_lengths": [3]},  # a list, as read from JSON or TOML, of one length
         {"match_size_of": "copy-200"},
+        {"n_alphabets": 1280},  # with the 20 new alphabets, every alphabet with 2 letters moved
+        {"n_alphabets": 300, "n_new_alphabets": 24, "permutation_levels": (2, 2)},
+        {"split_fractions": (0.98, 0.01, 0.01)},
     ):
         DatasetConfig(name="mine", **options)
 
@@ -143,3 +165,11 @@ def test_the_dict_form_round_trips_through_json_and_refuses_unknown_keys():
     with pytest.raises(ValueError, match="^the dataset config lacks name$"):
         DatasetConfig.from_dict({"n_alphabets": 8})  # every other field has a default
     assert DatasetConfig.from_dict({"name": "mine"}) == DatasetConfig(name="mine")
+
+
+def test_a_json_nan_fraction_is_refused_by_from_dict():
+    """Python's JSON reads NaN: such a config (a grid file's, a manifest's) passed and generation then failed in
+    numpy ("cannot convert float NaN to integer")."""
+    data = json.loads('{"name": "mine", "split_fractions": [NaN, 0.5, 0.5]}')
+    with pytest.raises(ValueError, match="^" + re.escape(f"{FRACTIONS}, got (nan, 0.5, 0.5)") + "$"):
+        DatasetConfig.from_dict(data)

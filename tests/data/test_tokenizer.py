@@ -129,6 +129,20 @@ def test_decode():
     assert decode_batch(torch.tensor([[1, EOS, 5, PAD], [2, 3, 4, PAD]])) == ["b", "cde<pad>"]
 
 
+def test_ids_outside_the_vocabulary_are_refused_by_name():
+    """30 raised "tuple index out of range" and -1 decoded silently as ``>`` (it indexed from the end)."""
+    assert decode([0, VOCAB_SIZE - 1]) == "a>" and decode_batch(torch.tensor([[0, VOCAB_SIZE - 1]])) == ["a>"]
+    for ids, named in (([30], "[30]"), ([-1], "[-1]"), ([0, EOS, 31, -2, 31], "[-2, 31]")):  # also after EOS
+        message = f"token id(s) {named} outside the vocabulary: ids run 0..29"
+        with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+            decode(ids)
+        with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+            decode(torch.tensor(ids))
+        with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+            decode_batch(torch.tensor([[PAD] * len(ids), ids]))  # the row after a valid one
+    assert decode([]) == "" and decode_batch(torch.zeros(2, 0, dtype=torch.long)) == ["", ""]
+
+
 def test_a_generated_arrow_stays_in_the_answer_and_only_a_decoder_input_drops_its_start_symbol():
     """Generated tokens hold no start symbol: an output ``> a c d`` is not the answer ``acd``."""
     assert decode([ARROW, 0, 2, 3, EOS, PAD]) == ">acd"
