@@ -341,6 +341,28 @@ def test_evaluation_dataset_preset_and_seed(model, tiny_copy20, tmp_path):
         evaluation_dataset(bare)
 
 
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        (
+            {"preset": ["copy-20"]},
+            r"^the model's metadata records preset \['copy-20'\]; a preset is a name \(a string\)$",
+        ),
+        (
+            {"preset": None, "train_config": "x"},
+            "^the model's metadata records train_config 'x'; a training config is a JSON",
+        ),
+        ({"preset": "tiny", "train_config": {"data_dir": 5}}, "records train_config.data_dir 5; a dataset is a path"),
+    ],
+)
+def test_evaluation_dataset_names_metadata_of_the_wrong_type(metadata, message, tiny_copy20):
+    """A model's metadata comes from its config.json: a damaged one raised AttributeError or TypeError (unhashable)."""
+    damaged = HookedEncoderDecoder(SMALL, metadata=metadata)
+    with pytest.raises(ValueError, match=message):
+        evaluation_dataset(damaged)
+    assert evaluation_dataset(damaged, preset="copy-20").config.name == "copy-20"  # a given preset needs none of it
+
+
 def assert_offline_html(path):
     html = path.read_text()
     assert "<script src=" not in html.replace(" ", "") and "plotly.js v" in html and len(html) > 1_000_000

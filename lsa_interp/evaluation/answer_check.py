@@ -21,9 +21,11 @@ from lsa_interp.data.task import Task
 from lsa_interp.evaluation.metrics import accuracy
 from lsa_interp.evaluation.run import predict, subsample
 from lsa_interp.model.hooked import HookedEncoderDecoder
-from lsa_interp.utils import atomic_write
+from lsa_interp.utils import atomic_write, read_json_object
 
 CHECK_FILE = "check.json"
+CHECK_EXPECTED = "the answer check lsa-interp ship writes (ship it again to count one)"
+"""What ``check.json`` should be (ends the errors of a malformed one)."""
 CHECK_ROWS = 1000
 """Val rows in the sample (`subsample` with seed `CHECK_SEED`): about 10 s of greedy decoding on one CPU core."""
 CHECK_SEED = 0
@@ -52,7 +54,9 @@ def count_answers(
     model: HookedEncoderDecoder, val: Sequence[Task], data_seed: int, rows: int = CHECK_ROWS, seed: int = CHECK_SEED
 ) -> AnswerCheck:
     """Greedy-decode the sample of ``val`` (the val split of dataset seed ``data_seed``) and count the right
-    answers. Returns the `AnswerCheck`; raises ValueError when ``rows`` is not positive."""
+    answers. Returns the `AnswerCheck`; raises ValueError when ``val`` is empty or ``rows`` is not positive."""
+    if not val:
+        raise ValueError("the val split has no tasks to sample the answer check from; it needs at least one")
     tasks = subsample(val, rows, seed)
     result = accuracy(tasks, predict(model, tasks))
     return AnswerCheck("val", len(tasks), seed, data_seed, result.correct)
@@ -66,18 +70,19 @@ def write_answer_check(check: AnswerCheck, directory: str | Path) -> Path:
 
 
 def read_answer_check(directory: str | Path) -> AnswerCheck:
-    """The check recorded in ``directory``. Raises FileNotFoundError when there is none, ValueError when it is
-    malformed."""
+    """The check recorded in ``directory``. Raises FileNotFoundError when there is none, a one-line ValueError naming
+    the file and the field when it is malformed: a field missing or not of its type (split a string, the others
+    whole numbers), no rows, or more right answers than rows or fewer than none."""
     path = Path(directory) / CHECK_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{directory} has no {CHECK_FILE}; ship it again (lsa-interp ship) to count one")
-    fields = json.loads(path.read_text(encoding="utf-8"))
-    try:
-        check = AnswerCheck(**fields)
-    except TypeError as error:
-        raise ValueError(f"{path}: {error}") from None
+    doc = read_json_object(path, CHECK_EXPECTED)
+    counts = {name: doc.get(name, int) for name in ("rows", "seed", "data_seed", "correct")}
+    check = AnswerCheck(split=doc.get("split", str), **counts)
+    if check.rows < 1:
+        raise doc.error(f"'rows' is {check.rows}, not a positive count")
     if not 0 <= check.correct <= check.rows:
-        raise ValueError(f"{path}: {check.correct} right answers of {check.rows} rows")
+        raise doc.error(f"{check.correct} right answers of {check.rows} rows")
     return check
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import torch
 from rich.console import Console
@@ -49,7 +50,8 @@ def evaluation_dataset(
     `trained_data_seed`: the metadata's ``data_seed``, else 0), every split; a model trained on a dataset of its own
     (a grid's ``[datasets.NAME]``, no paper preset) reads the one its training config names while it is there.
     Raises ValueError for an unknown or missing preset (its message ends with ``remedy``: what the caller's user
-    can give instead) or a mismatch, FileNotFoundError for a missing dataset directory.
+    can give instead), a mismatch, or metadata of the wrong type (naming its key: ``preset`` not a string,
+    ``train_config`` not an object, its ``data_dir`` not a string), FileNotFoundError for a missing dataset directory.
     """
     if preset is not None:
         get_preset(preset)
@@ -59,20 +61,38 @@ def evaluation_dataset(
             if wanted is not None and wanted != found:
                 raise ValueError(f"{name} {wanted!r} does not match the dataset in {data_dir} ({name} {found!r})")
         return dataset
-    own = (model.metadata.get("train_config") or {}).get("data_dir")
-    if preset is None and model.metadata.get("preset") not in PRESETS and own:
-        if not os.path.isdir(own):
-            raise ValueError(
-                f"the model trained on a dataset of its own, {own}, not found from here (a path relative to where its "
-                "run started?); pass the dataset with --data"
-            )
-        return load_dataset(own, splits=splits)
-    preset = preset or model.metadata.get("preset")
+    if preset is None:
+        preset = _recorded(model.metadata.get("preset"), "preset", str, "a preset is a name (a string)")
+        own = _own_dataset(model.metadata) if preset not in PRESETS else None
+        if own:
+            if not os.path.isdir(own):
+                raise ValueError(
+                    f"the model trained on a dataset of its own, {own}, not found from here (a path relative to where "
+                    "its run started?); pass the dataset with --data"
+                )
+            return load_dataset(own, splits=splits)
     if preset is None:
         raise ValueError(f"the model's metadata records no training preset, so its dataset is not known; {remedy}")
     if seed is None:
         seed = trained_data_seed(model.metadata)
     return generate_dataset(get_preset(preset), seed)
+
+
+def _recorded(value: object, key: str, kind: type, allowed: str) -> Any:
+    """``value``, the model's metadata's ``key`` (None where it records none). Raises ValueError naming ``key`` and
+    saying what is ``allowed`` when it is not of ``kind``."""
+    if value is None or isinstance(value, kind):
+        return value
+    raise ValueError(f"the model's metadata records {key} {value!r}; {allowed}")
+
+
+def _own_dataset(metadata: Mapping[str, Any]) -> str | None:
+    """The dataset directory the model's training config names, None where it names none. Raises ValueError where
+    the config is not an object or the directory not a string."""
+    train_config = _recorded(metadata.get("train_config"), "train_config", dict, "a training config is a JSON object")
+    return _recorded(
+        (train_config or {}).get("data_dir"), "train_config.data_dir", str, "a dataset is a path (a string)"
+    )
 
 
 def predict(

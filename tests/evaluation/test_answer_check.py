@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -54,6 +55,37 @@ def test_a_check_round_trips_and_a_missing_or_broken_one_is_named(tmp_path):
     path.write_text(json.dumps({"split": "val", "rows": 10, "seed": 0, "data_seed": 0, "correct": 11}))
     with pytest.raises(ValueError, match="11 right answers of 10"):
         read_answer_check(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"correct": "5"}, "'correct' is \"5\", not a whole number"),  # it raised TypeError: '<=' not supported
+        ({"rows": None}, "'rows' is null, not a whole number"),
+        ({"rows": 0, "correct": 0}, "'rows' is 0, not a positive count"),  # its percent divided by zero
+        ({"correct": -1}, "-1 right answers of 10 rows"),
+        ({"split": 0}, "'split' is 0, not a string"),
+        ({"seed": 1.5}, "'seed' is 1.5, not a whole number"),
+    ],
+)
+def test_a_malformed_check_is_one_line_naming_the_file_and_the_field(tmp_path, fields, message):
+    path = tmp_path / CHECK_FILE
+    path.write_text(json.dumps({"split": "val", "rows": 10, "seed": 0, "data_seed": 0, "correct": 5} | fields))
+    expected = "; expected the answer check lsa-interp ship writes (ship it again to count one)"
+    with pytest.raises(ValueError, match=f"^{re.escape(f'{path}: {message}{expected}')}$"):
+        read_answer_check(tmp_path)
+
+
+def test_a_check_that_is_not_a_json_object_names_the_file(tmp_path):
+    (tmp_path / CHECK_FILE).write_text("[1000, 645]")
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / CHECK_FILE))}: \[1000, 645\] is not a JSON"):
+        read_answer_check(tmp_path)
+
+
+def test_an_empty_val_split_has_no_answers_to_count():
+    model = HookedEncoderDecoder(ModelConfig(d_model=16, n_heads=2, d_mlp=32, n_encoder_layers=1, n_decoder_layers=1))
+    with pytest.raises(ValueError, match="^the val split has no tasks to sample the answer check from"):
+        count_answers(model, [], data_seed=3)  # it counted a check of 0 rows, whose percent divides by zero
 
 
 def test_a_recount_may_differ_by_the_tolerance_and_no_more():
