@@ -35,10 +35,10 @@ LEGACY_LENGTH_BUCKETING = True
 @dataclass(frozen=True, kw_only=True)
 class Recipe:
     """What one run and a stack of runs share: the optimizer, schedule, precision, model and bounds (defaults:
-    the paper's recipe). Raises ValueError for an unknown precision or device, a non-positive batch size or step
-    bound, a learning rate that is not a positive finite number, AdamW betas outside [0, 1), a negative weight
-    decay or schedule factor, or a model key that is not a `ModelConfig` field (its values are checked when the
-    model is built)."""
+    the paper's recipe). Raises ValueError for an unknown precision or device, a non-positive batch size, step or
+    time bound, checkpoint or log interval or validation limit, a learning rate that is not a positive finite
+    number, AdamW betas outside [0, 1), a negative weight decay or schedule factor, or a model key that is not a
+    `ModelConfig` field (its values are checked when the model is built)."""
 
     batch_size: int = 32
     lr: float = 1e-3
@@ -73,9 +73,14 @@ class Recipe:
             raise ValueError(f"batch size must be positive, got {self.batch_size}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max steps must be positive, got {self.max_steps}")
+        if self.max_minutes is not None and not 0 < self.max_minutes < math.inf:
+            raise ValueError(f"max minutes must be a positive finite number, got {self.max_minutes}")
+        for name in ("checkpoint_every", "log_every", "val_limit"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0 < self.lr < math.inf:
             raise ValueError(f"lr must be a positive finite number, got {self.lr}")
-        if not all(0 <= beta < 1 for beta in self.betas):
+        if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
             raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas}")
         for name in ("weight_decay", "warmup_start", "final_lr_factor"):
             if not getattr(self, name) >= 0:

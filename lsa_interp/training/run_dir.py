@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 from collections.abc import Iterator
@@ -29,9 +30,11 @@ DONE_FILE = "done"
 def prepare_run_dir(run_dir: str | os.PathLike, config: dict[str, Any], force: bool = False) -> Path:
     """Make ``run_dir`` a fresh run of ``config``: earlier states, metrics and models go, the config is written.
 
-    Raises FileExistsError when ``run_dir`` is not empty and ``force`` is False.
+    Raises FileExistsError when ``run_dir`` is a file, or not empty and ``force`` is False.
     """
     run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise FileExistsError(f"{run_dir} is a file; give a directory for the run")
     if run_dir.exists() and any(run_dir.iterdir()) and not force:
         raise FileExistsError(f"{run_dir} is not empty; pass --force to overwrite it or --resume to continue it")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -55,7 +58,8 @@ def read_config(run_dir: Path) -> dict[str, Any]:
         raise ValueError(f"{path} is damaged (not JSON: {error}); start the run again") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path} is damaged (not a JSON object); start the run again")
-    for holder in [data, *(run for run in data.get("runs") or [] if isinstance(run, dict))]:
+    runs = data.get("runs") if isinstance(data.get("runs"), list) else []  # a wrong type is from_dict's to name
+    for holder in [data, *(run for run in runs if isinstance(run, dict))]:
         if isinstance(holder.get("data_dir"), str):
             holder["data_dir"] = located_data_dir(holder["data_dir"], run_dir)
     return data
@@ -135,12 +139,17 @@ def replicate_dir(index: int) -> str:
 
 
 def pick_device(name: str) -> torch.device:
-    """``auto`` gives CUDA when available, else CPU; raises ValueError for a device that is not there."""
+    """The device ``name`` names: ``auto`` gives CUDA when available, else the CPU; ``cpu``, ``cuda``, ``cuda:N``.
+    Raises ValueError for another name or a GPU that is not there."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda") and not re.fullmatch(r"cuda:\d+", name):
+        raise ValueError(f"unknown device {name!r}; choose one of: auto, cpu, cuda, cuda:N")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda was asked for but no CUDA GPU is available")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"there is no {name}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
     return device
 
 

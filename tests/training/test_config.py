@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, fields
 
+import jaxtyping
 import pytest
 import torch
 
@@ -76,6 +77,11 @@ def test_recipe_values_are_checked_for_a_run_and_for_a_stack():
             ({"weight_decay": -0.01}, "weight_decay must be at least 0, got -0.01"),
             ({"warmup_start": -1e-4}, "warmup_start must be at least 0"),
             ({"final_lr_factor": float("nan")}, "final_lr_factor must be at least 0, got nan"),
+            ({"log_every": 0}, "log_every must be at least 1, got 0"),  # each was a ZeroDivisionError at step 1
+            ({"checkpoint_every": 0}, "checkpoint_every must be at least 1, got 0"),
+            ({"val_limit": 0}, "val_limit must be at least 1, got 0"),
+            ({"max_minutes": -1.0}, "max minutes must be a positive finite number, got -1.0"),
+            ({"max_minutes": float("nan")}, "max minutes must be a positive finite number, got nan"),
         ):
             with pytest.raises(ValueError, match=message):
                 make(**bad)
@@ -241,3 +247,10 @@ def test_a_model_key_that_is_not_a_model_config_field_is_refused_with_the_recipe
         with pytest.raises(ValueError, match=r"^model must map model config keys \(d_model, n_heads, .*'d_modle': 3"):
             make(model={"d_modle": 3})
         assert make(model={"d_model": 64}).model == {"d_model": 64}
+
+
+def test_one_beta_is_refused_where_no_type_checker_runs(monkeypatch):
+    """A user's Python does not check `tuple[float, float]`: `betas=(0.9,)` was accepted."""
+    monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", True)
+    with pytest.raises(ValueError, match=r"^betas must be two numbers in \[0, 1\), got \(0.9,\)$"):
+        TrainConfig(data_dir="d", betas=(0.9,))

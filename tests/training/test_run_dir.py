@@ -10,7 +10,7 @@ import signal
 import pytest
 import torch
 
-from lsa_interp.training import run_dir as rd
+from lsa_interp.training import RunSpec, StackConfig, run_dir as rd
 
 
 def test_prepare_refuses_a_used_directory_and_with_force_clears_only_the_runs_own_files(tmp_path):
@@ -35,6 +35,11 @@ def test_prepare_refuses_a_used_directory_and_with_force_clears_only_the_runs_ow
     empty.mkdir()
     rd.prepare_run_dir(empty, {})  # an existing empty directory needs no force
     assert (rd.prepare_run_dir(tmp_path / "a" / "b" / "run", {}) / rd.CONFIG_FILE).is_file()  # parents made
+    (tmp_path / "file").write_text("keep")
+    for force in (False, True):  # it was a NotADirectoryError
+        with pytest.raises(FileExistsError, match="file is a file; give a directory for the run$"):
+            rd.prepare_run_dir(tmp_path / "file", {}, force=force)
+    assert (tmp_path / "file").read_text() == "keep"
 
 
 def test_a_state_records_the_metrics_length_and_cut_metrics_returns_the_log_to_it(tmp_path):
@@ -82,8 +87,14 @@ def test_pick_device_resolves_auto_and_refuses_a_missing_gpu(monkeypatch):
     assert rd.pick_device("auto") == torch.device("cpu") and rd.pick_device("cpu") == torch.device("cpu")
     with pytest.raises(ValueError, match="no CUDA GPU"):
         rd.pick_device("cuda")
+    for name in ("bogus", "", "mps", "cuda:", "cuda:x"):  # 'bogus' and '' were torch's own errors; 'mps' was taken
+        with pytest.raises(ValueError, match=f"^unknown device '{name}'; choose one of: auto, cpu, cuda, cuda:N$"):
+            rd.pick_device(name)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert rd.pick_device("auto") == torch.device("cuda") and rd.pick_device("cuda:0") == torch.device("cuda:0")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert rd.pick_device("auto") == torch.device("cuda") and rd.pick_device("cuda:1") == torch.device("cuda:1")
+    with pytest.raises(ValueError, match=r"^there is no cuda:2: this machine has 2 CUDA GPU\(s\)$"):
+        rd.pick_device("cuda:2")
 
 
 def test_signals_become_a_flag_inside_the_context_and_handlers_are_restored_after():
@@ -131,6 +142,14 @@ def test_a_damaged_config_is_named_in_a_value_error(tmp_path, text, problem):
         rd.read_config(tmp_path)
     (tmp_path / rd.CONFIG_FILE).write_text(json.dumps({"seed": 1}), encoding="utf-8")
     assert rd.read_config(tmp_path) == {"seed": 1}
+
+
+def test_runs_of_the_wrong_type_are_left_to_the_stack_config_to_name(tmp_path):
+    """``{"runs": 5}`` was a TypeError while the dataset paths were resolved."""
+    (tmp_path / rd.CONFIG_FILE).write_text(json.dumps({"runs": 5}))
+    assert rd.read_config(tmp_path) == {"runs": 5}
+    with pytest.raises(ValueError, match="runs must be a list of run objects, got 5"):
+        StackConfig.from_dict({**StackConfig(runs=(RunSpec("d"),)).to_dict(), **rd.read_config(tmp_path)})
 
 
 def test_a_config_is_read_as_utf_8_whatever_the_locale(tmp_path, ascii_locale):
