@@ -265,10 +265,14 @@ def _replicate_folder(run_dir: str | Path, replicate: int | None, recipe: dict[s
     ``evaluate --model RUN/replicate-I`` does (it said the replicate's model was not finished yet)."""
     if replicate is None:
         return ""
+    if replicate < 0:
+        raise ValueError(f"replicate {replicate} out of range: replicates count from 0")
     if isinstance(recipe.get("runs"), list):  # a stacked run: one entry per replicate
         count = len(recipe["runs"])
     elif recipe:
         count = recipe.get("replicates", 1)  # > 1: a run of the retired vmap stack
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise ValueError(f"{run_dir}/train_config.json is damaged: replicates is {count!r}, not a whole number")
         if count == 1:
             if replicate != 0:
                 raise ValueError(f"replicate {replicate} out of range: {run_dir} trained one model (replicate 0)")

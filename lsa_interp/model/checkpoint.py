@@ -119,6 +119,11 @@ def _read_config(directory: Path) -> dict[str, Any]:
     for key in ("model_config", "weights_file", "weights_sha256"):
         if key not in config:
             raise CheckpointError(f"{config_path} lacks {key!r}")
+    for key in ("weights_file", "weights_sha256"):
+        if not isinstance(config[key], str) or not config[key] or "/" in config[key] or "\\" in config[key]:
+            raise CheckpointError(
+                f"{config_path}: {key} is {config[key]!r}, not a file name of the checkpoint's folder"
+            )
     if not isinstance(config["model_config"], dict):
         raise CheckpointError(
             f"{config_path}: model_config is {config['model_config']!r}, not an object of the model's hyper-parameters"

@@ -563,3 +563,24 @@ def test_shipped_name_is_the_evaluations_model_or_none_without_one(tmp_path, asc
     record = {"model": "replicates/copy-20-s2", "note": "réévalué"}
     (tmp_path / "evaluation.json").write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
     assert shipped_name(tmp_path) == shipped_name(str(tmp_path)) == "replicates/copy-20-s2"
+
+
+def test_the_replicate_folder_is_checked_against_the_runs_saved_config(tmp_path):
+    """Replicate -1 of a stack looked for replicate--1/model; replicates "3" was a TypeError."""
+    folder = card_module._replicate_folder
+    stack, single = {"runs": [{}, {}]}, {"seed": 0}
+    assert (folder(tmp_path, None, stack), folder(tmp_path, 1, stack), folder(tmp_path, 0, single)) == (
+        "",
+        "replicate-1",
+        "",
+    )
+    assert folder(tmp_path, 3, {}) == "replicate-3"  # no saved config: the replicates found on disk
+    with pytest.raises(ValueError, match="^replicate -1 out of range: replicates count from 0$"):
+        folder(tmp_path, -1, stack)
+    with pytest.raises(ValueError, match="^replicate 2 out of range: the stack has 2 runs$"):
+        folder(tmp_path, 2, stack)
+    with pytest.raises(ValueError, match=r"trained one model \(replicate 0\)$"):
+        folder(tmp_path, 1, single)
+    with pytest.raises(ValueError, match=r"train_config\.json is damaged: replicates is '3', not a whole number$"):
+        folder(tmp_path, 1, {"replicates": "3"})
+    assert folder(tmp_path, 2, {"replicates": 3}) == "replicate-2"  # the retired vmap stack's runs

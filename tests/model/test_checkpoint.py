@@ -110,6 +110,15 @@ def test_corrupted_or_truncated_weights_fail_clearly(saved, damage):
             r"config\.json: model_config is None, not an object of the model's hyper-parameters$",
         ),
         (lambda text: text.replace('"lsa-interp"', '"other"'), "not an lsa-interp checkpoint"),
+        (  # a TypeError (a path joined with an int)
+            lambda text: text.replace('"weights_file": "model.safetensors"', '"weights_file": 5'),
+            r"config\.json: weights_file is 5, not a file name of the checkpoint's folder$",
+        ),
+        (
+            lambda text: text.replace('"weights_file": "model.safetensors"', '"weights_file": "../model.safetensors"'),
+            "weights_file is '../model.safetensors', not a file name",
+        ),
+        (lambda text: re.sub(r'"weights_sha256": "\w+"', '"weights_sha256": null', text), "weights_sha256 is None"),
     ],
 )
 def test_bad_configs_fail_clearly(saved, edit, message):
