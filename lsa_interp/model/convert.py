@@ -10,7 +10,7 @@ Key mapping (reference -> hooked): ``input_embedding`` -> ``encoder.embed``, ``o
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -142,12 +142,24 @@ def hooked_from_reference(model: ReferenceTransformer, metadata: dict[str, Any] 
     return hooked.to(model.out.weight.device).train(model.training)
 
 
-def _config_value(metadata: dict[str, Any], key: str, default: float | int) -> Any:
-    """``key`` from the checkpoint's ``mlc_config`` or ``train_config`` dicts, else ``default``."""
+_SETTINGS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "nhead": ("a positive integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+    "dropout": ("a number in [0, 1)", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1),
+}
+"""The settings read from a checkpoint's configs: what each must be, in words and as a test."""
+
+
+def _config_value(metadata: dict[str, Any], key: str, default: float | int, path: Path) -> Any:
+    """``key`` from the checkpoint's ``mlc_config`` or ``train_config`` dicts, else ``default``; raises ValueError
+    naming the key and ``path`` when the value is not what `_SETTINGS` allows."""
     for section in ("mlc_config", "train_config"):
         values = metadata.get(section)
         if isinstance(values, dict) and key in values:
-            return values[key]
+            value = values[key]
+            wanted, allowed = _SETTINGS[key]
+            if not allowed(value):
+                raise ValueError(f"{path}: {section}[{key!r}] must be {wanted}, got {value!r}")
+            return value
     return default
 
 
@@ -160,8 +172,9 @@ def load_reference_checkpoint(
     (the dropout likewise: ``dropout``, else 0.1); neither is in the weights. The other entries
     (``mlc_config``, ``train_config``, ``loss_hist``, ``val_acc_hist``) become ``model.metadata``.
     ``weights_only=False`` unpickles arbitrary objects: only for trusted files. Raises ValueError when the
-    file is not such a checkpoint (not even a torch.save file: said first, plainly) or its weights do not match,
-    FileNotFoundError when it does not exist.
+    file is not such a checkpoint (not even a torch.save file: said first, plainly), its ``nhead`` is no positive
+    integer (or does not divide the model width) or its ``dropout`` no number in [0, 1), or its weights do not
+    match; FileNotFoundError when it does not exist.
     """
     path = Path(path)
     if not path.is_file():
@@ -186,9 +199,13 @@ def load_reference_checkpoint(
         got = sorted(payload)[:10] if isinstance(payload, dict) else type(payload).__name__  # pragma: no mutate
         raise ValueError(f"{path} is not a reference checkpoint: expected a dict with 'net_state_dict', got {got}")
     metadata: dict[str, Any] = {key: value for key, value in payload.items() if key != "net_state_dict"}
-    heads = n_heads if n_heads is not None else int(_config_value(metadata, "nhead", 8))
+    heads = n_heads if n_heads is not None else _config_value(metadata, "nhead", 8, path)
+    dropout = float(_config_value(metadata, "dropout", 0.1, path))
     state_dict = payload["net_state_dict"]
-    cfg = infer_reference_config(state_dict, n_heads=heads, dropout=float(_config_value(metadata, "dropout", 0.1)))
+    try:
+        cfg = infer_reference_config(state_dict, n_heads=heads, dropout=dropout)
+    except ValueError as err:  # e.g. an nhead that does not divide the weights' width: name the file
+        raise ValueError(f"{path}: {err}") from err
     model = HookedEncoderDecoder(cfg, metadata={"source": "reference checkpoint", "path": str(path), **metadata})
     model.load_state_dict(convert_reference_state_dict(state_dict, cfg), strict=True)
     return model.to(device).eval()

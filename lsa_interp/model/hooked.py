@@ -258,12 +258,14 @@ class HookedEncoderDecoder(HookedRootModule):
         encoder hooks fire once, decoder hooks once per step with one position (with ``use_cache=False``: every
         position so far). With ``return_cache=True`` also returns the `ActivationCache` of the decoded sequence
         (the decoder inputs that produced it, teacher-forced in one pass under the attached hooks; see
-        ``decoder_input_from_generated``). Raises ValueError for a ``batch_size`` below 1, and with
+        ``decoder_input_from_generated``). Raises ValueError for a ``batch_size`` below 1, a ``max_new_tokens``
+        outside 1..``cfg.max_len``, and with
         ``return_cache=True`` when the attached hooks make that pass answer otherwise than the decoding (a hook
         that indexes positions acts on the pass's last one, not on each step's new one).
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self._check_max_new_tokens(max_new_tokens)
         with torch.no_grad():
             batch = to_token_batch(inputs, teacher_force=False).to(self.device)
             hooked = is_hooked(list(self.hook_points()))
@@ -295,8 +297,7 @@ class HookedEncoderDecoder(HookedRootModule):
         the whole decoder is re-run on all tokens so far at every step and no row is dropped.
         Raises ValueError when ``max_new_tokens`` is not positive or exceeds the position table.
         """
-        if not 0 < max_new_tokens <= self.cfg.max_len:
-            raise ValueError(f"max_new_tokens must be in 1..{self.cfg.max_len}, got {max_new_tokens}")
+        self._check_max_new_tokens(max_new_tokens)
         with torch.no_grad():
             src_pad = src == PAD
             memory = self.encode(src)
@@ -326,6 +327,10 @@ class HookedEncoderDecoder(HookedRootModule):
                     caches = [(self_cache.select(keep), cross_cache.select(keep)) for self_cache, cross_cache in caches]
             return outputs
 
+    def _check_max_new_tokens(self, max_new_tokens: int) -> None:
+        if not 0 < max_new_tokens <= self.cfg.max_len:
+            raise ValueError(f"max_new_tokens must be in 1..{self.cfg.max_len}, got {max_new_tokens}")
+
     def _decode_by_length(
         self, src: Int[Tensor, "batch src_pos"], max_new_tokens: int, batch_size: int, use_cache: bool
     ) -> Int[Tensor, "batch n"]:
@@ -349,7 +354,7 @@ class HookedEncoderDecoder(HookedRootModule):
         batch_size: int = 256,
     ) -> str | list[str]:
         """Return the greedy answer of one task (a str) or of each task of a list (a list of str); a task may be
-        given as its text (``"abc...z | ghi > ghj | bcd"``, `Task.parse`)."""
+        given as its text (``"abc...z | ghi > ghj | bcd"``, `Task.parse`). Raises as `generate` does."""
         single = isinstance(tasks, (Task, str))
         tokens = self.generate(tasks, max_new_tokens=max_new_tokens, batch_size=batch_size)
         answers = decode_batch(tokens)

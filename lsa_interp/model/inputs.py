@@ -28,8 +28,9 @@ def to_token_batch(
     """Return a `TokenBatch` whose ``tgt_in`` is set (``>`` + answer when teacher-forced, else ``>``).
 
     ``tgt`` overrides the decoder input. ``teacher_force=False`` ignores answers. Raises TypeError for an
-    unsupported input and ValueError for an empty list, a task text `Task.parse` refuses, an id tensor with an id
-    outside the vocabulary or a PAD before a token (ids are right-padded) or a ``tgt`` whose batch size differs.
+    unsupported input or an id tensor or ``tgt`` that is not a ``[batch, pos]`` int64 tensor, and ValueError for an
+    empty list, a task text `Task.parse` refuses, an id tensor or ``tgt`` with an id outside the vocabulary, an id
+    tensor with a PAD before a token (ids are right-padded) or a ``tgt`` whose batch size differs.
     """
     if isinstance(inputs, (Task, str)):
         inputs = [inputs]
@@ -38,12 +39,7 @@ def to_token_batch(
     if isinstance(inputs, TokenBatch):
         batch = inputs
     elif isinstance(inputs, Tensor):
-        if inputs.dim() != 2 or inputs.dtype != torch.long:
-            shape = tuple(inputs.shape)
-            raise TypeError(f"encoder ids must be a [batch, src_pos] int64 tensor, got {shape} {inputs.dtype}")
-        low, high = (int(inputs.min()), int(inputs.max())) if inputs.numel() else (0, 0)
-        if not 0 <= low <= high < VOCAB_SIZE:
-            raise ValueError(f"encoder ids must be token ids 0..{VOCAB_SIZE - 1} (the vocabulary), got {low}..{high}")
+        _check_ids(inputs, "encoder ids", "src_pos")
         pad = inputs == PAD
         if bool((pad[:, :-1] & ~pad[:, 1:]).any()):
             raise ValueError("encoder ids must be right-padded: a row has a PAD before a token (put PAD after them)")
@@ -56,6 +52,7 @@ def to_token_batch(
             f"expected a Task or its text, a list of them, a TokenBatch or an id tensor, got {type(inputs).__name__}"
         )
     if tgt is not None:
+        _check_ids(tgt, "tgt", "tgt_pos")
         if tgt.shape[0] != batch.src.shape[0]:
             raise ValueError(f"tgt has {tgt.shape[0]} rows but the encoder input has {batch.src.shape[0]}")
         return replace(batch, tgt_in=tgt, tgt_out=None)
@@ -63,6 +60,17 @@ def to_token_batch(
         start = torch.full((batch.src.shape[0], 1), ARROW, dtype=torch.long, device=batch.src.device)
         return replace(batch, tgt_in=start, tgt_out=None)
     return batch
+
+
+def _check_ids(ids: object, name: str, positions: str) -> None:
+    """Raise TypeError unless ``ids`` is a ``[batch, positions]`` int64 tensor, ValueError for an id outside the
+    vocabulary (one min/max over the tensor: cheap enough for every forward pass)."""
+    if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
+        got = f"{tuple(ids.shape)} {ids.dtype}" if isinstance(ids, Tensor) else type(ids).__name__
+        raise TypeError(f"{name} must be a [batch, {positions}] int64 tensor, got {got}")
+    low, high = torch.stack(torch.aminmax(ids)).tolist() if ids.numel() else (0, 0)
+    if not 0 <= low <= high < VOCAB_SIZE:
+        raise ValueError(f"{name} must be token ids 0..{VOCAB_SIZE - 1} (the vocabulary), got {low}..{high}")
 
 
 def key_mask(pad: Bool[Tensor, "batch k_pos"], dtype: torch.dtype) -> Float[Tensor, "batch 1 1 k_pos"]:
@@ -80,11 +88,12 @@ def causal_mask(pad: Bool[Tensor, "batch pos"], dtype: torch.dtype) -> Float[Ten
 def decoder_input_from_generated(generated: Int[Tensor, "batch n"]) -> Int[Tensor, "batch tgt_pos"]:
     """The decoder inputs fed while generating ``generated``: ``>`` then every token before the row's EOS.
 
-    PAD fills the rest; trailing all-PAD columns are dropped. Position i of the result predicts
-    ``generated[:, i]``.
+    PAD fills the rest; trailing all-PAD columns are dropped (the ``>`` column stays, so an empty batch gives
+    ``[0, 1]``). Position i of the result predicts ``generated[:, i]``.
     """
     start = torch.full((generated.shape[0], 1), ARROW, dtype=torch.long, device=generated.device)
     tgt = torch.cat([start, generated[:, :-1]], dim=1)
     tgt = tgt.masked_fill(tgt == EOS, PAD)
-    keep = int((tgt != PAD).any(0).nonzero().max()) + 1
+    widths = torch.arange(1, tgt.shape[1] + 1, device=tgt.device)
+    keep = int(torch.where((tgt != PAD).any(0), widths, 1).max())
     return tgt[:, :keep]

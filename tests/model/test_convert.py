@@ -173,6 +173,52 @@ def test_heads_and_dropout_are_read_from_the_train_config_too(reference, tmp_pat
     assert cfg.n_heads == 4 and cfg.dropout == 0.0
 
 
+@pytest.mark.parametrize(
+    ("section", "key", "value", "wanted"),
+    [
+        ("train_config", "dropout", None, "a number in [0, 1)"),
+        ("train_config", "dropout", 1.0, "a number in [0, 1)"),
+        ("train_config", "dropout", -0.1, "a number in [0, 1)"),
+        ("train_config", "dropout", float("nan"), "a number in [0, 1)"),
+        ("train_config", "dropout", "0.1", "a number in [0, 1)"),
+        ("mlc_config", "dropout", True, "a number in [0, 1)"),
+        ("train_config", "nhead", None, "a positive integer"),
+        ("train_config", "nhead", 0, "a positive integer"),
+        ("train_config", "nhead", 4.0, "a positive integer"),
+        ("train_config", "nhead", "4", "a positive integer"),
+        ("mlc_config", "nhead", True, "a positive integer"),
+    ],
+)
+def test_unusable_heads_or_dropout_in_the_configs_name_the_key_and_the_file(
+    reference, tmp_path, section, key, value, wanted
+):
+    """Was a TypeError from float(None), a silent int('4') or int(4.0), or a config error naming no file."""
+    path = tmp_path / "bad.pt"
+    configs = {"mlc_config": {"emb_size": 32}, "train_config": {}}  # no nhead/dropout but the one under test
+    configs[section][key] = value
+    save_reference_checkpoint(reference, path, **configs)
+    with pytest.raises(ValueError) as info:
+        load_model(path)
+    assert str(info.value) == f"{path}: {section}[{key!r}] must be {wanted}, got {value!r}"
+
+
+def test_heads_that_do_not_divide_the_width_name_the_file(reference, tmp_path):
+    path = tmp_path / "three.pt"
+    save_reference_checkpoint(reference, path, mlc_config={"nhead": 3})
+    with pytest.raises(ValueError) as info:
+        load_model(path)
+    assert str(info.value) == f"{path}: d_model=32 is not divisible by n_heads=3"
+
+
+def test_the_bounds_of_heads_and_dropout_are_taken(reference, tmp_path):
+    """One head and dropout 0 (an int: JSON-like configs write 0) are allowed; so is an explicit n_heads over them."""
+    path = tmp_path / "bounds.pt"
+    save_reference_checkpoint(reference, path, mlc_config={"nhead": 1}, train_config={"dropout": 0})
+    cfg = load_reference_checkpoint(path).cfg
+    assert (cfg.n_heads, cfg.dropout) == (1, 0.0) and isinstance(cfg.dropout, float)
+    assert load_reference_checkpoint(path, n_heads=4).cfg.n_heads == 4
+
+
 def test_loaded_checkpoint_metadata_names_its_source_and_path(reference, tmp_path):
     """The loaded model's metadata records the source format and file path next to the checkpoint's entries."""
     path = tmp_path / "run.pt"

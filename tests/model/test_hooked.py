@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jaxtyping
 import pytest
 import torch
 
@@ -271,6 +272,28 @@ def test_rejects_unusable_inputs(paper_pair):
         model(3)
     with pytest.raises(ValueError, match="empty"):
         model([])
+
+
+@pytest.mark.parametrize("tgt", [[[1]], torch.tensor([1]), torch.tensor([[1.0]])], ids=["list", "1-D", "float"])
+def test_forward_refuses_a_decoder_input_of_the_wrong_type(small_model, make_tasks, monkeypatch, tgt):
+    """As a user's Python sees it (no runtime type checker): a TypeError naming ``tgt``, raised before any hook."""
+    monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", True)
+    fired = []
+    with small_model.hooks(fwd_hooks=[(lambda name: True, lambda tensor, hook: fired.append(hook.name))]):
+        with pytest.raises(TypeError, match=r"^tgt must be a \[batch, tgt_pos\] int64 tensor, got "):
+            small_model(make_tasks(1), tgt)
+    assert fired == []
+
+
+@pytest.mark.parametrize("bad", [VOCAB_SIZE, 99, -5])
+def test_forward_and_run_with_cache_refuse_decoder_ids_outside_the_vocabulary(small_model, make_tasks, bad):
+    """Was an IndexError from the embedding; the message gives the range found."""
+    tgt = torch.tensor([[1, bad], [1, 2]])
+    message = rf"^tgt must be token ids 0\.\.{VOCAB_SIZE - 1} \(the vocabulary\), got {min(bad, 1)}\.\.{max(bad, 2)}$"
+    with pytest.raises(ValueError, match=message):
+        small_model(make_tasks(2), tgt)
+    with pytest.raises(ValueError, match=message):
+        small_model.run_with_cache(make_tasks(2), tgt)
 
 
 def test_run_with_cache_returns_detached_copies_in_hook_order(paper_pair, make_tasks):

@@ -133,6 +133,16 @@ def test_decoder_input_from_generated():
     assert torch.equal(decoder_input_from_generated(generated), expected)
 
 
+def test_generating_for_no_rows_gives_no_rows_and_an_empty_cache(stopping_pair):
+    """An empty batch decodes nothing: ``[0, 1]`` tokens, and with ``return_cache`` a cache of the ``>`` step
+    (``decoder_input_from_generated`` raised a RuntimeError on it)."""
+    _, model = stopping_pair
+    src = torch.zeros((0, 5), dtype=torch.long)
+    assert model.generate(src).shape == (0, 1)
+    tokens, cache = model.generate(src, return_cache=True, names_filter="decoder.ln_final.hook_out")
+    assert tokens.shape == (0, 1) and cache["decoder.ln_final.hook_out"].shape == (0, 1, model.cfg.d_model)
+
+
 def test_a_generated_arrow_makes_an_answer_wrong_in_solve_and_in_evaluation(small_model, monkeypatch):
     """A model that emits ``>`` before the right letters has not answered ``acd``: neither ``solve`` nor the
     evaluation's ``predict`` may drop the generated ``>`` as if it were the decoder's start symbol."""
@@ -163,6 +173,12 @@ def test_generate_rejects_bad_lengths(stopping_pair, make_tasks):
         model.generate(make_tasks(1), max_new_tokens=0)
     with pytest.raises(ValueError, match="max_new_tokens"):
         model.generate(make_tasks(1), max_new_tokens=model.cfg.max_len + 1)
+    message = rf"^max_new_tokens must be in 1\.\.{model.cfg.max_len}, got -1$"  # was a RuntimeError from torch.full
+    for use_cache in (True, False):
+        with pytest.raises(ValueError, match=message):
+            model.generate(make_tasks(2), max_new_tokens=-1, use_cache=use_cache)
+    with pytest.raises(ValueError, match=message):
+        model.solve(make_tasks(1)[0], max_new_tokens=-1)
     for bad in (0, -1):  # -1 used to return all-PAD answers without decoding anything
         with pytest.raises(ValueError, match=f"batch_size must be positive, got {bad}"):
             model.solve(make_tasks(2), batch_size=bad)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+import jaxtyping
 import pytest
 import torch
 
@@ -91,6 +94,40 @@ def test_decoder_input_from_generated_shifts_right_and_drops_trailing_padding():
     unfinished = torch.tensor([[4, 5]])  # no EOS yet: every token is fed back
     assert decoder_input_from_generated(unfinished).tolist() == [[ARROW, 4]]
     assert decoder_input_from_generated(torch.tensor([[EOS, PAD]])).tolist() == [[ARROW]]
+
+
+def test_decoder_input_of_an_empty_generation_is_the_start_column():
+    """``generate(..., return_cache=True)`` of an empty batch feeds it on: the ``>`` column of no rows."""
+    for width in (0, 3):
+        tgt = decoder_input_from_generated(torch.zeros((0, width), dtype=torch.long))
+        assert tgt.shape == (0, 1) and tgt.dtype == torch.long
+
+
+@pytest.mark.parametrize(
+    ("tgt", "error", "message"),
+    [
+        ([[ARROW]], TypeError, "tgt must be a [batch, tgt_pos] int64 tensor, got list"),
+        (torch.tensor([[1.0]]), TypeError, "tgt must be a [batch, tgt_pos] int64 tensor, got (1, 1) torch.float32"),
+        (torch.tensor([ARROW]), TypeError, "tgt must be a [batch, tgt_pos] int64 tensor, got (1,) torch.int64"),
+        (torch.tensor([[ARROW, 99]]), ValueError, f"tgt must be token ids 0..{VOCAB_SIZE - 1} (the vocabulary), got "),
+        (torch.tensor([[-5, ARROW]]), ValueError, f"tgt must be token ids 0..{VOCAB_SIZE - 1} (the vocabulary), got "),
+    ],
+    ids=["list", "float", "1-D", "above", "negative"],
+)
+def test_a_decoder_input_is_checked_as_the_encoder_ids_are(make_tasks, monkeypatch, tgt, error, message):
+    """A ``tgt`` the embedding cannot read is named, not an IndexError, torch RuntimeError or AttributeError. Run
+    without the test session's runtime type checker, which would refuse the wrong types first, as a user's Python
+    does not."""
+    monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", True)
+    span = f"{int(tgt.min())}..{int(tgt.max())}" if error is ValueError else ""
+    with pytest.raises(error, match="^" + re.escape(message + span) + "$"):
+        to_token_batch(make_tasks(1), tgt=tgt)
+
+
+def test_decoder_inputs_of_every_token_id_are_taken(make_tasks):
+    """Both ends of the vocabulary, PAD among them (fed back unmasked when the model emitted it), and no positions."""
+    for tgt in (torch.tensor([[ARROW, 0, VOCAB_SIZE - 1, PAD]]), torch.zeros((1, 0), dtype=torch.long)):
+        assert to_token_batch(make_tasks(1), tgt=tgt).tgt_in is tgt
 
 
 def test_inputs_of_every_kind(make_tasks):
