@@ -19,11 +19,13 @@ from lsa_interp.data.batching import BATCHING_METHODS
 from lsa_interp.data.presets import DEFAULT_DATA_SEED, PRESETS, DatasetConfig
 from lsa_interp.model.config import ModelConfig
 from lsa_interp.sweep.analyses import ANALYSIS_NAMES
-from lsa_interp.training.config import PRECISIONS, Recipe
+from lsa_interp.training.config import MAX_SEED, PRECISIONS, Recipe
 from lsa_interp.training.stack_config import RunSpec, StackConfig
 
 RECIPE_KEYS = tuple(f.name for f in fields(Recipe) if f.name not in ("precision", "model", "max_minutes"))
 """The `Recipe` options a grid's ``[recipe]`` table may set (shared by every run of the grid)."""
+MAX_SEEDS = 10_000
+"""The most seeds one cell may list (a range of 10^11 seeds was built in memory before any check)."""
 CELL_DEFAULTS = ("seeds", "epochs", "precision", "data_seed")
 """Settings given at the top level as defaults and overridable per cell."""
 TOP_LEVEL = (*CELL_DEFAULTS, "replicates", "analyses", "eval_limit", "max_minutes", "recipe", "model", "datasets")
@@ -111,11 +113,12 @@ def _no_unknown(data: dict[str, Any], allowed: tuple[str, ...], where: str) -> N
         raise ValueError(f"{name}: unknown key; allowed here: {', '.join(allowed)}")
 
 
-def _integer(value: Any, name: str, minimum: int = 0) -> int:
+def _integer(value: Any, name: str, minimum: int = 0, maximum: int | None = None) -> int:
+    wanted = f"an integer >= {minimum}" if maximum is None else f"an integer in {minimum}..{maximum:,}"
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name}: must be an integer >= {minimum}, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name}: must be an integer >= {minimum}, got {value}")
+        raise ValueError(f"{name}: must be {wanted}, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        raise ValueError(f"{name}: must be {wanted}, got {value:,}")
     return value
 
 
@@ -143,12 +146,14 @@ def _seeds(value: Any, name: str) -> tuple[int, ...]:
         _no_unknown(value, ("start", "stop"), name)
         if "stop" not in value:
             raise ValueError(f"{name}.stop: missing; a seed range is {{start = 0, stop = 5}} (stop excluded)")
-        start = _integer(value.get("start", 0), f"{name}.start")
-        stop = _integer(value["stop"], f"{name}.stop", start + 1)
+        start = _integer(value.get("start", 0), f"{name}.start", maximum=MAX_SEED)
+        stop = _integer(value["stop"], f"{name}.stop", start + 1, maximum=min(MAX_SEED + 1, start + MAX_SEEDS))
         return tuple(range(start, stop))
-    if not isinstance(value, list) or not value:
-        raise ValueError(f"{name}: must be a non-empty list of integers >= 0 or a range {{start = 0, stop = 5}}")
-    seeds = tuple(_integer(seed, f"{name}[{i}]") for i, seed in enumerate(value))
+    if not isinstance(value, list) or not value or len(value) > MAX_SEEDS:
+        raise ValueError(
+            f"{name}: must be a list of 1 to {MAX_SEEDS:,} integers >= 0 or a range {{start = 0, stop = 5}}"
+        )
+    seeds = tuple(_integer(seed, f"{name}[{i}]", maximum=MAX_SEED) for i, seed in enumerate(value))
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"{name}: lists a seed twice ({list(seeds)})")
     return seeds

@@ -28,6 +28,10 @@ ARCHITECTURES = ("hooked", "reference")
 model's doing. Both save a hooked checkpoint."""
 
 
+MAX_SEED = 2**31 - 1
+"""The largest seed a run takes: a stack keeps its first run's seed shifted by 32 bits in the int64 counter of its
+attention-dropout draws (`lsa_interp.training.stacked_model`)."""
+
 LEGACY_LENGTH_BUCKETING = True
 """``length_bucketing`` of a run whose saved config predates the option: such runs bucketed (docs/training.md)."""
 
@@ -124,6 +128,11 @@ class TrainConfig(Recipe):
             raise ValueError(f"epochs must be positive, got {self.epochs}")
         if self.replicates < 1:
             raise ValueError(f"replicates must be at least 1, got {self.replicates}")
+        if not 0 <= self.seed <= MAX_SEED - self.replicates + 1:
+            last = MAX_SEED - self.replicates + 1
+            raise ValueError(
+                f"seed must be in 0..{last:,} (the last replicate's at most {MAX_SEED:,}), got {self.seed:,}"
+            )
         if self.architecture not in ARCHITECTURES:
             raise ValueError(f"unknown architecture {self.architecture!r}; choose one of: {', '.join(ARCHITECTURES)}")
         if self.architecture == "reference" and self.stacked:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from lsa_interp.data.batching import BATCHING_METHODS
-from lsa_interp.training.config import Recipe, TrainConfig, check_fields
+from lsa_interp.training.config import MAX_SEED, Recipe, TrainConfig, check_fields
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,8 @@ class RunSpec:
     def __post_init__(self) -> None:
         if self.batching not in BATCHING_METHODS:
             raise ValueError(f"unknown batching {self.batching!r}; choose one of: {', '.join(BATCHING_METHODS)}")
-        if self.seed < 0:
-            raise ValueError(f"seed must be non-negative, got {self.seed}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"seed must be in 0..{MAX_SEED:,}, got {self.seed:,}")
         if self.epochs < 1:
             raise ValueError(f"epochs must be positive, got {self.epochs}")
         if not self.name:

@@ -109,11 +109,19 @@ def test_a_run_of_a_stack_is_named_by_its_preset_batching_and_seed_unless_named(
     assert RunSpec("d", seed=3, batching="alphabet", preset="copy-20").name == "copy-20-alphabet-s3"
     assert RunSpec("d", seed=3).name == "data-random-s3"  # no preset: the data
     assert RunSpec("d", name="mine").name == "mine"
-    for bad, message in (({"seed": -1}, "seed must be non-negative"), ({"epochs": 0}, "epochs must be positive")):
+    for bad, message in (
+        ({"seed": -1}, "seed must be in 0..2,147,483,647, got -1"),
+        ({"seed": 2**32}, "seed must be in 0..2,147,483,647, got 4,294,967,296"),  # an OverflowError in the stack
+        ({"epochs": 0}, "epochs must be positive"),
+    ):
         with pytest.raises(ValueError, match=message):
             RunSpec("d", **bad)
     with pytest.raises(ValueError, match="unknown batching 'none'"):
         RunSpec("d", batching="none")
+    assert TrainConfig(data_dir="d", seed=2**31 - 2, replicates=2).seed == 2_147_483_646
+    last = r"^seed must be in 0\.\.2,147,483,646 \(the last replicate's at most 2,147,483,647\), got 2,147,483,647$"
+    with pytest.raises(ValueError, match=last):
+        TrainConfig(data_dir="d", seed=2**31 - 1, replicates=2)
 
 
 def test_a_compiled_run_of_one_model_trains_as_a_stack_of_one(tmp_path):
