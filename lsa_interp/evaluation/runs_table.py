@@ -255,7 +255,18 @@ def write_runs_table(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
 
 
 def read_runs_table(path: str | os.PathLike) -> pd.DataFrame:
-    """The table written by `write_runs_table`; raises FileNotFoundError when ``path`` does not exist."""
+    """The table written by `write_runs_table`. Raises FileNotFoundError when ``path`` does not exist, ValueError
+    naming the file when it lacks a run's identity (preset, batching, seed, complete) or an accuracy or count column
+    holds something other than a number (a hand-edited table: the summaries failed with a TypeError)."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"no runs table at {path}; write one with lsa-interp results --runs DIR")
-    return pd.read_csv(path)
+    frame = pd.read_csv(path)
+    again = "write it again with lsa-interp results --runs DIR"
+    missing = [column for column in ("preset", "batching", "seed", "complete") if column not in frame]
+    if missing:
+        raise ValueError(f"{path}: no column {', '.join(missing)}; {again}")
+    for column in (*CELLS, "seed", "epochs"):
+        if column in frame and not pd.api.types.is_numeric_dtype(frame[column]):
+            bad = next(v for v in frame[column] if pd.notna(v) and pd.isna(pd.to_numeric(v, errors="coerce")))
+            raise ValueError(f"{path}: column {column} holds {bad!r}, not a number; {again}")
+    return frame

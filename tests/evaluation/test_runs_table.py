@@ -526,3 +526,19 @@ def test_of_several_copies_of_a_run_with_weights_the_first_by_path_counts_in_any
     for order in (copies + [records], [records, *reversed(copies)]):
         frame = runs_table(order)
         assert frame["run"].tolist() == [str(copies[1])] and frame[CELLS[0]].tolist() == [93.0]
+
+
+def test_a_hand_edited_table_is_named_with_its_column(tmp_path):
+    """A cell holding text made the explorer's summaries fail with a TypeError (math.isnan of a str) that its
+    training tab did not catch; a missing identity column was a KeyError listing a pandas Index."""
+    for name, seed in (("b", 1), ("a", 0)):
+        make_run(tmp_path / "runs", name, "copy-20", "random", seed, 90.0 + seed)
+    frame = runs_table(find_runs([tmp_path / "runs"]))
+    path = write_runs_table(frame.assign(**{CELLS[0]: ["abc", 91.0]}), tmp_path / "bad.csv")
+    with pytest.raises(ValueError, match=rf"bad\.csv: column {CELLS[0]} holds 'abc', not a number; write it again"):
+        read_runs_table(path)
+    path = write_runs_table(frame.drop(columns=["preset", "complete"]), tmp_path / "bare.csv")
+    with pytest.raises(ValueError, match=r"bare\.csv: no column preset, complete; write it again with lsa-interp"):
+        read_runs_table(path)
+    path = write_runs_table(frame.assign(**{CELLS[0]: [None, 91.0]}), tmp_path / "gap.csv")
+    assert read_runs_table(path)[CELLS[0]].isna().tolist() == [True, False]  # a run not evaluated yet
