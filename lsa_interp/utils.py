@@ -162,6 +162,12 @@ _KIND_NAMES = {dict: "an object", list: "a list", str: "a string", int: "a whole
                bool: "true or false", type(None): "null"}  # fmt: skip
 
 
+def is_json_kind(value: Any, kinds: type | tuple[type, ...]) -> bool:
+    """Whether ``value`` is of ``kinds`` as a JSON value is read: true and false are of ``bool`` only, not numbers."""
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    return isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))
+
+
 def _shown(value: Any) -> str:
     """``value`` as JSON on one line, cut to 40 characters."""
     text = json.dumps(value)
@@ -197,7 +203,7 @@ class JsonObject:
                 raise self.error(f"no '{keys}'")
             value = value[key]
         kinds = kinds if isinstance(kinds, tuple) else (kinds,)
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        if not is_json_kind(value, kinds):
             allowed = " or ".join(_KIND_NAMES[kind] for kind in kinds if not (kind is int and float in kinds))
             raise self.error(f"'{keys}' is {_shown(value)}, not {allowed}")
         return value

@@ -9,6 +9,7 @@ terminal.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import shlex
@@ -133,6 +134,7 @@ class _Captured(Exception):
         self.parser = parser
 
 
+@functools.cache  # a script's parser is built once, however many documented commands name it
 def parser_of(script: str) -> argparse.ArgumentParser | None:
     """The argparse parser a script's ``main`` builds (stopped at its ``parse_args``); None when it takes none."""
     if "parse_args" not in (ROOT / script).read_text():

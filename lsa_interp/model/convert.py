@@ -20,6 +20,7 @@ from torch import Tensor
 from lsa_interp.model.config import ModelConfig
 from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.model.reference import ReferenceTransformer
+from lsa_interp.utils import NUMBER, is_json_kind
 
 _FIRST_LINEAR = "transformer.encoder.layers.0.linear1.weight"
 _ZIP_MAGIC, _PICKLE_PROTOCOL = b"PK\x03\x04", b"\x80"
@@ -143,8 +144,8 @@ def hooked_from_reference(model: ReferenceTransformer, metadata: dict[str, Any] 
 
 
 _SETTINGS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "nhead": ("a positive integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1),
-    "dropout": ("a number in [0, 1)", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1),
+    "nhead": ("a positive integer", lambda v: is_json_kind(v, int) and v >= 1),
+    "dropout": ("a number in [0, 1)", lambda v: is_json_kind(v, NUMBER) and 0 <= v < 1),
 }
 """The settings read from a checkpoint's configs: what each must be, in words and as a test."""
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from lsa_interp.data.batching import BATCHING_METHODS
 from lsa_interp.model.config import ModelConfig
+from lsa_interp.utils import NUMBER, is_json_kind
 
 PRECISIONS = ("fp32", "tf32", "bf16")
 """fp32 (the recipe); tf32 matmuls; bf16 autocast."""
@@ -163,20 +165,16 @@ class TrainConfig(Recipe):
         return cls(**{"length_bucketing": LEGACY_LENGTH_BUCKETING, **data, "betas": tuple(data["betas"])})
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-_FIELD_KINDS: dict[str, tuple[str, Any]] = {
-    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-    "float": ("a number", _is_number),
-    "str": ("a string", lambda v: isinstance(v, str)),
-    "bool": ("true or false", lambda v: isinstance(v, bool)),
-    "dict[str, Any]": ("an object of model config keys", lambda v: isinstance(v, dict)),
-    "tuple[float, float]": ("a list of two numbers", lambda v: isinstance(v, list | tuple) and len(v) == 2
-                            and all(map(_is_number, v))),
-    "tuple[RunSpec, ...]": ("a list of run objects", lambda v: isinstance(v, list | tuple)
-                            and all(isinstance(run, dict) for run in v)),
+_FIELD_KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "int": ("an integer", lambda v: is_json_kind(v, int)),
+    "float": ("a number", lambda v: is_json_kind(v, NUMBER)),
+    "str": ("a string", lambda v: is_json_kind(v, str)),
+    "bool": ("true or false", lambda v: is_json_kind(v, bool)),
+    "dict[str, Any]": ("an object of model config keys", lambda v: is_json_kind(v, dict)),
+    "tuple[float, float]": ("a list of two numbers", lambda v: is_json_kind(v, (list, tuple)) and len(v) == 2
+                            and all(is_json_kind(x, NUMBER) for x in v)),
+    "tuple[RunSpec, ...]": ("a list of run objects", lambda v: is_json_kind(v, (list, tuple))
+                            and all(is_json_kind(run, dict) for run in v)),
 }  # fmt: skip
 """What a saved config's value of each field type must be (JSON carries no types), and how to say it."""
 
