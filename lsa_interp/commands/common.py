@@ -303,3 +303,19 @@ def training_preset(preset: str | None, data: Path | None) -> str:
     if preset is not None and preset != own:
         raise ValueError(f"--preset {preset} is not the preset of --data {data} ({own}); leave --preset out")
     return own
+
+
+def progress_bar():
+    """A rich progress bar on stderr: description, bar, done/total, elapsed and remaining time."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*columns, TimeRemainingColumn(), console=Console(stderr=True))

@@ -1,6 +1,6 @@
-"""CLI commands: ``matching-heads`` (detect matching heads, occurrence over runs) and ``patch`` (attention-
-pattern patching between two transformations). Torch and the analyses are imported inside the commands,
-so ``--help`` and ``lsa-interp data ...`` stay fast."""
+"""CLI commands: ``matching-heads`` (detect matching heads, occurrence over runs), ``patch`` (attention-
+pattern patching between two transformations) and ``activation-patching`` (every layer, position and head).
+Torch and the analyses are imported inside the commands, so ``--help`` and ``lsa-interp data ...`` stay fast."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from lsa_interp.commands.common import (
     open_model,
     out_dir,
     parse_lengths,
+    progress_bar,
 )
 
 _ENGINES = ("hooks", "nnsight")
@@ -179,4 +180,72 @@ def register(app: typer.Typer) -> None:
         result = patching_analysis(
             net, model, source, target, head, pairs, seed, engine, alphabets=alphabets or "standard", lengths=windows
         )
+        finish(result, target_dir, model)
+
+    @app.command(
+        "activation-patching",
+        help="Activation patching on minimal pairs (same alphabet, example input and query): run the --to prompts "
+        "with one activation taken from the --from prompts (the encoder's residual stream, attention and MLP "
+        "outputs at each position; every encoder and decoder head at all positions) and measure the logit "
+        "difference where the two answers part, normalised: 1 = the --from prompt's, 0 = unchanged. Uses the "
+        "pairs the model answers right on both sides; not a finding of the paper, so reported, not judged.",
+        epilog="Example: lsa-interp activation-patching --model copy-200 --from succ --to pred --pairs 100\n\n"
+        "Heads only: lsa-interp activation-patching --site heads",
+    )
+    def activation_patching(
+        model: ModelOption = "copy-200",
+        source: Annotated[
+            str, typer.Option("--from", help="Transformation whose activations are patched in.")
+        ] = "succ",
+        target: Annotated[str, typer.Option("--to", help="Transformation whose prompts are run.")] = "pred",
+        pairs: Annotated[
+            int, typer.Option(min=1, help="Minimal pairs offered (fewer where fewer exist); the solved ones are used.")
+        ] = 100,
+        length: Annotated[
+            int, typer.Option(min=2, max=24, help="Window length of the pairs (all prompts need one layout).")
+        ] = 3,
+        site: Annotated[
+            list[str] | None,
+            typer.Option(
+                help="What to patch, repeatable: 'encoder residual', 'encoder attention output', "
+                "'encoder MLP output' or heads; default all four."
+            ),
+        ] = None,
+        alphabets: Annotated[
+            str, typer.Option(help="Alphabets of the pairs: standard (a..z; default) or permuted (unseen ones).")
+        ] = "standard",
+        seed: SeedOption = 0,
+        out: OutOption = None,
+        device: DeviceOption = "cpu",
+    ) -> None:
+        """Patch every encoder position, layer and head from --from prompts into --to prompts."""
+        from lsa_interp.analysis.activation_patching import SITES, activation_patching_analysis
+        from lsa_interp.data.transformations import get_transformation
+
+        sites = site or list(SITES)
+        unknown = [name for name in sites if name not in SITES]
+        if unknown:
+            raise ValueError(f"unknown --site {unknown[0]!r}; choose from: {', '.join(SITES)}")
+        if alphabets not in _ALPHABETS:
+            raise ValueError(f"unknown --alphabets {alphabets!r}; choose one of {', '.join(_ALPHABETS)}")
+        get_transformation(source), get_transformation(target)
+        if source == target:
+            message = f"--from and --to are both {source!r}"
+            raise ValueError(f"{message}; give two different rules, e.g. --from succ --to pred")
+        target_dir = out_dir(out, model)
+        net = open_model(model, device)
+        with progress_bar() as bar:
+            task = bar.add_task("patched runs", total=None)
+            result = activation_patching_analysis(
+                net,
+                model,
+                source,
+                target,
+                pairs,
+                seed,
+                alphabets,
+                length,
+                sites,
+                lambda done, total: bar.update(task, completed=done, total=total),
+            )
         finish(result, target_dir, model)

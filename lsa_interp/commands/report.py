@@ -19,6 +19,7 @@ from lsa_interp.commands.common import (
     finish,
     given_options,
     open_model,
+    progress_bar,
     writable_out,
 )
 
@@ -88,7 +89,7 @@ def register(app: typer.Typer) -> None:
         _one_thread()
         net = open_model(model, device)
         started = time.perf_counter()
-        with _progress_bar() as bar:
+        with progress_bar() as bar:
             task = bar.add_task(f"report on {model}", total=len(STEPS))
             result = run_report_pool(
                 net, model, seed, workers if device == "cpu" else 1, progress=lambda _: bar.advance(task)
@@ -151,22 +152,6 @@ def register(app: typer.Typer) -> None:
         finish(result, target_dir, model)
 
 
-def _progress_bar():
-    """A rich progress bar on stderr: description, bar, done/total, elapsed and remaining time."""
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    return Progress(*columns, TimeRemainingColumn(), console=Console(stderr=True))
-
-
 def _one_thread() -> None:
     """Run torch on one thread, as each ``--models`` worker does: the models are small, and two threads on a
     busy 2-core machine cost 2-3x the CPU time and the wall time of one (docs/analyses.md)."""
@@ -209,7 +194,7 @@ def _population(patterns: list[str], workers: int | None, out: Path | None, seed
     paths = list(dict.fromkeys(p for pattern in patterns for p in expand_checkpoints(pattern)))
     check_models(paths)
     target = writable_out(out if out is not None else Path("runs") / "report" / "population")
-    with _progress_bar() as bar:
+    with progress_bar() as bar:
         task = bar.add_task(f"report on {len(paths)} models", total=len(paths))
         population = run_population(paths, seed, workers, progress=lambda _: bar.advance(task))
     table = population.table()

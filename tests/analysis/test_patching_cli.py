@@ -223,3 +223,34 @@ def test_patch_refuses_empty_lengths_and_one_rule_twice_before_any_work(
 def test_an_empty_checkpoint_pattern_is_refused_not_read_as_the_checkpoints_folder(pattern):
     with pytest.raises(ValueError, match="an empty checkpoint pattern; give a shipped name, a directory or a glob"):
         expand_checkpoints(pattern)
+
+
+def test_activation_patching_writes_its_grids_for_pairs_the_model_solves(saved, tmp_path, capsys, monkeypatch):
+    from lsa_interp.analysis import activation_patching
+    from tests.analysis.test_activation_patching import _planted_pairs
+
+    monkeypatch.setattr(activation_patching, "minimal_pairs", lambda source, target, n, **_: _planted_pairs(n))
+    out = tmp_path / "out"
+    args = ["activation-patching", "--model", str(saved[0]), "--from", "pred", "--to", "succ", "--pairs", "3"]
+    code, stdout, stderr = run([*args, "--site", "heads", "--out", str(out)], capsys)
+    assert code == 0 and "heads: largest" in stdout and "patched runs" in stderr
+    report = json.loads((out / "activation_patching.json").read_text())
+    assert list(report["data"]["grids"]) == ["heads"] and report["summary"]["pairs solved (both prompts)"] == 3
+    assert (out / "activation_patching.html").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--site", "resid"], "unknown --site 'resid'; choose from: encoder residual, encoder attention output"),
+        (["--from", "pred"], "--from and --to are both 'pred'; give two different rules"),
+        (["--alphabets", "greek"], "unknown --alphabets 'greek'; choose one of standard, permuted"),
+        ([], "the model answers both prompts of none of the 4 succ/pred minimal pairs (right: 0 succ and 0 pred"),
+    ],
+)
+def test_activation_patching_refuses_bad_input_in_one_line(saved, tmp_path, capsys, extra, message):
+    out = tmp_path / "out"
+    args = ["activation-patching", "--model", str(saved[0]), "--pairs", "4", "--out", str(out), *extra]
+    code, stdout, stderr = run(args, capsys)
+    assert code == 2 and message in stderr and "Traceback" not in stderr
+    assert not out.exists()

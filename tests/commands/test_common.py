@@ -9,6 +9,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import pytest
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from typer.testing import CliRunner
 
 from lsa_interp.analysis.types import AnalysisResult, Finding
@@ -357,3 +358,11 @@ def test_a_page_replaces_only_an_earlier_page(tmp_path):
         (tmp_path / "config.json").write_text(foreign)
         with pytest.raises(common.UserError, match=r"^--page .*config\.json exists and is not an HTML page; give"):
             common.refuse_foreign_page(tmp_path / "config.json", "--page")
+
+
+def test_the_progress_bar_is_on_stderr_with_its_five_columns():
+    bar = common.progress_bar()
+    assert bar.console.stderr is True
+    kinds = [type(column) for column in bar.columns]
+    assert kinds == [TextColumn, BarColumn, MofNCompleteColumn, TimeElapsedColumn, TimeRemainingColumn]
+    assert bar.columns[0].text_format == "{task.description}"

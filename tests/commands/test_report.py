@@ -7,7 +7,6 @@ import shutil
 
 import pytest
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from lsa_interp.analysis import matching, population
 from lsa_interp.analysis.splice import CASES, UNUSED, unused_positions
@@ -65,14 +64,6 @@ def test_findings_over_many_models_have_no_verdict_column(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [cell.strip() for cell in lines[2].strip("┃").split("┃")] == ["finding", "paper", "ours"]
     assert [cell.strip() for cell in lines[4].strip("│").split("│")] == ["matching", "yes", "holds in 1/2 of 2"]
-
-
-def test_the_progress_bar_is_on_stderr_with_its_five_columns():
-    bar = report._progress_bar()
-    assert bar.console.stderr is True
-    kinds = [type(column) for column in bar.columns]
-    assert kinds == [TextColumn, BarColumn, MofNCompleteColumn, TimeElapsedColumn, TimeRemainingColumn]
-    assert bar.columns[0].text_format == "{task.description}"
 
 
 def test_one_thread():

@@ -1,0 +1,165 @@
+"""Activation patching: exact for nothing and whole layers, and the planted model's known circuit found where it is."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from lsa_interp.analysis import activation_patching as ap
+from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_answer, planted_model
+from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
+from lsa_interp.data.tokenizer import encode_tasks
+from lsa_interp.model.config import ModelConfig
+from lsa_interp.model.hooked import HookedEncoderDecoder
+
+torch.set_num_threads(1)
+
+OUT1, OUT3, ARROW_AT = 31, 33, 30
+"""Positions in a 3-letter prompt: the first and last example-output letters, and ``>`` before them."""
+
+
+def _planted_pairs(n: int, seed: int = 0) -> list[MinimalPair]:
+    """pred/succ minimal pairs whose answers are what the planted model answers (the first example-output letter:
+    pred's ``f`` of ``ghi > fhi`` against succ's ``g`` of ``ghi > ghj``)."""
+    found = minimal_pairs("pred", "succ", n, seed=seed, lengths=(3,))
+    with_answer = lambda task: dataclasses.replace(task, answer=planted_answer(task))
+    return [MinimalPair(with_answer(p.source), with_answer(p.target)) for p in found]
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return planted_model()
+
+
+@pytest.fixture(scope="module")
+def planted_result(planted):
+    return ap.patch_activations(planted, _planted_pairs(6))
+
+
+@pytest.fixture(scope="module")
+def small():
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64))
+    return model.eval()
+
+
+def test_the_planted_model_answers_the_source_letter_only_where_its_circuit_runs(planted, planted_result):
+    result = planted_result
+    assert result.source_logit_diff > 1 and result.target_logit_diff < -1
+    resid = result.normalized(ap.RESID)
+    assert resid[0, OUT1] == pytest.approx(1, abs=1e-3)  # the planted head reads the first output letter
+    assert resid[-1, ARROW_AT] == pytest.approx(1, abs=1e-3)  # the decoder reads its answer from the memory at >
+    assert resid[0, OUT3].abs() < 1e-3 and resid[-1, OUT1].abs() < 1e-3
+    heads = result.normalized(ap.HEADS)
+    circuit = {(PLANTED_HEAD.layer, PLANTED_HEAD.head), (READOUT_HEAD.layer, READOUT_HEAD.head), (4, 0)}
+    for row in range(heads.shape[0]):
+        for head in range(heads.shape[1]):
+            expected = 1.0 if (row, head) in circuit else 0.0  # row 4: the decoder's cross-attention
+            assert heads[row, head] == pytest.approx(expected, abs=1e-3), (result.grids[ap.HEADS].rows[row], head)
+    assert result.grids[ap.HEADS].switched[PLANTED_HEAD.layer, PLANTED_HEAD.head] == 1
+
+
+def test_grids_are_labelled_by_hook_layer_position_and_head(planted_result):
+    resid = planted_result.grids[ap.RESID]
+    assert resid.hooks == (
+        "encoder.0.hook_resid_pre",
+        "encoder.1.hook_resid_pre",
+        "encoder.2.hook_resid_pre",
+        "encoder.ln_final.hook_out",
+    )
+    assert resid.rows == ("embeddings", "after layer 1", "after layer 2", "memory")
+    positions = planted_result.positions
+    assert positions[:3] == ("a·0", "b·1", "c·2") and positions[26] == "|·26" and positions[ARROW_AT] == ">·30"
+    assert positions[OUT1] == "out1·31" and positions[27] == "in1·27" and positions[-1] == "EOS·38"
+    assert resid.columns == positions and resid.logit_diff.shape == (4, 39)
+    heads = planted_result.grids[ap.HEADS]
+    assert heads.rows[2:5] == ("encoder 3 self-attention", "decoder 1 self-attention", "decoder 1 cross-attention")
+    assert heads.columns == ("head 1", "head 2", "head 3", "head 4")
+    assert planted_result.grids[ap.MLP_OUT].hooks[1] == "encoder.1.hook_mlp_out"
+
+
+@torch.no_grad()
+def test_patching_nothing_is_the_target_run_and_a_whole_layer_the_source_run_to_the_bit(small):
+    pairs = minimal_pairs("succ", "pred", 5, lengths=(3,))
+    batch = ap.pair_batch(pairs)
+    tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in
+    measure = ap._measure_at_parting(pairs)
+    saved = ap._run(small, batch.source, tgt, {}, save=["encoder.1.hook_resid_pre", "encoder.ln_final.hook_out"])
+    source = measure(saved["logits"])
+    target = measure(ap._run(small, batch.target, tgt, {})["logits"])
+    for name in ("encoder.1.hook_resid_pre", "encoder.ln_final.hook_out"):
+        whole = ap._run(small, batch.target, tgt, {name: lambda t, donor=saved[name]: donor})["logits"]
+        assert torch.equal(torch.stack(measure(whole)), torch.stack(source))
+    result = ap.patch_activations(small, pairs, [ap.RESID])
+    assert result.source_logit_diff == float(source[0]) and result.target_logit_diff == float(target[0])
+    same_token = (batch.source.src == batch.target.src).all(0)  # every pair's prompts agree here
+    assert int(same_token.sum()) == 37  # all but the first and last example-output letters (out2 agrees)
+    assert (result.grids[ap.RESID].logit_diff[0, same_token] == result.target_logit_diff).all()
+    assert (result.grids[ap.RESID].logit_diff[0, ~same_token] != result.target_logit_diff).all()
+
+
+def test_the_measured_step_is_where_the_answers_part():
+    def pair(source_answer: str, target_answer: str) -> MinimalPair:
+        base = minimal_pairs("succ", "pred", 1, lengths=(3,))[0]
+        return MinimalPair(
+            dataclasses.replace(base.source, answer=source_answer),
+            dataclasses.replace(base.target, answer=target_answer),
+        )
+
+    pairs = [pair("acd", "bce"), pair("bcf", "bce"), pair("bc", "bce")]
+    logits = torch.zeros(3, 4, 30)
+    logits[0, 0, 0], logits[1, 2, 5], logits[2, 2, 27] = 3.0, 5.0, 7.0  # a at step 0, f at step 2, EOS at step 2
+    logits[0, 0, 1], logits[1, 2, 4] = 1.0, 6.0  # b, e: the target letters
+    diff, switched = ap._measure_at_parting(pairs)(logits)
+    assert diff == pytest.approx((2.0 - 1.0 + 7.0) / 3) and switched == pytest.approx(2 / 3)
+
+
+def test_prompts_of_different_layouts_are_refused(planted):
+    pairs = minimal_pairs("succ", "pred", 2, lengths=(3,)) + minimal_pairs("succ", "pred", 1, seed=1, lengths=(4,))
+    with pytest.raises(ValueError, match="pair 2 does not share the first pair's token layout.*one window length"):
+        ap.patch_activations(planted, pairs)
+
+
+def test_unknown_sites_are_refused_and_unpatched_sites_named(planted, planted_result):
+    with pytest.raises(ValueError, match=r"unknown sites \['resid'\]; choose from: encoder residual"):
+        ap.patch_activations(planted, _planted_pairs(2), ["resid"])
+    with pytest.raises(ValueError, match="unknown sites"):
+        ap.patch_activations(planted, _planted_pairs(2), [])
+    only = ap.patch_activations(planted, _planted_pairs(2), [ap.HEADS])
+    with pytest.raises(KeyError, match="site 'encoder residual' was not patched; patched: heads"):
+        only.normalized(ap.RESID)
+
+
+def test_progress_counts_every_patched_run(planted):
+    calls = []
+    ap.patch_activations(
+        planted, _planted_pairs(2), [ap.HEADS, ap.ATTN_OUT], lambda done, total: calls.append((done, total))
+    )
+    assert calls == [(i, 5 * 4 + 3 * 39) for i in range(1, 5 * 4 + 3 * 39 + 1)]
+
+
+def test_solved_pairs_keeps_the_pairs_answered_right_on_both_sides(planted):
+    pairs = _planted_pairs(3)
+    assert ap.solved_pairs(planted, pairs) == pairs
+    assert ap.solved_pairs(planted, minimal_pairs("pred", "succ", 3, lengths=(3,))) == []
+
+
+def test_the_analysis_writes_grids_heat_maps_and_unjudged_findings(planted, monkeypatch, tmp_path):
+    monkeypatch.setattr(ap, "minimal_pairs", lambda source, target, n, **_: _planted_pairs(n))
+    result = ap.activation_patching_analysis(planted, "planted", source="pred", target="succ", n_pairs=4)
+    assert result.summary["pairs solved (both prompts)"] == 4 and result.summary["pairs offered"] == 4
+    assert [f.holds for f in result.findings] == [None] * 4 and set(result.figures) == set(ap.SITES)
+    assert result.findings[-1].value == pytest.approx(1, abs=1e-3)
+    paths = result.write(tmp_path)
+    written = json.loads(paths["json"].read_text())
+    grid = written["data"]["grids"][ap.HEADS]
+    assert grid["rows"][1] == "encoder 2 self-attention" and grid["normalized"][1][2] == pytest.approx(1, abs=1e-3)
+    assert "normalised" in paths["html"].read_text()
+
+
+def test_the_analysis_refuses_a_model_that_solves_no_pair(planted):
+    with pytest.raises(ValueError, match="answers both prompts of none of the 3 succ/pred minimal pairs"):
+        ap.activation_patching_analysis(planted, n_pairs=3)
