@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from functools import partial
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor
 
 from lsa_interp.analysis.activations import eval_mode
 from lsa_interp.analysis.pair_batch import pair_batch
+from lsa_interp.analysis.patch_runs import Index, answer_outcomes, measure_at_parting, replace_at, run_patched
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
 from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.tokenizer import TokenBatch, decode_batch, encode_tasks
@@ -40,15 +41,20 @@ from lsa_interp.data.vocab import ROLES, display_token
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 RESID, ATTN_OUT, MLP_OUT, HEADS = "encoder residual", "encoder attention output", "encoder MLP output", "heads"
-SITES: tuple[str, ...] = (RESID, ATTN_OUT, MLP_OUT, HEADS)
-"""The grids `patch_activations` can fill: three of (hook, encoder position), one of (attention module, head)."""
+HEAD_POSITIONS = "encoder heads by position"
+SITES: tuple[str, ...] = (RESID, ATTN_OUT, MLP_OUT, HEADS, HEAD_POSITIONS)
+"""The grids `patch_activations` can fill: three of (hook, encoder position), one of (attention module, head) and
+one of (encoder head, position)."""
+DEFAULT_SITES: tuple[str, ...] = (RESID, ATTN_OUT, MLP_OUT, HEADS)
+"""What the analysis patches unless told: all but the heads by position (24 x 39 runs for the paper's model)."""
 _ROLE_SHORT = {"example_in": "in", "example_out": "out", "query": "q"}
-Patch = Callable[[Tensor], Tensor]
+Row = tuple[str, str, list[Index]]
+"""One row of a grid: the hook patched, the row's label and the index of the activation each column patches."""
 
 
 @dataclass(frozen=True)
 class PatchingGrid:
-    """One site's results: a row per hook (or attention module), a column per position (or head)."""
+    """One site's results: a row per hook (or head), a column per position (or head); ``hooks`` names each row's."""
 
     site: str
     hooks: tuple[str, ...]
@@ -56,8 +62,11 @@ class PatchingGrid:
     columns: tuple[str, ...]
     logit_diff: Float[Tensor, "row column"]
     """Mean over pairs of the patched run's logit difference (source letter minus target letter)."""
-    switched: Float[Tensor, "row column"]
-    """Fraction of pairs whose top token at the measured step becomes the source answer's letter."""
+    source_answers: Float[Tensor, "row column"]
+    """Fraction of pairs whose greedy answer becomes the source prompt's answer (NaN for a decoder hook: its source
+    activations belong to the source prompt's decoder input, which a free decoding leaves)."""
+    other_answers: Float[Tensor, "row column"]
+    """Fraction of pairs whose greedy answer is neither prompt's answer (NaN for a decoder hook)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +93,7 @@ class ActivationPatching:
 def patch_activations(
     model: HookedEncoderDecoder,
     pairs: Sequence[MinimalPair],
-    sites: Sequence[str] = SITES,
+    sites: Sequence[str] = DEFAULT_SITES,
     progress: Callable[[int, int], None] | None = None,
 ) -> ActivationPatching:
     """Patch each activation of ``sites`` from the source prompts into the target prompts of ``pairs``, one at a
@@ -99,31 +108,77 @@ def patch_activations(
         batch = pair_batch(pairs)
         positions = _position_labels(batch.source, batch.target)
         tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in.to(model.device)
-        measure = _measure_at_parting(pairs)
-        layout = [(site, *_site(model, site, positions)) for site in dict.fromkeys(sites)]
-        needed = [_hook_name(hook, site) for site, hooks, _, _ in layout for hook in hooks]
+        measure = measure_at_parting(pairs)
+        layout = {site: _site(model, site, positions) for site in sites}
+        needed = {hook for rows, _ in layout.values() for hook, _, _ in rows}
         source, target = batch.source.to(model.device), batch.target.to(model.device)
-        saved = _run(model, source, tgt, {}, save=needed)
-        source_diff, _ = measure(saved.pop("logits"))
-        target_diff, _ = measure(_run(model, target, tgt, {})["logits"])
-        total, done = sum(len(hooks) * len(columns) for _, hooks, _, columns in layout), 0
+        saved = run_patched(model, source, tgt, {}, save=sorted(needed))
+        source_diff = measure(saved.pop("logits"))
+        target_diff = measure(run_patched(model, target, tgt, {})["logits"])
+        answers = answer_outcomes(model, target, batch.source_answers, batch.target_answers)
+        total, done = sum(len(rows) * len(columns) for rows, columns in layout.values()), 0
         grids = {}
-        for site, hooks, rows, columns in layout:
-            diff, switched = torch.zeros(len(hooks), len(columns)), torch.zeros(len(hooks), len(columns))
-            for row, hook in enumerate(hooks):
-                name = _hook_name(hook, site)
-                for column in range(len(columns)):
-                    patch = partial(_replace, donor=saved[name], column=column, heads=site == HEADS)
-                    logits = _run(model, target, tgt, {name: patch})["logits"]
-                    diff[row, column], switched[row, column] = measure(logits)
+        for site, (rows, columns) in layout.items():
+            diff, outcomes = torch.zeros(len(rows), len(columns)), torch.full((2, len(rows), len(columns)), torch.nan)
+            for row, (hook, _, indices) in enumerate(rows):
+                for column, index in enumerate(indices):
+                    patches = {hook: partial(replace_at, donor=saved[hook], index=index)}
+                    diff[row, column] = measure(run_patched(model, target, tgt, patches)["logits"])
+                    if hook.startswith("encoder."):
+                        outcomes[:, row, column] = answers(patches)
                     done += 1
                     if progress:
                         progress(done, total)
-            grids[site] = PatchingGrid(site, tuple(hooks), tuple(rows), tuple(columns), diff, switched)
+            hooks, labels = tuple(hook for hook, _, _ in rows), tuple(label for _, label, _ in rows)
+            grids[site] = PatchingGrid(site, hooks, labels, columns, diff, outcomes[0], outcomes[1])
         source_rule, target_rule = pairs[0].source.transformation or "", pairs[0].target.transformation or ""
         return ActivationPatching(
             source_rule, target_rule, len(pairs), positions, float(source_diff), float(target_diff), grids
         )
+
+
+@dataclass(frozen=True)
+class JointPatch:
+    """What `patch_together` returns: one patched run's measures (answers NaN where a decoder hook is patched)."""
+
+    normalized: float
+    logit_diff: float
+    source_answers: float
+    other_answers: float
+
+
+def patch_together(
+    model: HookedEncoderDecoder, pairs: Sequence[MinimalPair], cells: Sequence[tuple[str, Index]]
+) -> JointPatch:
+    """Patch every ``(hook, index)`` of ``cells`` from the source prompts into the target prompts in one run (e.g.
+    ``[("encoder.0.attn.hook_z", (slice(None), slice(None), 2)), ("encoder.0.attn.hook_z", (slice(None), slice(None),
+    5))]``: heads 1.3 and 1.6 together). Raises ValueError for no cells, a hook the model lacks, or pairs that
+    `pair_batch` refuses."""
+    if not cells:
+        raise ValueError("patch_together needs at least one (hook, index) cell")
+    with torch.no_grad(), eval_mode(model):
+        batch = pair_batch(pairs)
+        tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in.to(model.device)
+        measure = measure_at_parting(pairs)
+        by_hook: dict[str, list[Index]] = {}
+        for hook, index in cells:
+            by_hook.setdefault(hook, []).append(index)
+        source, target = batch.source.to(model.device), batch.target.to(model.device)
+        saved = run_patched(model, source, tgt, {}, save=list(by_hook))
+        patches = {hook: partial(_replace_all, donor=saved[hook], indices=indices) for hook, indices in by_hook.items()}
+        source_diff, target_diff = measure(saved["logits"]), measure(run_patched(model, target, tgt, {})["logits"])
+        diff = measure(run_patched(model, target, tgt, patches)["logits"])
+        answers = torch.full((2,), torch.nan)
+        if all(hook.startswith("encoder.") for hook in by_hook):
+            answers = answer_outcomes(model, target, batch.source_answers, batch.target_answers)(patches)
+        normalized = (diff - target_diff) / (source_diff - target_diff)
+        return JointPatch(float(normalized), float(diff), float(answers[0]), float(answers[1]))
+
+
+def _replace_all(tensor: Tensor, donor: Tensor, indices: list[Index]) -> Tensor:
+    for index in indices:
+        tensor = replace_at(tensor, donor, index)
+    return tensor
 
 
 def activation_patching_analysis(
@@ -135,7 +190,7 @@ def activation_patching_analysis(
     seed: int = 0,
     alphabets: str = "standard",
     length: int = 3,
-    sites: Sequence[str] = SITES,
+    sites: Sequence[str] = DEFAULT_SITES,
     progress: Callable[[int, int], None] | None = None,
 ) -> AnalysisResult:
     """`patch_activations` on the ``n_pairs`` minimal pairs of ``length``-letter windows (fewer where fewer exist)
@@ -165,8 +220,8 @@ def activation_patching_analysis(
             Finding(
                 f"Largest effect: {site}",
                 "not in the paper (activation patching, as TransformerLens's patching module)",
-                f"{where}: {float(normalized[row, column]):.2f} of the logit difference, "
-                f"{float(grid.switched[row, column]):.0%} of the pairs switch",
+                f"{where}: {float(normalized[row, column]):.2f} of the logit difference"
+                + _answers_text(grid.source_answers[row, column], grid.other_answers[row, column]),
                 None,
                 value=float(normalized[row, column]),
             )
@@ -178,7 +233,8 @@ def activation_patching_analysis(
             "columns": list(grid.columns),
             "normalized": normalized,
             "logit_diff": grid.logit_diff,
-            "switched": grid.switched,
+            "source_answers": grid.source_answers,
+            "other_answers": grid.other_answers,
         }
     return AnalysisResult("activation_patching", model_name, summary, data, figures, findings)
 
@@ -214,27 +270,35 @@ def _none_solved(model: HookedEncoderDecoder, pairs: Sequence[MinimalPair]) -> s
     )
 
 
-def _site(
-    model: HookedEncoderDecoder, site: str, positions: tuple[str, ...]
-) -> tuple[list[str], list[str], tuple[str, ...]]:
-    """(hooks or attention modules, row labels, column labels) of ``site``."""
+def _site(model: HookedEncoderDecoder, site: str, positions: tuple[str, ...]) -> tuple[list[Row], tuple[str, ...]]:
+    """The rows of ``site``'s grid and its column labels."""
     cfg = model.cfg
-    layers = range(cfg.n_encoder_layers)
+    layers, every = range(cfg.n_encoder_layers), slice(None)
+    at_positions = [(every, position) for position in range(len(positions))]
     if site == HEADS:
         modules = [f"encoder.{layer}.attn" for layer in layers]
         for layer in range(cfg.n_decoder_layers):
             modules += [f"decoder.{layer}.attn", f"decoder.{layer}.cross_attn"]
-        return modules, [_module_label(m) for m in modules], tuple(f"head {h + 1}" for h in range(cfg.n_heads))
+        heads = [(every, every, head) for head in range(cfg.n_heads)]
+        rows = [(f"{module}.hook_z", _module_label(module), heads) for module in modules]
+        return rows, tuple(f"head {h + 1}" for h in range(cfg.n_heads))
+    if site == HEAD_POSITIONS:
+        rows = [
+            (
+                f"encoder.{layer}.attn.hook_z",
+                f"head {layer + 1}.{head + 1}",
+                [(every, p, head) for p in range(len(positions))],
+            )
+            for layer in layers
+            for head in range(cfg.n_heads)
+        ]
+        return rows, positions
     if site == RESID:
         hooks = [f"encoder.{layer}.hook_resid_pre" for layer in layers] + ["encoder.ln_final.hook_out"]
-        rows = ["embeddings", *(f"after layer {layer}" for layer in range(1, cfg.n_encoder_layers)), "memory"]
-        return hooks, rows, positions
+        labels = ["embeddings", *(f"after layer {layer}" for layer in range(1, cfg.n_encoder_layers)), "memory"]
+        return [(hook, label, at_positions) for hook, label in zip(hooks, labels)], positions
     suffix = "hook_attn_out" if site == ATTN_OUT else "hook_mlp_out"
-    return [f"encoder.{layer}.{suffix}" for layer in layers], [f"layer {layer + 1}" for layer in layers], positions
-
-
-def _hook_name(hook: str, site: str) -> str:
-    return f"{hook}.hook_z" if site == HEADS else hook
+    return [(f"encoder.{layer}.{suffix}", f"layer {layer + 1}", at_positions) for layer in layers], positions
 
 
 def _module_label(module: str) -> str:
@@ -263,76 +327,18 @@ def _position_labels(source: TokenBatch, target: TokenBatch) -> tuple[str, ...]:
     return tuple(labels)
 
 
-def _measure_at_parting(pairs: Sequence[MinimalPair]) -> Callable[[Tensor], tuple[Tensor, Tensor]]:
-    """A function of the decoder's logits returning (mean logit difference, fraction switched) at each pair's first
-    answer step where the source and target answers part (an answer's EOS counts: ``ab`` parts from ``abc`` at
-    step 2)."""
-    source = encode_tasks([p.source for p in pairs], with_answers=True).tgt_out
-    target = encode_tasks([p.target for p in pairs], with_answers=True).tgt_out
-    width = max(source.shape[1], target.shape[1])
-    source, target = (torch.nn.functional.pad(t, (0, width - t.shape[1]), value=-1) for t in (source, target))
-    step = (source != target).int().argmax(1)
-    rows = torch.arange(len(pairs))
-    source_token, target_token = source[rows, step], target[rows, step]
-
-    def measure(logits: Float[Tensor, "batch tgt_pos vocab"]) -> tuple[Tensor, Tensor]:
-        at = logits.float().cpu()[rows, step]
-        diff = at[rows, source_token] - at[rows, target_token]
-        return diff.mean(), (at.argmax(-1) == source_token).float().mean()
-
-    return measure
-
-
-def _run(
-    model: HookedEncoderDecoder,
-    inputs: TokenBatch,
-    tgt: Int[Tensor, "batch tgt_pos"],
-    patches: dict[str, Patch],
-    save: Sequence[str] = (),
-) -> dict[str, Tensor]:
-    """Run ``inputs`` teacher-forced on ``tgt`` with every attention on its hooked path, ``patches`` applied and
-    the ``save`` hooks' outputs kept; returns them with the ``"logits"``."""
-    saved: dict[str, Tensor] = {}
-    hooks: list[tuple[str | Callable[[str], bool], Callable]] = [(_is_pattern, _keep)]
-    hooks += [(name, partial(_apply, patch=patch)) for name, patch in patches.items()]
-    hooks += [(name, partial(_store, into=saved)) for name in save]
-    with model.hooks(fwd_hooks=hooks):
-        saved["logits"] = model(inputs, tgt)
-    return saved
-
-
-def _is_pattern(name: str) -> bool:
-    return name.endswith("hook_pattern")
-
-
-def _keep(tensor: Tensor, hook) -> None:
-    """A hook that changes nothing: attaching it moves an attention module onto its hooked (explicit) path."""
-
-
-def _apply(tensor: Tensor, hook, patch: Patch) -> Tensor:
-    return patch(tensor)
-
-
-def _store(tensor: Tensor, hook, into: dict[str, Tensor]) -> None:
-    into[hook.name] = tensor.detach().clone()
-
-
-def _replace(tensor: Tensor, donor: Tensor, column: int, heads: bool) -> Tensor:
-    """``tensor`` with one head (``heads``: axis 2 of ``[batch, pos, head, d_head]``) or one position (axis 1) taken
-    from ``donor``."""
-    patched = tensor.clone()
-    if heads:
-        patched[:, :, column] = donor[:, :, column]
-    else:
-        patched[:, column] = donor[:, column]
-    return patched
+def _answers_text(source: Tensor, other: Tensor) -> str:
+    """``", answers: 85% the source's, 3% neither"`` (nothing for a decoder hook, whose answers are not counted)."""
+    if torch.isnan(source):
+        return ""
+    return f", answers: {float(source):.0%} the source's, {float(other):.0%} neither"
 
 
 def _heatmap(grid: PatchingGrid, normalized: Tensor, title: str):  # pragma: no mutate block
-    """A plotly heat map of the normalised grid; hovering shows the mean logit difference and the switched share."""
+    """A plotly heat map of the normalised grid; hovering shows the mean logit difference and the answers' outcomes."""
     import plotly.graph_objects as go
 
-    detail = torch.stack([grid.logit_diff, grid.switched], -1).tolist()
+    detail = torch.stack([grid.logit_diff, grid.source_answers, grid.other_answers], -1).nan_to_num(-1).tolist()
     return go.Figure(
         go.Heatmap(
             z=normalized.tolist(),
@@ -344,7 +350,13 @@ def _heatmap(grid: PatchingGrid, normalized: Tensor, title: str):  # pragma: no 
             zmid=0,
             colorbar={"title": "normalised"},
             hovertemplate="%{y}, %{x}<br>normalised %{z:.3f}<br>logit diff %{customdata[0]:.3f}"
-            "<br>switched %{customdata[1]:.0%}<extra></extra>",
+            "<br>answers: source's %{customdata[1]:.0%}, neither %{customdata[2]:.0%} (-100%: not counted)"
+            "<extra></extra>",
         ),
-        layout={"title": title, "yaxis": {"autorange": "reversed"}, "xaxis": {"tickangle": -60}},
+        layout={
+            "title": title,
+            "yaxis": {"autorange": "reversed"},
+            "xaxis": {"tickangle": -60},
+            "height": max(400, 22 * len(grid.rows) + 200),
+        },
     )

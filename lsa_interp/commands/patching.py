@@ -190,7 +190,8 @@ def register(app: typer.Typer) -> None:
         "difference where the two answers part, normalised: 1 = the --from prompt's, 0 = unchanged. Uses the "
         "pairs the model answers right on both sides; not a finding of the paper, so reported, not judged.",
         epilog="Example: lsa-interp activation-patching --model copy-200 --from succ --to pred --pairs 100\n\n"
-        "Heads only: lsa-interp activation-patching --site heads",
+        "Heads only: lsa-interp activation-patching --site heads\n\n"
+        "Each encoder head at each position: lsa-interp activation-patching --site 'encoder heads by position'",
     )
     def activation_patching(
         model: ModelOption = "copy-200",
@@ -208,7 +209,8 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 help="What to patch, repeatable: 'encoder residual', 'encoder attention output', "
-                "'encoder MLP output' or heads; default all four."
+                "'encoder MLP output', heads or 'encoder heads by position' (24 x 39 runs for the paper's model); "
+                "default the first four."
             ),
         ] = None,
         alphabets: Annotated[
@@ -219,10 +221,10 @@ def register(app: typer.Typer) -> None:
         device: DeviceOption = "cpu",
     ) -> None:
         """Patch every encoder position, layer and head from --from prompts into --to prompts."""
-        from lsa_interp.analysis.activation_patching import SITES, activation_patching_analysis
+        from lsa_interp.analysis.activation_patching import DEFAULT_SITES, SITES, activation_patching_analysis
         from lsa_interp.data.transformations import get_transformation
 
-        sites = site or list(SITES)
+        sites = site or list(DEFAULT_SITES)
         unknown = [name for name in sites if name not in SITES]
         if unknown:
             raise ValueError(f"unknown --site {unknown[0]!r}; choose from: {', '.join(SITES)}")

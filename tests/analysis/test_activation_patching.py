@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 import torch
 
 from lsa_interp.analysis import activation_patching as ap
+from lsa_interp.analysis.pair_batch import pair_batch
+from lsa_interp.analysis.patch_runs import measure_at_parting, run_patched
 from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_answer, planted_model
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
 from lsa_interp.data.tokenizer import encode_tasks
@@ -59,7 +62,24 @@ def test_the_planted_model_answers_the_source_letter_only_where_its_circuit_runs
         for head in range(heads.shape[1]):
             expected = 1.0 if (row, head) in circuit else 0.0  # row 4: the decoder's cross-attention
             assert heads[row, head] == pytest.approx(expected, abs=1e-3), (result.grids[ap.HEADS].rows[row], head)
-    assert result.grids[ap.HEADS].switched[PLANTED_HEAD.layer, PLANTED_HEAD.head] == 1
+    grid = result.grids[ap.HEADS]
+    assert grid.source_answers[PLANTED_HEAD.layer, PLANTED_HEAD.head] == 1 and grid.other_answers[1, 2] == 0
+    assert grid.source_answers[0].eq(0).all() and grid.source_answers[3:].isnan().all()  # decoder rows: not decoded
+    assert result.grids[ap.RESID].source_answers[0, OUT1] == 1 and result.grids[ap.RESID].source_answers[0, OUT3] == 0
+
+
+def test_each_head_at_each_position_finds_where_the_planted_circuit_reads(planted):
+    result = ap.patch_activations(planted, _planted_pairs(4), [ap.HEAD_POSITIONS])
+    grid, normalized = result.grids[ap.HEAD_POSITIONS], result.normalized(ap.HEAD_POSITIONS)
+    assert (
+        grid.rows[:5] == ("head 1.1", "head 1.2", "head 1.3", "head 1.4", "head 2.1")
+        and grid.columns[OUT1] == "out1·31"
+    )
+    assert grid.hooks[PLANTED_HEAD.layer * 4 + PLANTED_HEAD.head] == "encoder.1.attn.hook_z"
+    expected = torch.zeros_like(normalized)
+    expected[PLANTED_HEAD.layer * 4 + PLANTED_HEAD.head, OUT1] = 1  # it reads the first example-output letter there
+    expected[READOUT_HEAD.layer * 4 + READOUT_HEAD.head, ARROW_AT] = 1  # and the readout head copies it to >
+    assert torch.allclose(normalized, expected, atol=1e-3)
 
 
 def test_grids_are_labelled_by_hook_layer_position_and_head(planted_result):
@@ -77,44 +97,24 @@ def test_grids_are_labelled_by_hook_layer_position_and_head(planted_result):
     assert resid.columns == positions and resid.logit_diff.shape == (4, 39)
     heads = planted_result.grids[ap.HEADS]
     assert heads.rows[2:5] == ("encoder 3 self-attention", "decoder 1 self-attention", "decoder 1 cross-attention")
-    assert heads.columns == ("head 1", "head 2", "head 3", "head 4")
+    assert heads.columns == ("head 1", "head 2", "head 3", "head 4") and heads.hooks[4] == "decoder.0.cross_attn.hook_z"
     assert planted_result.grids[ap.MLP_OUT].hooks[1] == "encoder.1.hook_mlp_out"
 
 
 @torch.no_grad()
-def test_patching_nothing_is_the_target_run_and_a_whole_layer_the_source_run_to_the_bit(small):
+def test_positions_both_prompts_share_leave_the_target_run_to_the_bit(small):
     pairs = minimal_pairs("succ", "pred", 5, lengths=(3,))
-    batch = ap.pair_batch(pairs)
+    batch = pair_batch(pairs)
     tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in
-    measure = ap._measure_at_parting(pairs)
-    saved = ap._run(small, batch.source, tgt, {}, save=["encoder.1.hook_resid_pre", "encoder.ln_final.hook_out"])
-    source = measure(saved["logits"])
-    target = measure(ap._run(small, batch.target, tgt, {})["logits"])
-    for name in ("encoder.1.hook_resid_pre", "encoder.ln_final.hook_out"):
-        whole = ap._run(small, batch.target, tgt, {name: lambda t, donor=saved[name]: donor})["logits"]
-        assert torch.equal(torch.stack(measure(whole)), torch.stack(source))
+    measure = measure_at_parting(pairs)
+    source = measure(run_patched(small, batch.source, tgt, {})["logits"])
+    target = measure(run_patched(small, batch.target, tgt, {})["logits"])
     result = ap.patch_activations(small, pairs, [ap.RESID])
-    assert result.source_logit_diff == float(source[0]) and result.target_logit_diff == float(target[0])
+    assert result.source_logit_diff == float(source) and result.target_logit_diff == float(target)
     same_token = (batch.source.src == batch.target.src).all(0)  # every pair's prompts agree here
     assert int(same_token.sum()) == 37  # all but the first and last example-output letters (out2 agrees)
     assert (result.grids[ap.RESID].logit_diff[0, same_token] == result.target_logit_diff).all()
     assert (result.grids[ap.RESID].logit_diff[0, ~same_token] != result.target_logit_diff).all()
-
-
-def test_the_measured_step_is_where_the_answers_part():
-    def pair(source_answer: str, target_answer: str) -> MinimalPair:
-        base = minimal_pairs("succ", "pred", 1, lengths=(3,))[0]
-        return MinimalPair(
-            dataclasses.replace(base.source, answer=source_answer),
-            dataclasses.replace(base.target, answer=target_answer),
-        )
-
-    pairs = [pair("acd", "bce"), pair("bcf", "bce"), pair("bc", "bce")]
-    logits = torch.zeros(3, 4, 30)
-    logits[0, 0, 0], logits[1, 2, 5], logits[2, 2, 27] = 3.0, 5.0, 7.0  # a at step 0, f at step 2, EOS at step 2
-    logits[0, 0, 1], logits[1, 2, 4] = 1.0, 6.0  # b, e: the target letters
-    diff, switched = ap._measure_at_parting(pairs)(logits)
-    assert diff == pytest.approx((2.0 - 1.0 + 7.0) / 3) and switched == pytest.approx(2 / 3)
 
 
 def test_prompts_of_different_layouts_are_refused(planted):
@@ -147,11 +147,28 @@ def test_solved_pairs_keeps_the_pairs_answered_right_on_both_sides(planted):
     assert ap.solved_pairs(planted, minimal_pairs("pred", "succ", 3, lengths=(3,))) == []
 
 
+def test_heads_patched_together_in_one_run(planted):
+    pairs, every = _planted_pairs(4), slice(None)
+    z = "encoder.1.attn.hook_z"
+    alone = ap.patch_together(planted, pairs, [(z, (every, every, PLANTED_HEAD.head))])
+    assert alone.normalized == pytest.approx(1, abs=1e-3) and (alone.source_answers, alone.other_answers) == (1, 0)
+    both = ap.patch_together(planted, pairs, [(z, (every, OUT1, PLANTED_HEAD.head)), (z, (every, OUT3, 0))])
+    assert both.normalized == pytest.approx(1, abs=1e-3)  # head 2.3 at the first output letter is what counts
+    elsewhere = ap.patch_together(planted, pairs, [(z, (every, [OUT3, ARROW_AT], PLANTED_HEAD.head))])
+    assert abs(elsewhere.normalized) < 1e-3 and elsewhere.source_answers == 0
+    decoder = ap.patch_together(planted, pairs, [("decoder.0.cross_attn.hook_z", (every, every, 0))])
+    assert decoder.normalized == pytest.approx(1, abs=1e-3) and math.isnan(decoder.source_answers)
+    with pytest.raises(ValueError, match="at least one"):
+        ap.patch_together(planted, pairs, [])
+    with pytest.raises(ValueError, match="encoder.9.attn.hook_z"):
+        ap.patch_together(planted, pairs, [("encoder.9.attn.hook_z", (every,))])
+
+
 def test_the_analysis_writes_grids_heat_maps_and_unjudged_findings(planted, monkeypatch, tmp_path):
     monkeypatch.setattr(ap, "minimal_pairs", lambda source, target, n, **_: _planted_pairs(n))
     result = ap.activation_patching_analysis(planted, "planted", source="pred", target="succ", n_pairs=4)
     assert result.summary["pairs solved (both prompts)"] == 4 and result.summary["pairs offered"] == 4
-    assert [f.holds for f in result.findings] == [None] * 4 and set(result.figures) == set(ap.SITES)
+    assert [f.holds for f in result.findings] == [None] * 4 and list(result.figures) == list(ap.DEFAULT_SITES)
     assert result.findings[-1].value == pytest.approx(1, abs=1e-3)
     paths = result.write(tmp_path)
     written = json.loads(paths["json"].read_text())

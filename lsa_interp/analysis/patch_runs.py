@@ -1,0 +1,102 @@
+"""Runs of minimal pairs with activations patched in from the other prompt: teacher-forced (the logit difference where
+the two answers part) and greedy (the answers). Every run calls each attention's hook points, so source, target and
+patched runs all execute the same floating-point operations (docs/hooks.md: the fused path rounds differently)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from lsa_interp.analysis.prompts import MinimalPair
+from lsa_interp.data.tokenizer import TokenBatch, decode_batch, encode_tasks
+from lsa_interp.model.hooked import HookedEncoderDecoder
+
+Patch = Callable[[Tensor], Tensor]
+"""What a patched hook does to its activation."""
+Index = tuple[slice | int | list[int], ...]
+"""Where a patch replaces an activation: ``(slice(None), 31)`` is position 31 of ``[batch, pos, ...]``,
+``(slice(None), [31, 33], 2)`` head 2 at positions 31 and 33 of ``[batch, pos, head, d_head]``."""
+
+
+def measure_at_parting(pairs: Sequence[MinimalPair]) -> Callable[[Tensor], Tensor]:
+    """A function of the decoder's logits returning the mean logit difference (source token minus target token) at
+    each pair's first answer step where the source and target answers part (an answer's EOS counts: ``ab`` parts
+    from ``abc`` at step 2)."""
+    source = encode_tasks([p.source for p in pairs], with_answers=True).tgt_out
+    target = encode_tasks([p.target for p in pairs], with_answers=True).tgt_out
+    width = max(source.shape[1], target.shape[1])
+    source, target = (torch.nn.functional.pad(t, (0, width - t.shape[1]), value=-1) for t in (source, target))
+    step = (source != target).int().argmax(1)
+    rows = torch.arange(len(pairs))
+    source_token, target_token = source[rows, step], target[rows, step]
+
+    def measure(logits: Float[Tensor, "batch tgt_pos vocab"]) -> Tensor:
+        at = logits.float().cpu()[rows, step]
+        return (at[rows, source_token] - at[rows, target_token]).mean()
+
+    return measure
+
+
+def run_patched(
+    model: HookedEncoderDecoder,
+    inputs: TokenBatch,
+    tgt: Int[Tensor, "batch tgt_pos"],
+    patches: dict[str, Patch],
+    save: Sequence[str] = (),
+) -> dict[str, Tensor]:
+    """Run ``inputs`` teacher-forced on ``tgt`` with every attention on its hooked path, ``patches`` applied and
+    the ``save`` hooks' outputs kept; returns them with the ``"logits"``."""
+    saved: dict[str, Tensor] = {}
+    hooks = _hooks(patches) + [(name, partial(_store, into=saved)) for name in save]
+    with model.hooks(fwd_hooks=hooks):
+        saved["logits"] = model(inputs, tgt)
+    return saved
+
+
+def answer_outcomes(
+    model: HookedEncoderDecoder, inputs: TokenBatch, source: Sequence[str], target: Sequence[str]
+) -> Callable[[dict[str, Patch]], Tensor]:
+    """A function of encoder ``patches`` returning the fractions of ``inputs``' greedy answers under them that are the
+    ``source`` answers and that are neither answer (the encoder runs once, so its patches apply as in `run_patched`)."""
+
+    def outcomes(patches: dict[str, Patch]) -> Tensor:
+        with model.hooks(fwd_hooks=_hooks(patches)):
+            answers = decode_batch(model.generate(inputs))
+        kinds = ["source" if a == s else "target" if a == t else "other" for a, s, t in zip(answers, source, target)]
+        return torch.tensor([kinds.count("source"), kinds.count("other")]) / len(kinds)
+
+    return outcomes
+
+
+def _hooks(patches: dict[str, Patch]) -> list[tuple[str | Callable[[str], bool], Callable]]:
+    """Every attention's pattern hook (its hooked path) and the ``patches``."""
+    keep: list[tuple[str | Callable[[str], bool], Callable]] = [(_is_pattern, _keep)]
+    return keep + [(name, partial(_apply, patch=patch)) for name, patch in patches.items()]
+
+
+def _is_pattern(name: str) -> bool:
+    return name.endswith("hook_pattern")
+
+
+def _keep(tensor: Tensor, hook) -> None:
+    """A hook that changes nothing: attaching it moves an attention module onto its hooked (explicit) path."""
+
+
+def _apply(tensor: Tensor, hook, patch: Patch) -> Tensor:
+    return patch(tensor)
+
+
+def _store(tensor: Tensor, hook, into: dict[str, Tensor]) -> None:
+    into[hook.name] = tensor.detach().clone()
+
+
+def replace_at(tensor: Tensor, donor: Tensor, index: Index) -> Tensor:
+    """``tensor`` with ``donor``'s values at ``index`` (one position of ``[batch, pos, ...]``, or one head, at all
+    positions or one, of ``[batch, pos, head, d_head]``)."""
+    patched = tensor.clone()
+    patched[index] = donor[index]
+    return patched

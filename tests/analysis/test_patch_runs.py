@@ -1,0 +1,76 @@
+"""Runs of minimal pairs with patches: exact for nothing and whole layers, measured where the answers part."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from lsa_interp.analysis.pair_batch import pair_batch
+from lsa_interp.analysis.patch_runs import answer_outcomes, measure_at_parting, replace_at, run_patched
+from lsa_interp.analysis.planted import planted_answer, planted_model
+from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
+from lsa_interp.data.tokenizer import encode_tasks
+from lsa_interp.model.config import ModelConfig
+from lsa_interp.model.hooked import HookedEncoderDecoder
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def small():
+    torch.manual_seed(0)
+    model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64))
+    return model.eval()
+
+
+@torch.no_grad()
+def test_patching_nothing_gives_the_target_run_and_a_whole_layer_the_source_run_to_the_bit(small):
+    pairs = minimal_pairs("succ", "pred", 5, lengths=(3,))
+    batch = pair_batch(pairs)
+    tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in
+    measure = measure_at_parting(pairs)
+    saved = run_patched(small, batch.source, tgt, {}, save=["encoder.1.hook_resid_pre", "encoder.ln_final.hook_out"])
+    source = measure(saved["logits"])
+    target = measure(run_patched(small, batch.target, tgt, {})["logits"])
+    identity = run_patched(small, batch.target, tgt, {"encoder.0.hook_resid_pre": lambda t: t})["logits"]
+    assert torch.equal(measure(identity), target) and not torch.equal(source, target)
+    for name in ("encoder.1.hook_resid_pre", "encoder.ln_final.hook_out"):
+        whole = run_patched(small, batch.target, tgt, {name: lambda t, donor=saved[name]: donor})["logits"]
+        assert torch.equal(measure(whole), source)
+
+
+def test_the_measured_step_is_where_the_answers_part():
+    def pair(source_answer: str, target_answer: str) -> MinimalPair:
+        base = minimal_pairs("succ", "pred", 1, lengths=(3,))[0]
+        return MinimalPair(
+            dataclasses.replace(base.source, answer=source_answer),
+            dataclasses.replace(base.target, answer=target_answer),
+        )
+
+    pairs = [pair("acd", "bce"), pair("bcf", "bce"), pair("bc", "bce")]
+    logits = torch.zeros(3, 4, 30)
+    logits[0, 0, 0], logits[1, 2, 5], logits[2, 2, 27] = 3.0, 5.0, 7.0  # a at step 0, f at step 2, EOS at step 2
+    logits[0, 0, 1], logits[1, 2, 4] = 1.0, 6.0  # b, e: the target letters
+    assert measure_at_parting(pairs)(logits) == pytest.approx((2.0 - 1.0 + 7.0) / 3)
+
+
+def test_answer_outcomes_count_the_source_answers_and_neither():
+    planted = planted_model()
+    found = minimal_pairs("pred", "succ", 3, lengths=(3,))
+    with_answer = lambda task: dataclasses.replace(task, answer=planted_answer(task))
+    pairs = [MinimalPair(with_answer(p.source), with_answer(p.target)) for p in found]
+    batch = pair_batch(pairs)
+    outcomes = answer_outcomes(planted, batch.target, batch.source_answers, batch.target_answers)
+    assert outcomes({}).tolist() == [0, 0]  # unpatched, every target prompt keeps its own answer
+    tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in
+    memory = run_patched(planted, batch.source, tgt, {}, save=["encoder.ln_final.hook_out"])
+    whole = {"encoder.ln_final.hook_out": lambda t: memory["encoder.ln_final.hook_out"]}
+    assert outcomes(whole).tolist() == [1, 0]
+
+
+def test_replace_at_takes_the_donor_only_at_the_index():
+    tensor, donor = torch.zeros(2, 5, 3, 4), torch.ones(2, 5, 3, 4)
+    patched = replace_at(tensor, donor, (slice(None), [1, 3], 2))
+    assert patched.sum() == 2 * 2 * 4 and patched[:, [1, 3], 2].eq(1).all() and tensor.eq(0).all()
