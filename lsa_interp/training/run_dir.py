@@ -13,10 +13,10 @@ import pickle
 import re
 import shutil
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -63,6 +63,19 @@ def read_config(run_dir: Path) -> dict[str, Any]:
         if isinstance(holder.get("data_dir"), str):
             holder["data_dir"] = located_data_dir(holder["data_dir"], run_dir)
     return data
+
+
+Parsed = TypeVar("Parsed")
+
+
+def parse_config(run_dir: Path, parse: Callable[[dict[str, Any]], Parsed]) -> Parsed:
+    """``parse`` of the run's `read_config` (e.g. ``TrainConfig.from_dict``); a ValueError it raises (a field missing
+    or of the wrong type) is raised again with the file's path before it. Raises what `read_config` raises."""
+    data = read_config(run_dir)
+    try:
+        return parse(data)
+    except ValueError as error:
+        raise ValueError(f"{run_dir / CONFIG_FILE}: {error}") from None
 
 
 def located_data_dir(data_dir: str, run_dir: Path) -> str:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from lsa_interp.training.config import TrainConfig
-from lsa_interp.training.run_dir import CONFIG_FILE, read_config
+from lsa_interp.training.run_dir import CONFIG_FILE, parse_config
 from lsa_interp.training.stack_config import StackConfig
 from lsa_interp.training.stack_trainer import StackTrainer, is_stack_run
 from lsa_interp.training.trainer import Trainer
@@ -33,7 +33,7 @@ def resume_run(
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a training run (no {CONFIG_FILE})")
-    config = TrainConfig.from_dict(read_config(Path(run_dir)))
+    config = parse_config(Path(run_dir), TrainConfig.from_dict)
     if config.replicates > 1:
         raise ValueError(f"{run_dir} was trained by the retired vmap stack and cannot resume; train it again")
     return Trainer.resume(run_dir, max_steps=max_steps, max_minutes=max_minutes)

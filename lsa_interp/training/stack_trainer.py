@@ -40,6 +40,7 @@ from lsa_interp.training.run_dir import (
     MODEL_DIR,
     append_record,
     cut_metrics,
+    parse_config,
     pick_device,
     prepare_run_dir,
     read_config,
@@ -143,9 +144,7 @@ class StackTrainer:
         run_dir = Path(run_dir)
         if not is_stack_run(run_dir):
             raise FileNotFoundError(f"{run_dir} is not a stacked training run (no {CONFIG_FILE} with {STACK_KEY!r})")
-        data = read_config(run_dir)
-        data.pop(STACK_KEY)
-        config = StackConfig.from_dict(data).with_bounds(max_steps, max_minutes)
+        config = parse_config(run_dir, _stack_config).with_bounds(max_steps, max_minutes)
         trainer = cls(config, run_dir, read_state(run_dir))
         cut_metrics(run_dir, trainer.metrics_offset)
         return trainer
@@ -340,3 +339,8 @@ def run_train_config(config: StackConfig, run: RunSpec) -> TrainConfig:
     }
     recipe = {f.name: getattr(config, f.name) for f in fields(Recipe)}
     return TrainConfig(**own, **recipe)
+
+
+def _stack_config(data: dict) -> StackConfig:
+    """The `StackConfig` of a stack run's saved config (its stack marker left out)."""
+    return StackConfig.from_dict({key: value for key, value in data.items() if key != STACK_KEY})

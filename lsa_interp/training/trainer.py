@@ -35,9 +35,9 @@ from lsa_interp.training.run_dir import (
     MODEL_DIR,
     append_record,
     cut_metrics,
+    parse_config,
     pick_device,
     prepare_run_dir,
-    read_config,
     read_state,
     restore_rng,
     rng_state,
@@ -182,7 +182,7 @@ class Trainer:
         run_dir = Path(run_dir)
         if not (run_dir / CONFIG_FILE).is_file():
             raise FileNotFoundError(f"{run_dir} is not a training run (no {CONFIG_FILE})")
-        config = TrainConfig.from_dict(read_config(run_dir))
+        config = parse_config(run_dir, TrainConfig.from_dict)
         bounds = {"max_steps": max_steps, "max_minutes": max_minutes}
         config = replace(config, **{k: v for k, v in bounds.items() if v is not None})
         trainer = cls(config, run_dir, read_state(run_dir))

@@ -5,12 +5,13 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import signal
 
 import pytest
 import torch
 
-from lsa_interp.training import RunSpec, StackConfig, run_dir as rd
+from lsa_interp.training import RunSpec, StackConfig, TrainConfig, run_dir as rd
 
 
 def test_prepare_refuses_a_used_directory_and_with_force_clears_only_the_runs_own_files(tmp_path):
@@ -193,3 +194,15 @@ def test_a_relative_dataset_path_is_read_as_the_runs_own_only_where_it_names_it(
     assert rd.located_data_dir("other/gen/data", run) == str(run / "data")
     assert rd.located_data_dir("runs/other/data", run) == "runs/other/data"
     assert rd.located_data_dir("runs/gen/dataset", run) == "runs/gen/dataset"
+
+
+def test_a_config_that_does_not_parse_is_named_by_its_path(tmp_path):
+    (tmp_path / rd.CONFIG_FILE).write_text(json.dumps({"seed": "one"}), encoding="utf-8")
+    path = re.escape(str(tmp_path / rd.CONFIG_FILE))
+    with pytest.raises(ValueError, match=f"^{path}: not a training config: .*seed must be an integer, got 'one'"):
+        rd.parse_config(tmp_path, TrainConfig.from_dict)
+    (tmp_path / rd.CONFIG_FILE).write_text("[]", encoding="utf-8")
+    with pytest.raises(ValueError, match=f"^{path} is damaged \\(not a JSON object\\)"):  # read_config names it once
+        rd.parse_config(tmp_path, TrainConfig.from_dict)
+    (tmp_path / rd.CONFIG_FILE).write_text(json.dumps({"seed": 1}), encoding="utf-8")
+    assert rd.parse_config(tmp_path, lambda data: data["seed"] + 1) == 2

@@ -228,6 +228,20 @@ def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path, capsys, mon
     assert not (tmp_path / "R").exists()  # nothing half-written
 
 
+@pytest.mark.parametrize(
+    ("config", "problem"),
+    [
+        ({"lr": "x"}, "not a training config: missing 'betas'; missing 'data_dir'; lr must be a number, got 'x'"),
+        ({"stack": True, "runs": 5}, "not a stack config: missing 'betas'; runs must be a list of run objects, got 5"),
+    ],
+)
+def test_resuming_a_damaged_config_names_its_file(config, problem, tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "train_config.json").write_text(json.dumps(config), encoding="utf-8")
+    code, err = run_cli(["train", "--resume", str(tmp_path / "run")], capsys)
+    assert code == 2 and err == f"lsa-interp: error: {tmp_path / 'run' / 'train_config.json'}: {problem}\n"
+
+
 @pytest.mark.parametrize("force", [[], ["--force"]])
 def test_an_out_that_is_a_file_is_named_as_one(force, tmp_path, capsys, data_dir):
     """It said 'is not empty; pass --force', and --force then failed with 'cannot write to --out: File exists'."""
