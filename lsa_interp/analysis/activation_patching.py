@@ -10,13 +10,15 @@ there, source letter minus target letter, its mean over pairs normalised as Tran
     (patched - target run) / (source run - target run)
 
 1 means the activation alone moves the answer's logits all the way to the source prompt's, 0 that it changes
-nothing. A second number counts the pairs whose top token at that step becomes the source answer's letter.
+nothing. For encoder activations the patched prompts are also decoded greedily: the shares of answers that become
+the source prompt's and that are neither prompt's (a one-letter patch can make an example of neither rule).
 
-Sites (TransformerLens's ``get_act_patch_resid_pre``, ``..._attn_out``, ``..._mlp_out`` and
-``..._attn_head_out_all_pos``): the encoder's residual stream (``hook_resid_pre`` of each layer, then the memory
-``encoder.ln_final.hook_out``), its attention and MLP outputs, one position at a time; and every head's ``hook_z``
-at all positions, for the encoder, the decoder's self-attention and its cross-attention. The positions of all pairs
-must line up, so the pairs come from one window length. Every run (source, target, patched) calls each attention's
+Sites (TransformerLens's ``get_act_patch_resid_pre``, ``..._attn_out``, ``..._mlp_out``,
+``..._attn_head_out_all_pos`` and ``..._by_pos``): the encoder's residual stream (``hook_resid_pre`` of each layer,
+then the memory ``encoder.ln_final.hook_out``), its attention and MLP outputs, one position at a time; every head's
+``hook_z`` at all positions, for the encoder, the decoder's self-attention and its cross-attention; and each encoder
+head at each position. `patch_together` patches several activations in one run. The positions of all pairs must
+line up, so the pairs come from one window length. Every run (source, target, patched) calls each attention's
 hook points, so all of them execute the same floating-point operations (docs/hooks.md: the fused path rounds
 differently): patching nothing gives the target run, patching a whole layer the source run, to the bit.
 """
@@ -103,7 +105,8 @@ def patch_activations(
     one token layout across pairs (use one window length)."""
     unknown = [site for site in sites if site not in SITES]
     if unknown or not sites:
-        raise ValueError(f"unknown sites {unknown}; choose from: {', '.join(SITES)}")
+        problem = f"unknown sites {unknown}" if unknown else "no sites given"
+        raise ValueError(f"{problem}; choose from: {', '.join(SITES)}")
     with torch.no_grad(), eval_mode(model):
         batch = pair_batch(pairs)
         positions = _position_labels(batch.source, batch.target)

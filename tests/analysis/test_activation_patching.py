@@ -126,7 +126,7 @@ def test_prompts_of_different_layouts_are_refused(planted):
 def test_unknown_sites_are_refused_and_unpatched_sites_named(planted, planted_result):
     with pytest.raises(ValueError, match=r"unknown sites \['resid'\]; choose from: encoder residual"):
         ap.patch_activations(planted, _planted_pairs(2), ["resid"])
-    with pytest.raises(ValueError, match="unknown sites"):
+    with pytest.raises(ValueError, match="^no sites given; choose from: encoder residual"):
         ap.patch_activations(planted, _planted_pairs(2), [])
     only = ap.patch_activations(planted, _planted_pairs(2), [ap.HEADS])
     with pytest.raises(KeyError, match="site 'encoder residual' was not patched; patched: heads"):
