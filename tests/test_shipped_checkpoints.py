@@ -98,3 +98,21 @@ def test_copy200_matching_heads_carry_the_rule_and_control_heads_do_not():
     assert recorded["best_score"] == pytest.approx(scores.best()[1], abs=1e-5)
     assert patch_pairs(model, pairs, heads).flip_rate >= 0.8
     assert patch_pairs(model, pairs, controls).flip_rate <= 0.2
+
+
+@_needs("copy-20")
+def test_copy20_matching_heads_outputs_carry_the_rule_together_and_not_alone():
+    """Activation patching on the shipped copy-20 (docs/matching_and_patching.md): its two matching heads' outputs
+    patched together from succ into pred prompts move the logit difference all the way and every answer, each head
+    alone only part of it."""
+    from lsa_interp.analysis.activation_patching import patch_together, solved_pairs
+
+    model = load_model("copy-20")
+    pairs = solved_pairs(model, minimal_pairs("succ", "pred", 30, lengths=(3,)))
+    every, heads = slice(None), {"1.3": 2, "1.6": 5}
+    cell = {label: ("encoder.0.attn.hook_z", (every, every, index)) for label, index in heads.items()}
+    together = patch_together(model, pairs, list(cell.values()))
+    assert len(pairs) == 30 and together.normalized > 0.95 and together.source_answers == 1
+    for label in heads:
+        alone = patch_together(model, pairs, [cell[label]])
+        assert 0.3 < alone.normalized < 0.95 and alone.source_answers < 0.6, label
