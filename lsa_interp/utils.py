@@ -168,6 +168,13 @@ def is_json_kind(value: Any, kinds: type | tuple[type, ...]) -> bool:
     return isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))
 
 
+def check_type(value: Any, kinds: type | tuple[type, ...], what: str) -> None:
+    """Raise TypeError ``"{what}, got {type} {value!r}"`` unless ``value`` is of ``kinds``: a Python argument of the
+    wrong type, which a type checker refuses but a user at a prompt may still pass."""
+    if not isinstance(value, kinds):
+        raise TypeError(f"{what}, got {type(value).__name__} {value!r}")
+
+
 def _shown(value: Any) -> str:
     """``value`` as JSON on one line, cut to 40 characters."""
     text = json.dumps(value)

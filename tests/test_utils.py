@@ -1,4 +1,5 @@
-"""Atomic writes leave complete files with the usual permissions, and nothing behind on error."""
+"""Utilities: atomic writes leave complete files with the usual permissions and nothing behind on error; JSON
+reading; Python arguments of the wrong type named in a TypeError."""
 
 from __future__ import annotations
 
@@ -6,13 +7,23 @@ import gc
 import hashlib
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
+import jaxtyping
 import pytest
 import torch
 
 from lsa_interp import utils
+from lsa_interp.analysis.patching import resolve_heads
+from lsa_interp.data import DatasetConfig
+from lsa_interp.data.task import Task
+from lsa_interp.evaluation.card import check_checkpoint_name
+from lsa_interp.model.config import ModelConfig
+from lsa_interp.model.heads import parse_head
+from lsa_interp.model.hooked import HookedEncoderDecoder
+from lsa_interp.training import TrainConfig
 from lsa_interp.utils import (
     atomic_write,
     generated_doc_main,
@@ -21,6 +32,9 @@ from lsa_interp.utils import (
     no_cyclic_gc,
     sha256_file,
 )
+from tests.helpers import TINY
+
+TASK = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcd")
 
 
 def test_atomic_write_gives_usual_permissions_and_cleans_up(tmp_path):
@@ -211,3 +225,28 @@ def test_generated_documents_and_json_lines_are_utf_8_whatever_the_locale(tmp_pa
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"run": "données-s0"}\n', encoding="utf-8")
     assert utils.read_json_lines(path) == [{"run": "données-s0"}]
+
+
+def test_check_type_names_what_it_wanted_and_what_it_got():
+    utils.check_type("copy-200", str, "unused")
+    utils.check_type(None, (str, type(None)), "unused")
+    with pytest.raises(TypeError, match=r"^a name is a str, got int 5$"):
+        utils.check_type(5, str, "a name is a str")
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: Task.parse(None), "Task.parse reads a task's text, a str such as"),
+        (lambda: TASK.with_answer(5), "an answer is a str of letters a-z, or None for none, got int 5"),
+        (lambda: parse_head(5, ModelConfig()), "a head label is a str such as '2.7' or 'cross:3.1', got int 5"),
+        (lambda: check_checkpoint_name(None), "a checkpoint name is a str such as 'copy-200', got NoneType None"),
+        (lambda: DatasetConfig.from_dict(None), "a dataset config is a dict (a JSON object), got NoneType None"),
+        (lambda: TrainConfig.from_dict([]), "a training config is a dict (a JSON object), got list []"),
+        (lambda: resolve_heads(HookedEncoderDecoder(TINY), 5), "heads are a Head, a label such as '2.7' or '1.3+2.3'"),
+    ],
+)
+def test_python_arguments_of_the_wrong_type_are_named_in_a_type_error(call, message, monkeypatch):
+    monkeypatch.setattr(jaxtyping.config, "jaxtyping_disable", True)
+    with pytest.raises(TypeError, match=re.escape(message)):
+        call()

@@ -34,6 +34,7 @@ from lsa_interp.data.tokenizer import TokenBatch, decode_batch
 from lsa_interp.data.vocab import ARROW, LETTERS
 from lsa_interp.model.heads import Head, all_heads, parse_head
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
+from lsa_interp.utils import check_type
 
 OUTCOMES: tuple[str, ...] = ("source", "target", "neither")
 PAPER_LENGTHS = (3,)
@@ -78,6 +79,11 @@ def resolve_heads(model: HookedEncoderDecoder, spec: Head | str | Sequence[Head]
         else:
             heads = [parse_head(label, model.cfg) for label in text.split("+")]
     else:
+        check_type(
+            spec,
+            (list, tuple),
+            "heads are a Head, a label such as '2.7' or '1.3+2.3', 'auto', 'all' or a list of Heads",
+        )
         heads = list(spec)
         if not heads or not all(isinstance(h, Head) for h in heads):
             raise ValueError("give a head label, 'auto', 'all' or a non-empty list of Head objects")

@@ -7,6 +7,7 @@ from dataclasses import MISSING, asdict, dataclass, field
 
 from lsa_interp.data.alphabets import PERMUTATION_LEVELS, most_permuted
 from lsa_interp.data.transformations import PAPER, SEEN, TRANSFORMATIONS
+from lsa_interp.utils import check_type
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,9 @@ class DatasetConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> DatasetConfig:
-        """Inverse of ``to_dict``; raises ValueError for unknown or missing keys."""
+        """Inverse of ``to_dict``; raises ValueError for unknown or missing keys, TypeError for data that is not a
+        dict."""
+        check_type(data, dict, "a dataset config is a dict (a JSON object)")
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lsa_interp.data.vocab import LETTERS
+from lsa_interp.utils import check_type
 
 STANDARD_ALPHABET: str = LETTERS
 _LETTER_SET = frozenset(LETTERS)
@@ -54,6 +55,7 @@ class Task:
     def with_answer(self, answer: str | None) -> Task:
         """Return a copy of this task with another answer (None: no answer). Spaces between letters are fine, as
         in `parse`. Raises ValueError for an empty answer or one with anything but the letters a-z."""
+        check_type(answer, (str, type(None)), "an answer is a str of letters a-z, or None for none")
         if answer is not None:
             answer = "".join(answer.split())
             unknown = sorted({ch for ch in answer if ch not in _LETTER_SET})
@@ -69,6 +71,9 @@ class Task:
         Raises ValueError naming the problem: an unknown symbol, an alphabet that is not a permutation of
         a..z, an example without ``>`` or with an empty side, an empty query, no example at all.
         """
+        check_type(
+            text, str, "Task.parse reads a task's text, a str such as 'abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcd'"
+        )
         compact = "".join(text.split())
         unknown = sorted({ch for ch in compact if ch not in _ALLOWED})
         if unknown:

@@ -29,7 +29,7 @@ from lsa_interp.evaluation.run import evaluate_model, evaluation_dataset, predic
 from lsa_interp.evaluation.stored import read_evaluation, read_fit
 from lsa_interp.model.checkpoint import CHECKPOINTS_DIR, load_model, save_model
 from lsa_interp.model.hooked import HookedEncoderDecoder
-from lsa_interp.utils import atomic_write, read_json_object
+from lsa_interp.utils import atomic_write, check_type, read_json_object
 
 MAX_CHANGED_ANSWERS = 0.001
 """Reduced-precision storage must change fewer than this fraction of the val split's greedy answers."""
@@ -288,6 +288,7 @@ def check_checkpoint_name(name: str) -> None:
     """Raise ValueError unless ``name`` is a checkpoint name: one or more parts of letters, digits, ``-``, ``_``
     and ``.`` joined by ``/`` (``copy-200``, ``replicates/copy-20-s2``), none of them ``.`` or ``..``, nothing
     absolute. (An empty name made the checkpoints directory itself the target, which shipping replaces.)"""
+    check_type(name, str, "a checkpoint name is a str such as 'copy-200'")
     parts = name.split("/")
     if not name or any(part in ("", ".", "..") or not re.fullmatch(r"[A-Za-z0-9._-]+", part) for part in parts):
         raise ValueError(

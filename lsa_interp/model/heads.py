@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lsa_interp.model.config import ModelConfig
+from lsa_interp.utils import check_type
 
 BLOCKS: dict[str, tuple[str, str]] = {
     "enc": ("encoder", "attn"),
@@ -49,6 +50,7 @@ def parse_head(text: str, cfg: ModelConfig) -> Head:
 
     Raises ValueError naming the allowed range when the label is malformed or outside the model.
     """
+    check_type(text, str, "a head label is a str such as '2.7' or 'cross:3.1'")
     prefix, _, core = text.strip().rpartition(":")
     prefix = prefix or "enc"
     allowed = f"layers 1..{{}} and heads 1..{cfg.n_heads}, e.g. '2.7' (1-based, as in the paper)"

@@ -10,7 +10,7 @@ from typing import Any
 
 from lsa_interp.data.batching import BATCHING_METHODS
 from lsa_interp.model.config import ModelConfig
-from lsa_interp.utils import NUMBER, is_json_kind
+from lsa_interp.utils import NUMBER, check_type, is_json_kind
 
 PRECISIONS = ("fp32", "tf32", "bf16")
 """fp32 (the recipe); tf32 matmuls; bf16 autocast."""
@@ -183,6 +183,7 @@ def check_fields(cls: type, data: dict[str, Any], what: str, needed: tuple[str, 
     """Raise ValueError when ``data`` lacks a field of dataclass ``cls`` without a default (or one of ``needed``), has
     a key that is not a field, or holds a value of the wrong type for its field (a damaged or foreign
     ``train_config.json``; older configs lack newer fields, which keep their defaults)."""
+    check_type(data, dict, f"a {what} is a dict (a JSON object)")
     names = {f.name for f in fields(cls)}
     required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
     problems = [f"missing {key!r}" for key in sorted((required | set(needed)) - set(data))]
