@@ -152,12 +152,18 @@ def test_heads_patched_together_in_one_run(planted):
     z = "encoder.1.attn.hook_z"
     alone = ap.patch_together(planted, pairs, [(z, (every, every, PLANTED_HEAD.head))])
     assert alone.normalized == pytest.approx(1, abs=1e-3) and (alone.source_answers, alone.other_answers) == (1, 0)
-    both = ap.patch_together(planted, pairs, [(z, (every, OUT1, PLANTED_HEAD.head)), (z, (every, OUT3, 0))])
+    both = ap.patch_together(
+        planted, pairs, [(z, (every, OUT3, PLANTED_HEAD.head)), (z, (every, OUT1, PLANTED_HEAD.head))]
+    )
     assert both.normalized == pytest.approx(1, abs=1e-3)  # head 2.3 at the first output letter is what counts
     elsewhere = ap.patch_together(planted, pairs, [(z, (every, [OUT3, ARROW_AT], PLANTED_HEAD.head))])
     assert abs(elsewhere.normalized) < 1e-3 and elsewhere.source_answers == 0
     decoder = ap.patch_together(planted, pairs, [("decoder.0.cross_attn.hook_z", (every, every, 0))])
     assert decoder.normalized == pytest.approx(1, abs=1e-3) and math.isnan(decoder.source_answers)
+    mixed = ap.patch_together(
+        planted, pairs, [(z, (every, every, 0)), ("decoder.0.cross_attn.hook_z", (every, every, 0))]
+    )
+    assert mixed.normalized == pytest.approx(1, abs=1e-3) and math.isnan(mixed.other_answers)  # one decoder hook
     with pytest.raises(ValueError, match="at least one"):
         ap.patch_together(planted, pairs, [])
     with pytest.raises(ValueError, match="encoder.9.attn.hook_z"):

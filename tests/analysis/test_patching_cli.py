@@ -239,6 +239,18 @@ def test_activation_patching_writes_its_grids_for_pairs_the_model_solves(saved, 
     assert (out / "activation_patching.html").stat().st_size > 10_000
 
 
+def test_activation_patching_patches_the_four_default_sites(saved, tmp_path, capsys, monkeypatch):
+    from lsa_interp.analysis import activation_patching
+    from tests.analysis.test_activation_patching import _planted_pairs
+
+    monkeypatch.setattr(activation_patching, "minimal_pairs", lambda source, target, n, **_: _planted_pairs(n))
+    out = tmp_path / "out"
+    args = ["activation-patching", "--model", str(saved[0]), "--from", "pred", "--to", "succ", "--pairs", "2"]
+    assert run([*args, "--out", str(out)], capsys)[0] == 0
+    grids = json.loads((out / "activation_patching.json").read_text())["data"]["grids"]
+    assert list(grids) == ["encoder residual", "encoder attention output", "encoder MLP output", "heads"]
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
