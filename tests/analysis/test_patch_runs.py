@@ -34,8 +34,10 @@ def test_patching_nothing_gives_the_target_run_and_a_whole_layer_the_source_run_
     saved = run_patched(small, batch.source, tgt, {}, save=["encoder.1.hook_resid_pre", "encoder.ln_final.hook_out"])
     source = measure(saved["logits"])
     target = measure(run_patched(small, batch.target, tgt, {})["logits"])
-    identity = run_patched(small, batch.target, tgt, {"encoder.0.hook_resid_pre": lambda t: t})["logits"]
-    assert torch.equal(measure(identity), target) and not torch.equal(source, target)
+    for hook in ("encoder.0.hook_resid_pre", "encoder.0.attn.hook_z", "decoder.1.cross_attn.hook_z"):
+        identity = run_patched(small, batch.target, tgt, {hook: lambda t: t})["logits"]
+        assert torch.equal(measure(identity), target), hook  # every run on the same (hooked) attention path
+    assert not torch.equal(source, target)
     for name in ("encoder.1.hook_resid_pre", "encoder.ln_final.hook_out"):
         whole = run_patched(small, batch.target, tgt, {name: lambda t, donor=saved[name]: donor})["logits"]
         assert torch.equal(measure(whole), source)
