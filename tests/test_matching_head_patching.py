@@ -8,7 +8,7 @@ import pytest
 
 from lsa_interp.analysis.planted import planted_model
 from lsa_interp.model.checkpoint import save_model
-from tests.analysis.test_activation_patching import _planted_pairs
+from tests.analysis.patch_setup import planted_pairs
 from tests.helpers import load_script
 
 
@@ -22,7 +22,7 @@ def saved(tmp_path_factory):
 
 def test_the_planted_matching_head_carries_the_answer_and_its_control_nothing(saved, tmp_path, monkeypatch, capsys):
     script = load_script("analyses/matching_head_patching.py")
-    monkeypatch.setattr(script, "minimal_pairs", lambda source, target, n, **_: _planted_pairs(n))
+    monkeypatch.setattr(script, "minimal_pairs", lambda source, target, n, **_: planted_pairs(n))
     out = tmp_path / "patching.json"
     assert script.main(["--model", saved[0], "--model", saved[1], "--pairs", "3", "--out", str(out)]) == 0
     planted, plain = (json.loads(out.read_text())["models"][name] for name in saved)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
@@ -10,26 +9,15 @@ import pytest
 import torch
 
 from lsa_interp.analysis import activation_patching as ap
-from lsa_interp.analysis.pair_batch import pair_batch
-from lsa_interp.analysis.patch_runs import measure_at_parting, run_patched
-from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_answer, planted_model
-from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
-from lsa_interp.data.tokenizer import encode_tasks
-from lsa_interp.model.config import ModelConfig
-from lsa_interp.model.hooked import HookedEncoderDecoder
+from lsa_interp.analysis.patch_runs import run_patched
+from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_model
+from lsa_interp.analysis.prompts import minimal_pairs
+from tests.analysis.patch_setup import planted_pairs, small_model, succ_pred_runs
 
 torch.set_num_threads(1)
 
 OUT1, OUT3, ARROW_AT = 31, 33, 30
 """Positions in a 3-letter prompt: the first and last example-output letters, and ``>`` before them."""
-
-
-def _planted_pairs(n: int, seed: int = 0) -> list[MinimalPair]:
-    """pred/succ minimal pairs whose answers are what the planted model answers (the first example-output letter:
-    pred's ``f`` of ``ghi > fhi`` against succ's ``g`` of ``ghi > ghj``)."""
-    found = minimal_pairs("pred", "succ", n, seed=seed, lengths=(3,))
-    with_answer = lambda task: dataclasses.replace(task, answer=planted_answer(task))
-    return [MinimalPair(with_answer(p.source), with_answer(p.target)) for p in found]
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +27,12 @@ def planted():
 
 @pytest.fixture(scope="module")
 def planted_result(planted):
-    return ap.patch_activations(planted, _planted_pairs(6))
+    return ap.patch_activations(planted, planted_pairs(6))
 
 
 @pytest.fixture(scope="module")
 def small():
-    torch.manual_seed(0)
-    model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64))
-    return model.eval()
+    return small_model()
 
 
 def test_the_planted_model_answers_the_source_letter_only_where_its_circuit_runs(planted, planted_result):
@@ -69,7 +55,7 @@ def test_the_planted_model_answers_the_source_letter_only_where_its_circuit_runs
 
 
 def test_each_head_at_each_position_finds_where_the_planted_circuit_reads(planted):
-    result = ap.patch_activations(planted, _planted_pairs(4), [ap.HEAD_POSITIONS])
+    result = ap.patch_activations(planted, planted_pairs(4), [ap.HEAD_POSITIONS])
     grid, normalized = result.grids[ap.HEAD_POSITIONS], result.normalized(ap.HEAD_POSITIONS)
     assert (
         grid.rows[:5] == ("head 1.1", "head 1.2", "head 1.3", "head 1.4", "head 2.1")
@@ -103,10 +89,7 @@ def test_grids_are_labelled_by_hook_layer_position_and_head(planted_result):
 
 @torch.no_grad()
 def test_positions_both_prompts_share_leave_the_target_run_to_the_bit(small):
-    pairs = minimal_pairs("succ", "pred", 5, lengths=(3,))
-    batch = pair_batch(pairs)
-    tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in
-    measure = measure_at_parting(pairs)
+    pairs, batch, tgt, measure = succ_pred_runs()
     source = measure(run_patched(small, batch.source, tgt, {})["logits"])
     target = measure(run_patched(small, batch.target, tgt, {})["logits"])
     result = ap.patch_activations(small, pairs, [ap.RESID])
@@ -125,10 +108,10 @@ def test_prompts_of_different_layouts_are_refused(planted):
 
 def test_unknown_sites_are_refused_and_unpatched_sites_named(planted, planted_result):
     with pytest.raises(ValueError, match=r"unknown sites \['resid'\]; choose from: encoder residual"):
-        ap.patch_activations(planted, _planted_pairs(2), ["resid"])
+        ap.patch_activations(planted, planted_pairs(2), ["resid"])
     with pytest.raises(ValueError, match="^no sites given; choose from: encoder residual"):
-        ap.patch_activations(planted, _planted_pairs(2), [])
-    only = ap.patch_activations(planted, _planted_pairs(2), [ap.HEADS])
+        ap.patch_activations(planted, planted_pairs(2), [])
+    only = ap.patch_activations(planted, planted_pairs(2), [ap.HEADS])
     with pytest.raises(KeyError, match="site 'encoder residual' was not patched; patched: heads"):
         only.normalized(ap.RESID)
 
@@ -136,19 +119,19 @@ def test_unknown_sites_are_refused_and_unpatched_sites_named(planted, planted_re
 def test_progress_counts_every_patched_run(planted):
     calls = []
     ap.patch_activations(
-        planted, _planted_pairs(2), [ap.HEADS, ap.ATTN_OUT], lambda done, total: calls.append((done, total))
+        planted, planted_pairs(2), [ap.HEADS, ap.ATTN_OUT], lambda done, total: calls.append((done, total))
     )
     assert calls == [(i, 5 * 4 + 3 * 39) for i in range(1, 5 * 4 + 3 * 39 + 1)]
 
 
 def test_solved_pairs_keeps_the_pairs_answered_right_on_both_sides(planted):
-    pairs = _planted_pairs(3)
+    pairs = planted_pairs(3)
     assert ap.solved_pairs(planted, pairs) == pairs
     assert ap.solved_pairs(planted, minimal_pairs("pred", "succ", 3, lengths=(3,))) == []
 
 
 def test_heads_patched_together_in_one_run(planted):
-    pairs, every = _planted_pairs(4), slice(None)
+    pairs, every = planted_pairs(4), slice(None)
     z = "encoder.1.attn.hook_z"
     alone = ap.patch_together(planted, pairs, [(z, (every, every, PLANTED_HEAD.head))])
     assert alone.normalized == pytest.approx(1, abs=1e-3) and (alone.source_answers, alone.other_answers) == (1, 0)
@@ -171,7 +154,7 @@ def test_heads_patched_together_in_one_run(planted):
 
 
 def test_the_analysis_writes_grids_heat_maps_and_unjudged_findings(planted, monkeypatch, tmp_path):
-    monkeypatch.setattr(ap, "minimal_pairs", lambda source, target, n, **_: _planted_pairs(n))
+    monkeypatch.setattr(ap, "minimal_pairs", lambda source, target, n, **_: planted_pairs(n))
     result = ap.activation_patching_analysis(planted, "planted", source="pred", target="succ", n_pairs=4)
     assert result.summary["pairs solved (both prompts)"] == 4 and result.summary["pairs offered"] == 4
     assert [f.holds for f in result.findings] == [None] * 4 and list(result.figures) == list(ap.DEFAULT_SITES)

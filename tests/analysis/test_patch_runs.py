@@ -9,28 +9,22 @@ import torch
 
 from lsa_interp.analysis.pair_batch import pair_batch
 from lsa_interp.analysis.patch_runs import answer_outcomes, measure_at_parting, replace_at, run_patched
-from lsa_interp.analysis.planted import planted_answer, planted_model
+from lsa_interp.analysis.planted import planted_model
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
 from lsa_interp.data.tokenizer import encode_tasks
-from lsa_interp.model.config import ModelConfig
-from lsa_interp.model.hooked import HookedEncoderDecoder
+from tests.analysis.patch_setup import planted_pairs, small_model, succ_pred_runs
 
 torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
 def small():
-    torch.manual_seed(0)
-    model = HookedEncoderDecoder(ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64))
-    return model.eval()
+    return small_model()
 
 
 @torch.no_grad()
 def test_patching_nothing_gives_the_target_run_and_a_whole_layer_the_source_run_to_the_bit(small):
-    pairs = minimal_pairs("succ", "pred", 5, lengths=(3,))
-    batch = pair_batch(pairs)
-    tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in
-    measure = measure_at_parting(pairs)
+    _, batch, tgt, measure = succ_pred_runs()
     saved = run_patched(small, batch.source, tgt, {}, save=["encoder.1.hook_resid_pre", "encoder.ln_final.hook_out"])
     source = measure(saved["logits"])
     target = measure(run_patched(small, batch.target, tgt, {})["logits"])
@@ -59,10 +53,7 @@ def test_the_measured_step_is_where_the_answers_part():
 
 
 def test_answer_outcomes_count_the_source_answers_and_neither():
-    planted = planted_model()
-    found = minimal_pairs("pred", "succ", 3, lengths=(3,))
-    with_answer = lambda task: dataclasses.replace(task, answer=planted_answer(task))
-    pairs = [MinimalPair(with_answer(p.source), with_answer(p.target)) for p in found]
+    planted, pairs = planted_model(), planted_pairs(3)
     batch = pair_batch(pairs)
     outcomes = answer_outcomes(planted, batch.target, batch.source_answers, batch.target_answers)
     assert outcomes({}).tolist() == [0, 0]  # unpatched, every target prompt keeps its own answer

@@ -227,9 +227,9 @@ def test_an_empty_checkpoint_pattern_is_refused_not_read_as_the_checkpoints_fold
 
 def test_activation_patching_writes_its_grids_for_pairs_the_model_solves(saved, tmp_path, capsys, monkeypatch):
     from lsa_interp.analysis import activation_patching
-    from tests.analysis.test_activation_patching import _planted_pairs
+    from tests.analysis.patch_setup import planted_pairs
 
-    monkeypatch.setattr(activation_patching, "minimal_pairs", lambda source, target, n, **_: _planted_pairs(n))
+    monkeypatch.setattr(activation_patching, "minimal_pairs", lambda source, target, n, **_: planted_pairs(n))
     out = tmp_path / "out"
     args = ["activation-patching", "--model", str(saved[0]), "--from", "pred", "--to", "succ", "--pairs", "3"]
     code, stdout, stderr = run([*args, "--site", "heads", "--out", str(out)], capsys)
@@ -241,9 +241,9 @@ def test_activation_patching_writes_its_grids_for_pairs_the_model_solves(saved, 
 
 def test_activation_patching_patches_the_four_default_sites(saved, tmp_path, capsys, monkeypatch):
     from lsa_interp.analysis import activation_patching
-    from tests.analysis.test_activation_patching import _planted_pairs
+    from tests.analysis.patch_setup import planted_pairs
 
-    monkeypatch.setattr(activation_patching, "minimal_pairs", lambda source, target, n, **_: _planted_pairs(n))
+    monkeypatch.setattr(activation_patching, "minimal_pairs", lambda source, target, n, **_: planted_pairs(n))
     out = tmp_path / "out"
     args = ["activation-patching", "--model", str(saved[0]), "--from", "pred", "--to", "succ", "--pairs", "2"]
     assert run([*args, "--out", str(out)], capsys)[0] == 0
