@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -11,7 +13,7 @@ import torch
 from lsa_interp.analysis import activation_patching as ap
 from lsa_interp.analysis.patch_runs import run_patched
 from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_model
-from lsa_interp.analysis.prompts import minimal_pairs
+from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
 from tests.analysis.patch_setup import planted_pairs, small_model, succ_pred_runs
 
 torch.set_num_threads(1)
@@ -128,6 +130,10 @@ def test_solved_pairs_keeps_the_pairs_answered_right_on_both_sides(planted):
     pairs = planted_pairs(3)
     assert ap.solved_pairs(planted, pairs) == pairs
     assert ap.solved_pairs(planted, minimal_pairs("pred", "succ", 3, lengths=(3,))) == []
+    one_side = [MinimalPair(pair.source, dataclasses.replace(pair.target, answer="zz")) for pair in pairs]
+    assert ap.solved_pairs(planted, one_side) == []  # the source prompts answered right, the target ones not
+    other_side = [MinimalPair(dataclasses.replace(pair.source, answer="zz"), pair.target) for pair in pairs]
+    assert ap.solved_pairs(planted, other_side) == []
 
 
 def test_heads_patched_together_in_one_run(planted):
@@ -167,5 +173,12 @@ def test_the_analysis_writes_grids_heat_maps_and_unjudged_findings(planted, monk
 
 
 def test_the_analysis_refuses_a_model_that_solves_no_pair(planted):
-    with pytest.raises(ValueError, match="answers both prompts of none of the 3 succ/pred minimal pairs"):
+    message = (
+        "the model answers both prompts of none of the 3 succ/pred minimal pairs (right: 0 succ and 0 pred prompts; "
+        "the same answer to both prompts of 0 pairs); activation patching needs pairs it solves"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         ap.activation_patching_analysis(planted, n_pairs=3)
+    plain = planted_model(matching=False)  # it reads no example letter, so it answers both prompts alike
+    with pytest.raises(ValueError, match=r"the same answer to both prompts of 3 pairs\)"):
+        ap.activation_patching_analysis(plain, n_pairs=3)
