@@ -97,9 +97,11 @@ def patch_activations(
     pairs: Sequence[MinimalPair],
     sites: Sequence[str] = DEFAULT_SITES,
     progress: Callable[[int, int], None] | None = None,
+    answers: bool = True,
 ) -> ActivationPatching:
     """Patch each activation of ``sites`` from the source prompts into the target prompts of ``pairs``, one at a
-    time, all pairs in one batch; ``progress(done, total)`` after each patched run. Returns the grids.
+    time, all pairs in one batch; ``progress(done, total)`` after each patched run. Returns the grids; without
+    ``answers`` no patched prompt is decoded greedily (the answers' shares are NaN; the logit differences only).
 
     Raises ValueError for an unknown site, pairs that `pair_batch` refuses, or pairs whose prompts do not share
     one token layout across pairs (use one window length)."""
@@ -118,7 +120,7 @@ def patch_activations(
         saved = run_patched(model, source, tgt, {}, save=sorted(needed))
         source_diff = measure(saved.pop("logits"))
         target_diff = measure(run_patched(model, target, tgt, {})["logits"])
-        answers = answer_outcomes(model, target, batch.source_answers, batch.target_answers)
+        outcomes_of = answer_outcomes(model, target, batch.source_answers, batch.target_answers)
         total, done = sum(len(rows) * len(columns) for rows, columns in layout.values()), 0
         grids = {}
         for site, (rows, columns) in layout.items():
@@ -127,8 +129,8 @@ def patch_activations(
                 for column, index in enumerate(indices):
                     patches = {hook: partial(replace_at, donor=saved[hook], index=index)}
                     diff[row, column] = measure(run_patched(model, target, tgt, patches)["logits"])
-                    if hook.startswith("encoder."):
-                        outcomes[:, row, column] = answers(patches)
+                    if answers and hook.startswith("encoder."):
+                        outcomes[:, row, column] = outcomes_of(patches)
                     done += 1
                     if progress:
                         progress(done, total)
@@ -229,7 +231,7 @@ def activation_patching_analysis(
                 value=float(normalized[row, column]),
             )
         )
-        figures[site] = _heatmap(grid, normalized, f"{site}: patched from {source} into {target}")
+        figures[site] = patching_heatmap(grid, normalized, f"{site}: patched from {source} into {target}")
         data["grids"][site] = {
             "hooks": list(grid.hooks),
             "rows": list(grid.rows),
@@ -337,11 +339,16 @@ def _answers_text(source: Tensor, other: Tensor) -> str:
     return f", answers: {float(source):.0%} the source's, {float(other):.0%} neither"
 
 
-def _heatmap(grid: PatchingGrid, normalized: Tensor, title: str):  # pragma: no mutate block
-    """A plotly heat map of the normalised grid; hovering shows the mean logit difference and the answers' outcomes."""
+def patching_heatmap(
+    grid: PatchingGrid, normalized: Float[Tensor, "row column"], title: str
+):  # pragma: no mutate block
+    """A plotly heat map of the normalised grid; hovering shows the mean logit difference and, where they were
+    counted, the answers' outcomes."""
     import plotly.graph_objects as go
 
     detail = torch.stack([grid.logit_diff, grid.source_answers, grid.other_answers], -1).nan_to_num(-1).tolist()
+    counted = not bool(grid.source_answers.isnan().all())
+    answers = "<br>answers: source's %{customdata[1]:.0%}, neither %{customdata[2]:.0%} (-100%: not counted)"
     return go.Figure(
         go.Heatmap(
             z=normalized.tolist(),
@@ -353,8 +360,8 @@ def _heatmap(grid: PatchingGrid, normalized: Tensor, title: str):  # pragma: no 
             zmid=0,
             colorbar={"title": "normalised"},
             hovertemplate="%{y}, %{x}<br>normalised %{z:.3f}<br>logit diff %{customdata[0]:.3f}"
-            "<br>answers: source's %{customdata[1]:.0%}, neither %{customdata[2]:.0%} (-100%: not counted)"
-            "<extra></extra>",
+            + (answers if counted else "")
+            + "<extra></extra>",
         ),
         layout={
             "title": title,

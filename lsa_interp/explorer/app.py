@@ -16,12 +16,14 @@ from dataclasses import replace
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
+from lsa_interp.data.task import Task
 from lsa_interp.evaluation import evaluation_dataset
 from lsa_interp.evaluation.runs_table import read_runs_table
 from lsa_interp.explorer.catalogue import ModelCatalogue, discover_models
 from lsa_interp.explorer.draw import draw_tasks, filter_tasks
 from lsa_interp.explorer.figures import Figure
 from lsa_interp.explorer.layout import CONTROLS, GRAPHS, page
+from lsa_interp.explorer.patching_tab import patching_figures
 from lsa_interp.explorer.render import (
     CHANGE_COLUMNS,
     RenderedView,
@@ -55,6 +57,7 @@ def create_app(catalogue: ModelCatalogue) -> Dash:
     _sync_callback(app, catalogue)
     _render_callback(app, renderer)
     _training_callback(app, catalogue)
+    _patching_callback(app, catalogue)
     _draw_callback(app, catalogue)
 
     @app.callback(
@@ -165,7 +168,7 @@ def _render_callback(app: Dash, renderer: ViewRenderer) -> None:
     )
     def render(search, shown):
         state = ViewState.from_query(search)
-        if state.tab == "training":  # any other tab is the graph tab's, which says that the tab is unknown
+        if state.tab in TABS and state.tab != "graph":  # an unknown tab is the graph tab's, which names it
             return (no_update,) * (8 + len(GRAPHS))
         view = renderer.render(state)
         layers = _layer_options(view, renderer.catalogue)
@@ -243,6 +246,29 @@ def _training_callback(app: Dash, catalogue: ModelCatalogue) -> None:
                 parts.append(html.H4(title))
                 parts.append(_frame_table(tables[name], f"{name.replace(' ', '-').lower()}-table"))
         return parts
+
+
+def _patching_callback(app: Dash, catalogue: ModelCatalogue) -> None:
+    @app.callback(Output("patching", "children"), Input("url", "search"))
+    def patching(search):
+        state = ViewState.from_query(search)
+        if state.tab != "patching":
+            return no_update
+        try:
+            name = state.model or catalogue.names[0]
+            catalogue.entry(name)
+            task, source = Task.parse(state.task), Task.parse(state.source)
+            key = f"activation patching|{task}|{source}"
+            figures = catalogue.memo(name, key, lambda model: patching_figures(model, task, source))
+        except ValueError as err:
+            return html.Div(str(err), id="patching-error", style={"color": "#cf222e"})
+        intro = (
+            f"The task {task} runs with one activation at a time taken from the source task {source} (set it on the "
+            "graph tab, or draw a succ/pred pair there); each cell is how far that alone moves the logit difference "
+            "between the model's two answers at the step where they part: 1 = the source task's, 0 = unchanged."
+        )
+        graphs = [dcc.Graph(id=f"patching-{i}", figure=figure) for i, figure in enumerate(figures.values())]
+        return [html.H3(f"{name}: activation patching"), html.P(intro, id="patching-intro"), *graphs]
 
 
 def _frame_table(frame, id_: str) -> html.Table:

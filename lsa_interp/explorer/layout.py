@@ -135,6 +135,7 @@ def page(models: list[str]) -> html.Div:
         ]
     )
     training_tab = html.Div(id="training")
+    patching_tab = html.Div(id="patching")
     return html.Div(
         [
             dcc.Location(id="url", refresh=False),
@@ -146,6 +147,7 @@ def page(models: list[str]) -> html.Div:
                 children=[
                     dcc.Tab(label="computational graph and interventions", value="graph", children=graph_tab),
                     dcc.Tab(label="training", value="training", children=training_tab),
+                    dcc.Tab(label="activation patching", value="patching", children=patching_tab),
                 ],
             ),
         ],

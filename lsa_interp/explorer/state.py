@@ -25,7 +25,7 @@ from lsa_interp.model.heads import Head, parse_head
 DEFAULT_TASK = "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd"
 DEFAULT_SOURCE = "abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcd"
 HEAD_VIEWS = ("average", "all")
-TABS = ("graph", "training")
+TABS = ("graph", "training", "patching")
 
 
 @dataclass(frozen=True)
@@ -97,8 +97,8 @@ def parse_head_view(text: str) -> str:
 
 
 def parse_tab(text: str) -> str:
-    """The tab, "graph" or "training". Raises ValueError for anything else (a link's unknown ``tab=`` used to
-    show neither tab: a blank page)."""
+    """The tab, "graph", "training" or "patching". Raises ValueError for anything else (a link's unknown ``tab=``
+    used to show neither tab: a blank page)."""
     if text not in TABS:
         raise ValueError(f"tab {text!r} is not one of {', '.join(TABS)}")
     return text

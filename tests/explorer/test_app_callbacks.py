@@ -136,7 +136,7 @@ def test_a_link_s_unknown_tab_or_head_view_shows_the_graph_tab_with_its_message(
     _, controls = _sync(app, "?model=deep&tab=foo", {}, "url.search")
     assert controls["tab"] == "graph"
     rendered = _render(app, "?model=deep&tab=foo", {})
-    assert rendered["error"]["children"] == "tab 'foo' is not one of graph, training"
+    assert rendered["error"]["children"] == "tab 'foo' is not one of graph, training, patching"
     rendered = _render(app, "?model=deep&heads=xyz", {})
     assert rendered["error"]["children"] == "heads 'xyz' is not one of average, all (the attention view)"
     assert call_callback(app, "training.children", ["?model=deep&tab=foo"], changed="url.search") == {}

@@ -7,6 +7,7 @@ every scenario (loading the app once); after each, no JavaScript error was logge
 - drag a box on the hidden-state heatmap and see the answer `ablate_cells` gives for the cells in the URL;
 - draw tasks filtered by transformation, alphabet and outcome, and open one;
 - export the view: an offline page (plotly inlined, no script src) that renders from file:// on its own;
+- the activation-patching tab: a heat map per site for the opening task and its succ twin;
 - the training tab of a sweep's run: its validation curves and the sweep's run table;
 - a link naming a model the explorer does not offer: the message on both tabs, the link kept.
 """
@@ -240,6 +241,18 @@ def _training(page) -> None:
     assert "tab=training" in page.url
 
 
+def _patching(page) -> None:
+    """The activation-patching tab on the opening task and its succ twin: a heat map per site, the planted head at
+    the first example-output letter; back to the graph tab."""
+    page.click("#tab >> text=activation patching")
+    page.wait_for_selector("#patching-0 .main-svg", timeout=TIMEOUT_MS)
+    rows = page.evaluate("document.querySelector('#patching-0 .js-plotly-plot').data[0].y")
+    assert "head 2.3" in rows and "tab=patching" in page.url
+    assert page.locator("#patching .js-plotly-plot").count() == 3
+    page.click("#tab >> text=computational graph and interventions")
+    _summary_has(page, "model's answer")
+
+
 def _unknown_model(page, base: str) -> None:
     """A link naming a model the explorer does not offer (here a path) says so, on either tab. Dash's dropdown drops
     the value it does not offer; the link used to follow (``?model=``) and show the first model's view without a
@@ -277,6 +290,7 @@ def test_explorer_in_chromium(served, browser, tiny, tmp_path):
     _summary_has(page, "model's answer")
     _titles_fit(page)
     for name, scenario in (
+        ("patching tab", lambda: _patching(page)),
         ("patch, ablate, reset", lambda: _patch_ablate_reset(page, base, model)),
         ("box drag", lambda: _drag_box(page, model)),
         ("export", lambda: _export(page, tmp_path)),

@@ -342,7 +342,7 @@ def test_the_decoder_s_masked_future_is_blank_in_both_head_views(renderer):
     ("state", "error"),
     [
         (ViewState(model="tiny", heads="sideways"), "heads 'sideways' is not one of average, all (the attention view)"),
-        (ViewState(model="tiny", tab="foo"), "tab 'foo' is not one of graph, training"),
+        (ViewState(model="tiny", tab="foo"), "tab 'foo' is not one of graph, training, patching"),
         (ViewState(model="tiny", pair="x"), "pair 'x' is not a pair number (1, 2, ...)"),
         (ViewState(model="tiny", task=" "), f"no task: type one in the paper's notation, e.g. {TASK}"),
         (ViewState(model="tiny", patch="1.1", source=""), "source task: a task needs 'alphabet | example_in > "),

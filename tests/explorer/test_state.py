@@ -156,7 +156,7 @@ def test_the_head_view_and_the_tab_are_one_of_theirs():
     for bad in ("xyz", "", "All"):
         with pytest.raises(ValueError, match=rf"^heads {bad!r} is not one of average, all"):
             parse_head_view(bad)
-        with pytest.raises(ValueError, match=rf"^tab {bad!r} is not one of graph, training$"):
+        with pytest.raises(ValueError, match=rf"^tab {bad!r} is not one of graph, training, patching$"):
             parse_tab(bad)
 
 

@@ -1,0 +1,86 @@
+"""The activation-patching tab: the view's task and source as one pair, the planted circuit found where it is, and
+one-line messages where there is nothing to trace."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import pytest
+import torch
+
+from lsa_interp.analysis.activation_patching import HEAD_POSITIONS, HEADS, RESID
+from lsa_interp.analysis.planted import PLANTED_HEAD, planted_model
+from lsa_interp.data.task import Task
+from lsa_interp.explorer.app import create_app
+from lsa_interp.explorer.catalogue import ModelCatalogue
+from lsa_interp.explorer.patching_tab import PATCHING_SITES, patching_figures, patching_pair
+from tests.explorer.dash_calls import call_callback
+
+torch.set_num_threads(1)
+PRED = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd")
+SUCC = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcd")
+OUT1 = 31
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return planted_model()
+
+
+def test_the_pair_carries_the_models_own_answers(planted):
+    pair = patching_pair(planted, PRED, SUCC)  # the planted model answers an example's first output letter
+    assert (pair.source.answer, pair.target.answer) == ("g", "f") and pair.target.examples == PRED.examples
+
+
+def test_tasks_the_model_answers_alike_or_of_another_layout_are_refused(planted):
+    same_first = Task.parse("abcdefghijklmnopqrstuvwxyz | ghi > fhj | bcd")
+    with pytest.raises(ValueError, match="answers both the task and the source task 'f': there is no difference"):
+        patching_pair(planted, PRED, same_first)
+    with pytest.raises(ValueError, match="does not align token for token"):
+        patching_pair(planted, PRED, Task.parse("abcdefghijklmnopqrstuvwxyz | ghij > ghik | bcd"))
+
+
+def test_each_head_at_each_position_shows_the_planted_head_at_the_first_output_letter(planted):
+    figures = patching_figures(planted, PRED, SUCC)
+    assert list(figures) == list(PATCHING_SITES) == [HEAD_POSITIONS, RESID, HEADS]
+    grid = figures[HEAD_POSITIONS].data[0]
+    row = PLANTED_HEAD.layer * 4 + PLANTED_HEAD.head
+    assert grid.y[row] == "head 2.3" and grid.x[OUT1] == "out1·31" and grid.z[row][OUT1] == pytest.approx(1, abs=1e-3)
+    assert sum(abs(value) > 1e-3 for line in grid.z for value in line) == 2  # and the readout head at >
+    assert "answers" not in grid.hovertemplate  # the tab reads the logit difference only
+
+
+@pytest.fixture(scope="module")
+def app(planted):
+    return create_app(ModelCatalogue([], {"planted": planted}))
+
+
+def _tab(app, **fields) -> list | dict:
+    search = "?" + urlencode({"model": "planted", "tab": "patching", **fields})
+    return call_callback(app, "patching.children", [search], changed="url.search")
+
+
+def test_the_tab_draws_a_graph_per_site_for_the_links_task_and_source(app):
+    children = _tab(app, task=str(PRED), source=str(SUCC))["patching"]["children"]
+    assert children[0]["props"]["children"] == "planted: activation patching"
+    graphs = [child["props"] for child in children if child["type"] == "Graph"]
+    assert [g["id"] for g in graphs] == ["patching-0", "patching-1", "patching-2"]
+    assert graphs[0]["figure"]["data"][0]["y"][PLANTED_HEAD.layer * 4 + PLANTED_HEAD.head] == "head 2.3"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"task": str(PRED), "source": str(PRED)}, "answers both the task and the source task 'f'"),
+        ({"task": "abc > abd"}, "a task needs 'alphabet | example_in > example_out | query'"),
+        ({"model": "nowhere"}, "unknown model 'nowhere'; this explorer offers: planted"),
+    ],
+)
+def test_the_tab_names_what_it_cannot_trace_in_one_line(app, fields, message):
+    child = _tab(app, **fields)["patching"]["children"]
+    assert child["props"]["id"] == "patching-error" and message in child["props"]["children"]
+
+
+def test_other_tabs_leave_the_patching_tab_alone_and_it_leaves_the_graph(app):
+    assert call_callback(app, "patching.children", ["?model=planted&tab=graph"], changed="url.search") == {}
+    assert call_callback(app, "error.children", ["?model=planted&tab=patching"], [{}], changed="url.search") == {}
