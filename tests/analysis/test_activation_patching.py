@@ -113,7 +113,8 @@ def test_unknown_sites_are_refused_and_unpatched_sites_named(planted, planted_re
         ap.patch_activations(planted, planted_pairs(2), ["resid"])
     with pytest.raises(ValueError, match="^no sites given; choose from: encoder residual"):
         ap.patch_activations(planted, planted_pairs(2), [])
-    only = ap.patch_activations(planted, planted_pairs(2), [ap.HEADS])
+    only = ap.patch_activations(planted, planted_pairs(2), [ap.HEADS], answers=False)
+    assert only.grids[ap.HEADS].source_answers.isnan().all() and only.grids[ap.HEADS].other_answers.isnan().all()
     with pytest.raises(KeyError, match="site 'encoder residual' was not patched; patched: heads"):
         only.normalized(ap.RESID)
 
