@@ -67,3 +67,28 @@ def test_replace_at_takes_the_donor_only_at_the_index():
     tensor, donor = torch.zeros(2, 5, 3, 4), torch.ones(2, 5, 3, 4)
     patched = replace_at(tensor, donor, (slice(None), [1, 3], 2))
     assert patched.sum() == 2 * 2 * 4 and patched[:, [1, 3], 2].eq(1).all() and tensor.eq(0).all()
+
+
+@torch.no_grad()
+def test_a_head_patched_by_hooks_is_the_head_patched_through_nnsight():
+    """The same patch written the nnsight way (the source's ``hook_z`` saved in one trace, its head set in the next)
+    gives the logits `run_patched` gives: the hooks engine is checked against an independent one."""
+    pytest.importorskip("nnsight")  # a project dependency; the GPU machine's image lacks it
+    from lsa_interp.model.tracing import traced
+
+    planted, pairs = planted_model(), planted_pairs(4)
+    batch, every = pair_batch(pairs), slice(None)
+    tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in
+    hook = "encoder.1.attn.hook_z"
+    saved = run_patched(planted, batch.source, tgt, {}, save=[hook])
+    patch = {hook: lambda z: replace_at(z, saved[hook], (every, every, 2))}
+    by_hooks = run_patched(planted, batch.target, tgt, patch)["logits"]
+    nn = traced(planted)
+    with nn.trace(batch.source, tgt):
+        z = nn.encoder[1].attn.hook_z.output.save()
+    with nn.trace(batch.target, tgt):
+        nn.encoder[1].attn.hook_z.output[:, :, 2] = z[:, :, 2]
+        by_nnsight = nn.output.save()
+    torch.testing.assert_close(by_nnsight, by_hooks, atol=1e-6, rtol=0)
+    clean = run_patched(planted, batch.target, tgt, {})["logits"]
+    assert (by_hooks - clean).abs().max() > 1  # the patch changes the answer's logits
