@@ -157,8 +157,8 @@ def patch_together(
 ) -> JointPatch:
     """Patch every ``(hook, index)`` of ``cells`` from the source prompts into the target prompts in one run (e.g.
     ``[("encoder.0.attn.hook_z", (slice(None), slice(None), 2)), ("encoder.0.attn.hook_z", (slice(None), slice(None),
-    5))]``: heads 1.3 and 1.6 together). Raises ValueError for no cells, a hook the model lacks, or pairs that
-    `pair_batch` refuses."""
+    5))]``: heads 1.3 and 1.6 together). Raises ValueError for no cells, a hook the model lacks, an index that does not
+    fit its activation (batch axis first), or pairs that `pair_batch` refuses."""
     if not cells:
         raise ValueError("patch_together needs at least one (hook, index) cell")
     with torch.no_grad(), eval_mode(model):
@@ -170,6 +170,8 @@ def patch_together(
             by_hook.setdefault(hook, []).append(index)
         source, target = batch.source.to(model.device), batch.target.to(model.device)
         saved = run_patched(model, source, tgt, {}, save=list(by_hook))
+        for hook, indices in by_hook.items():
+            _check_indices(hook, indices, saved[hook])
         patches = {hook: partial(_replace_all, donor=saved[hook], indices=indices) for hook, indices in by_hook.items()}
         source_diff, target_diff = measure(saved["logits"]), measure(run_patched(model, target, tgt, {})["logits"])
         diff = measure(run_patched(model, target, tgt, patches)["logits"])
@@ -178,6 +180,17 @@ def patch_together(
             answers = answer_outcomes(model, target, batch.source_answers, batch.target_answers)(patches)
         normalized = (diff - target_diff) / (source_diff - target_diff)
         return JointPatch(float(normalized), float(diff), float(answers[0]), float(answers[1]))
+
+
+def _check_indices(hook: str, indices: list[Index], activation: Tensor) -> None:
+    """Raise ValueError naming the cell whose index does not fit ``hook``'s activation (its batch axis first)."""
+    for index in indices:
+        try:
+            activation[index]
+        except (IndexError, TypeError) as error:
+            shape = "[" + ", ".join(map(str, activation.shape)) + "]"
+            message = f"cell ({hook!r}, {index!r}) does not index {hook}'s activation of shape {shape}: {error}"
+            raise ValueError(message) from None
 
 
 def _replace_all(tensor: Tensor, donor: Tensor, indices: list[Index]) -> Tensor:

@@ -158,6 +158,12 @@ def test_heads_patched_together_in_one_run(planted):
         ap.patch_together(planted, pairs, [])
     with pytest.raises(ValueError, match="encoder.9.attn.hook_z"):
         ap.patch_together(planted, pairs, [("encoder.9.attn.hook_z", (every,))])
+    bad = (
+        "cell ('encoder.1.attn.hook_z', (slice(None, None, None), slice(None, None, None), 4)) does not index "
+        "encoder.1.attn.hook_z's activation of shape [4, 39, 4, 32]: index 4 is out of bounds"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(bad)}"):
+        ap.patch_together(planted, pairs, [(z, (every, OUT1, 0)), (z, (every, every, 4))])  # 4 heads: 0..3
 
 
 def test_the_analysis_writes_grids_heat_maps_and_unjudged_findings(planted, monkeypatch, tmp_path):
