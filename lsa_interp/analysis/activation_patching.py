@@ -105,10 +105,7 @@ def patch_activations(
 
     Raises ValueError for an unknown site, pairs that `pair_batch` refuses, or pairs whose prompts do not share
     one token layout across pairs (use one window length)."""
-    unknown = [site for site in sites if site not in SITES]
-    if unknown or not sites:
-        problem = f"unknown sites {unknown}" if unknown else "no sites given"
-        raise ValueError(f"{problem}; choose from: {', '.join(SITES)}")
+    _check_sites(sites)
     with torch.no_grad(), eval_mode(model):
         batch = pair_batch(pairs)
         positions = _position_labels(batch.source, batch.target)
@@ -213,8 +210,11 @@ def activation_patching_analysis(
 ) -> AnalysisResult:
     """`patch_activations` on the ``n_pairs`` minimal pairs of ``length``-letter windows (fewer where fewer exist)
     that the model answers right on both sides: the grids normalised, a heat map of each and a row per site naming
-    its largest effect (not in the paper: reported, not judged). Raises ValueError for unknown rules or sites, rules
-    without minimal pairs, or a model that answers no pair right."""
+    its largest effect (not in the paper: reported, not judged). Raises ValueError for unknown rules or sites, fewer
+    than one pair, rules without minimal pairs, or a model that answers no pair right."""
+    _check_sites(sites)
+    if n_pairs < 1:
+        raise ValueError(f"n_pairs must be at least 1 (minimal pairs offered), got {n_pairs}")
     offered = minimal_pairs(source, target, n_pairs, seed=seed, alphabets=alphabets, lengths=(length,), at_most=True)
     pairs = solved_pairs(model, offered)
     if not pairs:
@@ -255,6 +255,13 @@ def activation_patching_analysis(
             "other_answers": grid.other_answers,
         }
     return AnalysisResult("activation_patching", model_name, summary, data, figures, findings)
+
+
+def _check_sites(sites: Sequence[str]) -> None:
+    unknown = [site for site in sites if site not in SITES]
+    if unknown or not sites:
+        problem = f"unknown sites {unknown}" if unknown else "no sites given"
+        raise ValueError(f"{problem}; choose from: {', '.join(SITES)}")
 
 
 def solved_pairs(model: HookedEncoderDecoder, pairs: Sequence[MinimalPair]) -> list[MinimalPair]:

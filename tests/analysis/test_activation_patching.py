@@ -189,3 +189,15 @@ def test_the_analysis_refuses_a_model_that_solves_no_pair(planted):
     plain = planted_model(matching=False)  # it reads no example letter, so it answers both prompts alike
     with pytest.raises(ValueError, match=r"the same answer to both prompts of 3 pairs\)"):
         ap.activation_patching_analysis(plain, n_pairs=3)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"n_pairs": 0}, "n_pairs must be at least 1 (minimal pairs offered), got 0"),
+        ({"sites": ["x"]}, "unknown sites ['x']; choose from: encoder residual"),  # before any pair is decoded
+    ],
+)
+def test_the_analysis_refuses_bad_options_before_it_decodes(planted, options, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        ap.activation_patching_analysis(planted, **options)
