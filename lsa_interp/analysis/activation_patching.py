@@ -35,21 +35,27 @@ from torch import Tensor
 
 from lsa_interp.analysis.activations import eval_mode
 from lsa_interp.analysis.pair_batch import pair_batch
-from lsa_interp.analysis.patch_runs import Index, answer_outcomes, measure_at_parting, replace_at, run_patched
+from lsa_interp.analysis.patch_runs import (
+    Index,
+    answer_outcomes,
+    measure_at_parting,
+    parting_steps,
+    replace_at,
+    run_patched,
+    shared_position_labels,
+)
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
 from lsa_interp.analysis.types import AnalysisResult, Finding
-from lsa_interp.data.tokenizer import TokenBatch, decode_batch, encode_tasks
-from lsa_interp.data.vocab import ROLES, display_token
+from lsa_interp.data.tokenizer import decode_batch, encode_tasks
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 RESID, ATTN_OUT, MLP_OUT, HEADS = "encoder residual", "encoder attention output", "encoder MLP output", "heads"
-HEAD_POSITIONS = "encoder heads by position"
-SITES: tuple[str, ...] = (RESID, ATTN_OUT, MLP_OUT, HEADS, HEAD_POSITIONS)
-"""The grids `patch_activations` can fill: three of (hook, encoder position), one of (attention module, head) and
-one of (encoder head, position)."""
+HEAD_POSITIONS, DECODER_RESID = "encoder heads by position", "decoder residual"
+SITES: tuple[str, ...] = (RESID, ATTN_OUT, MLP_OUT, HEADS, HEAD_POSITIONS, DECODER_RESID)
+"""The grids `patch_activations` can fill: three of (hook, encoder position), one of (attention module, head), one
+of (encoder head, position) and one of the decoder's residual stream at each pair's parting step (one column)."""
 DEFAULT_SITES: tuple[str, ...] = (RESID, ATTN_OUT, MLP_OUT, HEADS)
 """What the analysis patches unless told: all but the heads by position (24 x 39 runs for the paper's model)."""
-_ROLE_SHORT = {"example_in": "in", "example_out": "out", "query": "q"}
 Row = tuple[str, str, list[Index]]
 """One row of a grid: the hook patched, the row's label and the index of the activation each column patches."""
 
@@ -108,10 +114,11 @@ def patch_activations(
     _check_sites(sites)
     with torch.no_grad(), eval_mode(model):
         batch = pair_batch(pairs)
-        positions = _position_labels(batch.source, batch.target)
+        positions = shared_position_labels(batch.source, batch.target)
         tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in.to(model.device)
         measure = measure_at_parting(pairs)
-        layout = {site: _site(model, site, positions) for site in sites}
+        steps, _, _ = parting_steps(pairs)
+        layout = {site: _site(model, site, positions, (torch.arange(len(pairs)), steps)) for site in sites}
         needed = {hook for rows, _ in layout.values() for hook, _, _ in rows}
         source, target = batch.source.to(model.device), batch.target.to(model.device)
         saved = run_patched(model, source, tgt, {}, save=sorted(needed))
@@ -295,9 +302,20 @@ def _none_solved(model: HookedEncoderDecoder, pairs: Sequence[MinimalPair]) -> s
     )
 
 
-def _site(model: HookedEncoderDecoder, site: str, positions: tuple[str, ...]) -> tuple[list[Row], tuple[str, ...]]:
-    """The rows of ``site``'s grid and its column labels."""
+def _site(
+    model: HookedEncoderDecoder, site: str, positions: tuple[str, ...], parting: Index
+) -> tuple[list[Row], tuple[str, ...]]:
+    """The rows of ``site``'s grid and its column labels (``parting``: each pair's row and parting step)."""
     cfg = model.cfg
+    if site == DECODER_RESID:
+        kinds = {"pre": "before", "mid": "after the self-attention of", "mid_cross": "after the cross-attention of"}
+        rows = [
+            (f"decoder.{layer}.hook_resid_{kind}", f"{label} layer {layer + 1}", [parting])
+            for layer in range(cfg.n_decoder_layers)
+            for kind, label in kinds.items()
+        ]
+        last = cfg.n_decoder_layers - 1
+        return [*rows, (f"decoder.{last}.hook_resid_post", f"after layer {last + 1}", [parting])], ("parting step",)
     layers, every = range(cfg.n_encoder_layers), slice(None)
     at_positions = [(every, position) for position in range(len(positions))]
     if site == HEADS:
@@ -330,26 +348,6 @@ def _module_label(module: str) -> str:
     """``decoder.1.cross_attn`` -> ``decoder 2 cross-attention`` (layers 1-based, as the paper counts them)."""
     stack, layer, kind = module.split(".")
     return f"{stack} {int(layer) + 1} {'cross-attention' if kind == 'cross_attn' else 'self-attention'}"
-
-
-def _position_labels(source: TokenBatch, target: TokenBatch) -> tuple[str, ...]:
-    """One label per encoder position shared by every prompt: its token where all prompts have the same one (``a·0``),
-    else its role and place in it (``out1·31``). Raises ValueError when the prompts' layouts differ."""
-    roles = torch.cat([source.roles, target.roles])
-    if not (roles == roles[0]).all():
-        row = int((roles != roles[0]).any(1).nonzero()[0]) % len(source)
-        raise ValueError(
-            f"pair {row} does not share the first pair's token layout; activation patching compares positions across "
-            "pairs, so all prompts need one layout (minimal pairs of one window length)"
-        )
-    tokens = torch.cat([source.src, target.src])
-    labels, seen = [], dict.fromkeys(ROLES, 0)
-    for position, role in enumerate(ROLES[int(r)] for r in roles[0]):
-        seen[role] += 1
-        same = bool((tokens[:, position] == tokens[0, position]).all())
-        name = display_token(int(tokens[0, position])) if same else f"{_ROLE_SHORT.get(role, role)}{seen[role]}"
-        labels.append(f"{name}·{position}")
-    return tuple(labels)
 
 
 def _answers_text(source: Tensor, other: Tensor) -> str:

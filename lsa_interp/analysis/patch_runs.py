@@ -1,6 +1,7 @@
 """Runs of minimal pairs with activations patched in from the other prompt: teacher-forced (the logit difference where
-the two answers part) and greedy (the answers). Every run calls each attention's hook points, so source, target and
-patched runs all execute the same floating-point operations (docs/hooks.md: the fused path rounds differently)."""
+the two answers part) and greedy (the answers); the labels of the positions all the prompts share. Every run calls
+each attention's hook points, so source, target and patched runs all execute the same floating-point operations
+(docs/hooks.md: the fused path rounds differently)."""
 
 from __future__ import annotations
 
@@ -13,26 +14,37 @@ from torch import Tensor
 
 from lsa_interp.analysis.prompts import MinimalPair
 from lsa_interp.data.tokenizer import TokenBatch, decode_batch, encode_tasks
+from lsa_interp.data.vocab import ROLES, display_token
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
+_ROLE_SHORT = {"example_in": "in", "example_out": "out", "query": "q"}
 Patch = Callable[[Tensor], Tensor]
 """What a patched hook does to its activation."""
-Index = tuple[slice | int | list[int], ...]
+Index = tuple[slice | int | list[int] | Tensor, ...]
 """Where a patch replaces an activation: ``(slice(None), 31)`` is position 31 of ``[batch, pos, ...]``,
-``(slice(None), [31, 33], 2)`` head 2 at positions 31 and 33 of ``[batch, pos, head, d_head]``."""
+``(slice(None), [31, 33], 2)`` head 2 at positions 31 and 33 of ``[batch, pos, head, d_head]``, ``(rows, steps)`` one
+position per row (two index tensors)."""
 
 
-def measure_at_parting(pairs: Sequence[MinimalPair]) -> Callable[[Tensor], Tensor]:
-    """A function of the decoder's logits returning the mean logit difference (source token minus target token) at
-    each pair's first answer step where the source and target answers part (an answer's EOS counts: ``ab`` parts
-    from ``abc`` at step 2)."""
+def parting_steps(
+    pairs: Sequence[MinimalPair],
+) -> tuple[Int[Tensor, " pair"], Int[Tensor, " pair"], Int[Tensor, " pair"]]:
+    """Each pair's first answer step where the source and target answers part (an answer's EOS counts: ``ab`` parts
+    from ``abc`` at step 2), and the source's and the target's token there."""
     source = encode_tasks([p.source for p in pairs], with_answers=True).tgt_out
     target = encode_tasks([p.target for p in pairs], with_answers=True).tgt_out
     width = max(source.shape[1], target.shape[1])
     source, target = (torch.nn.functional.pad(t, (0, width - t.shape[1]), value=-1) for t in (source, target))
     step = (source != target).int().argmax(1)
     rows = torch.arange(len(pairs))
-    source_token, target_token = source[rows, step], target[rows, step]
+    return step, source[rows, step], target[rows, step]
+
+
+def measure_at_parting(pairs: Sequence[MinimalPair]) -> Callable[[Tensor], Tensor]:
+    """A function of the decoder's logits returning the mean logit difference (source token minus target token) at
+    each pair's `parting_steps`."""
+    step, source_token, target_token = parting_steps(pairs)
+    rows = torch.arange(len(pairs))
 
     def measure(logits: Float[Tensor, "batch tgt_pos vocab"]) -> Tensor:
         at = logits.float().cpu()[rows, step]
@@ -100,3 +112,23 @@ def replace_at(tensor: Tensor, donor: Tensor, index: Index) -> Tensor:
     patched = tensor.clone()
     patched[index] = donor[index]
     return patched
+
+
+def shared_position_labels(source: TokenBatch, target: TokenBatch) -> tuple[str, ...]:
+    """One label per encoder position shared by every prompt: its token where all prompts have the same one (``a·0``),
+    else its role and place in it (``out1·31``). Raises ValueError when the prompts' layouts differ."""
+    roles = torch.cat([source.roles, target.roles])
+    if not (roles == roles[0]).all():
+        row = int((roles != roles[0]).any(1).nonzero()[0]) % len(source)
+        raise ValueError(
+            f"pair {row} does not share the first pair's token layout; activation patching compares positions across "
+            "pairs, so all prompts need one layout (minimal pairs of one window length)"
+        )
+    tokens = torch.cat([source.src, target.src])
+    labels, seen = [], dict.fromkeys(ROLES, 0)
+    for position, role in enumerate(ROLES[int(r)] for r in roles[0]):
+        seen[role] += 1
+        same = bool((tokens[:, position] == tokens[0, position]).all())
+        name = display_token(int(tokens[0, position])) if same else f"{_ROLE_SHORT.get(role, role)}{seen[role]}"
+        labels.append(f"{name}·{position}")
+    return tuple(labels)

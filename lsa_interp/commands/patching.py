@@ -209,8 +209,9 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 help="What to patch, repeatable: 'encoder residual', 'encoder attention output', "
-                "'encoder MLP output', heads or 'encoder heads by position' (24 x 39 runs for the paper's model); "
-                "default the first four."
+                "'encoder MLP output', heads, 'encoder heads by position' (24 x 39 runs for the paper's model) or "
+                "'decoder residual' (each layer's residual stream at the step where the answers part); default the "
+                "first four."
             ),
         ] = None,
         alphabets: Annotated[

@@ -70,6 +70,21 @@ def test_each_head_at_each_position_finds_where_the_planted_circuit_reads(plante
     assert torch.allclose(normalized, expected, atol=1e-3)
 
 
+def test_the_decoder_residual_at_the_parting_step_takes_the_difference_at_the_cross_attention(planted):
+    result = ap.patch_activations(planted, planted_pairs(4), [ap.DECODER_RESID])
+    grid = result.grids[ap.DECODER_RESID]
+    assert grid.rows == (
+        "before layer 1",
+        "after the self-attention of layer 1",
+        "after the cross-attention of layer 1",
+        "after layer 1",
+    )
+    assert grid.hooks[2] == "decoder.0.hook_resid_mid_cross" and grid.columns == ("parting step",)
+    expected = torch.tensor([[0.0], [0.0], [1.0], [1.0]])  # the planted decoder reads its answer from the memory
+    assert torch.allclose(result.normalized(ap.DECODER_RESID), expected, atol=1e-3)
+    assert grid.source_answers.isnan().all()  # a decoder activation: answers not counted
+
+
 def test_grids_are_labelled_by_hook_layer_position_and_head(planted_result):
     resid = planted_result.grids[ap.RESID]
     assert resid.hooks == (
@@ -201,3 +216,20 @@ def test_the_analysis_refuses_a_model_that_solves_no_pair(planted):
 def test_the_analysis_refuses_bad_options_before_it_decodes(planted, options, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
         ap.activation_patching_analysis(planted, **options)
+
+
+@torch.no_grad()
+def test_the_decoder_residual_is_patched_at_each_pairs_own_parting_step(small):
+    """The logits at a step read only the last residual there (the final norm and unembedding act per position), so
+    patching the last `hook_resid_post` at each pair's parting step gives the source run's measure exactly, whichever
+    step that is (pairs here part at steps 0, 1 and 2)."""
+    base = minimal_pairs("succ", "pred", 3, lengths=(3,))
+    answers = [("acd", "bce"), ("bdf", "bce"), ("bcf", "bce")]
+    pairs = [
+        MinimalPair(dataclasses.replace(p.source, answer=s), dataclasses.replace(p.target, answer=t))
+        for p, (s, t) in zip(base, answers)
+    ]
+    result = ap.patch_activations(small, pairs, [ap.DECODER_RESID], answers=False)
+    assert result.grids[ap.DECODER_RESID].rows[-1] == "after layer 2"
+    assert result.normalized(ap.DECODER_RESID)[-1, 0] == pytest.approx(1, abs=1e-5)
+    assert result.normalized(ap.DECODER_RESID)[0, 0] == 0  # the decoder's input embeddings: the same in both runs
