@@ -17,7 +17,8 @@ Sites (TransformerLens's ``get_act_patch_resid_pre``, ``..._attn_out``, ``..._ml
 ``..._attn_head_out_all_pos`` and ``..._by_pos``): the encoder's residual stream (``hook_resid_pre`` of each layer,
 then the memory ``encoder.ln_final.hook_out``), its attention and MLP outputs, one position at a time; every head's
 ``hook_z`` at all positions, for the encoder, the decoder's self-attention and its cross-attention; and each encoder
-head at each position. `patch_together` patches several activations in one run. The positions of all pairs must
+head at each position; the decoder's residual stream at each pair's parting step. `patch_together` patches several
+activations in one run. The positions of all pairs must
 line up, so the pairs come from one window length. Every run (source, target, patched) calls each attention's
 hook points, so all of them execute the same floating-point operations (docs/hooks.md: the fused path rounds
 differently): patching nothing gives the target run, patching a whole layer the source run, to the bit.
@@ -38,7 +39,7 @@ from lsa_interp.analysis.pair_batch import pair_batch
 from lsa_interp.analysis.patch_runs import (
     Index,
     answer_outcomes,
-    measure_at_parting,
+    pair_runs,
     parting_steps,
     replace_at,
     run_patched,
@@ -46,7 +47,7 @@ from lsa_interp.analysis.patch_runs import (
 )
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
 from lsa_interp.analysis.types import AnalysisResult, Finding
-from lsa_interp.data.tokenizer import decode_batch, encode_tasks
+from lsa_interp.data.tokenizer import decode_batch
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 RESID, ATTN_OUT, MLP_OUT, HEADS = "encoder residual", "encoder attention output", "encoder MLP output", "heads"
@@ -94,8 +95,7 @@ class ActivationPatching:
         that was not patched."""
         if site not in self.grids:
             raise KeyError(f"site {site!r} was not patched; patched: {', '.join(self.grids)}")
-        span = self.source_logit_diff - self.target_logit_diff
-        return (self.grids[site].logit_diff - self.target_logit_diff) / span
+        return _normalized(self.grids[site].logit_diff, self.source_logit_diff, self.target_logit_diff)
 
 
 def patch_activations(
@@ -115,15 +115,11 @@ def patch_activations(
     with torch.no_grad(), eval_mode(model):
         batch = pair_batch(pairs)
         positions = shared_position_labels(batch.source, batch.target)
-        tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in.to(model.device)
-        measure = measure_at_parting(pairs)
-        steps, _, _ = parting_steps(pairs)
-        layout = {site: _site(model, site, positions, (torch.arange(len(pairs)), steps)) for site in sites}
-        needed = {hook for rows, _ in layout.values() for hook, _, _ in rows}
-        source, target = batch.source.to(model.device), batch.target.to(model.device)
-        saved = run_patched(model, source, tgt, {}, save=sorted(needed))
-        source_diff = measure(saved.pop("logits"))
-        target_diff = measure(run_patched(model, target, tgt, {})["logits"])
+        parting = parting_steps(pairs)
+        layout = {site: _site(model, site, positions, (torch.arange(len(pairs)), parting[0])) for site in sites}
+        needed = sorted({hook for rows, _ in layout.values() for hook, _, _ in rows})
+        runs = pair_runs(model, pairs, needed, batch, parting)
+        target, tgt, measure, saved = runs.target, runs.tgt, runs.measure, runs.saved
         outcomes_of = answer_outcomes(model, target, batch.source_answers, batch.target_answers)
         total, done = sum(len(rows) * len(columns) for rows, columns in layout.values()), 0
         grids = {}
@@ -142,8 +138,13 @@ def patch_activations(
             grids[site] = PatchingGrid(site, hooks, labels, columns, diff, outcomes[0], outcomes[1])
         source_rule, target_rule = pairs[0].source.transformation or "", pairs[0].target.transformation or ""
         return ActivationPatching(
-            source_rule, target_rule, len(pairs), positions, float(source_diff), float(target_diff), grids
+            source_rule, target_rule, len(pairs), positions, runs.source_diff, runs.target_diff, grids
         )
+
+
+def _normalized(value: Tensor | float, source: float, target: float) -> Tensor | float:
+    """(value - target run) / (source run - target run)."""
+    return (value - target) / (source - target)
 
 
 @dataclass(frozen=True)
@@ -166,24 +167,22 @@ def patch_together(
     if not cells:
         raise ValueError("patch_together needs at least one (hook, index) cell")
     with torch.no_grad(), eval_mode(model):
-        batch = pair_batch(pairs)
-        tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in.to(model.device)
-        measure = measure_at_parting(pairs)
         by_hook: dict[str, list[Index]] = {}
         for hook, index in cells:
             by_hook.setdefault(hook, []).append(index)
-        source, target = batch.source.to(model.device), batch.target.to(model.device)
-        saved = run_patched(model, source, tgt, {}, save=list(by_hook))
+        batch = pair_batch(pairs)
+        runs = pair_runs(model, pairs, list(by_hook), batch, parting_steps(pairs))
         for hook, indices in by_hook.items():
-            _check_indices(hook, indices, saved[hook])
-        patches = {hook: partial(_replace_all, donor=saved[hook], indices=indices) for hook, indices in by_hook.items()}
-        source_diff, target_diff = measure(saved["logits"]), measure(run_patched(model, target, tgt, {})["logits"])
-        diff = measure(run_patched(model, target, tgt, patches)["logits"])
+            _check_indices(hook, indices, runs.saved[hook])
+        patches = {
+            hook: partial(_replace_all, donor=runs.saved[hook], indices=indices) for hook, indices in by_hook.items()
+        }
+        diff = float(runs.measure(run_patched(model, runs.target, runs.tgt, patches)["logits"]))
         answers = torch.full((2,), torch.nan)
         if all(hook.startswith("encoder.") for hook in by_hook):
-            answers = answer_outcomes(model, target, batch.source_answers, batch.target_answers)(patches)
-        normalized = (diff - target_diff) / (source_diff - target_diff)
-        return JointPatch(float(normalized), float(diff), float(answers[0]), float(answers[1]))
+            answers = answer_outcomes(model, runs.target, batch.source_answers, batch.target_answers)(patches)
+        normalized = _normalized(diff, runs.source_diff, runs.target_diff)
+        return JointPatch(normalized, diff, float(answers[0]), float(answers[1]))
 
 
 def _check_indices(hook: str, indices: list[Index], activation: Tensor) -> None:
@@ -223,9 +222,10 @@ def activation_patching_analysis(
     if n_pairs < 1:
         raise ValueError(f"n_pairs must be at least 1 (minimal pairs offered), got {n_pairs}")
     offered = minimal_pairs(source, target, n_pairs, seed=seed, alphabets=alphabets, lengths=(length,), at_most=True)
-    pairs = solved_pairs(model, offered)
+    answers = _greedy_answers(model, offered)
+    pairs = _solved(offered, *answers)
     if not pairs:
-        raise ValueError(_none_solved(model, offered))
+        raise ValueError(_none_solved(offered, *answers))
     result = patch_activations(model, pairs, sites, progress)
     summary: dict[str, float | int | str] = {
         "source rule (patched in)": source,
@@ -274,9 +274,11 @@ def _check_sites(sites: Sequence[str]) -> None:
 def solved_pairs(model: HookedEncoderDecoder, pairs: Sequence[MinimalPair]) -> list[MinimalPair]:
     """The pairs whose source and target prompts the model both answers right (greedy). Raises ValueError for pairs
     that `pair_batch` refuses."""
-    source, target = _greedy_answers(model, pairs)
-    right = zip(source, target, pairs)
-    return [pair for s, t, pair in right if s == pair.source_answer and t == pair.target_answer]
+    return _solved(pairs, *_greedy_answers(model, pairs))
+
+
+def _solved(pairs: Sequence[MinimalPair], source: list[str], target: list[str]) -> list[MinimalPair]:
+    return [pair for s, t, pair in zip(source, target, pairs) if s == pair.source_answer and t == pair.target_answer]
 
 
 def _greedy_answers(model: HookedEncoderDecoder, pairs: Sequence[MinimalPair]) -> tuple[list[str], list[str]]:
@@ -285,10 +287,9 @@ def _greedy_answers(model: HookedEncoderDecoder, pairs: Sequence[MinimalPair]) -
         return decode_batch(model.generate(batch.source)), decode_batch(model.generate(batch.target))
 
 
-def _none_solved(model: HookedEncoderDecoder, pairs: Sequence[MinimalPair]) -> str:
-    """Why no pair is usable: how many prompts of each side the model answers right, and how many pairs it gives one
-    answer for both prompts (it does not tell the two rules apart)."""
-    source, target = _greedy_answers(model, pairs)
+def _none_solved(pairs: Sequence[MinimalPair], source: list[str], target: list[str]) -> str:
+    """Why no pair is usable, from the model's greedy answers to each side: how many prompts of each side it answers
+    right, and how many pairs it gives one answer for both prompts (it does not tell the two rules apart)."""
     rules = pairs[0].source.transformation, pairs[0].target.transformation
     right = [
         sum(a == p.source_answer for a, p in zip(source, pairs)),

@@ -6,12 +6,14 @@ each attention's hook points, so source, target and patched runs all execute the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from lsa_interp.analysis.pair_batch import PairBatch
 from lsa_interp.analysis.prompts import MinimalPair
 from lsa_interp.data.tokenizer import TokenBatch, decode_batch, encode_tasks
 from lsa_interp.data.vocab import ROLES, display_token
@@ -43,14 +45,51 @@ def parting_steps(
 def measure_at_parting(pairs: Sequence[MinimalPair]) -> Callable[[Tensor], Tensor]:
     """A function of the decoder's logits returning the mean logit difference (source token minus target token) at
     each pair's `parting_steps`."""
-    step, source_token, target_token = parting_steps(pairs)
-    rows = torch.arange(len(pairs))
+    return measure_at(*parting_steps(pairs))
+
+
+def measure_at(
+    step: Int[Tensor, " pair"], source_token: Int[Tensor, " pair"], target_token: Int[Tensor, " pair"]
+) -> Callable[[Tensor], Tensor]:
+    """`measure_at_parting` from the `parting_steps` already found."""
+    rows = torch.arange(len(step))
 
     def measure(logits: Float[Tensor, "batch tgt_pos vocab"]) -> Tensor:
         at = logits.float().cpu()[rows, step]
         return (at[rows, source_token] - at[rows, target_token]).mean()
 
     return measure
+
+
+@dataclass(frozen=True)
+class PairRuns:
+    """What every patched run of some pairs shares: the target prompts on the device, their decoder input (the target
+    answers, teacher-forced), the measure, the source run's ``saved`` activations and both unpatched measures."""
+
+    target: TokenBatch
+    tgt: Int[Tensor, "batch tgt_pos"]
+    measure: Callable[[Tensor], Tensor]
+    saved: dict[str, Tensor]
+    source_diff: float
+    target_diff: float
+
+
+def pair_runs(
+    model: HookedEncoderDecoder,
+    pairs: Sequence[MinimalPair],
+    save: Sequence[str],
+    batch: PairBatch,
+    parting: tuple[Tensor, Tensor, Tensor],
+) -> PairRuns:
+    """The source run (keeping the ``save`` hooks' outputs) and the target run of ``pairs`` (tokenized as ``batch``),
+    measured at their `parting_steps` ``parting``."""
+    tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in.to(model.device)
+    measure = measure_at(*parting)
+    source, target = batch.source.to(model.device), batch.target.to(model.device)
+    saved = run_patched(model, source, tgt, {}, save=save)
+    source_diff = float(measure(saved.pop("logits")))
+    target_diff = float(measure(run_patched(model, target, tgt, {})["logits"]))
+    return PairRuns(target, tgt, measure, saved, source_diff, target_diff)
 
 
 def run_patched(
