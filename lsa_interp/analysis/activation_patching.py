@@ -221,11 +221,7 @@ def activation_patching_analysis(
     _check_sites(sites)
     if n_pairs < 1:
         raise ValueError(f"n_pairs must be at least 1 (minimal pairs offered), got {n_pairs}")
-    offered = minimal_pairs(source, target, n_pairs, seed=seed, alphabets=alphabets, lengths=(length,), at_most=True)
-    answers = _greedy_answers(model, offered)
-    pairs = _solved(offered, *answers)
-    if not pairs:
-        raise ValueError(_none_solved(offered, *answers))
+    offered, pairs = offered_and_solved(model, source, target, n_pairs, seed, alphabets, length)
     result = patch_activations(model, pairs, sites, progress)
     summary: dict[str, float | int | str] = {
         "source rule (patched in)": source,
@@ -246,7 +242,7 @@ def activation_patching_analysis(
                 f"Largest effect: {site}",
                 "not in the paper (activation patching, as TransformerLens's patching module)",
                 f"{where}: {float(normalized[row, column]):.2f} of the logit difference"
-                + _answers_text(grid.source_answers[row, column], grid.other_answers[row, column]),
+                + answers_text(grid.source_answers[row, column], grid.other_answers[row, column]),
                 None,
                 value=float(normalized[row, column]),
             )
@@ -269,6 +265,20 @@ def _check_sites(sites: Sequence[str]) -> None:
     if unknown or not sites:
         problem = f"unknown sites {unknown}" if unknown else "no sites given"
         raise ValueError(f"{problem}; choose from: {', '.join(SITES)}")
+
+
+def offered_and_solved(
+    model: HookedEncoderDecoder, source: str, target: str, n_pairs: int, seed: int, alphabets: str, length: int
+) -> tuple[list[MinimalPair], list[MinimalPair]]:
+    """The ``n_pairs`` minimal pairs of ``length``-letter windows offered (fewer where fewer exist) and those the model
+    answers right on both sides. Raises ValueError for unknown rules, rules without minimal pairs, or a model that
+    answers no pair right (naming how many prompts of each side it answers right)."""
+    offered = minimal_pairs(source, target, n_pairs, seed=seed, alphabets=alphabets, lengths=(length,), at_most=True)
+    answers = _greedy_answers(model, offered)
+    pairs = _solved(offered, *answers)
+    if not pairs:
+        raise ValueError(_none_solved(offered, *answers))
+    return offered, pairs
 
 
 def solved_pairs(model: HookedEncoderDecoder, pairs: Sequence[MinimalPair]) -> list[MinimalPair]:
@@ -324,7 +334,7 @@ def _site(
         for layer in range(cfg.n_decoder_layers):
             modules += [f"decoder.{layer}.attn", f"decoder.{layer}.cross_attn"]
         heads = [(every, every, head) for head in range(cfg.n_heads)]
-        rows = [(f"{module}.hook_z", _module_label(module), heads) for module in modules]
+        rows = [(f"{module}.hook_z", module_label(module), heads) for module in modules]
         return rows, tuple(f"head {h + 1}" for h in range(cfg.n_heads))
     if site == HEAD_POSITIONS:
         rows = [
@@ -345,13 +355,13 @@ def _site(
     return [(f"encoder.{layer}.{suffix}", f"layer {layer + 1}", at_positions) for layer in layers], positions
 
 
-def _module_label(module: str) -> str:
+def module_label(module: str) -> str:
     """``decoder.1.cross_attn`` -> ``decoder 2 cross-attention`` (layers 1-based, as the paper counts them)."""
     stack, layer, kind = module.split(".")
     return f"{stack} {int(layer) + 1} {'cross-attention' if kind == 'cross_attn' else 'self-attention'}"
 
 
-def _answers_text(source: Tensor, other: Tensor) -> str:
+def answers_text(source: Tensor, other: Tensor) -> str:
     """``", answers: 85% the source's, 3% neither"`` (nothing for a decoder hook, whose answers are not counted)."""
     if torch.isnan(source):
         return ""

@@ -6,7 +6,7 @@ each attention's hook points, so source, target and patched runs all execute the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import torch
@@ -64,7 +64,8 @@ def measure_at(
 @dataclass(frozen=True)
 class PairRuns:
     """What every patched run of some pairs shares: the target prompts on the device, their decoder input (the target
-    answers, teacher-forced), the measure, the source run's ``saved`` activations and both unpatched measures."""
+    answers, teacher-forced), the measure, the source run's ``saved`` activations, both unpatched measures and the
+    target run's ``target_saved`` activations."""
 
     target: TokenBatch
     tgt: Int[Tensor, "batch tgt_pos"]
@@ -72,6 +73,7 @@ class PairRuns:
     saved: dict[str, Tensor]
     source_diff: float
     target_diff: float
+    target_saved: dict[str, Tensor] = field(default_factory=dict)
 
 
 def pair_runs(
@@ -80,16 +82,18 @@ def pair_runs(
     save: Sequence[str],
     batch: PairBatch,
     parting: tuple[Tensor, Tensor, Tensor],
+    save_target: Sequence[str] = (),
 ) -> PairRuns:
-    """The source run (keeping the ``save`` hooks' outputs) and the target run of ``pairs`` (tokenized as ``batch``),
-    measured at their `parting_steps` ``parting``."""
+    """The source run (keeping the ``save`` hooks' outputs) and the target run (keeping ``save_target``'s) of
+    ``pairs`` (tokenized as ``batch``), measured at their `parting_steps` ``parting``."""
     tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in.to(model.device)
     measure = measure_at(*parting)
     source, target = batch.source.to(model.device), batch.target.to(model.device)
     saved = run_patched(model, source, tgt, {}, save=save)
     source_diff = float(measure(saved.pop("logits")))
-    target_diff = float(measure(run_patched(model, target, tgt, {})["logits"]))
-    return PairRuns(target, tgt, measure, saved, source_diff, target_diff)
+    target_saved = run_patched(model, target, tgt, {}, save=save_target)
+    target_diff = float(measure(target_saved.pop("logits")))
+    return PairRuns(target, tgt, measure, saved, source_diff, target_diff, target_saved)
 
 
 def run_patched(
