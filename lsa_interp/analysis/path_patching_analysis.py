@@ -120,7 +120,9 @@ def _sweep_result(
         whole = sender_effect(model, pairs, heads)
         summary["senders' whole effect: normalised"] = whole.normalized
         findings.append(
-            Finding(f"Whole effect of {_labels(heads)}", _NOT_IN_PAPER, _effect_text(whole), None, whole.normalized)
+            Finding(
+                f"Whole effect of {_labels(heads)}", _NOT_IN_PAPER, _effect_text(whole), None, value=whole.normalized
+            )
         )
         data["whole"] = whole
     if sweep.memory is not None:

@@ -1,5 +1,6 @@
 """CLI commands: ``matching-heads`` (detect matching heads, occurrence over runs), ``patch`` (attention-
-pattern patching between two transformations) and ``activation-patching`` (every layer, position and head).
+pattern patching between two transformations), ``activation-patching`` (every layer, position and head) and
+``path-patching`` (from sender heads into receivers' inputs).
 Torch and the analyses are imported inside the commands, so ``--help`` and ``lsa-interp data ...`` stay fast."""
 
 from __future__ import annotations
@@ -223,18 +224,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Patch every encoder position, layer and head from --from prompts into --to prompts."""
         from lsa_interp.analysis.activation_patching import DEFAULT_SITES, SITES, activation_patching_analysis
-        from lsa_interp.data.transformations import get_transformation
 
         sites = site or list(DEFAULT_SITES)
         unknown = [name for name in sites if name not in SITES]
         if unknown:
             raise ValueError(f"unknown --site {unknown[0]!r}; choose from: {', '.join(SITES)}")
-        if alphabets not in _ALPHABETS:
-            raise ValueError(f"unknown --alphabets {alphabets!r}; choose one of {', '.join(_ALPHABETS)}")
-        get_transformation(source), get_transformation(target)
-        if source == target:
-            message = f"--from and --to are both {source!r}"
-            raise ValueError(f"{message}; give two different rules, e.g. --from succ --to pred")
+        _check_pair_options(source, target, alphabets)
         target_dir = out_dir(out, model)
         net = open_model(model, device)
         with progress_bar() as bar:
@@ -252,3 +247,91 @@ def register(app: typer.Typer) -> None:
                 lambda done, total: bar.update(task, completed=done, total=total),
             )
         finish(result, target_dir, model)
+
+    @app.command(
+        "path-patching",
+        help="Path patching on minimal pairs: run the --to prompts with the --sender heads' outputs taken from the "
+        "--from prompts and every other head frozen, record what the --receiver heads read (their q, k or v; or the "
+        "memory, the encoder output), then patch only those inputs. Measures what travels from the senders to the "
+        "receivers along paths through no other head, normalised as activation-patching: 1 = the --from prompt's "
+        "logit difference. With senders only: every receiver they reach; with receivers only: every sender. "
+        + HEAD_HELP,
+        epilog="Example: lsa-interp path-patching --model copy-200 --sender 1.3\n\n"
+        "One path: lsa-interp path-patching --model checkpoints/replicates/copy-20-s2-bf16 --sender 1.7 "
+        "--receiver 2.3\n\n"
+        "Every head's path into the keys and values of the last layer's cross-attention head 1: lsa-interp "
+        "path-patching --receiver cross:3.1/kv",
+    )
+    def path_patching(
+        model: ModelOption = "copy-200",
+        sender: Annotated[
+            list[str] | None, typer.Option(help="A sender head ('1.3', 'dec:1.2', 'cross:2.1'), repeatable.")
+        ] = None,
+        receiver: Annotated[
+            list[str] | None,
+            typer.Option(
+                help="A receiver, repeatable: a head and the inputs it reads through ('2.3/v', 'cross:3.1/kv'; a bare "
+                "head reads through q, k and v), or 'memory'."
+            ),
+        ] = None,
+        source: Annotated[
+            str, typer.Option("--from", help="Transformation whose activations are patched in.")
+        ] = "succ",
+        target: Annotated[str, typer.Option("--to", help="Transformation whose prompts are run.")] = "pred",
+        pairs: Annotated[
+            int, typer.Option(min=1, help="Minimal pairs offered (fewer where fewer exist); the solved ones are used.")
+        ] = 100,
+        length: Annotated[
+            int, typer.Option(min=2, max=24, help="Window length of the pairs (all prompts need one layout).")
+        ] = 3,
+        alphabets: Annotated[
+            str, typer.Option(help="Alphabets of the pairs: standard (a..z; default) or permuted (unseen ones).")
+        ] = "standard",
+        seed: SeedOption = 0,
+        out: OutOption = None,
+        device: DeviceOption = "cpu",
+    ) -> None:
+        """Patch the paths from --sender heads into --receiver inputs, from --from prompts into --to prompts."""
+        from lsa_interp.analysis.path_patching import check_paths, parse_receiver
+        from lsa_interp.analysis.path_patching_analysis import path_patching_analysis
+        from lsa_interp.model.heads import parse_head
+
+        if not sender and not receiver:
+            raise ValueError(
+                "give --sender heads (e.g. --sender 1.3), --receiver inputs (e.g. --receiver 2.3/v) or both"
+            )
+        _check_pair_options(source, target, alphabets)
+        target_dir = out_dir(out, model)
+        net = open_model(model, device)
+        heads = [parse_head(label, net.cfg) for label in sender or []]
+        receivers = [parse_receiver(label, net.cfg) for label in receiver or []]
+        if heads:
+            check_paths(net.cfg, heads, receivers)
+        with progress_bar() as bar:
+            task = bar.add_task("patched paths", total=None)
+            result = path_patching_analysis(
+                net,
+                model,
+                sender or [],
+                receiver or [],
+                source,
+                target,
+                pairs,
+                seed,
+                alphabets,
+                length,
+                lambda done, total: bar.update(task, completed=done, total=total),
+            )
+        finish(result, target_dir, model)
+
+
+def _check_pair_options(source: str, target: str, alphabets: str) -> None:
+    """Raise ValueError (exit 2) for unknown rules or alphabets, or one rule on both sides of the pairs."""
+    from lsa_interp.data.transformations import get_transformation
+
+    if alphabets not in _ALPHABETS:
+        raise ValueError(f"unknown --alphabets {alphabets!r}; choose one of {', '.join(_ALPHABETS)}")
+    get_transformation(source), get_transformation(target)
+    if source == target:
+        message = f"--from and --to are both {source!r}"
+        raise ValueError(f"{message}; give two different rules, e.g. --from succ --to pred")

@@ -9,8 +9,10 @@ import torch
 from lsa_interp.analysis.cross_attention import cross_attention_targets
 from lsa_interp.analysis.matching import matching_scores
 from lsa_interp.analysis.patching import patch_pairs, patch_sweep
+from lsa_interp.analysis.path_patching import parse_receiver, paths_from, paths_into
 from lsa_interp.analysis.prompts import minimal_pairs, rule_tasks
 from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.model.heads import Head
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +36,12 @@ def _swept(model):
     return torch.stack([result.logit_diff_patched for result in results.values()])
 
 
+def _paths(model):
+    pairs = minimal_pairs("succ", "pred", 6, seed=0, lengths=(3,))
+    into = paths_into(model, pairs, [parse_receiver("cross:2.1/kv", model.cfg)]).grid.logit_diff
+    return torch.cat([paths_from(model, pairs, [Head("encoder", 0, 1)]).grid.logit_diff.flatten(), into.flatten()])
+
+
 def _cross(model):
     """The heads' shares, and the mode in which the tasks to judge were solved."""
     modes, solve = [], model.solve
@@ -45,7 +53,7 @@ def _cross(model):
     return result.data["heads"], modes
 
 
-@pytest.mark.parametrize("analysis", [_matching, _patched, _swept, _cross])
+@pytest.mark.parametrize("analysis", [_matching, _patched, _swept, _paths, _cross])
 def test_an_analysis_of_a_model_in_training_mode_runs_without_dropout_and_keeps_the_mode(noisy, analysis):
     noisy.eval()
     expected = analysis(noisy)

@@ -110,7 +110,7 @@ def test_matching_heads_and_occurrence(saved, tmp_path, capsys):
     assert report["summary"]["copy"] == "1/1" and report["summary"]["nocopy"] == "0/1"
 
 
-@pytest.mark.parametrize("command", ["patch", "matching-heads"])
+@pytest.mark.parametrize("command", ["patch", "matching-heads", "path-patching"])
 def test_help_has_an_example_and_says_labels_are_one_based(command, capsys):
     code, out, _ = run([command, "--help"], capsys)
     text = " ".join(out.split())
@@ -147,9 +147,9 @@ def test_a_compare_glob_may_hold_an_equals_sign(saved, tmp_path):
     assert groups == {"copy": [run_dir / "planted", saved[1]]}
 
 
-@pytest.mark.parametrize("command", ["patch", "matching-heads"])
+@pytest.mark.parametrize("command", [["patch"], ["matching-heads"], ["path-patching", "--sender", "1.3"]])
 def test_missing_checkpoint_is_one_line_and_exit_2(command, capsys):
-    code, _, err = run([command, "--model", "/no/such/checkpoint"], capsys)
+    code, _, err = run([*command, "--model", "/no/such/checkpoint"], capsys)
     assert code == 2 and "no checkpoint named or at '/no/such/checkpoint'" in err and len(err.strip().splitlines()) == 1
 
 
@@ -265,4 +265,53 @@ def test_activation_patching_refuses_bad_input_in_one_line(saved, tmp_path, caps
     args = ["activation-patching", "--model", str(saved[0]), "--pairs", "4", "--out", str(out), *extra]
     code, stdout, stderr = run(args, capsys)
     assert code == 2 and message in stderr and "Traceback" not in stderr
+    assert not out.exists()
+
+
+def test_path_patching_writes_the_senders_sweep_for_pairs_the_model_solves(saved, tmp_path, capsys, monkeypatch):
+    from lsa_interp.analysis import activation_patching
+    from tests.analysis.patch_setup import planted_pairs
+
+    monkeypatch.setattr(activation_patching, "minimal_pairs", lambda source, target, n, **_: planted_pairs(n))
+    out = tmp_path / "out"
+    args = ["path-patching", "--model", str(saved[0]), "--from", "pred", "--to", "succ", "--pairs", "3"]
+    code, stdout, stderr = run([*args, "--sender", "2.3", "--out", str(out)], capsys)
+    assert code == 0 and "paths from 2.3: largest" in stdout and "patched paths" in stderr
+    report = json.loads((out / "path_patching.json").read_text())
+    assert report["summary"]["paths from 2.3: largest"].startswith("encoder 3 self-attention: v, head 1: 1.0")
+    assert (out / "path_patching.html").stat().st_size > 10_000
+
+
+def test_path_patching_of_one_path_names_it(saved, tmp_path, capsys, monkeypatch):
+    from lsa_interp.analysis import activation_patching
+    from tests.analysis.patch_setup import planted_pairs
+
+    monkeypatch.setattr(activation_patching, "minimal_pairs", lambda source, target, n, **_: planted_pairs(n))
+    out = tmp_path / "out"
+    args = ["path-patching", "--model", str(saved[0]), "--from", "pred", "--to", "succ", "--pairs", "2"]
+    assert run([*args, "--sender", "2.3", "--receiver", "3.1/q", "--out", str(out)], capsys)[0] == 0
+    summary = json.loads((out / "path_patching.json").read_text())["summary"]
+    assert summary["path"] == "2.3 -> 3.1/q" and abs(summary["path: normalised"]) < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "give --sender heads (e.g. --sender 1.3), --receiver inputs (e.g. --receiver 2.3/v) or both"),
+        (["--receiver", "2.3/x"], "bad receiver '2.3/x': after '/' give some of q, k, v"),
+        (["--sender", "3.1", "--receiver", "2.3"], "receiver 2.3/qkv: no sender reaches its q/k/v"),
+        (["--sender", "2.3", "--receiver", "3.1", "--receiver", "memory"], "the memory cannot receive beside"),
+        (["--sender", "5.1"], "no head '5.1' in this model"),
+        (["--sender", "2.3", "--from", "pred"], "--from and --to are both 'pred'; give two different rules"),
+        (["--sender", "2.3", "--alphabets", "greek"], "unknown --alphabets 'greek'; choose one of standard, permuted"),
+        (["--sender", "2.3"], "the model answers both prompts of none of the 4 succ/pred minimal pairs"),
+    ],
+)
+def test_path_patching_refuses_bad_input_in_one_line(saved, tmp_path, capsys, extra, message):
+    out = tmp_path / "out"
+    code, stdout, stderr = run(
+        ["path-patching", "--model", str(saved[0]), "--pairs", "4", "--out", str(out), *extra], capsys
+    )
+    errors = [line for line in stderr.splitlines() if line.startswith("lsa-interp: error:")]
+    assert code == 2 and len(errors) == 1 and message in errors[0] and "Traceback" not in stderr
     assert not out.exists()

@@ -1,0 +1,282 @@
+"""Path patching: the planted circuit's one path found where it is, identities that hold to the bit, the frozen heads,
+receivers' parsing and reach, and the analysis wrapped around it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lsa_interp.analysis import activation_patching, path_patching as pp
+from lsa_interp.analysis.path_patching_analysis import path_patching_analysis
+from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_model
+from lsa_interp.model.heads import Head
+from tests.analysis.patch_setup import planted_pairs, small_model, succ_pred_runs
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return planted_model()
+
+
+@pytest.fixture(scope="module")
+def small():
+    return small_model()
+
+
+@pytest.fixture(scope="module")
+def small_pairs():
+    return succ_pred_runs(6)[0]
+
+
+def _receiver(text, model):
+    return pp.parse_receiver(text, model.cfg)
+
+
+def test_the_planted_heads_path_runs_into_the_readouts_values_and_nowhere_else(planted):
+    pairs = planted_pairs(6)
+    whole = pp.sender_effect(planted, pairs, [PLANTED_HEAD])
+    into_values = pp.patch_path(planted, pairs, [PLANTED_HEAD], [_receiver("3.1/v", planted)])
+    assert whole.normalized == pytest.approx(1, abs=1e-4) and whole.source_answers == 1
+    assert into_values.normalized == pytest.approx(1, abs=1e-4) and into_values.source_answers == 1
+    for elsewhere in ("3.1/q", "3.1/k", "3.2", "memory", "cross:1.1/kv"):
+        path = pp.patch_path(planted, pairs, [PLANTED_HEAD], [_receiver(elsewhere, planted)])
+        assert path.normalized == pytest.approx(0, abs=1e-4) and path.source_answers == 0, elsewhere
+
+
+def test_the_sweep_from_the_planted_head_lights_one_cell_and_the_module_it_is_in(planted):
+    sweep = pp.paths_from(planted, planted_pairs(6), [PLANTED_HEAD])
+    grid = sweep.grid
+    assert grid.site == "paths from 2.3"
+    assert grid.rows == (
+        "encoder 3 self-attention: q",
+        "encoder 3 self-attention: k",
+        "encoder 3 self-attention: v",
+        "encoder 3 self-attention: q,k,v",
+        "decoder 1 cross-attention: k",
+        "decoder 1 cross-attention: v",
+        "decoder 1 cross-attention: k,v",
+    )
+    assert grid.columns == ("head 1", "head 2", "head 3", "head 4", "all heads")
+    assert grid.hooks[2] == "encoder.2.attn.hook_v" and grid.hooks[3] == "encoder.2.attn.hook_{q,k,v}"
+    lit = sweep.normalized.abs() > 0.5
+    assert lit.nonzero().tolist() == [[2, READOUT_HEAD.head], [2, 4], [3, READOUT_HEAD.head], [3, 4]]
+    assert float(sweep.normalized.abs().masked_fill(lit, 0).max()) < 1e-4
+    assert sweep.memory is not None and sweep.memory.normalized == pytest.approx(0, abs=1e-4)
+
+
+def test_the_sweep_into_the_readouts_values_finds_the_planted_head_alone(planted):
+    sweep = pp.paths_into(planted, planted_pairs(6), [_receiver("3.1/v", planted)])
+    normalized = sweep.normalized
+    assert sweep.grid.rows[:3] == ("encoder 1 self-attention", "encoder 2 self-attention", "encoder 3 self-attention")
+    assert normalized[1, PLANTED_HEAD.head] == pytest.approx(1, abs=1e-4)
+    upstream = normalized[:2].clone()
+    upstream[1, PLANTED_HEAD.head] = 0
+    assert float(upstream.abs().max()) < 1e-4
+    assert bool(normalized[2:].isnan().all()), "no head from layer 3 on reaches layer 3's values"
+
+
+def test_a_last_layer_senders_path_into_the_memory_is_its_whole_effect_to_the_bit(small, small_pairs):
+    for head in range(small.cfg.n_heads):
+        sender = Head("encoder", 1, head)
+        path = pp.patch_path(small, small_pairs, [sender], [pp.MEMORY])
+        assert path == pp.sender_effect(small, small_pairs, [sender])
+
+
+def test_a_path_into_the_memory_is_one_into_every_cross_attentions_keys_and_values_to_the_bit(small, small_pairs):
+    sender = [Head("encoder", 0, 1)]
+    every_cross = [_receiver(f"cross:{layer}.{head}/kv", small) for layer in (1, 2) for head in (1, 2, 3, 4)]
+    assert pp.patch_path(small, small_pairs, sender, [pp.MEMORY]) == pp.patch_path(
+        small, small_pairs, sender, every_cross
+    )
+
+
+def test_the_other_heads_are_frozen_so_a_first_layer_path_is_not_its_whole_effect(small, small_pairs):
+    sender = [Head("encoder", 0, 1)]
+    path = pp.patch_path(small, small_pairs, sender, [pp.MEMORY])
+    assert abs(path.normalized - pp.sender_effect(small, small_pairs, sender).normalized) > 0.01
+
+
+def test_each_sweep_cell_is_the_path_patched_on_its_own(small, small_pairs):
+    sender = [Head("encoder", 0, 2)]
+    sweep = pp.paths_from(small, small_pairs, sender)
+    rows = sweep.grid.rows
+    cells = [
+        (rows.index("encoder 2 self-attention: v"), 1, [_receiver("2.2/v", small)]),
+        (rows.index("encoder 2 self-attention: q,k,v"), 4, [_receiver(f"2.{h}", small) for h in (1, 2, 3, 4)]),
+        (rows.index("decoder 2 cross-attention: k"), 3, [_receiver("cross:2.4/k", small)]),
+    ]
+    for row, column, receivers in cells:
+        alone = pp.patch_path(small, small_pairs, sender, receivers)
+        assert float(sweep.grid.logit_diff[row, column]) == alone.logit_diff
+    assert sweep.memory == pp.patch_path(small, small_pairs, sender, [pp.MEMORY])
+    into = pp.paths_into(small, small_pairs, [_receiver("2.2/v", small)])
+    assert float(into.grid.logit_diff[0, 2]) == float(
+        sweep.grid.logit_diff[rows.index("encoder 2 self-attention: v"), 1]
+    )
+
+
+def test_a_decoder_sender_reaches_later_decoder_heads_and_their_answers_are_not_decoded(small, small_pairs):
+    sweep = pp.paths_from(small, small_pairs, [pp.parse_receiver("cross:1.2", small.cfg).head])
+    assert sweep.grid.rows == (
+        "decoder 2 self-attention: q",
+        "decoder 2 self-attention: k",
+        "decoder 2 self-attention: v",
+        "decoder 2 self-attention: q,k,v",
+        "decoder 2 cross-attention: q",
+    )
+    assert sweep.memory is None and bool(sweep.grid.source_answers.isnan().all())
+    changed = (sweep.grid.logit_diff - sweep.target_logit_diff).abs()
+    assert float(changed[2:].min()) > 1e-5, "the values and the cross-attention's queries carry the path"
+    assert bool((changed[:2] == 0).all()), "where the answers part (step 0) a causal self-attention has one key"
+
+
+def test_a_first_decoder_self_attention_reads_the_same_teacher_forced_input_in_both_runs(small, small_pairs):
+    sweep = pp.paths_from(small, small_pairs, [pp.parse_receiver("dec:1.2", small.cfg).head])
+    assert sweep.grid.rows[0] == "decoder 1 cross-attention: q"
+    assert bool((sweep.grid.logit_diff == sweep.target_logit_diff).all())
+
+
+@pytest.mark.parametrize(
+    ("senders", "head", "reached"),
+    [
+        (["1.1"], "2.3", "qkv"),
+        (["2.1"], "2.3", ""),
+        (["2.1"], "1.3", ""),
+        (["1.1"], "cross:1.2", "kv"),
+        (["1.1"], "dec:2.2", ""),
+        (["dec:1.1"], "cross:1.2", "q"),
+        (["dec:1.1"], "dec:1.2", ""),
+        (["cross:1.1"], "dec:2.2", "qkv"),
+        (["cross:1.1", "1.2"], "cross:2.2", "qkv"),
+        (["cross:2.1"], "cross:2.2", ""),
+    ],
+)
+def test_what_each_receiver_can_read_of_its_senders(small, senders, head, reached):
+    cfg = small.cfg
+    assert pp.reachable(cfg, [pp.parse_receiver(s, cfg).head for s in senders], pp.parse_receiver(head, cfg).head) == (
+        reached
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "label"),
+    [("2.3", "2.3/qkv"), ("2.3/v", "2.3/v"), ("cross:2.1/vk", "cross:2.1/kv"), (" dec:1.4/q ", "dec:1.4/q")],
+)
+def test_receivers_are_parsed_with_their_inputs_in_q_k_v_order(small, text, label):
+    assert _receiver(text, small).label == label
+    assert _receiver("memory", small) == pp.MEMORY
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("2.3/x", "bad receiver '2.3/x': after '/' give some of q, k, v"),
+        ("2.3/qq", "bad receiver '2.3/qq'"),
+        ("2.3/", "bad receiver '2.3/'"),
+        ("3.1/v", "no head '3.1' in this model"),
+        ("mem", "bad head 'mem'"),
+    ],
+)
+def test_bad_receivers_are_refused_naming_what_is_allowed(small, text, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        _receiver(text, small)
+
+
+@pytest.mark.parametrize(
+    ("senders", "receivers", "message"),
+    [
+        ([], ["2.1"], "path patching needs at least one sender head"),
+        (["1.1", "1.1"], ["2.1"], "senders repeat a head: 1.1, 1.1"),
+        (["2.1"], ["1.3/v"], "receiver 1.3/v: no sender reaches its v along a path through no other head"),
+        (
+            ["1.1"],
+            ["cross:1.1/q"],
+            "receiver cross:1.1/q: no sender reaches its q along a path through no other head (it reads kv of 1.1)",
+        ),
+        (["dec:1.1"], ["memory"], "the memory receives only from encoder heads"),
+        (["1.1"], ["2.2/v", "memory"], "the memory cannot receive beside encoder heads"),
+    ],
+)
+def test_paths_that_cannot_run_are_refused(small, small_pairs, senders, receivers, message):
+    cfg = small.cfg
+    heads = [pp.parse_receiver(s, cfg).head for s in senders]
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        pp.patch_path(small, small_pairs, heads, [_receiver(r, small) for r in receivers])
+
+
+def test_sweeps_refuse_what_nothing_can_fill(small, small_pairs):
+    with pytest.raises(ValueError, match="no head reaches every input of 1.2/qkv; each needs a head before it"):
+        pp.paths_into(small, small_pairs, [_receiver("1.2", small)])
+    with pytest.raises(ValueError, match="needs at least one receiver"):
+        pp.paths_into(small, small_pairs, [])
+    with pytest.raises(ValueError, match="needs at least one receiver"):
+        pp.patch_path(small, small_pairs, [Head("encoder", 0, 0)], [])
+
+
+def test_progress_counts_every_patched_cell(small, small_pairs):
+    seen = []
+    pp.paths_from(small, small_pairs, [Head("encoder", 0, 0)], lambda done, total: seen.append((done, total)))
+    cells = (4 + 3 + 3) * (small.cfg.n_heads + 1) + 1
+    assert seen[-1] == (cells, cells) and len(seen) == cells
+    seen.clear()
+    pp.paths_into(small, small_pairs, [_receiver("cross:2.1/q", small)], lambda done, total: seen.append(done))
+    assert seen == list(range(1, 13)), "decoder 1 self- and cross-attention, decoder 2 self-attention"
+
+
+@pytest.fixture()
+def planted_offers(monkeypatch):
+    monkeypatch.setattr(activation_patching, "minimal_pairs", lambda source, target, n, **_: planted_pairs(n))
+
+
+def test_the_analysis_of_one_path_reports_it_beside_the_senders_whole_effect(planted, planted_offers):
+    result = path_patching_analysis(planted, "planted", ["2.3"], ["3.1/v"], "pred", "succ", n_pairs=4)
+    assert result.summary["path"] == "2.3 -> 3.1/v" and result.summary["pairs solved (both prompts)"] == 4
+    assert result.summary["path: normalised"] == pytest.approx(1, abs=1e-4)
+    assert result.summary["path: source's answers"] == 1
+    assert [f.name for f in result.findings] == ["Path 2.3 -> 3.1/v", "Whole effect of 2.3"]
+    assert all(f.holds is None for f in result.findings), "not the paper's finding: reported, not judged"
+    assert set(result.to_dict()["data"]["path"]) == {"normalized", "logit_diff", "source_answers", "other_answers"}
+
+
+def test_the_analysis_of_a_senders_sweep_names_the_largest_path_and_draws_it(planted, planted_offers, tmp_path):
+    result = path_patching_analysis(planted, "planted", senders=["2.3"], source="pred", target="succ", n_pairs=4)
+    assert result.summary["paths from 2.3: largest"].startswith("encoder 3 self-attention: v, head 1: 1.0")
+    assert result.summary["path into the memory: normalised"] == pytest.approx(0, abs=1e-4)
+    names = [f.name for f in result.findings]
+    assert names == ["Largest paths from 2.3", "Whole effect of 2.3", "Path 2.3 -> memory"]
+    assert [f.value for f in result.findings] == pytest.approx([1, 1, 0], abs=1e-4)
+    assert list(result.figures) == ["paths from 2.3"]
+    result.write(tmp_path)
+    data = result.to_dict()["data"]
+    assert data["grid"]["columns"][-1] == "all heads" and math.isnan(data["grid"]["normalized"][-1][0]) is False
+    assert (tmp_path / "path_patching.html").stat().st_size > 10_000
+
+
+def test_the_analysis_of_a_receivers_sweep_finds_its_sender(planted, planted_offers):
+    result = path_patching_analysis(planted, "planted", receivers=["3.1/v"], source="pred", target="succ", n_pairs=4)
+    assert result.summary["paths into 3.1/v: largest"].startswith("encoder 2 self-attention, head 3: 1.0")
+    assert "senders' whole effect: normalised" not in result.summary
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "give senders (heads such as '1.3'), receivers ('2.3/v', 'memory') or both"),
+        ({"senders": ["2.3"], "n_pairs": 0}, "n_pairs must be at least 1"),
+        ({"senders": ["3.1"], "receivers": ["2.3"]}, "receiver 2.3/qkv: no sender reaches"),
+        ({"senders": ["4.1"]}, "no head '4.1' in this model"),
+    ],
+)
+def test_the_analysis_refuses_bad_options_before_it_decodes(planted, monkeypatch, options, message):
+    monkeypatch.setattr(activation_patching, "minimal_pairs", lambda *a, **k: pytest.fail("decoded before refusing"))
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        path_patching_analysis(planted, "planted", **options)
+
+
+def test_the_analysis_refuses_a_model_that_solves_no_pair(small):
+    with pytest.raises(ValueError, match="the model answers both prompts of none of the 3 succ/pred minimal pairs"):
+        path_patching_analysis(small, "small", senders=["1.1"], n_pairs=3)
