@@ -265,7 +265,9 @@ def _patching_callback(app: Dash, catalogue: ModelCatalogue) -> None:
         intro = (
             f"The task {task} runs with one activation at a time taken from the source task {source} (set it on the "
             "graph tab, or draw a succ/pred pair there); each cell is how far that alone moves the logit difference "
-            "between the model's two answers at the step where they part: 1 = the source task's, 0 = unchanged."
+            "between the model's two answers at the step where they part: 1 = the source task's, 0 = unchanged. The "
+            "last map is path patching: the source task's output of the encoder head that carries the difference "
+            "first, every other head frozen, reaching only the inputs (queries, keys, values) of the heads in a row."
         )
         graphs = [dcc.Graph(id=f"patching-{i}", figure=figure) for i, figure in enumerate(figures.values())]
         return [html.H3(f"{name}: activation patching"), html.P(intro, id="patching-intro"), *graphs]

@@ -2,16 +2,27 @@
 patching takes its patterns from) as one minimal pair. Each encoder head's output at each position, each position of
 the encoder's residual stream and every head at all positions are patched from the source task into the task, one at
 a time (`lsa_interp.analysis.activation_patching`), and drawn as heat maps of the normalised logit difference where
-the model's two answers part."""
+the model's two answers part. A last map follows the encoder head that carries the difference first (the earliest
+whose output alone moves half of it, else the one that moves most) into every later head's queries, keys and values
+and the memory (`lsa_interp.analysis.path_patching`)."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from lsa_interp.analysis.activation_patching import HEAD_POSITIONS, HEADS, RESID, patch_activations, patching_heatmap
+from lsa_interp.analysis.activation_patching import (
+    HEAD_POSITIONS,
+    HEADS,
+    RESID,
+    ActivationPatching,
+    patch_activations,
+    patching_heatmap,
+)
+from lsa_interp.analysis.path_patching import paths_from
 from lsa_interp.analysis.prompts import MinimalPair
 from lsa_interp.data.task import Task
 from lsa_interp.explorer.compute import check_aligned
+from lsa_interp.model.heads import Head
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 PATCHING_SITES: tuple[str, ...] = (HEAD_POSITIONS, RESID, HEADS)
@@ -40,10 +51,28 @@ def patching_pair(model: HookedEncoderDecoder, task: Task, source: Task) -> Mini
 
 def patching_figures(model: HookedEncoderDecoder, task: Task, source: Task) -> dict[str, go.Figure]:
     """A heat map per site of `PATCHING_SITES` for the pair of `patching_pair` (no greedy answers counted: the tab
-    reads the logit difference). Raises what `patching_pair` raises."""
+    reads the logit difference), then one of the paths from `leading_head` (keyed ``"paths from 1.3"``). Raises what
+    `patching_pair` raises."""
     pair = patching_pair(model, task, source)
     result = patch_activations(model, [pair], PATCHING_SITES, answers=False)
-    return {
+    figures = {
         site: patching_heatmap(result.grids[site], result.normalized(site), f"{site}: patched from the source task")
         for site in PATCHING_SITES
     }
+    head = leading_head(result)
+    sweep = paths_from(model, [pair], [head], answers=False)
+    title = f"{sweep.grid.site} (the encoder head that carries the difference first) into each later head's inputs"
+    memory = f"; into the memory: {sweep.memory.normalized:.2f}" if sweep.memory else ""
+    figures[sweep.grid.site] = patching_heatmap(sweep.grid, sweep.normalized, title + memory)
+    return figures
+
+
+def leading_head(result: ActivationPatching) -> Head:
+    """The encoder head of ``result``'s heads grid that carries the difference first: the earliest (layer, then head)
+    whose output alone moves at least half of it, else the one that moves most."""
+    grid, normalized = result.grids[HEADS], result.normalized(HEADS)
+    rows = [row for row, hook in enumerate(grid.hooks) if hook.startswith("encoder.")]
+    cells = [(row, head) for row in rows for head in range(normalized.shape[1])]
+    half = [cell for cell in cells if float(normalized[cell]) >= 0.5]
+    row, head = half[0] if half else max(cells, key=lambda cell: float(normalized[cell]))
+    return Head("encoder", int(grid.hooks[row].split(".")[1]), head)

@@ -243,12 +243,14 @@ def _training(page) -> None:
 
 def _patching(page) -> None:
     """The activation-patching tab on the opening task and its succ twin: a heat map per site, the planted head at
-    the first example-output letter; back to the graph tab."""
+    the first example-output letter, the paths from it; back to the graph tab."""
     page.click("#tab >> text=activation patching")
     page.wait_for_selector("#patching-0 .main-svg", timeout=TIMEOUT_MS)
     rows = page.evaluate("document.querySelector('#patching-0 .js-plotly-plot').data[0].y")
     assert "head 2.3" in rows and "tab=patching" in page.url
-    assert page.locator("#patching .js-plotly-plot").count() == 3
+    assert page.locator("#patching .js-plotly-plot").count() == 4
+    paths = page.evaluate("document.querySelector('#patching-3 .js-plotly-plot').data[0].y")
+    assert "encoder 3 self-attention: v" in paths, "the last map follows the planted head into later heads' inputs"
     page.click("#tab >> text=computational graph and interventions")
     _summary_has(page, "model's answer")
 

@@ -8,12 +8,13 @@ from urllib.parse import urlencode
 import pytest
 import torch
 
-from lsa_interp.analysis.activation_patching import HEAD_POSITIONS, HEADS, RESID
-from lsa_interp.analysis.planted import PLANTED_HEAD, planted_model
+from lsa_interp.analysis.activation_patching import HEAD_POSITIONS, HEADS, RESID, ActivationPatching, PatchingGrid
+from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_model
 from lsa_interp.data.task import Task
 from lsa_interp.explorer.app import create_app
 from lsa_interp.explorer.catalogue import ModelCatalogue
-from lsa_interp.explorer.patching_tab import PATCHING_SITES, patching_figures, patching_pair
+from lsa_interp.explorer.patching_tab import PATCHING_SITES, leading_head, patching_figures, patching_pair
+from lsa_interp.model.heads import Head
 from tests.explorer.dash_calls import call_callback
 
 torch.set_num_threads(1)
@@ -42,7 +43,11 @@ def test_tasks_the_model_answers_alike_or_of_another_layout_are_refused(planted)
 
 def test_each_head_at_each_position_shows_the_planted_head_at_the_first_output_letter(planted):
     figures = patching_figures(planted, PRED, SUCC)
-    assert list(figures) == list(PATCHING_SITES) == [HEAD_POSITIONS, RESID, HEADS]
+    assert list(figures) == [*PATCHING_SITES, "paths from 2.3"] and list(PATCHING_SITES) == [
+        HEAD_POSITIONS,
+        RESID,
+        HEADS,
+    ]
     grid = figures[HEAD_POSITIONS].data[0]
     row = PLANTED_HEAD.layer * 4 + PLANTED_HEAD.head
     assert grid.y[row] == "head 2.3" and grid.x[OUT1] == "out1·31" and grid.z[row][OUT1] == pytest.approx(1, abs=1e-3)
@@ -64,7 +69,7 @@ def test_the_tab_draws_a_graph_per_site_for_the_links_task_and_source(app):
     children = _tab(app, task=str(PRED), source=str(SUCC))["patching"]["children"]
     assert children[0]["props"]["children"] == "planted: activation patching"
     graphs = [child["props"] for child in children if child["type"] == "Graph"]
-    assert [g["id"] for g in graphs] == ["patching-0", "patching-1", "patching-2"]
+    assert [g["id"] for g in graphs] == ["patching-0", "patching-1", "patching-2", "patching-3"]
     assert graphs[0]["figure"]["data"][0]["y"][PLANTED_HEAD.layer * 4 + PLANTED_HEAD.head] == "head 2.3"
 
 
@@ -84,3 +89,34 @@ def test_the_tab_names_what_it_cannot_trace_in_one_line(app, fields, message):
 def test_other_tabs_leave_the_patching_tab_alone_and_it_leaves_the_graph(app):
     assert call_callback(app, "patching.children", ["?model=planted&tab=graph"], changed="url.search") == {}
     assert call_callback(app, "error.children", ["?model=planted&tab=patching"], [{}], changed="url.search") == {}
+
+
+def test_the_paths_map_follows_the_planted_head_into_the_readouts_values(planted):
+    grid = patching_figures(planted, PRED, SUCC)["paths from 2.3"].data[0]
+    v_row = grid.y.index("encoder 3 self-attention: v")
+    assert grid.z[v_row][READOUT_HEAD.head] == pytest.approx(1, abs=1e-3) and grid.x[-1] == "all heads"
+    lit = [(r, c) for r, line in enumerate(grid.z) for c, value in enumerate(line) if abs(value) > 1e-3]
+    together = grid.y.index("encoder 3 self-attention: q,k,v")
+    assert lit == [(v_row, 0), (v_row, 4), (together, 0), (together, 4)]
+
+
+def _heads_result(values: list[list[float]]) -> ActivationPatching:
+    rows = ["encoder.0.attn.hook_z", "encoder.1.attn.hook_z", "decoder.0.cross_attn.hook_z"]
+    diff = torch.tensor(values)
+    grid = PatchingGrid(
+        HEADS, tuple(rows), ("1", "2", "3"), ("head 1", "head 2"), diff, diff * torch.nan, diff * torch.nan
+    )
+    return ActivationPatching("succ", "pred", 1, (), 1.0, 0.0, {HEADS: grid})
+
+
+@pytest.mark.parametrize(
+    ("values", "head"),
+    [
+        ([[0.1, 0.2], [0.6, 0.9], [1.0, 0.0]], Head("encoder", 1, 0)),
+        ([[0.1, 0.5], [0.6, 0.9], [1.0, 0.0]], Head("encoder", 0, 1)),
+        ([[0.1, 0.2], [0.3, 0.1], [1.0, 0.0]], Head("encoder", 1, 0)),
+        ([[-0.1, -0.2], [-0.3, -0.4], [1.0, 0.0]], Head("encoder", 0, 0)),
+    ],
+)
+def test_the_leading_head_is_the_earliest_encoder_head_moving_half_else_the_largest(values, head):
+    assert leading_head(_heads_result(values)) == head

@@ -1,0 +1,121 @@
+"""Where does the rule go after the matching heads? Path patching from every model's matching heads, over models.
+
+For each ``--model``: the matching heads `detect_matching_heads` finds and the ``--pairs`` succ -> pred minimal pairs
+(3-letter windows, standard alphabet) the model answers right on both sides. From the matching heads together (their
+outputs from the succ prompt, every other head frozen at the pred prompt's): their whole effect; their paths into
+each later attention module's heads together (q, k, v apart and together) and into the memory; the single head
+that receives most in each module. And every other encoder head whose own output carries at least a quarter of the
+difference (activation patching, as ``matching_head_patching.py``): its whole effect beside the path from the
+matching heads into its inputs, which says how much of it is read from them. Measures are normalised logit
+differences where the answers part, with the share of answers that become succ's (docs/matching_and_patching.md,
+path patching). It writes ``analyses/results/matching_head_paths.json``.
+
+    python analyses/matching_head_paths.py             # the shipped copy models: copy-200, copy-20, replicates
+    python analyses/matching_head_paths.py --model copy-20 --pairs 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from lsa_interp.analysis.activation_patching import solved_pairs
+from lsa_interp.analysis.matching import matching_scores
+from lsa_interp.analysis.path_patching import PathEffect, Receiver, patch_path, paths_from, sender_effect
+from lsa_interp.analysis.prompts import minimal_pairs
+from lsa_interp.model import load_model
+from lsa_interp.model.heads import all_heads
+from lsa_interp.utils import atomic_write
+
+OUT = Path(__file__).parent / "results" / "matching_head_paths.json"
+MODELS = ("copy-200", "copy-20", *(f"replicates/copy-20-s{seed}-bf16" for seed in range(5)))
+OTHER_HEAD_THRESHOLD = 0.25
+"""An encoder head outside the matching set is followed when its own output moves this much of the difference."""
+
+
+def paths_of(name: str, n_pairs: int) -> dict:
+    """One model's row: its matching heads, the pairs it solves and the paths' measures (no paths where it has no
+    matching head or solves no pair)."""
+    model = load_model(name)
+    found = matching_scores(model).heads()
+    offered = minimal_pairs("succ", "pred", n_pairs, lengths=(3,), at_most=True)
+    pairs = solved_pairs(model, offered)
+    row: dict = {"matching_heads": [h.label for h in found], "pairs_offered": len(offered), "pairs_solved": len(pairs)}
+    if not pairs or not found:
+        return row
+    sweep = paths_from(model, pairs, found)
+    normalized, grid = sweep.normalized, sweep.grid
+    row["whole"] = _measures(sender_effect(model, pairs, found))
+    row["memory"] = _measures(sweep.memory)
+    row["modules"] = {}
+    for index, label in enumerate(grid.rows):
+        module, kind = label.rsplit(": ", 1)
+        entry = row["modules"].setdefault(module, {})
+        together = {"normalized": float(normalized[index, -1]), "succ_answers": float(grid.source_answers[index, -1])}
+        best = int(normalized[index, :-1].argmax())
+        entry[kind] = together | {"best_head": best + 1, "best_head_normalized": float(normalized[index, best])}
+    row["other_heads"] = {}
+    for head in all_heads(model.cfg):
+        if head in found or head.layer <= min(h.layer for h in found):
+            continue
+        alone = sender_effect(model, pairs, [head])
+        if alone.normalized >= OTHER_HEAD_THRESHOLD:
+            path = patch_path(model, pairs, found, [Receiver(head)])
+            row["other_heads"][head.label] = {"whole": _measures(alone), "from_matching_heads": _measures(path)}
+    return row
+
+
+def _measures(effect: PathEffect | None) -> dict | None:
+    return None if effect is None else {"normalized": effect.normalized, "succ_answers": effect.source_answers}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--model", action="append", help=f"checkpoint name or directory (repeatable; default: {', '.join(MODELS)})"
+    )
+    parser.add_argument(
+        "--pairs", type=int, default=100, help="succ/pred minimal pairs offered to each model (default 100)"
+    )
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    if args.pairs < 1:
+        parser.error(f"--pairs must be at least 1, got {args.pairs}")
+    try:
+        result = {"pairs": args.pairs, "models": {name: paths_of(name, args.pairs) for name in args.model or MODELS}}
+    except (ValueError, FileNotFoundError) as error:
+        print(f"matching_head_paths: error: {error}", file=sys.stderr)
+        return 2
+    atomic_write(args.out, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8"))
+    for name, row in result["models"].items():
+        print(_lines(name, row))
+    return 0
+
+
+def _lines(name: str, row: dict) -> str:
+    """A model's matching heads and whole effect, then a line per module (all heads: q / k / v / together, and the
+    best single head of the together row), the memory, and the other heads followed."""
+    matching = ",".join(row["matching_heads"]) or "no matching head"
+    if "whole" not in row:
+        return f"{name}: {matching}, {row['pairs_solved']} pairs solved: no paths"
+    lines = [f"{name}: {matching} ({row['pairs_solved']} pairs), whole effect {_measure(row['whole'])}"]
+    for module, entry in row["modules"].items():
+        values = " / ".join(f"{kind} {cell['normalized']:.2f}" for kind, cell in entry.items())
+        together = list(entry.values())[-1]
+        best = f"head {together['best_head']} {together['best_head_normalized']:.2f}"
+        lines.append(f"  into {module} (all heads): {values}; best single head: {best}")
+    lines.append(f"  into the memory: {_measure(row['memory'])}")
+    for label, other in row["other_heads"].items():
+        whole, path = _measure(other["whole"]), _measure(other["from_matching_heads"])
+        lines.append(f"  {label}: whole effect {whole}, path from the matching heads into it {path}")
+    return "\n".join(lines)
+
+
+def _measure(entry: dict) -> str:
+    return f"{entry['normalized']:.2f} / {entry['succ_answers']:.0%}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""analyses/matching_head_paths.py: the paths from each model's matching heads, per model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lsa_interp.analysis.planted import planted_model
+from lsa_interp.model.checkpoint import save_model
+from tests.analysis.patch_setup import planted_pairs
+from tests.helpers import load_script
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return str(save_model(planted_model(), root / "planted")), str(
+        save_model(planted_model(matching=False), root / "plain")
+    )
+
+
+def test_the_planted_matching_heads_path_runs_into_layer_3s_values(saved, tmp_path, monkeypatch, capsys):
+    script = load_script("analyses/matching_head_paths.py")
+    monkeypatch.setattr(script, "minimal_pairs", lambda source, target, n, **_: planted_pairs(n))
+    out = tmp_path / "paths.json"
+    assert script.main(["--model", saved[0], "--model", saved[1], "--pairs", "3", "--out", str(out)]) == 0
+    planted, plain = (json.loads(out.read_text())["models"][name] for name in saved)
+    assert planted["matching_heads"] == ["2.3"] and planted["pairs_solved"] == 3
+    assert planted["whole"]["normalized"] == pytest.approx(1, abs=1e-3) and planted["whole"]["succ_answers"] == 1
+    layer3 = planted["modules"]["encoder 3 self-attention"]
+    assert list(layer3) == ["q", "k", "v", "q,k,v"]
+    assert layer3["v"]["normalized"] == pytest.approx(1, abs=1e-3) and layer3["v"]["succ_answers"] == 1
+    assert layer3["v"]["best_head"] == 1 and layer3["v"]["best_head_normalized"] == pytest.approx(1, abs=1e-3)
+    assert layer3["q"]["normalized"] == pytest.approx(0, abs=1e-3) and layer3["k"]["succ_answers"] == 0
+    assert list(planted["modules"]) == ["encoder 3 self-attention", "decoder 1 cross-attention"]
+    assert planted["memory"]["normalized"] == pytest.approx(0, abs=1e-3)
+    readout = planted["other_heads"]["3.1"]
+    assert readout["whole"]["normalized"] == pytest.approx(1, abs=1e-3)
+    assert readout["from_matching_heads"]["normalized"] == pytest.approx(1, abs=1e-3)
+    assert list(planted["other_heads"]) == ["3.1"], "no other head carries a quarter of the difference"
+    assert plain["matching_heads"] == [] and "whole" not in plain
+    printed = capsys.readouterr().out
+    assert "into encoder 3 self-attention (all heads): q 0.00 / k 0.00 / v 1.00 / q,k,v 1.00" in printed
+    assert "3.1: whole effect 1.00 / 100%, path from the matching heads into it 1.00 / 100%" in printed
+    assert "no matching head, 0 pairs solved: no paths" in printed
+
+
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
+    script = load_script("analyses/matching_head_paths.py")
+    out = tmp_path / "paths.json"
+    assert script.main(["--model", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+    assert "matching_head_paths: error:" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit) as info:
+        script.main(["--pairs", "0", "--out", str(out)])
+    assert info.value.code == 2 and "--pairs must be at least 1" in capsys.readouterr().err
