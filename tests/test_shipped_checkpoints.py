@@ -116,3 +116,21 @@ def test_copy20_matching_heads_outputs_carry_the_rule_together_and_not_alone():
     for label in heads:
         alone = patch_together(model, pairs, [cell[label]])
         assert 0.3 < alone.normalized < 0.95 and alone.source_answers < 0.6, label
+
+
+@_needs("copy-200")
+def test_copy200_matching_head_reaches_the_answer_through_layer_3s_heads_together_not_the_memory():
+    """Path patching on the shipped copy-200 (docs/matching_and_patching.md): head 1.3's output reaches the answer
+    through the queries, keys and values of layer 3's heads together, hardly through any one of them, and not
+    through the memory directly."""
+    from lsa_interp.analysis.activation_patching import solved_pairs
+    from lsa_interp.analysis.path_patching import MEMORY, Receiver, patch_path
+    from lsa_interp.model.heads import Head
+
+    model = load_model("copy-200")
+    pairs = solved_pairs(model, minimal_pairs("succ", "pred", 30, lengths=(3,)))
+    sender, layer3 = [Head("encoder", 0, 2)], [Receiver(Head("encoder", 2, head)) for head in range(8)]
+    together = patch_path(model, pairs, sender, layer3)
+    assert len(pairs) == 30 and together.normalized > 0.75 and together.source_answers > 0.8
+    assert abs(patch_path(model, pairs, sender, [MEMORY]).normalized) < 0.05
+    assert max(patch_path(model, pairs, sender, [receiver]).normalized for receiver in layer3) < 0.15
