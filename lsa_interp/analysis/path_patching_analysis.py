@@ -87,7 +87,31 @@ def _one_path(
         Finding(f"Whole effect of {_labels(heads)}", _NOT_IN_PAPER, _effect_text(whole), None, value=whole.normalized),
     ]
     data = {"senders": _labels(heads, list), "receivers": _labels(targets, list), "path": path, "whole": whole}
-    return AnalysisResult("path_patching", model_name, summary, _jsonable(data), {}, findings)
+    figures = {"path": _path_bars(name, path, whole, summary)}
+    return AnalysisResult("path_patching", model_name, summary, _jsonable(data), figures, findings)
+
+
+def _path_bars(name: str, path: PathEffect, whole: PathEffect, summary: dict):  # pragma: no mutate block
+    """Two bars: the path's normalised logit difference beside the senders' whole effect; hover shows the answers."""
+    import plotly.graph_objects as go
+
+    effects = {f"path {name}": path, "senders' whole effect": whole}
+    answers = [
+        "answers not decoded"
+        if e.source_answers != e.source_answers
+        else f"answers: {e.source_answers:.0%} the source's, {e.other_answers:.0%} neither"
+        for e in effects.values()
+    ]
+    rules = f"{summary['source rule (patched in)']} into {summary['target rule (run)']}"
+    return go.Figure(
+        go.Bar(
+            x=list(effects),
+            y=[e.normalized for e in effects.values()],
+            customdata=answers,
+            hovertemplate="%{x}<br>normalised %{y:.3f}<br>%{customdata}<extra></extra>",
+        ),
+        layout={"title": f"path patching from {rules}", "yaxis": {"title": "normalised logit difference"}},
+    )
 
 
 def _sweep_result(

@@ -292,6 +292,7 @@ def test_path_patching_of_one_path_names_it(saved, tmp_path, capsys, monkeypatch
     assert run([*args, "--sender", "2.3", "--receiver", "3.1/q", "--out", str(out)], capsys)[0] == 0
     summary = json.loads((out / "path_patching.json").read_text())["summary"]
     assert summary["path"] == "2.3 -> 3.1/q" and abs(summary["path: normalised"]) < 1e-4
+    assert (out / "path_patching.html").stat().st_size > 10_000
 
 
 @pytest.mark.parametrize(

@@ -240,6 +240,10 @@ def test_the_analysis_of_one_path_reports_it_beside_the_senders_whole_effect(pla
     assert [f.name for f in result.findings] == ["Path 2.3 -> 3.1/v", "Whole effect of 2.3"]
     assert all(f.holds is None for f in result.findings), "not the paper's finding: reported, not judged"
     assert set(result.to_dict()["data"]["path"]) == {"normalized", "logit_diff", "source_answers", "other_answers"}
+    bars = result.figures["path"].data[0]
+    assert list(bars.x) == ["path 2.3 -> 3.1/v", "senders' whole effect"] and list(bars.y) == pytest.approx(
+        [1, 1], abs=1e-4
+    )
 
 
 def test_the_analysis_of_a_senders_sweep_names_the_largest_path_and_draws_it(planted, planted_offers, tmp_path):
