@@ -36,6 +36,22 @@ from torch import Tensor
 
 from lsa_interp.analysis.activations import eval_mode
 from lsa_interp.analysis.pair_batch import pair_batch
+from lsa_interp.analysis.patch_grids import (
+    ATTN_OUT,
+    DECODER_RESID,
+    DEFAULT_SITES,
+    HEAD_POSITIONS,
+    HEADS,
+    MLP_OUT,
+    RESID,
+    SITES,
+    ActivationPatching,
+    PatchingGrid,
+    check_sites,
+    module_label,
+    normalized_diff,
+    site_rows,
+)
 from lsa_interp.analysis.patch_runs import (
     Index,
     answer_outcomes,
@@ -50,52 +66,28 @@ from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.tokenizer import decode_batch
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
-RESID, ATTN_OUT, MLP_OUT, HEADS = "encoder residual", "encoder attention output", "encoder MLP output", "heads"
-HEAD_POSITIONS, DECODER_RESID = "encoder heads by position", "decoder residual"
-SITES: tuple[str, ...] = (RESID, ATTN_OUT, MLP_OUT, HEADS, HEAD_POSITIONS, DECODER_RESID)
-"""The grids `patch_activations` can fill: three of (hook, encoder position), one of (attention module, head), one
-of (encoder head, position) and one of the decoder's residual stream at each pair's parting step (one column)."""
-DEFAULT_SITES: tuple[str, ...] = (RESID, ATTN_OUT, MLP_OUT, HEADS)
-"""What the analysis patches unless told: all but the heads by position (24 x 39 runs for the paper's model)."""
-Row = tuple[str, str, list[Index]]
-"""One row of a grid: the hook patched, the row's label and the index of the activation each column patches."""
-
-
-@dataclass(frozen=True)
-class PatchingGrid:
-    """One site's results: a row per hook (or head), a column per position (or head); ``hooks`` names each row's."""
-
-    site: str
-    hooks: tuple[str, ...]
-    rows: tuple[str, ...]
-    columns: tuple[str, ...]
-    logit_diff: Float[Tensor, "row column"]
-    """Mean over pairs of the patched run's logit difference (source letter minus target letter)."""
-    source_answers: Float[Tensor, "row column"]
-    """Fraction of pairs whose greedy answer becomes the source prompt's answer (NaN for a decoder hook: its source
-    activations belong to the source prompt's decoder input, which a free decoding leaves)."""
-    other_answers: Float[Tensor, "row column"]
-    """Fraction of pairs whose greedy answer is neither prompt's answer (NaN for a decoder hook)."""
-
-
-@dataclass(frozen=True)
-class ActivationPatching:
-    """What `patch_activations` returns: the grids and the two unpatched runs they are measured against."""
-
-    source_rule: str
-    target_rule: str
-    pairs: int
-    positions: tuple[str, ...]
-    source_logit_diff: float
-    target_logit_diff: float
-    grids: dict[str, PatchingGrid]
-
-    def normalized(self, site: str) -> Float[Tensor, "row column"]:
-        """The grid of ``site`` as (patched - target run) / (source run - target run). Raises KeyError for a site
-        that was not patched."""
-        if site not in self.grids:
-            raise KeyError(f"site {site!r} was not patched; patched: {', '.join(self.grids)}")
-        return _normalized(self.grids[site].logit_diff, self.source_logit_diff, self.target_logit_diff)
+__all__ = [
+    "ATTN_OUT",
+    "DECODER_RESID",
+    "DEFAULT_SITES",
+    "HEADS",
+    "HEAD_POSITIONS",
+    "MLP_OUT",
+    "RESID",
+    "SITES",
+    "ActivationPatching",
+    "JointPatch",
+    "PatchingGrid",
+    "activation_patching_analysis",
+    "answers_text",
+    "module_label",
+    "offered_and_solved",
+    "patch_activations",
+    "patch_together",
+    "patching_heatmap",
+    "solved_pairs",
+]
+"""The sites and result types live in `lsa_interp.analysis.patch_grids` and are named here too."""
 
 
 def patch_activations(
@@ -111,12 +103,12 @@ def patch_activations(
 
     Raises ValueError for an unknown site, pairs that `pair_batch` refuses, or pairs whose prompts do not share
     one token layout across pairs (use one window length)."""
-    _check_sites(sites)
+    check_sites(sites)
     with torch.no_grad(), eval_mode(model):
         batch = pair_batch(pairs)
         positions = shared_position_labels(batch.source, batch.target)
         parting = parting_steps(pairs)
-        layout = {site: _site(model, site, positions, (torch.arange(len(pairs)), parting[0])) for site in sites}
+        layout = {site: site_rows(model, site, positions, (torch.arange(len(pairs)), parting[0])) for site in sites}
         needed = sorted({hook for rows, _ in layout.values() for hook, _, _ in rows})
         runs = pair_runs(model, pairs, needed, batch, parting)
         target, tgt, measure, saved = runs.target, runs.tgt, runs.measure, runs.saved
@@ -140,11 +132,6 @@ def patch_activations(
         return ActivationPatching(
             source_rule, target_rule, len(pairs), positions, runs.source_diff, runs.target_diff, grids
         )
-
-
-def _normalized(value: Tensor | float, source: float, target: float) -> Tensor | float:
-    """(value - target run) / (source run - target run)."""
-    return (value - target) / (source - target)
 
 
 @dataclass(frozen=True)
@@ -181,7 +168,7 @@ def patch_together(
         answers = torch.full((2,), torch.nan)
         if all(hook.startswith("encoder.") for hook in by_hook):
             answers = answer_outcomes(model, runs.target, batch.source_answers, batch.target_answers)(patches)
-        normalized = _normalized(diff, runs.source_diff, runs.target_diff)
+        normalized = normalized_diff(diff, runs.source_diff, runs.target_diff)
         return JointPatch(normalized, diff, float(answers[0]), float(answers[1]))
 
 
@@ -218,7 +205,7 @@ def activation_patching_analysis(
     that the model answers right on both sides: the grids normalised, a heat map of each and a row per site naming
     its largest effect (not in the paper: reported, not judged). Raises ValueError for unknown rules or sites, fewer
     than one pair, rules without minimal pairs, or a model that answers no pair right."""
-    _check_sites(sites)
+    check_sites(sites)
     if n_pairs < 1:
         raise ValueError(f"n_pairs must be at least 1 (minimal pairs offered), got {n_pairs}")
     offered, pairs = offered_and_solved(model, source, target, n_pairs, seed, alphabets, length)
@@ -258,13 +245,6 @@ def activation_patching_analysis(
             "other_answers": grid.other_answers,
         }
     return AnalysisResult("activation_patching", model_name, summary, data, figures, findings)
-
-
-def _check_sites(sites: Sequence[str]) -> None:
-    unknown = [site for site in sites if site not in SITES]
-    if unknown or not sites:
-        problem = f"unknown sites {unknown}" if unknown else "no sites given"
-        raise ValueError(f"{problem}; choose from: {', '.join(SITES)}")
 
 
 def offered_and_solved(
@@ -311,54 +291,6 @@ def _none_solved(pairs: Sequence[MinimalPair], source: list[str], target: list[s
         f"{right[0]} {rules[0]} and {right[1]} {rules[1]} prompts; the same answer to both prompts of {same} pairs); "
         "activation patching needs pairs it solves"
     )
-
-
-def _site(
-    model: HookedEncoderDecoder, site: str, positions: tuple[str, ...], parting: Index
-) -> tuple[list[Row], tuple[str, ...]]:
-    """The rows of ``site``'s grid and its column labels (``parting``: each pair's row and parting step)."""
-    cfg = model.cfg
-    if site == DECODER_RESID:
-        kinds = {"pre": "before", "mid": "after the self-attention of", "mid_cross": "after the cross-attention of"}
-        rows = [
-            (f"decoder.{layer}.hook_resid_{kind}", f"{label} layer {layer + 1}", [parting])
-            for layer in range(cfg.n_decoder_layers)
-            for kind, label in kinds.items()
-        ]
-        last = cfg.n_decoder_layers - 1
-        return [*rows, (f"decoder.{last}.hook_resid_post", f"after layer {last + 1}", [parting])], ("parting step",)
-    layers, every = range(cfg.n_encoder_layers), slice(None)
-    at_positions = [(every, position) for position in range(len(positions))]
-    if site == HEADS:
-        modules = [f"encoder.{layer}.attn" for layer in layers]
-        for layer in range(cfg.n_decoder_layers):
-            modules += [f"decoder.{layer}.attn", f"decoder.{layer}.cross_attn"]
-        heads = [(every, every, head) for head in range(cfg.n_heads)]
-        rows = [(f"{module}.hook_z", module_label(module), heads) for module in modules]
-        return rows, tuple(f"head {h + 1}" for h in range(cfg.n_heads))
-    if site == HEAD_POSITIONS:
-        rows = [
-            (
-                f"encoder.{layer}.attn.hook_z",
-                f"head {layer + 1}.{head + 1}",
-                [(every, p, head) for p in range(len(positions))],
-            )
-            for layer in layers
-            for head in range(cfg.n_heads)
-        ]
-        return rows, positions
-    if site == RESID:
-        hooks = [f"encoder.{layer}.hook_resid_pre" for layer in layers] + ["encoder.ln_final.hook_out"]
-        labels = ["embeddings", *(f"after layer {layer}" for layer in range(1, cfg.n_encoder_layers)), "memory"]
-        return [(hook, label, at_positions) for hook, label in zip(hooks, labels)], positions
-    suffix = "hook_attn_out" if site == ATTN_OUT else "hook_mlp_out"
-    return [(f"encoder.{layer}.{suffix}", f"layer {layer + 1}", at_positions) for layer in layers], positions
-
-
-def module_label(module: str) -> str:
-    """``decoder.1.cross_attn`` -> ``decoder 2 cross-attention`` (layers 1-based, as the paper counts them)."""
-    stack, layer, kind = module.split(".")
-    return f"{stack} {int(layer) + 1} {'cross-attention' if kind == 'cross_attn' else 'self-attention'}"
 
 
 def answers_text(source: Tensor, other: Tensor) -> str:
