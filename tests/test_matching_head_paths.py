@@ -54,3 +54,13 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         script.main(["--pairs", "0", "--out", str(out)])
     assert info.value.code == 2 and "--pairs must be at least 1" in capsys.readouterr().err
+
+
+def test_heads_that_cannot_read_the_matching_heads_are_not_followed(saved, tmp_path, monkeypatch):
+    script = load_script("analyses/matching_head_paths.py")
+    monkeypatch.setattr(script, "minimal_pairs", lambda source, target, n, **_: planted_pairs(n))
+    monkeypatch.setattr(script, "OTHER_HEAD_THRESHOLD", -1.0)  # follow every head that could read them
+    out = tmp_path / "paths.json"
+    assert script.main(["--model", saved[0], "--pairs", "2", "--out", str(out)]) == 0
+    followed = json.loads(out.read_text())["models"][saved[0]]["other_heads"]
+    assert list(followed) == ["3.1", "3.2", "3.3", "3.4"], "only layer 3 comes after the matching head 2.3"

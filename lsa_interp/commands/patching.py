@@ -292,9 +292,7 @@ def register(app: typer.Typer) -> None:
         device: DeviceOption = "cpu",
     ) -> None:
         """Patch the paths from --sender heads into --receiver inputs, from --from prompts into --to prompts."""
-        from lsa_interp.analysis.path_patching import check_paths, parse_receiver
         from lsa_interp.analysis.path_patching_analysis import path_patching_analysis
-        from lsa_interp.model.heads import parse_head
 
         if not sender and not receiver:
             raise ValueError(
@@ -303,10 +301,6 @@ def register(app: typer.Typer) -> None:
         _check_pair_options(source, target, alphabets)
         target_dir = out_dir(out, model)
         net = open_model(model, device)
-        heads = [parse_head(label, net.cfg) for label in sender or []]
-        receivers = [parse_receiver(label, net.cfg) for label in receiver or []]
-        if heads:
-            check_paths(net.cfg, heads, receivers)
         with progress_bar() as bar:
             task = bar.add_task("patched paths", total=None)
             result = path_patching_analysis(
