@@ -35,6 +35,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from lsa_interp.analysis.activations import eval_mode
+from lsa_interp.analysis.attribution_patching import attribute_activations
 from lsa_interp.analysis.pair_batch import pair_batch
 from lsa_interp.analysis.patch_grids import (
     ATTN_OUT,
@@ -68,6 +69,7 @@ from lsa_interp.model.hooked import HookedEncoderDecoder
 
 __all__ = [
     "ATTN_OUT",
+    "METHODS",
     "DECODER_RESID",
     "DEFAULT_SITES",
     "HEADS",
@@ -88,6 +90,8 @@ __all__ = [
     "solved_pairs",
 ]
 """The sites and result types live in `lsa_interp.analysis.patch_grids` and are named here too."""
+METHODS = ("exact", "attribution")
+"""How `activation_patching_analysis` fills its grids: one patched run per cell, or `attribute_activations`."""
 
 
 def patch_activations(
@@ -200,17 +204,28 @@ def activation_patching_analysis(
     length: int = 3,
     sites: Sequence[str] = DEFAULT_SITES,
     progress: Callable[[int, int], None] | None = None,
+    method: str = "exact",
+    steps: int = 10,
 ) -> AnalysisResult:
-    """`patch_activations` on the ``n_pairs`` minimal pairs of ``length``-letter windows (fewer where fewer exist)
-    that the model answers right on both sides: the grids normalised, a heat map of each and a row per site naming
-    its largest effect (not in the paper: reported, not judged). Raises ValueError for unknown rules or sites, fewer
-    than one pair, rules without minimal pairs, or a model that answers no pair right."""
+    """`patch_activations` (``method`` "exact") or its estimate `attribute_activations` ("attribution", with
+    ``steps`` integration steps) on the ``n_pairs`` minimal pairs of ``length``-letter windows (fewer where fewer
+    exist) that the model answers right on both sides: the grids normalised, a heat map of each and a row per site
+    naming its largest effect (not in the paper: reported, not judged). Raises ValueError for unknown rules, sites or
+    methods, fewer than one pair or step, rules without minimal pairs, or a model that answers no pair right."""
     check_sites(sites)
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if n_pairs < 1:
         raise ValueError(f"n_pairs must be at least 1 (minimal pairs offered), got {n_pairs}")
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1 (1: the gradient at the target run), got {steps}")
     offered, pairs = offered_and_solved(model, source, target, n_pairs, seed, alphabets, length)
-    result = patch_activations(model, pairs, sites, progress)
+    if method == "exact":
+        result, how = patch_activations(model, pairs, sites, progress), "activation patching"
+    else:
+        result, how = attribute_activations(model, pairs, sites, steps, progress), "attribution patching"
     summary: dict[str, float | int | str] = {
+        "method": how + ("" if method == "exact" else f" ({steps} integration steps)"),
         "source rule (patched in)": source,
         "target rule (run)": target,
         "pairs offered": len(offered),
@@ -227,7 +242,8 @@ def activation_patching_analysis(
         findings.append(
             Finding(
                 f"Largest effect: {site}",
-                "not in the paper (activation patching, as TransformerLens's patching module)",
+                f"not in the paper ({how}, as TransformerLens's patching module"
+                + (")" if method == "exact" else "'s demos; a linear estimate)"),
                 f"{where}: {float(normalized[row, column]):.2f} of the logit difference"
                 + answers_text(grid.source_answers[row, column], grid.other_answers[row, column]),
                 None,
@@ -244,7 +260,8 @@ def activation_patching_analysis(
             "source_answers": grid.source_answers,
             "other_answers": grid.other_answers,
         }
-    return AnalysisResult("activation_patching", model_name, summary, data, figures, findings)
+    name = "activation_patching" if method == "exact" else "attribution_patching"
+    return AnalysisResult(name, model_name, summary, data, figures, findings)
 
 
 def offered_and_solved(

@@ -33,9 +33,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from lsa_interp.analysis.patch_grids import PatchingGrid, module_label
 from lsa_interp.analysis.activations import eval_mode
 from lsa_interp.analysis.pair_batch import PairBatch, pair_batch
+from lsa_interp.analysis.patch_grids import PatchingGrid, module_label
 from lsa_interp.analysis.patch_runs import PairRuns, Patch, answer_outcomes, pair_runs, parting_steps, run_patched
 from lsa_interp.analysis.prompts import MinimalPair
 from lsa_interp.model.config import ModelConfig

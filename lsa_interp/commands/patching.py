@@ -192,7 +192,9 @@ def register(app: typer.Typer) -> None:
         "pairs the model answers right on both sides; not a finding of the paper, so reported, not judged.",
         epilog="Example: lsa-interp activation-patching --model copy-200 --from succ --to pred --pairs 100\n\n"
         "Heads only: lsa-interp activation-patching --site heads\n\n"
-        "Each encoder head at each position: lsa-interp activation-patching --site 'encoder heads by position'",
+        "Each encoder head at each position: lsa-interp activation-patching --site 'encoder heads by position'\n\n"
+        "Estimated from gradients (attribution patching, integrated over 10 steps): lsa-interp activation-patching "
+        "--method attribution --site 'encoder heads by position'",
     )
     def activation_patching(
         model: ModelOption = "copy-200",
@@ -218,22 +220,38 @@ def register(app: typer.Typer) -> None:
         alphabets: Annotated[
             str, typer.Option(help="Alphabets of the pairs: standard (a..z; default) or permuted (unseen ones).")
         ] = "standard",
+        method: Annotated[
+            str,
+            typer.Option(
+                help="exact (one patched run per cell; default) or attribution (every cell estimated from gradients: "
+                "(source - target activation) . gradient, integrated over --steps; seconds, not minutes, but an "
+                "estimate: docs/matching_and_patching.md has how close it comes)."
+            ),
+        ] = "exact",
+        steps: Annotated[
+            int,
+            typer.Option(
+                min=1, help="With --method attribution: integration steps (1: the gradient at the --to run alone)."
+            ),
+        ] = 10,
         seed: SeedOption = 0,
         out: OutOption = None,
         device: DeviceOption = "cpu",
     ) -> None:
         """Patch every encoder position, layer and head from --from prompts into --to prompts."""
-        from lsa_interp.analysis.activation_patching import DEFAULT_SITES, SITES, activation_patching_analysis
+        from lsa_interp.analysis.activation_patching import DEFAULT_SITES, METHODS, SITES, activation_patching_analysis
 
         sites = site or list(DEFAULT_SITES)
         unknown = [name for name in sites if name not in SITES]
         if unknown:
             raise ValueError(f"unknown --site {unknown[0]!r}; choose from: {', '.join(SITES)}")
+        if method not in METHODS:
+            raise ValueError(f"unknown --method {method!r}; choose one of {', '.join(METHODS)}")
         _check_pair_options(source, target, alphabets)
         target_dir = out_dir(out, model)
         net = open_model(model, device)
         with progress_bar() as bar:
-            task = bar.add_task("patched runs", total=None)
+            task = bar.add_task("patched runs" if method == "exact" else "gradient runs", total=None)
             result = activation_patching_analysis(
                 net,
                 model,
@@ -245,6 +263,8 @@ def register(app: typer.Typer) -> None:
                 length,
                 sites,
                 lambda done, total: bar.update(task, completed=done, total=total),
+                method,
+                steps,
             )
         finish(result, target_dir, model)
 

@@ -239,6 +239,25 @@ def test_activation_patching_writes_its_grids_for_pairs_the_model_solves(saved, 
     assert (out / "activation_patching.html").stat().st_size > 10_000
 
 
+def test_activation_patching_by_attribution_writes_its_own_record(saved, tmp_path, capsys, monkeypatch):
+    from lsa_interp.analysis import activation_patching
+    from tests.analysis.patch_setup import planted_pairs
+
+    monkeypatch.setattr(activation_patching, "minimal_pairs", lambda source, target, n, **_: planted_pairs(n))
+    out = tmp_path / "out"
+    args = ["activation-patching", "--model", str(saved[0]), "--from", "pred", "--to", "succ", "--pairs", "3"]
+    code, stdout, stderr = run([*args, "--method", "attribution", "--steps", "3", "--out", str(out)], capsys)
+    assert code == 0 and "gradient runs" in stderr and "attribution patching (3 integration steps)" in stdout
+    report = json.loads((out / "attribution_patching.json").read_text())
+    assert list(report["data"]["grids"]) == [
+        "encoder residual",
+        "encoder attention output",
+        "encoder MLP output",
+        "heads",
+    ]
+    assert not (out / "activation_patching.json").exists()
+
+
 def test_activation_patching_patches_the_four_default_sites(saved, tmp_path, capsys, monkeypatch):
     from lsa_interp.analysis import activation_patching
     from tests.analysis.patch_setup import planted_pairs
@@ -257,6 +276,8 @@ def test_activation_patching_patches_the_four_default_sites(saved, tmp_path, cap
         (["--site", "resid"], "unknown --site 'resid'; choose from: encoder residual, encoder attention output"),
         (["--from", "pred"], "--from and --to are both 'pred'; give two different rules"),
         (["--alphabets", "greek"], "unknown --alphabets 'greek'; choose one of standard, permuted"),
+        (["--method", "gradients"], "unknown --method 'gradients'; choose one of exact, attribution"),
+        (["--steps", "0"], "Invalid value for '--steps'"),
         ([], "the model answers both prompts of none of the 4 succ/pred minimal pairs (right: 0 succ and 0 pred"),
     ],
 )

@@ -1,0 +1,144 @@
+"""Attribution patching: its gradients are the measure's (finite differences), integrated they add up to the whole
+difference, it finds the planted head where exact patching does, and it leaves the model as it was."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lsa_interp.analysis import activation_patching as ap
+from lsa_interp.analysis.attribution_patching import attribute_activations, compare_grids
+from lsa_interp.analysis.patch_runs import run_patched
+from lsa_interp.analysis.planted import PLANTED_HEAD, planted_model
+from tests.analysis.patch_setup import planted_pairs, small_model, succ_pred_runs
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return small_model()
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return succ_pred_runs(5)
+
+
+@torch.no_grad()
+def test_each_cell_moves_the_target_run_by_the_measures_derivative_along_the_patch(small, runs):
+    """One step: the estimate minus the target run is the derivative of the measure along (source - target) at the
+    cell, which a small step of that patch measures (a head at all positions; the embeddings at one position)."""
+    pairs, batch, tgt, measure = runs
+    estimate = attribute_activations(small, pairs, [ap.HEADS, ap.RESID])
+    target = float(measure(run_patched(small, batch.target, tgt, {})["logits"]))
+    every, eps = slice(None), 1e-2
+    cells = [
+        (ap.HEADS, (1, 2), "encoder.1.attn.hook_z", (every, every, 2)),
+        (ap.RESID, (0, 4), "encoder.0.hook_resid_pre", (every, 4)),
+    ]
+    for site, cell, hook, at in cells:
+        assert estimate.grids[site].hooks[cell[0]] == hook
+        source = run_patched(small, batch.source, tgt, {}, save=[hook])[hook]
+        moved = run_patched(small, batch.target, tgt, {hook: lambda t, s=source, a=at: _step(t, s, a, eps)})
+        derivative = (float(measure(moved["logits"])) - target) / eps
+        estimated = float(estimate.grids[site].logit_diff[cell]) - estimate.target_logit_diff
+        assert estimated == pytest.approx(derivative, rel=0.05, abs=1e-4), site
+
+
+def _step(tensor, donor, at, eps):
+    moved = tensor.clone()
+    moved[at] += eps * (donor[at] - tensor[at])
+    return moved
+
+
+def test_integrated_over_many_steps_the_embeddings_add_up_to_the_whole_difference(small, runs):
+    """Integrated gradients on the inputs are complete: the embeddings' cells over all positions sum to the source run
+    minus the target run, the closer the more steps (one step is far from it)."""
+    pairs = runs[0]
+    totals = {}
+    for steps in (1, 64):
+        result = attribute_activations(small, pairs, [ap.RESID], steps=steps)
+        totals[steps] = float(result.normalized(ap.RESID)[0].sum())
+    assert totals[64] == pytest.approx(1, abs=0.02)
+    assert abs(totals[1] - 1) > 0.05
+
+
+def test_the_planted_circuit_lights_the_cells_exact_patching_lights():
+    """Exact patching moves all of the difference at the planted head, its readout and the decoder's cross head and
+    nothing elsewhere; the estimate lights the same three cells, most of the way, and nothing elsewhere."""
+    planted = planted_model()
+    pairs = planted_pairs(4)
+    estimate = attribute_activations(planted, pairs, [ap.HEADS], steps=10)
+    exact = ap.patch_activations(planted, pairs, [ap.HEADS], answers=False)
+    lit = exact.normalized(ap.HEADS).abs() > 0.5
+    assert lit.nonzero().tolist() == [[PLANTED_HEAD.layer, PLANTED_HEAD.head], [2, 0], [4, 0]]
+    normalized = estimate.normalized(ap.HEADS)
+    assert bool((normalized[lit] > 0.8).all()) and float(normalized[~lit].abs().max()) < 1e-3
+    assert bool(estimate.grids[ap.HEADS].source_answers.isnan().all())
+    assert (
+        estimate.source_logit_diff == exact.source_logit_diff and estimate.target_logit_diff == exact.target_logit_diff
+    )
+    agreement = compare_grids(estimate, exact)[ap.HEADS]
+    assert agreement.correlation > 0.99 and agreement.exact_at_estimated_top == pytest.approx(agreement.exact_top)
+
+
+def test_the_model_keeps_its_mode_and_its_parameters_gain_no_gradient(small, runs):
+    small.train()
+    try:
+        attribute_activations(small, runs[0], [ap.HEADS], steps=2)
+        assert small.training and all(p.grad is None for p in small.parameters())
+    finally:
+        small.eval()
+
+
+def test_progress_counts_the_integration_steps(small, runs):
+    seen = []
+    attribute_activations(small, runs[0], [ap.HEADS], steps=3, progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_bad_steps_and_sites_are_refused(small, runs):
+    with pytest.raises(ValueError, match="steps must be at least 1"):
+        attribute_activations(small, runs[0], [ap.HEADS], steps=0)
+    with pytest.raises(ValueError, match="unknown sites"):
+        attribute_activations(small, runs[0], ["resid"])
+
+
+def test_grids_compare_with_themselves_perfectly_and_refuse_what_does_not_match(small, runs):
+    exact = ap.patch_activations(small, runs[0], [ap.HEADS, ap.ATTN_OUT], answers=False)
+    agreement = compare_grids(exact, exact)
+    assert list(agreement) == [ap.HEADS, ap.ATTN_OUT]
+    assert agreement[ap.HEADS].correlation == pytest.approx(1) and agreement[ap.HEADS].max_abs_error == 0
+    only_resid = attribute_activations(small, runs[0], [ap.RESID])
+    with pytest.raises(ValueError, match="no site in both results"):
+        compare_grids(only_resid, exact)
+
+
+def test_the_analysis_writes_an_attribution_record_of_its_own(monkeypatch, tmp_path):
+    monkeypatch.setattr(ap, "minimal_pairs", lambda source, target, n, **_: planted_pairs(n))
+    result = ap.activation_patching_analysis(
+        planted_model(), "planted", "pred", "succ", 3, sites=[ap.HEADS], method="attribution", steps=4
+    )
+    assert (
+        result.name == "attribution_patching"
+        and result.summary["method"] == "attribution patching (4 integration steps)"
+    )
+    assert result.summary["heads: largest"].startswith("decoder 1 cross-attention, head 1: 0.94")
+    assert "a linear estimate" in result.findings[0].paper
+    result.write(tmp_path)
+    assert (
+        json.loads((tmp_path / "attribution_patching.json").read_text())["summary"]["pairs solved (both prompts)"] == 3
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"method": "gradient"}, "unknown method 'gradient'; choose one of exact, attribution"), ({"steps": 0}, "steps")],
+)
+def test_the_analysis_refuses_a_bad_method_or_steps_before_it_decodes(monkeypatch, options, message):
+    monkeypatch.setattr(ap, "minimal_pairs", lambda *a, **k: pytest.fail("decoded before refusing"))
+    with pytest.raises(ValueError, match=message):
+        ap.activation_patching_analysis(planted_model(), "planted", **options)
