@@ -163,14 +163,12 @@ class _PathRuns:
 
 
 def _freeze(tensor: Tensor, target: Tensor, source: Tensor, heads: list[int]) -> Tensor:
-    frozen = target.clone()
-    frozen[:, :, heads] = source[:, :, heads]
-    return frozen
+    """The target run's output with the ``heads``' from the source run."""
+    return _take(target, source, heads)
 
 
 def _receiver_hooks(receivers: Sequence[Target]) -> list[str]:
-    hooks = [_MEMORY_HOOK if r == MEMORY else hook for r in receivers for hook in _hooks_of(r)]
-    return list(dict.fromkeys(hooks))
+    return list(dict.fromkeys(hook for receiver in receivers for hook in _hooks_of(receiver)))
 
 
 def _hooks_of(receiver: Target) -> list[str]:
@@ -178,14 +176,15 @@ def _hooks_of(receiver: Target) -> list[str]:
 
 
 def _receiver_patches(receivers: Sequence[Target], recorded: dict[str, Tensor]) -> dict[str, Patch]:
-    heads: dict[str, list[int] | None] = {}
+    """Each receiver input's hook set to its ``recorded`` value (the memory whole, a head's input for that head)."""
+    patches, heads = {}, {}
     for receiver in receivers:
-        for hook in _hooks_of(receiver):
-            if receiver == MEMORY:
-                heads[hook] = None
-            elif heads.get(hook, []) is not None:
-                heads.setdefault(hook, []).append(receiver.head.head)
-    return {hook: partial(_take, donor=recorded[hook], heads=h) for hook, h in heads.items()}
+        if receiver == MEMORY:
+            patches[_MEMORY_HOOK] = partial(_take, donor=recorded[_MEMORY_HOOK], heads=None)
+            continue
+        for hook in receiver.hooks():
+            heads.setdefault(hook, []).append(receiver.head.head)
+    return patches | {hook: partial(_take, donor=recorded[hook], heads=h) for hook, h in heads.items()}
 
 
 def _take(tensor: Tensor, donor: Tensor, heads: list[int] | None) -> Tensor:
@@ -332,12 +331,8 @@ def paths_into(
     """Every sender of ``receivers``: a row per attention module, a column per head, each cell that head's path into
     the receivers (NaN for a head that does not reach every receiver input). Two runs per sender. Raises ValueError
     for no receivers, receivers no head reaches, and pairs `pair_batch` refuses."""
-    if not receivers:
-        raise ValueError("path patching needs at least one receiver (a head's q/k/v or 'memory')")
     cfg, modules = model.cfg, _modules(model.cfg)
-    candidates = [head for m in modules for head in _module_heads(cfg, m) if _reaches_all(cfg, head, receivers)]
-    if not candidates:
-        raise ValueError(f"no head reaches every input of {_names(receivers)}; each needs a head before it")
+    candidates = senders_reaching(cfg, receivers)
     diff = torch.full((len(modules), cfg.n_heads), torch.nan)
     shares = torch.full((2, len(modules), cfg.n_heads), torch.nan)
     with torch.no_grad(), eval_mode(model):
@@ -362,6 +357,18 @@ def _names(receivers: Sequence[Target]) -> str:
 
 def _head_columns(cfg: ModelConfig) -> tuple[str, ...]:
     return tuple(f"head {h + 1}" for h in range(cfg.n_heads))
+
+
+def senders_reaching(cfg: ModelConfig, receivers: Sequence[Target]) -> list[Head]:
+    """Every head, in forward order, that reaches every input of ``receivers``. Raises ValueError for no receivers
+    or none such."""
+    if not receivers:
+        raise ValueError("path patching needs at least one receiver (a head's q/k/v or 'memory')")
+    modules = _modules(cfg)
+    candidates = [head for m in modules for head in _module_heads(cfg, m) if _reaches_all(cfg, head, receivers)]
+    if not candidates:
+        raise ValueError(f"no head reaches every input of {_names(receivers)}; each needs a head before it")
+    return candidates
 
 
 def _reaches_all(cfg: ModelConfig, sender: Head, receivers: Sequence[Target]) -> bool:

@@ -19,6 +19,7 @@ from lsa_interp.analysis.path_patching import (
     paths_from,
     paths_into,
     sender_effect,
+    senders_reaching,
 )
 from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.model.heads import Head, parse_head
@@ -53,6 +54,8 @@ def path_patching_analysis(
     targets = [parse_receiver(label, model.cfg) for label in receivers]
     if heads:
         check_paths(model.cfg, heads, targets)
+    else:
+        senders_reaching(model.cfg, targets)
     offered, pairs = offered_and_solved(model, source, target, n_pairs, seed, alphabets, length)
     summary: dict[str, float | int | str] = {
         "source rule (patched in)": source,

@@ -273,6 +273,7 @@ def test_the_analysis_of_a_receivers_sweep_finds_its_sender(planted, planted_off
         ({"senders": ["2.3"], "n_pairs": 0}, "n_pairs must be at least 1"),
         ({"senders": ["3.1"], "receivers": ["2.3"]}, "receiver 2.3/qkv: no sender reaches"),
         ({"senders": ["4.1"]}, "no head '4.1' in this model"),
+        ({"receivers": ["1.2/v"]}, "no head reaches every input of 1.2/v"),
     ],
 )
 def test_the_analysis_refuses_bad_options_before_it_decodes(planted, monkeypatch, options, message):
