@@ -54,15 +54,15 @@ def _step(tensor, donor, at, eps):
     return moved
 
 
-def test_integrated_over_many_steps_the_embeddings_add_up_to_the_whole_difference(small, runs):
+def test_integrated_over_the_inputs_the_embeddings_add_up_to_the_whole_difference(small, runs):
     """Integrated gradients on the inputs are complete: the embeddings' cells over all positions sum to the source run
-    minus the target run, the closer the more steps (one step is far from it)."""
+    minus the target run; at midpoints 16 steps come within 0.005 (left ends would miss by 0.05), one step is far."""
     pairs = runs[0]
     totals = {}
-    for steps in (1, 64):
+    for steps in (1, 16):
         result = attribute_activations(small, pairs, [ap.RESID], steps=steps)
         totals[steps] = float(result.normalized(ap.RESID)[0].sum())
-    assert totals[64] == pytest.approx(1, abs=0.02)
+    assert totals[16] == pytest.approx(1, abs=0.005)
     assert abs(totals[1] - 1) > 0.05
 
 
