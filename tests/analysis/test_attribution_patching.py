@@ -30,14 +30,15 @@ def runs():
 @torch.no_grad()
 def test_each_cell_moves_the_target_run_by_the_measures_derivative_along_the_patch(small, runs):
     """One step: the estimate minus the target run is the derivative of the measure along (source - target) at the
-    cell, which a small step of that patch measures (a head at all positions; the embeddings at one position)."""
+    cell, which a small step of that patch measures (a head at all positions; the embeddings at the first changed
+    example-output letter)."""
     pairs, batch, tgt, measure = runs
     estimate = attribute_activations(small, pairs, [ap.HEADS, ap.RESID])
     target = float(measure(run_patched(small, batch.target, tgt, {})["logits"]))
     every, eps = slice(None), 1e-2
     cells = [
         (ap.HEADS, (1, 2), "encoder.1.attn.hook_z", (every, every, 2)),
-        (ap.RESID, (0, 4), "encoder.0.hook_resid_pre", (every, 4)),
+        (ap.RESID, (0, 31), "encoder.0.hook_resid_pre", (every, 31)),
     ]
     for site, cell, hook, at in cells:
         assert estimate.grids[site].hooks[cell[0]] == hook
@@ -45,7 +46,7 @@ def test_each_cell_moves_the_target_run_by_the_measures_derivative_along_the_pat
         moved = run_patched(small, batch.target, tgt, {hook: lambda t, s=source, a=at: _step(t, s, a, eps)})
         derivative = (float(measure(moved["logits"])) - target) / eps
         estimated = float(estimate.grids[site].logit_diff[cell]) - estimate.target_logit_diff
-        assert estimated == pytest.approx(derivative, rel=0.05, abs=1e-4), site
+        assert estimated != 0 and estimated == pytest.approx(derivative, rel=1e-3), site
 
 
 def _step(tensor, donor, at, eps):
