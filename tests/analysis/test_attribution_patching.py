@@ -143,3 +143,18 @@ def test_the_analysis_refuses_a_bad_method_or_steps_before_it_decodes(monkeypatc
     monkeypatch.setattr(ap, "minimal_pairs", lambda *a, **k: pytest.fail("decoded before refusing"))
     with pytest.raises(ValueError, match=message):
         ap.activation_patching_analysis(planted_model(), "planted", **options)
+
+
+def _result(values: list[list[float]]) -> ap.ActivationPatching:
+    diff = torch.tensor(values)
+    grid = ap.PatchingGrid(ap.HEADS, ("a", "b"), ("a", "b"), ("1", "2"), diff, diff * torch.nan, diff * torch.nan)
+    return ap.ActivationPatching("succ", "pred", 1, (), 1.0, 0.0, {ap.HEADS: grid})
+
+
+def test_the_agreement_reads_the_exact_grid_at_the_estimates_largest_cell():
+    estimate, exact = _result([[0.9, 0.1], [0.2, 0.0]]), _result([[0.3, 0.8], [0.2, 0.1]])
+    agreement = compare_grids(estimate, exact)[ap.HEADS]
+    assert agreement.exact_at_estimated_top == pytest.approx(0.3) and agreement.exact_top == pytest.approx(0.8)
+    assert agreement.max_abs_error == pytest.approx(0.7)
+    expected = float(torch.corrcoef(torch.tensor([[0.9, 0.1, 0.2, 0.0], [0.3, 0.8, 0.2, 0.1]]))[0, 1])
+    assert agreement.correlation == pytest.approx(expected)
