@@ -120,6 +120,10 @@ def test_grids_compare_with_themselves_perfectly_and_refuse_what_does_not_match(
 
 def test_the_analysis_writes_an_attribution_record_of_its_own(monkeypatch, tmp_path):
     monkeypatch.setattr(ap, "minimal_pairs", lambda source, target, n, **_: planted_pairs(n))
+    estimated = []
+    monkeypatch.setattr(
+        ap, "attribute_activations", lambda *args: estimated.append(args[3]) or attribute_activations(*args)
+    )
     result = ap.activation_patching_analysis(
         planted_model(), "planted", "pred", "succ", 3, sites=[ap.HEADS], method="attribution", steps=4
     )
@@ -128,7 +132,7 @@ def test_the_analysis_writes_an_attribution_record_of_its_own(monkeypatch, tmp_p
         and result.summary["method"] == "attribution patching (4 integration steps)"
     )
     assert result.summary["heads: largest"].startswith("decoder 1 cross-attention, head 1: 0.94")
-    assert "a linear estimate" in result.findings[0].paper
+    assert "a linear estimate" in result.findings[0].paper and estimated == [4]
     result.write(tmp_path)
     assert (
         json.loads((tmp_path / "attribution_patching.json").read_text())["summary"]["pairs solved (both prompts)"] == 3
