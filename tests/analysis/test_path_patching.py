@@ -285,3 +285,37 @@ def test_the_analysis_refuses_bad_options_before_it_decodes(planted, monkeypatch
 def test_the_analysis_refuses_a_model_that_solves_no_pair(small):
     with pytest.raises(ValueError, match="the model answers both prompts of none of the 3 succ/pred minimal pairs"):
         path_patching_analysis(small, "small", senders=["1.1"], n_pairs=3)
+
+
+@torch.no_grad()
+def test_a_path_patched_by_hooks_is_the_path_patched_through_nnsight():
+    """The three runs written the nnsight way (outputs saved in the source and target traces; the sender set, layer
+    2 frozen at the target's and the receiver's values saved in a third; those values set in a fourth) give the
+    measure `patch_path` gives, and freezing layer 2 matters: the hooks engine checked against an independent one."""
+    pytest.importorskip("nnsight")  # a project dependency; the GPU machine's image lacks it
+    from lsa_interp.model.config import ModelConfig
+    from lsa_interp.model.hooked import HookedEncoderDecoder
+    from lsa_interp.model.tracing import traced
+
+    torch.manual_seed(1)
+    cfg = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=3, n_decoder_layers=1, d_mlp=64)
+    model = HookedEncoderDecoder(cfg).eval()
+    pairs, batch, tgt, measure = succ_pred_runs(5)
+    by_hooks = pp.patch_path(model, pairs, [Head("encoder", 0, 1)], [_receiver("3.3/v", model)], answers=False)
+    nn = traced(model)
+    with nn.trace(batch.source, tgt):
+        sent = nn.encoder[0].attn.hook_z.output.save()
+    with nn.trace(batch.target, tgt):
+        second = nn.encoder[1].attn.hook_z.output.save()
+    with nn.trace(batch.target, tgt):
+        nn.encoder[0].attn.hook_z.output[:, :, 1] = sent[:, :, 1]
+        nn.encoder[1].attn.hook_z.output[:] = second
+        values = nn.encoder[2].attn.hook_v.output.save()
+    with nn.trace(batch.target, tgt):
+        nn.encoder[2].attn.hook_v.output[:, :, 2] = values[:, :, 2]
+        logits = nn.output.save()
+    assert float(measure(logits)) == pytest.approx(by_hooks.logit_diff, abs=1e-5)
+    with nn.trace(batch.target, tgt):
+        nn.encoder[0].attn.hook_z.output[:, :, 1] = sent[:, :, 1]
+        unfrozen = nn.encoder[2].attn.hook_v.output.save()
+    assert float((unfrozen - values).abs().max()) > 1e-4, "layer 2 relays the sender when it is not frozen"
