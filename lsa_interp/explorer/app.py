@@ -23,7 +23,7 @@ from lsa_interp.explorer.catalogue import ModelCatalogue, discover_models
 from lsa_interp.explorer.draw import draw_tasks, filter_tasks
 from lsa_interp.explorer.figures import Figure
 from lsa_interp.explorer.layout import CONTROLS, GRAPHS, page
-from lsa_interp.explorer.patching_tab import patching_figures
+from lsa_interp.explorer.patching_tab import patching_figures, sender_paths
 from lsa_interp.explorer.render import (
     CHANGE_COLUMNS,
     RenderedView,
@@ -260,6 +260,10 @@ def _patching_callback(app: Dash, catalogue: ModelCatalogue) -> None:
             task, source = Task.parse(state.task), Task.parse(state.source)
             key = f"activation patching|{task}|{source}"
             figures = catalogue.memo(name, key, lambda model: patching_figures(model, task, source))
+            if state.sender.strip():
+                chosen = state.sender.strip()
+                paths = catalogue.memo(name, f"{key}|{chosen}", lambda model: sender_paths(model, task, source, chosen))
+                figures = {site: figure for site, figure in figures.items() if not site.startswith("paths")} | paths
         except ValueError as err:
             return html.Div(str(err), id="patching-error", style={"color": "#cf222e"})
         intro = (
@@ -267,7 +271,8 @@ def _patching_callback(app: Dash, catalogue: ModelCatalogue) -> None:
             "graph tab, or draw a succ/pred pair there); each cell is how far that alone moves the logit difference "
             "between the model's two answers at the step where they part: 1 = the source task's, 0 = unchanged. The "
             "last map is path patching: the source task's output of the encoder head that carries the difference "
-            "first, every other head frozen, reaching only the inputs (queries, keys, values) of the heads in a row."
+            "first (or the one named above), every other head frozen, reaching only the inputs (queries, keys, "
+            "values) of the heads in a row."
         )
         graphs = [dcc.Graph(id=f"patching-{i}", figure=figure) for i, figure in enumerate(figures.values())]
         return [html.H3(f"{name}: activation patching"), html.P(intro, id="patching-intro"), *graphs]

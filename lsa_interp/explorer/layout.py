@@ -8,7 +8,19 @@ from lsa_interp.data.transformations import PAPER
 from lsa_interp.explorer.draw import ALPHABET_KINDS, OUTCOMES, TEST_SPLITS
 from lsa_interp.explorer.state import DEFAULT_SOURCE, DEFAULT_TASK
 
-CONTROLS: tuple[str, ...] = ("model", "task", "layer", "graph", "heads", "cells", "ablate", "patch", "source", "tab")
+CONTROLS: tuple[str, ...] = (
+    "model",
+    "task",
+    "layer",
+    "graph",
+    "heads",
+    "cells",
+    "ablate",
+    "patch",
+    "source",
+    "tab",
+    "sender",
+)
 """`ViewState` fields, each the ``value`` of the component of the same id."""
 GRAPHS: dict[str, str] = {
     "top-k": "graph-topk",
@@ -135,7 +147,18 @@ def page(models: list[str]) -> html.Div:
         ]
     )
     training_tab = html.Div(id="training")
-    patching_tab = html.Div(id="patching")
+    sender = dcc.Input(
+        id="sender", value="", debounce=True, placeholder="leading head", style={"width": "9rem"}, type="text"
+    )
+    patching_tab = html.Div(
+        [
+            html.Div(
+                [_labelled("path patching from the encoder head (e.g. 1.3; empty: the leading head)", sender)],
+                style=_ROW,
+            ),
+            html.Div(id="patching"),
+        ]
+    )
     return html.Div(
         [
             dcc.Location(id="url", refresh=False),

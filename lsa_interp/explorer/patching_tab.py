@@ -22,7 +22,7 @@ from lsa_interp.analysis.path_patching import paths_from
 from lsa_interp.analysis.prompts import MinimalPair
 from lsa_interp.data.task import Task
 from lsa_interp.explorer.compute import check_aligned
-from lsa_interp.model.heads import Head
+from lsa_interp.model.heads import Head, parse_head
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 PATCHING_SITES: tuple[str, ...] = (HEAD_POSITIONS, RESID, HEADS)
@@ -59,12 +59,27 @@ def patching_figures(model: HookedEncoderDecoder, task: Task, source: Task) -> d
         site: patching_heatmap(result.grids[site], result.normalized(site), f"{site}: patched from the source task")
         for site in PATCHING_SITES
     }
-    head = leading_head(result)
+    return figures | paths_figure(
+        model, pair, leading_head(result), "the encoder head that carries the difference first"
+    )
+
+
+def sender_paths(model: HookedEncoderDecoder, task: Task, source: Task, sender: str) -> dict[str, go.Figure]:
+    """The map of the paths from encoder head ``sender`` (a 1-based label, ``"1.3"``) for the pair of
+    `patching_pair`, keyed ``"paths from 1.3"``. Raises ValueError for a label that names no encoder head of the
+    model, or what `patching_pair` raises."""
+    head = parse_head(sender, model.cfg)
+    if head.stack != "encoder":
+        raise ValueError(f"sender {sender!r}: give an encoder head (e.g. 1.3); decoder heads are not offered here")
+    return paths_figure(model, patching_pair(model, task, source), head, "chosen")
+
+
+def paths_figure(model: HookedEncoderDecoder, pair: MinimalPair, head: Head, why: str) -> dict[str, go.Figure]:
+    """The heat map of `paths_from` ``head`` on ``pair`` into every later head's inputs, its title saying ``why`` the
+    head and the path into the memory."""
     sweep = paths_from(model, [pair], [head], answers=False)
-    title = f"{sweep.grid.site} (the encoder head that carries the difference first) into each later head's inputs"
-    memory = f"; into the memory: {sweep.memory.normalized:.2f}" if sweep.memory else ""
-    figures[sweep.grid.site] = patching_heatmap(sweep.grid, sweep.normalized, title + memory)
-    return figures
+    title = f"{sweep.grid.site} ({why}) into each later head's inputs; into the memory: {sweep.memory.normalized:.2f}"
+    return {sweep.grid.site: patching_heatmap(sweep.grid, sweep.normalized, title)}
 
 
 def leading_head(result: ActivationPatching) -> Head:

@@ -1,6 +1,7 @@
 """The explorer's whole view as a URL query string, and its parts parsed for the model.
 
 ``?model=copy-200&task=...&layer=3&graph=2&heads=all&cells=3:35-37:0-127:zero&ablate=2.7&patch=auto&source=...&pair=2``
+(and ``&tab=patching&sender=1.3``: the patching tab, its path patching from head 1.3)
 
 A field is in the query only when it differs from its default (the model always): a control that shows a
 stand-in for a default (the lens radio shows the last layer for ``layer=""``) does not add it.
@@ -43,6 +44,7 @@ class ViewState:
     source: str = DEFAULT_SOURCE
     pair: str = ""
     tab: str = "graph"
+    sender: str = ""
 
     def to_query(self) -> str:
         """``?key=value&...`` with the fields that differ from the defaults."""

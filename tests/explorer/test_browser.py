@@ -243,7 +243,7 @@ def _training(page) -> None:
 
 def _patching(page) -> None:
     """The activation-patching tab on the opening task and its succ twin: a heat map per site, the planted head at
-    the first example-output letter, the paths from it; back to the graph tab."""
+    the first example-output letter, the paths from it, then from a head typed in; back to the graph tab."""
     page.click("#tab >> text=activation patching")
     page.wait_for_selector("#patching-0 .main-svg", timeout=TIMEOUT_MS)
     rows = page.evaluate("document.querySelector('#patching-0 .js-plotly-plot').data[0].y")
@@ -251,6 +251,11 @@ def _patching(page) -> None:
     assert page.locator("#patching .js-plotly-plot").count() == 4
     paths = page.evaluate("document.querySelector('#patching-3 .js-plotly-plot').data[0].y")
     assert "encoder 3 self-attention: v" in paths, "the last map follows the planted head into later heads' inputs"
+    page.fill("#sender", "1.1")
+    page.press("#sender", "Enter")
+    title = "(document.querySelector('#patching-3 .js-plotly-plot') || {}).layout?.title?.text"
+    page.wait_for_function(f"() => {title}?.startsWith('paths from 1.1')", timeout=TIMEOUT_MS)
+    assert "sender=1.1" in page.url
     page.click("#tab >> text=computational graph and interventions")
     _summary_has(page, "model's answer")
 

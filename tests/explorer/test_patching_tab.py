@@ -86,6 +86,28 @@ def test_the_tab_names_what_it_cannot_trace_in_one_line(app, fields, message):
     assert child["props"]["id"] == "patching-error" and message in child["props"]["children"]
 
 
+def test_the_links_sender_replaces_the_leading_heads_paths(app):
+    children = _tab(app, task=str(PRED), source=str(SUCC), sender="1.2")["patching"]["children"]
+    graphs = [child["props"]["figure"] for child in children if child["type"] == "Graph"]
+    assert len(graphs) == 4 and graphs[-1]["layout"]["title"]["text"].startswith("paths from 1.2 (chosen)")
+    assert graphs[-1]["data"][0]["y"][0] == "encoder 2 self-attention: q"  # layer 2 reads layer 1's head
+    readout = [child["props"]["figure"] for child in _tab(app, sender=" 3.1 ")["patching"]["children"][-1:]]
+    assert readout[0]["data"][0]["y"] == [
+        "decoder 1 cross-attention: k",
+        "decoder 1 cross-attention: v",
+        "decoder 1 cross-attention: k,v",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sender", "message"),
+    [("9.1", "no head '9.1' in this model"), ("cross:1.1", "sender 'cross:1.1': give an encoder head (e.g. 1.3)")],
+)
+def test_a_sender_that_names_no_encoder_head_is_one_line(app, sender, message):
+    child = _tab(app, sender=sender)["patching"]["children"]
+    assert child["props"]["id"] == "patching-error" and message in child["props"]["children"]
+
+
 def test_other_tabs_leave_the_patching_tab_alone_and_it_leaves_the_graph(app):
     assert call_callback(app, "patching.children", ["?model=planted&tab=graph"], changed="url.search") == {}
     assert call_callback(app, "error.children", ["?model=planted&tab=patching"], [{}], changed="url.search") == {}
