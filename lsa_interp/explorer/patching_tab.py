@@ -78,7 +78,7 @@ def paths_figure(model: HookedEncoderDecoder, pair: MinimalPair, head: Head, why
     """The heat map of `paths_from` ``head`` on ``pair`` into every later head's inputs, its title saying ``why`` the
     head and the path into the memory."""
     sweep = paths_from(model, [pair], [head], answers=False)
-    title = f"{sweep.grid.site} ({why}) into each later head's inputs; into the memory: {sweep.memory.normalized:.2f}"
+    title = f"{sweep.grid.site} ({why}) into each later head's inputs; into the memory: {round(sweep.memory.normalized, 2) + 0.0:.2f}"
     return {sweep.grid.site: patching_heatmap(sweep.grid, sweep.normalized, title)}
 
 
