@@ -78,7 +78,8 @@ def paths_figure(model: HookedEncoderDecoder, pair: MinimalPair, head: Head, why
     """The heat map of `paths_from` ``head`` on ``pair`` into every later head's inputs, its title saying ``why`` the
     head and the path into the memory."""
     sweep = paths_from(model, [pair], [head], answers=False)
-    title = f"{sweep.grid.site} ({why}) into each later head's inputs; into the memory: {round(sweep.memory.normalized, 2) + 0.0:.2f}"
+    memory = round(sweep.memory.normalized, 2) + 0.0  # no "-0.00"
+    title = f"{sweep.grid.site} ({why}) into each later head's inputs; into the memory: {memory:.2f}"
     return {sweep.grid.site: patching_heatmap(sweep.grid, sweep.normalized, title)}
 
 
