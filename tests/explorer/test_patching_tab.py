@@ -41,8 +41,12 @@ def test_tasks_the_model_answers_alike_or_of_another_layout_are_refused(planted)
         patching_pair(planted, PRED, Task.parse("abcdefghijklmnopqrstuvwxyz | ghij > ghik | bcd"))
 
 
-def test_each_head_at_each_position_shows_the_planted_head_at_the_first_output_letter(planted):
-    figures = patching_figures(planted, PRED, SUCC)
+@pytest.fixture(scope="module")
+def figures(planted):
+    return patching_figures(planted, PRED, SUCC)
+
+
+def test_each_head_at_each_position_shows_the_planted_head_at_the_first_output_letter(figures):
     assert list(figures) == [*PATCHING_SITES, "paths from 2.3"] and list(PATCHING_SITES) == [
         HEAD_POSITIONS,
         RESID,
@@ -113,8 +117,8 @@ def test_other_tabs_leave_the_patching_tab_alone_and_it_leaves_the_graph(app):
     assert call_callback(app, "error.children", ["?model=planted&tab=patching"], [{}], changed="url.search") == {}
 
 
-def test_the_paths_map_follows_the_planted_head_into_the_readouts_values(planted):
-    grid = patching_figures(planted, PRED, SUCC)["paths from 2.3"].data[0]
+def test_the_paths_map_follows_the_planted_head_into_the_readouts_values(figures):
+    grid = figures["paths from 2.3"].data[0]
     v_row = grid.y.index("encoder 3 self-attention: v")
     assert grid.z[v_row][READOUT_HEAD.head] == pytest.approx(1, abs=1e-3) and grid.x[-1] == "all heads"
     lit = [(r, c) for r, line in enumerate(grid.z) for c, value in enumerate(line) if abs(value) > 1e-3]
