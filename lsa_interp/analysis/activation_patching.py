@@ -69,11 +69,11 @@ from lsa_interp.model.hooked import HookedEncoderDecoder
 
 __all__ = [
     "ATTN_OUT",
-    "METHODS",
     "DECODER_RESID",
     "DEFAULT_SITES",
     "HEADS",
     "HEAD_POSITIONS",
+    "METHODS",
     "MLP_OUT",
     "RESID",
     "SITES",

@@ -11,6 +11,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from lsa_interp.analysis.patch_runs import Index
+from lsa_interp.model.config import ModelConfig
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 RESID, ATTN_OUT, MLP_OUT, HEADS = "encoder residual", "encoder attention output", "encoder MLP output", "heads"
@@ -92,11 +93,8 @@ def site_rows(
     layers, every = range(cfg.n_encoder_layers), slice(None)
     at_positions = [(every, position) for position in range(len(positions))]
     if site == HEADS:
-        modules = [f"encoder.{layer}.attn" for layer in layers]
-        for layer in range(cfg.n_decoder_layers):
-            modules += [f"decoder.{layer}.attn", f"decoder.{layer}.cross_attn"]
         heads = [(every, every, head) for head in range(cfg.n_heads)]
-        rows = [(f"{module}.hook_z", module_label(module), heads) for module in modules]
+        rows = [(f"{module}.hook_z", module_label(module), heads) for module in attention_modules(cfg)]
         return rows, tuple(f"head {h + 1}" for h in range(cfg.n_heads))
     if site == HEAD_POSITIONS:
         rows = [
@@ -115,6 +113,14 @@ def site_rows(
         return [(hook, label, at_positions) for hook, label in zip(hooks, labels)], positions
     suffix = "hook_attn_out" if site == ATTN_OUT else "hook_mlp_out"
     return [(f"encoder.{layer}.{suffix}", f"layer {layer + 1}", at_positions) for layer in layers], positions
+
+
+def attention_modules(cfg: ModelConfig) -> list[str]:
+    """Every attention module, in forward order: ``encoder.0.attn`` .. ``decoder.{last}.cross_attn``."""
+    modules = [f"encoder.{layer}.attn" for layer in range(cfg.n_encoder_layers)]
+    for layer in range(cfg.n_decoder_layers):
+        modules += [f"decoder.{layer}.attn", f"decoder.{layer}.cross_attn"]
+    return modules
 
 
 def module_label(module: str) -> str:

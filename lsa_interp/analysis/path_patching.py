@@ -35,7 +35,7 @@ from torch import Tensor
 
 from lsa_interp.analysis.activations import eval_mode
 from lsa_interp.analysis.pair_batch import PairBatch, pair_batch
-from lsa_interp.analysis.patch_grids import PatchingGrid, module_label
+from lsa_interp.analysis.patch_grids import PatchingGrid, attention_modules, module_label
 from lsa_interp.analysis.patch_runs import PairRuns, Patch, answer_outcomes, pair_runs, parting_steps, run_patched
 from lsa_interp.analysis.prompts import MinimalPair
 from lsa_interp.model.config import ModelConfig
@@ -104,14 +104,6 @@ def _order(cfg: ModelConfig, head: Head) -> int:
     return cfg.n_encoder_layers + 2 * head.layer + (head.attn == "cross_attn")
 
 
-def _modules(cfg: ModelConfig) -> list[str]:
-    """Every attention module, in forward order: ``encoder.0.attn`` .. ``decoder.{last}.cross_attn``."""
-    modules = [f"encoder.{layer}.attn" for layer in range(cfg.n_encoder_layers)]
-    for layer in range(cfg.n_decoder_layers):
-        modules += [f"decoder.{layer}.attn", f"decoder.{layer}.cross_attn"]
-    return modules
-
-
 def _module_heads(cfg: ModelConfig, module: str) -> list[Head]:
     stack, layer, attn = module.split(".")
     return [Head(stack, int(layer), head, attn) for head in range(cfg.n_heads)]
@@ -133,14 +125,14 @@ class _PathRuns:
     def __init__(self, model: HookedEncoderDecoder, pairs: Sequence[MinimalPair]):
         self.model, self.cfg = model, model.cfg
         self.batch: PairBatch = pair_batch(pairs)
-        outputs = [f"{module}.hook_z" for module in _modules(self.cfg)]
+        outputs = [f"{module}.hook_z" for module in attention_modules(self.cfg)]
         self.runs: PairRuns = pair_runs(model, pairs, outputs, self.batch, parting_steps(pairs), save_target=outputs)
         self.outcomes = answer_outcomes(model, self.runs.target, self.batch.source_answers, self.batch.target_answers)
 
     def frozen(self, senders: Sequence[Head], record: Sequence[str]) -> dict[str, Tensor]:
         """Run 2: the senders' outputs from the source, every other head's from the target; returns ``record``'s."""
         patches = {}
-        for module in _modules(self.cfg):
+        for module in attention_modules(self.cfg):
             hook = f"{module}.hook_z"
             heads = [s.head for s in senders if s.hook("z") == hook]
             patches[hook] = partial(
@@ -291,7 +283,7 @@ def paths_from(
     check_paths(model.cfg, senders, ())
     cfg = model.cfg
     rows: list[tuple[str, str, list[Receiver]]] = []
-    for module in _modules(cfg):
+    for module in attention_modules(cfg):
         heads = _module_heads(cfg, module)
         reached = reachable(cfg, senders, heads[0])
         for kind in [*reached, reached] if len(reached) > 1 else list(reached):
@@ -331,7 +323,7 @@ def paths_into(
     """Every sender of ``receivers``: a row per attention module, a column per head, each cell that head's path into
     the receivers (NaN for a head that does not reach every receiver input). Two runs per sender. Raises ValueError
     for no receivers, receivers no head reaches, and pairs `pair_batch` refuses."""
-    cfg, modules = model.cfg, _modules(model.cfg)
+    cfg, modules = model.cfg, attention_modules(model.cfg)
     candidates = senders_reaching(cfg, receivers)
     diff = torch.full((len(modules), cfg.n_heads), torch.nan)
     shares = torch.full((2, len(modules), cfg.n_heads), torch.nan)
@@ -364,7 +356,7 @@ def senders_reaching(cfg: ModelConfig, receivers: Sequence[Target]) -> list[Head
     or none such."""
     if not receivers:
         raise ValueError("path patching needs at least one receiver (a head's q/k/v or 'memory')")
-    modules = _modules(cfg)
+    modules = attention_modules(cfg)
     candidates = [head for m in modules for head in _module_heads(cfg, m) if _reaches_all(cfg, head, receivers)]
     if not candidates:
         raise ValueError(f"no head reaches every input of {_names(receivers)}; each needs a head before it")
