@@ -6,18 +6,13 @@ import json
 
 import pytest
 
-from lsa_interp.analysis.planted import planted_model
-from lsa_interp.model.checkpoint import save_model
-from tests.analysis.patch_setup import planted_pairs
+from tests.analysis.patch_setup import planted_pairs, saved_planted
 from tests.helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    return str(save_model(planted_model(), root / "planted")), str(
-        save_model(planted_model(matching=False), root / "plain")
-    )
+    return saved_planted(tmp_path_factory.mktemp("models"))
 
 
 def test_the_planted_matching_heads_path_runs_into_layer_3s_values(saved, tmp_path, monkeypatch, capsys):

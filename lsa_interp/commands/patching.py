@@ -26,6 +26,18 @@ from lsa_interp.commands.common import (
 
 _ENGINES = ("hooks", "nnsight")
 _ALPHABETS = ("standard", "permuted")
+FromOption = Annotated[str, typer.Option("--from", help="Transformation whose activations are patched in.")]
+ToOption = Annotated[str, typer.Option("--to", help="Transformation whose prompts are run.")]
+PairsOption = Annotated[
+    int, typer.Option(min=1, help="Minimal pairs offered (fewer where fewer exist); the solved ones are used.")
+]
+LengthOption = Annotated[
+    int, typer.Option(min=2, max=24, help="Window length of the pairs (all prompts need one layout).")
+]
+AlphabetsOption = Annotated[
+    str, typer.Option(help="Alphabets of the pairs: standard (a..z; default) or permuted (unseen ones).")
+]
+"""The minimal pairs' options of ``activation-patching`` and ``path-patching``."""
 
 
 def _groups(compare: list[str]) -> dict[str, list[Path]]:
@@ -198,16 +210,10 @@ def register(app: typer.Typer) -> None:
     )
     def activation_patching(
         model: ModelOption = "copy-200",
-        source: Annotated[
-            str, typer.Option("--from", help="Transformation whose activations are patched in.")
-        ] = "succ",
-        target: Annotated[str, typer.Option("--to", help="Transformation whose prompts are run.")] = "pred",
-        pairs: Annotated[
-            int, typer.Option(min=1, help="Minimal pairs offered (fewer where fewer exist); the solved ones are used.")
-        ] = 100,
-        length: Annotated[
-            int, typer.Option(min=2, max=24, help="Window length of the pairs (all prompts need one layout).")
-        ] = 3,
+        source: FromOption = "succ",
+        target: ToOption = "pred",
+        pairs: PairsOption = 100,
+        length: LengthOption = 3,
         site: Annotated[
             list[str] | None,
             typer.Option(
@@ -217,9 +223,7 @@ def register(app: typer.Typer) -> None:
                 "first four."
             ),
         ] = None,
-        alphabets: Annotated[
-            str, typer.Option(help="Alphabets of the pairs: standard (a..z; default) or permuted (unseen ones).")
-        ] = "standard",
+        alphabets: AlphabetsOption = "standard",
         method: Annotated[
             str,
             typer.Option(
@@ -294,19 +298,11 @@ def register(app: typer.Typer) -> None:
                 "head reads through q, k and v), or 'memory'."
             ),
         ] = None,
-        source: Annotated[
-            str, typer.Option("--from", help="Transformation whose activations are patched in.")
-        ] = "succ",
-        target: Annotated[str, typer.Option("--to", help="Transformation whose prompts are run.")] = "pred",
-        pairs: Annotated[
-            int, typer.Option(min=1, help="Minimal pairs offered (fewer where fewer exist); the solved ones are used.")
-        ] = 100,
-        length: Annotated[
-            int, typer.Option(min=2, max=24, help="Window length of the pairs (all prompts need one layout).")
-        ] = 3,
-        alphabets: Annotated[
-            str, typer.Option(help="Alphabets of the pairs: standard (a..z; default) or permuted (unseen ones).")
-        ] = "standard",
+        source: FromOption = "succ",
+        target: ToOption = "pred",
+        pairs: PairsOption = 100,
+        length: LengthOption = 3,
+        alphabets: AlphabetsOption = "standard",
         seed: SeedOption = 0,
         out: OutOption = None,
         device: DeviceOption = "cpu",

@@ -9,9 +9,10 @@ import torch
 
 from lsa_interp.analysis.pair_batch import PairBatch, pair_batch
 from lsa_interp.analysis.patch_runs import measure_at_parting
-from lsa_interp.analysis.planted import planted_answer
+from lsa_interp.analysis.planted import planted_answer, planted_model
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
 from lsa_interp.data.tokenizer import encode_tasks
+from lsa_interp.model.checkpoint import save_model
 from lsa_interp.model.config import ModelConfig
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
@@ -37,3 +38,10 @@ def planted_pairs(n: int, seed: int = 0) -> list[MinimalPair]:
     found = minimal_pairs("pred", "succ", n, seed=seed, lengths=(3,))
     with_answer = lambda task: dataclasses.replace(task, answer=planted_answer(task))
     return [MinimalPair(with_answer(p.source), with_answer(p.target)) for p in found]
+
+
+def saved_planted(root) -> tuple[str, str]:
+    """The planted model and the same model without its matching head, saved under ``root``: their paths."""
+    return str(save_model(planted_model(), root / "planted")), str(
+        save_model(planted_model(matching=False), root / "plain")
+    )
