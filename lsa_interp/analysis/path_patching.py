@@ -51,15 +51,19 @@ INPUTS = "qkv"
 
 @dataclass(frozen=True, order=True)
 class Receiver:
-    """A head and the inputs through which it receives: a string of ``q``, ``k``, ``v`` in that order."""
+    """A head and the inputs through which it receives: a string of ``q``, ``k``, ``v`` in that order, at
+    ``positions`` only (0-based positions of the input's sequence: the encoder's for encoder heads and for a
+    cross-attention's keys and values, the decoder's otherwise) or at all (``None``)."""
 
     head: Head
     inputs: str = INPUTS
+    positions: tuple[int, ...] | None = None
 
     @property
     def label(self) -> str:
-        """``"2.3/v"``, ``"cross:3.1/kv"``."""
-        return f"{self.head.label}/{self.inputs}"
+        """``"2.3/v"``, ``"cross:3.1/kv"``, ``"3.7/kv@31,33"``."""
+        at = "" if self.positions is None else "@" + ",".join(map(str, self.positions))
+        return f"{self.head.label}/{self.inputs}{at}"
 
     def hooks(self) -> list[str]:
         """The hook of each input (``encoder.1.attn.hook_v``)."""
@@ -71,16 +75,21 @@ Target = Receiver | str
 
 
 def parse_receiver(text: str, cfg: ModelConfig) -> Target:
-    """``"2.3/v"``, ``"cross:3.1/kv"``, ``"2.3"`` (all three inputs) or ``"memory"`` for a model of ``cfg``.
-    Raises ValueError naming what is allowed; TypeError for a non-string."""
+    """``"2.3/v"``, ``"cross:3.1/kv"``, ``"2.3"`` (all three inputs), ``"3.7/kv@31,33"`` (at those positions only)
+    or ``"memory"`` for a model of ``cfg``. Raises ValueError naming what is allowed; TypeError for a non-string."""
     check_type(text, str, "a receiver is a str such as '2.3/v', 'cross:3.1/kv' or 'memory'")
     if text.strip() == MEMORY:
         return MEMORY
-    head, slash, inputs = text.strip().partition("/")
+    spec, at, where = text.strip().partition("@")
+    head, slash, inputs = spec.strip().partition("/")
     inputs = inputs.strip() if slash else INPUTS
     if not inputs or any(name not in INPUTS for name in inputs) or len(set(inputs)) < len(inputs):
         raise ValueError(f"bad receiver {text!r}: after '/' give some of q, k, v (e.g. '2.3/v', 'cross:3.1/kv')")
-    return Receiver(parse_head(head, cfg), "".join(name for name in INPUTS if name in inputs))
+    places = [place.strip() for place in where.split(",")] if at else []
+    if at and not (places and all(place.isascii() and place.isdigit() for place in places)):
+        raise ValueError(f"bad receiver {text!r}: after '@' give 0-based positions, e.g. '3.7/kv@31,33'")
+    positions = tuple(sorted({int(place) for place in places})) if at else None
+    return Receiver(parse_head(head, cfg), "".join(name for name in INPUTS if name in inputs), positions)
 
 
 def reachable(cfg: ModelConfig, senders: Sequence[Head], head: Head) -> str:
@@ -168,15 +177,24 @@ def _hooks_of(receiver: Target) -> list[str]:
 
 
 def _receiver_patches(receivers: Sequence[Target], recorded: dict[str, Tensor]) -> dict[str, Patch]:
-    """Each receiver input's hook set to its ``recorded`` value (the memory whole, a head's input for that head)."""
-    patches, heads = {}, {}
+    """Each receiver input's hook set to its ``recorded`` value: the memory whole, a head's input for that head (at
+    the receiver's positions, where it names some)."""
+    patches, cells = {}, {}
     for receiver in receivers:
         if receiver == MEMORY:
             patches[_MEMORY_HOOK] = partial(_take, donor=recorded[_MEMORY_HOOK], heads=None)
             continue
         for hook in receiver.hooks():
-            heads.setdefault(hook, []).append(receiver.head.head)
-    return patches | {hook: partial(_take, donor=recorded[hook], heads=h) for hook, h in heads.items()}
+            _check_positions(receiver, recorded[hook].shape[1])
+            cells.setdefault(hook, []).append((receiver.head.head, receiver.positions))
+    return patches | {hook: partial(_take_cells, donor=recorded[hook], cells=c) for hook, c in cells.items()}
+
+
+def _check_positions(receiver: Receiver, length: int) -> None:
+    if receiver.positions is not None and receiver.positions[-1] >= length:
+        raise ValueError(
+            f"receiver {receiver.label}: its inputs have {length} positions (0..{length - 1}) in these prompts"
+        )
 
 
 def _take(tensor: Tensor, donor: Tensor, heads: list[int] | None) -> Tensor:
@@ -185,6 +203,16 @@ def _take(tensor: Tensor, donor: Tensor, heads: list[int] | None) -> Tensor:
         return donor.clone()
     patched = tensor.clone()
     patched[:, :, heads] = donor[:, :, heads]
+    return patched
+
+
+def _take_cells(tensor: Tensor, donor: Tensor, cells: list[tuple[int, tuple[int, ...] | None]]) -> Tensor:
+    """``tensor`` with ``donor``'s values at each (head, positions) cell of ``[batch, pos, head, d_head]`` (all
+    positions where they are None)."""
+    patched = tensor.clone()
+    for head, positions in cells:
+        where = slice(None) if positions is None else list(positions)
+        patched[:, where, head] = donor[:, where, head]
     return patched
 
 

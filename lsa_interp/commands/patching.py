@@ -295,7 +295,8 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 help="A receiver, repeatable: a head and the inputs it reads through ('2.3/v', 'cross:3.1/kv'; a bare "
-                "head reads through q, k and v), or 'memory'."
+                "head reads through q, k and v), at some positions only with '@' ('3.7/kv@31,33', 0-based), or "
+                "'memory'."
             ),
         ] = None,
         source: FromOption = "succ",

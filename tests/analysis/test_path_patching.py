@@ -164,7 +164,14 @@ def test_what_each_receiver_can_read_of_its_senders(small, senders, head, reache
 
 @pytest.mark.parametrize(
     ("text", "label"),
-    [("2.3", "2.3/qkv"), ("2.3/v", "2.3/v"), ("cross:2.1/vk", "cross:2.1/kv"), (" dec:1.4/q ", "dec:1.4/q")],
+    [
+        ("2.3", "2.3/qkv"),
+        ("2.3/v", "2.3/v"),
+        ("cross:2.1/vk", "cross:2.1/kv"),
+        (" dec:1.4/q ", "dec:1.4/q"),
+        ("2.3/kv@33, 31,31", "2.3/kv@31,33"),
+        ("2.3@5", "2.3/qkv@5"),
+    ],
 )
 def test_receivers_are_parsed_with_their_inputs_in_q_k_v_order(small, text, label):
     assert _receiver(text, small).label == label
@@ -179,6 +186,9 @@ def test_receivers_are_parsed_with_their_inputs_in_q_k_v_order(small, text, labe
         ("2.3/", "bad receiver '2.3/'"),
         ("3.1/v", "no head '3.1' in this model"),
         ("mem", "bad head 'mem'"),
+        ("2.3/v@", "bad receiver '2.3/v@': after '@' give 0-based positions"),
+        ("2.3/v@a", "after '@' give 0-based positions, e.g. '3.7/kv@31,33'"),
+        ("2.3/v@３", "after '@' give 0-based positions"),
     ],
 )
 def test_bad_receivers_are_refused_naming_what_is_allowed(small, text, message):
@@ -319,3 +329,28 @@ def test_a_path_patched_by_hooks_is_the_path_patched_through_nnsight():
         nn.encoder[0].attn.hook_z.output[:, :, 1] = sent[:, :, 1]
         unfrozen = nn.encoder[2].attn.hook_v.output.save()
     assert float((unfrozen - values).abs().max()) > 1e-4, "layer 2 relays the sender when it is not frozen"
+
+
+def test_the_planted_path_enters_the_readouts_values_at_the_first_output_letter_only(planted):
+    """The readout head at ``>`` (30) reads the next position, the first example-output letter (31): the planted head's
+    path runs into its values there and nowhere else."""
+    pairs = planted_pairs(4)
+    at = {
+        place: pp.patch_path(planted, pairs, [PLANTED_HEAD], [_receiver(f"3.1/v@{place}", planted)])
+        for place in (30, 31, 32)
+    }
+    assert at[31].normalized == pytest.approx(1, abs=1e-4) and at[31].source_answers == 1
+    assert at[30].normalized == pytest.approx(0, abs=1e-4) and at[32].normalized == pytest.approx(0, abs=1e-4)
+
+
+def test_receivers_at_every_position_together_are_the_receiver_at_all_positions_to_the_bit(small, small_pairs):
+    sender, length = [Head("encoder", 0, 1)], 39
+    halves = [_receiver("2.3/v@" + ",".join(map(str, part)), small) for part in (range(0, 20), range(20, length))]
+    whole = pp.patch_path(small, small_pairs, sender, [_receiver("2.3/v", small)])
+    assert pp.patch_path(small, small_pairs, sender, halves) == whole
+    assert pp.patch_path(small, small_pairs, sender, halves[:1]) != whole
+
+
+def test_a_receiver_position_past_the_prompts_is_refused(small, small_pairs):
+    with pytest.raises(ValueError, match=r"receiver 2.3/v@39: its inputs have 39 positions \(0..38\) in these prompts"):
+        pp.patch_path(small, small_pairs, [Head("encoder", 0, 1)], [_receiver("2.3/v@39", small)])
