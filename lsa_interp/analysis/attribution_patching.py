@@ -73,7 +73,7 @@ def attribute_activations(
             for row, (hook, _, indices) in enumerate(rows):
                 change = ((source[hook] - target[hook]) * gradients[hook]).float().cpu()
                 for column, index in enumerate(indices):
-                    diff[row, column] = target_diff + float(change[_cpu(index)].sum())
+                    diff[row, column] = target_diff + float(change[index].sum())
             nan = torch.full_like(diff, torch.nan)
             labels = tuple(label for _, label, _ in rows)
             grids[site] = PatchingGrid(site, tuple(hook for hook, _, _ in rows), labels, columns, diff, nan, nan)
@@ -123,10 +123,6 @@ def _keep_for_gradient(tensor: Tensor, into: dict[str, Tensor], name: str) -> Te
     """Keep ``tensor`` (the activation the rest of the run reads) so the measure can be differentiated by it."""
     into[name] = tensor
     return tensor
-
-
-def _cpu(index: tuple) -> tuple:
-    return tuple(part.cpu() if isinstance(part, Tensor) else part for part in index)
 
 
 @dataclass(frozen=True)

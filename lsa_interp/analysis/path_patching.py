@@ -35,7 +35,7 @@ from torch import Tensor
 
 from lsa_interp.analysis.activations import eval_mode
 from lsa_interp.analysis.pair_batch import PairBatch, pair_batch
-from lsa_interp.analysis.patch_grids import PatchingGrid, attention_modules, module_label
+from lsa_interp.analysis.patch_grids import PatchingGrid, attention_modules, module_label, normalized_diff
 from lsa_interp.analysis.patch_runs import PairRuns, Patch, answer_outcomes, pair_runs, parting_steps, run_patched
 from lsa_interp.analysis.prompts import MinimalPair
 from lsa_interp.model.config import ModelConfig
@@ -143,9 +143,9 @@ class _PathRuns:
         patches = {}
         for module in attention_modules(self.cfg):
             hook = f"{module}.hook_z"
-            heads = [s.head for s in senders if s.hook("z") == hook]
+            cells = [(s.head, None) for s in senders if s.hook("z") == hook]
             patches[hook] = partial(
-                _freeze, target=self.runs.target_saved[hook], source=self.runs.saved[hook], heads=heads
+                _freeze, target=self.runs.target_saved[hook], source=self.runs.saved[hook], cells=cells
             )
         return run_patched(self.model, self.runs.target, self.runs.tgt, patches, save=record)
 
@@ -159,13 +159,17 @@ class _PathRuns:
         runs = self.runs
         diff = float(runs.measure(run_patched(self.model, runs.target, runs.tgt, patches)["logits"]))
         shares = self.outcomes(patches) if answers else torch.full((2,), torch.nan)
-        normalized = (diff - runs.target_diff) / (runs.source_diff - runs.target_diff)
+        normalized = normalized_diff(diff, runs.source_diff, runs.target_diff)
         return PathEffect(normalized, diff, float(shares[0]), float(shares[1]))
 
 
-def _freeze(tensor: Tensor, target: Tensor, source: Tensor, heads: list[int]) -> Tensor:
-    """The target run's output with the ``heads``' from the source run."""
-    return _take(target, source, heads)
+Cells = list[tuple[int, tuple[int, ...] | None]]
+"""(head, positions) cells of a ``[batch, pos, head, d_head]`` activation; None: all positions."""
+
+
+def _freeze(tensor: Tensor, target: Tensor, source: Tensor, cells: Cells) -> Tensor:
+    """The target run's output with the source run's at the senders' ``cells``."""
+    return _take(target, source, cells)
 
 
 def _receiver_hooks(receivers: Sequence[Target]) -> list[str]:
@@ -182,12 +186,12 @@ def _receiver_patches(receivers: Sequence[Target], recorded: dict[str, Tensor]) 
     patches, cells = {}, {}
     for receiver in receivers:
         if receiver == MEMORY:
-            patches[_MEMORY_HOOK] = partial(_take, donor=recorded[_MEMORY_HOOK], heads=None)
+            patches[_MEMORY_HOOK] = partial(_whole, donor=recorded[_MEMORY_HOOK])
             continue
         for hook in receiver.hooks():
             _check_positions(receiver, recorded[hook].shape[1])
             cells.setdefault(hook, []).append((receiver.head.head, receiver.positions))
-    return patches | {hook: partial(_take_cells, donor=recorded[hook], cells=c) for hook, c in cells.items()}
+    return patches | {hook: partial(_take, donor=recorded[hook], cells=c) for hook, c in cells.items()}
 
 
 def _check_positions(receiver: Receiver, length: int) -> None:
@@ -197,18 +201,12 @@ def _check_positions(receiver: Receiver, length: int) -> None:
         )
 
 
-def _take(tensor: Tensor, donor: Tensor, heads: list[int] | None) -> Tensor:
-    """``tensor`` with ``donor``'s values for ``heads`` (axis 2 of ``[batch, pos, head, d_head]``), or all of it."""
-    if heads is None:
-        return donor.clone()
-    patched = tensor.clone()
-    patched[:, :, heads] = donor[:, :, heads]
-    return patched
+def _whole(tensor: Tensor, donor: Tensor) -> Tensor:
+    return donor.clone()
 
 
-def _take_cells(tensor: Tensor, donor: Tensor, cells: list[tuple[int, tuple[int, ...] | None]]) -> Tensor:
-    """``tensor`` with ``donor``'s values at each (head, positions) cell of ``[batch, pos, head, d_head]`` (all
-    positions where they are None)."""
+def _take(tensor: Tensor, donor: Tensor, cells: Cells) -> Tensor:
+    """``tensor`` with ``donor``'s values at each of ``cells``."""
     patched = tensor.clone()
     for head, positions in cells:
         where = slice(None) if positions is None else list(positions)
@@ -275,10 +273,10 @@ def sender_effect(model: HookedEncoderDecoder, pairs: Sequence[MinimalPair], hea
 
 
 def _output_patches(runs: _PathRuns, heads: Sequence[Head]) -> dict[str, Patch]:
-    by_hook: dict[str, list[int]] = {}
+    by_hook: dict[str, Cells] = {}
     for head in heads:
-        by_hook.setdefault(head.hook("z"), []).append(head.head)
-    return {hook: partial(_take, donor=runs.runs.saved[hook], heads=h) for hook, h in by_hook.items()}
+        by_hook.setdefault(head.hook("z"), []).append((head.head, None))
+    return {hook: partial(_take, donor=runs.runs.saved[hook], cells=c) for hook, c in by_hook.items()}
 
 
 @dataclass(frozen=True)
@@ -294,7 +292,7 @@ class PathSweep:
     @property
     def normalized(self) -> Float[Tensor, "row column"]:
         """The grid as (patched - target run) / (source run - target run)."""
-        return (self.grid.logit_diff - self.target_logit_diff) / (self.source_logit_diff - self.target_logit_diff)
+        return normalized_diff(self.grid.logit_diff, self.source_logit_diff, self.target_logit_diff)
 
 
 def paths_from(
@@ -365,14 +363,15 @@ def paths_into(
             shares[:, row, sender.head] = torch.tensor([cell.source_answers, cell.other_answers])
             if progress:
                 progress(done, len(candidates))
-    labels = tuple(module_label(m) for m in modules)
-    hooks_z = tuple(f"{m}.hook_z" for m in modules)
-    grid = PatchingGrid(f"paths into {_names(receivers)}", hooks_z, labels, _head_columns(cfg), diff, *shares)
+    rows, hooks_z = tuple(module_label(m) for m in modules), tuple(f"{m}.hook_z" for m in modules)
+    site = f"paths into {', '.join(labels(receivers))}"
+    grid = PatchingGrid(site, hooks_z, rows, _head_columns(cfg), diff, *shares)
     return PathSweep(grid, runs.runs.source_diff, runs.runs.target_diff)
 
 
-def _names(receivers: Sequence[Target]) -> str:
-    return ", ".join(r if r == MEMORY else r.label for r in receivers)
+def labels(items: Sequence[Head | Target]) -> list[str]:
+    """The labels of heads and receivers: ``["1.3", "2.3/v", "memory"]``."""
+    return [item if item == MEMORY else item.label for item in items]
 
 
 def _head_columns(cfg: ModelConfig) -> tuple[str, ...]:
@@ -387,7 +386,7 @@ def senders_reaching(cfg: ModelConfig, receivers: Sequence[Target]) -> list[Head
     modules = attention_modules(cfg)
     candidates = [head for m in modules for head in _module_heads(cfg, m) if _reaches_all(cfg, head, receivers)]
     if not candidates:
-        raise ValueError(f"no head reaches every input of {_names(receivers)}; each needs a head before it")
+        raise ValueError(f"no head reaches every input of {', '.join(labels(receivers))}; each needs a head before it")
     return candidates
 
 

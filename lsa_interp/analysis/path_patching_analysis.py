@@ -9,11 +9,11 @@ import torch
 
 from lsa_interp.analysis.activation_patching import answers_text, offered_and_solved, patching_heatmap
 from lsa_interp.analysis.path_patching import (
-    MEMORY,
     PathEffect,
     PathSweep,
     Target,
     check_paths,
+    labels,
     parse_receiver,
     patch_path,
     paths_from,
@@ -78,7 +78,7 @@ def _one_path(
     summary: dict,
 ) -> AnalysisResult:
     path, whole = patch_path(model, pairs, heads, targets), sender_effect(model, pairs, heads)
-    name = f"{_labels(heads)} -> {_labels(targets)}"
+    name = f"{_joined(heads)} -> {_joined(targets)}"
     summary |= {
         "path": name,
         "path: normalised": path.normalized,
@@ -87,9 +87,9 @@ def _one_path(
     summary |= _answer_rows("path", path) | _answer_rows("senders' whole effect", whole)
     findings = [
         Finding(f"Path {name}", _NOT_IN_PAPER, _effect_text(path), None, value=path.normalized),
-        Finding(f"Whole effect of {_labels(heads)}", _NOT_IN_PAPER, _effect_text(whole), None, value=whole.normalized),
+        Finding(f"Whole effect of {_joined(heads)}", _NOT_IN_PAPER, _effect_text(whole), None, value=whole.normalized),
     ]
-    data = {"senders": _labels(heads, list), "receivers": _labels(targets, list), "path": path, "whole": whole}
+    data = {"senders": labels(heads), "receivers": labels(targets), "path": path, "whole": whole}
     figures = {"path": _path_bars(name, path, whole, summary)}
     return AnalysisResult("path_patching", model_name, summary, _jsonable(data), figures, findings)
 
@@ -148,7 +148,7 @@ def _sweep_result(
         summary["senders' whole effect: normalised"] = whole.normalized
         findings.append(
             Finding(
-                f"Whole effect of {_labels(heads)}", _NOT_IN_PAPER, _effect_text(whole), None, value=whole.normalized
+                f"Whole effect of {_joined(heads)}", _NOT_IN_PAPER, _effect_text(whole), None, value=whole.normalized
             )
         )
         data["whole"] = whole
@@ -156,7 +156,7 @@ def _sweep_result(
         summary["path into the memory: normalised"] = sweep.memory.normalized
         findings.append(
             Finding(
-                f"Path {_labels(heads)} -> memory",
+                f"Path {_joined(heads)} -> memory",
                 _NOT_IN_PAPER,
                 _effect_text(sweep.memory),
                 None,
@@ -183,9 +183,8 @@ def _grid_data(sweep: PathSweep) -> dict:
     }
 
 
-def _labels(items: Sequence[Head | Target], kind: type = str):
-    names = [item if item == MEMORY else item.label for item in items]
-    return names if kind is list else ", ".join(names)
+def _joined(items: Sequence[Head | Target]) -> str:
+    return ", ".join(labels(items))
 
 
 def _effect_text(effect: PathEffect) -> str:

@@ -23,7 +23,7 @@ from lsa_interp.explorer.catalogue import ModelCatalogue, discover_models
 from lsa_interp.explorer.draw import draw_tasks, filter_tasks
 from lsa_interp.explorer.figures import Figure
 from lsa_interp.explorer.layout import CONTROLS, GRAPHS, page
-from lsa_interp.explorer.patching_tab import patching_figures, sender_paths
+from lsa_interp.explorer.patching_tab import activation_figures, path_map
 from lsa_interp.explorer.render import (
     CHANGE_COLUMNS,
     RenderedView,
@@ -258,12 +258,12 @@ def _patching_callback(app: Dash, catalogue: ModelCatalogue) -> None:
             name = state.model or catalogue.names[0]
             catalogue.entry(name)
             task, source = Task.parse(state.task), Task.parse(state.source)
-            key = f"activation patching|{task}|{source}"
-            figures = catalogue.memo(name, key, lambda model: patching_figures(model, task, source))
-            if state.sender.strip():
-                chosen = state.sender.strip()
-                paths = catalogue.memo(name, f"{key}|{chosen}", lambda model: sender_paths(model, task, source, chosen))
-                figures = {site: figure for site, figure in figures.items() if not site.startswith("paths")} | paths
+            key, sender = f"activation patching|{task}|{source}", state.sender.strip()
+            figures, leading = catalogue.memo(name, key, lambda model: activation_figures(model, task, source))
+            paths = catalogue.memo(
+                name, f"{key}|paths from {sender}", lambda model: path_map(model, task, source, sender, leading)
+            )
+            figures = figures | paths
         except ValueError as err:
             return html.Div(str(err), id="patching-error", style={"color": "#cf222e"})
         intro = (

@@ -49,35 +49,28 @@ def patching_pair(model: HookedEncoderDecoder, task: Task, source: Task) -> Mini
         ) from None
 
 
-def patching_figures(model: HookedEncoderDecoder, task: Task, source: Task) -> dict[str, go.Figure]:
+def activation_figures(model: HookedEncoderDecoder, task: Task, source: Task) -> tuple[dict[str, go.Figure], Head]:
     """A heat map per site of `PATCHING_SITES` for the pair of `patching_pair` (no greedy answers counted: the tab
-    reads the logit difference), then one of the paths from `leading_head` (keyed ``"paths from 1.3"``). Raises what
-    `patching_pair` raises."""
-    pair = patching_pair(model, task, source)
-    result = patch_activations(model, [pair], PATCHING_SITES, answers=False)
+    reads the logit difference), and the grids' `leading_head`. Raises what `patching_pair` raises."""
+    result = patch_activations(model, [patching_pair(model, task, source)], PATCHING_SITES, answers=False)
     figures = {
         site: patching_heatmap(result.grids[site], result.normalized(site), f"{site}: patched from the source task")
         for site in PATCHING_SITES
     }
-    return figures | paths_figure(
-        model, pair, leading_head(result), "the encoder head that carries the difference first"
-    )
+    return figures, leading_head(result)
 
 
-def sender_paths(model: HookedEncoderDecoder, task: Task, source: Task, sender: str) -> dict[str, go.Figure]:
-    """The map of the paths from encoder head ``sender`` (a 1-based label, ``"1.3"``) for the pair of
-    `patching_pair`, keyed ``"paths from 1.3"``. Raises ValueError for a label that names no encoder head of the
-    model, or what `patching_pair` raises."""
-    head = parse_head(sender, model.cfg)
-    if head.stack != "encoder":
-        raise ValueError(f"sender {sender!r}: give an encoder head (e.g. 1.3); decoder heads are not offered here")
-    return paths_figure(model, patching_pair(model, task, source), head, "chosen")
-
-
-def paths_figure(model: HookedEncoderDecoder, pair: MinimalPair, head: Head, why: str) -> dict[str, go.Figure]:
-    """The heat map of `paths_from` ``head`` on ``pair`` into every later head's inputs, its title saying ``why`` the
-    head and the path into the memory."""
-    sweep = paths_from(model, [pair], [head], answers=False)
+def path_map(model: HookedEncoderDecoder, task: Task, source: Task, sender: str, leading: Head) -> dict[str, go.Figure]:
+    """The heat map of `paths_from` the encoder head ``sender`` (a 1-based label, ``"1.3"``; blank: ``leading``) on
+    the pair of `patching_pair` into every later head's inputs, keyed ``"paths from 1.3"``, its title saying why that
+    head and the path into the memory. Raises ValueError for a label that names no encoder head of the model, or
+    what `patching_pair` raises."""
+    head, why = leading, "the encoder head that carries the difference first"
+    if sender.strip():
+        head, why = parse_head(sender, model.cfg), "chosen"
+        if head.stack != "encoder":
+            raise ValueError(f"sender {sender!r}: give an encoder head (e.g. 1.3); decoder heads are not offered here")
+    sweep = paths_from(model, [patching_pair(model, task, source)], [head], answers=False)
     memory = round(sweep.memory.normalized, 2) + 0.0  # no "-0.00"
     title = f"{sweep.grid.site} ({why}) into each later head's inputs; into the memory: {memory:.2f}"
     return {sweep.grid.site: patching_heatmap(sweep.grid, sweep.normalized, title)}

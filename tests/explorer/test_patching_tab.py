@@ -13,7 +13,7 @@ from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_mode
 from lsa_interp.data.task import Task
 from lsa_interp.explorer.app import create_app
 from lsa_interp.explorer.catalogue import ModelCatalogue
-from lsa_interp.explorer.patching_tab import PATCHING_SITES, leading_head, patching_figures, patching_pair
+from lsa_interp.explorer.patching_tab import PATCHING_SITES, activation_figures, leading_head, patching_pair, path_map
 from lsa_interp.model.heads import Head
 from tests.explorer.dash_calls import call_callback
 
@@ -43,7 +43,8 @@ def test_tasks_the_model_answers_alike_or_of_another_layout_are_refused(planted)
 
 @pytest.fixture(scope="module")
 def figures(planted):
-    return patching_figures(planted, PRED, SUCC)
+    figures, leading = activation_figures(planted, PRED, SUCC)
+    return figures | path_map(planted, PRED, SUCC, "", leading)
 
 
 def test_each_head_at_each_position_shows_the_planted_head_at_the_first_output_letter(figures):
