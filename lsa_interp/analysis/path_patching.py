@@ -37,85 +37,48 @@ from lsa_interp.analysis.activations import eval_mode
 from lsa_interp.analysis.pair_batch import PairBatch, pair_batch
 from lsa_interp.analysis.patch_grids import PatchingGrid, attention_modules, module_label, normalized_diff
 from lsa_interp.analysis.patch_runs import PairRuns, Patch, answer_outcomes, pair_runs, parting_steps, run_patched
+from lsa_interp.analysis.path_ends import (
+    INPUTS,
+    MEMORY,
+    Positions,
+    Receiver,
+    Sender,
+    Target,
+    as_senders,
+    check_paths,
+    labels,
+    module_heads,
+    parse_receiver,
+    parse_sender,
+    reachable,
+    senders_reaching,
+)
 from lsa_interp.analysis.prompts import MinimalPair
 from lsa_interp.model.config import ModelConfig
-from lsa_interp.model.heads import Head, parse_head
+from lsa_interp.model.heads import Head
 from lsa_interp.model.hooked import HookedEncoderDecoder
-from lsa_interp.utils import check_type
 
-MEMORY = "memory"
-"""The receiver that is the encoder output (``encoder.ln_final.hook_out``), read by every cross-attention."""
+__all__ = [
+    "INPUTS",
+    "MEMORY",
+    "PathEffect",
+    "PathSweep",
+    "Receiver",
+    "Sender",
+    "Target",
+    "check_paths",
+    "labels",
+    "parse_receiver",
+    "parse_sender",
+    "patch_path",
+    "paths_from",
+    "paths_into",
+    "reachable",
+    "sender_effect",
+    "senders_reaching",
+]
+
 _MEMORY_HOOK = "encoder.ln_final.hook_out"
-INPUTS = "qkv"
-
-
-@dataclass(frozen=True, order=True)
-class Receiver:
-    """A head and the inputs through which it receives: a string of ``q``, ``k``, ``v`` in that order, at
-    ``positions`` only (0-based positions of the input's sequence: the encoder's for encoder heads and for a
-    cross-attention's keys and values, the decoder's otherwise) or at all (``None``)."""
-
-    head: Head
-    inputs: str = INPUTS
-    positions: tuple[int, ...] | None = None
-
-    @property
-    def label(self) -> str:
-        """``"2.3/v"``, ``"cross:3.1/kv"``, ``"3.7/kv@31,33"``."""
-        at = "" if self.positions is None else "@" + ",".join(map(str, self.positions))
-        return f"{self.head.label}/{self.inputs}{at}"
-
-    def hooks(self) -> list[str]:
-        """The hook of each input (``encoder.1.attn.hook_v``)."""
-        return [self.head.hook(name) for name in self.inputs]
-
-
-Target = Receiver | str
-"""A receiver: a `Receiver` or `MEMORY`."""
-
-
-def parse_receiver(text: str, cfg: ModelConfig) -> Target:
-    """``"2.3/v"``, ``"cross:3.1/kv"``, ``"2.3"`` (all three inputs), ``"3.7/kv@31,33"`` (at those positions only)
-    or ``"memory"`` for a model of ``cfg``. Raises ValueError naming what is allowed; TypeError for a non-string."""
-    check_type(text, str, "a receiver is a str such as '2.3/v', 'cross:3.1/kv' or 'memory'")
-    if text.strip() == MEMORY:
-        return MEMORY
-    spec, at, where = text.strip().partition("@")
-    head, slash, inputs = spec.strip().partition("/")
-    inputs = inputs.strip() if slash else INPUTS
-    if not inputs or any(name not in INPUTS for name in inputs) or len(set(inputs)) < len(inputs):
-        raise ValueError(f"bad receiver {text!r}: after '/' give some of q, k, v (e.g. '2.3/v', 'cross:3.1/kv')")
-    places = [place.strip() for place in where.split(",")] if at else []
-    if at and not (places and all(place.isascii() and place.isdigit() for place in places)):
-        raise ValueError(f"bad receiver {text!r}: after '@' give 0-based positions, e.g. '3.7/kv@31,33'")
-    positions = tuple(sorted({int(place) for place in places})) if at else None
-    return Receiver(parse_head(head, cfg), "".join(name for name in INPUTS if name in inputs), positions)
-
-
-def reachable(cfg: ModelConfig, senders: Sequence[Head], head: Head) -> str:
-    """The inputs of ``head`` that ``senders`` reach along paths through no other head (``""`` for none): a later
-    encoder head's q/k/v from an encoder sender, a cross-attention's k/v from any encoder sender, a later decoder
-    head's q/k/v (a cross-attention's q) from a decoder sender."""
-    encoder = [s.layer for s in senders if s.stack == "encoder"]
-    decoder = [_order(cfg, s) for s in senders if s.stack == "decoder"]
-    if head.stack == "encoder":
-        return INPUTS if encoder and min(encoder) < head.layer else ""
-    later = bool(decoder) and min(decoder) < _order(cfg, head)
-    if head.attn == "cross_attn":
-        return ("q" if later else "") + ("kv" if encoder else "")
-    return INPUTS if later else ""
-
-
-def _order(cfg: ModelConfig, head: Head) -> int:
-    """The place of ``head``'s attention block in the forward pass."""
-    if head.stack == "encoder":
-        return head.layer
-    return cfg.n_encoder_layers + 2 * head.layer + (head.attn == "cross_attn")
-
-
-def _module_heads(cfg: ModelConfig, module: str) -> list[Head]:
-    stack, layer, attn = module.split(".")
-    return [Head(stack, int(layer), head, attn) for head in range(cfg.n_heads)]
 
 
 @dataclass(frozen=True)
@@ -138,16 +101,26 @@ class _PathRuns:
         self.runs: PairRuns = pair_runs(model, pairs, outputs, self.batch, parting_steps(pairs), save_target=outputs)
         self.outcomes = answer_outcomes(model, self.runs.target, self.batch.source_answers, self.batch.target_answers)
 
-    def frozen(self, senders: Sequence[Head], record: Sequence[str]) -> dict[str, Tensor]:
-        """Run 2: the senders' outputs from the source, every other head's from the target; returns ``record``'s."""
-        patches = {}
-        for module in attention_modules(self.cfg):
-            hook = f"{module}.hook_z"
-            cells = [(s.head, None) for s in senders if s.hook("z") == hook]
-            patches[hook] = partial(
-                _freeze, target=self.runs.target_saved[hook], source=self.runs.saved[hook], cells=cells
+    def frozen(self, senders: Sequence[Sender], record: Sequence[str]) -> dict[str, Tensor]:
+        """Run 2: the senders' outputs from the source (at their positions), every other head's output and the
+        senders' elsewhere from the target; returns ``record``'s."""
+        cells = self.sender_cells(senders)
+        patches = {
+            hook: partial(
+                _freeze, target=self.runs.target_saved[hook], source=self.runs.saved[hook], cells=cells.get(hook, [])
             )
+            for hook in (f"{module}.hook_z" for module in attention_modules(self.cfg))
+        }
         return run_patched(self.model, self.runs.target, self.runs.tgt, patches, save=record)
+
+    def sender_cells(self, senders: Sequence[Sender]) -> dict[str, Cells]:
+        """The senders' (head, positions) cells by output hook. Raises ValueError for a position past the prompts."""
+        cells: dict[str, Cells] = {}
+        for sender in senders:
+            hook = sender.head.hook("z")
+            _check_positions(sender.label, sender.positions, self.runs.saved[hook].shape[1], "output has")
+            cells.setdefault(hook, []).append((sender.head.head, sender.positions))
+        return cells
 
     def through(self, receivers: Sequence[Target], recorded: dict[str, Tensor], answers: bool) -> PathEffect:
         """Run 3: the target with the ``receivers``' inputs from run 2's ``recorded``."""
@@ -163,7 +136,7 @@ class _PathRuns:
         return PathEffect(normalized, diff, float(shares[0]), float(shares[1]))
 
 
-Cells = list[tuple[int, tuple[int, ...] | None]]
+Cells = list[tuple[int, Positions]]
 """(head, positions) cells of a ``[batch, pos, head, d_head]`` activation; None: all positions."""
 
 
@@ -189,16 +162,15 @@ def _receiver_patches(receivers: Sequence[Target], recorded: dict[str, Tensor]) 
             patches[_MEMORY_HOOK] = partial(_whole, donor=recorded[_MEMORY_HOOK])
             continue
         for hook in receiver.hooks():
-            _check_positions(receiver, recorded[hook].shape[1])
+            _check_positions(receiver.label, receiver.positions, recorded[hook].shape[1], "inputs have")
             cells.setdefault(hook, []).append((receiver.head.head, receiver.positions))
     return patches | {hook: partial(_take, donor=recorded[hook], cells=c) for hook, c in cells.items()}
 
 
-def _check_positions(receiver: Receiver, length: int) -> None:
-    if receiver.positions is not None and receiver.positions[-1] >= length:
-        raise ValueError(
-            f"receiver {receiver.label}: its inputs have {length} positions (0..{length - 1}) in these prompts"
-        )
+def _check_positions(label: str, positions: Positions, length: int, what: str) -> None:
+    if positions is not None and positions[-1] >= length:
+        kind = "receiver" if "/" in label else "sender"
+        raise ValueError(f"{kind} {label}: its {what} {length} positions (0..{length - 1}) in these prompts")
 
 
 def _whole(tensor: Tensor, donor: Tensor) -> Tensor:
@@ -219,64 +191,40 @@ def _encoder_fed(hook: str) -> bool:
     return hook.startswith("encoder.") or hook.endswith(("cross_attn.hook_k", "cross_attn.hook_v"))
 
 
-def check_paths(cfg: ModelConfig, senders: Sequence[Head], receivers: Sequence[Target]) -> None:
-    """Raise ValueError for no senders, a repeated sender, a receiver input no sender reaches, or the memory beside
-    encoder receivers (patching it replaces all they changed)."""
-    if not senders:
-        raise ValueError("path patching needs at least one sender head")
-    if len(set(senders)) < len(senders):
-        raise ValueError(f"senders repeat a head: {', '.join(s.label for s in senders)}")
-    if MEMORY in receivers and any(r != MEMORY and r.head.stack == "encoder" for r in receivers):
-        raise ValueError(
-            "the memory cannot receive beside encoder heads: patching the memory replaces the whole encoder output, "
-            "so what the encoder receivers changed would not reach the decoder; patch them in separate runs"
-        )
-    for receiver in receivers:
-        if receiver == MEMORY:
-            if not any(s.stack == "encoder" for s in senders):
-                raise ValueError("the memory receives only from encoder heads; the senders are all decoder heads")
-            continue
-        missing = [name for name in receiver.inputs if name not in reachable(cfg, senders, receiver.head)]
-        if missing:
-            raise ValueError(
-                f"receiver {receiver.label}: no sender reaches its {'/'.join(missing)} along a path through no other "
-                f"head (it reads {reachable(cfg, senders, receiver.head) or 'nothing'} of "
-                f"{', '.join(s.label for s in senders)}); receivers sit after their senders"
-            )
-
-
 def patch_path(
     model: HookedEncoderDecoder,
     pairs: Sequence[MinimalPair],
-    senders: Sequence[Head],
+    senders: Sequence[Head | Sender],
     receivers: Sequence[Target],
     answers: bool = True,
 ) -> PathEffect:
-    """The effect of the ``senders``' outputs (all positions, taken from the source prompts) on the target prompts'
-    answers through the ``receivers``' inputs only. Answers are decoded where ``answers`` and every receiver is fed
-    by the encoder alone. Raises ValueError for no receivers, `check_paths`' cases and pairs `pair_batch` refuses."""
+    """The effect of the ``senders``' outputs (heads: at all positions; `Sender`s: at theirs; taken from the source
+    prompts) on the target prompts' answers through the ``receivers``' inputs only. Answers are decoded where
+    ``answers`` and every receiver is fed by the encoder alone. Raises ValueError for no receivers, `check_paths`'
+    cases, positions past the prompts and pairs `pair_batch` refuses."""
     if not receivers:
         raise ValueError("path patching needs at least one receiver (a head's q/k/v or 'memory')")
     check_paths(model.cfg, senders, receivers)
     with torch.no_grad(), eval_mode(model):
         runs = _PathRuns(model, pairs)
-        return runs.through(receivers, runs.frozen(senders, _receiver_hooks(receivers)), answers)
+        return runs.through(receivers, runs.frozen(as_senders(senders), _receiver_hooks(receivers)), answers)
 
 
-def sender_effect(model: HookedEncoderDecoder, pairs: Sequence[MinimalPair], heads: Sequence[Head]) -> PathEffect:
-    """The ``heads``' whole effect (their outputs from the source prompts, everything after them free): activation
-    patching of their ``hook_z``, for comparison with their paths."""
-    check_paths(model.cfg, heads, ())
+def sender_effect(
+    model: HookedEncoderDecoder, pairs: Sequence[MinimalPair], senders: Sequence[Head | Sender]
+) -> PathEffect:
+    """The ``senders``' whole effect (their outputs from the source prompts, at their positions, everything after
+    them free): activation patching of their ``hook_z``, for comparison with their paths. Raises ValueError as
+    `check_paths` (no receivers) and for positions past the prompts."""
+    check_paths(model.cfg, senders, ())
+    given = as_senders(senders)
     with torch.no_grad(), eval_mode(model):
         runs = _PathRuns(model, pairs)
-        return runs.effect(_output_patches(runs, heads), all(h.stack == "encoder" for h in heads))
-
-
-def _output_patches(runs: _PathRuns, heads: Sequence[Head]) -> dict[str, Patch]:
-    by_hook: dict[str, Cells] = {}
-    for head in heads:
-        by_hook.setdefault(head.hook("z"), []).append((head.head, None))
-    return {hook: partial(_take, donor=runs.runs.saved[hook], cells=c) for hook, c in by_hook.items()}
+        patches = {
+            hook: partial(_take, donor=runs.runs.saved[hook], cells=cells)
+            for hook, cells in runs.sender_cells(given).items()
+        }
+        return runs.effect(patches, all(s.head.stack == "encoder" for s in given))
 
 
 @dataclass(frozen=True)
@@ -298,7 +246,7 @@ class PathSweep:
 def paths_from(
     model: HookedEncoderDecoder,
     pairs: Sequence[MinimalPair],
-    senders: Sequence[Head],
+    senders: Sequence[Head | Sender],
     progress: Callable[[int, int], None] | None = None,
     answers: bool = True,
 ) -> PathSweep:
@@ -307,15 +255,15 @@ def paths_from(
     One run 2 serves every cell (what it records does not depend on which inputs are patched afterwards). Raises
     ValueError as `check_paths` and `pair_batch`."""
     check_paths(model.cfg, senders, ())
-    cfg = model.cfg
+    cfg, senders = model.cfg, as_senders(senders)
     rows: list[tuple[str, str, list[Receiver]]] = []
     for module in attention_modules(cfg):
-        heads = _module_heads(cfg, module)
+        heads = module_heads(cfg, module)
         reached = reachable(cfg, senders, heads[0])
         for kind in [*reached, reached] if len(reached) > 1 else list(reached):
             hook = f"{module}.hook_{kind}" if len(kind) == 1 else f"{module}.hook_{{{','.join(kind)}}}"
             rows.append((hook, f"{module_label(module)}: {','.join(kind)}", [Receiver(h, kind) for h in heads]))
-    encoder_senders = any(s.stack == "encoder" for s in senders)
+    encoder_senders = any(s.head.stack == "encoder" for s in senders)
     cells = [(row, column) for row in range(len(rows)) for column in range(cfg.n_heads + 1)]
     diff = torch.full((len(rows), cfg.n_heads + 1), torch.nan)
     shares = torch.full((2, len(rows), cfg.n_heads + 1), torch.nan)
@@ -333,7 +281,7 @@ def paths_from(
         memory = runs.through([MEMORY], recorded, answers) if encoder_senders else None
         if progress and memory:
             progress(len(cells) + 1, len(cells) + 1)
-    site = "paths from " + ", ".join(s.label for s in senders)
+    site = "paths from " + ", ".join(labels(senders))
     columns = (*_head_columns(cfg), "all heads")
     grid = PatchingGrid(site, tuple(r[0] for r in rows), tuple(r[1] for r in rows), columns, diff, *shares)
     return PathSweep(grid, runs.runs.source_diff, runs.runs.target_diff, memory)
@@ -357,7 +305,7 @@ def paths_into(
         runs = _PathRuns(model, pairs)
         hooks = _receiver_hooks(receivers)
         for done, sender in enumerate(candidates, 1):
-            cell = runs.through(receivers, runs.frozen([sender], hooks), answers)
+            cell = runs.through(receivers, runs.frozen([Sender(sender)], hooks), answers)
             row = modules.index(sender.hook("z").removesuffix(".hook_z"))
             diff[row, sender.head] = cell.logit_diff
             shares[:, row, sender.head] = torch.tensor([cell.source_answers, cell.other_answers])
@@ -369,30 +317,5 @@ def paths_into(
     return PathSweep(grid, runs.runs.source_diff, runs.runs.target_diff)
 
 
-def labels(items: Sequence[Head | Target]) -> list[str]:
-    """The labels of heads and receivers: ``["1.3", "2.3/v", "memory"]``."""
-    return [item if item == MEMORY else item.label for item in items]
-
-
 def _head_columns(cfg: ModelConfig) -> tuple[str, ...]:
     return tuple(f"head {h + 1}" for h in range(cfg.n_heads))
-
-
-def senders_reaching(cfg: ModelConfig, receivers: Sequence[Target]) -> list[Head]:
-    """Every head, in forward order, that reaches every input of ``receivers``. Raises ValueError for no receivers
-    or none such."""
-    if not receivers:
-        raise ValueError("path patching needs at least one receiver (a head's q/k/v or 'memory')")
-    modules = attention_modules(cfg)
-    candidates = [head for m in modules for head in _module_heads(cfg, m) if _reaches_all(cfg, head, receivers)]
-    if not candidates:
-        raise ValueError(f"no head reaches every input of {', '.join(labels(receivers))}; each needs a head before it")
-    return candidates
-
-
-def _reaches_all(cfg: ModelConfig, sender: Head, receivers: Sequence[Target]) -> bool:
-    try:
-        check_paths(cfg, [sender], receivers)
-    except ValueError:
-        return False
-    return True

@@ -11,10 +11,12 @@ from lsa_interp.analysis.activation_patching import answers_text, offered_and_so
 from lsa_interp.analysis.path_patching import (
     PathEffect,
     PathSweep,
+    Sender,
     Target,
     check_paths,
     labels,
     parse_receiver,
+    parse_sender,
     patch_path,
     paths_from,
     paths_into,
@@ -22,7 +24,6 @@ from lsa_interp.analysis.path_patching import (
     senders_reaching,
 )
 from lsa_interp.analysis.types import AnalysisResult, Finding
-from lsa_interp.model.heads import Head, parse_head
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 _NOT_IN_PAPER = "not in the paper (path patching, as in Wang et al.'s IOI circuit)"
@@ -41,16 +42,16 @@ def path_patching_analysis(
     length: int = 3,
     progress: Callable[[int, int], None] | None = None,
 ) -> AnalysisResult:
-    """Path patching from the ``senders`` (head labels, ``"1.3"``) into the ``receivers`` (``"2.3/v"``,
-    ``"cross:3.1/kv"``, ``"memory"``) on the pairs of `offered_and_solved`: with both, the one path beside the
-    senders' whole effect; with senders only, every receiver they reach (a heat map, and the memory); with receivers
-    only, every head as their sender (a heat map). Raises ValueError for neither, bad labels, receivers the senders
-    do not reach, fewer than one pair, or a model that answers no pair right."""
+    """Path patching from the ``senders`` (heads, ``"1.3"``, at some positions only: ``"1.3@31,33"``) into the
+    ``receivers`` (``"2.3/v"``, ``"cross:3.1/kv"``, ``"memory"``) on the pairs of `offered_and_solved`: with both,
+    the one path beside the senders' whole effect; with senders only, every receiver they reach (a heat map, and the
+    memory); with receivers only, every head as their sender (a heat map). Raises ValueError for neither, bad labels,
+    receivers the senders do not reach, fewer than one pair, or a model that answers no pair right."""
     if not senders and not receivers:
         raise ValueError("give senders (heads such as '1.3'), receivers ('2.3/v', 'memory') or both")
     if n_pairs < 1:
         raise ValueError(f"n_pairs must be at least 1 (minimal pairs offered), got {n_pairs}")
-    heads = [parse_head(label, model.cfg) for label in senders]
+    heads = [parse_sender(label, model.cfg) for label in senders]
     targets = [parse_receiver(label, model.cfg) for label in receivers]
     if heads:
         check_paths(model.cfg, heads, targets)
@@ -73,7 +74,7 @@ def _one_path(
     model: HookedEncoderDecoder,
     model_name: str,
     pairs: list,
-    heads: list[Head],
+    heads: list[Sender],
     targets: list[Target],
     summary: dict,
 ) -> AnalysisResult:
@@ -121,7 +122,7 @@ def _sweep_result(
     model: HookedEncoderDecoder,
     model_name: str,
     pairs: list,
-    heads: list[Head],
+    heads: list[Sender],
     sweep: PathSweep,
     summary: dict,
 ) -> AnalysisResult:
@@ -183,7 +184,7 @@ def _grid_data(sweep: PathSweep) -> dict:
     }
 
 
-def _joined(items: Sequence[Head | Target]) -> str:
+def _joined(items: Sequence[Sender | Target]) -> str:
     return ", ".join(labels(items))
 
 

@@ -289,7 +289,11 @@ def register(app: typer.Typer) -> None:
     def path_patching(
         model: ModelOption = "copy-200",
         sender: Annotated[
-            list[str] | None, typer.Option(help="A sender head ('1.3', 'dec:1.2', 'cross:2.1'), repeatable.")
+            list[str] | None,
+            typer.Option(
+                help="A sender head ('1.3', 'dec:1.2', 'cross:2.1'), repeatable; its output at some positions only "
+                "with '@' ('1.3@31,33', 0-based)."
+            ),
         ] = None,
         receiver: Annotated[
             list[str] | None,

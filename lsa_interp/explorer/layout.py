@@ -153,7 +153,13 @@ def page(models: list[str]) -> html.Div:
     patching_tab = html.Div(
         [
             html.Div(
-                [_labelled("path patching from the encoder head (e.g. 1.3; empty: the leading head)", sender)],
+                [
+                    _labelled(
+                        "path patching from the encoder head (e.g. 1.3; 1.3@31,33: its output at those positions "
+                        "only; empty: the leading head)",
+                        sender,
+                    )
+                ],
                 style=_ROW,
             ),
             html.Div(id="patching"),

@@ -314,6 +314,11 @@ def test_path_patching_of_one_path_names_it(saved, tmp_path, capsys, monkeypatch
     summary = json.loads((out / "path_patching.json").read_text())["summary"]
     assert summary["path"] == "2.3 -> 3.1/q" and abs(summary["path: normalised"]) < 1e-4
     assert (out / "path_patching.html").stat().st_size > 10_000
+    at = tmp_path / "at"
+    assert run([*args, "--sender", "2.3@31", "--receiver", "3.1/v", "--out", str(at)], capsys)[0] == 0
+    summary = json.loads((at / "path_patching.json").read_text())["summary"]
+    assert summary["path"] == "2.3@31 -> 3.1/v" and summary["path: normalised"] > 0.99
+    assert summary["senders' whole effect: normalised"] > 0.99
 
 
 @pytest.mark.parametrize(
@@ -324,6 +329,8 @@ def test_path_patching_of_one_path_names_it(saved, tmp_path, capsys, monkeypatch
         (["--sender", "3.1", "--receiver", "2.3"], "receiver 2.3/qkv: no sender reaches its q/k/v"),
         (["--sender", "2.3", "--receiver", "3.1", "--receiver", "memory"], "the memory cannot receive beside"),
         (["--sender", "5.1"], "no head '5.1' in this model"),
+        (["--sender", "2.3@x"], "bad sender '2.3@x': after '@' give 0-based positions, e.g. '1.3@31,33'"),
+        (["--sender", "2.3@30", "--receiver", "3.1/v@31"], "receiver 3.1/v@31: its v reads none of the positions"),
         (["--sender", "2.3", "--from", "pred"], "--from and --to are both 'pred'; give two different rules"),
         (["--sender", "2.3", "--alphabets", "greek"], "unknown --alphabets 'greek'; choose one of standard, permuted"),
         (["--sender", "2.3"], "the model answers both prompts of none of the 4 succ/pred minimal pairs"),

@@ -1,5 +1,6 @@
 """Path patching: the planted circuit's one path found where it is, identities that hold to the bit, the frozen heads,
-receivers' parsing and reach, and the analysis wrapped around it."""
+senders and receivers at some positions, and the analysis wrapped around it (parsing and reach:
+test_path_ends.py)."""
 
 from __future__ import annotations
 
@@ -138,62 +139,6 @@ def test_a_first_decoder_self_attention_reads_the_same_teacher_forced_input_in_b
     sweep = pp.paths_from(small, small_pairs, [pp.parse_receiver("dec:1.2", small.cfg).head])
     assert sweep.grid.rows[0] == "decoder 1 cross-attention: q"
     assert bool((sweep.grid.logit_diff == sweep.target_logit_diff).all())
-
-
-@pytest.mark.parametrize(
-    ("senders", "head", "reached"),
-    [
-        (["1.1"], "2.3", "qkv"),
-        (["2.1"], "2.3", ""),
-        (["2.1"], "1.3", ""),
-        (["1.1"], "cross:1.2", "kv"),
-        (["1.1"], "dec:2.2", ""),
-        (["dec:1.1"], "cross:1.2", "q"),
-        (["dec:1.1"], "dec:1.2", ""),
-        (["cross:1.1"], "dec:2.2", "qkv"),
-        (["cross:1.1", "1.2"], "cross:2.2", "qkv"),
-        (["cross:2.1"], "cross:2.2", ""),
-    ],
-)
-def test_what_each_receiver_can_read_of_its_senders(small, senders, head, reached):
-    cfg = small.cfg
-    assert pp.reachable(cfg, [pp.parse_receiver(s, cfg).head for s in senders], pp.parse_receiver(head, cfg).head) == (
-        reached
-    )
-
-
-@pytest.mark.parametrize(
-    ("text", "label"),
-    [
-        ("2.3", "2.3/qkv"),
-        ("2.3/v", "2.3/v"),
-        ("cross:2.1/vk", "cross:2.1/kv"),
-        (" dec:1.4/q ", "dec:1.4/q"),
-        ("2.3/kv@33, 31,31", "2.3/kv@31,33"),
-        ("2.3@5", "2.3/qkv@5"),
-    ],
-)
-def test_receivers_are_parsed_with_their_inputs_in_q_k_v_order(small, text, label):
-    assert _receiver(text, small).label == label
-    assert _receiver("memory", small) == pp.MEMORY
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("2.3/x", "bad receiver '2.3/x': after '/' give some of q, k, v"),
-        ("2.3/qq", "bad receiver '2.3/qq'"),
-        ("2.3/", "bad receiver '2.3/'"),
-        ("3.1/v", "no head '3.1' in this model"),
-        ("mem", "bad head 'mem'"),
-        ("2.3/v@", "bad receiver '2.3/v@': after '@' give 0-based positions"),
-        ("2.3/v@a", "after '@' give 0-based positions, e.g. '3.7/kv@31,33'"),
-        ("2.3/v@３", "after '@' give 0-based positions"),
-    ],
-)
-def test_bad_receivers_are_refused_naming_what_is_allowed(small, text, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
-        _receiver(text, small)
 
 
 @pytest.mark.parametrize(
@@ -354,3 +299,52 @@ def test_receivers_at_every_position_together_are_the_receiver_at_all_positions_
 def test_a_receiver_position_past_the_prompts_is_refused(small, small_pairs):
     with pytest.raises(ValueError, match=r"receiver 2.3/v@39: its inputs have 39 positions \(0..38\) in these prompts"):
         pp.patch_path(small, small_pairs, [Head("encoder", 0, 1)], [_receiver("2.3/v@39", small)])
+
+
+def _sender(text, model):
+    return pp.parse_sender(text, model.cfg)
+
+
+def test_a_sender_at_every_position_is_the_sender_at_all_positions_to_the_bit(small, small_pairs):
+    every, receivers = _sender("1.2@" + ",".join(map(str, range(39))), small), [_receiver("2.3/v", small)]
+    assert pp.patch_path(small, small_pairs, [every], receivers) == pp.patch_path(
+        small, small_pairs, [Head("encoder", 0, 1)], receivers
+    )
+    assert pp.sender_effect(small, small_pairs, [every]) == pp.sender_effect(
+        small, small_pairs, [Head("encoder", 0, 1)]
+    )
+    some = pp.patch_path(small, small_pairs, [_sender("1.2@31,33", small)], receivers)
+    assert some != pp.patch_path(small, small_pairs, [every], receivers)
+
+
+@pytest.mark.parametrize("receiver", ["2.3/v", "cross:1.1/kv", "cross:2.4/k"])
+def test_a_sender_at_one_position_reaches_a_receiver_there_only_to_the_bit(small, small_pairs, receiver):
+    """MLPs and norms act on each position alone, so the receiver at all positions gets what it gets at the sender's."""
+    sender = [_sender("1.2@33", small)]
+    at_all = pp.patch_path(small, small_pairs, sender, [_receiver(receiver, small)])
+    assert pp.patch_path(small, small_pairs, sender, [_receiver(f"{receiver}@33", small)]) == at_all
+    assert at_all.normalized != 0
+
+
+def test_a_senders_whole_effect_at_some_positions_is_activation_patching_of_them(small, small_pairs):
+    every = slice(None)
+    cells = [("encoder.0.attn.hook_z", (every, [31, 33], 1)), ("encoder.1.attn.hook_z", (every, [32], 3))]
+    joint = activation_patching.patch_together(small, small_pairs, cells)
+    effect = pp.sender_effect(small, small_pairs, [_sender("1.2@31,33", small), _sender("2.4@32", small)])
+    assert (effect.normalized, effect.logit_diff) == (joint.normalized, joint.logit_diff)
+    assert (effect.source_answers, effect.other_answers) == (joint.source_answers, joint.other_answers)
+
+
+def test_the_planted_heads_path_leaves_from_the_first_output_letter_only(planted):
+    """The planted head writes the rule at the first example-output letter (31), where the readout reads it."""
+    pairs, receiver = planted_pairs(4), [_receiver("3.1/v", planted)]
+    at = {place: pp.patch_path(planted, pairs, [_sender(f"2.3@{place}", planted)], receiver) for place in (30, 31, 32)}
+    assert at[31].normalized == pytest.approx(1, abs=1e-4) and at[31].source_answers == 1
+    assert at[30].normalized == pytest.approx(0, abs=1e-4) and at[32].normalized == pytest.approx(0, abs=1e-4)
+
+
+def test_a_sender_position_past_the_prompts_is_refused(small, small_pairs):
+    with pytest.raises(ValueError, match=r"sender 1.2@39: its output has 39 positions \(0..38\) in these prompts"):
+        pp.patch_path(small, small_pairs, [_sender("1.2@39", small)], [_receiver("2.3/v", small)])
+    with pytest.raises(ValueError, match=r"sender 1.2@40,41: its output has 39 positions"):
+        pp.sender_effect(small, small_pairs, [_sender("1.2@40,41", small)])

@@ -106,7 +106,12 @@ def test_the_links_sender_replaces_the_leading_heads_paths(app):
 
 @pytest.mark.parametrize(
     ("sender", "message"),
-    [("9.1", "no head '9.1' in this model"), ("cross:1.1", "sender 'cross:1.1': give an encoder head (e.g. 1.3)")],
+    [
+        ("9.1", "no head '9.1' in this model"),
+        ("cross:1.1", "sender 'cross:1.1': give an encoder head (e.g. 1.3)"),
+        ("2.3@x", "bad sender '2.3@x': after '@' give 0-based positions"),
+        ("2.3@99", "sender 2.3@99: its output has 39 positions (0..38) in these prompts"),
+    ],
 )
 def test_a_sender_that_names_no_encoder_head_is_one_line(app, sender, message):
     child = _tab(app, sender=sender)["patching"]["children"]
@@ -147,3 +152,13 @@ def _heads_result(values: list[list[float]]) -> ActivationPatching:
 )
 def test_the_leading_head_is_the_earliest_encoder_head_moving_half_else_the_largest(values, head):
     assert leading_head(_heads_result(values)) == head
+
+
+def test_a_sender_at_some_positions_sends_from_there_only(planted):
+    """The planted head writes at the first example-output letter: from there its path into the readout's values is
+    whole, from the letter after it nothing."""
+    leading = Head("encoder", 0, 0)
+    for place, expected in ((OUT1, 1), (OUT1 + 1, 0)):
+        grid = path_map(planted, PRED, SUCC, f"2.3@{place}", leading)[f"paths from 2.3@{place}"].data[0]
+        v_row = grid.y.index("encoder 3 self-attention: v")
+        assert grid.z[v_row][READOUT_HEAD.head] == pytest.approx(expected, abs=1e-3)
