@@ -17,7 +17,7 @@ import torch
 
 from lsa_interp import utils
 from lsa_interp.analysis.patching import resolve_heads
-from lsa_interp.analysis.path_patching import parse_receiver, parse_sender
+from lsa_interp.analysis.path_patching import parse_receiver, parse_senders
 from lsa_interp.data import DatasetConfig
 from lsa_interp.data.task import Task
 from lsa_interp.evaluation.card import check_checkpoint_name
@@ -242,7 +242,7 @@ def test_check_type_names_what_it_wanted_and_what_it_got():
         (lambda: TASK.with_answer(5), "an answer is a str of letters a-z, or None for none, got int 5"),
         (lambda: parse_head(5, ModelConfig()), "a head label is a str such as '2.7' or 'cross:3.1', got int 5"),
         (lambda: parse_receiver(("2", "3"), ModelConfig()), "a receiver is a str such as '2.3/v', 'cross:3.1/kv' or"),
-        (lambda: parse_sender(1.3, ModelConfig()), "a sender is a str such as '1.3' or '1.3@31,33', got float 1.3"),
+        (lambda: parse_senders(1.3, ModelConfig()), "senders are a str such as '1.3', '1.3@31,33' or '1.*', got"),
         (lambda: check_checkpoint_name(None), "a checkpoint name is a str such as 'copy-200', got NoneType None"),
         (lambda: DatasetConfig.from_dict(None), "a dataset config is a dict (a JSON object), got NoneType None"),
         (lambda: TrainConfig.from_dict([]), "a training config is a dict (a JSON object), got list []"),

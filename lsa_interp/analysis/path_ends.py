@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from lsa_interp.analysis.patch_grids import attention_modules
 from lsa_interp.model.config import ModelConfig
-from lsa_interp.model.heads import Head, parse_head
+from lsa_interp.model.heads import Head, parse_heads
 from lsa_interp.utils import check_type
 
 MEMORY = "memory"
@@ -79,26 +79,37 @@ def _split_positions(text: str, kind: str, example: str) -> tuple[str, Positions
     return spec.strip(), tuple(sorted({int(place) for place in places}))
 
 
-def parse_sender(text: str, cfg: ModelConfig) -> Sender:
-    """``"1.3"`` (at all positions), ``"1.3@31,33"`` (at those only), ``"dec:2.1@0"`` for a model of ``cfg``. Raises
-    ValueError naming what is allowed; TypeError for a non-string."""
-    check_type(text, str, "a sender is a str such as '1.3' or '1.3@31,33'")
-    head, positions = _split_positions(text, "sender", "1.3@31,33")
-    return Sender(parse_head(head, cfg), positions)
+def parse_senders(text: str, cfg: ModelConfig) -> list[Sender]:
+    """``"1.3"`` (at all positions), ``"1.3@31,33"`` (at those only), ``"dec:2.1@0"``, ``"1.*"`` (every head of
+    the layer) for a model of ``cfg``: its senders. Raises ValueError naming what is allowed; TypeError for a
+    non-string."""
+    check_type(text, str, "senders are a str such as '1.3', '1.3@31,33' or '1.*'")
+    heads, positions = _split_positions(text, "sender", "1.3@31,33")
+    return [Sender(head, positions) for head in parse_heads(heads, cfg)]
 
 
-def parse_receiver(text: str, cfg: ModelConfig) -> Target:
-    """``"2.3/v"``, ``"cross:3.1/kv"``, ``"2.3"`` (all three inputs), ``"3.7/kv@31,33"`` (at those positions only)
-    or ``"memory"`` for a model of ``cfg``. Raises ValueError naming what is allowed; TypeError for a non-string."""
+def parse_receivers(text: str, cfg: ModelConfig) -> list[Target]:
+    """``"2.3/v"``, ``"cross:3.1/kv"``, ``"2.3"`` (all three inputs), ``"3.7/kv@31,33"`` (at those positions only),
+    ``"3.*/kv"`` (every head of the layer) or ``"memory"`` for a model of ``cfg``: its receivers. Raises ValueError
+    naming what is allowed; TypeError for a non-string."""
     check_type(text, str, "a receiver is a str such as '2.3/v', 'cross:3.1/kv' or 'memory'")
     if text.strip() == MEMORY:
-        return MEMORY
+        return [MEMORY]
     spec, positions = _split_positions(text, "receiver", "3.7/kv@31,33")
-    head, slash, inputs = spec.partition("/")
+    heads, slash, inputs = spec.partition("/")
     inputs = inputs.strip() if slash else INPUTS
     if not inputs or any(name not in INPUTS for name in inputs) or len(set(inputs)) < len(inputs):
         raise ValueError(f"bad receiver {text!r}: after '/' give some of q, k, v (e.g. '2.3/v', 'cross:3.1/kv')")
-    return Receiver(parse_head(head, cfg), "".join(name for name in INPUTS if name in inputs), positions)
+    ordered = "".join(name for name in INPUTS if name in inputs)
+    return [Receiver(head, ordered, positions) for head in parse_heads(heads, cfg)]
+
+
+def parse_receiver(text: str, cfg: ModelConfig) -> Target:
+    """One receiver of `parse_receivers`. Raises ValueError for a layer's heads (``"3.*"``) and as it."""
+    found = parse_receivers(text, cfg)
+    if len(found) > 1:
+        raise ValueError(f"bad receiver {text!r}: name one head here, not a layer's heads")
+    return found[0]
 
 
 def as_senders(items: Sequence[Head | Sender]) -> list[Sender]:
@@ -181,6 +192,15 @@ def _check_overlap(cfg: ModelConfig, senders: list[Sender], receiver: Receiver) 
             )
 
 
+def check_frozen(senders: Sequence[Head | Sender], frozen: Sequence[Head]) -> None:
+    """Raise ValueError for a head both among the ``senders`` and ``frozen``, or frozen twice."""
+    if len(set(frozen)) < len(frozen):
+        raise ValueError(f"frozen heads repeat a head: {', '.join(labels(frozen))}")
+    both = sorted({sender.head for sender in as_senders(senders)} & set(frozen))
+    if both:
+        raise ValueError(f"{', '.join(labels(both))}: a head cannot both send and be frozen")
+
+
 def senders_reaching(cfg: ModelConfig, receivers: Sequence[Target]) -> list[Head]:
     """Every head, in forward order, that reaches every input of ``receivers``. Raises ValueError for no receivers
     or none such."""
@@ -204,3 +224,32 @@ def _reaches_all(cfg: ModelConfig, sender: Head, receivers: Sequence[Target]) ->
 def labels(items: Sequence[Head | Sender | Target]) -> list[str]:
     """The labels of heads, senders and receivers: ``["1.3", "1.3@31", "2.3/v", "memory"]``."""
     return [item if item == MEMORY else item.label for item in items]
+
+
+def short_labels(items: Sequence[Head | Sender | Target], n_heads: int) -> list[str]:
+    """`labels`, with every head of a layer given alike (same inputs and positions) written once with ``*`` for the
+    head: ``["1.3", "3.*/kv@31,33"]`` for a model of ``n_heads`` heads."""
+    heads: dict[tuple, set[int]] = {}
+    for item in items:
+        if item != MEMORY:
+            heads.setdefault(_alike(item), set()).add(_head(item).head)
+    written, out = set(), []
+    for item in items:
+        key = None if item == MEMORY else _alike(item)
+        if key is None or len(heads[key]) < n_heads:
+            out.append(labels([item])[0])
+        elif key not in written:
+            written.add(key)
+            head = _head(item)
+            out.append(item.label.replace(f"{head.layer + 1}.{head.head + 1}", f"{head.layer + 1}.*", 1))
+    return out
+
+
+def _head(item: Head | Sender | Receiver) -> Head:
+    return item if isinstance(item, Head) else item.head
+
+
+def _alike(item: Head | Sender | Receiver) -> tuple:
+    """What a layer's heads share when given alike: the kind of item, the block and layer, inputs and positions."""
+    head = _head(item)
+    return type(item), head.stack, head.attn, head.layer, getattr(item, "inputs", ""), getattr(item, "positions", None)

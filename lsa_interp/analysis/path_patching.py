@@ -45,13 +45,16 @@ from lsa_interp.analysis.path_ends import (
     Sender,
     Target,
     as_senders,
+    check_frozen,
     check_paths,
     labels,
     module_heads,
     parse_receiver,
-    parse_sender,
+    parse_receivers,
+    parse_senders,
     reachable,
     senders_reaching,
+    short_labels,
 )
 from lsa_interp.analysis.prompts import MinimalPair
 from lsa_interp.model.config import ModelConfig
@@ -66,16 +69,19 @@ __all__ = [
     "Receiver",
     "Sender",
     "Target",
+    "check_frozen",
     "check_paths",
     "labels",
     "parse_receiver",
-    "parse_sender",
+    "parse_receivers",
+    "parse_senders",
     "patch_path",
     "paths_from",
     "paths_into",
     "reachable",
     "sender_effect",
     "senders_reaching",
+    "short_labels",
 ]
 
 _MEMORY_HOOK = "encoder.ln_final.hook_out"
@@ -211,20 +217,36 @@ def patch_path(
 
 
 def sender_effect(
-    model: HookedEncoderDecoder, pairs: Sequence[MinimalPair], senders: Sequence[Head | Sender]
+    model: HookedEncoderDecoder,
+    pairs: Sequence[MinimalPair],
+    senders: Sequence[Head | Sender],
+    frozen: Sequence[Head] = (),
 ) -> PathEffect:
     """The ``senders``' whole effect (their outputs from the source prompts, at their positions, everything after
-    them free): activation patching of their ``hook_z``, for comparison with their paths. Raises ValueError as
-    `check_paths` (no receivers) and for positions past the prompts."""
+    them free): activation patching of their ``hook_z``, for comparison with their paths. With ``frozen`` heads,
+    whose outputs stay at the target run's, what is left of it when the paths through them are cut. Answers are
+    decoded where every sender and frozen head is an encoder head. Raises ValueError as `check_paths` (no
+    receivers), for a head both sending and frozen, or frozen twice, and for positions past the prompts."""
     check_paths(model.cfg, senders, ())
     given = as_senders(senders)
+    check_frozen(given, frozen)
     with torch.no_grad(), eval_mode(model):
         runs = _PathRuns(model, pairs)
+        sent = runs.sender_cells(given)
+        kept: dict[str, Cells] = {}
+        for head in frozen:
+            kept.setdefault(head.hook("z"), []).append((head.head, None))
         patches = {
-            hook: partial(_take, donor=runs.runs.saved[hook], cells=cells)
-            for hook, cells in runs.sender_cells(given).items()
+            hook: partial(_outputs, runs=runs.runs, hook=hook, sent=sent.get(hook, []), kept=kept.get(hook, []))
+            for hook in sent.keys() | kept.keys()
         }
-        return runs.effect(patches, all(s.head.stack == "encoder" for s in given))
+        heads = [s.head for s in given] + list(frozen)
+        return runs.effect(patches, all(head.stack == "encoder" for head in heads))
+
+
+def _outputs(tensor: Tensor, runs: PairRuns, hook: str, sent: Cells, kept: Cells) -> Tensor:
+    """A ``hook_z`` output with the source run's values at the ``sent`` cells and the target run's at ``kept``."""
+    return _take(_take(tensor, runs.saved[hook], sent), runs.target_saved[hook], kept)
 
 
 @dataclass(frozen=True)
@@ -281,7 +303,7 @@ def paths_from(
         memory = runs.through([MEMORY], recorded, answers) if encoder_senders else None
         if progress and memory:
             progress(len(cells) + 1, len(cells) + 1)
-    site = "paths from " + ", ".join(labels(senders))
+    site = "paths from " + ", ".join(short_labels(senders, cfg.n_heads))
     columns = (*_head_columns(cfg), "all heads")
     grid = PatchingGrid(site, tuple(r[0] for r in rows), tuple(r[1] for r in rows), columns, diff, *shares)
     return PathSweep(grid, runs.runs.source_diff, runs.runs.target_diff, memory)
@@ -312,7 +334,7 @@ def paths_into(
             if progress:
                 progress(done, len(candidates))
     rows, hooks_z = tuple(module_label(m) for m in modules), tuple(f"{m}.hook_z" for m in modules)
-    site = f"paths into {', '.join(labels(receivers))}"
+    site = f"paths into {', '.join(short_labels(receivers, cfg.n_heads))}"
     grid = PatchingGrid(site, hooks_z, rows, _head_columns(cfg), diff, *shares)
     return PathSweep(grid, runs.runs.source_diff, runs.runs.target_diff)
 

@@ -13,17 +13,20 @@ from lsa_interp.analysis.path_patching import (
     PathSweep,
     Sender,
     Target,
+    check_frozen,
     check_paths,
     labels,
-    parse_receiver,
-    parse_sender,
+    parse_receivers,
+    parse_senders,
     patch_path,
     paths_from,
     paths_into,
     sender_effect,
     senders_reaching,
+    short_labels,
 )
 from lsa_interp.analysis.types import AnalysisResult, Finding
+from lsa_interp.model.heads import Head, parse_heads
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 _NOT_IN_PAPER = "not in the paper (path patching, as in Wang et al.'s IOI circuit)"
@@ -41,20 +44,27 @@ def path_patching_analysis(
     alphabets: str = "standard",
     length: int = 3,
     progress: Callable[[int, int], None] | None = None,
+    frozen: Sequence[str] = (),
 ) -> AnalysisResult:
     """Path patching from the ``senders`` (heads, ``"1.3"``, at some positions only: ``"1.3@31,33"``) into the
     ``receivers`` (``"2.3/v"``, ``"cross:3.1/kv"``, ``"memory"``) on the pairs of `offered_and_solved`: with both,
     the one path beside the senders' whole effect; with senders only, every receiver they reach (a heat map, and the
     memory); with receivers only, every head as their sender (a heat map). Raises ValueError for neither, bad labels,
-    receivers the senders do not reach, fewer than one pair, or a model that answers no pair right."""
+    receivers the senders do not reach, fewer than one pair, or a model that answers no pair right. Labels may name
+    a layer's heads (``"3.*/kv"``). With ``frozen`` heads (``"2.7"``, ``"2.*"``) it also measures the senders' whole
+    effect with those heads' outputs kept at the target prompt's: what is left with the paths through them cut."""
     if not senders and not receivers:
         raise ValueError("give senders (heads such as '1.3'), receivers ('2.3/v', 'memory') or both")
     if n_pairs < 1:
         raise ValueError(f"n_pairs must be at least 1 (minimal pairs offered), got {n_pairs}")
-    heads = [parse_sender(label, model.cfg) for label in senders]
-    targets = [parse_receiver(label, model.cfg) for label in receivers]
+    heads = [sender for label in senders for sender in parse_senders(label, model.cfg)]
+    targets = [receiver for label in receivers for receiver in parse_receivers(label, model.cfg)]
+    cut = [head for label in frozen for head in parse_heads(label, model.cfg)]
+    if cut and not heads:
+        raise ValueError("frozen heads cut the paths from senders: give sender heads as well (e.g. '1.3')")
     if heads:
         check_paths(model.cfg, heads, targets)
+        check_frozen(heads, cut)
     else:
         senders_reaching(model.cfg, targets)
     offered, pairs = offered_and_solved(model, source, target, n_pairs, seed, alphabets, length)
@@ -65,9 +75,9 @@ def path_patching_analysis(
         "pairs solved (both prompts)": len(pairs),
     }
     if heads and targets:
-        return _one_path(model, model_name, pairs, heads, targets, summary)
+        return _one_path(model, model_name, pairs, heads, targets, cut, summary)
     sweep = paths_from(model, pairs, heads, progress) if heads else paths_into(model, pairs, targets, progress)
-    return _sweep_result(model, model_name, pairs, heads, sweep, summary)
+    return _sweep_result(model, model_name, pairs, heads, cut, sweep, summary)
 
 
 def _one_path(
@@ -76,30 +86,50 @@ def _one_path(
     pairs: list,
     heads: list[Sender],
     targets: list[Target],
+    cut: list[Head],
     summary: dict,
 ) -> AnalysisResult:
-    path, whole = patch_path(model, pairs, heads, targets), sender_effect(model, pairs, heads)
-    name = f"{_joined(heads)} -> {_joined(targets)}"
-    summary |= {
-        "path": name,
-        "path: normalised": path.normalized,
-        "senders' whole effect: normalised": whole.normalized,
-    }
-    summary |= _answer_rows("path", path) | _answer_rows("senders' whole effect", whole)
-    findings = [
-        Finding(f"Path {name}", _NOT_IN_PAPER, _effect_text(path), None, value=path.normalized),
-        Finding(f"Whole effect of {_joined(heads)}", _NOT_IN_PAPER, _effect_text(whole), None, value=whole.normalized),
-    ]
-    data = {"senders": labels(heads), "receivers": labels(targets), "path": path, "whole": whole}
-    figures = {"path": _path_bars(name, path, whole, summary)}
+    path = patch_path(model, pairs, heads, targets)
+    name = f"{_joined(heads, model.cfg.n_heads)} -> {_joined(targets, model.cfg.n_heads)}"
+    summary |= {"path": name, "path: normalised": path.normalized} | _answer_rows("path", path)
+    findings = [Finding(f"Path {name}", _NOT_IN_PAPER, _effect_text(path), None, value=path.normalized)]
+    data = {"senders": labels(heads), "receivers": labels(targets), "path": path}
+    effects = {f"path {name}": path} | _whole_effects(model, pairs, heads, cut, summary, findings, data)
+    figures = {"path": _path_bars(effects, summary)}
     return AnalysisResult("path_patching", model_name, summary, _jsonable(data), figures, findings)
 
 
-def _path_bars(name: str, path: PathEffect, whole: PathEffect, summary: dict):  # pragma: no mutate block
-    """Two bars: the path's normalised logit difference beside the senders' whole effect; hover shows the answers."""
+def _whole_effects(
+    model: HookedEncoderDecoder,
+    pairs: list,
+    heads: list[Sender],
+    cut: list[Head],
+    summary: dict,
+    findings: list[Finding],
+    data: dict,
+) -> dict[str, PathEffect]:
+    """The senders' whole effect, and with ``cut`` the effect left with those heads frozen, added to ``summary``,
+    ``findings`` and ``data``; returns them by name."""
+    senders, frozen = _joined(heads, model.cfg.n_heads), _joined(cut, model.cfg.n_heads)
+    data["whole"] = sender_effect(model, pairs, heads)
+    effects = {"senders' whole effect": (f"Whole effect of {senders}", data["whole"])}
+    if cut:
+        data["frozen"], data["frozen_effect"] = labels(cut), sender_effect(model, pairs, heads, cut)
+        effects[f"senders' effect with {frozen} frozen"] = (
+            f"Effect of {senders} with {frozen} frozen",
+            data["frozen_effect"],
+        )
+    for name, (title, effect) in effects.items():
+        summary |= {f"{name}: normalised": effect.normalized} | _answer_rows(name, effect)
+        findings.append(Finding(title, _NOT_IN_PAPER, _effect_text(effect), None, value=effect.normalized))
+    return {name: effect for name, (_, effect) in effects.items()}
+
+
+def _path_bars(effects: dict[str, PathEffect], summary: dict):  # pragma: no mutate block
+    """A bar per effect: the path's normalised logit difference beside the senders' whole effect (and what is left of
+    it with heads frozen); hover shows the answers."""
     import plotly.graph_objects as go
 
-    effects = {f"path {name}": path, "senders' whole effect": whole}
     answers = [
         "answers not decoded"
         if e.source_answers != e.source_answers
@@ -123,6 +153,7 @@ def _sweep_result(
     model_name: str,
     pairs: list,
     heads: list[Sender],
+    cut: list[Head],
     sweep: PathSweep,
     summary: dict,
 ) -> AnalysisResult:
@@ -145,19 +176,12 @@ def _sweep_result(
             )
         )
     if heads:
-        whole = sender_effect(model, pairs, heads)
-        summary["senders' whole effect: normalised"] = whole.normalized
-        findings.append(
-            Finding(
-                f"Whole effect of {_joined(heads)}", _NOT_IN_PAPER, _effect_text(whole), None, value=whole.normalized
-            )
-        )
-        data["whole"] = whole
+        _whole_effects(model, pairs, heads, cut, summary, findings, data)
     if sweep.memory is not None:
         summary["path into the memory: normalised"] = sweep.memory.normalized
         findings.append(
             Finding(
-                f"Path {_joined(heads)} -> memory",
+                f"Path {_joined(heads, model.cfg.n_heads)} -> memory",
                 _NOT_IN_PAPER,
                 _effect_text(sweep.memory),
                 None,
@@ -184,8 +208,8 @@ def _grid_data(sweep: PathSweep) -> dict:
     }
 
 
-def _joined(items: Sequence[Sender | Target]) -> str:
-    return ", ".join(labels(items))
+def _joined(items: Sequence[Head | Sender | Target], n_heads: int) -> str:
+    return ", ".join(short_labels(items, n_heads))
 
 
 def _effect_text(effect: PathEffect) -> str:

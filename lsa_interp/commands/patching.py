@@ -284,23 +284,32 @@ def register(app: typer.Typer) -> None:
         "One path: lsa-interp path-patching --model checkpoints/replicates/copy-20-s2-bf16 --sender 1.7 "
         "--receiver 2.3\n\n"
         "Every head's path into the keys and values of the last layer's cross-attention head 1: lsa-interp "
-        "path-patching --receiver cross:3.1/kv",
+        "path-patching --receiver cross:3.1/kv\n\n"
+        "From 1.3's output at the two changed letters into layer 3's keys and values there, and 1.3's whole effect "
+        "with layer 3 frozen: lsa-interp path-patching --sender 1.3@31,33 --receiver '3.*/kv@31,33' --freeze '3.*'",
     )
     def path_patching(
         model: ModelOption = "copy-200",
         sender: Annotated[
             list[str] | None,
             typer.Option(
-                help="A sender head ('1.3', 'dec:1.2', 'cross:2.1'), repeatable; its output at some positions only "
-                "with '@' ('1.3@31,33', 0-based)."
+                help="A sender head ('1.3', 'dec:1.2', 'cross:2.1'; '1.*': every head of the layer), repeatable; its "
+                "output at some positions only with '@' ('1.3@31,33', 0-based)."
             ),
         ] = None,
         receiver: Annotated[
             list[str] | None,
             typer.Option(
                 help="A receiver, repeatable: a head and the inputs it reads through ('2.3/v', 'cross:3.1/kv'; a bare "
-                "head reads through q, k and v), at some positions only with '@' ('3.7/kv@31,33', 0-based), or "
-                "'memory'."
+                "head reads through q, k and v; '3.*/kv': every head of the layer), at some positions only with '@' "
+                "('3.7/kv@31,33', 0-based), or 'memory'."
+            ),
+        ] = None,
+        freeze: Annotated[
+            list[str] | None,
+            typer.Option(
+                help="Also measure the senders' whole effect with these heads' outputs kept at the --to prompt's, "
+                "which cuts every path through them ('2.7'; '2.*': a layer's heads), repeatable."
             ),
         ] = None,
         source: FromOption = "succ",
@@ -336,6 +345,7 @@ def register(app: typer.Typer) -> None:
                 alphabets,
                 length,
                 lambda done, total: bar.update(task, completed=done, total=total),
+                freeze or [],
             )
         finish(result, target_dir, model)
 

@@ -18,7 +18,7 @@ from lsa_interp.analysis.activation_patching import (
     patch_activations,
     patching_heatmap,
 )
-from lsa_interp.analysis.path_patching import Sender, parse_sender, paths_from
+from lsa_interp.analysis.path_patching import Sender, parse_senders, paths_from
 from lsa_interp.analysis.prompts import MinimalPair
 from lsa_interp.data.task import Task
 from lsa_interp.explorer.compute import check_aligned
@@ -61,16 +61,17 @@ def activation_figures(model: HookedEncoderDecoder, task: Task, source: Task) ->
 
 
 def path_map(model: HookedEncoderDecoder, task: Task, source: Task, sender: str, leading: Head) -> dict[str, go.Figure]:
-    """The heat map of `paths_from` the encoder head ``sender`` (a 1-based label, ``"1.3"``, at some positions only
-    ``"1.3@31,33"``; blank: ``leading``) on the pair of `patching_pair` into every later head's inputs, keyed
-    ``"paths from 1.3"``, its title saying why that head and the path into the memory. Raises ValueError for a label
-    that names no encoder head of the model, positions past the prompt, or what `patching_pair` raises."""
-    chosen, why = Sender(leading), "the encoder head that carries the difference first"
+    """The heat map of `paths_from` the encoder heads ``sender`` (a 1-based label, ``"1.3"``, at some positions only
+    ``"1.3@31,33"``, a layer's heads ``"1.*"``; blank: ``leading``) on the pair of `patching_pair` into every later
+    head's inputs, keyed ``"paths from 1.3"``, its title saying why those heads and the path into the memory. Raises
+    ValueError for a label that names no encoder head of the model, positions past the prompt, or what
+    `patching_pair` raises."""
+    chosen, why = [Sender(leading)], "the encoder head that carries the difference first"
     if sender.strip():
-        chosen, why = parse_sender(sender, model.cfg), "chosen"
-        if chosen.head.stack != "encoder":
-            raise ValueError(f"sender {sender!r}: give an encoder head (e.g. 1.3); decoder heads are not offered here")
-    sweep = paths_from(model, [patching_pair(model, task, source)], [chosen], answers=False)
+        chosen, why = parse_senders(sender, model.cfg), "chosen"
+        if chosen[0].head.stack != "encoder":
+            raise ValueError(f"sender {sender!r}: give encoder heads (e.g. 1.3); decoder heads are not offered here")
+    sweep = paths_from(model, [patching_pair(model, task, source)], chosen, answers=False)
     memory = round(sweep.memory.normalized, 2) + 0.0  # no "-0.00"
     title = f"{sweep.grid.site} ({why}) into each later head's inputs; into the memory: {memory:.2f}"
     return {sweep.grid.site: patching_heatmap(sweep.grid, sweep.normalized, title)}

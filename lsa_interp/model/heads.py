@@ -70,3 +70,18 @@ def parse_head(text: str, cfg: ModelConfig) -> Head:
 def all_heads(cfg: ModelConfig, stack: str = "encoder", attn: str = "attn") -> list[Head]:
     """Every head of one kind of block, in layer-then-head order."""
     return [Head(stack, layer, head, attn) for layer in range(cfg.n_layers(stack)) for head in range(cfg.n_heads)]
+
+
+def parse_heads(text: str, cfg: ModelConfig) -> list[Head]:
+    """One head's label, or every head of a layer with ``*`` for the head (``"2.*"``, ``"cross:3.*"``), for a model
+    of ``cfg``. Raises ValueError as `parse_head`."""
+    check_type(text, str, "heads are a label such as '2.7' or a layer's heads such as '2.*'")
+    prefix, colon, core = text.strip().rpartition(":")
+    layer, dot, head = core.partition(".")
+    if not (dot and head.strip() == "*"):
+        return [parse_head(text, cfg)]
+    try:
+        first = parse_head(f"{prefix}{colon}{layer}.1", cfg)
+    except ValueError as error:
+        raise ValueError(f"bad heads {text!r}: {error}") from None
+    return [Head(first.stack, first.layer, index, first.attn) for index in range(cfg.n_heads)]

@@ -319,6 +319,16 @@ def test_path_patching_of_one_path_names_it(saved, tmp_path, capsys, monkeypatch
     summary = json.loads((at / "path_patching.json").read_text())["summary"]
     assert summary["path"] == "2.3@31 -> 3.1/v" and summary["path: normalised"] > 0.99
     assert summary["senders' whole effect: normalised"] > 0.99
+    cut = tmp_path / "cut"
+    assert (
+        run([*args, "--sender", "2.3@31", "--receiver", "3.*/v", "--freeze", "3.1", "--out", str(cut)], capsys)[0] == 0
+    )
+    report = json.loads((cut / "path_patching.json").read_text())
+    assert report["summary"]["path"] == "2.3@31 -> 3.*/v" and report["summary"]["path: normalised"] > 0.99
+    assert (
+        report["data"]["frozen"] == ["3.1"]
+        and abs(report["summary"]["senders' effect with 3.1 frozen: normalised"]) < 1e-4
+    )
 
 
 @pytest.mark.parametrize(
@@ -330,6 +340,11 @@ def test_path_patching_of_one_path_names_it(saved, tmp_path, capsys, monkeypatch
         (["--sender", "2.3", "--receiver", "3.1", "--receiver", "memory"], "the memory cannot receive beside"),
         (["--sender", "5.1"], "no head '5.1' in this model"),
         (["--sender", "2.3@x"], "bad sender '2.3@x': after '@' give 0-based positions, e.g. '1.3@31,33'"),
+        (
+            ["--receiver", "3.1", "--freeze", "2.*"],
+            "frozen heads cut the paths from senders: give sender heads as well",
+        ),
+        (["--sender", "2.3", "--freeze", "4.*"], "bad heads '4.*': no head '4.1' in this model"),
         (["--sender", "2.3@30", "--receiver", "3.1/v@31"], "receiver 3.1/v@31: its v reads none of the positions"),
         (["--sender", "2.3", "--from", "pred"], "--from and --to are both 'pred'; give two different rules"),
         (["--sender", "2.3", "--alphabets", "greek"], "unknown --alphabets 'greek'; choose one of standard, permuted"),

@@ -12,7 +12,8 @@ CFG = ModelConfig(d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2,
 
 
 def _sender(text):
-    return ends.parse_sender(text, CFG)
+    (sender,) = ends.parse_senders(text, CFG)
+    return sender
 
 
 def _receiver(text):
@@ -124,3 +125,45 @@ def test_a_receiver_must_read_a_position_its_senders_write(senders, receivers, m
     else:
         with pytest.raises(ValueError, match=message):
             check()
+
+
+def test_a_layers_heads_are_named_with_a_star():
+    assert ends.parse_senders("1.*@31", CFG) == [ends.Sender(h, (31,)) for h in _all("1.1", "1.2", "1.3", "1.4")]
+    receivers = ends.parse_receivers("cross:2.*/vk@3", CFG)
+    assert [r.label for r in receivers] == [f"cross:2.{h}/kv@3" for h in range(1, 5)]
+    assert ends.parse_receivers(" memory ", CFG) == [ends.MEMORY] and ends.parse_senders("2.2", CFG) == [_sender("2.2")]
+    assert ends.short_labels(_all("1.4", "1.2", "2.1", "1.3", "1.1"), CFG.n_heads) == ["1.*", "2.1"]
+    with pytest.raises(ValueError, match=r"bad receiver '2.\*/v': name one head here, not a layer's heads"):
+        _receiver("2.*/v")
+    with pytest.raises(ValueError, match=r"bad heads '3.\*': no head '3.1' in this model"):
+        ends.parse_senders("3.*", CFG)
+
+
+def _all(*texts):
+    return [_sender(text).head for text in texts]
+
+
+@pytest.mark.parametrize(
+    ("texts", "short"),
+    [
+        (["1.1", "1.2", "1.3", "1.4"], ["1.*/qkv"]),
+        (["1.1", "1.2", "1.3"], ["1.1/qkv", "1.2/qkv", "1.3/qkv"]),
+        (["2.1/kv@3", "2.2/kv@3", "memory", "2.3/kv@3", "2.4/kv@3"], ["2.*/kv@3", "memory"]),
+        (["2.1/kv", "2.2/kv", "2.3/kv", "2.4/v"], ["2.1/kv", "2.2/kv", "2.3/kv", "2.4/v"]),
+        (["cross:1.1", "cross:1.2", "cross:1.3", "cross:1.4", "dec:1.1"], ["cross:1.*/qkv", "dec:1.1/qkv"]),
+    ],
+)
+def test_short_labels_write_a_layers_receivers_given_alike_once(texts, short):
+    assert ends.short_labels([_receiver(t) for t in texts], CFG.n_heads) == short
+
+
+@pytest.mark.parametrize(
+    ("texts", "short"),
+    [
+        (["1.1@3", "1.2@3", "1.3@3", "1.4@3"], ["1.*@3"]),
+        (["1.1@3", "1.2@3", "1.3@3", "1.4@2"], ["1.1@3", "1.2@3", "1.3@3", "1.4@2"]),
+        (["cross:1.1", "cross:1.2", "2.4", "cross:1.3", "cross:1.4"], ["cross:1.*", "2.4"]),
+    ],
+)
+def test_short_labels_write_a_layers_senders_given_alike_once(texts, short):
+    assert ends.short_labels([_sender(t) for t in texts], CFG.n_heads) == short

@@ -12,7 +12,7 @@ import torch
 from lsa_interp.analysis import activation_patching, path_patching as pp
 from lsa_interp.analysis.path_patching_analysis import path_patching_analysis
 from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_model
-from lsa_interp.model.heads import Head
+from lsa_interp.model.heads import Head, all_heads
 from tests.analysis.patch_setup import planted_pairs, small_model, succ_pred_runs
 
 torch.set_num_threads(1)
@@ -302,7 +302,8 @@ def test_a_receiver_position_past_the_prompts_is_refused(small, small_pairs):
 
 
 def _sender(text, model):
-    return pp.parse_sender(text, model.cfg)
+    (sender,) = pp.parse_senders(text, model.cfg)
+    return sender
 
 
 def test_a_sender_at_every_position_is_the_sender_at_all_positions_to_the_bit(small, small_pairs):
@@ -348,3 +349,48 @@ def test_a_sender_position_past_the_prompts_is_refused(small, small_pairs):
         pp.patch_path(small, small_pairs, [_sender("1.2@39", small)], [_receiver("2.3/v", small)])
     with pytest.raises(ValueError, match=r"sender 1.2@40,41: its output has 39 positions"):
         pp.sender_effect(small, small_pairs, [_sender("1.2@40,41", small)])
+
+
+def test_freezing_the_readout_cuts_the_planted_heads_effect_and_freezing_another_head_does_not(planted):
+    pairs = planted_pairs(4)
+    whole = pp.sender_effect(planted, pairs, [PLANTED_HEAD])
+    assert pp.sender_effect(planted, pairs, [PLANTED_HEAD], []) == whole
+    cut = pp.sender_effect(planted, pairs, [PLANTED_HEAD], [READOUT_HEAD])
+    spared = pp.sender_effect(planted, pairs, [PLANTED_HEAD], [Head("encoder", 2, 1), Head("encoder", 1, 0)])
+    assert whole.normalized == pytest.approx(1, abs=1e-4) and whole.source_answers == 1
+    assert cut.normalized == pytest.approx(0, abs=1e-4) and cut.source_answers == 0
+    assert spared.normalized == pytest.approx(1, abs=1e-4) and spared.source_answers == 1
+
+
+def test_a_first_layer_senders_effect_with_the_encoders_other_heads_frozen_is_its_path_into_the_memory(
+    small, small_pairs
+):
+    """Both move the memory by the sender's output through the encoder's MLPs and norms alone, with the decoder free."""
+    sender = [_sender("1.2@31,33", small)]
+    others = [head for head in all_heads(small.cfg) if head != sender[0].head]
+    assert pp.sender_effect(small, small_pairs, sender, others) == pp.patch_path(
+        small, small_pairs, sender, [pp.MEMORY]
+    )
+    whole = pp.sender_effect(small, small_pairs, sender)
+    assert pp.sender_effect(small, small_pairs, sender, [Head("encoder", 0, 0)]) == whole, "a head beside it reads none"
+    assert pp.sender_effect(small, small_pairs, sender, [Head("encoder", 1, 0)]) != whole
+
+
+def test_a_last_layer_sender_reaches_the_decoder_through_its_cross_attentions_only(small, small_pairs):
+    sender = [Head("encoder", 1, 2)]
+    cross = all_heads(small.cfg, "decoder", "cross_attn")
+    encoder = [head for head in all_heads(small.cfg) if head != sender[0]]
+    frozen = pp.sender_effect(small, small_pairs, sender, cross)
+    assert frozen.logit_diff == pp.sender_effect(small, small_pairs, [Head("encoder", 1, 3)], cross).logit_diff
+    assert frozen.normalized == pytest.approx(0, abs=1e-6) and math.isnan(frozen.source_answers)
+    assert pp.sender_effect(small, small_pairs, sender, encoder) == pp.sender_effect(small, small_pairs, sender)
+
+
+@pytest.mark.parametrize(
+    ("frozen", "message"),
+    [(["1.2", "2.1"], r"1.2: a head cannot both send and be frozen"), (["2.1", "2.1"], "frozen heads repeat a head")],
+)
+def test_frozen_heads_that_send_or_repeat_are_refused(small, small_pairs, frozen, message):
+    heads = [pp.parse_receiver(text, small.cfg).head for text in frozen]
+    with pytest.raises(ValueError, match=message):
+        pp.sender_effect(small, small_pairs, [_sender("1.2@31", small)], heads)

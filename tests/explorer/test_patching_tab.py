@@ -108,7 +108,7 @@ def test_the_links_sender_replaces_the_leading_heads_paths(app):
     ("sender", "message"),
     [
         ("9.1", "no head '9.1' in this model"),
-        ("cross:1.1", "sender 'cross:1.1': give an encoder head (e.g. 1.3)"),
+        ("cross:1.1", "sender 'cross:1.1': give encoder heads (e.g. 1.3)"),
         ("2.3@x", "bad sender '2.3@x': after '@' give 0-based positions"),
         ("2.3@99", "sender 2.3@99: its output has 39 positions (0..38) in these prompts"),
     ],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lsa_interp.model import ModelConfig
-from lsa_interp.model.heads import Head, all_heads, parse_head
+from lsa_interp.model.heads import Head, all_heads, parse_head, parse_heads
 
 CFG = ModelConfig()
 
@@ -51,3 +51,24 @@ def test_hook_names_and_sweep_order():
     assert len(heads) == 24 and heads[0].label == "1.1" and heads[-1].label == "3.8" and heads == sorted(heads)
     cross = all_heads(CFG, "decoder", "cross_attn")
     assert len(cross) == 24 and {h.attn for h in cross} == {"cross_attn"} and cross[-1].label == "cross:3.8"
+
+
+@pytest.mark.parametrize(
+    ("text", "heads"),
+    [
+        ("2.7", [Head("encoder", 1, 6)]),
+        (" 2.* ", [Head("encoder", 1, h) for h in range(8)]),
+        ("cross:3.*", [Head("decoder", 2, h, "cross_attn") for h in range(8)]),
+    ],
+)
+def test_a_layers_heads_are_named_with_a_star(text, heads):
+    assert parse_heads(text, CFG) == heads
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("4.*", "bad heads '4.*': no head '4.1' in this model: encoder has layers 1..3"), ("2.**", "bad head '2.**'")],
+)
+def test_a_star_for_a_layer_the_model_lacks_is_refused(text, message):
+    with pytest.raises(ValueError, match=message.replace("*", r"\*")):
+        parse_heads(text, CFG)
