@@ -6,7 +6,11 @@ outputs from the succ prompt, every other head frozen at the pred prompt's): the
 each later attention module's heads together (q, k, v apart and together) and into the memory; the single head
 that receives most in each module. And every other encoder head whose own output carries at least a quarter of the
 difference (activation patching, as ``matching_head_patching.py``): its whole effect beside the path from the
-matching heads into its inputs, which says how much of it is read from them. Measures are normalised logit
+matching heads into its inputs, which says how much of it is read from them. Then where and through what: the
+matching heads' output at the example-output letters that differ between the two prompts only (their whole effect
+there, and their path from there into each later layer's keys and values there), and their whole effect with each
+later encoder layer's other heads frozen at the pred prompt's (the paths through that layer cut). Measures are
+normalised logit
 differences where the answers part, with the share of answers that become succ's (docs/matching_and_patching.md,
 path patching). It writes ``analyses/results/matching_head_paths.json``.
 
@@ -23,10 +27,11 @@ from pathlib import Path
 
 from lsa_interp.analysis.activation_patching import solved_pairs
 from lsa_interp.analysis.matching import matching_scores
-from lsa_interp.analysis.path_patching import PathEffect, Receiver, patch_path, paths_from, sender_effect
+from lsa_interp.analysis.pair_batch import pair_batch
+from lsa_interp.analysis.path_patching import PathEffect, Receiver, Sender, patch_path, paths_from, sender_effect
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.model import load_model
-from lsa_interp.model.heads import all_heads
+from lsa_interp.model.heads import Head, all_heads
 from lsa_interp.utils import atomic_write
 
 OUT = Path(__file__).parent / "results" / "matching_head_paths.json"
@@ -64,7 +69,33 @@ def paths_of(name: str, n_pairs: int) -> dict:
         if alone.normalized >= OTHER_HEAD_THRESHOLD:
             path = patch_path(model, pairs, found, [Receiver(head)])
             row["other_heads"][head.label] = {"whole": _measures(alone), "from_matching_heads": _measures(path)}
+    row |= _where_and_through(model, pairs, found)
     return row
+
+
+def _where_and_through(model, pairs: list, found: list[Head]) -> dict:
+    """The matching heads at the changed positions (whole effect; paths into each later layer's keys and values
+    there) and their whole effect with each later layer's other heads frozen, and with all of them."""
+    batch = pair_batch(pairs)
+    changed = tuple(int(p) for p in (batch.source.src != batch.target.src).any(0).nonzero().flatten())
+    at = [Sender(head, changed) for head in found]
+    later = range(min(h.layer for h in found) + 1, model.cfg.n_encoder_layers)
+    layers = {layer: [h for h in all_heads(model.cfg) if h.layer == layer and h not in found] for layer in later}
+    into = {
+        f"encoder {layer + 1}": _measures(
+            patch_path(model, pairs, at, [Receiver(h, "kv", changed) for h in all_heads(model.cfg) if h.layer == layer])
+        )
+        for layer in later
+    }
+    frozen = {
+        f"encoder {layer + 1}": _measures(sender_effect(model, pairs, found, heads)) for layer, heads in layers.items()
+    }
+    frozen["all later encoder layers"] = _measures(sender_effect(model, pairs, found, sum(layers.values(), [])))
+    return {
+        "changed_positions": list(changed),
+        "at_changed": {"whole": _measures(sender_effect(model, pairs, at)), "into_kv_there": into},
+        "frozen": frozen,
+    }
 
 
 def _measures(effect: PathEffect | None) -> dict | None:
@@ -110,6 +141,13 @@ def _lines(name: str, row: dict) -> str:
     for label, other in row["other_heads"].items():
         whole, path = _measure(other["whole"]), _measure(other["from_matching_heads"])
         lines.append(f"  {label}: whole effect {whole}, path from the matching heads into it {path}")
+    places, at = ",".join(map(str, row["changed_positions"])), row["at_changed"]
+    into = ", ".join(f"{layer} {_measure(cell)}" for layer, cell in at["into_kv_there"].items())
+    lines.append(
+        f"  at the changed positions ({places}) only: whole effect {_measure(at['whole'])}; into k,v there: {into}"
+    )
+    cut = ", ".join(f"{layer} {_measure(cell)}" for layer, cell in row["frozen"].items())
+    lines.append(f"  whole effect with the other heads of a later layer frozen: {cut}")
     return "\n".join(lines)
 
 

@@ -34,10 +34,18 @@ def test_the_planted_matching_heads_path_runs_into_layer_3s_values(saved, tmp_pa
     assert readout["whole"]["normalized"] == pytest.approx(1, abs=1e-3)
     assert readout["from_matching_heads"]["normalized"] == pytest.approx(1, abs=1e-3)
     assert list(planted["other_heads"]) == ["3.1"], "no other head carries a quarter of the difference"
+    assert planted["changed_positions"] == [31, 33]
+    at = planted["at_changed"]
+    assert at["whole"]["normalized"] == pytest.approx(1, abs=1e-3) and list(at["into_kv_there"]) == ["encoder 3"]
+    assert at["into_kv_there"]["encoder 3"]["normalized"] == pytest.approx(1, abs=1e-3)
+    assert list(planted["frozen"]) == ["encoder 3", "all later encoder layers"]
+    assert all(cell["normalized"] == pytest.approx(0, abs=1e-3) for cell in planted["frozen"].values())
     assert plain["matching_heads"] == [] and "whole" not in plain
     printed = capsys.readouterr().out
     assert "into encoder 3 self-attention (all heads): q 0.00 / k 0.00 / v 1.00 / q,k,v 1.00" in printed
     assert "3.1: whole effect 1.00 / 100%, path from the matching heads into it 1.00 / 100%" in printed
+    assert "at the changed positions (31,33) only: whole effect 1.00 / 100%; into k,v there: encoder 3 1.00" in printed
+    assert "frozen: encoder 3 0.00 / 0%, all later encoder layers 0.00 / 0%" in printed
     assert "no matching head, 0 pairs solved: no paths" in printed
 
 

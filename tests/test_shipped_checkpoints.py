@@ -134,3 +134,21 @@ def test_copy200_matching_head_reaches_the_answer_through_layer_3s_heads_togethe
     assert len(pairs) == 30 and together.normalized > 0.75 and together.source_answers > 0.8
     assert abs(patch_path(model, pairs, sender, [MEMORY]).normalized) < 0.05
     assert max(patch_path(model, pairs, sender, [receiver]).normalized for receiver in layer3) < 0.15
+
+
+@_needs("copy-200")
+def test_copy200_matching_head_writes_the_rule_at_the_changed_letters_and_it_must_cross_layer_3():
+    """docs/matching_and_patching.md, path patching: 1.3's output at the two changed example-output letters carries
+    nearly all of its effect, layer 3 reads it there through its keys and values, and with layer 3's heads frozen
+    nothing is left, with layer 2's nearly all."""
+    from lsa_interp.analysis.activation_patching import solved_pairs
+    from lsa_interp.analysis.path_patching import parse_receivers, parse_senders, patch_path, sender_effect
+    from lsa_interp.model.heads import parse_heads
+
+    model = load_model("copy-200")
+    pairs = solved_pairs(model, minimal_pairs("succ", "pred", 30, lengths=(3,)))
+    at_changed, matching = parse_senders("1.3@31,33", model.cfg), parse_senders("1.3", model.cfg)
+    assert sender_effect(model, pairs, at_changed).normalized > 0.9
+    assert patch_path(model, pairs, at_changed, parse_receivers("3.*/kv@31,33", model.cfg)).normalized > 0.75
+    assert abs(sender_effect(model, pairs, matching, parse_heads("3.*", model.cfg)).normalized) < 0.05
+    assert sender_effect(model, pairs, matching, parse_heads("2.*", model.cfg)).normalized > 0.8
