@@ -345,6 +345,7 @@ def test_path_patching_of_one_path_names_it(saved, tmp_path, capsys, monkeypatch
             "frozen heads cut the paths from senders: give sender heads as well",
         ),
         (["--sender", "2.3", "--freeze", "4.*"], "bad heads '4.*': no head '4.1' in this model"),
+        (["--sender", "2.3", "--freeze", "2.*"], "2.3: a head cannot both send and be frozen"),
         (["--sender", "2.3@30", "--receiver", "3.1/v@31"], "receiver 3.1/v@31: its v reads none of the positions"),
         (["--sender", "2.3", "--from", "pred"], "--from and --to are both 'pred'; give two different rules"),
         (["--sender", "2.3", "--alphabets", "greek"], "unknown --alphabets 'greek'; choose one of standard, permuted"),

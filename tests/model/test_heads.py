@@ -67,7 +67,12 @@ def test_a_layers_heads_are_named_with_a_star(text, heads):
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("4.*", "bad heads '4.*': no head '4.1' in this model: encoder has layers 1..3"), ("2.**", "bad head '2.**'")],
+    [
+        ("4.*", "bad heads '4.*': no head '4.1' in this model: encoder has layers 1..3"),
+        ("2.**", "bad head '2.**'"),
+        ("2.", "bad head '2.'"),
+        ("*.1", "bad head '*.1'"),
+    ],
 )
 def test_a_star_for_a_layer_the_model_lacks_is_refused(text, message):
     with pytest.raises(ValueError, match=message.replace("*", r"\*")):
