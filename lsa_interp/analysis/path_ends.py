@@ -172,7 +172,7 @@ def check_paths(cfg: ModelConfig, senders: Sequence[Head | Sender], receivers: S
             raise ValueError(
                 f"receiver {receiver.label}: no sender reaches its {'/'.join(missing)} along a path through no other "
                 f"head (it reads {reachable(cfg, given, receiver.head) or 'nothing'} of "
-                f"{', '.join(labels(given))}); receivers sit after their senders"
+                f"{', '.join(short_labels(given, cfg.n_heads))}); receivers sit after their senders"
             )
         _check_overlap(cfg, given, receiver)
 

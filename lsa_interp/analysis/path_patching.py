@@ -69,6 +69,7 @@ __all__ = [
     "Receiver",
     "Sender",
     "Target",
+    "check_chain",
     "check_frozen",
     "check_paths",
     "labels",
@@ -128,6 +129,17 @@ class _PathRuns:
             cells.setdefault(hook, []).append((sender.head.head, sender.positions))
         return cells
 
+    def relayed(self, hop: Sequence[Receiver], recorded: dict[str, Tensor], record: Sequence[str]) -> dict[str, Tensor]:
+        """A hop of a chain: the target with the ``hop``'s inputs from ``recorded`` and every other head's output
+        frozen at the target's, so that only the hop's heads pass on what they received; returns ``record``'s."""
+        heads = {r.head for r in hop}
+        patches = _receiver_patches(hop, recorded)
+        for module in attention_modules(self.cfg):
+            hook = f"{module}.hook_z"
+            cells: Cells = [(head.head, None) for head in heads if head.hook("z") == hook]
+            patches[hook] = partial(_keep, target=self.runs.target_saved[hook], cells=cells)
+        return run_patched(self.model, self.runs.target, self.runs.tgt, patches, save=record)
+
     def through(self, receivers: Sequence[Target], recorded: dict[str, Tensor], answers: bool) -> PathEffect:
         """Run 3: the target with the ``receivers``' inputs from run 2's ``recorded``."""
         patches = _receiver_patches(receivers, recorded)
@@ -149,6 +161,11 @@ Cells = list[tuple[int, Positions]]
 def _freeze(tensor: Tensor, target: Tensor, source: Tensor, cells: Cells) -> Tensor:
     """The target run's output with the source run's at the senders' ``cells``."""
     return _take(target, source, cells)
+
+
+def _keep(tensor: Tensor, target: Tensor, cells: Cells) -> Tensor:
+    """The target run's output with this run's own at ``cells``."""
+    return _take(target, tensor, cells)
 
 
 def _receiver_hooks(receivers: Sequence[Target]) -> list[str]:
@@ -203,17 +220,44 @@ def patch_path(
     senders: Sequence[Head | Sender],
     receivers: Sequence[Target],
     answers: bool = True,
+    through: Sequence[Sequence[Receiver]] = (),
 ) -> PathEffect:
     """The effect of the ``senders``' outputs (heads: at all positions; `Sender`s: at theirs; taken from the source
-    prompts) on the target prompts' answers through the ``receivers``' inputs only. Answers are decoded where
-    ``answers`` and every receiver is fed by the encoder alone. Raises ValueError for no receivers, `check_paths`'
-    cases, positions past the prompts and pairs `pair_batch` refuses."""
+    prompts) on the target prompts' answers through the ``receivers``' inputs only. With ``through`` hops (each a
+    list of receivers, `check_chain`), only along the chain senders -> first hop -> ... -> receivers: each hop's
+    inputs are set to what the step before sends them with every head but the hop's frozen, and its heads' outputs
+    are what the next hop receives. Answers are decoded where ``answers`` and every receiver is fed by the encoder
+    alone. Raises ValueError for no receivers, `check_paths`' and `check_chain`'s cases, positions past the prompts
+    and pairs `pair_batch` refuses."""
     if not receivers:
         raise ValueError("path patching needs at least one receiver (a head's q/k/v or 'memory')")
-    check_paths(model.cfg, senders, receivers)
+    check_chain(model.cfg, senders, through, receivers)
+    stages = [*through, receivers]
     with torch.no_grad(), eval_mode(model):
         runs = _PathRuns(model, pairs)
-        return runs.through(receivers, runs.frozen(as_senders(senders), _receiver_hooks(receivers)), answers)
+        recorded = runs.frozen(as_senders(senders), _receiver_hooks(stages[0]))
+        for hop, following in zip(through, stages[1:]):
+            recorded = runs.relayed(hop, recorded, _receiver_hooks(following))
+        return runs.through(receivers, recorded, answers)
+
+
+def check_chain(
+    cfg: ModelConfig,
+    senders: Sequence[Head | Sender],
+    through: Sequence[Sequence[Receiver]],
+    receivers: Sequence[Target],
+) -> None:
+    """Raise ValueError for an empty hop, the memory as a hop (it ends a path), or a step of the chain that
+    `check_paths` refuses: the senders into the first hop, each hop's heads (at all positions) into the next, the
+    last into the receivers."""
+    if any(not hop for hop in through):
+        raise ValueError("a hop of a chain needs at least one receiver (a head's q/k/v)")
+    if any(MEMORY in hop for hop in through):
+        raise ValueError("the memory ends a path: give it as a receiver, not as a hop")
+    stages = [as_senders(senders), *through, receivers]
+    for step, (before, after) in enumerate(zip(stages, stages[1:])):
+        sending = before if step == 0 else [Sender(head) for head in dict.fromkeys(r.head for r in before)]
+        check_paths(cfg, sending, after)
 
 
 def sender_effect(

@@ -13,8 +13,8 @@ from lsa_interp.analysis.path_patching import (
     PathSweep,
     Sender,
     Target,
+    check_chain,
     check_frozen,
-    check_paths,
     labels,
     parse_receivers,
     parse_senders,
@@ -45,6 +45,7 @@ def path_patching_analysis(
     length: int = 3,
     progress: Callable[[int, int], None] | None = None,
     frozen: Sequence[str] = (),
+    through: Sequence[str] = (),
 ) -> AnalysisResult:
     """Path patching from the ``senders`` (heads, ``"1.3"``, at some positions only: ``"1.3@31,33"``) into the
     ``receivers`` (``"2.3/v"``, ``"cross:3.1/kv"``, ``"memory"``) on the pairs of `offered_and_solved`: with both,
@@ -52,7 +53,9 @@ def path_patching_analysis(
     memory); with receivers only, every head as their sender (a heat map). Raises ValueError for neither, bad labels,
     receivers the senders do not reach, fewer than one pair, or a model that answers no pair right. Labels may name
     a layer's heads (``"3.*/kv"``). With ``frozen`` heads (``"2.7"``, ``"2.*"``) it also measures the senders' whole
-    effect with those heads' outputs kept at the target prompt's: what is left with the paths through them cut."""
+    effect with those heads' outputs kept at the target prompt's: what is left with the paths through them cut. With
+    ``through`` hops (one receiver label each, ``"2.3"``, ``"2.*/v"``) the one path runs senders -> hops ->
+    receivers (`patch_path`'s chain)."""
     if not senders and not receivers:
         raise ValueError("give senders (heads such as '1.3'), receivers ('2.3/v', 'memory') or both")
     if n_pairs < 1:
@@ -60,10 +63,13 @@ def path_patching_analysis(
     heads = [sender for label in senders for sender in parse_senders(label, model.cfg)]
     targets = [receiver for label in receivers for receiver in parse_receivers(label, model.cfg)]
     cut = [head for label in frozen for head in parse_heads(label, model.cfg)]
+    hops = [parse_receivers(label, model.cfg) for label in through]
     if cut and not heads:
         raise ValueError("frozen heads cut the paths from senders: give sender heads as well (e.g. '1.3')")
+    if hops and not (heads and targets):
+        raise ValueError("a chain runs from senders through hops into receivers: give sender heads and receivers too")
     if heads:
-        check_paths(model.cfg, heads, targets)
+        check_chain(model.cfg, heads, hops, targets)
         check_frozen(heads, cut)
     else:
         senders_reaching(model.cfg, targets)
@@ -75,7 +81,7 @@ def path_patching_analysis(
         "pairs solved (both prompts)": len(pairs),
     }
     if heads and targets:
-        return _one_path(model, model_name, pairs, heads, targets, cut, summary)
+        return _one_path(model, model_name, pairs, heads, hops, targets, cut, summary)
     sweep = paths_from(model, pairs, heads, progress) if heads else paths_into(model, pairs, targets, progress)
     return _sweep_result(model, model_name, pairs, heads, cut, sweep, summary)
 
@@ -85,15 +91,17 @@ def _one_path(
     model_name: str,
     pairs: list,
     heads: list[Sender],
+    hops: list[list[Target]],
     targets: list[Target],
     cut: list[Head],
     summary: dict,
 ) -> AnalysisResult:
-    path = patch_path(model, pairs, heads, targets)
-    name = f"{_joined(heads, model.cfg.n_heads)} -> {_joined(targets, model.cfg.n_heads)}"
+    path = patch_path(model, pairs, heads, targets, through=hops)
+    name = " -> ".join(_joined(stage, model.cfg.n_heads) for stage in [heads, *hops, targets])
     summary |= {"path": name, "path: normalised": path.normalized} | _answer_rows("path", path)
     findings = [Finding(f"Path {name}", _NOT_IN_PAPER, _effect_text(path), None, value=path.normalized)]
-    data = {"senders": labels(heads), "receivers": labels(targets), "path": path}
+    data = {"senders": labels(heads), "through": [labels(hop) for hop in hops], "receivers": labels(targets)}
+    data["path"] = path
     effects = {f"path {name}": path} | _whole_effects(model, pairs, heads, cut, summary, findings, data)
     figures = {"path": _path_bars(effects, summary)}
     return AnalysisResult("path_patching", model_name, summary, _jsonable(data), figures, findings)

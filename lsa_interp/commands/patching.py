@@ -285,6 +285,8 @@ def register(app: typer.Typer) -> None:
         "--receiver 2.3\n\n"
         "Every head's path into the keys and values of the last layer's cross-attention head 1: lsa-interp "
         "path-patching --receiver cross:3.1/kv\n\n"
+        "A chain: lsa-interp path-patching --model checkpoints/replicates/copy-20-s2-bf16 --sender 1.7 --through 2.3 "
+        "--receiver 3.1\n\n"
         "From 1.3's output at the two changed letters into layer 3's keys and values there, and 1.3's whole effect "
         "with layer 3 frozen: lsa-interp path-patching --sender 1.3@31,33 --receiver '3.*/kv@31,33' --freeze '3.*'",
     )
@@ -303,6 +305,14 @@ def register(app: typer.Typer) -> None:
                 help="A receiver, repeatable: a head and the inputs it reads through ('2.3/v', 'cross:3.1/kv'; a bare "
                 "head reads through q, k and v; '3.*/kv': every head of the layer), at some positions only with '@' "
                 "('3.7/kv@31,33', 0-based), or 'memory'."
+            ),
+        ] = None,
+        through: Annotated[
+            list[str] | None,
+            typer.Option(
+                help="A hop between the senders and the receivers, repeatable, in order: receivers as for --receiver "
+                "('2.3', '2.*/v'); the path then runs from the senders into the first hop's inputs, from its heads "
+                "into the next hop's, and so on into the receivers, every other head frozen at each step."
             ),
         ] = None,
         freeze: Annotated[
@@ -346,6 +356,7 @@ def register(app: typer.Typer) -> None:
                 length,
                 lambda done, total: bar.update(task, completed=done, total=total),
                 freeze or [],
+                through or [],
             )
         finish(result, target_dir, model)
 

@@ -329,6 +329,12 @@ def test_path_patching_of_one_path_names_it(saved, tmp_path, capsys, monkeypatch
         report["data"]["frozen"] == ["3.1"]
         and abs(report["summary"]["senders' effect with 3.1 frozen: normalised"]) < 1e-4
     )
+    chain = tmp_path / "chain"
+    hops = ["--through", "3.1/v"]
+    assert run([*args, "--sender", "2.3", *hops, "--receiver", "memory", "--out", str(chain)], capsys)[0] == 0
+    report = json.loads((chain / "path_patching.json").read_text())
+    assert report["summary"]["path"] == "2.3 -> 3.1/v -> memory" and report["summary"]["path: normalised"] > 0.99
+    assert report["data"]["through"] == [["3.1/v"]]
 
 
 @pytest.mark.parametrize(
@@ -345,6 +351,9 @@ def test_path_patching_of_one_path_names_it(saved, tmp_path, capsys, monkeypatch
             "frozen heads cut the paths from senders: give sender heads as well",
         ),
         (["--sender", "2.3", "--freeze", "4.*"], "bad heads '4.*': no head '4.1' in this model"),
+        (["--sender", "2.3", "--through", "3.1"], "a chain runs from senders through hops into receivers"),
+        (["--sender", "2.3", "--through", "memory", "--receiver", "cross:1.1/kv"], "the memory ends a path"),
+        (["--sender", "2.3", "--through", "3.1", "--receiver", "3.2"], "receiver 3.2/qkv: no sender reaches its q/k/v"),
         (["--sender", "2.3", "--freeze", "2.*"], "2.3: a head cannot both send and be frozen"),
         (["--sender", "2.3@30", "--receiver", "3.1/v@31"], "receiver 3.1/v@31: its v reads none of the positions"),
         (["--sender", "2.3", "--from", "pred"], "--from and --to are both 'pred'; give two different rules"),

@@ -394,3 +394,58 @@ def test_frozen_heads_that_send_or_repeat_are_refused(small, small_pairs, frozen
     heads = [pp.parse_receiver(text, small.cfg).head for text in frozen]
     with pytest.raises(ValueError, match=message):
         pp.sender_effect(small, small_pairs, [_sender("1.2@31", small)], heads)
+
+
+def _hop(text, model):
+    return pp.parse_receivers(text, model.cfg)
+
+
+def test_the_planted_chain_runs_through_the_readout_into_the_memory_and_through_no_other_head(planted):
+    pairs = planted_pairs(4)
+    readout = pp.patch_path(planted, pairs, [PLANTED_HEAD], [pp.MEMORY], through=[_hop("3.1/v", planted)])
+    other = pp.patch_path(planted, pairs, [PLANTED_HEAD], [pp.MEMORY], through=[_hop("3.2", planted)])
+    assert readout.normalized == pytest.approx(1, abs=1e-4) and readout.source_answers == 1
+    assert other.normalized == pytest.approx(0, abs=1e-6) and other.source_answers == 0
+
+
+def test_a_chain_through_the_last_encoder_layer_into_the_memory_is_the_path_into_that_layer_to_the_bit(
+    small, small_pairs
+):
+    sender, last = [_sender("1.2@31,33", small)], _hop("2.*", small)
+    chain = pp.patch_path(small, small_pairs, sender, [pp.MEMORY], through=[last])
+    assert chain == pp.patch_path(small, small_pairs, sender, last)
+    assert chain != pp.patch_path(small, small_pairs, sender, [pp.MEMORY], through=[_hop("2.1", small)])
+
+
+def test_a_hop_passes_on_only_what_it_received(small, small_pairs):
+    """Through a cross-attention's keys and values into a later decoder head's values (at the first step, where the
+    answers part here, a causal head's query and key carry nothing): the hop's heads pass on what the sender sent
+    them; without the hop the receiver cannot read the encoder sender."""
+    sender, hop, receiver = [Head("encoder", 0, 1)], _hop("cross:1.*/kv", small), _hop("dec:2.1/v", small)
+    chain = pp.patch_path(small, small_pairs, sender, receiver, through=[hop])
+    assert chain.normalized != 0 and math.isnan(chain.source_answers)
+    with pytest.raises(ValueError, match="receiver dec:2.1/v: no sender reaches its v"):
+        pp.patch_path(small, small_pairs, sender, receiver)
+
+
+@pytest.mark.parametrize(
+    ("senders", "through", "receivers", "message"),
+    [
+        (["1.1"], [[]], ["2.1"], "a hop of a chain needs at least one receiver"),
+        (["1.1"], [["memory"]], ["cross:1.1/kv"], "the memory ends a path: give it as a receiver, not as a hop"),
+        (["2.1"], [["1.3"]], ["memory"], "receiver 1.3/qkv: no sender reaches its q/k/v"),
+        (["1.1"], [["2.*"]], ["2.1"], r"receiver 2.1/qkv: no sender reaches its q/k/v .* \(it reads nothing of 2.\*\)"),
+        (["1.1"], [["2.1/q", "2.1/kv"]], ["memory"], None),
+    ],
+)
+def test_chains_that_cannot_run_are_refused(small, senders, through, receivers, message):
+    cfg = small.cfg
+    hops = [[r for text in hop for r in _hop(text, small)] for hop in through]
+    check = lambda: pp.check_chain(
+        cfg, [_sender(s, small) for s in senders], hops, [_receiver(r, small) for r in receivers]
+    )
+    if message is None:
+        check()
+    else:
+        with pytest.raises(ValueError, match=message):
+            check()
