@@ -8,8 +8,9 @@ that receives most in each module. And every other encoder head whose own output
 difference (activation patching, as ``matching_head_patching.py``): its whole effect beside the path from the
 matching heads into its inputs, which says how much of it is read from them. Then where and through what: the
 matching heads' output at the example-output letters that differ between the two prompts only (their whole effect
-there, and their path from there into each later layer's keys and values there), and their whole effect with each
-later encoder layer's other heads frozen at the pred prompt's (the paths through that layer cut). Measures are
+there, and their path from there into each later layer's keys and values there), their whole effect with each
+later encoder layer's other heads frozen at the pred prompt's (the paths through that layer cut), and the chain from
+them through each later layer's other heads into the next layer's (what the first relays to the second). Measures are
 normalised logit
 differences where the answers part, with the share of answers that become succ's (docs/matching_and_patching.md,
 path patching). It writes ``analyses/results/matching_head_paths.json``.
@@ -91,10 +92,24 @@ def _where_and_through(model, pairs: list, found: list[Head]) -> dict:
         f"encoder {layer + 1}": _measures(sender_effect(model, pairs, found, heads)) for layer, heads in layers.items()
     }
     frozen["all later encoder layers"] = _measures(sender_effect(model, pairs, found, sum(layers.values(), [])))
+    chains = {
+        f"encoder {layer + 1} -> encoder {layer + 2}": _measures(
+            patch_path(
+                model,
+                pairs,
+                found,
+                [Receiver(h) for h in all_heads(model.cfg) if h.layer == layer + 1],
+                through=[[Receiver(h) for h in layers[layer]]],
+            )
+        )
+        for layer in later
+        if layer + 1 in layers
+    }
     return {
         "changed_positions": list(changed),
         "at_changed": {"whole": _measures(sender_effect(model, pairs, at)), "into_kv_there": into},
         "frozen": frozen,
+        "chains": chains,
     }
 
 
@@ -148,6 +163,9 @@ def _lines(name: str, row: dict) -> str:
     )
     cut = ", ".join(f"{layer} {_measure(cell)}" for layer, cell in row["frozen"].items())
     lines.append(f"  whole effect with the other heads of a later layer frozen: {cut}")
+    if row["chains"]:
+        chains = ", ".join(f"{chain} {_measure(cell)}" for chain, cell in row["chains"].items())
+        lines.append(f"  chains from the matching heads through a layer's other heads into the next: {chains}")
     return "\n".join(lines)
 
 

@@ -40,6 +40,7 @@ def test_the_planted_matching_heads_path_runs_into_layer_3s_values(saved, tmp_pa
     assert at["into_kv_there"]["encoder 3"]["normalized"] == pytest.approx(1, abs=1e-3)
     assert list(planted["frozen"]) == ["encoder 3", "all later encoder layers"]
     assert all(cell["normalized"] == pytest.approx(0, abs=1e-3) for cell in planted["frozen"].values())
+    assert planted["chains"] == {}, "no layer between the matching head and the last"
     assert plain["matching_heads"] == [] and "whole" not in plain
     printed = capsys.readouterr().out
     assert "into encoder 3 self-attention (all heads): q 0.00 / k 0.00 / v 1.00 / q,k,v 1.00" in printed
@@ -67,3 +68,24 @@ def test_heads_that_cannot_read_the_matching_heads_are_not_followed(saved, tmp_p
     assert script.main(["--model", saved[0], "--pairs", "2", "--out", str(out)]) == 0
     followed = json.loads(out.read_text())["models"][saved[0]]["other_heads"]
     assert list(followed) == ["3.1", "3.2", "3.3", "3.4"], "only layer 3 comes after the matching head 2.3"
+
+
+def test_a_matching_head_in_the_first_layer_is_followed_through_the_second_into_the_third(
+    saved, tmp_path, monkeypatch, capsys
+):
+    """With the planted model's 1.1 taken for its matching head, the chain runs through layer 2's heads (the planted
+    head 2.3 among them, which reads the example) into layer 3's, and the layers frozen are 2 and 3."""
+    from lsa_interp.model.heads import Head
+
+    script = load_script("analyses/matching_head_paths.py")
+    monkeypatch.setattr(script, "minimal_pairs", lambda source, target, n, **_: planted_pairs(n))
+    scores = lambda model: type("Scores", (), {"heads": lambda self: [Head("encoder", 0, 0)]})()
+    monkeypatch.setattr(script, "matching_scores", scores)
+    out = tmp_path / "paths.json"
+    assert script.main(["--model", saved[0], "--pairs", "3", "--out", str(out)]) == 0
+    row = json.loads(out.read_text())["models"][saved[0]]
+    assert list(row["chains"]) == ["encoder 2 -> encoder 3"] and row["matching_heads"] == ["1.1"]
+    assert list(row["frozen"]) == ["encoder 2", "encoder 3", "all later encoder layers"]
+    assert "chains from the matching heads through a layer's other heads into the next: encoder 2 -> encoder 3" in (
+        capsys.readouterr().out
+    )
