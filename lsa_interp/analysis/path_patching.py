@@ -220,7 +220,7 @@ def patch_path(
     senders: Sequence[Head | Sender],
     receivers: Sequence[Target],
     answers: bool = True,
-    through: Sequence[Sequence[Receiver]] = (),
+    through: Sequence[Sequence[Target]] = (),
 ) -> PathEffect:
     """The effect of the ``senders``' outputs (heads: at all positions; `Sender`s: at theirs; taken from the source
     prompts) on the target prompts' answers through the ``receivers``' inputs only. With ``through`` hops (each a
@@ -244,7 +244,7 @@ def patch_path(
 def check_chain(
     cfg: ModelConfig,
     senders: Sequence[Head | Sender],
-    through: Sequence[Sequence[Receiver]],
+    through: Sequence[Sequence[Target]],
     receivers: Sequence[Target],
 ) -> None:
     """Raise ValueError for an empty hop, the memory as a hop (it ends a path), or a step of the chain that
