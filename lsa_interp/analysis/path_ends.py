@@ -1,6 +1,7 @@
 """The two ends of a patched path (`lsa_interp.analysis.path_patching`): the *senders*, heads whose outputs are
 taken from the source prompt, and the *receivers*, heads' queries, keys or values (or the memory) that read them;
-their labels, and which receivers a set of senders reaches along paths through no other head.
+their labels, which receivers a set of senders reaches along paths through no other head, and the checks of paths,
+chains and frozen heads.
 
 A sender is a head at all positions (``"1.3"``) or at some (``"1.3@31,33"``); a receiver a head and its inputs
 (``"2.3/v"``, ``"cross:3.1/kv"``, ``"2.3"`` = q, k and v), at all positions or at some (``"3.7/kv@31,33"``), or
@@ -190,6 +191,25 @@ def _check_overlap(cfg: ModelConfig, senders: list[Sender], receiver: Receiver) 
                 f"({', '.join(labels([s for s in senders if s.head in reaching]))}); a path between heads stays at "
                 "its position"
             )
+
+
+def check_chain(
+    cfg: ModelConfig,
+    senders: Sequence[Head | Sender],
+    through: Sequence[Sequence[Target]],
+    receivers: Sequence[Target],
+) -> None:
+    """Raise ValueError for an empty hop, the memory as a hop (it ends a path), or a step of the chain that
+    `check_paths` refuses: the senders into the first hop, each hop's heads (at all positions) into the next, the
+    last into the receivers."""
+    if any(not hop for hop in through):
+        raise ValueError("a hop of a chain needs at least one receiver (a head's q/k/v)")
+    if any(MEMORY in hop for hop in through):
+        raise ValueError("the memory ends a path: give it as a receiver, not as a hop")
+    stages = [as_senders(senders), *through, receivers]
+    for step, (before, after) in enumerate(zip(stages, stages[1:])):
+        sending = before if step == 0 else [Sender(head) for head in dict.fromkeys(r.head for r in before)]
+        check_paths(cfg, sending, after)
 
 
 def check_frozen(senders: Sequence[Head | Sender], frozen: Sequence[Head]) -> None:

@@ -11,8 +11,10 @@ Three runs, all teacher-forced on the target answers and measured as in `lsa_int
 3. the target prompt with only the receivers' inputs replaced by those of run 2.
 
 So run 3 moves only what flows from the senders to the receivers along paths through no other head (the residual
-stream, MLPs and norms). A receiver is a head and the inputs it reads the senders through (``"2.3/v"``,
-``"cross:3.1/kv"``), or the memory (``MEMORY``: the encoder output every cross-attention reads). An encoder head
+stream, MLPs and norms). A sender is a head at all positions or at some (``"1.3@31,33"``); a receiver is a head and
+the inputs it reads the senders through (``"2.3/v"``, ``"cross:3.1/kv"``), or the memory (``MEMORY``: the encoder
+output every cross-attention reads); both as in `lsa_interp.analysis.path_ends`. A chain (``through`` hops) repeats
+run 2 once per hop, each hop's heads sending what they received. An encoder head
 reaches a later encoder head's queries, keys and values and every cross-attention's keys and values (through the
 memory); a decoder head reaches the later decoder heads' queries, keys and values and the cross-attentions' queries
 (their keys and values come from the memory). Receivers are patched together in run 3, each to its run-2 input,
@@ -45,6 +47,7 @@ from lsa_interp.analysis.path_ends import (
     Sender,
     Target,
     as_senders,
+    check_chain,
     check_frozen,
     check_paths,
     labels,
@@ -125,7 +128,7 @@ class _PathRuns:
         cells: dict[str, Cells] = {}
         for sender in senders:
             hook = sender.head.hook("z")
-            _check_positions(sender.label, sender.positions, self.runs.saved[hook].shape[1], "output has")
+            _check_positions(f"sender {sender.label}: its output has", sender.positions, self.runs.saved[hook].shape[1])
             cells.setdefault(hook, []).append((sender.head.head, sender.positions))
         return cells
 
@@ -185,15 +188,15 @@ def _receiver_patches(receivers: Sequence[Target], recorded: dict[str, Tensor]) 
             patches[_MEMORY_HOOK] = partial(_whole, donor=recorded[_MEMORY_HOOK])
             continue
         for hook in receiver.hooks():
-            _check_positions(receiver.label, receiver.positions, recorded[hook].shape[1], "inputs have")
+            _check_positions(f"receiver {receiver.label}: its inputs have", receiver.positions, recorded[hook].shape[1])
             cells.setdefault(hook, []).append((receiver.head.head, receiver.positions))
     return patches | {hook: partial(_take, donor=recorded[hook], cells=c) for hook, c in cells.items()}
 
 
-def _check_positions(label: str, positions: Positions, length: int, what: str) -> None:
+def _check_positions(what: str, positions: Positions, length: int) -> None:
+    """Raise ValueError, starting with ``what``, for a position past ``length``."""
     if positions is not None and positions[-1] >= length:
-        kind = "receiver" if "/" in label else "sender"
-        raise ValueError(f"{kind} {label}: its {what} {length} positions (0..{length - 1}) in these prompts")
+        raise ValueError(f"{what} {length} positions (0..{length - 1}) in these prompts")
 
 
 def _whole(tensor: Tensor, donor: Tensor) -> Tensor:
@@ -239,25 +242,6 @@ def patch_path(
         for hop, following in zip(through, stages[1:]):
             recorded = runs.relayed(hop, recorded, _receiver_hooks(following))
         return runs.through(receivers, recorded, answers)
-
-
-def check_chain(
-    cfg: ModelConfig,
-    senders: Sequence[Head | Sender],
-    through: Sequence[Sequence[Target]],
-    receivers: Sequence[Target],
-) -> None:
-    """Raise ValueError for an empty hop, the memory as a hop (it ends a path), or a step of the chain that
-    `check_paths` refuses: the senders into the first hop, each hop's heads (at all positions) into the next, the
-    last into the receivers."""
-    if any(not hop for hop in through):
-        raise ValueError("a hop of a chain needs at least one receiver (a head's q/k/v)")
-    if any(MEMORY in hop for hop in through):
-        raise ValueError("the memory ends a path: give it as a receiver, not as a hop")
-    stages = [as_senders(senders), *through, receivers]
-    for step, (before, after) in enumerate(zip(stages, stages[1:])):
-        sending = before if step == 0 else [Sender(head) for head in dict.fromkeys(r.head for r in before)]
-        check_paths(cfg, sending, after)
 
 
 def sender_effect(

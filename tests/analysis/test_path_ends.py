@@ -1,5 +1,5 @@
 """The ends of a patched path: senders and receivers parsed with their inputs and positions, what each receiver can
-read of its senders, and the paths refused before anything runs."""
+read of its senders, and the paths and chains refused before anything runs."""
 
 from __future__ import annotations
 
@@ -167,3 +167,26 @@ def test_short_labels_write_a_layers_receivers_given_alike_once(texts, short):
 )
 def test_short_labels_write_a_layers_senders_given_alike_once(texts, short):
     assert ends.short_labels([_sender(t) for t in texts], CFG.n_heads) == short
+
+
+@pytest.mark.parametrize(
+    ("senders", "through", "receivers", "message"),
+    [
+        (["1.1"], [[]], ["2.1"], "a hop of a chain needs at least one receiver"),
+        (["1.1"], [["memory"]], ["cross:1.1/kv"], "the memory ends a path: give it as a receiver, not as a hop"),
+        (["2.1"], [["1.3"]], ["memory"], "receiver 1.3/qkv: no sender reaches its q/k/v"),
+        (["1.1"], [["2.*"]], ["2.1"], r"receiver 2.1/qkv: no sender reaches its q/k/v .* \(it reads nothing of 2.\*\)"),
+        (["1.1"], [["2.1/q", "2.1/kv"]], ["memory"], None),
+        (["1.1"], [["cross:1.*/kv"]], ["dec:2.1/v"], None),
+    ],
+)
+def test_chains_that_cannot_run_are_refused(senders, through, receivers, message):
+    """Each step of a chain is checked as a path: the senders into the first hop, a hop's heads (once each, at all
+    positions) into the next, the last into the receivers."""
+    hops = [[r for text in hop for r in ends.parse_receivers(text, CFG)] for hop in through]
+    check = lambda: ends.check_chain(CFG, [_sender(s) for s in senders], hops, [_receiver(r) for r in receivers])
+    if message is None:
+        check()
+    else:
+        with pytest.raises(ValueError, match=message):
+            check()
