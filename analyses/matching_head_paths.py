@@ -77,16 +77,14 @@ def paths_of(name: str, n_pairs: int) -> dict:
 def _where_and_through(model, pairs: list, found: list[Head]) -> dict:
     """The matching heads at the changed positions (whole effect; paths into each later layer's keys and values
     there) and their whole effect with each later layer's other heads frozen, and with all of them."""
-    batch = pair_batch(pairs)
-    changed = tuple(int(p) for p in (batch.source.src != batch.target.src).any(0).nonzero().flatten())
+    changed = pair_batch(pairs).changed_positions()
     at = [Sender(head, changed) for head in found]
     later = range(min(h.layer for h in found) + 1, model.cfg.n_encoder_layers)
-    layers = {layer: [h for h in all_heads(model.cfg) if h.layer == layer and h not in found] for layer in later}
+    every = {layer: [h for h in all_heads(model.cfg) if h.layer == layer] for layer in later}
+    layers = {layer: [h for h in heads if h not in found] for layer, heads in every.items()}
     into = {
-        f"encoder {layer + 1}": _measures(
-            patch_path(model, pairs, at, [Receiver(h, "kv", changed) for h in all_heads(model.cfg) if h.layer == layer])
-        )
-        for layer in later
+        f"encoder {layer + 1}": _measures(patch_path(model, pairs, at, [Receiver(h, "kv", changed) for h in heads]))
+        for layer, heads in every.items()
     }
     frozen = {
         f"encoder {layer + 1}": _measures(sender_effect(model, pairs, found, heads)) for layer, heads in layers.items()
@@ -98,7 +96,7 @@ def _where_and_through(model, pairs: list, found: list[Head]) -> dict:
                 model,
                 pairs,
                 found,
-                [Receiver(h) for h in all_heads(model.cfg) if h.layer == layer + 1],
+                [Receiver(h) for h in every[layer + 1]],
                 through=[[Receiver(h) for h in layers[layer]]],
             )
         )

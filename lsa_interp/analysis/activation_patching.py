@@ -35,7 +35,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from lsa_interp.analysis.activations import eval_mode
-from lsa_interp.analysis.attribution_patching import attribute_activations
+from lsa_interp.analysis.attribution_patching import attribute_activations, check_steps
 from lsa_interp.analysis.pair_batch import pair_batch
 from lsa_interp.analysis.patch_grids import (
     ATTN_OUT,
@@ -217,8 +217,7 @@ def activation_patching_analysis(
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if n_pairs < 1:
         raise ValueError(f"n_pairs must be at least 1 (minimal pairs offered), got {n_pairs}")
-    if steps < 1:
-        raise ValueError(f"steps must be at least 1 (1: the gradient at the target run), got {steps}")
+    check_steps(steps)
     offered, pairs = offered_and_solved(model, source, target, n_pairs, seed, alphabets, length)
     if method == "exact":
         result, how = patch_activations(model, pairs, sites, progress), "activation patching"

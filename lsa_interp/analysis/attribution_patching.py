@@ -50,8 +50,7 @@ def attribute_activations(
     inputs, as EAP-IG), not the target run's alone; ``progress(done, steps)`` after each. Raises ValueError for
     ``steps`` < 1 and as ``patch_activations`` does."""
     check_sites(sites)
-    if steps < 1:
-        raise ValueError(f"steps must be at least 1 (1: the gradient at the target run), got {steps}")
+    check_steps(steps)
     with eval_mode(model):
         batch = pair_batch(pairs)
         positions = shared_position_labels(batch.source, batch.target)
@@ -67,13 +66,13 @@ def attribute_activations(
         ends = (target[_EMBED], source[_EMBED])
         gradients = _mean_gradients(model, target_inputs, tgt, measure, needed, ends, steps, progress)
         target_diff = float(measure(target["logits"]))
+        changes = {hook: ((source[hook] - target[hook]) * gradients[hook]).float().cpu() for hook in needed}
         grids = {}
         for site, (rows, columns) in layout.items():
             diff = torch.zeros(len(rows), len(columns))
             for row, (hook, _, indices) in enumerate(rows):
-                change = ((source[hook] - target[hook]) * gradients[hook]).float().cpu()
                 for column, index in enumerate(indices):
-                    diff[row, column] = target_diff + float(change[index].sum())
+                    diff[row, column] = target_diff + float(changes[hook][index].sum())
             nan = torch.full_like(diff, torch.nan)
             labels = tuple(label for _, label, _ in rows)
             grids[site] = PatchingGrid(site, tuple(hook for hook, _, _ in rows), labels, columns, diff, nan, nan)
@@ -83,6 +82,12 @@ def attribute_activations(
 
 
 _EMBED = "encoder.hook_embed"
+
+
+def check_steps(steps: int) -> None:
+    """Raise ValueError for fewer than one integration step."""
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1 (1: the gradient at the target run), got {steps}")
 
 
 def _mean_gradients(

@@ -26,6 +26,10 @@ class PairBatch:
     def __len__(self) -> int:
         return len(self.source)
 
+    def changed_positions(self) -> tuple[int, ...]:
+        """The encoder positions where some pair's source and target prompts differ (in order)."""
+        return tuple(int(p) for p in (self.source.src != self.target.src).any(0).nonzero().flatten())
+
 
 def pair_batch(pairs: Sequence[MinimalPair]) -> PairBatch:
     """Tokenize ``pairs``. Raises ValueError for no pairs, answers that are missing or equal, or a pair whose

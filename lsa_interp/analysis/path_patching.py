@@ -107,21 +107,28 @@ class _PathRuns:
     def __init__(self, model: HookedEncoderDecoder, pairs: Sequence[MinimalPair]):
         self.model, self.cfg = model, model.cfg
         self.batch: PairBatch = pair_batch(pairs)
-        outputs = [f"{module}.hook_z" for module in attention_modules(self.cfg)]
+        self.outputs = outputs = [f"{module}.hook_z" for module in attention_modules(self.cfg)]
         self.runs: PairRuns = pair_runs(model, pairs, outputs, self.batch, parting_steps(pairs), save_target=outputs)
         self.outcomes = answer_outcomes(model, self.runs.target, self.batch.source_answers, self.batch.target_answers)
 
     def frozen(self, senders: Sequence[Sender], record: Sequence[str]) -> dict[str, Tensor]:
         """Run 2: the senders' outputs from the source (at their positions), every other head's output and the
         senders' elsewhere from the target; returns ``record``'s."""
-        cells = self.sender_cells(senders)
-        patches = {
-            hook: partial(
-                _freeze, target=self.runs.target_saved[hook], source=self.runs.saved[hook], cells=cells.get(hook, [])
-            )
-            for hook in (f"{module}.hook_z" for module in attention_modules(self.cfg))
-        }
+        patches = self.frozen_outputs(self.sender_cells(senders), from_source=True)
         return run_patched(self.model, self.runs.target, self.runs.tgt, patches, save=record)
+
+    def frozen_outputs(self, cells: dict[str, Cells], from_source: bool) -> dict[str, Patch]:
+        """Every head's output (``hook_z``) at the target run's, but at ``cells``: the source run's there
+        (``from_source``) or the patched run's own."""
+        return {
+            hook: partial(
+                _freeze,
+                target=self.runs.target_saved[hook],
+                donor=self.runs.saved[hook] if from_source else None,
+                cells=cells.get(hook, []),
+            )
+            for hook in self.outputs
+        }
 
     def sender_cells(self, senders: Sequence[Sender]) -> dict[str, Cells]:
         """The senders' (head, positions) cells by output hook. Raises ValueError for a position past the prompts."""
@@ -135,12 +142,8 @@ class _PathRuns:
     def relayed(self, hop: Sequence[Receiver], recorded: dict[str, Tensor], record: Sequence[str]) -> dict[str, Tensor]:
         """A hop of a chain: the target with the ``hop``'s inputs from ``recorded`` and every other head's output
         frozen at the target's, so that only the hop's heads pass on what they received; returns ``record``'s."""
-        heads = {r.head for r in hop}
-        patches = _receiver_patches(hop, recorded)
-        for module in attention_modules(self.cfg):
-            hook = f"{module}.hook_z"
-            cells: Cells = [(head.head, None) for head in heads if head.hook("z") == hook]
-            patches[hook] = partial(_keep, target=self.runs.target_saved[hook], cells=cells)
+        heads = self.sender_cells([Sender(head) for head in dict.fromkeys(r.head for r in hop)])
+        patches = _receiver_patches(hop, recorded) | self.frozen_outputs(heads, from_source=False)
         return run_patched(self.model, self.runs.target, self.runs.tgt, patches, save=record)
 
     def through(self, receivers: Sequence[Target], recorded: dict[str, Tensor], answers: bool) -> PathEffect:
@@ -161,14 +164,9 @@ Cells = list[tuple[int, Positions]]
 """(head, positions) cells of a ``[batch, pos, head, d_head]`` activation; None: all positions."""
 
 
-def _freeze(tensor: Tensor, target: Tensor, source: Tensor, cells: Cells) -> Tensor:
-    """The target run's output with the source run's at the senders' ``cells``."""
-    return _take(target, source, cells)
-
-
-def _keep(tensor: Tensor, target: Tensor, cells: Cells) -> Tensor:
-    """The target run's output with this run's own at ``cells``."""
-    return _take(target, tensor, cells)
+def _freeze(tensor: Tensor, target: Tensor, donor: Tensor | None, cells: Cells) -> Tensor:
+    """The target run's output with ``donor``'s (None: this run's own) at ``cells``."""
+    return _take(target, tensor if donor is None else donor, cells)
 
 
 def _receiver_hooks(receivers: Sequence[Target]) -> list[str]:
@@ -260,10 +258,7 @@ def sender_effect(
     check_frozen(given, frozen)
     with torch.no_grad(), eval_mode(model):
         runs = _PathRuns(model, pairs)
-        sent = runs.sender_cells(given)
-        kept: dict[str, Cells] = {}
-        for head in frozen:
-            kept.setdefault(head.hook("z"), []).append((head.head, None))
+        sent, kept = runs.sender_cells(given), runs.sender_cells(as_senders(frozen))
         patches = {
             hook: partial(_outputs, runs=runs.runs, hook=hook, sent=sent.get(hook, []), kept=kept.get(hook, []))
             for hook in sent.keys() | kept.keys()

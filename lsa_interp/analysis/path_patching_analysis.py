@@ -120,17 +120,15 @@ def _whole_effects(
     ``findings`` and ``data``; returns them by name."""
     senders, frozen = _joined(heads, model.cfg.n_heads), _joined(cut, model.cfg.n_heads)
     data["whole"] = sender_effect(model, pairs, heads)
-    effects = {"senders' whole effect": (f"Whole effect of {senders}", data["whole"])}
+    effects, titles = {"senders' whole effect": data["whole"]}, [f"Whole effect of {senders}"]
     if cut:
         data["frozen"], data["frozen_effect"] = labels(cut), sender_effect(model, pairs, heads, cut)
-        effects[f"senders' effect with {frozen} frozen"] = (
-            f"Effect of {senders} with {frozen} frozen",
-            data["frozen_effect"],
-        )
-    for name, (title, effect) in effects.items():
+        effects[f"senders' effect with {frozen} frozen"] = data["frozen_effect"]
+        titles.append(f"Effect of {senders} with {frozen} frozen")
+    for (name, effect), title in zip(effects.items(), titles):
         summary |= {f"{name}: normalised": effect.normalized} | _answer_rows(name, effect)
         findings.append(Finding(title, _NOT_IN_PAPER, _effect_text(effect), None, value=effect.normalized))
-    return {name: effect for name, (_, effect) in effects.items()}
+    return effects
 
 
 def _path_bars(effects: dict[str, PathEffect], summary: dict):  # pragma: no mutate block

@@ -23,6 +23,13 @@ def test_the_prompts_are_encoded_without_their_answers():
     assert batch.target_answers == [p.target_answer for p in ALIGNED]
 
 
+def test_the_changed_positions_are_where_any_pair_differs():
+    """``ijk > ijl`` against ``ijk > ijj`` differs at the last example-output letter (33), ``ijk > hjk`` at the first
+    (31): together both, each once and in order."""
+    assert pair_batch([_pair("ijl", "ijj")]).changed_positions() == (33,)
+    assert pair_batch([_pair("ijl", "ijj"), _pair("hjk", "ijk")]).changed_positions() == (31, 33)
+
+
 def test_a_pair_missing_either_answer_is_refused():
     for source_answer, target_answer in (("abd", None), (None, "abb")):
         with pytest.raises(ValueError, match="pair 0 lacks an answer"):
