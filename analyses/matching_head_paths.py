@@ -11,9 +11,9 @@ matching heads' output at the example-output letters that differ between the two
 there, and their path from there into each later layer's keys and values there), their whole effect with each
 later encoder layer's other heads frozen at the pred prompt's (the paths through that layer cut), and the chain from
 them through each later layer's other heads into the next layer's (what the first relays to the second). Measures are
-normalised logit
-differences where the answers part, with the share of answers that become succ's (docs/matching_and_patching.md,
-path patching). It writes ``analyses/results/matching_head_paths.json``.
+normalised logit differences where the answers part, with the share of answers that become succ's and, per answer
+position, the share that take succ's letter there (docs/matching_and_patching.md, path patching). It writes
+``analyses/results/matching_head_paths.json``.
 
     python analyses/matching_head_paths.py             # the shipped copy models: copy-200, copy-20, replicates
     python analyses/matching_head_paths.py --model copy-20 --pairs 50
@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 from lsa_interp.analysis.activation_patching import solved_pairs
 from lsa_interp.analysis.matching import matching_scores
 from lsa_interp.analysis.pair_batch import pair_batch
-from lsa_interp.analysis.path_patching import PathEffect, Receiver, Sender, patch_path, paths_from, sender_effect
+from lsa_interp.analysis.path_patching import PatchEffect, Receiver, Sender, patch_path, paths_from, sender_effect
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.model import load_model
 from lsa_interp.model.heads import Head, all_heads
@@ -111,8 +112,14 @@ def _where_and_through(model, pairs: list, found: list[Head]) -> dict:
     }
 
 
-def _measures(effect: PathEffect | None) -> dict | None:
-    return None if effect is None else {"normalized": effect.normalized, "succ_answers": effect.source_answers}
+def _measures(effect: PatchEffect | None) -> dict | None:
+    """The effect's normalised logit difference, its share of succ answers and, per answer position, its share of
+    succ's token among the pairs whose answers differ there (None where none do: succ and pred part at the first
+    and last letters)."""
+    if effect is None:
+        return None
+    letters = [None if math.isnan(share) else share for share in effect.source_letters]
+    return {"normalized": effect.normalized, "succ_answers": effect.source_answers, "succ_letters": letters}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ def test_the_planted_matching_heads_path_runs_into_layer_3s_values(saved, tmp_pa
     planted, plain = (json.loads(out.read_text())["models"][name] for name in saved)
     assert planted["matching_heads"] == ["2.3"] and planted["pairs_solved"] == 3
     assert planted["whole"]["normalized"] == pytest.approx(1, abs=1e-3) and planted["whole"]["succ_answers"] == 1
+    assert planted["whole"]["succ_letters"] == [1, None], "one answer letter; the EOS after it never differs"
     layer3 = planted["modules"]["encoder 3 self-attention"]
     assert list(layer3) == ["q", "k", "v", "q,k,v"]
     assert layer3["v"]["normalized"] == pytest.approx(1, abs=1e-3) and layer3["v"]["succ_answers"] == 1
@@ -40,6 +41,7 @@ def test_the_planted_matching_heads_path_runs_into_layer_3s_values(saved, tmp_pa
     assert at["into_kv_there"]["encoder 3"]["normalized"] == pytest.approx(1, abs=1e-3)
     assert list(planted["frozen"]) == ["encoder 3", "all later encoder layers"]
     assert all(cell["normalized"] == pytest.approx(0, abs=1e-3) for cell in planted["frozen"].values())
+    assert all(cell["succ_letters"] == [0, None] for cell in planted["frozen"].values())
     assert planted["chains"] == {}, "no layer between the matching head and the last"
     assert plain["matching_heads"] == [] and "whole" not in plain
     printed = capsys.readouterr().out

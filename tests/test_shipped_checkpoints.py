@@ -8,6 +8,7 @@ the sample of val rows recorded in ``check.json`` are counted again (`lsa_interp
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -116,6 +117,20 @@ def test_copy20_matching_heads_outputs_carry_the_rule_together_and_not_alone():
     for label in heads:
         alone = patch_together(model, pairs, [cell[label]])
         assert 0.3 < alone.normalized < 0.95 and alone.source_answers < 0.6, label
+
+
+@_needs("copy-20")
+def test_copy20_patched_first_example_letter_moves_the_parting_step_but_only_the_first_answer_letter():
+    """The first example-output letter from succ prompts in pred ones (``ghi > ghi``, an identity example) makes the
+    shipped copy-20 copy the query: the logit difference where the answers part reads beyond 1, no answer becomes
+    succ's, and letter by letter succ's first letter is given and its last not (docs/matching_and_patching.md)."""
+    from lsa_interp.analysis.activation_patching import patch_together, solved_pairs
+
+    model = load_model("copy-20")
+    pairs = solved_pairs(model, minimal_pairs("succ", "pred", 30, lengths=(3,)))
+    first = patch_together(model, pairs, [("encoder.0.hook_resid_pre", (slice(None), 31))])
+    assert first.normalized > 0.9 and first.source_answers == 0
+    assert first.source_letters[0] == 1 and first.source_letters[2] == 0 and math.isnan(first.source_letters[1])
 
 
 @_needs("copy-200")

@@ -27,7 +27,6 @@ differently): patching nothing gives the target run, patching a whole layer the 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -47,15 +46,17 @@ from lsa_interp.analysis.patch_grids import (
     RESID,
     SITES,
     ActivationPatching,
+    PatchEffect,
     PatchingGrid,
     check_sites,
     module_label,
-    normalized_diff,
+    patch_effect,
     site_rows,
 )
 from lsa_interp.analysis.patch_runs import (
     Index,
     answer_outcomes,
+    answer_width,
     pair_runs,
     parting_steps,
     replace_at,
@@ -78,10 +79,12 @@ __all__ = [
     "RESID",
     "SITES",
     "ActivationPatching",
-    "JointPatch",
+    "PatchEffect",
     "PatchingGrid",
     "activation_patching_analysis",
     "answers_text",
+    "grid_data",
+    "letters_text",
     "module_label",
     "offered_and_solved",
     "patch_activations",
@@ -118,39 +121,33 @@ def patch_activations(
         target, tgt, measure, saved = runs.target, runs.tgt, runs.measure, runs.saved
         outcomes_of = answer_outcomes(model, target, batch.source_answers, batch.target_answers)
         total, done = sum(len(rows) * len(columns) for rows, columns in layout.values()), 0
-        grids = {}
+        width, grids = answer_width(batch.source_answers, batch.target_answers), {}
         for site, (rows, columns) in layout.items():
             diff, outcomes = torch.zeros(len(rows), len(columns)), torch.full((2, len(rows), len(columns)), torch.nan)
+            letters = torch.full((2, width, len(rows), len(columns)), torch.nan)
             for row, (hook, _, indices) in enumerate(rows):
                 for column, index in enumerate(indices):
                     patches = {hook: partial(replace_at, donor=saved[hook], index=index)}
                     diff[row, column] = measure(run_patched(model, target, tgt, patches)["logits"])
                     if answers and hook.startswith("encoder."):
-                        outcomes[:, row, column] = outcomes_of(patches)
+                        shares = outcomes_of(patches)
+                        outcomes[:, row, column] = torch.tensor([shares.source, shares.other])
+                        letters[:, :, row, column] = torch.tensor([shares.source_letters, shares.other_letters])
                     done += 1
                     if progress:
                         progress(done, total)
             hooks, labels = tuple(hook for hook, _, _ in rows), tuple(label for _, label, _ in rows)
-            grids[site] = PatchingGrid(site, hooks, labels, columns, diff, outcomes[0], outcomes[1])
+            decoded = letters if answers else (None, None)
+            grids[site] = PatchingGrid(site, hooks, labels, columns, diff, outcomes[0], outcomes[1], *decoded)
         source_rule, target_rule = pairs[0].source.transformation or "", pairs[0].target.transformation or ""
         return ActivationPatching(
             source_rule, target_rule, len(pairs), positions, runs.source_diff, runs.target_diff, grids
         )
 
 
-@dataclass(frozen=True)
-class JointPatch:
-    """What `patch_together` returns: one patched run's measures (answers NaN where a decoder hook is patched)."""
-
-    normalized: float
-    logit_diff: float
-    source_answers: float
-    other_answers: float
-
-
 def patch_together(
     model: HookedEncoderDecoder, pairs: Sequence[MinimalPair], cells: Sequence[tuple[str, Index]]
-) -> JointPatch:
+) -> PatchEffect:
     """Patch every ``(hook, index)`` of ``cells`` from the source prompts into the target prompts in one run (e.g.
     ``[("encoder.0.attn.hook_z", (slice(None), slice(None), 2)), ("encoder.0.attn.hook_z", (slice(None), slice(None),
     5))]``: heads 1.3 and 1.6 together). Raises ValueError for no cells, a hook the model lacks, an index that does not
@@ -169,11 +166,10 @@ def patch_together(
             hook: partial(_replace_all, donor=runs.saved[hook], indices=indices) for hook, indices in by_hook.items()
         }
         diff = float(runs.measure(run_patched(model, runs.target, runs.tgt, patches)["logits"]))
-        answers = torch.full((2,), torch.nan)
+        outcomes = None
         if all(hook.startswith("encoder.") for hook in by_hook):
-            answers = answer_outcomes(model, runs.target, batch.source_answers, batch.target_answers)(patches)
-        normalized = normalized_diff(diff, runs.source_diff, runs.target_diff)
-        return JointPatch(normalized, diff, float(answers[0]), float(answers[1]))
+            outcomes = answer_outcomes(model, runs.target, batch.source_answers, batch.target_answers)(patches)
+        return patch_effect(diff, runs.source_diff, runs.target_diff, outcomes)
 
 
 def _check_indices(hook: str, indices: list[Index], activation: Tensor) -> None:
@@ -244,21 +240,14 @@ def activation_patching_analysis(
                 f"not in the paper ({how}, as TransformerLens's patching module"
                 + (")" if method == "exact" else "'s demos; a linear estimate)"),
                 f"{where}: {float(normalized[row, column]):.2f} of the logit difference"
-                + answers_text(grid.source_answers[row, column], grid.other_answers[row, column]),
+                + answers_text(grid.source_answers[row, column], grid.other_answers[row, column])
+                + letters_text(grid.letters_at(row, column)),
                 None,
                 value=float(normalized[row, column]),
             )
         )
         figures[site] = patching_heatmap(grid, normalized, f"{site}: patched from {source} into {target}")
-        data["grids"][site] = {
-            "hooks": list(grid.hooks),
-            "rows": list(grid.rows),
-            "columns": list(grid.columns),
-            "normalized": normalized,
-            "logit_diff": grid.logit_diff,
-            "source_answers": grid.source_answers,
-            "other_answers": grid.other_answers,
-        }
+        data["grids"][site] = grid_data(grid, normalized)
     name = "activation_patching" if method == "exact" else "attribution_patching"
     return AnalysisResult(name, model_name, summary, data, figures, findings)
 
@@ -309,6 +298,23 @@ def _none_solved(pairs: Sequence[MinimalPair], source: list[str], target: list[s
     )
 
 
+def grid_data(grid: PatchingGrid, normalized: Float[Tensor, "row column"]) -> dict:
+    """A grid as the JSON record of its analysis: its rows and columns, the measures and, where decoded, the answers'
+    outcomes (with ``source_letters`` and ``other_letters`` as ``[letter][row][column]``)."""
+    data = {
+        "hooks": list(grid.hooks),
+        "rows": list(grid.rows),
+        "columns": list(grid.columns),
+        "normalized": normalized,
+        "logit_diff": grid.logit_diff,
+        "source_answers": grid.source_answers,
+        "other_answers": grid.other_answers,
+    }
+    if grid.source_letters is not None:
+        data |= {"source_letters": grid.source_letters, "other_letters": grid.other_letters}
+    return data
+
+
 def answers_text(source: Tensor, other: Tensor) -> str:
     """``", answers: 85% the source's, 3% neither"`` (nothing for a decoder hook, whose answers are not counted)."""
     if torch.isnan(source):
@@ -316,16 +322,29 @@ def answers_text(source: Tensor, other: Tensor) -> str:
     return f", answers: {float(source):.0%} the source's, {float(other):.0%} neither"
 
 
+def letters_text(source_letters: Sequence[float]) -> str:
+    """``"; the source's token where the answers differ: #1 94%, #3 3%"``: per answer position (1-based) where some
+    pair's two answers differ, the share of patched answers with the source's token there (nothing without letters)."""
+    shares = [f"#{position} {share:.0%}" for position, share in enumerate(source_letters, 1) if share == share]
+    return f"; the source's token where the answers differ: {', '.join(shares)}" if shares else ""
+
+
 def patching_heatmap(
     grid: PatchingGrid, normalized: Float[Tensor, "row column"], title: str
 ):  # pragma: no mutate block
     """A plotly heat map of the normalised grid; hovering shows the mean logit difference and, where they were
-    counted, the answers' outcomes."""
+    counted, the answers' outcomes, whole and letter by letter."""
     import plotly.graph_objects as go
 
     detail = torch.stack([grid.logit_diff, grid.source_answers, grid.other_answers], -1).nan_to_num(-1).tolist()
+    for row, cells in enumerate(detail):
+        for column, cell in enumerate(cells):
+            cell.append(letters_text(grid.letters_at(row, column)).removeprefix("; "))
     counted = not bool(grid.source_answers.isnan().all())
-    answers = "<br>answers: source's %{customdata[1]:.0%}, neither %{customdata[2]:.0%} (-100%: not counted)"
+    answers = (
+        "<br>answers: source's %{customdata[1]:.0%}, neither %{customdata[2]:.0%} (-100%: not counted)"
+        "<br>%{customdata[3]}"
+    )
     return go.Figure(
         go.Heatmap(
             z=normalized.tolist(),

@@ -4,13 +4,14 @@ types, shared by exact patching (`lsa_interp.analysis.activation_patching`) and 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jaxtyping import Float
 from torch import Tensor
 
-from lsa_interp.analysis.patch_runs import Index
+from lsa_interp.analysis.patch_runs import AnswerOutcomes, Index
 from lsa_interp.model.config import ModelConfig
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
@@ -40,6 +41,16 @@ class PatchingGrid:
     activations belong to the source prompt's decoder input, which a free decoding leaves)."""
     other_answers: Float[Tensor, "row column"]
     """Fraction of pairs whose greedy answer is neither prompt's answer (NaN for a decoder hook)."""
+    source_letters: Float[Tensor, "letter row column"] | None = None
+    """Per answer position (its letters, then the EOS), among the pairs whose two answers differ there, the fraction
+    whose greedy answer has the source's token there (NaN for a decoder hook and where no pair's answers differ); None
+    where no answers were decoded."""
+    other_letters: Float[Tensor, "letter row column"] | None = None
+    """The same fraction for neither answer's token (`source_letters`)."""
+
+    def letters_at(self, row: int, column: int) -> tuple[float, ...]:
+        """One cell's `source_letters` (empty where no answers were decoded)."""
+        return () if self.source_letters is None else tuple(self.source_letters[:, row, column].tolist())
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,29 @@ class ActivationPatching:
         if site not in self.grids:
             raise KeyError(f"site {site!r} was not patched; patched: {', '.join(self.grids)}")
         return normalized_diff(self.grids[site].logit_diff, self.source_logit_diff, self.target_logit_diff)
+
+
+@dataclass(frozen=True)
+class PatchEffect:
+    """One patched run's measures: the mean logit difference where the answers part, normalised and raw, and where the
+    patched prompts were decoded greedily their `AnswerOutcomes` (else NaN shares and no letters): the shares of
+    answers that are the source's and that are neither, and per answer position the shares of the source's token and
+    of neither's among the pairs whose answers differ there (``source_letters[0]``: the first letter)."""
+
+    normalized: float
+    logit_diff: float
+    source_answers: float = math.nan
+    other_answers: float = math.nan
+    source_letters: tuple[float, ...] = ()
+    other_letters: tuple[float, ...] = ()
+
+
+def patch_effect(diff: float, source: float, target: float, outcomes: AnswerOutcomes | None) -> PatchEffect:
+    """The `PatchEffect` of a patched run's logit difference ``diff`` against the ``source`` and ``target`` runs'."""
+    if outcomes is None:
+        return PatchEffect(normalized_diff(diff, source, target), diff)
+    shares = outcomes.source, outcomes.other, outcomes.source_letters, outcomes.other_letters
+    return PatchEffect(normalized_diff(diff, source, target), diff, *shares)
 
 
 def normalized_diff(value: Tensor | float, source: float, target: float) -> Tensor | float:

@@ -5,6 +5,7 @@ each attention's hook points, so source, target and patched runs all execute the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -16,7 +17,7 @@ from torch import Tensor
 from lsa_interp.analysis.pair_batch import PairBatch
 from lsa_interp.analysis.prompts import MinimalPair
 from lsa_interp.data.tokenizer import TokenBatch, decode_batch, encode_tasks
-from lsa_interp.data.vocab import ROLES, display_token
+from lsa_interp.data.vocab import EOS, LETTERS, ROLES, display_token
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
 _ROLE_SHORT = {"example_in": "in", "example_out": "out", "query": "q"}
@@ -112,19 +113,73 @@ def run_patched(
     return saved
 
 
+@dataclass(frozen=True)
+class AnswerOutcomes:
+    """How patched target prompts answer when decoded greedily, against each pair's source and target answers: the
+    shares of answers that are the source's and that are neither; and answer position by position (the EOS after
+    an answer's last letter counts as one), over the pairs whose two answers differ there, the shares that have the
+    source's token there and that have neither's (NaN at positions where no pair's answers differ)."""
+
+    source: float
+    other: float
+    source_letters: tuple[float, ...]
+    other_letters: tuple[float, ...]
+
+
 def answer_outcomes(
     model: HookedEncoderDecoder, inputs: TokenBatch, source: Sequence[str], target: Sequence[str]
-) -> Callable[[dict[str, Patch]], Tensor]:
-    """A function of encoder ``patches`` returning the fractions of ``inputs``' greedy answers under them that are the
-    ``source`` answers and that are neither answer (the encoder runs once, so its patches apply as in `run_patched`)."""
+) -> Callable[[dict[str, Patch]], AnswerOutcomes]:
+    """A function of encoder ``patches`` returning the `AnswerOutcomes` of ``inputs``' greedy answers under them
+    (the encoder runs once, so its patches apply as in `run_patched`)."""
 
-    def outcomes(patches: dict[str, Patch]) -> Tensor:
+    def outcomes(patches: dict[str, Patch]) -> AnswerOutcomes:
         with model.hooks(fwd_hooks=_hooks(patches)):
-            answers = decode_batch(model.generate(inputs))
+            generated = model.generate(inputs).cpu()
+        answers = decode_batch(generated)
         kinds = ["source" if a == s else "target" if a == t else "other" for a, s, t in zip(answers, source, target)]
-        return torch.tensor([kinds.count("source"), kinds.count("other")]) / len(kinds)
+        shares = kinds.count("source") / len(kinds), kinds.count("other") / len(kinds)
+        return AnswerOutcomes(*shares, *letter_outcomes(generated, source, target))
 
     return outcomes
+
+
+def answer_width(source: Sequence[str], target: Sequence[str]) -> int:
+    """How many answer positions `letter_outcomes` reports: the longest answer's letters and its EOS."""
+    return max(map(len, [*source, *target])) + 1
+
+
+def letter_outcomes(
+    generated: Int[Tensor, "batch n"], source: Sequence[str], target: Sequence[str]
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Position by position over the answers (each letter, then the EOS), among the rows whose ``source`` and
+    ``target`` answers differ there: the share of ``generated`` rows (decoder tokens, EOS included) with the source's
+    token there and the share with neither's; NaN where no row's answers differ. `answer_width` values each."""
+    made = [_until_eos(row) for row in generated.tolist()]
+    wanted = [(_tokens(s), _tokens(t)) for s, t in zip(source, target)]
+    own, neither = [], []
+    for position in range(answer_width(source, target)):
+        told = [(_at(m, position), _at(s, position), _at(t, position)) for m, (s, t) in zip(made, wanted)]
+        parted = [(m, s, t) for m, s, t in told if s != t]
+        if parted:
+            own.append(sum(m == s for m, s, _ in parted) / len(parted))
+            neither.append(sum(m not in (s, t) for m, s, t in parted) / len(parted))
+        else:
+            own.append(math.nan)
+            neither.append(math.nan)
+    return tuple(own), tuple(neither)
+
+
+def _tokens(answer: str) -> list[int]:
+    """An answer's letters as token ids, then EOS."""
+    return [LETTERS.index(letter) for letter in answer] + [EOS]
+
+
+def _until_eos(row: list[int]) -> list[int]:
+    return row[: row.index(EOS) + 1] if EOS in row else row
+
+
+def _at(tokens: list[int], position: int) -> int | None:
+    return tokens[position] if position < len(tokens) else None
 
 
 def _hooks(patches: dict[str, Patch]) -> list[tuple[str | Callable[[str], bool], Callable]]:

@@ -37,8 +37,23 @@ from torch import Tensor
 
 from lsa_interp.analysis.activations import eval_mode
 from lsa_interp.analysis.pair_batch import PairBatch, pair_batch
-from lsa_interp.analysis.patch_grids import PatchingGrid, attention_modules, module_label, normalized_diff
-from lsa_interp.analysis.patch_runs import PairRuns, Patch, answer_outcomes, pair_runs, parting_steps, run_patched
+from lsa_interp.analysis.patch_grids import (
+    PatchEffect,
+    PatchingGrid,
+    attention_modules,
+    module_label,
+    normalized_diff,
+    patch_effect,
+)
+from lsa_interp.analysis.patch_runs import (
+    PairRuns,
+    Patch,
+    answer_outcomes,
+    answer_width,
+    pair_runs,
+    parting_steps,
+    run_patched,
+)
 from lsa_interp.analysis.path_ends import (
     INPUTS,
     MEMORY,
@@ -67,7 +82,7 @@ from lsa_interp.model.hooked import HookedEncoderDecoder
 __all__ = [
     "INPUTS",
     "MEMORY",
-    "PathEffect",
+    "PatchEffect",
     "PathSweep",
     "Receiver",
     "Sender",
@@ -91,16 +106,6 @@ __all__ = [
 _MEMORY_HOOK = "encoder.ln_final.hook_out"
 
 
-@dataclass(frozen=True)
-class PathEffect:
-    """One path-patched run's measures (answers NaN where a receiver is fed by the decoder's teacher-forced input)."""
-
-    normalized: float
-    logit_diff: float
-    source_answers: float
-    other_answers: float
-
-
 class _PathRuns:
     """Runs 1 of some pairs (every head's output of the source and the target) and runs 2 and 3 on them."""
 
@@ -110,6 +115,7 @@ class _PathRuns:
         self.outputs = outputs = [f"{module}.hook_z" for module in attention_modules(self.cfg)]
         self.runs: PairRuns = pair_runs(model, pairs, outputs, self.batch, parting_steps(pairs), save_target=outputs)
         self.outcomes = answer_outcomes(model, self.runs.target, self.batch.source_answers, self.batch.target_answers)
+        self.width = answer_width(self.batch.source_answers, self.batch.target_answers)
 
     def frozen(self, senders: Sequence[Sender], record: Sequence[str]) -> dict[str, Tensor]:
         """Run 2: the senders' outputs from the source (at their positions), every other head's output and the
@@ -146,18 +152,16 @@ class _PathRuns:
         patches = _receiver_patches(hop, recorded) | self.frozen_outputs(heads, from_source=False)
         return run_patched(self.model, self.runs.target, self.runs.tgt, patches, save=record)
 
-    def through(self, receivers: Sequence[Target], recorded: dict[str, Tensor], answers: bool) -> PathEffect:
+    def through(self, receivers: Sequence[Target], recorded: dict[str, Tensor], answers: bool) -> PatchEffect:
         """Run 3: the target with the ``receivers``' inputs from run 2's ``recorded``."""
         patches = _receiver_patches(receivers, recorded)
         return self.effect(patches, answers and all(_encoder_fed(hook) for hook in patches))
 
-    def effect(self, patches: dict[str, Patch], answers: bool) -> PathEffect:
+    def effect(self, patches: dict[str, Patch], answers: bool) -> PatchEffect:
         """The target run under ``patches``, measured (and decoded greedily where ``answers``)."""
         runs = self.runs
         diff = float(runs.measure(run_patched(self.model, runs.target, runs.tgt, patches)["logits"]))
-        shares = self.outcomes(patches) if answers else torch.full((2,), torch.nan)
-        normalized = normalized_diff(diff, runs.source_diff, runs.target_diff)
-        return PathEffect(normalized, diff, float(shares[0]), float(shares[1]))
+        return patch_effect(diff, runs.source_diff, runs.target_diff, self.outcomes(patches) if answers else None)
 
 
 Cells = list[tuple[int, Positions]]
@@ -222,7 +226,7 @@ def patch_path(
     receivers: Sequence[Target],
     answers: bool = True,
     through: Sequence[Sequence[Target]] = (),
-) -> PathEffect:
+) -> PatchEffect:
     """The effect of the ``senders``' outputs (heads: at all positions; `Sender`s: at theirs; taken from the source
     prompts) on the target prompts' answers through the ``receivers``' inputs only. With ``through`` hops (each a
     list of receivers, `check_chain`), only along the chain senders -> first hop -> ... -> receivers: each hop's
@@ -247,7 +251,7 @@ def sender_effect(
     pairs: Sequence[MinimalPair],
     senders: Sequence[Head | Sender],
     frozen: Sequence[Head] = (),
-) -> PathEffect:
+) -> PatchEffect:
     """The ``senders``' whole effect (their outputs from the source prompts, at their positions, everything after
     them free): activation patching of their ``hook_z``, for comparison with their paths. With ``frozen`` heads,
     whose outputs stay at the target run's, what is left of it when the paths through them are cut. Answers are
@@ -280,7 +284,7 @@ class PathSweep:
     grid: PatchingGrid
     source_logit_diff: float
     target_logit_diff: float
-    memory: PathEffect | None = None
+    memory: PatchEffect | None = None
 
     @property
     def normalized(self) -> Float[Tensor, "row column"]:
@@ -310,17 +314,14 @@ def paths_from(
             rows.append((hook, f"{module_label(module)}: {','.join(kind)}", [Receiver(h, kind) for h in heads]))
     encoder_senders = any(s.head.stack == "encoder" for s in senders)
     cells = [(row, column) for row in range(len(rows)) for column in range(cfg.n_heads + 1)]
-    diff = torch.full((len(rows), cfg.n_heads + 1), torch.nan)
-    shares = torch.full((2, len(rows), cfg.n_heads + 1), torch.nan)
     with torch.no_grad(), eval_mode(model):
         runs = _PathRuns(model, pairs)
+        sheet = _Sheet(len(rows), cfg.n_heads + 1, runs.width if answers else 0)
         every = [receiver for _, _, row in rows for receiver in row] + ([MEMORY] if encoder_senders else [])
         recorded = runs.frozen(senders, _receiver_hooks(every))
         for done, (row, column) in enumerate(cells, 1):
             heads = rows[row][2]
-            cell = runs.through(heads[column : column + 1] or heads, recorded, answers)
-            diff[row, column] = cell.logit_diff
-            shares[:, row, column] = torch.tensor([cell.source_answers, cell.other_answers])
+            sheet.fill(row, column, runs.through(heads[column : column + 1] or heads, recorded, answers))
             if progress:
                 progress(done, len(cells) + encoder_senders)
         memory = runs.through([MEMORY], recorded, answers) if encoder_senders else None
@@ -328,7 +329,7 @@ def paths_from(
             progress(len(cells) + 1, len(cells) + 1)
     site = "paths from " + ", ".join(short_labels(senders, cfg.n_heads))
     columns = (*_head_columns(cfg), "all heads")
-    grid = PatchingGrid(site, tuple(r[0] for r in rows), tuple(r[1] for r in rows), columns, diff, *shares)
+    grid = sheet.grid(site, tuple(r[0] for r in rows), tuple(r[1] for r in rows), columns)
     return PathSweep(grid, runs.runs.source_diff, runs.runs.target_diff, memory)
 
 
@@ -344,22 +345,39 @@ def paths_into(
     for no receivers, receivers no head reaches, and pairs `pair_batch` refuses."""
     cfg, modules = model.cfg, attention_modules(model.cfg)
     candidates = senders_reaching(cfg, receivers)
-    diff = torch.full((len(modules), cfg.n_heads), torch.nan)
-    shares = torch.full((2, len(modules), cfg.n_heads), torch.nan)
     with torch.no_grad(), eval_mode(model):
         runs = _PathRuns(model, pairs)
+        sheet = _Sheet(len(modules), cfg.n_heads, runs.width if answers else 0)
         hooks = _receiver_hooks(receivers)
         for done, sender in enumerate(candidates, 1):
             cell = runs.through(receivers, runs.frozen([Sender(sender)], hooks), answers)
-            row = modules.index(sender.hook("z").removesuffix(".hook_z"))
-            diff[row, sender.head] = cell.logit_diff
-            shares[:, row, sender.head] = torch.tensor([cell.source_answers, cell.other_answers])
+            sheet.fill(modules.index(sender.hook("z").removesuffix(".hook_z")), sender.head, cell)
             if progress:
                 progress(done, len(candidates))
     rows, hooks_z = tuple(module_label(m) for m in modules), tuple(f"{m}.hook_z" for m in modules)
     site = f"paths into {', '.join(short_labels(receivers, cfg.n_heads))}"
-    grid = PatchingGrid(site, hooks_z, rows, _head_columns(cfg), diff, *shares)
+    grid = sheet.grid(site, hooks_z, rows, _head_columns(cfg))
     return PathSweep(grid, runs.runs.source_diff, runs.runs.target_diff)
+
+
+class _Sheet:
+    """A sweep's cells as they are measured (NaN until filled), then its `PatchingGrid`; ``width`` answer positions
+    (0: answers not decoded)."""
+
+    def __init__(self, rows: int, columns: int, width: int):
+        self.diff = torch.full((rows, columns), torch.nan)
+        self.shares = torch.full((2, rows, columns), torch.nan)
+        self.letters = torch.full((2, width, rows, columns), torch.nan) if width else None
+
+    def fill(self, row: int, column: int, cell: PatchEffect) -> None:
+        self.diff[row, column] = cell.logit_diff
+        self.shares[:, row, column] = torch.tensor([cell.source_answers, cell.other_answers])
+        if self.letters is not None and cell.source_letters:
+            self.letters[:, :, row, column] = torch.tensor([cell.source_letters, cell.other_letters])
+
+    def grid(self, site: str, hooks: tuple[str, ...], rows: tuple[str, ...], columns: tuple[str, ...]) -> PatchingGrid:
+        letters = (None, None) if self.letters is None else tuple(self.letters)
+        return PatchingGrid(site, hooks, rows, columns, self.diff, *self.shares, *letters)
 
 
 def _head_columns(cfg: ModelConfig) -> tuple[str, ...]:

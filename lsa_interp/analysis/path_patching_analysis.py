@@ -7,9 +7,15 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from lsa_interp.analysis.activation_patching import answers_text, offered_and_solved, patching_heatmap
+from lsa_interp.analysis.activation_patching import (
+    answers_text,
+    grid_data,
+    letters_text,
+    offered_and_solved,
+    patching_heatmap,
+)
 from lsa_interp.analysis.path_patching import (
-    PathEffect,
+    PatchEffect,
     PathSweep,
     Sender,
     Target,
@@ -115,7 +121,7 @@ def _whole_effects(
     summary: dict,
     findings: list[Finding],
     data: dict,
-) -> dict[str, PathEffect]:
+) -> dict[str, PatchEffect]:
     """The senders' whole effect, and with ``cut`` the effect left with those heads frozen, added to ``summary``,
     ``findings`` and ``data``; returns them by name."""
     senders, frozen = _joined(heads, model.cfg.n_heads), _joined(cut, model.cfg.n_heads)
@@ -131,16 +137,13 @@ def _whole_effects(
     return effects
 
 
-def _path_bars(effects: dict[str, PathEffect], summary: dict):  # pragma: no mutate block
+def _path_bars(effects: dict[str, PatchEffect], summary: dict):  # pragma: no mutate block
     """A bar per effect: the path's normalised logit difference beside the senders' whole effect (and what is left of
     it with heads frozen); hover shows the answers."""
     import plotly.graph_objects as go
 
     answers = [
-        "answers not decoded"
-        if e.source_answers != e.source_answers
-        else f"answers: {e.source_answers:.0%} the source's, {e.other_answers:.0%} neither"
-        for e in effects.values()
+        "answers not decoded" if e.source_answers != e.source_answers else _answers_line(e) for e in effects.values()
     ]
     rules = f"{summary['source rule (patched in)']} into {summary['target rule (run)']}"
     return go.Figure(
@@ -176,7 +179,8 @@ def _sweep_result(
                 f"Largest {grid.site}",
                 _NOT_IN_PAPER,
                 f"{where}: {float(normalized[row, column]):.2f} of the logit difference"
-                + answers_text(grid.source_answers[row, column], grid.other_answers[row, column]),
+                + answers_text(grid.source_answers[row, column], grid.other_answers[row, column])
+                + letters_text(grid.letters_at(row, column)),
                 None,
                 value=float(normalized[row, column]),
             )
@@ -201,35 +205,35 @@ def _sweep_result(
 
 
 def _grid_data(sweep: PathSweep) -> dict:
-    grid = sweep.grid
-    return {
-        "site": grid.site,
-        "hooks": list(grid.hooks),
-        "rows": list(grid.rows),
-        "columns": list(grid.columns),
-        "normalized": sweep.normalized,
-        "logit_diff": grid.logit_diff,
-        "source_answers": grid.source_answers,
-        "other_answers": grid.other_answers,
-    }
+    return {"site": sweep.grid.site} | grid_data(sweep.grid, sweep.normalized)
 
 
 def _joined(items: Sequence[Head | Sender | Target], n_heads: int) -> str:
     return ", ".join(short_labels(items, n_heads))
 
 
-def _effect_text(effect: PathEffect) -> str:
-    return f"{effect.normalized:.2f} of the logit difference" + answers_text(
-        torch.tensor(effect.source_answers), torch.tensor(effect.other_answers)
-    )
+def _effect_text(effect: PatchEffect) -> str:
+    answers = answers_text(torch.tensor(effect.source_answers), torch.tensor(effect.other_answers))
+    return f"{effect.normalized:.2f} of the logit difference{answers}{letters_text(effect.source_letters)}"
 
 
-def _answer_rows(name: str, effect: PathEffect) -> dict[str, float]:
+def _answers_line(effect: PatchEffect) -> str:
+    shares = answers_text(torch.tensor(effect.source_answers), torch.tensor(effect.other_answers))
+    return shares.removeprefix(", ") + letters_text(effect.source_letters)
+
+
+def _answer_rows(name: str, effect: PatchEffect) -> dict[str, float]:
     if effect.source_answers != effect.source_answers:
         return {}
-    return {f"{name}: source's answers": effect.source_answers, f"{name}: neither answer": effect.other_answers}
+    letters = {
+        f"{name}: source's token at answer position {position}": share
+        for position, share in enumerate(effect.source_letters, 1)
+        if share == share
+    }
+    shares = {f"{name}: source's answers": effect.source_answers, f"{name}: neither answer": effect.other_answers}
+    return shares | letters
 
 
 def _jsonable(data: dict) -> dict:
-    """``data`` with each `PathEffect` as a dict."""
-    return {key: vars(value) if isinstance(value, PathEffect) else value for key, value in data.items()}
+    """``data`` with each `PatchEffect` as a dict."""
+    return {key: vars(value) if isinstance(value, PatchEffect) else value for key, value in data.items()}

@@ -54,6 +54,10 @@ def test_the_planted_model_answers_the_source_letter_only_where_its_circuit_runs
     assert grid.source_answers[PLANTED_HEAD.layer, PLANTED_HEAD.head] == 1 and grid.other_answers[1, 2] == 0
     assert grid.source_answers[0].eq(0).all() and grid.source_answers[3:].isnan().all()  # decoder rows: not decoded
     assert result.grids[ap.RESID].source_answers[0, OUT1] == 1 and result.grids[ap.RESID].source_answers[0, OUT3] == 0
+    assert grid.source_letters.shape == (2, *grid.logit_diff.shape)  # one answer letter, then the EOS
+    torch.testing.assert_close(grid.source_letters[0], grid.source_answers, equal_nan=True)  # a letter is the answer
+    assert grid.source_letters[1].isnan().all() and grid.other_letters[0, 1, 2] == 0  # no pair's EOS differs
+    assert grid.letters_at(PLANTED_HEAD.layer, PLANTED_HEAD.head)[0] == 1 and grid.letters_at(0, 0)[0] == 0
 
 
 def test_each_head_at_each_position_finds_where_the_planted_circuit_reads(planted):
@@ -130,6 +134,7 @@ def test_unknown_sites_are_refused_and_unpatched_sites_named(planted, planted_re
         ap.patch_activations(planted, planted_pairs(2), [])
     only = ap.patch_activations(planted, planted_pairs(2), [ap.HEADS], answers=False)
     assert only.grids[ap.HEADS].source_answers.isnan().all() and only.grids[ap.HEADS].other_answers.isnan().all()
+    assert only.grids[ap.HEADS].source_letters is None and only.grids[ap.HEADS].letters_at(0, 0) == ()
     with pytest.raises(KeyError, match="site 'encoder residual' was not patched; patched: heads"):
         only.normalized(ap.RESID)
 
@@ -163,8 +168,10 @@ def test_heads_patched_together_in_one_run(planted):
     assert both.normalized == pytest.approx(1, abs=1e-3)  # head 2.3 at the first output letter is what counts
     elsewhere = ap.patch_together(planted, pairs, [(z, (every, [OUT3, ARROW_AT], PLANTED_HEAD.head))])
     assert abs(elsewhere.normalized) < 1e-3 and elsewhere.source_answers == 0
+    assert (alone.source_letters[0], elsewhere.source_letters[0], elsewhere.other_letters[0]) == (1, 0, 0)
     decoder = ap.patch_together(planted, pairs, [("decoder.0.cross_attn.hook_z", (every, every, 0))])
     assert decoder.normalized == pytest.approx(1, abs=1e-3) and math.isnan(decoder.source_answers)
+    assert decoder.source_letters == decoder.other_letters == ()  # not decoded
     mixed = ap.patch_together(
         planted, pairs, [(z, (every, every, 0)), ("decoder.0.cross_attn.hook_z", (every, every, 0))]
     )
@@ -191,7 +198,12 @@ def test_the_analysis_writes_grids_heat_maps_and_unjudged_findings(planted, monk
     written = json.loads(paths["json"].read_text())
     grid = written["data"]["grids"][ap.HEADS]
     assert grid["rows"][1] == "encoder 2 self-attention" and grid["normalized"][1][2] == pytest.approx(1, abs=1e-3)
+    assert grid["source_letters"][0][1][2] == 1 and grid["source_letters"][1][1][2] is None  # [letter][row][column]
     assert "normalised" in paths["html"].read_text()
+    assert result.findings[-1].ours.endswith("the source's token where the answers differ: #1 100%")
+    hover = result.figures[ap.HEADS].data[0]
+    assert hover.customdata[1][2][3] == "the source's token where the answers differ: #1 100%"
+    assert hover.customdata[4][0][3] == "" and "%{customdata[3]}" in hover.hovertemplate  # the decoder's row
 
 
 def test_the_analysis_refuses_a_model_that_solves_no_pair(planted):

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
 
 from lsa_interp.analysis.pair_batch import pair_batch
-from lsa_interp.analysis.patch_runs import answer_outcomes, measure_at_parting, replace_at, run_patched
+from lsa_interp.analysis.patch_runs import (
+    answer_outcomes,
+    letter_outcomes,
+    measure_at_parting,
+    replace_at,
+    run_patched,
+)
 from lsa_interp.analysis.planted import planted_model
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
 from lsa_interp.data.tokenizer import encode_tasks
+from lsa_interp.data.vocab import EOS, LETTERS, PAD
 from tests.analysis.patch_setup import planted_pairs, small_model, succ_pred_runs
 
 torch.set_num_threads(1)
@@ -56,11 +64,38 @@ def test_answer_outcomes_count_the_source_answers_and_neither():
     planted, pairs = planted_model(), planted_pairs(3)
     batch = pair_batch(pairs)
     outcomes = answer_outcomes(planted, batch.target, batch.source_answers, batch.target_answers)
-    assert outcomes({}).tolist() == [0, 0]  # unpatched, every target prompt keeps its own answer
+    unpatched = outcomes({})  # every target prompt keeps its own answer
+    assert (unpatched.source, unpatched.other) == (0, 0)
+    assert unpatched.source_letters[0] == 0 and unpatched.other_letters[0] == 0
+    assert len(unpatched.source_letters) == 2 and math.isnan(unpatched.source_letters[1])  # one letter; EOS alike
     tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in
     memory = run_patched(planted, batch.source, tgt, {}, save=["encoder.ln_final.hook_out"])
-    whole = {"encoder.ln_final.hook_out": lambda t: memory["encoder.ln_final.hook_out"]}
-    assert outcomes(whole).tolist() == [1, 0]
+    whole = outcomes({"encoder.ln_final.hook_out": lambda t: memory["encoder.ln_final.hook_out"]})
+    assert (whole.source, whole.other, whole.source_letters[0], whole.other_letters[0]) == (1, 0, 1, 0)
+
+
+def _generated(*answers: str) -> torch.Tensor:
+    """Decoder tokens as `generate` returns them: each answer's letters, EOS (``.`` in ``answers``), PAD after it."""
+    ids = [[EOS if c == "." else LETTERS.index(c) for c in answer] for answer in answers]
+    width = max(map(len, ids))
+    return torch.tensor([row + [PAD] * (width - len(row)) for row in ids])
+
+
+def test_letter_outcomes_count_each_position_over_the_pairs_whose_answers_differ_there():
+    # succ against pred: the answers differ at the first letter (b/a, g/f) and the last (e/d, j/i)
+    made = _generated("bcd.", "zce.", "ghj.")  # first letter the source's, last the target's; first neither; both
+    source, other = letter_outcomes(made, ["bce", "bce", "ghj"], ["acd", "acd", "fhi"])
+    assert source[0] == pytest.approx(2 / 3) and source[2] == pytest.approx(2 / 3)
+    assert other[0] == pytest.approx(1 / 3) and other[2] == 0
+    assert len(source) == len(other) == 4 and all(math.isnan(v[i]) for v in (source, other) for i in (1, 3))
+
+
+def test_letter_outcomes_compare_the_end_of_answers_of_different_lengths():
+    # extend_sequence against succ: abcd / abd differ at positions 2 (c/d), 3 (d/EOS) and 4 (EOS/none)
+    source, other = letter_outcomes(_generated("abd.", "abcd."), ["abcd"] * 2, ["abd"] * 2)
+    assert source[2:] == (0.5, 0.5, 0.5) and other[2:] == (0, 0, 0) and math.isnan(source[0])
+    stopped, _ = letter_outcomes(_generated("abc"), ["abcd"], ["abd"])  # no EOS within the decoded tokens
+    assert stopped[2:] == (1, 0, 0)
 
 
 def test_replace_at_takes_the_donor_only_at_the_index():

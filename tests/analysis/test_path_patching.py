@@ -113,6 +113,11 @@ def test_each_sweep_cell_is_the_path_patched_on_its_own(small, small_pairs):
     for row, column, receivers in cells:
         alone = pp.patch_path(small, small_pairs, sender, receivers)
         assert float(sweep.grid.logit_diff[row, column]) == alone.logit_diff
+        assert float(sweep.grid.source_answers[row, column]) == alone.source_answers
+        letters = torch.tensor([alone.source_letters, alone.other_letters])
+        torch.testing.assert_close(sweep.grid.source_letters[:, row, column], letters[0], equal_nan=True)
+        torch.testing.assert_close(sweep.grid.other_letters[:, row, column], letters[1], equal_nan=True)
+    assert not sweep.grid.source_letters[:, rows.index("encoder 2 self-attention: v")].isnan().all()
     assert sweep.memory == pp.patch_path(small, small_pairs, sender, [pp.MEMORY])
     into = pp.paths_into(small, small_pairs, [_receiver("2.2/v", small)])
     assert float(into.grid.logit_diff[0, 2]) == float(
@@ -194,7 +199,19 @@ def test_the_analysis_of_one_path_reports_it_beside_the_senders_whole_effect(pla
     assert result.summary["path: source's answers"] == 1
     assert [f.name for f in result.findings] == ["Path 2.3 -> 3.1/v", "Whole effect of 2.3"]
     assert all(f.holds is None for f in result.findings), "not the paper's finding: reported, not judged"
-    assert set(result.to_dict()["data"]["path"]) == {"normalized", "logit_diff", "source_answers", "other_answers"}
+    path = result.to_dict()["data"]["path"]
+    assert set(path) == {
+        "normalized",
+        "logit_diff",
+        "source_answers",
+        "other_answers",
+        "source_letters",
+        "other_letters",
+    }
+    assert path["source_letters"] == [1, None] and path["other_letters"] == [0, None]  # one letter; EOS alike
+    assert result.summary["path: source's token at answer position 1"] == 1
+    assert "answer position 2" not in str(result.summary), "no pair's answers differ there"
+    assert result.findings[0].ours.endswith("the source's token where the answers differ: #1 100%")
     bars = result.figures["path"].data[0]
     assert list(bars.x) == ["path 2.3 -> 3.1/v", "senders' whole effect"] and list(bars.y) == pytest.approx(
         [1, 1], abs=1e-4
