@@ -30,7 +30,7 @@ from pathlib import Path
 from lsa_interp.analysis.activation_patching import solved_pairs
 from lsa_interp.analysis.matching import matching_scores
 from lsa_interp.analysis.pair_batch import pair_batch
-from lsa_interp.analysis.path_patching import PatchEffect, Receiver, Sender, patch_path, paths_from, sender_effect
+from lsa_interp.analysis.path_patching import PatchEffect, PathPatcher, Receiver, Sender
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.model import load_model
 from lsa_interp.model.heads import Head, all_heads
@@ -52,9 +52,10 @@ def paths_of(name: str, n_pairs: int) -> dict:
     row: dict = {"matching_heads": [h.label for h in found], "pairs_offered": len(offered), "pairs_solved": len(pairs)}
     if not pairs or not found:
         return row
-    sweep = paths_from(model, pairs, found)
+    patcher = PathPatcher(model, pairs)  # one source and one target run for every path below
+    sweep = patcher.paths_from(found)
     normalized, grid = sweep.normalized, sweep.grid
-    row["whole"] = _measures(sender_effect(model, pairs, found))
+    row["whole"] = _measures(patcher.sender_effect(found))
     row["memory"] = _measures(sweep.memory)
     row["modules"] = {}
     for index, label in enumerate(grid.rows):
@@ -67,38 +68,32 @@ def paths_of(name: str, n_pairs: int) -> dict:
     for head in all_heads(model.cfg):
         if head in found or head.layer <= min(h.layer for h in found):
             continue
-        alone = sender_effect(model, pairs, [head])
+        alone = patcher.sender_effect([head])
         if alone.normalized >= OTHER_HEAD_THRESHOLD:
-            path = patch_path(model, pairs, found, [Receiver(head)])
+            path = patcher.patch_path(found, [Receiver(head)])
             row["other_heads"][head.label] = {"whole": _measures(alone), "from_matching_heads": _measures(path)}
-    row |= _where_and_through(model, pairs, found)
+    row |= _where_and_through(patcher, found)
     return row
 
 
-def _where_and_through(model, pairs: list, found: list[Head]) -> dict:
+def _where_and_through(patcher: PathPatcher, found: list[Head]) -> dict:
     """The matching heads at the changed positions (whole effect; paths into each later layer's keys and values
     there) and their whole effect with each later layer's other heads frozen, and with all of them."""
-    changed = pair_batch(pairs).changed_positions()
+    model, changed = patcher.model, pair_batch(patcher.pairs).changed_positions()
     at = [Sender(head, changed) for head in found]
     later = range(min(h.layer for h in found) + 1, model.cfg.n_encoder_layers)
     every = {layer: [h for h in all_heads(model.cfg) if h.layer == layer] for layer in later}
     layers = {layer: [h for h in heads if h not in found] for layer, heads in every.items()}
     into = {
-        f"encoder {layer + 1}": _measures(patch_path(model, pairs, at, [Receiver(h, "kv", changed) for h in heads]))
+        f"encoder {layer + 1}": _measures(patcher.patch_path(at, [Receiver(h, "kv", changed) for h in heads]))
         for layer, heads in every.items()
     }
-    frozen = {
-        f"encoder {layer + 1}": _measures(sender_effect(model, pairs, found, heads)) for layer, heads in layers.items()
-    }
-    frozen["all later encoder layers"] = _measures(sender_effect(model, pairs, found, sum(layers.values(), [])))
+    frozen = {f"encoder {layer + 1}": _measures(patcher.sender_effect(found, heads)) for layer, heads in layers.items()}
+    frozen["all later encoder layers"] = _measures(patcher.sender_effect(found, sum(layers.values(), [])))
     chains = {
         f"encoder {layer + 1} -> encoder {layer + 2}": _measures(
-            patch_path(
-                model,
-                pairs,
-                found,
-                [Receiver(h) for h in every[layer + 1]],
-                through=[[Receiver(h) for h in layers[layer]]],
+            patcher.patch_path(
+                found, [Receiver(h) for h in every[layer + 1]], through=[[Receiver(h) for h in layers[layer]]]
             )
         )
         for layer in later
@@ -106,7 +101,7 @@ def _where_and_through(model, pairs: list, found: list[Head]) -> dict:
     }
     return {
         "changed_positions": list(changed),
-        "at_changed": {"whole": _measures(sender_effect(model, pairs, at)), "into_kv_there": into},
+        "at_changed": {"whole": _measures(patcher.sender_effect(at)), "into_kv_there": into},
         "frozen": frozen,
         "chains": chains,
     }

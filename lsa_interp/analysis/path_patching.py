@@ -27,37 +27,19 @@ and values: both equal to the bit (tested), as every run calls each attention's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
 from lsa_interp.analysis.activations import eval_mode
-from lsa_interp.analysis.pair_batch import PairBatch, pair_batch
-from lsa_interp.analysis.patch_grids import (
-    PatchEffect,
-    PatchingGrid,
-    attention_modules,
-    module_label,
-    normalized_diff,
-    patch_effect,
-)
-from lsa_interp.analysis.patch_runs import (
-    PairRuns,
-    Patch,
-    answer_outcomes,
-    answer_width,
-    pair_runs,
-    parting_steps,
-    run_patched,
-)
+from lsa_interp.analysis.patch_grids import PatchEffect, PatchingGrid, attention_modules, module_label, normalized_diff
 from lsa_interp.analysis.path_ends import (
     INPUTS,
     MEMORY,
-    Positions,
     Receiver,
     Sender,
     Target,
@@ -74,6 +56,7 @@ from lsa_interp.analysis.path_ends import (
     senders_reaching,
     short_labels,
 )
+from lsa_interp.analysis.path_runs import PathRuns, receiver_hooks
 from lsa_interp.analysis.prompts import MinimalPair
 from lsa_interp.model.config import ModelConfig
 from lsa_interp.model.heads import Head
@@ -83,6 +66,7 @@ __all__ = [
     "INPUTS",
     "MEMORY",
     "PatchEffect",
+    "PathPatcher",
     "PathSweep",
     "Receiver",
     "Sender",
@@ -103,178 +87,6 @@ __all__ = [
     "short_labels",
 ]
 
-_MEMORY_HOOK = "encoder.ln_final.hook_out"
-
-
-class _PathRuns:
-    """Runs 1 of some pairs (every head's output of the source and the target) and runs 2 and 3 on them."""
-
-    def __init__(self, model: HookedEncoderDecoder, pairs: Sequence[MinimalPair]):
-        self.model, self.cfg = model, model.cfg
-        self.batch: PairBatch = pair_batch(pairs)
-        self.outputs = outputs = [f"{module}.hook_z" for module in attention_modules(self.cfg)]
-        self.runs: PairRuns = pair_runs(model, pairs, outputs, self.batch, parting_steps(pairs), save_target=outputs)
-        self.outcomes = answer_outcomes(model, self.runs.target, self.batch.source_answers, self.batch.target_answers)
-        self.width = answer_width(self.batch.source_answers, self.batch.target_answers)
-
-    def frozen(self, senders: Sequence[Sender], record: Sequence[str]) -> dict[str, Tensor]:
-        """Run 2: the senders' outputs from the source (at their positions), every other head's output and the
-        senders' elsewhere from the target; returns ``record``'s."""
-        patches = self.frozen_outputs(self.sender_cells(senders), from_source=True)
-        return run_patched(self.model, self.runs.target, self.runs.tgt, patches, save=record)
-
-    def frozen_outputs(self, cells: dict[str, Cells], from_source: bool) -> dict[str, Patch]:
-        """Every head's output (``hook_z``) at the target run's, but at ``cells``: the source run's there
-        (``from_source``) or the patched run's own."""
-        return {
-            hook: partial(
-                _freeze,
-                target=self.runs.target_saved[hook],
-                donor=self.runs.saved[hook] if from_source else None,
-                cells=cells.get(hook, []),
-            )
-            for hook in self.outputs
-        }
-
-    def sender_cells(self, senders: Sequence[Sender]) -> dict[str, Cells]:
-        """The senders' (head, positions) cells by output hook. Raises ValueError for a position past the prompts."""
-        cells: dict[str, Cells] = {}
-        for sender in senders:
-            hook = sender.head.hook("z")
-            _check_positions(f"sender {sender.label}: its output has", sender.positions, self.runs.saved[hook].shape[1])
-            cells.setdefault(hook, []).append((sender.head.head, sender.positions))
-        return cells
-
-    def relayed(self, hop: Sequence[Receiver], recorded: dict[str, Tensor], record: Sequence[str]) -> dict[str, Tensor]:
-        """A hop of a chain: the target with the ``hop``'s inputs from ``recorded`` and every other head's output
-        frozen at the target's, so that only the hop's heads pass on what they received; returns ``record``'s."""
-        heads = self.sender_cells([Sender(head) for head in dict.fromkeys(r.head for r in hop)])
-        patches = _receiver_patches(hop, recorded) | self.frozen_outputs(heads, from_source=False)
-        return run_patched(self.model, self.runs.target, self.runs.tgt, patches, save=record)
-
-    def through(self, receivers: Sequence[Target], recorded: dict[str, Tensor], answers: bool) -> PatchEffect:
-        """Run 3: the target with the ``receivers``' inputs from run 2's ``recorded``."""
-        patches = _receiver_patches(receivers, recorded)
-        return self.effect(patches, answers and all(_encoder_fed(hook) for hook in patches))
-
-    def effect(self, patches: dict[str, Patch], answers: bool) -> PatchEffect:
-        """The target run under ``patches``, measured (and decoded greedily where ``answers``)."""
-        runs = self.runs
-        diff = float(runs.measure(run_patched(self.model, runs.target, runs.tgt, patches)["logits"]))
-        return patch_effect(diff, runs.source_diff, runs.target_diff, self.outcomes(patches) if answers else None)
-
-
-Cells = list[tuple[int, Positions]]
-"""(head, positions) cells of a ``[batch, pos, head, d_head]`` activation; None: all positions."""
-
-
-def _freeze(tensor: Tensor, target: Tensor, donor: Tensor | None, cells: Cells) -> Tensor:
-    """The target run's output with ``donor``'s (None: this run's own) at ``cells``."""
-    return _take(target, tensor if donor is None else donor, cells)
-
-
-def _receiver_hooks(receivers: Sequence[Target]) -> list[str]:
-    return list(dict.fromkeys(hook for receiver in receivers for hook in _hooks_of(receiver)))
-
-
-def _hooks_of(receiver: Target) -> list[str]:
-    return [_MEMORY_HOOK] if receiver == MEMORY else receiver.hooks()
-
-
-def _receiver_patches(receivers: Sequence[Target], recorded: dict[str, Tensor]) -> dict[str, Patch]:
-    """Each receiver input's hook set to its ``recorded`` value: the memory whole, a head's input for that head (at
-    the receiver's positions, where it names some)."""
-    patches, cells = {}, {}
-    for receiver in receivers:
-        if receiver == MEMORY:
-            patches[_MEMORY_HOOK] = partial(_whole, donor=recorded[_MEMORY_HOOK])
-            continue
-        for hook in receiver.hooks():
-            _check_positions(f"receiver {receiver.label}: its inputs have", receiver.positions, recorded[hook].shape[1])
-            cells.setdefault(hook, []).append((receiver.head.head, receiver.positions))
-    return patches | {hook: partial(_take, donor=recorded[hook], cells=c) for hook, c in cells.items()}
-
-
-def _check_positions(what: str, positions: Positions, length: int) -> None:
-    """Raise ValueError, starting with ``what``, for a position past ``length``."""
-    if positions is not None and positions[-1] >= length:
-        raise ValueError(f"{what} {length} positions (0..{length - 1}) in these prompts")
-
-
-def _whole(tensor: Tensor, donor: Tensor) -> Tensor:
-    return donor.clone()
-
-
-def _take(tensor: Tensor, donor: Tensor, cells: Cells) -> Tensor:
-    """``tensor`` with ``donor``'s values at each of ``cells``."""
-    patched = tensor.clone()
-    for head, positions in cells:
-        where = slice(None) if positions is None else list(positions)
-        patched[:, where, head] = donor[:, where, head]
-    return patched
-
-
-def _encoder_fed(hook: str) -> bool:
-    """Whether ``hook``'s activation depends on the encoder alone (so its patch also applies when decoding freely)."""
-    return hook.startswith("encoder.") or hook.endswith(("cross_attn.hook_k", "cross_attn.hook_v"))
-
-
-def patch_path(
-    model: HookedEncoderDecoder,
-    pairs: Sequence[MinimalPair],
-    senders: Sequence[Head | Sender],
-    receivers: Sequence[Target],
-    answers: bool = True,
-    through: Sequence[Sequence[Target]] = (),
-) -> PatchEffect:
-    """The effect of the ``senders``' outputs (heads: at all positions; `Sender`s: at theirs; taken from the source
-    prompts) on the target prompts' answers through the ``receivers``' inputs only. With ``through`` hops (each a
-    list of receivers, `check_chain`), only along the chain senders -> first hop -> ... -> receivers: each hop's
-    inputs are set to what the step before sends them with every head but the hop's frozen, and its heads' outputs
-    are what the next hop receives. Answers are decoded where ``answers`` and every receiver is fed by the encoder
-    alone. Raises ValueError for no receivers, `check_paths`' and `check_chain`'s cases, positions past the prompts
-    and pairs `pair_batch` refuses."""
-    if not receivers:
-        raise ValueError("path patching needs at least one receiver (a head's q/k/v or 'memory')")
-    check_chain(model.cfg, senders, through, receivers)
-    stages = [*through, receivers]
-    with torch.no_grad(), eval_mode(model):
-        runs = _PathRuns(model, pairs)
-        recorded = runs.frozen(as_senders(senders), _receiver_hooks(stages[0]))
-        for hop, following in zip(through, stages[1:]):
-            recorded = runs.relayed(hop, recorded, _receiver_hooks(following))
-        return runs.through(receivers, recorded, answers)
-
-
-def sender_effect(
-    model: HookedEncoderDecoder,
-    pairs: Sequence[MinimalPair],
-    senders: Sequence[Head | Sender],
-    frozen: Sequence[Head] = (),
-) -> PatchEffect:
-    """The ``senders``' whole effect (their outputs from the source prompts, at their positions, everything after
-    them free): activation patching of their ``hook_z``, for comparison with their paths. With ``frozen`` heads,
-    whose outputs stay at the target run's, what is left of it when the paths through them are cut. Answers are
-    decoded where every sender and frozen head is an encoder head. Raises ValueError as `check_paths` (no
-    receivers), for a head both sending and frozen, or frozen twice, and for positions past the prompts."""
-    check_paths(model.cfg, senders, ())
-    given = as_senders(senders)
-    check_frozen(given, frozen)
-    with torch.no_grad(), eval_mode(model):
-        runs = _PathRuns(model, pairs)
-        sent, kept = runs.sender_cells(given), runs.sender_cells(as_senders(frozen))
-        patches = {
-            hook: partial(_outputs, runs=runs.runs, hook=hook, sent=sent.get(hook, []), kept=kept.get(hook, []))
-            for hook in sent.keys() | kept.keys()
-        }
-        heads = [s.head for s in given] + list(frozen)
-        return runs.effect(patches, all(head.stack == "encoder" for head in heads))
-
-
-def _outputs(tensor: Tensor, runs: PairRuns, hook: str, sent: Cells, kept: Cells) -> Tensor:
-    """A ``hook_z`` output with the source run's values at the ``sent`` cells and the target run's at ``kept``."""
-    return _take(_take(tensor, runs.saved[hook], sent), runs.target_saved[hook], kept)
-
 
 @dataclass(frozen=True)
 class PathSweep:
@@ -292,6 +104,141 @@ class PathSweep:
         return normalized_diff(self.grid.logit_diff, self.source_logit_diff, self.target_logit_diff)
 
 
+class PathPatcher:
+    """Path patching of one model on one set of minimal pairs, any number of times: the source and target runs every
+    path needs (run 1) are made on first use and kept, so each later path, whole effect or sweep costs only its own
+    runs. Its methods are the module's functions without ``model`` and ``pairs``, and give the same results to the
+    bit (tested). Keep the model's weights as they are while it is in use: the kept runs are of those weights."""
+
+    def __init__(self, model: HookedEncoderDecoder, pairs: Sequence[MinimalPair]):
+        self.model, self.pairs = model, list(pairs)
+        self._runs: PathRuns | None = None
+
+    @contextmanager
+    def _running(self) -> Iterator[PathRuns]:
+        with torch.no_grad(), eval_mode(self.model):
+            if self._runs is None:
+                self._runs = PathRuns(self.model, self.pairs)
+            yield self._runs
+
+    def patch_path(
+        self,
+        senders: Sequence[Head | Sender],
+        receivers: Sequence[Target],
+        answers: bool = True,
+        through: Sequence[Sequence[Target]] = (),
+    ) -> PatchEffect:
+        """`patch_path` on this patcher's model and pairs."""
+        if not receivers:
+            raise ValueError("path patching needs at least one receiver (a head's q/k/v or 'memory')")
+        check_chain(self.model.cfg, senders, through, receivers)
+        stages = [*through, receivers]
+        with self._running() as runs:
+            recorded = runs.frozen(as_senders(senders), receiver_hooks(stages[0]))
+            for hop, following in zip(through, stages[1:]):
+                recorded = runs.relayed(hop, recorded, receiver_hooks(following))
+            return runs.through(receivers, recorded, answers)
+
+    def sender_effect(self, senders: Sequence[Head | Sender], frozen: Sequence[Head] = ()) -> PatchEffect:
+        """`sender_effect` on this patcher's model and pairs."""
+        check_paths(self.model.cfg, senders, ())
+        given = as_senders(senders)
+        check_frozen(given, frozen)
+        heads = [s.head for s in given] + list(frozen)
+        with self._running() as runs:
+            return runs.whole(given, as_senders(frozen), all(head.stack == "encoder" for head in heads))
+
+    def paths_from(
+        self,
+        senders: Sequence[Head | Sender],
+        progress: Callable[[int, int], None] | None = None,
+        answers: bool = True,
+    ) -> PathSweep:
+        """`paths_from` on this patcher's model and pairs."""
+        cfg = self.model.cfg
+        check_paths(cfg, senders, ())
+        senders = as_senders(senders)
+        rows: list[tuple[str, str, list[Receiver]]] = []
+        for module in attention_modules(cfg):
+            heads = module_heads(cfg, module)
+            reached = reachable(cfg, senders, heads[0])
+            for kind in [*reached, reached] if len(reached) > 1 else list(reached):
+                hook = f"{module}.hook_{kind}" if len(kind) == 1 else f"{module}.hook_{{{','.join(kind)}}}"
+                rows.append((hook, f"{module_label(module)}: {','.join(kind)}", [Receiver(h, kind) for h in heads]))
+        encoder_senders = any(s.head.stack == "encoder" for s in senders)
+        cells = [(row, column) for row in range(len(rows)) for column in range(cfg.n_heads + 1)]
+        with self._running() as runs:
+            sheet = _Sheet(len(rows), cfg.n_heads + 1, runs.width if answers else 0)
+            every = [receiver for _, _, row in rows for receiver in row] + ([MEMORY] if encoder_senders else [])
+            recorded = runs.frozen(senders, receiver_hooks(every))
+            for done, (row, column) in enumerate(cells, 1):
+                heads = rows[row][2]
+                sheet.fill(row, column, runs.through(heads[column : column + 1] or heads, recorded, answers))
+                if progress:
+                    progress(done, len(cells) + encoder_senders)
+            memory = runs.through([MEMORY], recorded, answers) if encoder_senders else None
+            if progress and memory:
+                progress(len(cells) + 1, len(cells) + 1)
+        site = "paths from " + ", ".join(short_labels(senders, cfg.n_heads))
+        columns = (*_head_columns(cfg), "all heads")
+        grid = sheet.grid(site, tuple(r[0] for r in rows), tuple(r[1] for r in rows), columns)
+        return PathSweep(grid, runs.runs.source_diff, runs.runs.target_diff, memory)
+
+    def paths_into(
+        self,
+        receivers: Sequence[Target],
+        progress: Callable[[int, int], None] | None = None,
+        answers: bool = True,
+    ) -> PathSweep:
+        """`paths_into` on this patcher's model and pairs."""
+        cfg, modules = self.model.cfg, attention_modules(self.model.cfg)
+        candidates = senders_reaching(cfg, receivers)
+        with self._running() as runs:
+            sheet = _Sheet(len(modules), cfg.n_heads, runs.width if answers else 0)
+            hooks = receiver_hooks(receivers)
+            for done, sender in enumerate(candidates, 1):
+                cell = runs.through(receivers, runs.frozen([Sender(sender)], hooks), answers)
+                sheet.fill(modules.index(sender.hook("z").removesuffix(".hook_z")), sender.head, cell)
+                if progress:
+                    progress(done, len(candidates))
+        rows, hooks_z = tuple(module_label(m) for m in modules), tuple(f"{m}.hook_z" for m in modules)
+        site = f"paths into {', '.join(short_labels(receivers, cfg.n_heads))}"
+        grid = sheet.grid(site, hooks_z, rows, _head_columns(cfg))
+        return PathSweep(grid, runs.runs.source_diff, runs.runs.target_diff)
+
+
+def patch_path(
+    model: HookedEncoderDecoder,
+    pairs: Sequence[MinimalPair],
+    senders: Sequence[Head | Sender],
+    receivers: Sequence[Target],
+    answers: bool = True,
+    through: Sequence[Sequence[Target]] = (),
+) -> PatchEffect:
+    """The effect of the ``senders``' outputs (heads: at all positions; `Sender`s: at theirs; taken from the source
+    prompts) on the target prompts' answers through the ``receivers``' inputs only. With ``through`` hops (each a
+    list of receivers, `check_chain`), only along the chain senders -> first hop -> ... -> receivers: each hop's
+    inputs are set to what the step before sends them with every head but the hop's frozen, and its heads' outputs
+    are what the next hop receives. Answers are decoded where ``answers`` and every receiver is fed by the encoder
+    alone. Raises ValueError for no receivers, `check_paths`' and `check_chain`'s cases, positions past the prompts
+    and pairs `pair_batch` refuses. (Many paths on the same pairs: `PathPatcher`.)"""
+    return PathPatcher(model, pairs).patch_path(senders, receivers, answers, through)
+
+
+def sender_effect(
+    model: HookedEncoderDecoder,
+    pairs: Sequence[MinimalPair],
+    senders: Sequence[Head | Sender],
+    frozen: Sequence[Head] = (),
+) -> PatchEffect:
+    """The ``senders``' whole effect (their outputs from the source prompts, at their positions, everything after
+    them free): activation patching of their ``hook_z``, for comparison with their paths. With ``frozen`` heads,
+    whose outputs stay at the target run's, what is left of it when the paths through them are cut. Answers are
+    decoded where every sender and frozen head is an encoder head. Raises ValueError as `check_paths` (no
+    receivers), for a head both sending and frozen, or frozen twice, and for positions past the prompts."""
+    return PathPatcher(model, pairs).sender_effect(senders, frozen)
+
+
 def paths_from(
     model: HookedEncoderDecoder,
     pairs: Sequence[MinimalPair],
@@ -303,34 +250,7 @@ def paths_from(
     reaches together), a column per head and one for all the module's heads together, and the path into the memory.
     One run 2 serves every cell (what it records does not depend on which inputs are patched afterwards). Raises
     ValueError as `check_paths` and `pair_batch`."""
-    check_paths(model.cfg, senders, ())
-    cfg, senders = model.cfg, as_senders(senders)
-    rows: list[tuple[str, str, list[Receiver]]] = []
-    for module in attention_modules(cfg):
-        heads = module_heads(cfg, module)
-        reached = reachable(cfg, senders, heads[0])
-        for kind in [*reached, reached] if len(reached) > 1 else list(reached):
-            hook = f"{module}.hook_{kind}" if len(kind) == 1 else f"{module}.hook_{{{','.join(kind)}}}"
-            rows.append((hook, f"{module_label(module)}: {','.join(kind)}", [Receiver(h, kind) for h in heads]))
-    encoder_senders = any(s.head.stack == "encoder" for s in senders)
-    cells = [(row, column) for row in range(len(rows)) for column in range(cfg.n_heads + 1)]
-    with torch.no_grad(), eval_mode(model):
-        runs = _PathRuns(model, pairs)
-        sheet = _Sheet(len(rows), cfg.n_heads + 1, runs.width if answers else 0)
-        every = [receiver for _, _, row in rows for receiver in row] + ([MEMORY] if encoder_senders else [])
-        recorded = runs.frozen(senders, _receiver_hooks(every))
-        for done, (row, column) in enumerate(cells, 1):
-            heads = rows[row][2]
-            sheet.fill(row, column, runs.through(heads[column : column + 1] or heads, recorded, answers))
-            if progress:
-                progress(done, len(cells) + encoder_senders)
-        memory = runs.through([MEMORY], recorded, answers) if encoder_senders else None
-        if progress and memory:
-            progress(len(cells) + 1, len(cells) + 1)
-    site = "paths from " + ", ".join(short_labels(senders, cfg.n_heads))
-    columns = (*_head_columns(cfg), "all heads")
-    grid = sheet.grid(site, tuple(r[0] for r in rows), tuple(r[1] for r in rows), columns)
-    return PathSweep(grid, runs.runs.source_diff, runs.runs.target_diff, memory)
+    return PathPatcher(model, pairs).paths_from(senders, progress, answers)
 
 
 def paths_into(
@@ -343,21 +263,7 @@ def paths_into(
     """Every sender of ``receivers``: a row per attention module, a column per head, each cell that head's path into
     the receivers (NaN for a head that does not reach every receiver input). Two runs per sender. Raises ValueError
     for no receivers, receivers no head reaches, and pairs `pair_batch` refuses."""
-    cfg, modules = model.cfg, attention_modules(model.cfg)
-    candidates = senders_reaching(cfg, receivers)
-    with torch.no_grad(), eval_mode(model):
-        runs = _PathRuns(model, pairs)
-        sheet = _Sheet(len(modules), cfg.n_heads, runs.width if answers else 0)
-        hooks = _receiver_hooks(receivers)
-        for done, sender in enumerate(candidates, 1):
-            cell = runs.through(receivers, runs.frozen([Sender(sender)], hooks), answers)
-            sheet.fill(modules.index(sender.hook("z").removesuffix(".hook_z")), sender.head, cell)
-            if progress:
-                progress(done, len(candidates))
-    rows, hooks_z = tuple(module_label(m) for m in modules), tuple(f"{m}.hook_z" for m in modules)
-    site = f"paths into {', '.join(short_labels(receivers, cfg.n_heads))}"
-    grid = sheet.grid(site, hooks_z, rows, _head_columns(cfg))
-    return PathSweep(grid, runs.runs.source_diff, runs.runs.target_diff)
+    return PathPatcher(model, pairs).paths_into(receivers, progress, answers)
 
 
 class _Sheet:

@@ -16,6 +16,7 @@ from lsa_interp.analysis.activation_patching import (
 )
 from lsa_interp.analysis.path_patching import (
     PatchEffect,
+    PathPatcher,
     PathSweep,
     Sender,
     Target,
@@ -24,10 +25,6 @@ from lsa_interp.analysis.path_patching import (
     labels,
     parse_receivers,
     parse_senders,
-    patch_path,
-    paths_from,
-    paths_into,
-    sender_effect,
     senders_reaching,
     short_labels,
 )
@@ -86,36 +83,35 @@ def path_patching_analysis(
         "pairs offered": len(offered),
         "pairs solved (both prompts)": len(pairs),
     }
+    patcher = PathPatcher(model, pairs)
     if heads and targets:
-        return _one_path(model, model_name, pairs, heads, hops, targets, cut, summary)
-    sweep = paths_from(model, pairs, heads, progress) if heads else paths_into(model, pairs, targets, progress)
-    return _sweep_result(model, model_name, pairs, heads, cut, sweep, summary)
+        return _one_path(patcher, model_name, heads, hops, targets, cut, summary)
+    sweep = patcher.paths_from(heads, progress) if heads else patcher.paths_into(targets, progress)
+    return _sweep_result(patcher, model_name, heads, cut, sweep, summary)
 
 
 def _one_path(
-    model: HookedEncoderDecoder,
+    patcher: PathPatcher,
     model_name: str,
-    pairs: list,
     heads: list[Sender],
     hops: list[list[Target]],
     targets: list[Target],
     cut: list[Head],
     summary: dict,
 ) -> AnalysisResult:
-    path = patch_path(model, pairs, heads, targets, through=hops)
-    name = " -> ".join(_joined(stage, model.cfg.n_heads) for stage in [heads, *hops, targets])
+    path = patcher.patch_path(heads, targets, through=hops)
+    name = " -> ".join(_joined(stage, patcher.model.cfg.n_heads) for stage in [heads, *hops, targets])
     summary |= {"path": name, "path: normalised": path.normalized} | _answer_rows("path", path)
     findings = [Finding(f"Path {name}", _NOT_IN_PAPER, _effect_text(path), None, value=path.normalized)]
     data = {"senders": labels(heads), "through": [labels(hop) for hop in hops], "receivers": labels(targets)}
     data["path"] = path
-    effects = {f"path {name}": path} | _whole_effects(model, pairs, heads, cut, summary, findings, data)
+    effects = {f"path {name}": path} | _whole_effects(patcher, heads, cut, summary, findings, data)
     figures = {"path": _path_bars(effects, summary)}
     return AnalysisResult("path_patching", model_name, summary, _jsonable(data), figures, findings)
 
 
 def _whole_effects(
-    model: HookedEncoderDecoder,
-    pairs: list,
+    patcher: PathPatcher,
     heads: list[Sender],
     cut: list[Head],
     summary: dict,
@@ -124,11 +120,12 @@ def _whole_effects(
 ) -> dict[str, PatchEffect]:
     """The senders' whole effect, and with ``cut`` the effect left with those heads frozen, added to ``summary``,
     ``findings`` and ``data``; returns them by name."""
-    senders, frozen = _joined(heads, model.cfg.n_heads), _joined(cut, model.cfg.n_heads)
-    data["whole"] = sender_effect(model, pairs, heads)
+    n_heads = patcher.model.cfg.n_heads
+    senders, frozen = _joined(heads, n_heads), _joined(cut, n_heads)
+    data["whole"] = patcher.sender_effect(heads)
     effects, titles = {"senders' whole effect": data["whole"]}, [f"Whole effect of {senders}"]
     if cut:
-        data["frozen"], data["frozen_effect"] = labels(cut), sender_effect(model, pairs, heads, cut)
+        data["frozen"], data["frozen_effect"] = labels(cut), patcher.sender_effect(heads, cut)
         effects[f"senders' effect with {frozen} frozen"] = data["frozen_effect"]
         titles.append(f"Effect of {senders} with {frozen} frozen")
     for (name, effect), title in zip(effects.items(), titles):
@@ -158,9 +155,8 @@ def _path_bars(effects: dict[str, PatchEffect], summary: dict):  # pragma: no mu
 
 
 def _sweep_result(
-    model: HookedEncoderDecoder,
+    patcher: PathPatcher,
     model_name: str,
-    pairs: list,
     heads: list[Sender],
     cut: list[Head],
     sweep: PathSweep,
@@ -186,12 +182,12 @@ def _sweep_result(
             )
         )
     if heads:
-        _whole_effects(model, pairs, heads, cut, summary, findings, data)
+        _whole_effects(patcher, heads, cut, summary, findings, data)
     if sweep.memory is not None:
         summary["path into the memory: normalised"] = sweep.memory.normalized
         findings.append(
             Finding(
-                f"Path {_joined(heads, model.cfg.n_heads)} -> memory",
+                f"Path {_joined(heads, patcher.model.cfg.n_heads)} -> memory",
                 _NOT_IN_PAPER,
                 _effect_text(sweep.memory),
                 None,
