@@ -17,7 +17,7 @@ import torch
 
 from lsa_interp import utils
 from lsa_interp.analysis.patching import resolve_heads
-from lsa_interp.analysis.path_patching import parse_receiver, parse_senders
+from lsa_interp.analysis.path_patching import parse_positions, parse_receiver, parse_senders
 from lsa_interp.data import DatasetConfig
 from lsa_interp.data.task import Task
 from lsa_interp.evaluation.card import check_checkpoint_name
@@ -243,6 +243,7 @@ def test_check_type_names_what_it_wanted_and_what_it_got():
         (lambda: parse_head(5, ModelConfig()), "a head label is a str such as '2.7' or 'cross:3.1', got int 5"),
         (lambda: parse_receiver(("2", "3"), ModelConfig()), "a receiver is a str such as '2.3/v', 'cross:3.1/kv' or"),
         (lambda: parse_senders(1.3, ModelConfig()), "senders are a str such as '1.3', '1.3@31,33' or '1.*', got"),
+        (lambda: parse_positions([31, 33]), "positions are a str such as '31,33', got"),
         (lambda: check_checkpoint_name(None), "a checkpoint name is a str such as 'copy-200', got NoneType None"),
         (lambda: DatasetConfig.from_dict(None), "a dataset config is a dict (a JSON object), got NoneType None"),
         (lambda: TrainConfig.from_dict([]), "a training config is a dict (a JSON object), got list []"),

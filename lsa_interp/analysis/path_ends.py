@@ -74,10 +74,20 @@ def _split_positions(text: str, kind: str, example: str) -> tuple[str, Positions
     spec, at, where = text.strip().partition("@")
     if not at:
         return spec.strip(), None
-    places = [place.strip() for place in where.split(",")]
+    try:
+        return spec.strip(), parse_positions(where)
+    except ValueError:
+        raise ValueError(f"bad {kind} {text!r}: after '@' give 0-based positions, e.g. {example!r}") from None
+
+
+def parse_positions(text: str) -> tuple[int, ...]:
+    """``"31,33"``: 0-based positions, sorted and distinct. Raises ValueError naming what is allowed; TypeError for a
+    non-string."""
+    check_type(text, str, "positions are a str such as '31,33'")
+    places = [place.strip() for place in text.split(",")]
     if not all(place.isascii() and place.isdigit() for place in places):
-        raise ValueError(f"bad {kind} {text!r}: after '@' give 0-based positions, e.g. {example!r}")
-    return spec.strip(), tuple(sorted({int(place) for place in places}))
+        raise ValueError(f"bad positions {text!r}: give 0-based positions separated by commas, e.g. '31,33'")
+    return tuple(sorted({int(place) for place in places}))
 
 
 def parse_senders(text: str, cfg: ModelConfig) -> list[Sender]:

@@ -40,6 +40,7 @@ from lsa_interp.analysis.patch_grids import PatchEffect, PatchingGrid, attention
 from lsa_interp.analysis.path_ends import (
     INPUTS,
     MEMORY,
+    Positions,
     Receiver,
     Sender,
     Target,
@@ -49,6 +50,7 @@ from lsa_interp.analysis.path_ends import (
     check_paths,
     labels,
     module_heads,
+    parse_positions,
     parse_receiver,
     parse_receivers,
     parse_senders,
@@ -68,6 +70,7 @@ __all__ = [
     "PatchEffect",
     "PathPatcher",
     "PathSweep",
+    "Positions",
     "Receiver",
     "Sender",
     "Target",
@@ -76,6 +79,7 @@ __all__ = [
     "check_paths",
     "labels",
     "parse_receiver",
+    "parse_positions",
     "parse_receivers",
     "parse_senders",
     "patch_path",
@@ -189,20 +193,24 @@ class PathPatcher:
         receivers: Sequence[Target],
         progress: Callable[[int, int], None] | None = None,
         answers: bool = True,
+        positions: Positions = None,
     ) -> PathSweep:
         """`paths_into` on this patcher's model and pairs."""
         cfg, modules = self.model.cfg, attention_modules(self.model.cfg)
-        candidates = senders_reaching(cfg, receivers)
+        senders = [Sender(head, positions) for head in senders_reaching(cfg, receivers)]
+        if positions is not None:  # the same positions for every head: the first one's check holds for all
+            check_paths(cfg, senders[:1], receivers)
         with self._running() as runs:
             sheet = _Sheet(len(modules), cfg.n_heads, runs.width if answers else 0)
             hooks = receiver_hooks(receivers)
-            for done, sender in enumerate(candidates, 1):
-                cell = runs.through(receivers, runs.frozen([Sender(sender)], hooks), answers)
-                sheet.fill(modules.index(sender.hook("z").removesuffix(".hook_z")), sender.head, cell)
+            for done, sender in enumerate(senders, 1):
+                cell = runs.through(receivers, runs.frozen([sender], hooks), answers)
+                sheet.fill(modules.index(sender.head.hook("z").removesuffix(".hook_z")), sender.head.head, cell)
                 if progress:
-                    progress(done, len(candidates))
+                    progress(done, len(senders))
         rows, hooks_z = tuple(module_label(m) for m in modules), tuple(f"{m}.hook_z" for m in modules)
         site = f"paths into {', '.join(short_labels(receivers, cfg.n_heads))}"
+        site += "" if positions is None else f" from @{','.join(map(str, positions))}"
         grid = sheet.grid(site, hooks_z, rows, _head_columns(cfg))
         return PathSweep(grid, runs.runs.source_diff, runs.runs.target_diff)
 
@@ -259,11 +267,14 @@ def paths_into(
     receivers: Sequence[Target],
     progress: Callable[[int, int], None] | None = None,
     answers: bool = True,
+    positions: Positions = None,
 ) -> PathSweep:
     """Every sender of ``receivers``: a row per attention module, a column per head, each cell that head's path into
-    the receivers (NaN for a head that does not reach every receiver input). Two runs per sender. Raises ValueError
-    for no receivers, receivers no head reaches, and pairs `pair_batch` refuses."""
-    return PathPatcher(model, pairs).paths_into(receivers, progress, answers)
+    the receivers (NaN for a head that does not reach every receiver input); with ``positions`` (sorted, distinct),
+    each head's output there only. Two runs per sender. Raises ValueError for no receivers, receivers no head
+    reaches, receivers that read none of the ``positions`` (`check_paths`), positions past the prompts, and pairs
+    `pair_batch` refuses."""
+    return PathPatcher(model, pairs).paths_into(receivers, progress, answers, positions)
 
 
 class _Sheet:

@@ -4,6 +4,7 @@ record, heat maps and unjudged findings (path patching is not a method of the pa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -18,17 +19,21 @@ from lsa_interp.analysis.path_patching import (
     PatchEffect,
     PathPatcher,
     PathSweep,
+    Positions,
     Sender,
     Target,
     check_chain,
     check_frozen,
+    check_paths,
     labels,
+    parse_positions,
     parse_receivers,
     parse_senders,
     senders_reaching,
     short_labels,
 )
 from lsa_interp.analysis.types import AnalysisResult, Finding
+from lsa_interp.model.config import ModelConfig
 from lsa_interp.model.heads import Head, parse_heads
 from lsa_interp.model.hooked import HookedEncoderDecoder
 
@@ -49,6 +54,7 @@ def path_patching_analysis(
     progress: Callable[[int, int], None] | None = None,
     frozen: Sequence[str] = (),
     through: Sequence[str] = (),
+    sender_positions: str | None = None,
 ) -> AnalysisResult:
     """Path patching from the ``senders`` (heads, ``"1.3"``, at some positions only: ``"1.3@31,33"``) into the
     ``receivers`` (``"2.3/v"``, ``"cross:3.1/kv"``, ``"memory"``) on the pairs of `offered_and_solved`: with both,
@@ -58,24 +64,12 @@ def path_patching_analysis(
     a layer's heads (``"3.*/kv"``). With ``frozen`` heads (``"2.7"``, ``"2.*"``) it also measures the senders' whole
     effect with those heads' outputs kept at the target prompt's: what is left with the paths through them cut. With
     ``through`` hops (one receiver label each, ``"2.3"``, ``"2.*/v"``) the one path runs senders -> hops ->
-    receivers (`patch_path`'s chain)."""
-    if not senders and not receivers:
-        raise ValueError("give senders (heads such as '1.3'), receivers ('2.3/v', 'memory') or both")
+    receivers (`patch_path`'s chain). With receivers only, ``sender_positions`` (``"31,33"``) takes each head's output
+    at those positions only."""
     if n_pairs < 1:
         raise ValueError(f"n_pairs must be at least 1 (minimal pairs offered), got {n_pairs}")
-    heads = [sender for label in senders for sender in parse_senders(label, model.cfg)]
-    targets = [receiver for label in receivers for receiver in parse_receivers(label, model.cfg)]
-    cut = [head for label in frozen for head in parse_heads(label, model.cfg)]
-    hops = [parse_receivers(label, model.cfg) for label in through]
-    if cut and not heads:
-        raise ValueError("frozen heads cut the paths from senders: give sender heads as well (e.g. '1.3')")
-    if hops and not (heads and targets):
-        raise ValueError("a chain runs from senders through hops into receivers: give sender heads and receivers too")
-    if heads:
-        check_chain(model.cfg, heads, hops, targets)
-        check_frozen(heads, cut)
-    else:
-        senders_reaching(model.cfg, targets)
+    asked = path_request(model.cfg, senders, receivers, frozen, through, sender_positions)
+    heads, targets, cut, hops = asked.senders, asked.receivers, asked.frozen, asked.through
     offered, pairs = offered_and_solved(model, source, target, n_pairs, seed, alphabets, length)
     summary: dict[str, float | int | str] = {
         "source rule (patched in)": source,
@@ -86,8 +80,58 @@ def path_patching_analysis(
     patcher = PathPatcher(model, pairs)
     if heads and targets:
         return _one_path(patcher, model_name, heads, hops, targets, cut, summary)
-    sweep = patcher.paths_from(heads, progress) if heads else patcher.paths_into(targets, progress)
+    at = asked.sender_positions
+    sweep = patcher.paths_from(heads, progress) if heads else patcher.paths_into(targets, progress, positions=at)
     return _sweep_result(patcher, model_name, heads, cut, sweep, summary)
+
+
+@dataclass(frozen=True)
+class PathRequest:
+    """What a path-patching analysis is asked for, parsed and checked (`path_request`)."""
+
+    senders: list[Sender]
+    receivers: list[Target]
+    frozen: list[Head]
+    through: list[list[Target]]
+    sender_positions: Positions
+
+
+def path_request(
+    cfg: ModelConfig,
+    senders: Sequence[str] = (),
+    receivers: Sequence[str] = (),
+    frozen: Sequence[str] = (),
+    through: Sequence[str] = (),
+    sender_positions: str | None = None,
+) -> PathRequest:
+    """The labels of `path_patching_analysis` parsed for a model of ``cfg`` and checked together, before anything
+    runs. Raises ValueError for neither senders nor receivers, bad labels, receivers the senders do not reach,
+    frozen heads or hops without the senders (and receivers) they need, a head both sending and frozen, and sender
+    positions beside senders, without receivers or read by none of them."""
+    if not senders and not receivers:
+        raise ValueError("give senders (heads such as '1.3'), receivers ('2.3/v', 'memory') or both")
+    heads = [sender for label in senders for sender in parse_senders(label, cfg)]
+    targets = [receiver for label in receivers for receiver in parse_receivers(label, cfg)]
+    cut = [head for label in frozen for head in parse_heads(label, cfg)]
+    hops = [parse_receivers(label, cfg) for label in through]
+    at = None if sender_positions is None else parse_positions(sender_positions)
+    if at is not None and (heads or not targets):
+        raise ValueError(
+            "sender positions apply to the sweep of every head into receivers: give receivers and no senders (a "
+            "sender's own positions follow '@', e.g. '1.3@31,33')"
+        )
+    if cut and not heads:
+        raise ValueError("frozen heads cut the paths from senders: give sender heads as well (e.g. '1.3')")
+    if hops and not (heads and targets):
+        raise ValueError("a chain runs from senders through hops into receivers: give sender heads and receivers too")
+    if heads:
+        check_chain(cfg, heads, hops, targets)
+        check_frozen(heads, cut)
+    else:
+        reaching = [Sender(head, at) for head in senders_reaching(cfg, targets)]
+        if at is not None:  # one set of positions for every head: the first one's check holds for all
+            check_paths(cfg, reaching[:1], targets)
+    return PathRequest(heads, targets, cut, hops, at)
 
 
 def _one_path(

@@ -322,6 +322,13 @@ def register(app: typer.Typer) -> None:
                 "which cuts every path through them ('2.7'; '2.*': a layer's heads), repeatable."
             ),
         ] = None,
+        sender_positions: Annotated[
+            str | None,
+            typer.Option(
+                help="With --receiver and no --sender: every head's path from its output at these 0-based positions "
+                "only ('31,33'), not at all positions."
+            ),
+        ] = None,
         source: FromOption = "succ",
         target: ToOption = "pred",
         pairs: PairsOption = 100,
@@ -332,7 +339,7 @@ def register(app: typer.Typer) -> None:
         device: DeviceOption = "cpu",
     ) -> None:
         """Patch the paths from --sender heads into --receiver inputs, from --from prompts into --to prompts."""
-        from lsa_interp.analysis.path_patching_analysis import path_patching_analysis
+        from lsa_interp.analysis.path_patching_analysis import path_patching_analysis, path_request
 
         if not sender and not receiver:
             raise ValueError(
@@ -341,6 +348,7 @@ def register(app: typer.Typer) -> None:
         _check_pair_options(source, target, alphabets)
         target_dir = out_dir(out, model)
         net = open_model(model, device)
+        path_request(net.cfg, sender or [], receiver or [], freeze or [], through or [], sender_positions)
         with progress_bar() as bar:
             task = bar.add_task("patched paths", total=None)
             result = path_patching_analysis(
@@ -357,6 +365,7 @@ def register(app: typer.Typer) -> None:
                 lambda done, total: bar.update(task, completed=done, total=total),
                 freeze or [],
                 through or [],
+                sender_positions,
             )
         finish(result, target_dir, model)
 

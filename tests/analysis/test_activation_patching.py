@@ -199,6 +199,7 @@ def test_the_analysis_writes_grids_heat_maps_and_unjudged_findings(planted, monk
     grid = written["data"]["grids"][ap.HEADS]
     assert grid["rows"][1] == "encoder 2 self-attention" and grid["normalized"][1][2] == pytest.approx(1, abs=1e-3)
     assert grid["source_letters"][0][1][2] == 1 and grid["source_letters"][1][1][2] is None  # [letter][row][column]
+    assert grid["other_letters"][0][1][2] == 0 and grid["other_letters"][0][4][0] is None  # decoder row: not decoded
     assert "normalised" in paths["html"].read_text()
     assert result.findings[-1].ours.endswith("the source's token where the answers differ: #1 100%")
     hover = result.figures[ap.HEADS].data[0]

@@ -98,6 +98,12 @@ def test_letter_outcomes_compare_the_end_of_answers_of_different_lengths():
     assert stopped[2:] == (1, 0, 0)
 
 
+def test_letter_outcomes_count_a_position_over_the_pairs_whose_answers_differ_there_only():
+    source, other = letter_outcomes(_generated("bcd.", "xcd."), ["bce", "bcf"], ["acd", "bcd"])
+    assert source[0] == 1 and other[0] == 0  # the second pair's answers share their first letter: not counted there
+    assert source[2] == 0 and other[2] == 0  # both pairs differ at the last letter, and both keep the target's
+
+
 def test_replace_at_takes_the_donor_only_at_the_index():
     tensor, donor = torch.zeros(2, 5, 3, 4), torch.ones(2, 5, 3, 4)
     patched = replace_at(tensor, donor, (slice(None), [1, 3], 2))

@@ -131,6 +131,9 @@ def test_help_has_an_example_and_says_labels_are_one_based(command, capsys):
         (["matching-heads", "--compare", "=/no/such/run-*"], "--compare takes NAME=GLOB"),  # no name
         (["matching-heads", "--compare", "copy= "], "--compare takes NAME=GLOB"),  # "" globs the checkpoints folder
         (["matching-heads", "--compare", "copy=/no/such/run-*"], "no checkpoint matches '/no/such/run-*'"),
+        (["path-patching", "--receiver", "3.1/v", "--sender-positions", "31;33"], "bad positions '31;33'"),
+        (["path-patching", "--receiver", "1.2/v"], "no head reaches every input of 1.2/v"),  # refused before any bar
+        (["path-patching", "--sender", "2.3", "--freeze", "2.3"], "2.3: a head cannot both send and be frozen"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(saved, args, message, capsys):

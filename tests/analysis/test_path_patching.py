@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lsa_interp.analysis import activation_patching, path_patching as pp
-from lsa_interp.analysis.path_patching_analysis import path_patching_analysis
+from lsa_interp.analysis.path_patching_analysis import path_patching_analysis, path_request
 from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_model
 from lsa_interp.model.heads import Head, all_heads
 from tests.analysis.patch_setup import planted_pairs, small_model, succ_pred_runs
@@ -78,6 +78,24 @@ def test_the_sweep_into_the_readouts_values_finds_the_planted_head_alone(planted
     upstream[1, PLANTED_HEAD.head] = 0
     assert float(upstream.abs().max()) < 1e-4
     assert bool(normalized[2:].isnan().all()), "no head from layer 3 on reaches layer 3's values"
+
+
+def test_the_sweep_into_the_readouts_values_from_some_positions_finds_the_planted_head_at_its_letter_only(planted):
+    pairs, readout = planted_pairs(6), [_receiver("3.1/v", planted)]
+    at_letter = pp.paths_into(planted, pairs, readout, positions=(31,))
+    assert at_letter.normalized[1, PLANTED_HEAD.head] == pytest.approx(1, abs=1e-4)
+    assert at_letter.grid.site == "paths into 3.1/v from @31"
+    elsewhere = pp.paths_into(planted, pairs, readout, positions=(30, 32))
+    assert float(elsewhere.normalized[:2].abs().max()) < 1e-4 and elsewhere.normalized[2:].isnan().all()
+    alone = pp.patch_path(planted, pairs, [pp.Sender(Head("encoder", 0, 1), (30, 32))], readout)
+    assert float(elsewhere.grid.logit_diff[0, 1]) == alone.logit_diff  # each cell is that sender's path, to the bit
+
+
+def test_a_sweep_from_positions_no_receiver_reads_is_refused(small, small_pairs):
+    with pytest.raises(ValueError, match="reads none of the positions its senders write"):
+        pp.paths_into(small, small_pairs, [_receiver("2.2/kv@31", small)], positions=(30,))
+    with pytest.raises(ValueError, match="has 39 positions"):
+        pp.paths_into(small, small_pairs, [_receiver("2.2/kv", small)], positions=(39,))
 
 
 def test_a_last_layer_senders_path_into_the_memory_is_its_whole_effect_to_the_bit(small, small_pairs):
@@ -236,6 +254,9 @@ def test_the_analysis_of_a_receivers_sweep_finds_its_sender(planted, planted_off
     result = path_patching_analysis(planted, "planted", receivers=["3.1/v"], source="pred", target="succ", n_pairs=4)
     assert result.summary["paths into 3.1/v: largest"].startswith("encoder 2 self-attention, head 3: 1.0")
     assert "senders' whole effect: normalised" not in result.summary
+    options = {"receivers": ["3.1/v"], "source": "pred", "target": "succ", "n_pairs": 4}
+    at = path_patching_analysis(planted, "p", **options, sender_positions="31")
+    assert at.summary["paths into 3.1/v from @31: largest"].startswith("encoder 2 self-attention, head 3: 1.0")
 
 
 @pytest.mark.parametrize(
@@ -246,12 +267,23 @@ def test_the_analysis_of_a_receivers_sweep_finds_its_sender(planted, planted_off
         ({"senders": ["3.1"], "receivers": ["2.3"]}, "receiver 2.3/qkv: no sender reaches"),
         ({"senders": ["4.1"]}, "no head '4.1' in this model"),
         ({"receivers": ["1.2/v"]}, "no head reaches every input of 1.2/v"),
+        ({"senders": ["2.3"], "sender_positions": "31"}, "sender positions apply to the sweep of every head into"),
+        ({"receivers": ["3.1/v"], "sender_positions": "3x"}, "bad positions '3x': give 0-based positions separated"),
+        ({"receivers": ["3.1/v@31"], "sender_positions": "30"}, "its v reads none of the positions its senders write"),
     ],
 )
 def test_the_analysis_refuses_bad_options_before_it_decodes(planted, monkeypatch, options, message):
     monkeypatch.setattr(activation_patching, "minimal_pairs", lambda *a, **k: pytest.fail("decoded before refusing"))
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         path_patching_analysis(planted, "planted", **options)
+
+
+def test_a_request_is_parsed_once_for_the_analysis_and_the_command(planted):
+    asked = path_request(planted.cfg, receivers=["3.*/v"], sender_positions="33, 31,31")
+    assert asked.sender_positions == (31, 33) and asked.senders == [] and len(asked.receivers) == planted.cfg.n_heads
+    chain = path_request(planted.cfg, ["2.3@31"], ["memory"], frozen=["1.*"], through=["3.1/v"])
+    assert pp.labels(chain.senders) == ["2.3@31"] and chain.receivers == [pp.MEMORY] and len(chain.frozen) == 4
+    assert [pp.labels(hop) for hop in chain.through] == [["3.1/v"]] and chain.sender_positions is None
 
 
 def test_the_analysis_refuses_a_model_that_solves_no_pair(small):
