@@ -141,6 +141,12 @@ def test_each_sweep_cell_is_the_path_patched_on_its_own(small, small_pairs):
     assert float(into.grid.logit_diff[0, 2]) == float(
         sweep.grid.logit_diff[rows.index("encoder 2 self-attention: v"), 1]
     )
+    assert into.grid.source_letters is not None
+    for quiet in (
+        pp.paths_from(small, small_pairs, sender, answers=False),
+        pp.paths_into(small, small_pairs, [_receiver("2.2/v", small)], answers=False),
+    ):
+        assert quiet.grid.source_letters is None and quiet.grid.source_answers.isnan().all()  # nothing decoded
 
 
 def test_a_decoder_sender_reaches_later_decoder_heads_and_their_answers_are_not_decoded(small, small_pairs):
@@ -233,6 +239,10 @@ def test_the_analysis_of_one_path_reports_it_beside_the_senders_whole_effect(pla
     bars = result.figures["path"].data[0]
     assert list(bars.x) == ["path 2.3 -> 3.1/v", "senders' whole effect"] and list(bars.y) == pytest.approx(
         [1, 1], abs=1e-4
+    )
+    assert (
+        bars.customdata[0]
+        == "answers: 100% the source's, 0% neither; the source's token where the answers differ: #1 100%"
     )
 
 
