@@ -14,7 +14,7 @@ from lsa_interp.analysis import activation_patching as ap
 from lsa_interp.analysis.patch_runs import run_patched
 from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_model
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
-from tests.analysis.patch_setup import planted_pairs, small_model, succ_pred_runs
+from tests.analysis.patch_setup import planted_pairs, succ_pred_runs
 
 torch.set_num_threads(1)
 
@@ -30,11 +30,6 @@ def planted():
 @pytest.fixture(scope="module")
 def planted_result(planted):
     return ap.patch_activations(planted, planted_pairs(6))
-
-
-@pytest.fixture(scope="module")
-def small():
-    return small_model()
 
 
 def test_the_planted_model_answers_the_source_letter_only_where_its_circuit_runs(planted, planted_result):

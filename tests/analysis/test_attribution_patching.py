@@ -12,14 +12,9 @@ from lsa_interp.analysis import activation_patching as ap
 from lsa_interp.analysis.attribution_patching import attribute_activations, compare_grids
 from lsa_interp.analysis.patch_runs import run_patched
 from lsa_interp.analysis.planted import PLANTED_HEAD, planted_model
-from tests.analysis.patch_setup import planted_pairs, small_model, succ_pred_runs
+from tests.analysis.patch_setup import planted_pairs, succ_pred_runs
 
 torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def small():
-    return small_model()
 
 
 @pytest.fixture(scope="module")

@@ -20,14 +20,9 @@ from lsa_interp.analysis.planted import planted_model
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
 from lsa_interp.data.tokenizer import encode_tasks
 from lsa_interp.data.vocab import EOS, LETTERS, PAD
-from tests.analysis.patch_setup import planted_pairs, small_model, succ_pred_runs
+from tests.analysis.patch_setup import planted_pairs, succ_pred_runs
 
 torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def small():
-    return small_model()
 
 
 @torch.no_grad()

@@ -10,19 +10,9 @@ import torch
 
 from lsa_interp.analysis import path_patching as pp, path_runs
 from lsa_interp.model.heads import Head
-from tests.analysis.patch_setup import small_model, succ_pred_runs
+from tests.analysis.patch_setup import small_model
 
 torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def small():
-    return small_model()
-
-
-@pytest.fixture(scope="module")
-def small_pairs():
-    return succ_pred_runs(6)[0]
 
 
 @pytest.fixture()

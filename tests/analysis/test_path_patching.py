@@ -13,7 +13,7 @@ from lsa_interp.analysis import activation_patching, path_patching as pp
 from lsa_interp.analysis.path_patching_analysis import path_patching_analysis, path_request
 from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_model
 from lsa_interp.model.heads import Head, all_heads
-from tests.analysis.patch_setup import planted_pairs, small_model, succ_pred_runs
+from tests.analysis.patch_setup import planted_pairs, succ_pred_runs
 
 torch.set_num_threads(1)
 
@@ -21,16 +21,6 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="module")
 def planted():
     return planted_model()
-
-
-@pytest.fixture(scope="module")
-def small():
-    return small_model()
-
-
-@pytest.fixture(scope="module")
-def small_pairs():
-    return succ_pred_runs(6)[0]
 
 
 def _receiver(text, model):
