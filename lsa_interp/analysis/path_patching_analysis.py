@@ -115,7 +115,7 @@ def path_request(
     cut = [head for label in frozen for head in parse_heads(label, cfg)]
     hops = [parse_receivers(label, cfg) for label in through]
     at = None if sender_positions is None else parse_positions(sender_positions)
-    if at is not None and (heads or not targets):
+    if at is not None and heads:  # (neither senders nor receivers is refused above)
         raise ValueError(
             "sender positions apply to the sweep of every head into receivers: give receivers and no senders (a "
             "sender's own positions follow '@', e.g. '1.3@31,33')"

@@ -304,6 +304,10 @@ def test_path_patching_writes_the_senders_sweep_for_pairs_the_model_solves(saved
     report = json.loads((out / "path_patching.json").read_text())
     assert report["summary"]["paths from 2.3: largest"].startswith("encoder 3 self-attention: v, head 1: 1.0")
     assert (out / "path_patching.html").stat().st_size > 10_000
+    into = tmp_path / "into"
+    code, stdout, _ = run([*args, "--receiver", "3.1/v", "--sender-positions", "32", "--out", str(into)], capsys)
+    summary = json.loads((into / "path_patching.json").read_text())["summary"]
+    assert code == 0 and summary["paths into 3.1/v from @32: largest"].endswith(": 0.000")  # not the planted letter
 
 
 def test_path_patching_of_one_path_names_it(saved, tmp_path, capsys, monkeypatch):

@@ -268,6 +268,7 @@ def test_the_analysis_of_a_receivers_sweep_finds_its_sender(planted, planted_off
         ({"senders": ["4.1"]}, "no head '4.1' in this model"),
         ({"receivers": ["1.2/v"]}, "no head reaches every input of 1.2/v"),
         ({"senders": ["2.3"], "sender_positions": "31"}, "sender positions apply to the sweep of every head into"),
+        ({"senders": ["2.3"], "receivers": ["3.1"], "sender_positions": "31"}, "sender positions apply to the sweep"),
         ({"receivers": ["3.1/v"], "sender_positions": "3x"}, "bad positions '3x': give 0-based positions separated"),
         ({"receivers": ["3.1/v@31"], "sender_positions": "30"}, "its v reads none of the positions its senders write"),
     ],
