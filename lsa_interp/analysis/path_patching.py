@@ -22,7 +22,8 @@ which carries the direct paths only: a receiver that reads what an earlier one w
 (the memory would overwrite every encoder receiver, so it is refused beside them). With a last-layer encoder sender
 its path into the memory is its whole effect, and a path into the memory is one into every cross-attention's keys
 and values: both equal to the bit (tested), as every run calls each attention's hook points
-(`lsa_interp.analysis.patch_runs`).
+(`lsa_interp.analysis.patch_runs`). The runs themselves are in `lsa_interp.analysis.path_runs`; a `PathPatcher`
+keeps run 1 for every path on the same pairs.
 """
 
 from __future__ import annotations
