@@ -10,7 +10,8 @@ matching heads into its inputs, which says how much of it is read from them. The
 matching heads' output at the example-output letters that differ between the two prompts only (their whole effect
 there, and their path from there into each later layer's keys and values there), their whole effect with each
 later encoder layer's other heads frozen at the pred prompt's (the paths through that layer cut), and the chain from
-them through each later layer's other heads into the next layer's (what the first relays to the second). Measures are
+them through each later layer's other heads into the next layer's (what the first relays to the second), alone and
+with the matching heads' direct path into the next layer beside it (``chains_and_direct``). Measures are
 normalised logit differences where the answers part, with the share of answers that become succ's and, per answer
 position, the share that take succ's letter there (docs/matching_and_patching.md, path patching). It writes
 ``analyses/results/matching_head_paths.json``.
@@ -90,20 +91,18 @@ def _where_and_through(patcher: PathPatcher, found: list[Head]) -> dict:
     }
     frozen = {f"encoder {layer + 1}": _measures(patcher.sender_effect(found, heads)) for layer, heads in layers.items()}
     frozen["all later encoder layers"] = _measures(patcher.sender_effect(found, sum(layers.values(), [])))
-    chains = {
-        f"encoder {layer + 1} -> encoder {layer + 2}": _measures(
-            patcher.patch_path(
-                found, [Receiver(h) for h in every[layer + 1]], through=[[Receiver(h) for h in layers[layer]]]
-            )
-        )
-        for layer in later
-        if layer + 1 in layers
-    }
+    chains, with_direct = {}, {}
+    for layer in (layer for layer in later if layer + 1 in layers):
+        name, receivers = f"encoder {layer + 1} -> encoder {layer + 2}", [Receiver(h) for h in every[layer + 1]]
+        hop = [[Receiver(h) for h in layers[layer]]]
+        chains[name] = _measures(patcher.patch_path(found, receivers, through=hop))
+        with_direct[name] = _measures(patcher.patch_path(found, receivers, through=hop, direct=True))
     return {
         "changed_positions": list(changed),
         "at_changed": {"whole": _measures(patcher.sender_effect(at)), "into_kv_there": into},
         "frozen": frozen,
         "chains": chains,
+        "chains_and_direct": with_direct,
     }
 
 
@@ -166,6 +165,8 @@ def _lines(name: str, row: dict) -> str:
     if row["chains"]:
         chains = ", ".join(f"{chain} {_measure(cell)}" for chain, cell in row["chains"].items())
         lines.append(f"  chains from the matching heads through a layer's other heads into the next: {chains}")
+        both = ", ".join(f"{chain} {_measure(cell)}" for chain, cell in row["chains_and_direct"].items())
+        lines.append(f"  the same chains with the matching heads' direct paths into the next layer beside them: {both}")
     return "\n".join(lines)
 
 

@@ -42,7 +42,7 @@ def test_the_planted_matching_heads_path_runs_into_layer_3s_values(saved, tmp_pa
     assert list(planted["frozen"]) == ["encoder 3", "all later encoder layers"]
     assert all(cell["normalized"] == pytest.approx(0, abs=1e-3) for cell in planted["frozen"].values())
     assert all(cell["succ_letters"] == [0, None] for cell in planted["frozen"].values())
-    assert planted["chains"] == {}, "no layer between the matching head and the last"
+    assert planted["chains"] == planted["chains_and_direct"] == {}, "no layer between the matching head and the last"
     assert plain["matching_heads"] == [] and "whole" not in plain
     printed = capsys.readouterr().out
     assert "into encoder 3 self-attention (all heads): q 0.00 / k 0.00 / v 1.00 / q,k,v 1.00" in printed
@@ -87,6 +87,7 @@ def test_a_matching_head_in_the_first_layer_is_followed_through_the_second_into_
     assert script.main(["--model", saved[0], "--pairs", "3", "--out", str(out)]) == 0
     row = json.loads(out.read_text())["models"][saved[0]]
     assert list(row["chains"]) == ["encoder 2 -> encoder 3"] and row["matching_heads"] == ["1.1"]
+    assert list(row["chains_and_direct"]) == ["encoder 2 -> encoder 3"]  # 1.1 sends nothing here: both measure 0
     assert list(row["frozen"]) == ["encoder 2", "encoder 3", "all later encoder layers"]
     assert "chains from the matching heads through a layer's other heads into the next: encoder 2 -> encoder 3" in (
         capsys.readouterr().out

@@ -222,6 +222,17 @@ def check_chain(
         check_paths(cfg, sending, after)
 
 
+def check_direct(senders: Sequence[Head | Sender], through: Sequence[Sequence[Target]]) -> None:
+    """Raise ValueError for a direct path beside no chain (``through`` empty: the path is direct already) or a
+    sender that is also a hop's head (it cannot both send the source's output and relay what it receives)."""
+    if not through:
+        raise ValueError("a direct path joins a chain's: give through hops as well (without hops a path is direct)")
+    hop_heads = {receiver.head for hop in through for receiver in hop if receiver != MEMORY}
+    both = sorted({sender.head for sender in as_senders(senders)} & hop_heads)
+    if both:
+        raise ValueError(f"{', '.join(labels(both))}: a head cannot both send and relay in a hop of the same chain")
+
+
 def check_frozen(senders: Sequence[Head | Sender], frozen: Sequence[Head]) -> None:
     """Raise ValueError for a head both among the ``senders`` and ``frozen``, or frozen twice."""
     if len(set(frozen)) < len(frozen):

@@ -47,6 +47,7 @@ from lsa_interp.analysis.path_ends import (
     Target,
     as_senders,
     check_chain,
+    check_direct,
     check_frozen,
     check_paths,
     labels,
@@ -76,6 +77,7 @@ __all__ = [
     "Sender",
     "Target",
     "check_chain",
+    "check_direct",
     "check_frozen",
     "check_paths",
     "labels",
@@ -132,16 +134,19 @@ class PathPatcher:
         receivers: Sequence[Target],
         answers: bool = True,
         through: Sequence[Sequence[Target]] = (),
+        direct: bool = False,
     ) -> PatchEffect:
         """`patch_path` on this patcher's model and pairs."""
         if not receivers:
             raise ValueError("path patching needs at least one receiver (a head's q/k/v or 'memory')")
         check_chain(self.model.cfg, senders, through, receivers)
-        stages = [*through, receivers]
+        given, stages = as_senders(senders), [*through, receivers]
+        if direct:
+            check_direct(given, through)
         with self._running() as runs:
-            recorded = runs.frozen(as_senders(senders), receiver_hooks(stages[0]))
+            recorded = runs.frozen(given, receiver_hooks(stages[0]))
             for hop, following in zip(through, stages[1:]):
-                recorded = runs.relayed(hop, recorded, receiver_hooks(following))
+                recorded = runs.relayed(hop, recorded, receiver_hooks(following), given if direct else ())
             return runs.through(receivers, recorded, answers)
 
     def sender_effect(self, senders: Sequence[Head | Sender], frozen: Sequence[Head] = ()) -> PatchEffect:
@@ -223,15 +228,18 @@ def patch_path(
     receivers: Sequence[Target],
     answers: bool = True,
     through: Sequence[Sequence[Target]] = (),
+    direct: bool = False,
 ) -> PatchEffect:
     """The effect of the ``senders``' outputs (heads: at all positions; `Sender`s: at theirs; taken from the source
     prompts) on the target prompts' answers through the ``receivers``' inputs only. With ``through`` hops (each a
     list of receivers, `check_chain`), only along the chain senders -> first hop -> ... -> receivers: each hop's
     inputs are set to what the step before sends them with every head but the hop's frozen, and its heads' outputs
-    are what the next hop receives. Answers are decoded where ``answers`` and every receiver is fed by the encoder
-    alone. Raises ValueError for no receivers, `check_paths`' and `check_chain`'s cases, positions past the prompts
-    and pairs `pair_batch` refuses. (Many paths on the same pairs: `PathPatcher`.)"""
-    return PathPatcher(model, pairs).patch_path(senders, receivers, answers, through)
+    are what the next hop receives; with ``direct`` the senders keep sending in each hop's run too, so each step
+    receives what comes through the hop before it and what comes from the senders directly, together. Answers are
+    decoded where ``answers`` and every receiver is fed by the encoder alone. Raises ValueError for no receivers,
+    `check_paths`', `check_chain`'s and `check_direct`'s cases, positions past the prompts and pairs `pair_batch`
+    refuses. (Many paths on the same pairs: `PathPatcher`.)"""
+    return PathPatcher(model, pairs).patch_path(senders, receivers, answers, through, direct)
 
 
 def sender_effect(

@@ -23,6 +23,7 @@ from lsa_interp.analysis.path_patching import (
     Sender,
     Target,
     check_chain,
+    check_direct,
     check_frozen,
     check_paths,
     labels,
@@ -55,6 +56,7 @@ def path_patching_analysis(
     frozen: Sequence[str] = (),
     through: Sequence[str] = (),
     sender_positions: str | None = None,
+    direct: bool = False,
 ) -> AnalysisResult:
     """Path patching from the ``senders`` (heads, ``"1.3"``, at some positions only: ``"1.3@31,33"``) into the
     ``receivers`` (``"2.3/v"``, ``"cross:3.1/kv"``, ``"memory"``) on the pairs of `offered_and_solved`: with both,
@@ -64,12 +66,13 @@ def path_patching_analysis(
     a layer's heads (``"3.*/kv"``). With ``frozen`` heads (``"2.7"``, ``"2.*"``) it also measures the senders' whole
     effect with those heads' outputs kept at the target prompt's: what is left with the paths through them cut. With
     ``through`` hops (one receiver label each, ``"2.3"``, ``"2.*/v"``) the one path runs senders -> hops ->
-    receivers (`patch_path`'s chain). With receivers only, ``sender_positions`` (``"31,33"``) takes each head's output
-    at those positions only."""
+    receivers (`patch_path`'s chain), and with ``direct`` along the senders' direct path beside it. With receivers
+    only, ``sender_positions`` (``"31,33"``) takes each head's output at those positions only. Raises as
+    `path_request` too."""
     if n_pairs < 1:
         raise ValueError(f"n_pairs must be at least 1 (minimal pairs offered), got {n_pairs}")
-    asked = path_request(model.cfg, senders, receivers, frozen, through, sender_positions)
-    heads, targets, cut, hops = asked.senders, asked.receivers, asked.frozen, asked.through
+    asked = path_request(model.cfg, senders, receivers, frozen, through, sender_positions, direct)
+    heads, targets, cut = asked.senders, asked.receivers, asked.frozen
     offered, pairs = offered_and_solved(model, source, target, n_pairs, seed, alphabets, length)
     summary: dict[str, float | int | str] = {
         "source rule (patched in)": source,
@@ -79,7 +82,7 @@ def path_patching_analysis(
     }
     patcher = PathPatcher(model, pairs)
     if heads and targets:
-        return _one_path(patcher, model_name, heads, hops, targets, cut, summary)
+        return _one_path(patcher, model_name, asked, summary)
     at = asked.sender_positions
     sweep = patcher.paths_from(heads, progress) if heads else patcher.paths_into(targets, progress, positions=at)
     return _sweep_result(patcher, model_name, heads, cut, sweep, summary)
@@ -94,6 +97,7 @@ class PathRequest:
     frozen: list[Head]
     through: list[list[Target]]
     sender_positions: Positions
+    direct: bool = False
 
 
 def path_request(
@@ -103,6 +107,7 @@ def path_request(
     frozen: Sequence[str] = (),
     through: Sequence[str] = (),
     sender_positions: str | None = None,
+    direct: bool = False,
 ) -> PathRequest:
     """The labels of `path_patching_analysis` parsed for a model of ``cfg`` and checked together, before anything
     runs. Raises ValueError for neither senders nor receivers, bad labels, receivers the senders do not reach,
@@ -126,28 +131,27 @@ def path_request(
         raise ValueError("a chain runs from senders through hops into receivers: give sender heads and receivers too")
     if heads:
         check_chain(cfg, heads, hops, targets)
+        if direct:
+            check_direct(heads, hops)
         check_frozen(heads, cut)
     else:
         reaching = [Sender(head, at) for head in senders_reaching(cfg, targets)]
         if at is not None:  # one set of positions for every head: the first one's check holds for all
             check_paths(cfg, reaching[:1], targets)
-    return PathRequest(heads, targets, cut, hops, at)
+    if direct and not heads:
+        raise ValueError("a direct path joins a chain's: give sender heads, through hops and receivers")
+    return PathRequest(heads, targets, cut, hops, at, direct)
 
 
-def _one_path(
-    patcher: PathPatcher,
-    model_name: str,
-    heads: list[Sender],
-    hops: list[list[Target]],
-    targets: list[Target],
-    cut: list[Head],
-    summary: dict,
-) -> AnalysisResult:
-    path = patcher.patch_path(heads, targets, through=hops)
+def _one_path(patcher: PathPatcher, model_name: str, asked: PathRequest, summary: dict) -> AnalysisResult:
+    heads, hops, targets, cut = asked.senders, asked.through, asked.receivers, asked.frozen
+    path = patcher.patch_path(heads, targets, through=hops, direct=asked.direct)
     name = " -> ".join(_joined(stage, patcher.model.cfg.n_heads) for stage in [heads, *hops, targets])
+    name += " and directly" if asked.direct else ""
     summary |= {"path": name, "path: normalised": path.normalized} | _answer_rows("path", path)
     findings = [Finding(f"Path {name}", _NOT_IN_PAPER, _effect_text(path), None, value=path.normalized)]
     data = {"senders": labels(heads), "through": [labels(hop) for hop in hops], "receivers": labels(targets)}
+    data["direct"] = asked.direct
     data["path"] = path
     effects = {f"path {name}": path} | _whole_effects(patcher, heads, cut, summary, findings, data)
     figures = {"path": _path_bars(effects, summary)}

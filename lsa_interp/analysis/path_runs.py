@@ -44,18 +44,19 @@ class PathRuns:
     def frozen(self, senders: Sequence[Sender], record: Sequence[str]) -> dict[str, Tensor]:
         """Run 2: the senders' outputs from the source (at their positions), every other head's output and the
         senders' elsewhere from the target; returns ``record``'s."""
-        patches = self.frozen_outputs(self.sender_cells(senders), from_source=True)
+        patches = self.frozen_outputs(self.sender_cells(senders), {})
         return run_patched(self.model, self.runs.target, self.runs.tgt, patches, save=record)
 
-    def frozen_outputs(self, cells: dict[str, Cells], from_source: bool) -> dict[str, Patch]:
-        """Every head's output (``hook_z``) at the target run's, but at ``cells``: the source run's there
-        (``from_source``) or the patched run's own."""
+    def frozen_outputs(self, sent: dict[str, Cells], own: dict[str, Cells]) -> dict[str, Patch]:
+        """Every head's output (``hook_z``) at the target run's, but the source run's at the ``sent`` cells and the
+        patched run's own at the ``own`` cells."""
         return {
             hook: partial(
                 _freeze,
                 target=self.runs.target_saved[hook],
-                donor=self.runs.saved[hook] if from_source else None,
-                cells=cells.get(hook, []),
+                source=self.runs.saved[hook],
+                sent=sent.get(hook, []),
+                own=own.get(hook, []),
             )
             for hook in self.outputs
         }
@@ -69,11 +70,18 @@ class PathRuns:
             cells.setdefault(hook, []).append((sender.head.head, sender.positions))
         return cells
 
-    def relayed(self, hop: Sequence[Receiver], recorded: dict[str, Tensor], record: Sequence[str]) -> dict[str, Tensor]:
+    def relayed(
+        self,
+        hop: Sequence[Receiver],
+        recorded: dict[str, Tensor],
+        record: Sequence[str],
+        senders: Sequence[Sender] = (),
+    ) -> dict[str, Tensor]:
         """A hop of a chain: the target with the ``hop``'s inputs from ``recorded`` and every other head's output
-        frozen at the target's, so that only the hop's heads pass on what they received; returns ``record``'s."""
+        frozen at the target's, so that only the hop's heads pass on what they received (and the ``senders`` send
+        their source outputs alongside, for the direct path); returns ``record``'s."""
         heads = self.sender_cells([Sender(head) for head in dict.fromkeys(r.head for r in hop)])
-        patches = _receiver_patches(hop, recorded) | self.frozen_outputs(heads, from_source=False)
+        patches = _receiver_patches(hop, recorded) | self.frozen_outputs(self.sender_cells(senders), heads)
         return run_patched(self.model, self.runs.target, self.runs.tgt, patches, save=record)
 
     def through(self, receivers: Sequence[Target], recorded: dict[str, Tensor], answers: bool) -> PatchEffect:
@@ -102,9 +110,9 @@ Cells = list[tuple[int, Positions]]
 """(head, positions) cells of a ``[batch, pos, head, d_head]`` activation; None: all positions."""
 
 
-def _freeze(tensor: Tensor, target: Tensor, donor: Tensor | None, cells: Cells) -> Tensor:
-    """The target run's output with ``donor``'s (None: this run's own) at ``cells``."""
-    return _take(target, tensor if donor is None else donor, cells)
+def _freeze(tensor: Tensor, target: Tensor, source: Tensor, sent: Cells, own: Cells) -> Tensor:
+    """The target run's output with the source run's at the ``sent`` cells and this run's own at the ``own`` ones."""
+    return _take(_take(target, source, sent), tensor, own)
 
 
 def receiver_hooks(receivers: Sequence[Target]) -> list[str]:

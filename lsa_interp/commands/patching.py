@@ -322,6 +322,14 @@ def register(app: typer.Typer) -> None:
                 "which cuts every path through them ('2.7'; '2.*': a layer's heads), repeatable."
             ),
         ] = None,
+        direct: Annotated[
+            bool,
+            typer.Option(
+                "--direct",
+                help="With --through: the senders keep sending at every hop, so the receivers get what comes "
+                "through the hops and what comes from the senders directly, together.",
+            ),
+        ] = False,
         sender_positions: Annotated[
             str | None,
             typer.Option(
@@ -348,7 +356,7 @@ def register(app: typer.Typer) -> None:
         _check_pair_options(source, target, alphabets)
         target_dir = out_dir(out, model)
         net = open_model(model, device)
-        path_request(net.cfg, sender or [], receiver or [], freeze or [], through or [], sender_positions)
+        path_request(net.cfg, sender or [], receiver or [], freeze or [], through or [], sender_positions, direct)
         with progress_bar() as bar:
             task = bar.add_task("patched paths", total=None)
             result = path_patching_analysis(
@@ -366,6 +374,7 @@ def register(app: typer.Typer) -> None:
                 freeze or [],
                 through or [],
                 sender_positions,
+                direct,
             )
         finish(result, target_dir, model)
 

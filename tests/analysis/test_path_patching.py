@@ -269,6 +269,8 @@ def test_the_analysis_of_a_receivers_sweep_finds_its_sender(planted, planted_off
         ({"receivers": ["1.2/v"]}, "no head reaches every input of 1.2/v"),
         ({"senders": ["2.3"], "sender_positions": "31"}, "sender positions apply to the sweep of every head into"),
         ({"senders": ["2.3"], "receivers": ["3.1"], "sender_positions": "31"}, "sender positions apply to the sweep"),
+        ({"receivers": ["3.1"], "direct": True}, "a direct path joins a chain's: give sender heads, through hops"),
+        ({"senders": ["2.3"], "receivers": ["memory"], "direct": True}, "a direct path joins a chain's: give through"),
         ({"receivers": ["3.1/v"], "sender_positions": "3x"}, "bad positions '3x': give 0-based positions separated"),
         ({"receivers": ["3.1/v@31"], "sender_positions": "30"}, "its v reads none of the positions its senders write"),
     ],
@@ -465,6 +467,36 @@ def test_a_chain_through_the_last_encoder_layer_into_the_memory_is_the_path_into
     chain = pp.patch_path(small, small_pairs, sender, [pp.MEMORY], through=[last])
     assert chain == pp.patch_path(small, small_pairs, sender, last)
     assert chain != pp.patch_path(small, small_pairs, sender, [pp.MEMORY], through=[_hop("2.1", small)])
+
+
+def test_a_chain_with_its_direct_path_through_a_whole_layer_is_the_senders_effect_with_their_layer_frozen(
+    small, small_pairs
+):
+    """Senders in layer 1, every layer-2 head as the hop, the memory received: with the direct path the hop run is the
+    target with the senders' output and every other layer-1 head frozen, so the memory it records is that of the
+    senders' whole effect with their layer's other heads frozen, to the bit; the chain alone cuts the senders' direct
+    way into the memory (through the residual stream), so it is not."""
+    sender, layer2 = [_sender("1.2@31,33", small)], _hop("2.*", small)
+    both = pp.patch_path(small, small_pairs, sender, [pp.MEMORY], through=[layer2], direct=True)
+    others = [Head("encoder", 0, head) for head in (0, 2, 3)]
+    assert both == pp.sender_effect(small, small_pairs, sender, others)
+    chain = pp.patch_path(small, small_pairs, sender, [pp.MEMORY], through=[layer2])
+    assert chain.logit_diff != both.logit_diff and chain == pp.patch_path(small, small_pairs, sender, layer2)
+
+
+@pytest.mark.parametrize(
+    ("senders", "through", "message"),
+    [
+        (["1.2"], [], "a direct path joins a chain's: give through hops as well"),
+        (["1.2", "2.1"], ["2.*"], "2.1: a head cannot both send and relay in a hop of the same chain"),
+    ],
+)
+def test_a_direct_path_without_a_chain_or_with_a_sender_in_a_hop_is_refused(
+    small, small_pairs, senders, through, message
+):
+    hops = [_hop(text, small) for text in through]
+    with pytest.raises(ValueError, match=message):
+        pp.patch_path(small, small_pairs, [_sender(x, small) for x in senders], [pp.MEMORY], through=hops, direct=True)
 
 
 def test_a_hop_passes_on_only_what_it_received(small, small_pairs):
