@@ -120,6 +120,24 @@ def test_copy20_matching_heads_outputs_carry_the_rule_together_and_not_alone():
 
 
 @_needs("copy-20")
+def test_copy20_layer_3_needs_the_matching_heads_directly_and_through_layer_2_together():
+    """Path patching on the shipped copy-20 (docs/matching_and_patching.md): its matching heads' direct path into
+    layer 3 and their chain through layer 2's heads into layer 3 each move about a fifth of the difference, the two
+    together nearly all of it and every answer."""
+    from lsa_interp.analysis.activation_patching import solved_pairs
+    from lsa_interp.analysis.path_patching import PathPatcher, parse_receivers, parse_senders
+
+    model = load_model("copy-20")
+    patcher = PathPatcher(model, solved_pairs(model, minimal_pairs("succ", "pred", 30, lengths=(3,))))
+    matching = parse_senders("1.6", model.cfg) + parse_senders("1.3", model.cfg)
+    layer2, layer3 = parse_receivers("2.*", model.cfg), parse_receivers("3.*", model.cfg)
+    direct, chain = patcher.patch_path(matching, layer3), patcher.patch_path(matching, layer3, through=[layer2])
+    both = patcher.patch_path(matching, layer3, through=[layer2], direct=True)
+    assert 0.1 < direct.normalized < 0.4 and 0.1 < chain.normalized < 0.4
+    assert both.normalized > 0.9 and both.source_answers == 1
+
+
+@_needs("copy-20")
 def test_copy20_patched_first_example_letter_moves_the_parting_step_but_only_the_first_answer_letter():
     """The first example-output letter from succ prompts in pred ones (``ghi > ghi``, an identity example) makes the
     shipped copy-20 copy the query: the logit difference where the answers part reads beyond 1, no answer becomes
