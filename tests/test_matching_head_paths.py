@@ -92,3 +92,20 @@ def test_a_matching_head_in_the_first_layer_is_followed_through_the_second_into_
     assert "chains from the matching heads through a layer's other heads into the next: encoder 2 -> encoder 3" in (
         capsys.readouterr().out
     )
+
+
+def test_a_chain_beside_the_direct_path_gets_what_a_matching_head_in_the_hops_layer_sends(saved, tmp_path, monkeypatch):
+    """With 1.1 and the planted head 2.3 taken for matching heads, the chain from them through layer 2's other heads
+    carries nothing into layer 3 (2.3 sends, it does not relay), and beside their direct path all of it."""
+    from lsa_interp.model.heads import Head
+
+    script = load_script("analyses/matching_head_paths.py")
+    monkeypatch.setattr(script, "minimal_pairs", lambda source, target, n, **_: planted_pairs(n))
+    found = [Head("encoder", 0, 0), Head("encoder", 1, 2)]
+    monkeypatch.setattr(script, "matching_scores", lambda model: type("Scores", (), {"heads": lambda self: found})())
+    out = tmp_path / "paths.json"
+    assert script.main(["--model", saved[0], "--pairs", "3", "--out", str(out)]) == 0
+    row = json.loads(out.read_text())["models"][saved[0]]
+    assert row["chains"]["encoder 2 -> encoder 3"]["normalized"] == pytest.approx(0, abs=1e-3)
+    both = row["chains_and_direct"]["encoder 2 -> encoder 3"]
+    assert both["normalized"] == pytest.approx(1, abs=1e-3) and both["succ_letters"] == [1, None]

@@ -326,14 +326,12 @@ def test_path_patching_of_one_path_names_it(saved, tmp_path, capsys, monkeypatch
     summary = json.loads((at / "path_patching.json").read_text())["summary"]
     assert summary["path"] == "2.3@31 -> 3.1/v" and summary["path: normalised"] > 0.99
     assert summary["senders' whole effect: normalised"] > 0.99
-    both = tmp_path / "both"
-    code = run(
-        [*args, "--sender", "2.3", "--through", "3.1", "--receiver", "memory", "--direct", "--out", str(both)], capsys
-    )[0]
+    both = tmp_path / "both"  # through the readout's queries alone nothing passes; directly, its values read 2.3
+    chain = [*args, "--sender", "2.3", "--through", "3.1/q", "--receiver", "memory", "--direct", "--out", str(both)]
+    assert run(chain, capsys)[0] == 0
     report = json.loads((both / "path_patching.json").read_text())
-    assert (
-        code == 0 and report["summary"]["path"] == "2.3 -> 3.1/qkv -> memory and directly" and report["data"]["direct"]
-    )
+    assert report["summary"]["path"] == "2.3 -> 3.1/q -> memory and directly" and report["data"]["direct"]
+    assert report["summary"]["path: normalised"] == pytest.approx(1, abs=1e-4)
     cut = tmp_path / "cut"
     assert (
         run([*args, "--sender", "2.3@31", "--receiver", "3.*/v", "--freeze", "3.1", "--out", str(cut)], capsys)[0] == 0

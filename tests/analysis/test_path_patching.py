@@ -484,6 +484,14 @@ def test_a_chain_with_its_direct_path_through_a_whole_layer_is_the_senders_effec
     assert chain.logit_diff != both.logit_diff and chain == pp.patch_path(small, small_pairs, sender, layer2)
 
 
+def test_the_planted_head_reaches_the_memory_through_the_readouts_queries_only_with_its_direct_path(planted):
+    pairs, sender, queries = planted_pairs(4), [PLANTED_HEAD], _hop("3.1/q", planted)
+    alone = pp.patch_path(planted, pairs, sender, [pp.MEMORY], through=[queries])
+    both = pp.patch_path(planted, pairs, sender, [pp.MEMORY], through=[queries], direct=True)
+    assert alone.normalized == pytest.approx(0, abs=1e-4) and both.normalized == pytest.approx(1, abs=1e-4)
+    assert (alone.source_answers, both.source_answers) == (0, 1)  # the readout's values read the planted head
+
+
 @pytest.mark.parametrize(
     ("senders", "through", "message"),
     [
