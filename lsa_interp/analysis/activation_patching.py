@@ -46,6 +46,7 @@ from lsa_interp.analysis.patch_grids import (
     RESID,
     SITES,
     ActivationPatching,
+    GridSheet,
     PatchEffect,
     PatchingGrid,
     check_sites,
@@ -121,24 +122,20 @@ def patch_activations(
         target, tgt, measure, saved = runs.target, runs.tgt, runs.measure, runs.saved
         outcomes_of = answer_outcomes(model, target, batch.source_answers, batch.target_answers)
         total, done = sum(len(rows) * len(columns) for rows, columns in layout.values()), 0
-        width, grids = answer_width(batch.source_answers, batch.target_answers), {}
+        width, grids = answer_width(batch.source_answers, batch.target_answers) if answers else 0, {}
         for site, (rows, columns) in layout.items():
-            diff, outcomes = torch.zeros(len(rows), len(columns)), torch.full((2, len(rows), len(columns)), torch.nan)
-            letters = torch.full((2, width, len(rows), len(columns)), torch.nan)
+            sheet = GridSheet(len(rows), len(columns), width)
             for row, (hook, _, indices) in enumerate(rows):
                 for column, index in enumerate(indices):
                     patches = {hook: partial(replace_at, donor=saved[hook], index=index)}
-                    diff[row, column] = measure(run_patched(model, target, tgt, patches)["logits"])
-                    if answers and hook.startswith("encoder."):
-                        shares = outcomes_of(patches)
-                        outcomes[:, row, column] = torch.tensor([shares.source, shares.other])
-                        letters[:, :, row, column] = torch.tensor([shares.source_letters, shares.other_letters])
+                    diff = float(measure(run_patched(model, target, tgt, patches)["logits"]))
+                    shares = outcomes_of(patches) if answers and hook.startswith("encoder.") else None
+                    sheet.fill(row, column, patch_effect(diff, runs.source_diff, runs.target_diff, shares))
                     done += 1
                     if progress:
                         progress(done, total)
             hooks, labels = tuple(hook for hook, _, _ in rows), tuple(label for _, label, _ in rows)
-            decoded = letters if answers else (None, None)
-            grids[site] = PatchingGrid(site, hooks, labels, columns, diff, outcomes[0], outcomes[1], *decoded)
+            grids[site] = sheet.grid(site, hooks, labels, columns)
         source_rule, target_rule = pairs[0].source.transformation or "", pairs[0].target.transformation or ""
         return ActivationPatching(
             source_rule, target_rule, len(pairs), positions, runs.source_diff, runs.target_diff, grids

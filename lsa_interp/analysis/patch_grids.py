@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
 from jaxtyping import Float
 from torch import Tensor
 
@@ -94,6 +95,28 @@ def patch_effect(diff: float, source: float, target: float, outcomes: AnswerOutc
         return PatchEffect(normalized_diff(diff, source, target), diff)
     shares = outcomes.source, outcomes.other, outcomes.source_letters, outcomes.other_letters
     return PatchEffect(normalized_diff(diff, source, target), diff, *shares)
+
+
+class GridSheet:
+    """A grid's cells as they are measured (NaN until filled), then its `PatchingGrid`; ``width`` answer positions
+    (0: answers not decoded, no letter grids)."""
+
+    def __init__(self, rows: int, columns: int, width: int):
+        self.diff = torch.full((rows, columns), torch.nan)
+        self.shares = torch.full((2, rows, columns), torch.nan)
+        self.letters = torch.full((2, width, rows, columns), torch.nan) if width else None
+
+    def fill(self, row: int, column: int, cell: PatchEffect) -> None:
+        """Set one cell from its patched run's measures (its letters only where they were counted)."""
+        self.diff[row, column] = cell.logit_diff
+        self.shares[:, row, column] = torch.tensor([cell.source_answers, cell.other_answers])
+        if self.letters is not None and cell.source_letters:
+            self.letters[:, :, row, column] = torch.tensor([cell.source_letters, cell.other_letters])
+
+    def grid(self, site: str, hooks: tuple[str, ...], rows: tuple[str, ...], columns: tuple[str, ...]) -> PatchingGrid:
+        """The filled grid of ``site``."""
+        letters = (None, None) if self.letters is None else tuple(self.letters)
+        return PatchingGrid(site, hooks, rows, columns, self.diff, *self.shares, *letters)
 
 
 def normalized_diff(value: Tensor | float, source: float, target: float) -> Tensor | float:

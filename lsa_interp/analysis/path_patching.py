@@ -37,7 +37,14 @@ from jaxtyping import Float
 from torch import Tensor
 
 from lsa_interp.analysis.activations import eval_mode
-from lsa_interp.analysis.patch_grids import PatchEffect, PatchingGrid, attention_modules, module_label, normalized_diff
+from lsa_interp.analysis.patch_grids import (
+    GridSheet,
+    PatchEffect,
+    PatchingGrid,
+    attention_modules,
+    module_label,
+    normalized_diff,
+)
 from lsa_interp.analysis.path_ends import (
     INPUTS,
     MEMORY,
@@ -178,7 +185,7 @@ class PathPatcher:
         encoder_senders = any(s.head.stack == "encoder" for s in senders)
         cells = [(row, column) for row in range(len(rows)) for column in range(cfg.n_heads + 1)]
         with self._running() as runs:
-            sheet = _Sheet(len(rows), cfg.n_heads + 1, runs.width if answers else 0)
+            sheet = GridSheet(len(rows), cfg.n_heads + 1, runs.width if answers else 0)
             every = [receiver for _, _, row in rows for receiver in row] + ([MEMORY] if encoder_senders else [])
             recorded = runs.frozen(senders, receiver_hooks(every))
             for done, (row, column) in enumerate(cells, 1):
@@ -207,7 +214,7 @@ class PathPatcher:
         if positions is not None:  # the same positions for every head: the first one's check holds for all
             check_paths(cfg, senders[:1], receivers)
         with self._running() as runs:
-            sheet = _Sheet(len(modules), cfg.n_heads, runs.width if answers else 0)
+            sheet = GridSheet(len(modules), cfg.n_heads, runs.width if answers else 0)
             hooks = receiver_hooks(receivers)
             for done, sender in enumerate(senders, 1):
                 cell = runs.through(receivers, runs.frozen([sender], hooks), answers)
@@ -284,26 +291,6 @@ def paths_into(
     reaches, receivers that read none of the ``positions`` (`check_paths`), positions past the prompts, and pairs
     `pair_batch` refuses."""
     return PathPatcher(model, pairs).paths_into(receivers, progress, answers, positions)
-
-
-class _Sheet:
-    """A sweep's cells as they are measured (NaN until filled), then its `PatchingGrid`; ``width`` answer positions
-    (0: answers not decoded)."""
-
-    def __init__(self, rows: int, columns: int, width: int):
-        self.diff = torch.full((rows, columns), torch.nan)
-        self.shares = torch.full((2, rows, columns), torch.nan)
-        self.letters = torch.full((2, width, rows, columns), torch.nan) if width else None
-
-    def fill(self, row: int, column: int, cell: PatchEffect) -> None:
-        self.diff[row, column] = cell.logit_diff
-        self.shares[:, row, column] = torch.tensor([cell.source_answers, cell.other_answers])
-        if self.letters is not None and cell.source_letters:
-            self.letters[:, :, row, column] = torch.tensor([cell.source_letters, cell.other_letters])
-
-    def grid(self, site: str, hooks: tuple[str, ...], rows: tuple[str, ...], columns: tuple[str, ...]) -> PatchingGrid:
-        letters = (None, None) if self.letters is None else tuple(self.letters)
-        return PatchingGrid(site, hooks, rows, columns, self.diff, *self.shares, *letters)
 
 
 def _head_columns(cfg: ModelConfig) -> tuple[str, ...]:
