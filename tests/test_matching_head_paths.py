@@ -106,6 +106,7 @@ def test_a_chain_beside_the_direct_path_gets_what_a_matching_head_in_the_hops_la
     out = tmp_path / "paths.json"
     assert script.main(["--model", saved[0], "--pairs", "3", "--out", str(out)]) == 0
     row = json.loads(out.read_text())["models"][saved[0]]
+    assert row["whole"]["normalized"] == pytest.approx(1, abs=1e-3), "the second matching head sends it all"
     assert row["chains"]["encoder 2 -> encoder 3"]["normalized"] == pytest.approx(0, abs=1e-3)
     both = row["chains_and_direct"]["encoder 2 -> encoder 3"]
     assert both["normalized"] == pytest.approx(1, abs=1e-3) and both["succ_letters"] == [1, None]
