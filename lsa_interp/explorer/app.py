@@ -32,7 +32,7 @@ from lsa_interp.explorer.render import (
     change_verdict,
     export_html,
 )
-from lsa_interp.explorer.state import TABS, ViewState, with_next_pair, with_selection
+from lsa_interp.explorer.state import TABS, ViewState, parse_answers, with_next_pair, with_selection
 from lsa_interp.explorer.training import grid_tables, history_figure, model_history, results_table_path
 from lsa_interp.model.hooked import HookedEncoderDecoder
 from lsa_interp.viz.attention_figures import role_legend_html
@@ -257,11 +257,13 @@ def _patching_callback(app: Dash, catalogue: ModelCatalogue) -> None:
         try:
             name = state.model or catalogue.names[0]
             catalogue.entry(name)
-            task, source = Task.parse(state.task), Task.parse(state.source)
-            key, sender = f"activation patching|{task}|{source}", state.sender.strip()
-            figures, leading = catalogue.memo(name, key, lambda model: activation_figures(model, task, source))
+            task, source, answers = Task.parse(state.task), Task.parse(state.source), parse_answers(state.answers)
+            key, sender = f"activation patching|{task}|{source}|answers {answers}", state.sender.strip()
+            figures, leading = catalogue.memo(name, key, lambda model: activation_figures(model, task, source, answers))
             paths = catalogue.memo(
-                name, f"{key}|paths from {sender}", lambda model: path_map(model, task, source, sender, leading)
+                name,
+                f"{key}|paths from {sender}",
+                lambda model: path_map(model, task, source, sender, leading, answers),
             )
             figures = figures | paths
         except ValueError as err:
@@ -273,6 +275,12 @@ def _patching_callback(app: Dash, catalogue: ModelCatalogue) -> None:
             "last map is path patching: the source task's output of the encoder head that carries the difference "
             "first (or the one named above), every other head frozen, reaching only the inputs (queries, keys, "
             "values) of the heads in a row."
+        ) + (
+            " Hovering a cell also shows the patched run's greedy answer: source's 100% where it is the source "
+            "task's answer, neither 100% where it is neither task's, and at each answer position where the two "
+            "answers differ (#1: the first letter) whether it took the source's token."
+            if answers
+            else ""
         )
         graphs = [dcc.Graph(id=f"patching-{i}", figure=figure) for i, figure in enumerate(figures.values())]
         return [html.H3(f"{name}: activation patching"), html.P(intro, id="patching-intro"), *graphs]

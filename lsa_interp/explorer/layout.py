@@ -20,6 +20,7 @@ CONTROLS: tuple[str, ...] = (
     "source",
     "tab",
     "sender",
+    "answers",
 )
 """`ViewState` fields, each the ``value`` of the component of the same id."""
 GRAPHS: dict[str, str] = {
@@ -158,7 +159,11 @@ def page(models: list[str]) -> html.Div:
                         "path patching from the encoder head (e.g. 1.3; 1.3@31,33: its output at those positions "
                         "only; empty: the leading head)",
                         sender,
-                    )
+                    ),
+                    _labelled(
+                        "patched answers (count: each patched run's greedy answer, letter by letter; about 3x slower)",
+                        _radio("answers", ["off", "count"], "off"),
+                    ),
                 ],
                 style=_ROW,
             ),

@@ -2,9 +2,10 @@
 patching takes its patterns from) as one minimal pair. Each encoder head's output at each position, each position of
 the encoder's residual stream and every head at all positions are patched from the source task into the task, one at
 a time (`lsa_interp.analysis.activation_patching`), and drawn as heat maps of the normalised logit difference where
-the model's two answers part. A last map follows the encoder head that carries the difference first (the earliest
-whose output alone moves half of it, else the one that moves most) into every later head's queries, keys and values
-and the memory (`lsa_interp.analysis.path_patching`)."""
+the model's two answers part (on request with every patched run's greedy answer in the hover). A last map follows
+the encoder head that carries the difference first (the earliest whose output alone moves half of it, else the one
+that moves most) into every later head's queries, keys and values and the memory
+(`lsa_interp.analysis.path_patching`)."""
 
 from __future__ import annotations
 
@@ -49,10 +50,14 @@ def patching_pair(model: HookedEncoderDecoder, task: Task, source: Task) -> Mini
         ) from None
 
 
-def activation_figures(model: HookedEncoderDecoder, task: Task, source: Task) -> tuple[dict[str, go.Figure], Head]:
-    """A heat map per site of `PATCHING_SITES` for the pair of `patching_pair` (no greedy answers counted: the tab
-    reads the logit difference), and the grids' `leading_head`. Raises what `patching_pair` raises."""
-    result = patch_activations(model, [patching_pair(model, task, source)], PATCHING_SITES, answers=False)
+def activation_figures(
+    model: HookedEncoderDecoder, task: Task, source: Task, answers: bool = False
+) -> tuple[dict[str, go.Figure], Head]:
+    """A heat map per site of `PATCHING_SITES` for the pair of `patching_pair`, and the grids' `leading_head`. With
+    ``answers`` every patched run's answer is decoded greedily (about 3x the time) and the hover says whether it is
+    the source task's, neither task's, and which of its letters are the source's. Raises what `patching_pair`
+    raises."""
+    result = patch_activations(model, [patching_pair(model, task, source)], PATCHING_SITES, answers=answers)
     figures = {
         site: patching_heatmap(result.grids[site], result.normalized(site), f"{site}: patched from the source task")
         for site in PATCHING_SITES
@@ -60,10 +65,13 @@ def activation_figures(model: HookedEncoderDecoder, task: Task, source: Task) ->
     return figures, leading_head(result)
 
 
-def path_map(model: HookedEncoderDecoder, task: Task, source: Task, sender: str, leading: Head) -> dict[str, go.Figure]:
+def path_map(
+    model: HookedEncoderDecoder, task: Task, source: Task, sender: str, leading: Head, answers: bool = False
+) -> dict[str, go.Figure]:
     """The heat map of `paths_from` the encoder heads ``sender`` (a 1-based label, ``"1.3"``, at some positions only
     ``"1.3@31,33"``, a layer's heads ``"1.*"``; blank: ``leading``) on the pair of `patching_pair` into every later
-    head's inputs, keyed ``"paths from 1.3"``, its title saying why those heads and the path into the memory. Raises
+    head's inputs, keyed ``"paths from 1.3"``, its title saying why those heads and the path into the memory;
+    ``answers`` as in `activation_figures`. Raises
     ValueError for a label that names no encoder head of the model, positions past the prompt, or what
     `patching_pair` raises."""
     chosen, why = [Sender(leading)], "the encoder head that carries the difference first"
@@ -71,7 +79,7 @@ def path_map(model: HookedEncoderDecoder, task: Task, source: Task, sender: str,
         chosen, why = parse_senders(sender, model.cfg), "chosen"
         if chosen[0].head.stack != "encoder":
             raise ValueError(f"sender {sender!r}: give encoder heads (e.g. 1.3); decoder heads are not offered here")
-    sweep = paths_from(model, [patching_pair(model, task, source)], chosen, answers=False)
+    sweep = paths_from(model, [patching_pair(model, task, source)], chosen, answers=answers)
     memory = round(sweep.memory.normalized, 2) + 0.0  # no "-0.00"
     title = f"{sweep.grid.site} ({why}) into each later head's inputs; into the memory: {memory:.2f}"
     return {sweep.grid.site: patching_heatmap(sweep.grid, sweep.normalized, title)}

@@ -1,7 +1,8 @@
 """The explorer's whole view as a URL query string, and its parts parsed for the model.
 
 ``?model=copy-200&task=...&layer=3&graph=2&heads=all&cells=3:35-37:0-127:zero&ablate=2.7&patch=auto&source=...&pair=2``
-(and ``&tab=patching&sender=1.3``: the patching tab, its path patching from head 1.3)
+(and ``&tab=patching&sender=1.3&answers=count``: the patching tab, its path patching from head 1.3, every patched
+run's answer decoded)
 
 A field is in the query only when it differs from its default (the model always): a control that shows a
 stand-in for a default (the lens radio shows the last layer for ``layer=""``) does not add it.
@@ -27,6 +28,8 @@ DEFAULT_TASK = "abcdefghijklmnopqrstuvwxyz | ghi > fhi | bcd"
 DEFAULT_SOURCE = "abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcd"
 HEAD_VIEWS = ("average", "all")
 TABS = ("graph", "training", "patching")
+ANSWER_VIEWS = ("off", "count")
+"""The patching tab's ``answers``: the logit difference only, or every patched run's greedy answer as well."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class ViewState:
     pair: str = ""
     tab: str = "graph"
     sender: str = ""
+    answers: str = "off"
 
     def to_query(self) -> str:
         """``?key=value&...`` with the fields that differ from the defaults."""
@@ -104,6 +108,14 @@ def parse_tab(text: str) -> str:
     if text not in TABS:
         raise ValueError(f"tab {text!r} is not one of {', '.join(TABS)}")
     return text
+
+
+def parse_answers(text: str) -> bool:
+    """Whether the patching tab decodes every patched run's answer (``"count"``) or reads the logit difference only
+    (``"off"``). Raises ValueError for anything else."""
+    if text not in ANSWER_VIEWS:
+        raise ValueError(f"answers {text!r} is not one of {', '.join(ANSWER_VIEWS)} (the patched runs' answers)")
+    return text == "count"
 
 
 def parse_heads(text: str, cfg: ModelConfig) -> tuple[Head, ...]:

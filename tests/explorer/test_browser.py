@@ -243,7 +243,8 @@ def _training(page) -> None:
 
 def _patching(page) -> None:
     """The activation-patching tab on the opening task and its succ twin: a heat map per site, the planted head at
-    the first example-output letter, the paths from it, then from a head typed in; back to the graph tab."""
+    the first example-output letter, the paths from it, then from a head typed in, the patched answers counted; back to
+    the graph tab."""
     page.click("#tab >> text=activation patching")
     page.wait_for_selector("#patching-0 .main-svg", timeout=TIMEOUT_MS)
     rows = page.evaluate("document.querySelector('#patching-0 .js-plotly-plot').data[0].y")
@@ -256,6 +257,12 @@ def _patching(page) -> None:
     title = "(document.querySelector('#patching-3 .js-plotly-plot') || {}).layout?.title?.text"
     page.wait_for_function(f"() => {title}?.startsWith('paths from 1.1')", timeout=TIMEOUT_MS)
     assert "sender=1.1" in page.url
+    page.click("#answers >> text=count")
+    page.wait_for_function(
+        "() => document.querySelector('#patching-intro')?.innerText.includes('Hovering')", timeout=TIMEOUT_MS
+    )
+    template = "document.querySelector('#patching-0 .js-plotly-plot').data[0].hovertemplate"
+    assert "answers: source's" in page.evaluate(template) and "answers=count" in page.url
     page.click("#tab >> text=computational graph and interventions")
     _summary_has(page, "model's answer")
 

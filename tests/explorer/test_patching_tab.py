@@ -57,7 +57,21 @@ def test_each_head_at_each_position_shows_the_planted_head_at_the_first_output_l
     row = PLANTED_HEAD.layer * 4 + PLANTED_HEAD.head
     assert grid.y[row] == "head 2.3" and grid.x[OUT1] == "out1·31" and grid.z[row][OUT1] == pytest.approx(1, abs=1e-3)
     assert sum(abs(value) > 1e-3 for line in grid.z for value in line) == 2  # and the readout head at >
-    assert "answers" not in grid.hovertemplate  # the tab reads the logit difference only
+    assert "answers" not in grid.hovertemplate  # by default the tab reads the logit difference only
+
+
+def test_counted_answers_show_the_planted_heads_cell_taking_the_source_answer(planted):
+    """With answers counted, the planted head's output at the first example-output letter alone turns the answer
+    into the source's (its one letter the source's token); its output at the letter before leaves it the task's."""
+    figures, leading = activation_figures(planted, PRED, SUCC, answers=True)
+    grid = figures[HEAD_POSITIONS].data[0]
+    row = PLANTED_HEAD.layer * 4 + PLANTED_HEAD.head
+    assert "answers: source's" in grid.hovertemplate
+    assert grid.customdata[row][OUT1][1:] == [1.0, 0.0, "the source's token where the answers differ: #1 100%"]
+    assert grid.customdata[row][OUT1 - 1][1:] == [0.0, 0.0, "the source's token where the answers differ: #1 0%"]
+    paths = path_map(planted, PRED, SUCC, "", leading, answers=True)["paths from 2.3"].data[0]
+    v_row = paths.y.index("encoder 3 self-attention: v")
+    assert paths.customdata[v_row][READOUT_HEAD.head][1] == 1.0 and paths.customdata[0][0][1] == 0.0
 
 
 @pytest.fixture(scope="module")
@@ -84,11 +98,23 @@ def test_the_tab_draws_a_graph_per_site_for_the_links_task_and_source(app):
         ({"task": str(PRED), "source": str(PRED)}, "answers both the task and the source task 'f'"),
         ({"task": "abc > abd"}, "a task needs 'alphabet | example_in > example_out | query'"),
         ({"model": "nowhere"}, "unknown model 'nowhere'; this explorer offers: planted"),
+        ({"answers": "yes"}, "answers 'yes' is not one of off, count (the patched runs' answers)"),
     ],
 )
 def test_the_tab_names_what_it_cannot_trace_in_one_line(app, fields, message):
     child = _tab(app, **fields)["patching"]["children"]
     assert child["props"]["id"] == "patching-error" and message in child["props"]["children"]
+
+
+def test_a_link_that_counts_answers_says_so_and_shows_them_on_hover(app):
+    counted = _tab(app, task=str(PRED), source=str(SUCC), answers="count")["patching"]["children"]
+    intro = counted[1]["props"]["children"]
+    assert "Hovering a cell also shows the patched run's greedy answer" in intro
+    graphs = [child["props"]["figure"] for child in counted if child["type"] == "Graph"]
+    assert len(graphs) == 4 and all("answers: source's" in g["data"][0]["hovertemplate"] for g in graphs)
+    plain = _tab(app, task=str(PRED), source=str(SUCC))["patching"]["children"]
+    assert "Hovering" not in plain[1]["props"]["children"]
+    assert all("answers" not in child["props"]["figure"]["data"][0]["hovertemplate"] for child in plain[2:])
 
 
 def test_the_links_sender_replaces_the_leading_heads_paths(app):

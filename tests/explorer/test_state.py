@@ -10,6 +10,7 @@ from lsa_interp.explorer.state import (
     ViewState,
     format_cells,
     interventions_of,
+    parse_answers,
     parse_cells,
     parse_head_view,
     parse_heads,
@@ -30,7 +31,7 @@ CFG = ModelConfig()
 def test_query_round_trip_keeps_every_field():
     state = ViewState(
         model="runs/x#2", task="abcdefghijklmnopqrstuvwxyz | ijk > hjk | bcd", layer="2", graph="3", heads="all",
-        cells="3:35-37:0-127:zero", ablate="2.7+dec:1.3", patch="auto", tab="training",
+        cells="3:35-37:0-127:zero", ablate="2.7+dec:1.3", patch="auto", tab="training", answers="count",
     )  # fmt: skip
     query = state.to_query()
     assert query.startswith("?model=") and "%3E" in query and " " not in query
@@ -158,6 +159,16 @@ def test_the_head_view_and_the_tab_are_one_of_theirs():
             parse_head_view(bad)
         with pytest.raises(ValueError, match=rf"^tab {bad!r} is not one of graph, training, patching$"):
             parse_tab(bad)
+
+
+def test_the_patched_answers_are_counted_or_not_and_nothing_else():
+    assert [parse_answers(v) for v in ("off", "count")] == [False, True]
+    assert ViewState().answers == "off" and "answers" not in ViewState(model="m").to_query()
+    for bad in ("", "on", "Count"):
+        with pytest.raises(
+            ValueError, match=rf"^answers {bad!r} is not one of off, count \(the patched runs' answers\)$"
+        ):
+            parse_answers(bad)
 
 
 def test_cell_modes_are_read_in_any_case_and_an_unknown_one_is_named_with_the_allowed_ones():
