@@ -202,6 +202,71 @@ def test_the_analysis_writes_grids_heat_maps_and_unjudged_findings(planted, monk
     assert hover.customdata[4][0][3] == "" and "%{customdata[3]}" in hover.hovertemplate  # the decoder's row
 
 
+def test_the_analysis_names_its_rules_method_and_sites_and_asks_for_its_defaults(planted, monkeypatch):
+    """The summary's and findings' words, the figures' titles, the data's positions and the model's name; the pairs
+    drawn by default (100, seed 0, standard alphabet, 3 letters); one pair is enough; progress handed on."""
+    asked = []
+    drawn = lambda source, target, n, **options: asked.append((n, options)) or planted_pairs(min(n, 2))
+    monkeypatch.setattr(ap, "minimal_pairs", drawn)
+    ticks = []
+    result = ap.activation_patching_analysis(planted, sites=[ap.HEADS], progress=lambda done, total: ticks.append(done))
+    assert asked == [(100, {"seed": 0, "alphabets": "standard", "lengths": (3,), "at_most": True})]
+    assert result.name == "activation_patching" and result.model == "model" and ticks[-1] == len(ticks) > 0
+    assert result.summary == {
+        "method": "activation patching",
+        "source rule (patched in)": "succ",
+        "target rule (run)": "pred",
+        "pairs offered": 2,
+        "pairs solved (both prompts)": 2,
+        "logit diff, source run": pytest.approx(planted_result_diffs(planted)[0]),
+        "logit diff, target run": pytest.approx(planted_result_diffs(planted)[1]),
+        "heads: largest": "encoder 2 self-attention, head 3: 1.000",  # the planted head
+    }
+    (finding,) = result.findings
+    assert finding.name == "Largest effect: heads"
+    assert finding.paper == "not in the paper (activation patching, as TransformerLens's patching module)"
+    assert result.figures[ap.HEADS].layout.title.text == "heads: patched from succ into pred"
+    assert result.data["positions"] == list(ap.patch_activations(planted, planted_pairs(2), [ap.HEADS]).positions)
+    one = ap.activation_patching_analysis(planted, "planted", n_pairs=1, sites=[ap.HEADS])
+    assert one.summary["pairs solved (both prompts)"] == 1 and asked[-1][0] == 1
+
+
+def test_why_no_pair_is_solved_counts_each_sides_right_answers(planted, monkeypatch):
+    pairs = minimal_pairs("succ", "pred", 3, lengths=(3,))
+    right_sources = [pairs[0].source_answer, pairs[1].source_answer, "xyz"]
+    monkeypatch.setattr(ap, "_greedy_answers", lambda model, offered: (right_sources, ["xyz"] * 3))
+    message = (
+        "the model answers both prompts of none of the 3 succ/pred minimal pairs (right: 2 succ and 0 pred prompts; "
+        "the same answer to both prompts of 1 pairs); activation patching needs pairs it solves"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        ap.offered_and_solved(planted, "succ", "pred", 3, 0, "standard", 3)
+    monkeypatch.setattr(ap, "_greedy_answers", lambda model, offered: (["xyz"], ["xyz"]))
+    with pytest.raises(ValueError, match=re.escape("none of the 1 succ/pred minimal pairs (right: 0 succ and 0 pred")):
+        ap.offered_and_solved(planted, "succ", "pred", 1, 0, "standard", 3)
+
+
+def test_a_grids_record_names_every_measure_and_the_texts_are_empty_where_nothing_was_counted():
+    nan = torch.full((1, 2), math.nan)
+    grid = ap.PatchingGrid(ap.HEADS, ("h",), ("row",), ("a", "b"), torch.zeros(1, 2), nan, nan)
+    assert list(ap.grid_data(grid, torch.ones(1, 2))) == [
+        "hooks",
+        "rows",
+        "columns",
+        "normalized",
+        "logit_diff",
+        "source_answers",
+        "other_answers",
+    ]
+    assert ap.answers_text(torch.tensor(math.nan), torch.tensor(0.0)) == ""
+    assert ap.letters_text([0.5, math.nan, 0.25]) == "; the source's token where the answers differ: #1 50%, #3 25%"
+
+
+def planted_result_diffs(planted) -> tuple[float, float]:
+    result = ap.patch_activations(planted, planted_pairs(2), [ap.HEADS], answers=False)
+    return result.source_logit_diff, result.target_logit_diff
+
+
 def test_the_analysis_refuses_a_model_that_solves_no_pair(planted):
     message = (
         "the model answers both prompts of none of the 3 succ/pred minimal pairs (right: 0 succ and 0 pred prompts; "

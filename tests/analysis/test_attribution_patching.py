@@ -55,11 +55,12 @@ def test_integrated_over_the_inputs_the_embeddings_add_up_to_the_whole_differenc
     minus the target run; at midpoints 16 steps come within 0.005 (left ends would miss by 0.05), one step is far."""
     pairs = runs[0]
     totals = {}
-    for steps in (1, 16):
+    for steps in (1, 2, 16):
         result = attribute_activations(small, pairs, [ap.RESID], steps=steps)
         totals[steps] = float(result.normalized(ap.RESID)[0].sum())
     assert totals[16] == pytest.approx(1, abs=0.005)
     assert abs(totals[1] - 1) > 0.05
+    assert abs(totals[2] - 1) < abs(totals[1] - 1), "two midpoints (1/4, 3/4) are closer than the target run alone"
 
 
 def test_the_planted_circuit_lights_the_cells_exact_patching_lights():
@@ -106,11 +107,34 @@ def test_bad_steps_and_sites_are_refused(small, runs):
 def test_grids_compare_with_themselves_perfectly_and_refuse_what_does_not_match(small, runs):
     exact = ap.patch_activations(small, runs[0], [ap.HEADS, ap.ATTN_OUT], answers=False)
     agreement = compare_grids(exact, exact)
-    assert list(agreement) == [ap.HEADS, ap.ATTN_OUT]
+    assert list(agreement) == [ap.HEADS, ap.ATTN_OUT] and agreement[ap.ATTN_OUT].site == ap.ATTN_OUT
     assert agreement[ap.HEADS].correlation == pytest.approx(1) and agreement[ap.HEADS].max_abs_error == 0
     only_resid = attribute_activations(small, runs[0], [ap.RESID])
     with pytest.raises(ValueError, match="no site in both results"):
         compare_grids(only_resid, exact)
+
+
+def test_pairs_parting_at_later_steps_are_measured_there_as_exact_patching_measures_them(small):
+    """Answers that part at the first, second and third letter: the target and source runs' measures are exact
+    patching's (teacher-forced on each pair's target answer, read at its own parting step), and the result names the
+    rules and the pairs as exact patching's does."""
+    import dataclasses
+
+    from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
+
+    base = minimal_pairs("succ", "pred", 3, lengths=(3,))
+    answers = [("acd", "bce"), ("bdf", "bce"), ("bcf", "bce")]
+    pairs = [
+        MinimalPair(dataclasses.replace(p.source, answer=s), dataclasses.replace(p.target, answer=t))
+        for p, (s, t) in zip(base, answers)
+    ]
+    estimate = attribute_activations(small, pairs, [ap.DECODER_RESID])
+    exact = ap.patch_activations(small, pairs, [ap.DECODER_RESID], answers=False)
+    assert (estimate.source_rule, estimate.target_rule, estimate.pairs) == ("succ", "pred", 3)
+    assert estimate.source_logit_diff == pytest.approx(exact.source_logit_diff, abs=1e-6)
+    assert estimate.target_logit_diff == pytest.approx(exact.target_logit_diff, abs=1e-6)
+    assert estimate.grids[ap.DECODER_RESID].site == ap.DECODER_RESID
+    assert estimate.grids[ap.DECODER_RESID].columns == exact.grids[ap.DECODER_RESID].columns
 
 
 def test_the_analysis_writes_an_attribution_record_of_its_own(monkeypatch, tmp_path):

@@ -68,6 +68,8 @@ def test_the_sweep_into_the_readouts_values_finds_the_planted_head_alone(planted
     upstream[1, PLANTED_HEAD.head] = 0
     assert float(upstream.abs().max()) < 1e-4
     assert bool(normalized[2:].isnan().all()), "no head from layer 3 on reaches layer 3's values"
+    assert float(sweep.grid.source_answers[1, PLANTED_HEAD.head]) == 1, "its answers decoded: the source's"
+    assert float(sweep.grid.source_answers[0, 0]) == 0 and sweep.grid.source_letters is not None
 
 
 def test_the_sweep_into_the_readouts_values_from_some_positions_finds_the_planted_head_at_its_letter_only(planted):
@@ -79,6 +81,13 @@ def test_the_sweep_into_the_readouts_values_from_some_positions_finds_the_plante
     assert float(elsewhere.normalized[:2].abs().max()) < 1e-4 and elsewhere.normalized[2:].isnan().all()
     alone = pp.patch_path(planted, pairs, [pp.Sender(Head("encoder", 0, 1), (30, 32))], readout)
     assert float(elsewhere.grid.logit_diff[0, 1]) == alone.logit_diff  # each cell is that sender's path, to the bit
+
+
+def test_a_sweep_from_several_senders_names_them_all(small, small_pairs):
+    sweep = pp.paths_from(small, small_pairs, [Head("encoder", 0, 0), Head("encoder", 0, 2)], answers=False)
+    assert sweep.grid.site == "paths from 1.1, 1.3"
+    into = pp.paths_into(small, small_pairs, [_receiver("2.2/kv", small)], positions=(31, 33), answers=False)
+    assert into.grid.site == "paths into 2.2/kv from @31,33"
 
 
 def test_a_sweep_from_positions_no_receiver_reads_is_refused(small, small_pairs):
@@ -195,7 +204,7 @@ def test_progress_counts_every_patched_cell(small, small_pairs):
     seen = []
     pp.paths_from(small, small_pairs, [Head("encoder", 0, 0)], lambda done, total: seen.append((done, total)))
     cells = (4 + 3 + 3) * (small.cfg.n_heads + 1) + 1
-    assert seen[-1] == (cells, cells) and len(seen) == cells
+    assert seen == [(done, cells) for done in range(1, cells + 1)]
     seen.clear()
     pp.paths_into(small, small_pairs, [_receiver("cross:2.1/q", small)], lambda done, total: seen.append(done))
     assert seen == list(range(1, 13)), "decoder 1 self- and cross-attention, decoder 2 self-attention"
@@ -257,6 +266,69 @@ def test_the_analysis_of_a_receivers_sweep_finds_its_sender(planted, planted_off
     options = {"receivers": ["3.1/v"], "source": "pred", "target": "succ", "n_pairs": 4}
     at = path_patching_analysis(planted, "p", **options, sender_positions="31")
     assert at.summary["paths into 3.1/v from @31: largest"].startswith("encoder 2 self-attention, head 3: 1.0")
+
+
+def test_the_analysis_of_one_path_with_heads_frozen_writes_every_measure_under_its_name(planted, planted_offers):
+    """The whole record of one path with the readout's layer frozen: the summary, the findings' words, the data."""
+    senders = ["1.1", "2.3"]  # 1.1 sends nothing the readout reads
+    result = path_patching_analysis(planted, "planted", senders, ["3.1/v"], "pred", "succ", n_pairs=3, frozen=["3.*"])
+    assert result.name == "path_patching" and result.model == "planted"
+    rows = {key: value for key, value in result.summary.items() if "normalised" not in key}
+    assert rows == {
+        "source rule (patched in)": "pred",
+        "target rule (run)": "succ",
+        "pairs offered": 3,
+        "pairs solved (both prompts)": 3,
+        "path": "1.1, 2.3 -> 3.1/v",
+        "path: source's answers": 1.0,
+        "path: neither answer": 0.0,
+        "path: source's token at answer position 1": 1.0,
+        "senders' whole effect: source's answers": 1.0,
+        "senders' whole effect: neither answer": 0.0,
+        "senders' whole effect: source's token at answer position 1": 1.0,
+        "senders' effect with 3.* frozen: source's answers": 0.0,
+        "senders' effect with 3.* frozen: neither answer": 0.0,
+        "senders' effect with 3.* frozen: source's token at answer position 1": 0.0,
+    }
+    names = ["Path 1.1, 2.3 -> 3.1/v", "Whole effect of 1.1, 2.3", "Effect of 1.1, 2.3 with 3.* frozen"]
+    assert [f.name for f in result.findings] == names
+    paper = "not in the paper (path patching, as in Wang et al.'s IOI circuit)"
+    assert [f.paper for f in result.findings] == [paper] * 3
+    assert result.findings[2].ours.startswith("0.00 of the logit difference, answers: 0% the source's, 0% neither")
+    assert [f.value for f in result.findings] == pytest.approx([1, 1, 0], abs=1e-4)
+    data = result.to_dict()["data"]
+    assert (data["senders"], data["through"], data["receivers"], data["direct"]) == (senders, [], ["3.1/v"], False)
+    assert data["frozen"] == [f"3.{head}" for head in range(1, 5)] and data["frozen_effect"]["source_answers"] == 0
+
+
+def test_the_analysis_of_a_sweep_writes_its_record_and_hands_on_the_defaults_and_the_progress(planted, monkeypatch):
+    asked = []
+    drawn = lambda source, target, n, **options: asked.append((n, options)) or planted_pairs(min(n, 2))
+    monkeypatch.setattr(activation_patching, "minimal_pairs", drawn)
+    ticks = []
+    result = path_patching_analysis(planted, senders=["2.3"], progress=lambda done, total: ticks.append((done, total)))
+    assert asked == [(100, {"seed": 0, "alphabets": "standard", "lengths": (3,), "at_most": True})]
+    assert result.model == "model" and ticks and ticks[-1][0] == ticks[-1][1] == len(ticks)
+    summary = result.summary
+    assert (summary["source rule (patched in)"], summary["target rule (run)"], summary["pairs offered"]) == (
+        "succ",
+        "pred",
+        2,
+    )
+    assert summary["logit diff, source run"] == pytest.approx(-summary["logit diff, target run"])  # f and g swapped
+    paper = "not in the paper (path patching, as in Wang et al.'s IOI circuit)"
+    assert [f.paper for f in result.findings] == [paper] * 3
+    assert result.findings[-1].ours.startswith("0.00 of the logit difference, answers: 0% the source's, 0% neither")
+    assert result.findings[0].ours.startswith("encoder 3 self-attention: v, head 1: 1.00 of the logit difference")
+    data = result.to_dict()["data"]
+    assert data["grid"]["site"] == "paths from 2.3" and data["memory"]["source_answers"] == 0
+    assert result.figures["paths from 2.3"].layout.title.text == "paths from 2.3: patched from succ into pred"
+    ticks.clear()
+    into = path_patching_analysis(planted, "p", receivers=["3.1/v"], n_pairs=1, progress=lambda *t: ticks.append(t))
+    assert (
+        into.summary["pairs solved (both prompts)"] == 1 and asked[-1][0] == 1 and ticks[-1] == (8, 8)
+    )  # layers 1 and 2
+    assert "memory" not in into.to_dict()["data"]
 
 
 @pytest.mark.parametrize(

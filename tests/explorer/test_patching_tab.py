@@ -150,7 +150,16 @@ def test_other_tabs_leave_the_patching_tab_alone_and_it_leaves_the_graph(app):
 
 
 def test_the_paths_map_follows_the_planted_head_into_the_readouts_values(figures):
+    title = figures["paths from 2.3"].layout.title.text
+    assert title == (
+        "paths from 2.3 (the encoder head that carries the difference first) into each later head's inputs; into the "
+        "memory: 0.00"
+    )
     grid = figures["paths from 2.3"].data[0]
+    assert (
+        "answers" not in grid.hovertemplate
+        and figures[HEADS].layout.title.text == "heads: patched from the source task"
+    )
     v_row = grid.y.index("encoder 3 self-attention: v")
     assert grid.z[v_row][READOUT_HEAD.head] == pytest.approx(1, abs=1e-3) and grid.x[-1] == "all heads"
     lit = [(r, c) for r, line in enumerate(grid.z) for c, value in enumerate(line) if abs(value) > 1e-3]
