@@ -11,9 +11,11 @@ import pytest
 import torch
 
 from lsa_interp.analysis import activation_patching as ap
-from lsa_interp.analysis.patch_runs import run_patched
+from lsa_interp.analysis.pair_batch import pair_batch
+from lsa_interp.analysis.patch_runs import measure_at_parting, parting_steps, run_patched
 from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_model
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
+from lsa_interp.data.tokenizer import encode_tasks
 from tests.analysis.patch_setup import planted_pairs, succ_pred_runs
 
 torch.set_num_threads(1)
@@ -306,3 +308,21 @@ def test_the_decoder_residual_is_patched_at_each_pairs_own_parting_step(small):
     assert result.grids[ap.DECODER_RESID].rows[-1] == "after layer 2"
     assert result.normalized(ap.DECODER_RESID)[-1, 0] == pytest.approx(1, abs=1e-5)
     assert result.normalized(ap.DECODER_RESID)[0, 0] == 0  # the decoder's input embeddings: the same in both runs
+    assert (result.source_rule, result.target_rule, result.pairs) == ("succ", "pred", 3)
+    assert result.grids[ap.DECODER_RESID].site == ap.DECODER_RESID
+    # the first layer's cross-attention output, patched at each pair's parting step only (not at every step)
+    hook, (step, _, _) = "decoder.0.hook_resid_mid_cross", parting_steps(pairs)
+    tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in
+    batch = pair_batch(pairs)
+    donor = run_patched(small, batch.source, tgt, {}, save=[hook])[hook]
+    rows = torch.arange(3)
+
+    def at_parting(value, hook=None):
+        value = value.clone()
+        value[rows, step] = donor[rows, step]
+        return value
+
+    with small.hooks(fwd_hooks=[(hook, at_parting)]):
+        expected = float(measure_at_parting(pairs)(small(batch.target, tgt)))
+    row = result.grids[ap.DECODER_RESID].hooks.index(hook)
+    assert float(result.grids[ap.DECODER_RESID].logit_diff[row, 0]) == pytest.approx(expected, abs=1e-5)

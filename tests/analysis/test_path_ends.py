@@ -114,6 +114,7 @@ def test_bad_senders_are_refused_naming_what_is_allowed(text, message):
         (["1.1@5", "dec:1.1@7"], ["cross:2.1/q@7"], None),
         (["dec:1.1@0"], ["dec:2.2/q@1"], r"its q reads none of the positions its senders write \(dec:1.1@0\)"),
         (["1.1@5"], ["memory"], None),
+        (["1.1"], ["memory", "dec:1.2/q"], r"receiver dec:1.2/q: no sender reaches its q"),  # checked after the memory
     ],
 )
 def test_a_receiver_must_read_a_position_its_senders_write(senders, receivers, message):

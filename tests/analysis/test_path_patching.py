@@ -83,6 +83,17 @@ def test_the_sweep_into_the_readouts_values_from_some_positions_finds_the_plante
     assert float(elsewhere.grid.logit_diff[0, 1]) == alone.logit_diff  # each cell is that sender's path, to the bit
 
 
+def test_receivers_in_any_order_get_the_same_path(small, small_pairs):
+    """The memory listed first does not end the receivers' patches: a decoder head after it is patched as well."""
+    senders = [Head("encoder", 0, 0), Head("decoder", 0, 0, "cross_attn")]
+    first, second = pp.MEMORY, _receiver("dec:2.2/v", small)  # (a query at step 0 has one key)
+    one = pp.patch_path(small, small_pairs, senders, [first, second], answers=False)
+    other = pp.patch_path(small, small_pairs, senders, [second, first], answers=False)
+    memory_only = pp.patch_path(small, small_pairs, senders, [first], answers=False)
+    assert one.logit_diff == pytest.approx(other.logit_diff, abs=1e-6)
+    assert abs(one.logit_diff - memory_only.logit_diff) > 1e-4, "the decoder head's values add to the memory's path"
+
+
 def test_a_sweep_from_several_senders_names_them_all(small, small_pairs):
     sweep = pp.paths_from(small, small_pairs, [Head("encoder", 0, 0), Head("encoder", 0, 2)], answers=False)
     assert sweep.grid.site == "paths from 1.1, 1.3"
