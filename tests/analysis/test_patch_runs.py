@@ -15,9 +15,11 @@ from lsa_interp.analysis.patch_runs import (
     measure_at_parting,
     replace_at,
     run_patched,
+    shared_position_labels,
 )
 from lsa_interp.analysis.planted import planted_model
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
+from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import encode_tasks
 from lsa_interp.data.vocab import EOS, LETTERS, PAD
 from tests.analysis.patch_setup import planted_pairs, succ_pred_runs
@@ -67,6 +69,9 @@ def test_answer_outcomes_count_the_source_answers_and_neither():
     memory = run_patched(planted, batch.source, tgt, {}, save=["encoder.ln_final.hook_out"])
     whole = outcomes({"encoder.ln_final.hook_out": lambda t: memory["encoder.ln_final.hook_out"]})
     assert (whole.source, whole.other, whole.source_letters[0], whole.other_letters[0]) == (1, 0, 1, 0)
+    own = batch.target_answers  # what the unpatched target prompts answer
+    mixed = answer_outcomes(planted, batch.target, [own[0], "zz", "zz"], ["y", own[1], "y"])({})
+    assert (mixed.source, mixed.other) == (pytest.approx(1 / 3), pytest.approx(1 / 3)), "one of each kind"
 
 
 def _generated(*answers: str) -> torch.Tensor:
@@ -97,6 +102,18 @@ def test_letter_outcomes_count_a_position_over_the_pairs_whose_answers_differ_th
     source, other = letter_outcomes(_generated("bcd.", "xcd."), ["bce", "bcf"], ["acd", "bcd"])
     assert source[0] == 1 and other[0] == 0  # the second pair's answers share their first letter: not counted there
     assert source[2] == 0 and other[2] == 0  # both pairs differ at the last letter, and both keep the target's
+
+
+def test_shared_positions_are_named_by_token_or_by_role_and_place_and_a_layout_apart_by_its_pair():
+    texts = ["abcdefghijklmnopqrstuvwxyz | ghi > ghj | bcd", "bacdefghijklmnopqrstuvwxyz | ijk > ijl | cde"]
+    tasks = [Task.parse(text) for text in texts]
+    labels = shared_position_labels(encode_tasks(tasks[:1]), encode_tasks(tasks[1:]))
+    assert labels[:3] == ("alphabet1·0", "alphabet2·1", "c·2") and labels[26] == "|·26"
+    assert labels[27:34] == ("in1·27", "in2·28", "in3·29", ">·30", "out1·31", "out2·32", "out3·33")
+    assert labels[35:38] == ("q1·35", "q2·36", "q3·37") and labels[-1] == "EOS·38"
+    longer = Task.parse("abcdefghijklmnopqrstuvwxyz | ghij > ghik | bcde")
+    with pytest.raises(ValueError, match="^pair 1 does not share the first pair's token layout"):
+        shared_position_labels(encode_tasks([tasks[0], longer, longer]), encode_tasks([tasks[1], longer, longer]))
 
 
 def test_replace_at_takes_the_donor_only_at_the_index():

@@ -136,6 +136,9 @@ def test_a_layers_heads_are_named_with_a_star():
     assert ends.short_labels(_all("1.4", "1.2", "2.1", "1.3", "1.1"), CFG.n_heads) == ["1.*", "2.1"]
     with pytest.raises(ValueError, match=r"bad receiver '2.\*/v': name one head here, not a layer's heads"):
         _receiver("2.*/v")
+    two_heads = ModelConfig(d_model=32, n_heads=2, n_encoder_layers=2, n_decoder_layers=2, d_mlp=64)
+    with pytest.raises(ValueError, match="name one head here"):
+        ends.parse_receiver("2.*/v", two_heads)  # a layer of two heads is two heads too
     with pytest.raises(ValueError, match=r"bad heads '3.\*': no head '3.1' in this model"):
         ends.parse_senders("3.*", CFG)
 
