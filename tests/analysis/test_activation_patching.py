@@ -103,6 +103,8 @@ def test_grids_are_labelled_by_hook_layer_position_and_head(planted_result):
     assert heads.rows[2:5] == ("encoder 3 self-attention", "decoder 1 self-attention", "decoder 1 cross-attention")
     assert heads.columns == ("head 1", "head 2", "head 3", "head 4") and heads.hooks[4] == "decoder.0.cross_attn.hook_z"
     assert planted_result.grids[ap.MLP_OUT].hooks[1] == "encoder.1.hook_mlp_out"
+    attn = planted_result.grids[ap.ATTN_OUT]
+    assert attn.hooks[0] == "encoder.0.hook_attn_out" and attn.rows == ("layer 1", "layer 2", "layer 3")
 
 
 @torch.no_grad()

@@ -158,6 +158,16 @@ def test_the_analysis_writes_an_attribution_record_of_its_own(monkeypatch, tmp_p
     )
 
 
+def test_the_analysis_integrates_over_ten_steps_by_default_and_reports_each(monkeypatch):
+    monkeypatch.setattr(ap, "minimal_pairs", lambda source, target, n, **_: planted_pairs(2))
+    ticks = []
+    result = ap.activation_patching_analysis(
+        planted_model(), sites=[ap.HEADS], method="attribution", progress=lambda *tick: ticks.append(tick)
+    )
+    assert result.summary["method"] == "attribution patching (10 integration steps)"
+    assert ticks == [(step, 10) for step in range(1, 11)]
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [({"method": "gradient"}, "unknown method 'gradient'; choose one of exact, attribution"), ({"steps": 0}, "steps")],

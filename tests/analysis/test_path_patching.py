@@ -97,8 +97,9 @@ def test_receivers_in_any_order_get_the_same_path(small, small_pairs):
 def test_a_sweep_from_several_senders_names_them_all(small, small_pairs):
     sweep = pp.paths_from(small, small_pairs, [Head("encoder", 0, 0), Head("encoder", 0, 2)], answers=False)
     assert sweep.grid.site == "paths from 1.1, 1.3"
-    into = pp.paths_into(small, small_pairs, [_receiver("2.2/kv", small)], positions=(31, 33), answers=False)
-    assert into.grid.site == "paths into 2.2/kv from @31,33"
+    receivers = [_receiver("2.2/kv", small), _receiver("2.3/v", small)]
+    into = pp.paths_into(small, small_pairs, receivers, positions=(31, 33), answers=False)
+    assert into.grid.site == "paths into 2.2/kv, 2.3/v from @31,33"
 
 
 def test_a_sweep_from_positions_no_receiver_reads_is_refused(small, small_pairs):
