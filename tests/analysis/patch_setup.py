@@ -32,6 +32,17 @@ def succ_pred_runs(n: int = 5) -> tuple[list[MinimalPair], PairBatch, torch.Tens
     return pairs, pair_batch(pairs), tgt, measure_at_parting(pairs)
 
 
+def pairs_parting_late() -> list[MinimalPair]:
+    """Three succ/pred prompts given answers that part at the first, second and third letter (acd/bdf/bcf against
+    bce)."""
+    base = minimal_pairs("succ", "pred", 3, lengths=(3,))
+    answers = [("acd", "bce"), ("bdf", "bce"), ("bcf", "bce")]
+    return [
+        MinimalPair(dataclasses.replace(p.source, answer=s), dataclasses.replace(p.target, answer=t))
+        for p, (s, t) in zip(base, answers)
+    ]
+
+
 def planted_pairs(n: int, seed: int = 0) -> list[MinimalPair]:
     """pred/succ minimal pairs whose answers are what the planted model answers (the first example-output letter:
     pred's ``f`` of ``ghi > fhi`` against succ's ``g`` of ``ghi > ghj``)."""

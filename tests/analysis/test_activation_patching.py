@@ -16,7 +16,7 @@ from lsa_interp.analysis.patch_runs import measure_at_parting, parting_steps, ru
 from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_model
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
 from lsa_interp.data.tokenizer import encode_tasks
-from tests.analysis.patch_setup import planted_pairs, succ_pred_runs
+from tests.analysis.patch_setup import pairs_parting_late, planted_pairs, succ_pred_runs
 
 torch.set_num_threads(1)
 
@@ -216,21 +216,22 @@ def test_the_analysis_names_its_rules_method_and_sites_and_asks_for_its_defaults
     result = ap.activation_patching_analysis(planted, sites=[ap.HEADS], progress=lambda done, total: ticks.append(done))
     assert asked == [(100, {"seed": 0, "alphabets": "standard", "lengths": (3,), "at_most": True})]
     assert result.name == "activation_patching" and result.model == "model" and ticks[-1] == len(ticks) > 0
+    reference = ap.patch_activations(planted, planted_pairs(2), [ap.HEADS], answers=False)
     assert result.summary == {
         "method": "activation patching",
         "source rule (patched in)": "succ",
         "target rule (run)": "pred",
         "pairs offered": 2,
         "pairs solved (both prompts)": 2,
-        "logit diff, source run": pytest.approx(planted_result_diffs(planted)[0]),
-        "logit diff, target run": pytest.approx(planted_result_diffs(planted)[1]),
+        "logit diff, source run": pytest.approx(reference.source_logit_diff),
+        "logit diff, target run": pytest.approx(reference.target_logit_diff),
         "heads: largest": "encoder 2 self-attention, head 3: 1.000",  # the planted head
     }
     (finding,) = result.findings
     assert finding.name == "Largest effect: heads"
     assert finding.paper == "not in the paper (activation patching, as TransformerLens's patching module)"
     assert result.figures[ap.HEADS].layout.title.text == "heads: patched from succ into pred"
-    assert result.data["positions"] == list(ap.patch_activations(planted, planted_pairs(2), [ap.HEADS]).positions)
+    assert result.data["positions"] == list(reference.positions)
     one = ap.activation_patching_analysis(planted, "planted", n_pairs=1, sites=[ap.HEADS])
     assert one.summary["pairs solved (both prompts)"] == 1 and asked[-1][0] == 1
 
@@ -266,11 +267,6 @@ def test_a_grids_record_names_every_measure_and_the_texts_are_empty_where_nothin
     assert ap.letters_text([0.5, math.nan, 0.25]) == "; the source's token where the answers differ: #1 50%, #3 25%"
 
 
-def planted_result_diffs(planted) -> tuple[float, float]:
-    result = ap.patch_activations(planted, planted_pairs(2), [ap.HEADS], answers=False)
-    return result.source_logit_diff, result.target_logit_diff
-
-
 def test_the_analysis_refuses_a_model_that_solves_no_pair(planted):
     message = (
         "the model answers both prompts of none of the 3 succ/pred minimal pairs (right: 0 succ and 0 pred prompts; "
@@ -300,12 +296,7 @@ def test_the_decoder_residual_is_patched_at_each_pairs_own_parting_step(small):
     """The logits at a step read only the last residual there (the final norm and unembedding act per position), so
     patching the last `hook_resid_post` at each pair's parting step gives the source run's measure exactly, whichever
     step that is (pairs here part at steps 0, 1 and 2)."""
-    base = minimal_pairs("succ", "pred", 3, lengths=(3,))
-    answers = [("acd", "bce"), ("bdf", "bce"), ("bcf", "bce")]
-    pairs = [
-        MinimalPair(dataclasses.replace(p.source, answer=s), dataclasses.replace(p.target, answer=t))
-        for p, (s, t) in zip(base, answers)
-    ]
+    pairs = pairs_parting_late()
     result = ap.patch_activations(small, pairs, [ap.DECODER_RESID], answers=False)
     assert result.grids[ap.DECODER_RESID].rows[-1] == "after layer 2"
     assert result.normalized(ap.DECODER_RESID)[-1, 0] == pytest.approx(1, abs=1e-5)

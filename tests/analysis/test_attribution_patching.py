@@ -12,7 +12,7 @@ from lsa_interp.analysis import activation_patching as ap
 from lsa_interp.analysis.attribution_patching import attribute_activations, compare_grids
 from lsa_interp.analysis.patch_runs import run_patched
 from lsa_interp.analysis.planted import PLANTED_HEAD, planted_model
-from tests.analysis.patch_setup import planted_pairs, succ_pred_runs
+from tests.analysis.patch_setup import pairs_parting_late, planted_pairs, succ_pred_runs
 
 torch.set_num_threads(1)
 
@@ -118,16 +118,7 @@ def test_pairs_parting_at_later_steps_are_measured_there_as_exact_patching_measu
     """Answers that part at the first, second and third letter: the target and source runs' measures are exact
     patching's (teacher-forced on each pair's target answer, read at its own parting step), and the result names the
     rules and the pairs as exact patching's does."""
-    import dataclasses
-
-    from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
-
-    base = minimal_pairs("succ", "pred", 3, lengths=(3,))
-    answers = [("acd", "bce"), ("bdf", "bce"), ("bcf", "bce")]
-    pairs = [
-        MinimalPair(dataclasses.replace(p.source, answer=s), dataclasses.replace(p.target, answer=t))
-        for p, (s, t) in zip(base, answers)
-    ]
+    pairs = pairs_parting_late()
     estimate = attribute_activations(small, pairs, [ap.DECODER_RESID])
     exact = ap.patch_activations(small, pairs, [ap.DECODER_RESID], answers=False)
     assert (estimate.source_rule, estimate.target_rule, estimate.pairs) == ("succ", "pred", 3)

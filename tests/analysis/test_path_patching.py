@@ -222,6 +222,9 @@ def test_progress_counts_every_patched_cell(small, small_pairs):
     assert seen == list(range(1, 13)), "decoder 1 self- and cross-attention, decoder 2 self-attention"
 
 
+NOT_IN_PAPER = "not in the paper (path patching, as in Wang et al.'s IOI circuit)"
+
+
 @pytest.fixture()
 def planted_offers(monkeypatch):
     monkeypatch.setattr(activation_patching, "minimal_pairs", lambda source, target, n, **_: planted_pairs(n))
@@ -304,8 +307,7 @@ def test_the_analysis_of_one_path_with_heads_frozen_writes_every_measure_under_i
     }
     names = ["Path 1.1, 2.3 -> 3.1/v", "Whole effect of 1.1, 2.3", "Effect of 1.1, 2.3 with 3.* frozen"]
     assert [f.name for f in result.findings] == names
-    paper = "not in the paper (path patching, as in Wang et al.'s IOI circuit)"
-    assert [f.paper for f in result.findings] == [paper] * 3
+    assert [f.paper for f in result.findings] == [NOT_IN_PAPER] * 3
     assert result.findings[2].ours.startswith("0.00 of the logit difference, answers: 0% the source's, 0% neither")
     assert [f.value for f in result.findings] == pytest.approx([1, 1, 0], abs=1e-4)
     data = result.to_dict()["data"]
@@ -322,14 +324,10 @@ def test_the_analysis_of_a_sweep_writes_its_record_and_hands_on_the_defaults_and
     assert asked == [(100, {"seed": 0, "alphabets": "standard", "lengths": (3,), "at_most": True})]
     assert result.model == "model" and ticks and ticks[-1][0] == ticks[-1][1] == len(ticks)
     summary = result.summary
-    assert (summary["source rule (patched in)"], summary["target rule (run)"], summary["pairs offered"]) == (
-        "succ",
-        "pred",
-        2,
-    )
+    rules = summary["source rule (patched in)"], summary["target rule (run)"]
+    assert rules == ("succ", "pred") and summary["pairs offered"] == 2
     assert summary["logit diff, source run"] == pytest.approx(-summary["logit diff, target run"])  # f and g swapped
-    paper = "not in the paper (path patching, as in Wang et al.'s IOI circuit)"
-    assert [f.paper for f in result.findings] == [paper] * 3
+    assert [f.paper for f in result.findings] == [NOT_IN_PAPER] * 3
     assert result.findings[-1].ours.startswith("0.00 of the logit difference, answers: 0% the source's, 0% neither")
     assert result.findings[0].ours.startswith("encoder 3 self-attention: v, head 1: 1.00 of the logit difference")
     data = result.to_dict()["data"]
@@ -337,9 +335,8 @@ def test_the_analysis_of_a_sweep_writes_its_record_and_hands_on_the_defaults_and
     assert result.figures["paths from 2.3"].layout.title.text == "paths from 2.3: patched from succ into pred"
     ticks.clear()
     into = path_patching_analysis(planted, "p", receivers=["3.1/v"], n_pairs=1, progress=lambda *t: ticks.append(t))
-    assert (
-        into.summary["pairs solved (both prompts)"] == 1 and asked[-1][0] == 1 and ticks[-1] == (8, 8)
-    )  # layers 1 and 2
+    assert into.summary["pairs solved (both prompts)"] == 1 and asked[-1][0] == 1
+    assert ticks[-1] == (8, 8), "every head of layers 1 and 2"
     assert "memory" not in into.to_dict()["data"]
 
 
