@@ -4,6 +4,7 @@ test_path_ends.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -13,7 +14,7 @@ from lsa_interp.analysis import activation_patching, path_patching as pp
 from lsa_interp.analysis.path_patching_analysis import path_patching_analysis, path_request
 from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_model
 from lsa_interp.model.heads import Head, all_heads
-from tests.analysis.patch_setup import planted_pairs, succ_pred_runs
+from tests.analysis.patch_setup import pairs_parting_late, planted_pairs, succ_pred_runs
 
 torch.set_num_threads(1)
 
@@ -102,6 +103,20 @@ def test_a_sweep_from_several_senders_names_them_all(small, small_pairs):
     assert into.grid.site == "paths into 2.2/kv, 2.3/v from @31,33"
 
 
+def test_a_sweep_from_steps_into_a_decoder_heads_values_takes_the_earlier_decoder_heads_there(small, small_pairs):
+    """Into a decoder head, the senders are the earlier decoder heads and their positions are decoder steps: from step
+    0, where these pairs' answers part, each cell is the sweep's from every step, to the bit; from later steps nothing
+    reaches step 0 (causal attention)."""
+    receiver = [_receiver("dec:2.2/v", small)]
+    every = pp.paths_into(small, small_pairs, receiver, answers=False)
+    at_parting = pp.paths_into(small, small_pairs, receiver, positions=(0,), answers=False)
+    later = pp.paths_into(small, small_pairs, receiver, positions=(1, 2), answers=False)
+    assert at_parting.grid.site == "paths into dec:2.2/v from @0"
+    assert torch.equal(at_parting.grid.logit_diff.nan_to_num(9), every.grid.logit_diff.nan_to_num(9))
+    assert float((every.grid.logit_diff - every.target_logit_diff).abs().nan_to_num(0).max()) > 1e-3
+    assert bool(((later.grid.logit_diff - later.target_logit_diff).nan_to_num(0) == 0).all())
+
+
 def test_a_sweep_from_positions_no_receiver_reads_is_refused(small, small_pairs):
     with pytest.raises(ValueError, match="reads none of the positions its senders write"):
         pp.paths_into(small, small_pairs, [_receiver("2.2/kv@31", small)], positions=(30,))
@@ -179,6 +194,20 @@ def test_a_first_decoder_self_attention_reads_the_same_teacher_forced_input_in_b
     sweep = pp.paths_from(small, small_pairs, [pp.parse_receiver("dec:1.2", small.cfg).head])
     assert sweep.grid.rows[0] == "decoder 1 cross-attention: q"
     assert bool((sweep.grid.logit_diff == sweep.target_logit_diff).all())
+
+
+def test_on_pairs_parting_late_a_first_decoder_self_attention_still_sends_nothing_directly_or_through_a_hop(small):
+    """Every run is teacher-forced on the target answers, so the first decoder self-attention's outputs are the same
+    in the source and target runs at every step, and its paths change nothing, to the bit, where the answers part at
+    the second and third letter as well: run 2 and a hop's run are teacher-forced on those answers too (the start
+    token alone would give every step its step-0 inputs)."""
+    pairs, sender = pairs_parting_late(), [pp.parse_receiver("dec:1.2", small.cfg).head]
+    sweep = pp.paths_from(small, pairs, sender, answers=False)
+    assert bool((sweep.grid.logit_diff == sweep.target_logit_diff).all())
+    receiver = [_receiver("cross:2.1/q", small)]
+    for through in ([], [_hop("dec:2.*/v", small)]):
+        path = pp.patch_path(small, pairs, sender, receiver, through=through, answers=False)
+        assert path.logit_diff == sweep.target_logit_diff and path.normalized == 0, through
 
 
 @pytest.mark.parametrize(
@@ -281,6 +310,30 @@ def test_the_analysis_of_a_receivers_sweep_finds_its_sender(planted, planted_off
     options = {"receivers": ["3.1/v"], "source": "pred", "target": "succ", "n_pairs": 4}
     at = path_patching_analysis(planted, "p", **options, sender_positions="31")
     assert at.summary["paths into 3.1/v from @31: largest"].startswith("encoder 2 self-attention, head 3: 1.0")
+
+
+def test_the_analysis_sweeps_from_decoder_steps_into_a_cross_attentions_queries(planted, planted_offers):
+    """The first decoder self-attention at step 0 reads the start token alone, in both runs: every path is 0."""
+    options = {"receivers": ["cross:1.1/q"], "source": "pred", "target": "succ", "n_pairs": 4}
+    result = path_patching_analysis(planted, "planted", **options, sender_positions="0")
+    assert result.summary["paths into cross:1.1/q from @0: largest"] == "decoder 1 self-attention, head 1: 0.000"
+
+
+def test_the_largest_path_is_read_among_the_cells_a_path_runs_through_where_all_move_away(
+    planted, planted_offers, monkeypatch
+):
+    """Every cell moved two source-target differences away from the source: the planted head's path (-1) is still the
+    largest, not one of the cells no path runs through (NaN)."""
+    real = pp.PathPatcher.paths_into
+
+    def away(self, *args, **kwargs):
+        sweep = real(self, *args, **kwargs)
+        moved = sweep.grid.logit_diff - 2 * (sweep.source_logit_diff - sweep.target_logit_diff)
+        return dataclasses.replace(sweep, grid=dataclasses.replace(sweep.grid, logit_diff=moved))
+
+    monkeypatch.setattr(pp.PathPatcher, "paths_into", away)
+    result = path_patching_analysis(planted, "planted", receivers=["3.1/v"], source="pred", target="succ", n_pairs=4)
+    assert result.summary["paths into 3.1/v: largest"] == "encoder 2 self-attention, head 3: -1.000"
 
 
 def test_the_analysis_of_one_path_with_heads_frozen_writes_every_measure_under_its_name(planted, planted_offers):

@@ -3,6 +3,7 @@ one-line messages where there is nothing to trace."""
 
 from __future__ import annotations
 
+import dataclasses
 from urllib.parse import urlencode
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 from lsa_interp.analysis.activation_patching import HEAD_POSITIONS, HEADS, RESID, ActivationPatching, PatchingGrid
 from lsa_interp.analysis.planted import PLANTED_HEAD, READOUT_HEAD, planted_model
 from lsa_interp.data.task import Task
+from lsa_interp.explorer import patching_tab
 from lsa_interp.explorer.app import create_app
 from lsa_interp.explorer.catalogue import ModelCatalogue
 from lsa_interp.explorer.patching_tab import PATCHING_SITES, activation_figures, leading_head, patching_pair, path_map
@@ -165,6 +167,18 @@ def test_the_paths_map_follows_the_planted_head_into_the_readouts_values(figures
     lit = [(r, c) for r, line in enumerate(grid.z) for c, value in enumerate(line) if abs(value) > 1e-3]
     together = grid.y.index("encoder 3 self-attention: q,k,v")
     assert lit == [(v_row, 0), (v_row, 4), (together, 0), (together, 4)]
+
+
+def test_a_memory_share_a_hair_below_zero_is_titled_without_a_minus(planted, monkeypatch):
+    real = patching_tab.paths_from
+
+    def hair_below(*args, **kwargs):
+        sweep = real(*args, **kwargs)
+        return dataclasses.replace(sweep, memory=dataclasses.replace(sweep.memory, normalized=-0.001))
+
+    monkeypatch.setattr(patching_tab, "paths_from", hair_below)
+    title = path_map(planted, PRED, SUCC, "", PLANTED_HEAD)["paths from 2.3"].layout.title.text
+    assert title.endswith("; into the memory: 0.00")
 
 
 def _heads_result(values: list[list[float]]) -> ActivationPatching:
