@@ -112,6 +112,29 @@ def test_a_windows_rows_do_not_depend_on_which_windows_came_before(plan):
     assert np.array_equal(again.rows, later.rows) and np.array_equal(again.valid, later.valid)
 
 
+@pytest.mark.parametrize("batching", ["transformation", "transformation_alphabet"])
+def test_a_replicate_batched_by_transformation_draws_batches_of_one_transformation(dirs, batching):
+    """The transformation batching methods key each replicate's rows by its own rows' transformations."""
+    three, four = dirs
+    runs = (RunSpec(three, seed=5, batching=batching, epochs=1), RunSpec(four, seed=6, epochs=1))
+    plan = StackPlan(runs, StackSplit([three, four], "train", CPU), 64, False, 3e-3, 1e-4, 0.05)
+    part = plan.train.parts[0].split
+    batches = plan.epoch_plan(0, 0)
+    assert len({int(t) for t in part.transformation}) == 3
+    assert all(len(set(part.transformation[batch].tolist())) == 1 for batch in batches)
+    if batching == "transformation_alphabet":
+        assert all(len(set(part.alphabet[batch].tolist())) == 1 for batch in batches)
+
+
+def test_each_epoch_after_the_second_steps_down_to_the_final_rate(dirs):
+    """Four epochs with a final factor of 0.4: epoch 2 at the full rate, epoch 3 at 0.7 of it, epoch 4 at 0.4."""
+    three, _ = dirs
+    plan = StackPlan((RunSpec(three, seed=5, epochs=4),), StackSplit([three], "train", CPU), 64, False, 3e-3, 1e-4, 0.4)
+    spe = int(plan.steps_per_epoch[0])
+    window = plan.window(spe, 3 * spe)
+    assert window.lr[[0, spe, 2 * spe, 3 * spe - 1], 0] == pytest.approx([3e-3, 3e-3 * 0.7, 3e-3 * 0.4, 3e-3 * 0.4])
+
+
 def test_length_bucketing_reaches_every_replicates_plan(dirs):
     """With ``length_bucketing`` each replicate's batches are cut from length-sorted windows of its own rows."""
     three, four = dirs

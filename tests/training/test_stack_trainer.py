@@ -419,6 +419,14 @@ def test_a_stack_decays_its_weights_at_its_configs_rate(data_dir, tmp_path):
     assert torch.equal(*weights[0.5]) and (weights[0.0][0] - weights[0.5][0]).abs().max() > 1e-4
 
 
+def test_a_stack_resumed_before_its_first_saved_state_keeps_none_of_its_records(data_dir, tmp_path):
+    """Records logged before the first saved state belong to no state: resuming from none drops them all."""
+    config = _stack_config([RunSpec(str(data_dir), preset="tiny")], max_steps=2)
+    StackTrainer.start(config, tmp_path / "stack").log({"type": "step", "step": 1})
+    resumed = StackTrainer.resume(tmp_path / "stack")
+    assert resumed.step == 0 and (tmp_path / "stack" / "metrics.jsonl").read_bytes() == b""
+
+
 def test_a_compiled_stack_on_a_cpu_steps_eagerly_and_compiles_nothing(data_dir, tmp_path, monkeypatch):
     """``compile`` compiles the graphed step, which a CPU does not capture."""
     monkeypatch.setattr(torch, "compile", lambda *args, **kwargs: pytest.fail("torch.compile called"))

@@ -423,9 +423,14 @@ def test_length_bucketing_is_off_by_default_and_on_for_runs_saved_before_it_exis
 
 
 def test_optimizer_applies_the_scheduled_rate_at_the_first_and_last_steps(data_dir, tmp_path):
-    """The rate AdamW steps with is ``lr * lr_factor(step)`` of the step being taken, not of the one before."""
-    config = TrainConfig(data_dir=str(data_dir), epochs=3, batch_size=64, lr=3e-3, model=SMALL_MODEL)
+    """The rate AdamW steps with is ``lr * lr_factor(step)`` of the step being taken, not of the one before, down to
+    the config's final factor; AdamW decays the weights at the config's rate (neither the recipe's)."""
+    config = TrainConfig(
+        data_dir=str(data_dir), epochs=3, batch_size=64, lr=3e-3, model=SMALL_MODEL, weight_decay=0.05,
+        final_lr_factor=0.4,
+    )  # fmt: skip
     trainer = Trainer.start(config, tmp_path / "run")
+    assert trainer.optimizer.param_groups[0]["weight_decay"] == 0.05
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train_step(trainer.epoch_plan(0)[0])
     first = 3e-3 * 1e-4
@@ -437,7 +442,7 @@ def test_optimizer_applies_the_scheduled_rate_at_the_first_and_last_steps(data_d
     assert first / 2 < moved < 2 * first
     trainer.step = trainer.total_steps - 1
     trainer.train_step(trainer.epoch_plan(2)[-1])
-    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(3e-3 * 0.05)
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(3e-3 * 0.4)
     assert trainer.step == trainer.total_steps == 3 * trainer.steps_per_epoch
 
 
@@ -597,7 +602,7 @@ def test_logged_loss_rate_and_training_time_are_those_of_the_steps_since_the_las
     trainer = Trainer.start(config, tmp_path / "run")
     clock = _Clock()
     monkeypatch.setattr(time, "perf_counter", clock)
-    _clocked(trainer, clock, step_seconds=lambda step, now: now + 0.5, epoch_seconds=lambda step, now: now + 100.0)
+    _clocked(trainer, clock, step_seconds=lambda step, now: now + 0.52, epoch_seconds=lambda step, now: now + 100.0)
     losses = []
     train_step = trainer.train_step
     trainer.train_step = lambda rows: losses.append(float(train_step(rows))) or torch.tensor(losses[-1])
@@ -610,14 +615,21 @@ def test_logged_loss_rate_and_training_time_are_those_of_the_steps_since_the_las
     assert [r["step"] for r in steps] == [3, 6, 9, 11]
     for record, (a, b) in zip(steps, windows):
         assert record["train_loss"] == pytest.approx(np.mean(losses[a:b]), rel=1e-6)
-    # 0.5 s a step; the line after an epoch end counts the tasks and time since the end of its validation
+    # 0.52 s a step; the line after an epoch end counts the tasks and time since the end of its validation
     sizes = [len(b) for b in trainer.epoch_plan(0) + trainer.epoch_plan(1)]
-    rates = [sum(sizes[0:3]) / 1.5, sum(sizes[3:6]) / 1.5, sizes[8] / 0.5, sum(sizes[9:11]) / 1.0]
+    rates = [sum(sizes[0:3]) / 1.56, sum(sizes[3:6]) / 1.56, sizes[8] / 0.52, sum(sizes[9:11]) / 1.04]
     assert [r["tasks_per_s"] for r in steps] == pytest.approx(rates)
     assert [{k: v for k, v in p.items() if k != "total_steps"} for p in seen] == steps
     assert all(p["total_steps"] == 11 for p in seen)
     metadata = load_model(tmp_path / "run" / "model").metadata
-    assert metadata["train_seconds"] == 5.5 and (metadata["preset"], metadata["seed"]) == ("a-label", 2)
+    assert metadata["train_seconds"] == 5.7 and (metadata["preset"], metadata["seed"]) == ("a-label", 2)  # 5.72 s
+
+
+def test_a_run_resumed_before_its_first_saved_state_keeps_none_of_its_records(data_dir, tmp_path):
+    """Records logged before the first saved state belong to no state: resuming from none drops them all."""
+    Trainer.start(_quick_config(data_dir), tmp_path / "run").log({"type": "step", "step": 1})
+    resumed = Trainer.resume(tmp_path / "run")
+    assert resumed.step == 0 and (tmp_path / "run" / "metrics.jsonl").read_bytes() == b""
 
 
 def test_max_minutes_stops_at_the_first_step_or_epoch_end_past_the_deadline(data_dir, tmp_path, monkeypatch):
