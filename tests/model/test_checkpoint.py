@@ -205,6 +205,25 @@ def test_a_failed_save_leaves_no_staging_directory(small_model, tmp_path, monkey
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_save_whose_old_model_cannot_be_removed_raises_that_error_with_the_new_model_in_place(
+    small_model, saved, monkeypatch
+):
+    """The staged model is already in place when removing the replaced one fails: that failure is what the caller
+    sees (the clean-up finds no staging directory, and says nothing of it)."""
+    rmtree = checkpoint.shutil.rmtree
+
+    def stuck(path, ignore_errors=False, **kwargs):
+        if Path(path).name == ".run.old" and not ignore_errors:
+            raise OSError("device busy")
+        return rmtree(path, ignore_errors=ignore_errors, **kwargs)
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", stuck)
+    with pytest.raises(OSError, match="device busy"):
+        save_model(small_model, saved, metadata={"epochs": 3}, overwrite=True)
+    monkeypatch.undo()
+    assert load_model(saved).metadata["epochs"] == 3
+
+
 def test_replicates_load_by_their_shipped_name_and_paths_stay_inside(small_model, tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "CHECKPOINTS_DIR", tmp_path / "checkpoints")
     save_model(small_model, tmp_path / "checkpoints" / "replicates" / "copy-20-s1")
