@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import load_script
+
 ROOT = Path(__file__).parents[1]
 SCRIPT = ROOT / "scripts" / "cpu_runs.sh"
 
@@ -19,8 +21,8 @@ SCRIPT = ROOT / "scripts" / "cpu_runs.sh"
 def _stub_lsa(bin_dir: Path, calls: Path, linger: int = 0) -> Path:
     """`python` and a stand-in `lsa-interp` that records its arguments and thread counts; a `train` call
     then lives ``linger`` s (a `data generate` call returns at once) in a child it forks, which keeps its command
-    line: a run's child is not a run of its own."""
-    bin_dir.mkdir()
+    line: a run's child is not a run of its own (made again for each call)."""
+    bin_dir.mkdir(exist_ok=True)
     train = (
         f'echo "$*" >> {calls}; echo "$OMP_NUM_THREADS $MKL_NUM_THREADS" >> {calls}.threads; '
         f'[ "$1" != train ] || (sleep {linger}; :)'
@@ -292,3 +294,47 @@ def test_a_snapshot_removes_the_partial_record_of_a_run_shipped_since_and_keeps_
     )
     assert sorted(p.name for p in cpu.iterdir()) == ["copy-20-random-s3", "nocopy-20-random-s0"]
     assert (finished / "metrics.jsonl").read_text() == epoch + "\n" and unshipped.is_dir()
+
+
+def test_a_later_snapshot_brings_the_record_up_to_the_run_and_one_at_the_same_step_copies_it_again(tmp_path):
+    """Each session's snapshot of a run that went on replaces the record committed before it; a run exactly as far as
+    the record (no step since) is copied again, not called behind it."""
+    config = '{"preset": "copy-20", "seed": 1, "epochs": 20}'
+    run = _records(tmp_path / "runs" / "copy-20-random-s1", config, ['{"type": "step", "step": 300}'])
+    repo = _repo(tmp_path)
+    cpu = repo / "analyses" / "runs" / "cpu"
+    record = _records(cpu / "copy-20-random-s1", config, ['{"type": "step", "step": 100}'])
+    for _ in range(2):
+        done = _snapshot(tmp_path, repo)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "copy-20-random-s1: analyses/runs/cpu/copy-20-random-s1 (last epoch 0, step 300)\n"
+        assert (record / "metrics.jsonl").read_text() == (run / "metrics.jsonl").read_text()
+
+
+@pytest.fixture(scope="module")
+def snapshot_helper():
+    return load_script("scripts/cpu_snapshot.py")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["copy", "a"], ["copy", "a", "b", "c"], ["prune"], ["prune", "a", "b"], ["move", "a"], ["move", "a", "b"]],
+)
+def test_the_snapshot_helper_refuses_other_arguments_with_its_usage(snapshot_helper, argv, capsys):
+    assert snapshot_helper.main(argv) == 2
+    assert capsys.readouterr() == ("", "usage: cpu_snapshot.py copy RUN_DIR TARGET | prune TARGET\n")
+
+
+def test_pruning_leaves_a_record_without_its_config_or_without_its_metrics(snapshot_helper, tmp_path):
+    only_metrics = _records(tmp_path / "a", "{}", ['{"type": "epoch", "step": 100, "epoch": 1}'])
+    (only_metrics / "train_config.json").unlink()
+    only_config = _records(tmp_path / "b", '{"epochs": 20}', [])
+    (only_config / "metrics.jsonl").unlink()
+    for target in (only_metrics, only_config):
+        assert snapshot_helper.prune(target) is None and target.is_dir()
+
+
+def test_a_records_reach_counts_step_and_epoch_records_only_and_is_0_without_them(snapshot_helper):
+    assert snapshot_helper.reach("") == (0, 0)
+    lines = '{"type": "startup", "step": 900, "seconds": 70.5}\n{"type": "step", "step": 100}\n'
+    assert snapshot_helper.reach(lines) == (0, 100)
