@@ -22,8 +22,9 @@ as many as train the most runs per minute; its ``sessions`` says how many sessio
 ``--carry-mib`` (0) a stack must finish in the session that starts it.
 
 Moving state and models costs device calls: a call carries up about `UPLOAD_MIB_PER_CALL` MiB (the working
-tree's 64 MiB less the checkout) and ``pack`` brings back `PACK_MIB_PER_CALL` MiB. With ``--call-seconds S``
-every call beyond the first of each direction costs S seconds of the session: the estimate adds them, and the
+tree's 64 MiB less the checkout; the first call of a session also carries `WHEELS_MIB` of wheels) and ``pack``
+brings back `PACK_MIB_PER_CALL` MiB. With ``--call-seconds S`` every call beyond the first of each direction
+costs S seconds of the session: the estimate adds them, and the
 plan's ``stop_early_seconds`` (the extra ``pack`` calls its models or state need) tells the session to stop
 training that much earlier than its deadline. The state waits between GPU sessions on the CPU machine, which
 may be replaced: ``--carry-survival P`` (the chance it is still there at the next GPU session) weights a
@@ -80,8 +81,11 @@ STATE_BYTES_PER_PARAMETER = 12
 """Resumable state of one run per parameter: fp32 weights and AdamW's two fp32 moments."""
 MODEL_BYTES_PER_PARAMETER = 4
 """A final model per parameter: fp32 weights."""
-UPLOAD_MIB_PER_CALL = 34.0
-"""Carried state one device call takes up: 64 MiB of working tree less the checkout (about 26 MiB) and a margin."""
+UPLOAD_MIB_PER_CALL = 17.0
+"""Carried state one device call takes up: 64 MiB of working tree less the checkout (44 MiB on 2026-12-07, 40 of
+them the shipped checkpoints) and a margin; tests/test_gpu_plan.py checks it against the checkout."""
+WHEELS_MIB = 14.0
+"""What the first call of every session carries besides the state: the wheels of `scripts/gpu_wheels.sh`."""
 PACK_MIB_PER_CALL = 60.0
 """What one ``gpu_train.sh pack`` call brings back: 4 chunks of 15 MiB."""
 
@@ -96,10 +100,10 @@ class SessionPlan:
     steps: int
     minutes: float
     remaining: int
-    batch_size: int = 32
-    stacking: str = "native"
-    sessions: int = 1
-    stop_early_seconds: float = 0.0
+    batch_size: int
+    stacking: str
+    sessions: int
+    stop_early_seconds: float
     survival: float = 1.0
 
     @property
@@ -272,7 +276,7 @@ def _continued_plan(
     costs: tuple,
     remaining: int,
     stacking: str,
-    survival: float = 1.0,
+    survival: float,
 ) -> SessionPlan:
     """The stack of at most ``carry_mib`` MiB of state that trains the most runs per minute (weighted by
     ``survival ** (sessions - 1)``, the chance its state survives every wait between sessions), over this
@@ -294,7 +298,7 @@ def _continued_plan(
         runs = tuple(candidates[:size])
         steps, ms = stack_steps(runs, grid, batch), step_ms_at(table, size)
         pack = extra_calls(size * per_run, PACK_MIB_PER_CALL) * call_seconds
-        upload = extra_calls(size * per_run, UPLOAD_MIB_PER_CALL) * call_seconds
+        upload = extra_calls(size * per_run + WHEELS_MIB, UPLOAD_MIB_PER_CALL) * call_seconds
         first, each = now - (startup_seconds + pack) / 60, later - (later_startup + pack + upload) / 60
         if first <= 0 or each <= 0:
             continue

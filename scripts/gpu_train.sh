@@ -70,8 +70,8 @@ WATCH_EVERY=${WATCH_EVERY:-30}
 # graph: if the graphed stack's GPU tests fail). Where BENCH_JSON has no step times of STACKING (auto: of the
 # native stack), they are probed.
 STACKING=${STACKING:-auto}
-# The state a session can carry up, in parts of one call each (64 MiB of working tree less the checkout, about
-# 26 MiB, and in the first call .whl, 14 MB): 100 MiB, six fp32 runs, in three or four calls. CALL_SECONDS: the
+# The state a session can carry up, in parts of one call each (64 MiB of working tree less the checkout, 44 MiB
+# on 2026-12-07, and in the first call .whl, 14 MB): 100 MiB, six fp32 runs, in six or seven calls. CALL_SECONDS: the
 # planner's guess of what each call beyond the first of a direction costs (a receive call, an extra pack call).
 CARRY=${CARRY:-$WORK/carry}
 CARRY_MIB=${CARRY_MIB:-100}

@@ -40,12 +40,11 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-KEEP_NAMES = {
-    "config.json", "model.safetensors", "evaluation.json", "card.md", "train_config.json", "metrics.jsonl",
-    "results.csv", "plan.json", "grid.toml", "done", "manifest.json",
-}  # fmt: skip
 KEEP_SUFFIXES = (".json", ".csv", ".md", ".log", ".txt")
-"""Results, tables, logs and the GPU test reports (`gpu_train.sh`'s preflight checks, `gpu_session.sh`'s)."""
+"""Results (configs, evaluations, cards, plans, manifests), tables, logs and the GPU test reports (`gpu_train.sh`'s
+preflight checks, `gpu_session.sh`'s)."""
+KEEP_NAMES = {"metrics.jsonl", "grid.toml", "done"}
+"""Kept besides `KEEP_SUFFIXES`: a run's metrics, a sweep's grid file and its finished stack's marker."""
 SKIP_PARTS = {"data", "__pycache__"}
 WEIGHTS, STATE, DONE = "model.safetensors", "state.pt", "done"
 FAILURES = "failures"

@@ -58,6 +58,7 @@ def test_steps_per_epoch_bound_adds_one_batch_per_extra_group():
     assert gpu_plan.steps_per_epoch(alphabet, grid, 32) == full + 200
     both = type(run)("copy-20", "transformation_alphabet", 0)
     assert gpu_plan.steps_per_epoch(both, grid, 32) == full + 21 * 11 - 1
+    assert gpu_plan.steps_per_epoch(run, grid, 4) == 89_951  # 359,804 rows: 4 divides them
 
 
 def test_the_plan_is_the_largest_stack_whose_estimate_fits():
@@ -70,12 +71,31 @@ def test_the_plan_is_the_largest_stack_whose_estimate_fits():
         f"nocopy-20-random-s{s}" for s in range(3)
     ]
     assert plan.minutes == pytest.approx(minutes_for(8))
+    assert (plan.steps, plan.step_ms, plan.sessions, plan.stop_early_seconds) == (STEPS_RANDOM, 4.0, 1, 0.0)
     assert plan.summary()["runs_left_after"] == 2
     assert len(gpu_plan.plan_session(grid, set(), bench(table), minutes_for(8) - 0.01).runs) == 7
     assert len(gpu_plan.plan_session(grid, set(), bench(table), 600).runs) == 10
     assert len(gpu_plan.plan_session(grid, set(), bench(table), 600, max_replicates=6).runs) == 6
     with pytest.raises(ValueError, match="not even one fp32 run fits in 10 minutes"):
         gpu_plan.plan_session(grid, set(), bench(table), 10)
+
+
+def test_a_recipes_max_steps_bounds_the_stacks_steps():
+    runs = tuple(expand(queue(COPY20))[:2])
+    assert gpu_plan.stack_steps(runs, queue(COPY20), 32) == STEPS_RANDOM
+    assert gpu_plan.stack_steps(runs, queue(COPY20, top="[recipe]\nmax_steps = 1000"), 32) == 1000
+    assert gpu_plan.stack_steps(runs, queue(COPY20, top="[recipe]\nmax_steps = 10_000_000"), 32) == STEPS_RANDOM
+
+
+def test_the_printed_plan_holds_every_field_gpu_train_reads_rounded_for_people():
+    """`gpu_train.sh` reads the plan's steps, batch size, replicates and ``stop_early_seconds``; people the rest."""
+    runs = tuple(expand(queue(COPY20))[:2])
+    plan = gpu_plan.SessionPlan(runs, "bf16", 3.14159, 224_880, 17.23456, 12, 64, "native-compile", 3, 37.26, 0.81234)
+    assert plan.summary() == {
+        "replicates": 2, "runs": ["copy-20-random-s0", "copy-20-random-s1"], "precision": "bf16",
+        "stacking": "native-compile", "step_ms": 3.142, "steps": 224_880, "batch_size": 64, "estimated_minutes": 17.23,
+        "sessions": 3, "stop_early_seconds": 37.3, "survival": 0.812, "runs_left_after": 10,
+    }  # fmt: skip
 
 
 def test_finished_runs_are_skipped_and_the_stack_keeps_the_first_unfinished_runs_precision():
@@ -92,6 +112,32 @@ def test_finished_runs_are_skipped_and_the_stack_keeps_the_first_unfinished_runs
     assert [run.name for run in plan.runs] == [f"copy-200-alphabet-s{s}" for s in range(1, 5)]
     with pytest.raises(ValueError, match="every run of the queue is finished"):
         gpu_plan.plan_session(grid, {run.name for run in expand(grid)}, bench({1: 1.0}), 600)
+
+
+def test_a_stack_whose_estimate_is_exactly_the_minutes_fits():
+    """1,000 steps at 3 ms, no overhead, 42 s of start-up and 15 s of evaluation: exactly one minute."""
+    grid = queue(COPY20, top="[recipe]\nmax_steps = 1000")
+    plan = gpu_plan.plan_session(grid, set(), bench({1: 3.0, 8: 3.0}), 1, overhead=0.0, startup_seconds=42)
+    assert (len(plan.runs), plan.minutes) == (1, 1.0)
+
+
+def test_the_stack_takes_the_first_unfinished_runs_precision_even_when_it_is_the_last_of_its_kind():
+    grid = queue(COPY20 + COPY20 + "precision = 'bf16'\n")
+    plan = gpu_plan.plan_session(grid, {f"copy-20-random-s{s}" for s in range(4)}, bench({1: 1.0}), 600)
+    assert (plan.precision, [run.name for run in plan.runs]) == ("fp32", ["copy-20-random-s4"])
+
+
+def test_the_recipes_batch_size_sets_the_plans_steps_and_a_stack_holds_at_most_64_runs(tmp_path, capsys):
+    grid = queue(COPY20, top="[recipe]\nbatch_size = 64")
+    plan = gpu_plan.plan_session(grid, set(), bench({1: 1.0}), 600)
+    assert (plan.batch_size, plan.steps) == (64, 20 * math.ceil(359_804 / 64))
+    many = tmp_path / "queue.toml"
+    many.write_text(f"seeds = {list(range(70))}\n{COPY20}")
+    assert len(gpu_plan.plan_session(load_grid(many), set(), bench({1: 1.0, 64: 1.0}), 10_000).runs) == 64
+    (tmp_path / "bench.json").write_text(json.dumps(bench({1: 1.0, 64: 1.0})))
+    options = ["--queue", str(many), "--bench", str(tmp_path / "bench.json"), "--minutes", "10000"]
+    assert gpu_plan.main([*options, "--out", str(tmp_path / "session.toml")]) == 0
+    assert json.loads(capsys.readouterr().out)["replicates"] == 64
 
 
 def test_a_finished_fp32_run_stands_for_the_bf16_run_unless_the_queue_compares_the_two():
@@ -132,6 +178,15 @@ def test_the_session_grid_reads_back_as_one_stack_of_exactly_the_planned_runs(tm
     assert stack.runs == plan.runs
 
 
+def test_the_session_grid_keeps_the_queues_own_datasets_that_its_runs_train_on(tmp_path):
+    grid = load_grid(ROOT / "grids" / "tiny.toml")
+    plan = gpu_plan.plan_session(grid, set(), bench({1: 1.0, 8: 1.0}), 600, max_replicates=2)
+    assert [run.name for run in plan.runs] == ["tiny-random-s0", "tiny-random-s1"]
+    (tmp_path / "session.toml").write_text(gpu_plan.session_grid(grid, plan))
+    session = load_grid(tmp_path / "session.toml")
+    assert session.datasets == {"tiny": grid.datasets["tiny"]} and expand(session) == list(plan.runs)
+
+
 def test_auto_stacking_plans_with_whichever_measured_stack_trains_more_runs():
     """Five copy-20 runs of 224,880 steps in 20 minutes: the native stack (3.8 ms, 4.4 ms at R=2) fits two, the
     compiled one at 2 ms (R <= 4) four, a triton one at 1.3 ms (R=5) all five; where two fit as many, the
@@ -154,6 +209,9 @@ def test_auto_stacking_plans_with_whichever_measured_stack_trains_more_runs():
     merged = merge_benchmarks([native, compiled, triton, packed])
     shortest = gpu_plan.plan_session(grid, set(), merged, 20, "auto")
     assert (shortest.stacking, len(shortest.runs)) == ("native-compile-triton-packed", 5)
+    few_fast = bench({1: 1.0, 4: 1.0, 5: 20.0, 8: 20.0}, stacking="native-compile")  # 4 runs in 6.4 minutes
+    more = gpu_plan.plan_session(grid, set(), merge_benchmarks([bench({1: 3.0, 8: 3.0}), few_fast]), 20, "auto")
+    assert (more.stacking, len(more.runs)) == ("native", 5)  # 14.6 minutes: more runs beat more runs a minute
 
 
 def test_when_nothing_finishes_a_stack_continues_over_sessions_within_the_state_a_session_carries():
@@ -163,20 +221,48 @@ def test_when_nothing_finishes_a_stack_continues_over_sessions_within_the_state_
     grid = queue(COPY20)
     table = bench({1: 2.6, 2: 3.0, 3: 3.3, 8: 9.0})
     assert gpu_plan.state_mib(grid) == pytest.approx(1_400_606 * 12 / 2**20)
+    assert gpu_plan.model_mib(grid) == pytest.approx(1_400_606 * 4 / 2**20)
     with pytest.raises(ValueError, match="not even one fp32 run fits in 10 minutes"):
         gpu_plan.plan_session(grid, set(), table, 10)
     plan = gpu_plan.plan_session(grid, set(), table, 10, carry_mib=50)
     work = (STEPS_RANDOM * 0.0033 * 1.05 + 3 * EVAL) / 60
     assert (len(plan.runs), plan.sessions) == (3, math.ceil(work / 8.5))
+    assert (plan.precision, plan.steps, plan.step_ms, plan.stacking) == ("fp32", STEPS_RANDOM, 3.3, "native")
     assert plan.minutes == pytest.approx(work + plan.sessions * 1.5)
     assert plan.summary()["sessions"] == plan.sessions and plan.summary()["runs_left_after"] == 2
     assert len(gpu_plan.plan_session(grid, set(), table, 10, carry_mib=33).runs) == 2
     assert gpu_plan.plan_session(grid, set(), table, 60, carry_mib=50).sessions == 1
     with pytest.raises(ValueError, match="one run's state is 16.0 MiB of the 10 MiB a session carries"):
         gpu_plan.plan_session(grid, set(), table, 10, carry_mib=10)
+    with pytest.raises(ValueError, match="one run's state is 16.0 MiB of the 1 MiB a session carries"):
+        gpu_plan.plan_session(grid, set(), table, 10, carry_mib=1)
+    assert len(gpu_plan.plan_session(grid, set(), table, 10, carry_mib=gpu_plan.state_mib(grid)).runs) == 1
+    last = gpu_plan.plan_session(grid, {f"copy-20-random-s{s}" for s in range(4)}, table, 10, carry_mib=50)
+    assert ([run.name for run in last.runs], last.precision) == (["copy-20-random-s4"], "fp32")
+    with pytest.raises(ValueError, match="a stack cannot continue: .* start-up 90 s"):
+        gpu_plan.plan_session(grid, set(), table, 1.5, carry_mib=50)
+    with pytest.raises(ValueError, match="not even one run fits in 10 minutes with its start-up and transfers"):
+        gpu_plan.plan_session(grid, set(), table, 10, carry_mib=50, session_minutes=1.5)
+    wide = gpu_plan.plan_session(queue(COPY20, top="[recipe]\nbatch_size = 64"), set(), table, 5, carry_mib=50)
+    assert (wide.batch_size, wide.steps) == (64, 20 * math.ceil(359_804 / 64)) and wide.sessions > 1
     compiled = bench({1: 1.5, 8: 20.0}, stacking="native-compile")
     auto = gpu_plan.plan_session(grid, set(), merge_benchmarks([table, compiled]), 10, "auto", carry_mib=50)
     assert (auto.stacking, len(auto.runs), auto.sessions) == ("native-compile", 1, 1)
+
+
+def test_a_continued_stack_takes_another_session_for_work_just_past_what_its_sessions_hold():
+    """Ten-minute sessions with 90 s of start-up hold 8.5 minutes of training each: 16.99 minutes of work take
+    two sessions, 17.01 three. With four runs' state (64 MiB), a 30 s call to pack a second chunk and four to
+    upload the state and the wheels (78 MiB in 17 MiB calls) leave 8 minutes in the first session and 6 in each
+    later one: 14.01 minutes take three."""
+    table, costs = bench({1: 5.0, 4: 5.0, 8: 5.0}), {"overhead": 0.0, "eval_seconds": 0.0}
+    for steps, sessions in ((203_880, 2), (204_120, 3)):
+        grid = queue(COPY20, top=f"[recipe]\nmax_steps = {steps}")
+        plan = gpu_plan.plan_session(grid, set(), table, 10, carry_mib=20, **costs)
+        assert (len(plan.runs), plan.sessions) == (1, sessions)
+    grid = queue(COPY20, top="[recipe]\nmax_steps = 168_120")
+    plan = gpu_plan.plan_session(grid, set(), table, 10, max_replicates=4, carry_mib=70, call_seconds=30, **costs)
+    assert (len(plan.runs), plan.sessions, plan.stop_early_seconds) == (4, 3, 30)
 
 
 def test_the_gpu_checks_a_stack_needs_count_in_the_start_up_of_every_session():
@@ -185,7 +271,9 @@ def test_the_gpu_checks_a_stack_needs_count_in_the_start_up_of_every_session():
     plain stack is not charged; a stack continued over sessions pays the check in each of them."""
     grid = queue(COPY20)
     compiled = bench({1: 1.5, 2: 1.9, 8: 5.0}, stacking="native-compile")
-    assert len(gpu_plan.plan_session(grid, set(), compiled, 10, "native-compile").runs) == 2
+    unchecked = gpu_plan.plan_session(grid, set(), compiled, 10, "native-compile")
+    assert len(unchecked.runs) == 2
+    assert unchecked.minutes == pytest.approx((STEPS_RANDOM * 0.0019 * 1.05 + 90 + 2 * EVAL) / 60)
     checked = gpu_plan.plan_session(grid, set(), compiled, 10, "native-compile", check_seconds=75)
     assert len(checked.runs) == 1
     assert checked.minutes == pytest.approx((STEPS_RANDOM * 0.0015 * 1.05 + 90 + 75 + EVAL) / 60)
@@ -208,7 +296,7 @@ def test_cli_writes_the_grid_and_prints_the_plan(tmp_path, capsys):
     (tmp_path / "shipped" / "copy-20").mkdir(parents=True)
     (tmp_path / "shipped" / "copy-20" / "config.json").write_text(json.dumps({"metadata": on_its_own}))
     (tmp_path / "shipped" / "copy-20" / "evaluation.json").write_text("{}")
-    out = tmp_path / "plans" / "session.toml"
+    out = tmp_path / "plans" / "next" / "session.toml"
     args = ["--queue", str(ROOT / "grids" / "queue.toml"), "--done", str(tmp_path / "done")]
     args += ["--done", str(tmp_path / "shipped")]
     code = gpu_plan.main([*args, "--bench", str(tmp_path / "bench.json"), "--minutes", "20", "--out", str(out)])
@@ -226,6 +314,47 @@ def test_cli_writes_the_grid_and_prints_the_plan(tmp_path, capsys):
     assert gpu_plan.main([*args, *benches, *elsewhere, "--stacking", "auto", "--minutes", "20", "--out", str(out)]) == 0
     planned = json.loads(capsys.readouterr().out)["runs"]
     assert planned[0] == "copy-20-random-s3" and not {"copy-20-random-s2", "copy-20-random-s4"} & set(planned)
+
+
+def test_every_command_line_option_reaches_the_plan_and_each_left_out_takes_the_planners_default(tmp_path, capsys):
+    """The printed plan equals `plan_session`'s for the same values: with every option given (a finishing stack
+    chosen among stackings, two of them failed and one of the checks passed here; then a stack continued over
+    sessions), and with none (64 runs at most, whose 64 models take 5 extra pack calls; then a continued stack)."""
+    grid, out = queue(COPY20), tmp_path / "session.toml"
+    (tmp_path / "queue.toml").write_text(f"seeds = [0, 1, 2, 3, 4]\nanalyses = ['matching']\n{COPY20}")
+    stackings = {"native": 3.0, "native-compile": 2.0, "native-compile-triton": 1.0}
+    stackings["native-compile-triton-packed"] = 0.5
+    for name, ms in stackings.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(bench({1: ms, 8: ms}, stacking=name)))
+    merged = merge_benchmarks([bench({1: ms, 8: ms}, stacking=name) for name, ms in stackings.items()])
+
+    def printed(*options: str) -> dict:
+        benches = [item for name in stackings for item in ("--bench", str(tmp_path / f"{name}.json"))]
+        assert gpu_plan.main(["--queue", str(tmp_path / "queue.toml"), *benches, "--out", str(out), *options]) == 0
+        plan = json.loads(capsys.readouterr().out)
+        assert plan.pop("grid") == str(out)
+        return plan
+
+    costs = {"max_replicates": 3, "startup_seconds": 60, "eval_seconds": 10, "check_seconds": 20}
+    options = ["--max-replicates", "3", "--startup-seconds", "60", "--eval-seconds", "10", "--check-seconds", "20"]
+    kinds = ["--checked", "compiled", "--checked", "triton", "--failed", "triton-compiled-packed"]
+    kinds += ["--failed", "triton-compiled", "--elsewhere", "copy-20-random-s0", "--stacking", "auto"]
+    expected = gpu_plan.plan_session(grid, {"copy-20-random-s0"}, merged, 10, "auto", checked=["compiled", "triton"],
+                                     failed=["triton-compiled-packed", "triton-compiled"], **costs)  # fmt: skip
+    assert (expected.stacking, len(expected.runs)) == ("native-compile", 3)
+    assert printed(*options, *kinds, "--minutes", "10") == expected.summary()
+    carried = {"carry_mib": 50, "call_seconds": 30, "carry_survival": 0.9, "session_minutes": 12}
+    options += ["--carry-mib", "50", "--call-seconds", "30", "--carry-survival", "0.9", "--session-minutes", "12"]
+    expected = gpu_plan.plan_session(grid, set(), merged, 10, **{**costs, **carried, "max_replicates": 4})
+    assert expected.sessions > 1 and expected.survival < 1
+    assert printed(*options, "--max-replicates", "4", "--minutes", "10") == expected.summary()
+    many = tmp_path / "many.toml"
+    many.write_text(f"seeds = {list(range(70))}\n{COPY20}")
+    expected = gpu_plan.plan_session(load_grid(many), set(), merged, 10_000, "native-compile")
+    assert (len(expected.runs), expected.stop_early_seconds) == (64, 0)
+    assert printed("--queue", str(many), "--stacking", "native-compile", "--minutes", "10000") == expected.summary()
+    expected = gpu_plan.plan_session(grid, set(), merged, 10, carry_mib=50)
+    assert printed("--carry-mib", "50", "--minutes", "10") == expected.summary() and expected.sessions > 1
 
 
 def test_a_check_that_passed_on_this_machine_is_not_charged_again_and_a_failed_ones_stackings_are_not_planned():
@@ -256,9 +385,10 @@ def test_a_check_that_passed_on_this_machine_is_not_charged_again_and_a_failed_o
     [
         ({"--minutes": "5"}, "not even one bf16 run fits in 5 minutes"),
         ({"--bench": "missing.json"}, "missing.json"),
-        ({"--done": "nowhere"}, "--done: not a directory"),
+        ({"--done": "nowhere"}, "--done: not a directory: {tmp}/nowhere"),
         ({"--carry-survival": "0"}, "--carry-survival must be in (0, 1], not 0"),
         ({"--check-seconds": "-5"}, "--check-seconds must be 0 or more, not -5"),
+        ({"--carry-survival": "1.5"}, "--carry-survival must be in (0, 1], not 1.5"),
         ({"--elsewhere": "copy-20-random-s9"}, "--elsewhere: not a run of the queue: copy-20-random-s9"),
     ],
 )
@@ -270,8 +400,34 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys, change, mess
     options |= {key: value if key in numbers else str(tmp_path / value) for key, value in change.items()}
     assert gpu_plan.main([item for pair in options.items() for item in pair]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("gpu_plan: error:") and message in err and "\n" not in err
+    assert err.startswith("gpu_plan: error:") and message.format(tmp=tmp_path) in err and "\n" not in err
     assert not (tmp_path / "session.toml").exists()
+
+
+@pytest.mark.parametrize("left_out", ["--queue", "--bench", "--minutes", "--out"])
+def test_each_required_option_left_out_is_named_with_exit_code_2(tmp_path, capsys, left_out):
+    (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8})))
+    options = {"--queue": str(ROOT / "grids" / "queue.toml"), "--bench": str(tmp_path / "bench.json")}
+    options |= {"--minutes": "20", "--out": str(tmp_path / "session.toml")}
+    del options[left_out]
+    with pytest.raises(SystemExit) as exit_info:
+        gpu_plan.main([item for pair in options.items() for item in pair])
+    assert exit_info.value.code == 2 and left_out in capsys.readouterr().err.splitlines()[-1]
+    assert not (tmp_path / "session.toml").exists()
+
+
+def test_the_script_run_as_a_program_exits_with_mains_code(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8}, precision="bf16")))
+    command = [sys.executable, str(ROOT / "scripts" / "gpu_plan.py"), "--queue", str(ROOT / "grids" / "queue.toml")]
+    command += ["--bench", str(tmp_path / "bench.json"), "--out", str(tmp_path / "session.toml"), "--minutes"]
+    refused = subprocess.run([*command, "5"], capture_output=True, text=True, cwd=ROOT)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr.startswith("gpu_plan: error: not even one bf16 run fits in 5 minutes")
+    planned = subprocess.run([*command, "20"], capture_output=True, text=True, cwd=ROOT)
+    assert planned.returncode == 0 and json.loads(planned.stdout)["grid"] == str(tmp_path / "session.toml")
 
 
 def test_a_queue_with_a_run_in_two_cells_is_refused_naming_the_file(tmp_path, capsys):
@@ -283,6 +439,16 @@ def test_a_queue_with_a_run_in_two_cells_is_refused_naming_the_file(tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert err == f"gpu_plan: error: {queue}: cells[1]: run copy-20-random-s0 is already in an earlier cell"
     assert not (tmp_path / "session.toml").exists()
+
+
+def test_what_the_planner_lets_a_call_carry_up_fits_beside_this_checkout():
+    """A device call takes 64 MiB of working tree, the checkout included (measured as `pack_results.py upload`
+    measures it): a checkout that outgrew `UPLOAD_MIB_PER_CALL` would make every continued stack's estimate
+    short of its upload calls (it grew from 26 to 44 MiB with the shipped replicates while the planner still
+    counted 34 MiB a call)."""
+    pack_results = load_script("scripts/pack_results.py")
+    room = pack_results.TREE_LIMIT_MIB - pack_results.MARGIN_MIB - pack_results.working_tree_mib()
+    assert gpu_plan.WHEELS_MIB < gpu_plan.UPLOAD_MIB_PER_CALL <= room
 
 
 def test_the_queue_starts_with_the_precision_check_and_covers_the_paper_grid():
@@ -318,7 +484,7 @@ def test_the_next_h100_session_finishes_two_bf16_runs_of_the_precision_check_fro
 def test_the_fp32_runs_of_the_precision_check_continue_over_sessions_from_the_committed_step_times():
     """Once the bf16 seeds are done, not even one fp32 run finishes in a session. With one call's room for state
     (28 MiB) the first fp32 run trains compiled (2.65 ms a step against 3.9 plain) over two sessions; with the
-    script's default carry (100 MiB in parts, 20 s a call) four runs train over three, 1.6 times the runs a
+    script's default carry (100 MiB in parts, 20 s a call) five runs train over four, 1.5 times the runs a
     minute, when the state is sure to survive between sessions; at the script's guess of that chance (0.4),
     two runs over two sessions, 1.4 times the runs a minute of one."""
     documents = [json.loads((ROOT / "benchmarks" / "results" / f"{name}-h100.json").read_text())
@@ -330,16 +496,16 @@ def test_the_fp32_runs_of_the_precision_check_continue_over_sessions_from_the_co
     one = gpu_plan.plan_session(grid, done, bench, 11.8, "auto", carry_mib=28, call_seconds=20)
     assert [run.name for run in one.runs] == ["copy-20-random-s0"]
     assert (one.stacking, one.sessions, one.step_ms) == ("native-compile", 2, pytest.approx(2.653, abs=1e-3))
-    four = gpu_plan.plan_session(grid, done, bench, 11.8, "auto", carry_mib=100, call_seconds=20)
-    assert [run.name for run in four.runs] == [f"copy-20-random-s{seed}" for seed in range(4)]
-    assert (four.stacking, four.sessions, four.stop_early_seconds) == ("native-compile", 3, 20)
-    assert len(four.runs) / four.minutes > 1.5 * len(one.runs) / one.minutes
+    five = gpu_plan.plan_session(grid, done, bench, 11.8, "auto", carry_mib=100, call_seconds=20)
+    assert [run.name for run in five.runs] == [f"copy-20-random-s{seed}" for seed in range(5)]
+    assert (five.stacking, five.sessions, five.stop_early_seconds) == ("native-compile", 4, 20)
+    assert len(five.runs) / five.minutes > 1.5 * len(one.runs) / one.minutes
     options_two_sessions = {"carry_mib": 100, "call_seconds": 20, "carry_survival": 0.4}
     two = gpu_plan.plan_session(grid, done, bench, 11.8, "auto", **options_two_sessions)
     assert [run.name for run in two.runs] == ["copy-20-random-s0", "copy-20-random-s1"] and two.sessions == 2
     assert two.survival == 0.4 and two.expected_rate == pytest.approx(2 / two.minutes * 0.4)
     assert len(two.runs) / two.minutes > 1.35 * len(one.runs) / one.minutes
-    assert two.summary()["survival"] == 0.4 and four.summary()["survival"] == 1.0
+    assert two.summary()["survival"] == 0.4 and five.summary()["survival"] == 1.0
     # A session whose 30-s start is paid before MINUTES are counted (scripts/README.md: 15 - 0.5 - 1.5 minutes, less
     # the seconds of the first call) finishes one compiled fp32 run, the GPU check's 20 s included, carrying nothing.
     single = gpu_plan.plan_session(grid, done, bench, 12.7, "auto", check_seconds=20, **options_two_sessions)
@@ -353,16 +519,16 @@ def test_the_fp32_runs_of_the_precision_check_continue_over_sessions_from_the_co
 
 
 def test_extra_transfer_calls_are_charged_to_the_estimate_and_stop_the_training_early():
-    """A continued stack of 4 runs holds 64 MiB of state: two pack calls a session (60 MiB a call) and two
-    upload calls (34 MiB a call), one of each beyond the first. A stack of 12 runs that finishes brings back 12
-    models (64 MiB): two pack calls."""
-    grid, table = queue(COPY20), bench({1: 2.6, 4: 4.0, 12: 4.1})
+    """A continued stack of 4 runs holds 64 MiB of state: two pack calls a session (60 MiB a call), and, with the
+    14 MiB of wheels that every session's first call carries, five upload calls (17 MiB a call): one and four
+    beyond the first. A stack of 12 runs that finishes brings back 12 models (64 MiB): two pack calls."""
+    grid, table = queue(COPY20), bench({1: 2.6, 3: 7.0, 4: 4.0, 12: 4.1})
     free = gpu_plan.plan_session(grid, set(), table, 10, carry_mib=70)
     paid = gpu_plan.plan_session(grid, set(), table, 10, carry_mib=70, call_seconds=30)
     assert len(free.runs) == len(paid.runs) == 4 and (free.stop_early_seconds, paid.stop_early_seconds) == (0, 30)
     work = (STEPS_RANDOM * 0.004 * 1.05 + 4 * EVAL) / 60
-    assert paid.sessions == math.ceil(work / (10 - 1.5 - 0.5))
-    assert paid.minutes == pytest.approx(work + paid.sessions * (1.5 + 0.5) + (paid.sessions - 1) * 0.5)
+    assert paid.sessions == 1 + math.ceil((work - (10 - 1.5 - 0.5)) / (10 - 1.5 - 0.5 - 2))
+    assert paid.minutes == pytest.approx(work + paid.sessions * (1.5 + 0.5) + (paid.sessions - 1) * 2)
     assert free.minutes == pytest.approx(work + free.sessions * 1.5)
     assert paid.summary()["stop_early_seconds"] == 30
     seeds = "seeds = { start = 0, stop = 12 }"
