@@ -106,7 +106,7 @@ def stack_finished(stack: Path) -> bool:
     )
 
 
-def bundle_bytes(roots: list[Path], states: bool = False) -> bytes:
+def bundle_bytes(roots: list[Path], states: bool) -> bytes:
     """A gzip-compressed tar of the wanted files under ``roots``, named by each root's last component."""
     buffer, finished = io.BytesIO(), functools.cache(stack_finished)
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
@@ -155,7 +155,7 @@ def _replace_with(path: Path, data: bytes) -> None:
     partial.replace(path)
 
 
-def parts_status(sources: list[Path], name: str = "bundle") -> tuple[dict[int, Path], str | None, int | None]:
+def parts_status(sources: list[Path], name: str) -> tuple[dict[int, Path], str | None, int | None]:
     """The chunks ``NAME.tar.partNN`` found in ``sources`` by part number, the bundle's checksum and how many
     chunks it has (from ``NAME.sha256``; None when that file is missing, the count also when it predates the
     count)."""

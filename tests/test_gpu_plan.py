@@ -185,6 +185,7 @@ def test_the_session_grid_keeps_the_queues_own_datasets_that_its_runs_train_on(t
     (tmp_path / "session.toml").write_text(gpu_plan.session_grid(grid, plan))
     session = load_grid(tmp_path / "session.toml")
     assert session.datasets == {"tiny": grid.datasets["tiny"]} and expand(session) == list(plan.runs)
+    assert (session.recipe, session.model, session.replicates) == (grid.recipe, grid.model, 2)
 
 
 def test_auto_stacking_plans_with_whichever_measured_stack_trains_more_runs():
