@@ -417,6 +417,14 @@ def test_each_required_option_left_out_is_named_with_exit_code_2(tmp_path, capsy
     assert not (tmp_path / "session.toml").exists()
 
 
+def test_a_stacking_the_planner_does_not_know_is_refused_by_name(tmp_path, capsys):
+    (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8})))
+    options = ["--queue", str(ROOT / "grids" / "queue.toml"), "--bench", str(tmp_path / "bench.json")]
+    with pytest.raises(SystemExit) as exit_info:
+        gpu_plan.main([*options, "--minutes", "20", "--out", str(tmp_path / "s.toml"), "--stacking", "fastest"])
+    assert exit_info.value.code == 2 and "invalid choice: 'fastest'" in capsys.readouterr().err
+
+
 def test_the_script_run_as_a_program_exits_with_mains_code(tmp_path):
     import subprocess
     import sys

@@ -399,3 +399,51 @@ def test_the_working_tree_a_call_takes_is_the_tracked_and_untracked_files_git_do
     assert pack_results.working_tree_mib(repo) == 200_006 / 2**20
     with pytest.raises(SystemExit, match=f"cannot list the working tree of {plain} with git .*--part-mib"):
         pack_results.working_tree_mib(plain)
+
+
+def test_each_command_runs_from_the_command_line_with_its_options(tmp_path, capsys):
+    """The session's path through the commands, as `gpu_train.sh` and a session here call them."""
+    machine = tmp_path / "machine"
+    sweep = _session_with_two_stacks(machine)
+    (sweep / "stacks/stack-001/state.pt").write_bytes(os.urandom(5000))  # resumable state hardly compresses
+    main, bundle, back = pack_results.main, tmp_path / "bundle", tmp_path / "back"
+    main(["pack", str(sweep), str(machine / "session"), "--out", str(bundle), "--chunk-mib", "0.001", "--states"])
+    chunks = sorted(bundle.glob("bundle.tar.part*"))
+    assert len(chunks) > 1 and chunks[0].stat().st_size == int(0.001 * 2**20)
+    main(["unpack", str(bundle), "--into", str(back)])
+    assert (back / "grid/stacks/stack-001/state.pt").is_file() and (back / "session/grid.toml").is_file()
+    main(["records", str(back / "grid"), "--into", str(tmp_path / "kept")])
+    assert [p.name for p in (tmp_path / "kept" / "stacks").iterdir()] == ["stack-000"]
+    capsys.readouterr()
+    main(["unfinished", str(back / "grid")])
+    assert capsys.readouterr().out == f"{back / 'grid' / 'stacks' / 'stack-001'}\n"
+    main(["blockers", str(back / "grid"), "--status", "0"])
+    assert capsys.readouterr().out == "stack-001 did not finish\n"
+    main(["carry", str(back), "--into", str(tmp_path / "carry")])
+    state = (tmp_path / "carry" / "grid/stacks/stack-001/state.pt").read_bytes()
+    assert state == (sweep / "stacks/stack-001/state.pt").read_bytes()
+    up = ["upload", str(tmp_path / "carry"), "--into", str(tmp_path / "up"), "--wheels", str(tmp_path / "none")]
+    main([*up, "--first-mib", "0.001", "--part-mib", "0.002"])
+    sizes = [p.stat().st_size for p in sorted((tmp_path / "up").glob("carry.tar.part*"))]
+    assert sizes[:2] == [int(0.001 * 2**20), int(0.002 * 2**20)]
+    capsys.readouterr()
+    main(["received", str(tmp_path / "up")])
+    assert (
+        capsys.readouterr().out
+        == f"received part(s) {', '.join(f'{i:02d}' for i in range(len(sizes)))} of {len(sizes)}\n"
+    )
+    main(["unpack", str(tmp_path / "up"), "--into", str(tmp_path / "joined"), "--name", "carry"])
+    assert (tmp_path / "joined" / "grid/stacks/stack-001/state.pt").read_bytes() == state
+    for argv in (["pack", str(sweep)], ["unpack", str(bundle)], ["records", str(sweep)], ["carry", str(back)],
+                 ["upload", str(back)], ["blockers", str(sweep)], ["unfinished"], []):  # fmt: skip
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+
+
+def test_a_chunk_is_15_mib_by_default_inside_the_16_mib_a_file_may_be_on_its_way_back(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_bytes(os.urandom(int(15.5 * 2**20)))
+    pack_results.main(["pack", str(tmp_path / "run"), "--out", str(tmp_path / "bundle")])
+    sizes = [p.stat().st_size for p in sorted((tmp_path / "bundle").glob("bundle.tar.part*"))]
+    assert sizes[0] == 15 * 2**20 and len(sizes) == 2 and max(sizes) <= 16 * 2**20
