@@ -91,6 +91,15 @@ def test_upload_cuts_parts_as_large_as_a_call_has_room_for_beside_the_checkout(t
     sizes = [p.stat().st_size for p in sorted((tmp_path / "up").glob("carry.tar.part*"))]
     assert sizes[:2] == [2**18, 2**19] and len(sizes) == 3
     assert str(wheels) in capsys.readouterr().out
+    pack_results.main(["upload", str(source), "--into", str(tmp_path / "up"), "--wheels", str(tmp_path / "no")])
+    assert sorted((tmp_path / "up").glob("carry.tar.part*"))[0].stat().st_size == 2**19
+    pack_results.main(["upload", str(source), "--into", str(tmp_path / "up"), "--first-mib", "0.125"])
+    assert [p.stat().st_size for p in sorted((tmp_path / "up").glob("carry.tar.part*"))][:2] == [2**17, 2**19]
+    monkeypatch.setattr(pack_results, "ROOT", tmp_path)  # by default the checkout's .whl, where they are fetched
+    capsys.readouterr()
+    pack_results.main(["upload", str(source), "--into", str(tmp_path / "up")])
+    assert [p.stat().st_size for p in sorted((tmp_path / "up").glob("carry.tar.part*"))][:2] == [2**18, 2**19]
+    assert "call 1: carry .whl up/carry.sha256" in capsys.readouterr().out
 
 
 def test_the_sessions_gpu_test_reports_travel_with_its_results(tmp_path):
@@ -197,7 +206,8 @@ def test_carry_keeps_what_continues_the_unfinished_stack_and_empties_when_all_fi
     assert pack_results.carry(source, fresh) == 1 and (fresh / "grid/stacks/stack-001/state.pt").is_file()
     into = tmp_path / "carry"
     (into / "stale").mkdir(parents=True)
-    (tmp_path / ".carry.staging" / "left").mkdir(parents=True)  # from a carry that was stopped half-way
+    (tmp_path / ".carry.staging").mkdir()
+    (tmp_path / ".carry.staging" / "left.txt").write_text("from a carry that was stopped half-way")
     assert pack_results.carry(source, into) == 1
     assert pack_results.unfinished_stacks(sweep) == [sweep / "stacks" / "stack-001"]
     kept = {str(p.relative_to(into)) for p in into.rglob("*") if p.is_file()}
@@ -287,11 +297,16 @@ def test_upload_cuts_the_carried_state_into_parts_one_call_each_that_join_back_e
         "  call 2: carry runs/upload/carry.tar.part01; bash scripts/gpu_train.sh receive",
         "  call 3: carry runs/upload/carry.tar.part02; bash scripts/gpu_train.sh start MINUTES",
     ]
+    (into.parent / ".upload.staging").mkdir()
+    (into.parent / ".upload.staging" / "carry.tar.part07").write_bytes(b"from an upload stopped half-way")
     assert pack_results.upload(source, into, first_mib=0.2, part_mib=0.3) == 3
+    assert sorted(p.name for p in into.iterdir()) == ["carry.sha256", *(f"carry.tar.part{i:02d}" for i in range(3))]
     assert capsys.readouterr().out.splitlines()[1].startswith("  call 1: carry runs/upload/carry.sha256 runs/")
     received = tmp_path / "received"
     received.mkdir()
-    for name in ("carry.sha256", "carry.tar.part00", "carry.tar.part02"):
+    shutil.copy(into / "carry.sha256", received / "carry.sha256")
+    assert pack_results.received(received) == "received part(s) none of 3; still to send: 00, 01, 02"
+    for name in ("carry.tar.part00", "carry.tar.part02"):
         shutil.copy(into / name, received / name)
     assert pack_results.received(received) == "received part(s) 00, 02 of 3; still to send: 01"
     with pytest.raises(SystemExit, match="carry: part\\(s\\) 01 of 3 missing"):
@@ -417,8 +432,13 @@ def test_each_command_runs_from_the_command_line_with_its_options(tmp_path, caps
     capsys.readouterr()
     main(["unfinished", str(back / "grid")])
     assert capsys.readouterr().out == f"{back / 'grid' / 'stacks' / 'stack-001'}\n"
-    main(["blockers", str(back / "grid"), "--status", "0"])
-    assert capsys.readouterr().out == "stack-001 did not finish\n"
+    main(["blockers", str(back / "grid"), "--status", "143"])
+    assert capsys.readouterr().out == "stack-001 did not finish\nthe sweep exited 143\n"
+    (back / "grid" / "stacks" / "stack-002").mkdir()
+    (back / "grid" / "stacks" / "stack-002" / "state.pt").write_bytes(b"s")
+    main(["unfinished", str(back / "grid")])
+    assert capsys.readouterr().out == "".join(f"{back / 'grid' / 'stacks' / n}\n" for n in ("stack-001", "stack-002"))
+    shutil.rmtree(back / "grid" / "stacks" / "stack-002")
     main(["carry", str(back), "--into", str(tmp_path / "carry")])
     state = (tmp_path / "carry" / "grid/stacks/stack-001/state.pt").read_bytes()
     assert state == (sweep / "stacks/stack-001/state.pt").read_bytes()
@@ -426,7 +446,7 @@ def test_each_command_runs_from_the_command_line_with_its_options(tmp_path, caps
     main([*up, "--first-mib", "0.001", "--part-mib", "0.002"])
     sizes = [p.stat().st_size for p in sorted((tmp_path / "up").glob("carry.tar.part*"))]
     assert sizes[:2] == [int(0.001 * 2**20), int(0.002 * 2**20)]
-    capsys.readouterr()
+    assert str(tmp_path / "none") not in capsys.readouterr().out  # no wheels there: the first call carries none
     main(["received", str(tmp_path / "up")])
     assert (
         capsys.readouterr().out
