@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,11 @@ from tests.helpers import load_script
 
 SCRIPT = Path(__file__).parents[1] / "scripts" / "pack_results.py"
 pack_results = load_script("scripts/pack_results.py")
+
+
+def _part_sizes(folder: Path, name: str) -> list[int]:
+    """The sizes of the chunks ``NAME.tar.partNN`` in ``folder``, in part order."""
+    return [p.stat().st_size for p in sorted(folder.glob(f"{name}.tar.part*"))]
 
 
 def test_chunks_from_several_fetches_rebuild_the_results_without_states_or_data(tmp_path):
@@ -88,17 +96,17 @@ def test_upload_cuts_parts_as_large_as_a_call_has_room_for_beside_the_checkout(t
     (wheels / "a.whl").write_bytes(b"w" * 2**18)
     monkeypatch.setattr(pack_results, "working_tree_mib", lambda: 62.5)
     pack_results.main(["upload", str(source), "--into", str(tmp_path / "up"), "--wheels", str(wheels)])
-    sizes = [p.stat().st_size for p in sorted((tmp_path / "up").glob("carry.tar.part*"))]
+    sizes = _part_sizes(tmp_path / "up", "carry")
     assert sizes[:2] == [2**18, 2**19] and len(sizes) == 3
     assert str(wheels) in capsys.readouterr().out
     pack_results.main(["upload", str(source), "--into", str(tmp_path / "up"), "--wheels", str(tmp_path / "no")])
-    assert sorted((tmp_path / "up").glob("carry.tar.part*"))[0].stat().st_size == 2**19
+    assert _part_sizes(tmp_path / "up", "carry")[0] == 2**19
     pack_results.main(["upload", str(source), "--into", str(tmp_path / "up"), "--first-mib", "0.125"])
-    assert [p.stat().st_size for p in sorted((tmp_path / "up").glob("carry.tar.part*"))][:2] == [2**17, 2**19]
+    assert _part_sizes(tmp_path / "up", "carry")[:2] == [2**17, 2**19]
     monkeypatch.setattr(pack_results, "ROOT", tmp_path)  # by default the checkout's .whl, where they are fetched
     capsys.readouterr()
     pack_results.main(["upload", str(source), "--into", str(tmp_path / "up")])
-    assert [p.stat().st_size for p in sorted((tmp_path / "up").glob("carry.tar.part*"))][:2] == [2**18, 2**19]
+    assert _part_sizes(tmp_path / "up", "carry")[:2] == [2**18, 2**19]
     assert "call 1: carry .whl up/carry.sha256" in capsys.readouterr().out
 
 
@@ -347,8 +355,6 @@ def test_a_bundle_written_over_a_larger_one_joins_to_itself(tmp_path):
 def test_a_checksum_without_a_count_joins_the_parts_in_order_and_missing_files_are_named(tmp_path):
     """A ``bundle.sha256`` written before it held the count joins whatever parts are there, in part order; a
     folder with parts but no checksum, or a checksum but no parts, is refused; `received` says what is there."""
-    import hashlib
-
     data = b"abcdefghij" * 3
     pack_results.write_chunks(data, tmp_path, "bundle", 10, 10)
     (tmp_path / "bundle.sha256").write_text(hashlib.sha256(data).hexdigest() + "\n")
@@ -370,9 +376,6 @@ def test_a_checksum_without_a_count_joins_the_parts_in_order_and_missing_files_a
 
 
 def test_unpack_extracts_into_a_new_nested_or_an_existing_folder_and_refuses_a_member_outside_it(tmp_path):
-    import io
-    import tarfile
-
     def bundle(folder: Path, members: dict[str, bytes]) -> Path:
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
@@ -406,7 +409,7 @@ def test_the_working_tree_a_call_takes_is_the_tracked_and_untracked_files_git_do
     (repo / ".gitignore").write_bytes(b"runs/\n")  # 6 bytes
     (repo / "tracked.py").write_bytes(b"t" * 300_000)
     git("add", ".gitignore", "tracked.py")
-    (repo / "nouveau fichier é.txt").write_bytes(b"u" * 200_000)  # git quotes such names but with -z
+    (repo / "nouveau fichier é.txt").write_bytes(b"u" * 200_000)  # git quotes such a name unless -z
     (repo / "runs").mkdir()
     (repo / "runs" / "state.pt").write_bytes(b"i" * 1_000_000)
     assert pack_results.working_tree_mib(repo) == (300_000 + 200_000 + 6) / 2**20
@@ -444,7 +447,7 @@ def test_each_command_runs_from_the_command_line_with_its_options(tmp_path, caps
     assert state == (sweep / "stacks/stack-001/state.pt").read_bytes()
     up = ["upload", str(tmp_path / "carry"), "--into", str(tmp_path / "up"), "--wheels", str(tmp_path / "none")]
     main([*up, "--first-mib", "0.001", "--part-mib", "0.002"])
-    sizes = [p.stat().st_size for p in sorted((tmp_path / "up").glob("carry.tar.part*"))]
+    sizes = _part_sizes(tmp_path / "up", "carry")
     assert sizes[:2] == [int(0.001 * 2**20), int(0.002 * 2**20)]
     assert str(tmp_path / "none") not in capsys.readouterr().out  # no wheels there: the first call carries none
     main(["received", str(tmp_path / "up")])
@@ -465,5 +468,5 @@ def test_a_chunk_is_15_mib_by_default_inside_the_16_mib_a_file_may_be_on_its_way
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.jsonl").write_bytes(os.urandom(int(15.5 * 2**20)))
     pack_results.main(["pack", str(tmp_path / "run"), "--out", str(tmp_path / "bundle")])
-    sizes = [p.stat().st_size for p in sorted((tmp_path / "bundle").glob("bundle.tar.part*"))]
+    sizes = _part_sizes(tmp_path / "bundle", "bundle")
     assert sizes[0] == 15 * 2**20 and len(sizes) == 2 and max(sizes) <= 16 * 2**20
