@@ -94,7 +94,8 @@ def hardware_description(device_type: str) -> str:
             ),
             cpu,
         )
-    return f"{cpu}, {torch.get_num_threads()} torch threads"
+    threads = torch.get_num_threads()
+    return f"{cpu}, {threads} torch thread{'' if threads == 1 else 's'}"
 
 
 def make_staging_dir(target: Path) -> Path:

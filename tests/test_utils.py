@@ -122,6 +122,8 @@ def test_hardware_description_names_the_cpu_model_and_torch_threads(tmp_path, mo
     assert hardware_description("cpu") == "CPU, 3 torch threads"
     info.unlink()
     assert hardware_description("cpu") == "CPU, 3 torch threads"
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert hardware_description("cpu") == "CPU, 1 torch thread"
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "Test GPU")
     monkeypatch.setattr(torch.version, "cuda", "12.9")
     assert hardware_description("cuda") == "Test GPU (CUDA 12.9)"
