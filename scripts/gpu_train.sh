@@ -329,13 +329,18 @@ drive() {
   done
 }
 
-# Start the driver detached, training until epoch second $1, and watch it.
+# Start the driver detached, training until epoch second $1, and watch it once it has said that its sweep started
+# (or has ended, or after 5 s).
 launch() {
-  local deadline=$1
+  local deadline=$1 shown=0 pid tries=50
   cp "$SESSION/plan.json" "$SESSION/grid.toml" "$OUT/" 2>/dev/null
   echo "training until $(date -d "@$deadline" +%T), then the queue's next stacks while time is left"
+  [[ -f $WORK/drive.shown ]] && shown=$(<"$WORK/drive.shown")
   setsid nohup bash "$SCRIPT" drive "$deadline" "$WORK" >>"$WORK/drive.log" 2>&1 </dev/null &
-  sleep 5
+  pid=$!
+  while ((tries-- > 0)) && kill -0 "$pid" 2>/dev/null && (($(wc -l <"$WORK/drive.log") <= shown)); do
+    sleep 0.1
+  done
   watch_sweep $((560 - ($(date +%s) - began)))
 }
 
