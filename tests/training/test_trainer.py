@@ -446,6 +446,48 @@ def test_optimizer_applies_the_scheduled_rate_at_the_first_and_last_steps(data_d
     assert trainer.step == trainer.total_steps == 3 * trainer.steps_per_epoch
 
 
+def test_a_state_saved_with_the_foreach_optimizer_resumes_with_the_fused_one(data_dir, tmp_path):
+    """Runs saved before the fused update (the CPU runs' states held ``foreach: True``) resume with it, and their
+    next steps match the foreach update's to rounding (fused and foreach both run in one state's two runs here)."""
+    config = TrainConfig(data_dir=str(data_dir), epochs=1, batch_size=64, model=SMALL_MODEL, max_steps=6)
+    trainer = Trainer.start(config, tmp_path / "run")
+    for rows in trainer.epoch_plan(0)[:3]:
+        trainer.train_step(rows)
+    assert {key: trainer.optimizer.param_groups[0][key] for key in ("foreach", "fused", "capturable")} == {
+        "foreach": False, "fused": True, "capturable": False,
+    }  # fmt: skip
+    trainer.save_state()
+    state = torch.load(tmp_path / "run" / "state.pt", weights_only=True)
+    for group in state["optimizer"]["param_groups"]:
+        group.update(foreach=True, fused=None)  # as the foreach trainer saved it
+    torch.save(state, tmp_path / "run" / "state.pt")
+    resumed = Trainer.resume(tmp_path / "run")
+    assert resumed.optimizer.param_groups[0]["fused"] is True and resumed.optimizer.param_groups[0]["foreach"] is False
+    foreach = Trainer.resume(tmp_path / "run")
+    foreach.optimizer = torch.optim.AdamW(foreach.model.parameters(), lr=config.lr, betas=config.betas,
+                                          weight_decay=config.weight_decay, foreach=True)  # fmt: skip
+    foreach.optimizer.load_state_dict(state["optimizer"])
+    for rows in trainer.epoch_plan(0)[3:6]:
+        for run in (resumed, foreach):
+            run.model.eval()  # no dropout: the two runs' updates are compared, not their masks
+            run.train_step(rows)
+    moved = max(float((p - q).abs().max()) for p, q in zip(resumed.model.parameters(), trainer.model.parameters()))
+    assert moved > 1e-4 and _largest_difference(resumed.model, foreach.model) < 1e-6
+
+
+def _largest_difference(model, other) -> float:
+    """The largest difference between two models' weights but the attention key biases, whose true gradient is zero
+    (softmax ignores a shift shared by every key): AdamW turns the rounding noise there into steps of about lr."""
+    d = model.cfg.d_model
+    differences = []
+    for (name, p), q in zip(model.named_parameters(), other.parameters()):
+        difference = (p - q).detach().abs()
+        differences.append(
+            torch.cat([difference[:d], difference[2 * d :]]) if name.endswith("in_proj_bias") else difference
+        )
+    return max(float(difference.max()) for difference in differences)
+
+
 @pytest.mark.parametrize("bucketing", [False, True])
 def test_trainer_plans_follow_the_length_bucketing_flag(data_dir, tmp_path, bucketing):
     config = TrainConfig(data_dir=str(data_dir), batch_size=64, length_bucketing=bucketing, model=SMALL_MODEL)
