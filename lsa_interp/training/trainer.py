@@ -124,20 +124,21 @@ class Trainer:
         return {"foreach": False, "fused": True, "capturable": self.graphed}
 
     def _settle_optimizer(self) -> None:
-        """After loading a state: this run's flags and learning-rate type, and AdamW step counters where its step
-        kind keeps them. A graphed run gets its rate as a new tensor on the device whatever the state held: a
-        state is read onto the CPU, and fused AdamW reads a CPU rate once, as a number, so a graph captured with
-        it would train every later step at that rate while the schedule filled a tensor the graph never reads."""
+        """After loading a state: this run's flags and learning-rate type, and AdamW's step counters as float32 on the
+        training device, beside the weights, where the fused update reads them (a state saved with the foreach flags
+        kept them on the CPU, which a CUDA run's fused update refuses). A graphed run gets its rate as a new tensor on
+        the device whatever the state held: a state is read onto the CPU, and fused AdamW reads a CPU rate once, as a
+        number, so a graph captured with it would train every later step at that rate while the schedule filled a
+        tensor the graph never reads."""
         for group in self.optimizer.param_groups:
             group.update(self._adamw_flags())
             if self.graphed:
                 group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
             elif not self.graphed and isinstance(group["lr"], Tensor):
                 group["lr"] = float(group["lr"])
-        step_device = self.device if self.graphed else torch.device("cpu")
         for param_state in self.optimizer.state.values():
             if "step" in param_state:
-                param_state["step"] = param_state["step"].to(step_device, torch.float32)
+                param_state["step"] = param_state["step"].to(self.device, torch.float32)
 
     def trainable_parameters(self) -> list[Tensor]:
         """The tensors the optimizer updates."""

@@ -147,6 +147,10 @@ def test_the_optimizer_takes_the_flags_and_rate_type_of_the_step_kind_it_is_hand
     loaded = group["lr"] = torch.tensor(0.25)  # a graphed state's rate, read onto the CPU (read_state)
     trainer._settle_optimizer()
     assert group["lr"] is not loaded and float(group["lr"]) == 0.25 and group["lr"].device == trainer.device
+    trainer.graphed = False
+    trainer.device = torch.device("meta")  # a stand-in for a CUDA device: eager steps keep the counters there too
+    trainer._settle_optimizer()
+    assert all(s["step"].device.type == "meta" for s in trainer.optimizer.state.values())
 
 
 def test_the_graph_step_trains_the_models_parameters_on_the_single_models_loss(data_dir, tmp_path):
@@ -214,3 +218,6 @@ def test_micro_batches_are_refused_under_the_cuda_graph_and_run_without_it(data_
     trainer = start_run(TrainConfig(**{**config.__dict__, "cuda_graph": False}), tmp_path / "eager")
     trainer.run()
     assert trainer.step == 2
+    resumed = resume_run(tmp_path / "eager", max_steps=3)  # the fused update finds its step counters beside the weights
+    resumed.run()
+    assert resumed.step == 3
