@@ -336,6 +336,7 @@ launch() {
   cp "$SESSION/plan.json" "$SESSION/grid.toml" "$OUT/" 2>/dev/null
   echo "training until $(date -d "@$deadline" +%T), then the queue's next stacks while time is left"
   [[ -f $WORK/drive.shown ]] && shown=$(<"$WORK/drive.shown")
+  : >>"$WORK/drive.log" # there to count before the driver's own redirection has made it
   setsid nohup bash "$SCRIPT" drive "$deadline" "$WORK" >>"$WORK/drive.log" 2>&1 </dev/null &
   pid=$!
   while ((tries-- > 0)) && kill -0 "$pid" 2>/dev/null && (($(wc -l <"$WORK/drive.log") <= shown)); do

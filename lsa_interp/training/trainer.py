@@ -118,9 +118,9 @@ class Trainer:
         return torch.optim.AdamW(params, lr=lr, betas=cfg.betas, weight_decay=cfg.weight_decay, **self._adamw_flags())
 
     def _adamw_flags(self) -> dict[str, bool]:
-        """The fused implementation (one pass over the weights: on a CPU 1.6 ms a step against the foreach
-        implementation's 5.5 for the paper's model), capturable (a tensor learning rate) under a CUDA graph. A state
-        saved with the foreach flags loads with these (`_settle_optimizer`)."""
+        """The fused implementation (one pass over the weights; docs/performance.md, "The optimizer"), capturable (a
+        tensor learning rate) under a CUDA graph. A state saved with the foreach flags loads with these
+        (`_settle_optimizer`)."""
         return {"foreach": False, "fused": True, "capturable": self.graphed}
 
     def _settle_optimizer(self) -> None:
@@ -134,7 +134,7 @@ class Trainer:
             group.update(self._adamw_flags())
             if self.graphed:
                 group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
-            elif not self.graphed and isinstance(group["lr"], Tensor):
+            elif isinstance(group["lr"], Tensor):
                 group["lr"] = float(group["lr"])
         for param_state in self.optimizer.state.values():
             if "step" in param_state:
