@@ -48,7 +48,6 @@ input is bad.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import sys
@@ -57,8 +56,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from lsa_interp.evaluation.grid_summary import RECIPE_PRECISION
-from lsa_interp.model import HookedEncoderDecoder, ModelConfig
+from lsa_interp.evaluation.paper_tables import RECIPE_PRECISION
+from lsa_interp.model.config import ModelConfig
 from lsa_interp.sweep.done import finished_runs
 from lsa_interp.sweep.grid import Grid
 from lsa_interp.sweep.plan import SweepRun, expand, load_sweep_grid
@@ -158,13 +157,7 @@ def model_mib(grid: Grid) -> float:
 
 
 def _parameters(grid: Grid) -> int:
-    return _parameter_count(json.dumps(grid.model, sort_keys=True))
-
-
-@functools.cache
-def _parameter_count(model_json: str) -> int:
-    """Parameters of the model a grid's ``model`` table builds (built once per table: every plan asks)."""
-    return sum(p.numel() for p in HookedEncoderDecoder(ModelConfig(**json.loads(model_json))).parameters())
+    return ModelConfig(**grid.model).n_params
 
 
 def extra_calls(mib: float, per_call: float) -> int:

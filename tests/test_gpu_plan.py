@@ -431,6 +431,23 @@ def test_the_script_run_as_a_program_exits_with_mains_code(tmp_path):
     assert planned.returncode == 0 and json.loads(planned.stdout)["grid"] == str(tmp_path / "session.toml")
 
 
+def test_the_planner_plans_without_importing_torch(tmp_path):
+    """A GPU session plans before each stack and a test run plans dozens of times: the planner counts the model's
+    parameters from its config and reads finished runs from their files, without torch, transformer_lens or scipy
+    (3 s of imports a plan)."""
+    (tmp_path / "bench.json").write_text(json.dumps(bench({1: 3.8, 8: 6.0})))
+    options = ["--queue", str(ROOT / "grids" / "queue.toml"), "--done", str(ROOT / "analyses" / "runs"), "--done"]
+    options += [str(ROOT / "checkpoints"), "--bench", str(tmp_path / "bench.json"), "--carry-mib", "64", "--minutes"]
+    options += ["12", "--out", str(tmp_path / "session.toml")]
+    code = "import runpy, sys; code = runpy.run_path(sys.argv[1])['main'](sys.argv[2:]); "
+    code += "print(sorted({'torch', 'transformer_lens', 'scipy'} & set(sys.modules))); sys.exit(code)"
+    script = str(ROOT / "scripts" / "gpu_plan.py")
+    result = subprocess.run([sys.executable, "-c", code, script, *options], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
+    assert plan["sessions"] > 1 and result.stdout.rstrip().endswith("\n[]")
+
+
 def test_a_queue_with_a_run_in_two_cells_is_refused_naming_the_file(tmp_path, capsys):
     queue = tmp_path / "queue.toml"
     queue.write_text("seeds = [0]\n" + '[[cells]]\npresets = ["copy-20"]\nbatching = ["random"]\n' * 2)

@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import no_type_check
 
 import torch
 from jaxtyping import Float, Int
@@ -107,7 +108,7 @@ def run_patched(
     """Run ``inputs`` teacher-forced on ``tgt`` with every attention on its hooked path, ``patches`` applied and
     the ``save`` hooks' outputs kept; returns them with the ``"logits"``."""
     saved: dict[str, Tensor] = {}
-    hooks = _hooks(patches) + [(name, partial(_store, into=saved)) for name in save]
+    hooks = _hooks(model, patches) + [(name, partial(_store, into=saved)) for name in save]
     with model.hooks(fwd_hooks=hooks):
         saved["logits"] = model(inputs, tgt)
     return saved
@@ -133,7 +134,7 @@ def answer_outcomes(
     (the encoder runs once, so its patches apply as in `run_patched`)."""
 
     def outcomes(patches: dict[str, Patch]) -> AnswerOutcomes:
-        with model.hooks(fwd_hooks=_hooks(patches)):
+        with model.hooks(fwd_hooks=_hooks(model, patches)):
             generated = model.generate(inputs).cpu()
         answers = decode_batch(generated)
         kinds = ["source" if a == s else "target" if a == t else "other" for a, s, t in zip(answers, source, target)]
@@ -182,16 +183,13 @@ def _at(tokens: list[int], position: int) -> int | None:
     return tokens[position] if position < len(tokens) else None
 
 
-def _hooks(patches: dict[str, Patch]) -> list[tuple[str | Callable[[str], bool], Callable]]:
+def _hooks(model: HookedEncoderDecoder, patches: dict[str, Patch]) -> list[tuple[str, Callable]]:
     """Every attention's pattern hook (its hooked path) and the ``patches``."""
-    keep: list[tuple[str | Callable[[str], bool], Callable]] = [(_is_pattern, _keep)]
+    keep = [(name, _keep) for name in model.hook_dict if name.endswith("hook_pattern")]
     return keep + [(name, partial(_apply, patch=patch)) for name, patch in patches.items()]
 
 
-def _is_pattern(name: str) -> bool:
-    return name.endswith("hook_pattern")
-
-
+@no_type_check  # hot, called at every attention of a patched run: the tests check its callers (docs/testing.md)
 def _keep(tensor: Tensor, hook) -> None:
     """A hook that changes nothing: attaching it moves an attention module onto its hooked (explicit) path."""
 

@@ -23,12 +23,11 @@ from lsa_interp.evaluation.paper_tables import (
     PAPER_FEW_SHOT,
     PAPER_MATCHING_OCCURRENCE,
     PAPER_TABLE1,
+    RECIPE_PRECISION,
     TABLE1_BATCHING,
 )
 
 RESAMPLES = 10_000
-RECIPE_PRECISION = "fp32"
-"""The recipe's precision: where a seed was trained in several precisions, its run in this one counts."""
 SPREAD_RUNS = 2
 """The runs each precision needs before the precision check gives a verdict: one run has no run-to-run spread."""
 

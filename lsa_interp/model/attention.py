@@ -10,6 +10,7 @@ points); otherwise every intermediate passes through its hook point.
 from __future__ import annotations
 
 import math
+from typing import no_type_check
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +34,7 @@ _GLOBAL_HOOK_DICTS = tuple(
 )
 
 
+@no_type_check  # hot, called at every attention: the tests check its callers (docs/testing.md)
 def is_hooked(hook_points: list[HookPoint]) -> bool:
     """True when any of ``hook_points`` would run code when called (so it must be called)."""
     if any(_GLOBAL_HOOK_DICTS):
@@ -47,6 +49,7 @@ def is_hooked(hook_points: list[HookPoint]) -> bool:
     )
 
 
+@no_type_check  # hot, called three times an attention: the tests check its callers (docs/testing.md)
 def _heads_first(x: Float[Tensor, "batch pos head d_head"]) -> Float[Tensor, "batch head pos d_head"]:
     return rearrange(x, "batch pos head d_head -> batch head pos d_head")
 
@@ -124,6 +127,7 @@ class Attention(nn.Module):
         self.use_hook_result = use_hook_result
         self._hook_points = [m for m in self.children() if isinstance(m, HookPoint)]
 
+    @no_type_check  # hot, called at every attention: the tests check its callers (docs/testing.md)
     def _project(self, x: Tensor, first: int, count: int) -> Tensor:
         """Project ``x`` with ``count`` consecutive blocks of ``in_proj`` (0=Q, 1=K, 2=V)."""
         d = self.d_model
@@ -179,6 +183,7 @@ class Attention(nn.Module):
         # path with `dropout`, and whose CUDA backward fails under `vmap` (stacked replicates).
         return self._explicit_attend(qh, kh, vh, mask, hooked)
 
+    @no_type_check  # hot, called at every attention: the tests check its callers (docs/testing.md)
     def _explicit_attend(self, qh: Tensor, kh: Tensor, vh: Tensor, mask: Tensor | None, hooked: bool) -> Tensor:
         hook = (lambda point, x: point(x)) if hooked else (lambda point, x: x)
         # Scale the queries, not the scores: q is d_head/k_pos times smaller (as nn.MultiheadAttention does).

@@ -69,6 +69,16 @@ class ModelConfig:
         """Width of one attention head."""
         return self.d_model // self.n_heads
 
+    @property
+    def n_params(self) -> int:
+        """Trainable parameters of the model this config builds: each stack's embedding, layers and final norm,
+        and the unembedding (the sinusoidal position table is a buffer, not a parameter)."""
+        d, d_mlp, vocab = self.d_model, self.d_mlp, self.vocab_size
+        attention, mlp, norm = 4 * d * d + 4 * d, 2 * d * d_mlp + d_mlp + d, 2 * d
+        encoder_layer, decoder_layer = attention + mlp + 2 * norm, 2 * attention + mlp + 3 * norm
+        stacks = self.n_encoder_layers * encoder_layer + self.n_decoder_layers * decoder_layer + 2 * (vocab * d + norm)
+        return stacks + d * vocab + vocab
+
     def n_layers(self, stack: str) -> int:
         """Number of layers of ``"encoder"`` or ``"decoder"`` (raises ValueError for another stack name)."""
         if stack == "encoder":

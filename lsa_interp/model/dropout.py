@@ -9,11 +9,14 @@ are drawn in a tensor shaped like ``x`` (last dimension a quarter), so that unde
 
 from __future__ import annotations
 
+from typing import no_type_check
+
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 
+@no_type_check  # hot, called several times a layer: the tests check its callers (docs/testing.md)
 def dropout(x: Float[Tensor, ...], p: float, training: bool) -> Float[Tensor, ...]:
     """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)``; identity unless training."""
     if not training or p == 0.0:
@@ -42,5 +45,6 @@ def _fields15(words: Int[Tensor, "*batch words"]) -> Int[Tensor, "*batch fields"
 class Dropout(nn.Dropout):
     """`nn.Dropout` with the cheaper mask of `dropout` (same ``p`` attribute and state dict)."""
 
+    @no_type_check  # hot, called once or twice a layer: the tests check its callers (docs/testing.md)
     def forward(self, x: Float[Tensor, ...]) -> Float[Tensor, ...]:
         return dropout(x, self.p, self.training)

@@ -8,6 +8,7 @@ input (the un-normalised sum) passes through ``ln*.hook_in``; its output is the 
 from __future__ import annotations
 
 import math
+from typing import no_type_check
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +45,7 @@ class Norm(nn.Module):
         else:
             self.hook_out = HookPoint()
 
+    @no_type_check  # hot, called two or three times a layer: the tests check its callers (docs/testing.md)
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         """Return the layer-normalised ``x``."""
         if self.hooks_input:

@@ -23,7 +23,8 @@ from lsa_interp.model import HookedEncoderDecoder, ModelConfig, load_model
 from lsa_interp.model.convert import hooked_from_reference
 from lsa_interp.model.reference import ReferenceTransformer
 from lsa_interp.training.config import TrainConfig
-from lsa_interp.training.run_dir import CONFIG_FILE, METRICS_FILE, STATE_FILE, read_config, read_state
+from lsa_interp.training.run_dir import CONFIG_FILE, METRICS_FILE, STATE_FILE, read_config
+from lsa_interp.training.run_state import read_state
 from lsa_interp.training.stack_config import StackConfig
 from lsa_interp.training.stack_trainer import STACK_KEY, run_train_config
 from lsa_interp.training.stacked_model import StackedEncoderDecoder

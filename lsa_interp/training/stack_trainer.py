@@ -41,16 +41,12 @@ from lsa_interp.training.run_dir import (
     append_record,
     cut_metrics,
     parse_config,
-    pick_device,
     prepare_run_dir,
     read_config,
-    read_state,
     replicate_dir,
-    restore_rng,
-    rng_state,
     stop_on_signals,
-    write_state,
 )
+from lsa_interp.training.run_state import pick_device, read_state, restore_rng, rng_state, write_state
 from lsa_interp.training.stack_adamw import StackAdamW
 from lsa_interp.training.stack_config import RunSpec, StackConfig
 from lsa_interp.training.stack_data import StackPlan, StackSplit, StepWindow

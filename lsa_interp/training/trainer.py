@@ -36,14 +36,10 @@ from lsa_interp.training.run_dir import (
     append_record,
     cut_metrics,
     parse_config,
-    pick_device,
     prepare_run_dir,
-    read_state,
-    restore_rng,
-    rng_state,
     stop_on_signals,
-    write_state,
 )
+from lsa_interp.training.run_state import pick_device, read_state, restore_rng, rng_state, write_state
 from lsa_interp.training.schedule import lr_factor, reference_warmup_steps
 from lsa_interp.training.validation import (
     ResidentSplit,

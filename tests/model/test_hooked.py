@@ -62,7 +62,20 @@ def test_causal_later_tokens_do_not_change_earlier_logits(paper_pair, make_tasks
 
 
 def test_model_has_the_paper_parameter_count():
-    assert sum(p.numel() for p in HookedEncoderDecoder().parameters()) == 1_400_606
+    assert sum(p.numel() for p in HookedEncoderDecoder().parameters()) == 1_400_606 == ModelConfig().n_params
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"d_model": 64, "n_heads": 4, "n_encoder_layers": 2, "n_decoder_layers": 1, "d_mlp": 96},
+        {"n_encoder_layers": 1, "n_decoder_layers": 4, "vocab_size": 41, "use_hook_result": True},
+        {"d_model": 32, "n_heads": 2, "d_mlp": 7, "max_len": 64},
+    ],
+)
+def test_the_configs_parameter_count_is_the_models(settings):
+    cfg = ModelConfig(**settings)
+    assert cfg.n_params == sum(p.numel() for p in HookedEncoderDecoder(cfg).parameters())
 
 
 @pytest.mark.parametrize("stack,kind", [("encoder", "attn"), ("decoder", "cross_attn")])
