@@ -118,11 +118,11 @@ def test_a_dry_run_trains_the_planned_runs_packs_them_and_the_next_plan_skips_th
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_its_carried_state(tmp_path):
-    """Two sessions on a CPU, of 33 and 45 s (MINUTES 0.55 and 0.75): the first plans a stack that continues over
+    """Two sessions on a CPU, of 24 and 36 s (MINUTES 0.4 and 0.6): the first plans a stack that continues over
     sessions and packs its state; here that state is kept (pack_results.py carry) and cut into parts
     (pack_results.py upload); the second session, on a fresh machine, receives them one call each, refuses to
     start while one is missing, and goes on from the step where the first stopped. The kept stack is marked
-    compiled first: its GPU check cannot pass on a CPU (about 11 s, which the second session's longer MINUTES
+    compiled first: its GPU check cannot pass on a CPU (8-11 s, which the second session's longer MINUTES
     cover), so the second session continues it as the plain stack."""
     path = _fake_commands(tmp_path)
     grid = write_tiny_grid(tmp_path / "queue.toml", max_steps=10**6, batch_size=8, checkpoint_every=10**6)
@@ -147,7 +147,7 @@ def test_a_stack_that_no_session_can_finish_continues_in_the_next_session_from_i
     for session in ("one", "two"):
         env = {**base, "GPU_TRAIN_DIR": str(tmp_path / session), "BUNDLE": str(tmp_path / session / "bundle")}
         env |= {"OUT": str(tmp_path / session / "out"), "UPLOAD": str(tmp_path / session / "upload")}
-        start = [*script, "start", "0.55" if session == "one" else "0.75", str(tmp_path / "bench.json")]
+        start = [*script, "start", "0.4" if session == "one" else "0.6", str(tmp_path / "bench.json")]
         if session == "two":  # a fresh machine: the first session's checkout, its datasets included, is gone
             shutil.rmtree(tmp_path / "one" / "grid" / "data")
             _mark_compiled(tmp_path / "kept")

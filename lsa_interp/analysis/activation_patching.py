@@ -56,12 +56,11 @@ from lsa_interp.analysis.patch_grids import (
 )
 from lsa_interp.analysis.patch_runs import (
     Index,
-    answer_outcomes,
     answer_width,
     pair_runs,
     parting_steps,
+    patched_target,
     replace_at,
-    run_patched,
     shared_position_labels,
 )
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
@@ -119,17 +118,16 @@ def patch_activations(
         layout = {site: site_rows(model, site, positions, (torch.arange(len(pairs)), parting[0])) for site in sites}
         needed = sorted({hook for rows, _ in layout.values() for hook, _, _ in rows})
         runs = pair_runs(model, pairs, needed, batch, parting)
-        target, tgt, measure, saved = runs.target, runs.tgt, runs.measure, runs.saved
-        outcomes_of = answer_outcomes(model, target, batch.source_answers, batch.target_answers)
+        answered = (batch.source_answers, batch.target_answers)
         total, done = sum(len(rows) * len(columns) for rows, columns in layout.values()), 0
         width, grids = answer_width(batch.source_answers, batch.target_answers) if answers else 0, {}
         for site, (rows, columns) in layout.items():
             sheet = GridSheet(len(rows), len(columns), width)
             for row, (hook, _, indices) in enumerate(rows):
                 for column, index in enumerate(indices):
-                    patches = {hook: partial(replace_at, donor=saved[hook], index=index)}
-                    diff = float(measure(run_patched(model, target, tgt, patches)["logits"]))
-                    shares = outcomes_of(patches) if answers and hook.startswith("encoder.") else None
+                    patches = {hook: partial(replace_at, donor=runs.saved[hook], index=index)}
+                    decoded = answered if answers and hook.startswith("encoder.") else None
+                    diff, shares = patched_target(model, runs, patches, decoded)
                     sheet.fill(row, column, patch_effect(diff, runs.source_diff, runs.target_diff, shares))
                     done += 1
                     if progress:
@@ -162,10 +160,9 @@ def patch_together(
         patches = {
             hook: partial(_replace_all, donor=runs.saved[hook], indices=indices) for hook, indices in by_hook.items()
         }
-        diff = float(runs.measure(run_patched(model, runs.target, runs.tgt, patches)["logits"]))
-        outcomes = None
-        if all(hook.startswith("encoder.") for hook in by_hook):
-            outcomes = answer_outcomes(model, runs.target, batch.source_answers, batch.target_answers)(patches)
+        answered = (batch.source_answers, batch.target_answers)
+        encoder_only = all(hook.startswith("encoder.") for hook in by_hook)
+        diff, outcomes = patched_target(model, runs, patches, answered if encoder_only else None)
         return patch_effect(diff, runs.source_diff, runs.target_diff, outcomes)
 
 

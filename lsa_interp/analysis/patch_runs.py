@@ -19,7 +19,7 @@ from lsa_interp.analysis.pair_batch import PairBatch
 from lsa_interp.analysis.prompts import MinimalPair
 from lsa_interp.data.tokenizer import TokenBatch, decode_batch, encode_tasks
 from lsa_interp.data.vocab import EOS, LETTERS, ROLES, display_token
-from lsa_interp.model.hooked import HookedEncoderDecoder
+from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
 
 _ROLE_SHORT = {"example_in": "in", "example_out": "out", "query": "q"}
 Patch = Callable[[Tensor], Tensor]
@@ -127,21 +127,31 @@ class AnswerOutcomes:
     other_letters: tuple[float, ...]
 
 
-def answer_outcomes(
-    model: HookedEncoderDecoder, inputs: TokenBatch, source: Sequence[str], target: Sequence[str]
-) -> Callable[[dict[str, Patch]], AnswerOutcomes]:
-    """A function of encoder ``patches`` returning the `AnswerOutcomes` of ``inputs``' greedy answers under them
-    (the encoder runs once, so its patches apply as in `run_patched`)."""
+def patched_target(
+    model: HookedEncoderDecoder,
+    runs: PairRuns,
+    patches: dict[str, Patch],
+    answers: tuple[Sequence[str], Sequence[str]] | None = None,
+) -> tuple[float, AnswerOutcomes | None]:
+    """The target run of ``runs`` teacher-forced under ``patches`` (as `run_patched`), measured; with ``answers``
+    (each pair's source and target answer) also the `AnswerOutcomes` of its greedy answers, decoded from the same
+    patched encoder output (the encoder runs once), so ``patches`` must then be encoder hooks only."""
+    with model.hooks(fwd_hooks=_hooks(model, patches)):
+        memory = model.encode(runs.target.src)
+        diff = float(runs.measure(model.decode(runs.tgt, memory, runs.target.src_pad_mask)))
+        if answers is None:
+            return diff, None
+        generated = model.greedy_decode(runs.target.src, DEFAULT_MAX_NEW_TOKENS, drop_finished=False, memory=memory)
+    return diff, answer_outcomes(generated.cpu(), *answers)
 
-    def outcomes(patches: dict[str, Patch]) -> AnswerOutcomes:
-        with model.hooks(fwd_hooks=_hooks(model, patches)):
-            generated = model.generate(inputs).cpu()
-        answers = decode_batch(generated)
-        kinds = ["source" if a == s else "target" if a == t else "other" for a, s, t in zip(answers, source, target)]
-        shares = kinds.count("source") / len(kinds), kinds.count("other") / len(kinds)
-        return AnswerOutcomes(*shares, *letter_outcomes(generated, source, target))
 
-    return outcomes
+def answer_outcomes(generated: Int[Tensor, "batch n"], source: Sequence[str], target: Sequence[str]) -> AnswerOutcomes:
+    """The `AnswerOutcomes` of greedy answers ``generated`` (decoder tokens) against each row's ``source`` and
+    ``target`` answers."""
+    answers = decode_batch(generated)
+    kinds = ["source" if a == s else "target" if a == t else "other" for a, s, t in zip(answers, source, target)]
+    shares = kinds.count("source") / len(kinds), kinds.count("other") / len(kinds)
+    return AnswerOutcomes(*shares, *letter_outcomes(generated, source, target))
 
 
 def answer_width(source: Sequence[str], target: Sequence[str]) -> int:

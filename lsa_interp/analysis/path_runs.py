@@ -15,10 +15,10 @@ from lsa_interp.analysis.patch_grids import PatchEffect, attention_modules, patc
 from lsa_interp.analysis.patch_runs import (
     PairRuns,
     Patch,
-    answer_outcomes,
     answer_width,
     pair_runs,
     parting_steps,
+    patched_target,
     run_patched,
 )
 from lsa_interp.analysis.path_ends import MEMORY, Positions, Receiver, Sender, Target
@@ -38,7 +38,7 @@ class PathRuns:
         self.batch: PairBatch = pair_batch(pairs)
         self.outputs = outputs = [f"{module}.hook_z" for module in attention_modules(self.cfg)]
         self.runs: PairRuns = pair_runs(model, pairs, outputs, self.batch, parting_steps(pairs), save_target=outputs)
-        self.outcomes = answer_outcomes(model, self.runs.target, self.batch.source_answers, self.batch.target_answers)
+        self.answers = (self.batch.source_answers, self.batch.target_answers)
         self.width = answer_width(self.batch.source_answers, self.batch.target_answers)
 
     def frozen(self, senders: Sequence[Sender], record: Sequence[str]) -> dict[str, Tensor]:
@@ -92,8 +92,8 @@ class PathRuns:
     def effect(self, patches: dict[str, Patch], answers: bool) -> PatchEffect:
         """The target run under ``patches``, measured (and decoded greedily where ``answers``)."""
         runs = self.runs
-        diff = float(runs.measure(run_patched(self.model, runs.target, runs.tgt, patches)["logits"]))
-        return patch_effect(diff, runs.source_diff, runs.target_diff, self.outcomes(patches) if answers else None)
+        diff, outcomes = patched_target(self.model, runs, patches, self.answers if answers else None)
+        return patch_effect(diff, runs.source_diff, runs.target_diff, outcomes)
 
     def whole(self, senders: Sequence[Sender], frozen: Sequence[Sender], answers: bool) -> PatchEffect:
         """The target with the ``senders``' outputs from the source (at their positions) and the ``frozen`` heads'

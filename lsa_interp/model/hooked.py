@@ -288,19 +288,22 @@ class HookedEncoderDecoder(HookedRootModule):
         max_new_tokens: int,
         use_cache: bool = True,
         drop_finished: bool = True,
+        memory: Float[Tensor, "batch src_pos d_model"] | None = None,
     ) -> Int[Tensor, "batch n"]:
         """Greedy-decode from ``>``; return ``[batch, n]`` tokens, EOS included and PAD after each row's EOS.
 
         Stops once every row has emitted EOS (``n`` <= ``max_new_tokens``). Rows are independent: a finished
         row is kept (its outputs masked) until enough rows have finished, then dropped from the caches (unless
         ``drop_finished=False``, which keeps the batch fixed for batch-aligned hooks). With ``use_cache=False``
-        the whole decoder is re-run on all tokens so far at every step and no row is dropped.
+        the whole decoder is re-run on all tokens so far at every step and no row is dropped. ``memory``: the
+        encoder output of ``src`` already at hand (`encode`, e.g. under patching hooks), decoded from without
+        running the encoder again.
         Raises ValueError when ``max_new_tokens`` is not positive or exceeds the position table.
         """
         self._check_max_new_tokens(max_new_tokens)
         with torch.no_grad():
             src_pad = src == PAD
-            memory = self.encode(src)
+            memory = self.encode(src) if memory is None else memory
             batch, device = src.shape[0], src.device
             outputs = torch.full((batch, max_new_tokens), PAD, dtype=torch.long, device=device)
             rows = torch.arange(batch, device=device)

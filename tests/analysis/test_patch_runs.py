@@ -13,6 +13,9 @@ from lsa_interp.analysis.patch_runs import (
     answer_outcomes,
     letter_outcomes,
     measure_at_parting,
+    pair_runs,
+    parting_steps,
+    patched_target,
     replace_at,
     run_patched,
     shared_position_labels,
@@ -57,20 +60,28 @@ def test_the_measured_step_is_where_the_answers_part():
     assert measure_at_parting(pairs)(logits) == pytest.approx((2.0 - 1.0 + 7.0) / 3)
 
 
-def test_answer_outcomes_count_the_source_answers_and_neither():
+@torch.no_grad()
+def test_a_patched_target_run_is_measured_and_its_answers_counted_from_one_encoder_run():
+    """The measure of the target run under the patches, and with the pairs' answers the outcomes of its greedy
+    answers: the target's own answers unpatched; the source's where the whole memory is patched in. The encoder runs
+    once for both."""
     planted, pairs = planted_model(), planted_pairs(3)
     batch = pair_batch(pairs)
-    outcomes = answer_outcomes(planted, batch.target, batch.source_answers, batch.target_answers)
-    unpatched = outcomes({})  # every target prompt keeps its own answer
+    runs = pair_runs(planted, pairs, ["encoder.ln_final.hook_out"], batch, parting_steps(pairs))
+    answers = (batch.source_answers, batch.target_answers)
+    calls = []
+    counted = {"encoder.0.hook_resid_pre": lambda t: calls.append(1) or t}
+    diff, unpatched = patched_target(planted, runs, counted, answers)  # every target prompt keeps its own answer
+    assert calls == [1] and diff == runs.target_diff and patched_target(planted, runs, {}) == (diff, None)
     assert (unpatched.source, unpatched.other) == (0, 0)
     assert unpatched.source_letters[0] == 0 and unpatched.other_letters[0] == 0
     assert len(unpatched.source_letters) == 2 and math.isnan(unpatched.source_letters[1])  # one letter; EOS alike
-    tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in
-    memory = run_patched(planted, batch.source, tgt, {}, save=["encoder.ln_final.hook_out"])
-    whole = outcomes({"encoder.ln_final.hook_out": lambda t: memory["encoder.ln_final.hook_out"]})
+    memory = runs.saved["encoder.ln_final.hook_out"]
+    diff, whole = patched_target(planted, runs, {"encoder.ln_final.hook_out": lambda t: memory}, answers)
+    assert diff == runs.source_diff
     assert (whole.source, whole.other, whole.source_letters[0], whole.other_letters[0]) == (1, 0, 1, 0)
     own = batch.target_answers  # what the unpatched target prompts answer
-    mixed = answer_outcomes(planted, batch.target, [own[0], "zz", "zz"], ["y", own[1], "y"])({})
+    mixed = answer_outcomes(planted.generate(batch.target), [own[0], "zz", "zz"], ["y", own[1], "y"])
     assert (mixed.source, mixed.other) == (pytest.approx(1 / 3), pytest.approx(1 / 3)), "one of each kind"
 
 

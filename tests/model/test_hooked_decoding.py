@@ -47,6 +47,25 @@ def test_cached_decoding_equals_full_recomputation_on_1000_tasks(stopping_pair, 
     assert (expected[:, cached.shape[1] :] == PAD).all()
 
 
+def test_decoding_from_a_given_memory_runs_no_encoder_and_answers_from_that_memory(stopping_pair, make_tasks):
+    """``memory`` (e.g. an encoder output made under patches) is what the decoder reads: the encoder does not run, and
+    the memory of other prompts of the same length gives their answers."""
+    _, model = stopping_pair
+    by_length: dict[int, list] = {}
+    for task in make_tasks(60, seed=2):
+        by_length.setdefault(encode_tasks([task]).src.shape[1], []).append(task)
+    a, b = next(tasks for tasks in by_length.values() if len(tasks) >= 2)[:2]
+    first, swapped = encode_tasks([a, b]), encode_tasks([b, a])
+    calls = []
+    with torch.no_grad():
+        memory = model.encode(first.src)
+        with model.hooks(fwd_hooks=[("encoder.0.hook_resid_pre", lambda t, hook: calls.append(1))]):
+            given = model.greedy_decode(first.src, 32, memory=memory)
+        other = model.greedy_decode(first.src, 32, memory=model.encode(swapped.src))
+    assert calls == [] and torch.equal(given, model.greedy_decode(first.src, 32))
+    assert torch.equal(other, model.greedy_decode(swapped.src, 32)) and not torch.equal(other, given)
+
+
 def test_tokens_after_eos_are_pad_and_decoding_stops_when_all_rows_are_done(stopping_pair, make_tasks):
     _, model = stopping_pair
     tokens = model.generate(make_tasks(50, seed=1), max_new_tokens=32)
