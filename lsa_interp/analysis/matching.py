@@ -116,22 +116,31 @@ def matching_scores(
             partner = (
                 (src[:, :, None] == src[:, None, :]) & (roles[:, :, None] != roles[:, None, :]) & scored[:, :, None]
             )
-            mass += _summed_mass(pattern, partner)
+            pairs = {
+                (q_role, k_role): partner
+                & (roles == ROLE_ID[q_role])[:, :, None]
+                & (roles == ROLE_ID[k_role])[:, None, :]
+                for q_role, k_role in pair_mass
+            }
+            summed = _summed_mass(pattern, torch.stack([partner, *pairs.values()], dim=1))
+            mass += summed[0]
             baseline += float((partner.sum(-1) / (src != PAD).sum(-1, keepdim=True)).sum())
             count += int(partner.any(-1).sum())
-            for q_role, k_role in pair_mass:
-                pair = partner & (roles == ROLE_ID[q_role])[:, :, None] & (roles == ROLE_ID[k_role])[:, None, :]
-                pair_mass[q_role, k_role] += _summed_mass(pattern, pair)
-                pair_count[q_role, k_role] += int(pair.any(-1).sum())
+            for (key, pair), pair_summed in zip(pairs.items(), summed[1:]):
+                pair_mass[key] += pair_summed
+                pair_count[key] += int(pair.any(-1).sum())
         by_roles = {key: pair_mass[key] / pair_count[key] for key in pair_mass if pair_count[key]}
         return MatchingScores(mass / count, baseline / count, by_roles, count)
 
 
 def _summed_mass(
-    pattern: Float[Tensor, "batch layer head q k"], keys: Bool[Tensor, "batch q k"]
-) -> Float[Tensor, "layer head"]:
-    """Attention on ``keys``, summed over the batch and the query positions (rows without keys add 0)."""
-    return torch.einsum("blhqk,bqk->lh", pattern, keys.float())
+    pattern: Float[Tensor, "batch layer head q k"], keys: Bool[Tensor, "batch mask q k"]
+) -> Float[Tensor, "mask layer head"]:
+    """Attention on each mask's ``keys``, summed over the batch and the query positions (rows without keys add 0), in
+    one batched product that reads ``pattern`` once (an einsum copied it, per mask)."""
+    batch, layers, heads, queries, keys_ = pattern.shape
+    flat = pattern.reshape(batch, layers * heads, queries * keys_).transpose(1, 2)
+    return torch.bmm(keys.flatten(2).to(pattern.dtype), flat).sum(0).view(-1, layers, heads)
 
 
 def detect_matching_heads(
