@@ -137,9 +137,9 @@ def _summed_mass(
     pattern: Float[Tensor, "batch layer head q k"], keys: Bool[Tensor, "batch mask q k"]
 ) -> Float[Tensor, "mask layer head"]:
     """Attention on each mask's ``keys``, summed over the batch and the query positions (rows without keys add 0), in
-    one batched product that reads ``pattern`` once (an einsum copied it, per mask)."""
-    batch, layers, heads, queries, keys_ = pattern.shape
-    flat = pattern.reshape(batch, layers * heads, queries * keys_).transpose(1, 2)
+    one batched product that reads ``pattern`` once."""
+    batch, layers, heads, q_len, k_len = pattern.shape
+    flat = pattern.reshape(batch, layers * heads, q_len * k_len).transpose(1, 2)
     return torch.bmm(keys.flatten(2).to(pattern.dtype), flat).sum(0).view(-1, layers, heads)
 
 
