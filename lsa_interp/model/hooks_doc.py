@@ -122,10 +122,10 @@ encoder output ("memory") read by every decoder cross-attention layer.
   `cfg.n_encoder_layers`, `cfg.n_decoder_layers`); `cfg.vocab_size` (TransformerLens's `d_vocab`), `cfg.max_len`
   (`n_ctx`), `model.unembed.weight` (`W_U`, `[vocab, d_model]`); per attention module `W_Q`, `W_K`, `W_V`
   (`[head, d_model, d_head]`) and `W_O` (`[head, d_head, d_model]`); `cfg.n_params` counts every parameter, the
-  embeddings, norms and biases too (TransformerLens's counts the hidden weight matrices only). The cache has `pattern`, `scores`, `resid`
-  and `accumulated_resid(stack)`, not `stack_head_results` (sum `attn.hook_result` over heads instead),
-  `decompose_resid`, `logit_attrs` or `apply_ln_to_stack`: the model normalises after each sublayer (post-LN), so its
-  final residual stream is no sum of the components' outputs, which those methods assume.
+  embeddings, norms and biases too (TransformerLens's counts the hidden weight matrices only). The cache has
+  `pattern`, `scores`, `resid` and `accumulated_resid(stack)`, not `stack_head_results` (sum `attn.hook_result` over
+  heads instead), `decompose_resid`, `logit_attrs` or `apply_ln_to_stack`: the model normalises after each sublayer
+  (post-LN), so its final residual stream is no sum of the components' outputs, which those methods assume.
 - nnsight: `traced(model)` (`lsa_interp.model.tracing`) wraps a copy of the model, whose envoys carry these names
   (`nn.encoder[1].attn.hook_pattern.output`). A trace may hold several invokes (tasks, texts, lists, batches), run as
   one padded batch, each invoke seeing its own rows; one that hands a value to another meets it at
