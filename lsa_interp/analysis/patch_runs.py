@@ -22,6 +22,8 @@ from lsa_interp.data.vocab import EOS, LETTERS, ROLES, display_token
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
 
 _ROLE_SHORT = {"example_in": "in", "example_out": "out", "query": "q"}
+MEMORY_HOOK = "encoder.ln_final.hook_out"
+"""The memory: the encoder output every cross-attention reads."""
 Patch = Callable[[Tensor], Tensor]
 """What a patched hook does to its activation."""
 Index = tuple[slice | int | list[int] | Tensor, ...]
@@ -66,8 +68,9 @@ def measure_at(
 @dataclass(frozen=True)
 class PairRuns:
     """What every patched run of some pairs shares: the target prompts on the device, their decoder input (the target
-    answers, teacher-forced), the measure, the source run's ``saved`` activations, both unpatched measures and the
-    target run's ``target_saved`` activations."""
+    answers, teacher-forced), the measure, the source run's ``saved`` activations, both unpatched measures, the
+    target run's ``target_saved`` activations and its ``target_memory``, which a run patched in the decoder only reads
+    instead of running the encoder again."""
 
     target: TokenBatch
     tgt: Int[Tensor, "batch tgt_pos"]
@@ -76,6 +79,7 @@ class PairRuns:
     source_diff: float
     target_diff: float
     target_saved: dict[str, Tensor] = field(default_factory=dict)
+    target_memory: Float[Tensor, "batch src_pos d_model"] | None = None
 
 
 def pair_runs(
@@ -93,9 +97,10 @@ def pair_runs(
     source, target = batch.source.to(model.device), batch.target.to(model.device)
     saved = run_patched(model, source, tgt, {}, save=save)
     source_diff = float(measure(saved.pop("logits")))
-    target_saved = run_patched(model, target, tgt, {}, save=save_target)
+    target_saved = run_patched(model, target, tgt, {}, save=list(dict.fromkeys([*save_target, MEMORY_HOOK])))
     target_diff = float(measure(target_saved.pop("logits")))
-    return PairRuns(target, tgt, measure, saved, source_diff, target_diff, target_saved)
+    memory = target_saved[MEMORY_HOOK] if MEMORY_HOOK in save_target else target_saved.pop(MEMORY_HOOK)
+    return PairRuns(target, tgt, measure, saved, source_diff, target_diff, target_saved, memory)
 
 
 def run_patched(
@@ -135,9 +140,12 @@ def patched_target(
 ) -> tuple[float, AnswerOutcomes | None]:
     """The target run of ``runs`` teacher-forced under ``patches`` (as `run_patched`), measured; with ``answers``
     (each pair's source and target answer) also the `AnswerOutcomes` of its greedy answers, decoded from the same
-    patched encoder output (the encoder runs once), so ``patches`` must then be encoder hooks only."""
+    patched encoder output (the encoder runs once), so ``patches`` must then be encoder hooks only. Without a patch
+    in the encoder, the encoder does not run: the target run's memory is read."""
+    encoder_patched = any(hook.startswith("encoder.") for hook in patches)
     with model.hooks(fwd_hooks=_hooks(model, patches)):
-        memory = model.encode(runs.target.src)
+        unchanged = runs.target_memory if not encoder_patched else None
+        memory = model.encode(runs.target.src) if unchanged is None else unchanged
         diff = float(runs.measure(model.decode(runs.tgt, memory, runs.target.src_pad_mask)))
         if answers is None:
             return diff, None

@@ -13,6 +13,7 @@ from torch import Tensor
 from lsa_interp.analysis.pair_batch import PairBatch, pair_batch
 from lsa_interp.analysis.patch_grids import PatchEffect, attention_modules, patch_effect
 from lsa_interp.analysis.patch_runs import (
+    MEMORY_HOOK,
     PairRuns,
     Patch,
     answer_width,
@@ -24,9 +25,6 @@ from lsa_interp.analysis.patch_runs import (
 from lsa_interp.analysis.path_ends import MEMORY, Positions, Receiver, Sender, Target
 from lsa_interp.analysis.prompts import MinimalPair
 from lsa_interp.model.hooked import HookedEncoderDecoder
-
-MEMORY_HOOK = "encoder.ln_final.hook_out"
-"""The memory: the encoder output every cross-attention reads."""
 
 
 class PathRuns:

@@ -85,6 +85,20 @@ def test_a_patched_target_run_is_measured_and_its_answers_counted_from_one_encod
     assert (mixed.source, mixed.other) == (pytest.approx(1 / 3), pytest.approx(1 / 3)), "one of each kind"
 
 
+@torch.no_grad()
+def test_a_target_run_patched_in_the_decoder_only_reads_the_target_memory_without_running_the_encoder():
+    """The decoder's whole final output from the source run gives the source's measure, to the bit, with no encoder run;
+    the target memory kept for it is not among the activations asked for."""
+    planted, pairs = planted_model(), planted_pairs(3)
+    hook = "decoder.ln_final.hook_out"
+    runs = pair_runs(planted, pairs, [hook], pair_batch(pairs), parting_steps(pairs))
+    calls = []
+    with torch.no_grad(), planted.hooks(fwd_hooks=[("encoder.0.hook_resid_pre", lambda t, hook: calls.append(1))]):
+        diff, outcomes = patched_target(planted, runs, {hook: lambda t: runs.saved[hook]})
+    assert calls == [] and outcomes is None and runs.target_saved == {}
+    assert diff == runs.source_diff != runs.target_diff
+
+
 def _generated(*answers: str) -> torch.Tensor:
     """Decoder tokens as `generate` returns them: each answer's letters, EOS (``.`` in ``answers``), PAD after it."""
     ids = [[EOS if c == "." else LETTERS.index(c) for c in answer] for answer in answers]
