@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import no_type_check
 
@@ -78,8 +78,8 @@ class PairRuns:
     saved: dict[str, Tensor]
     source_diff: float
     target_diff: float
-    target_saved: dict[str, Tensor] = field(default_factory=dict)
-    target_memory: Float[Tensor, "batch src_pos d_model"] | None = None
+    target_saved: dict[str, Tensor]
+    target_memory: Float[Tensor, "batch src_pos d_model"]
 
 
 def pair_runs(
@@ -144,8 +144,7 @@ def patched_target(
     in the encoder, the encoder does not run: the target run's memory is read."""
     encoder_patched = any(hook.startswith("encoder.") for hook in patches)
     with model.hooks(fwd_hooks=_hooks(model, patches)):
-        unchanged = runs.target_memory if not encoder_patched else None
-        memory = model.encode(runs.target.src) if unchanged is None else unchanged
+        memory = model.encode(runs.target.src) if encoder_patched else runs.target_memory
         diff = float(runs.measure(model.decode(runs.tgt, memory, runs.target.src_pad_mask)))
         if answers is None:
             return diff, None

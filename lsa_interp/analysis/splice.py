@@ -28,14 +28,13 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from lsa_interp.analysis.patch_runs import MEMORY_HOOK
 from lsa_interp.analysis.prompts import minimal_pairs
 from lsa_interp.analysis.types import AnalysisResult, Finding
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import decode_batch, encode_tasks
 from lsa_interp.data.vocab import PAD
 from lsa_interp.model.hooked import DEFAULT_MAX_NEW_TOKENS, HookedEncoderDecoder
-
-MEMORY_HOOK = "encoder.ln_final.hook_out"
 
 
 def unused_positions(donor: Task, target: Task) -> tuple[int, ...]:
