@@ -309,7 +309,7 @@ def grid_data(grid: PatchingGrid, normalized: Float[Tensor, "row column"]) -> di
     return data
 
 
-def answers_text(source: Tensor, other: Tensor) -> str:
+def answers_text(source: Float[Tensor, ""], other: Float[Tensor, ""]) -> str:
     """``", answers: 85% the source's, 3% neither"`` (nothing for a decoder hook, whose answers are not counted)."""
     if torch.isnan(source):
         return ""

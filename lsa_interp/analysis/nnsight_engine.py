@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from lsa_interp.analysis.pattern_patches import LayerPatches, replace_heads
@@ -31,14 +32,18 @@ class NNsightEngine:
     def _pattern(self, layer: int):
         return getattr(self.wrapped.encoder, str(layer)).attn.hook_pattern
 
-    def patterns(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, Tensor]:
+    def patterns(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, Float[Tensor, "batch head q_pos k_pos"]]:
+        """The encoder attention patterns of ``layers`` on ``batch``, read through the nnsight trace."""
         saved: dict[int, Tensor] = {}
         with torch.no_grad(), self.wrapped.trace(batch):
             for layer in sorted(layers):
                 saved[layer] = self._pattern(layer).output.save()
         return saved
 
-    def generate(self, batch: TokenBatch, patches: LayerPatches) -> tuple[Tensor, Tensor]:
+    def generate(
+        self, batch: TokenBatch, patches: LayerPatches
+    ) -> tuple[Int[Tensor, "batch n"], Float[Tensor, "batch src_pos d_model"]]:
+        """Greedy tokens and the encoder output of ``batch`` with the ``patches`` set on the traced pattern hooks."""
         with torch.no_grad(), self.wrapped.trace(batch, fn="generate", max_new_tokens=self.max_new_tokens) as tracer:
             for layer in sorted(patches):
                 envoy = self._pattern(layer)

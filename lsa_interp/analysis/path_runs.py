@@ -114,6 +114,7 @@ def _freeze(tensor: Tensor, target: Tensor, source: Tensor, sent: Cells, own: Ce
 
 
 def receiver_hooks(receivers: Sequence[Target]) -> list[str]:
+    """The hooks whose activations the ``receivers`` read (their q, k or v, or the memory), each once, in order."""
     return list(dict.fromkeys(hook for receiver in receivers for hook in _hooks_of(receiver)))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from lsa_interp.data.tokenizer import TokenBatch
@@ -22,9 +22,13 @@ class Engine(Protocol):
     (``[batch, head, q_pos, k_pos]`` each); ``generate`` greedy-decodes with ``patches`` applied and returns the
     tokens and the encoder output (memory)."""
 
-    def patterns(self, batch: TokenBatch, layers: Sequence[int]) -> dict[int, Tensor]: ...
+    def patterns(
+        self, batch: TokenBatch, layers: Sequence[int]
+    ) -> dict[int, Float[Tensor, "batch head q_pos k_pos"]]: ...
 
-    def generate(self, batch: TokenBatch, patches: LayerPatches) -> tuple[Tensor, Tensor]: ...
+    def generate(
+        self, batch: TokenBatch, patches: LayerPatches
+    ) -> tuple[Int[Tensor, "batch n"], Float[Tensor, "batch src_pos d_model"]]: ...
 
 
 def check_engine(engine: str) -> None:

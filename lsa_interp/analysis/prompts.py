@@ -159,10 +159,12 @@ class MinimalPair:
 
     @property
     def source_answer(self) -> str:
+        """The source prompt's answer (empty where it has none)."""
         return self.source.answer or ""
 
     @property
     def target_answer(self) -> str:
+        """The target prompt's answer (empty where it has none)."""
         return self.target.answer or ""
 
 

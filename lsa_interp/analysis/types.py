@@ -26,6 +26,7 @@ class Finding:
     value: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The finding as a JSON-able row."""
         return {
             "name": self.name,
             "paper": self.paper,

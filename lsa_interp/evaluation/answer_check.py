@@ -47,6 +47,7 @@ class AnswerCheck:
 
     @property
     def percent(self) -> float:
+        """The right answers as a percentage of the rows."""
         return 100.0 * self.correct / self.rows
 
 

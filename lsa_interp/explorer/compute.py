@@ -384,6 +384,7 @@ class StepChange:
 
     @property
     def differs(self) -> bool:
+        """Whether the intervention changed this step's token."""
         return self.clean != self.changed
 
 

@@ -64,6 +64,7 @@ class RenderedView:
 
     @property
     def answer_changed(self) -> bool:
+        """Whether the intervened run answers differently from the clean run (False until both exist)."""
         return self.run is not None and self.clean is not None and self.run.answer != self.clean.answer
 
     def summary_lines(self) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from lsa_interp.data.vocab import PAD
@@ -38,7 +38,9 @@ class Steppable(Protocol):
 
     def trainable_parameters(self) -> list[Tensor]: ...
 
-    def stacked_loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor: ...
+    def stacked_loss(
+        self, src: Int[Tensor, "rep b s"], tgt_in: Int[Tensor, "rep b t"], tgt_out: Int[Tensor, "rep b t"]
+    ) -> Float[Tensor, " rep"]: ...
 
     def _autocast(self) -> Any: ...
 

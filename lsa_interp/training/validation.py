@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from jaxtyping import Bool, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from lsa_interp.analysis.matching import matching_scores, matching_tasks
@@ -136,13 +136,13 @@ def loss_fn(
     src: Int[Tensor, "b s"],
     tgt_in: Int[Tensor, "b t"],
     tgt_out: Int[Tensor, "b t"],
-) -> Tensor:
+) -> Float[Tensor, ""]:
     """Mean cross-entropy over the non-PAD targets (answer letters and EOS), teacher-forced."""
     logits = model.decode(tgt_in, model.encode(src), src == PAD)
     return F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)
 
 
-def exact_match(generated: Int[Tensor, "b n"], tgt_out: Int[Tensor, "b t"]) -> Tensor:
+def exact_match(generated: Int[Tensor, "b n"], tgt_out: Int[Tensor, "b t"]) -> Bool[Tensor, " b"]:
     """Per row: does the greedy output (answer, EOS, then PAD) equal the target (answer, EOS, PAD)?"""
     width = max(generated.shape[1], tgt_out.shape[1])
     pad = lambda t: F.pad(t, (0, width - t.shape[1]), value=PAD)
