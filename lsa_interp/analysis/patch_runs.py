@@ -6,7 +6,7 @@ each attention's hook points, so source, target and patched runs all execute the
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import no_type_check
@@ -69,8 +69,10 @@ def measure_at(
 class PairRuns:
     """What every patched run of some pairs shares: the target prompts on the device, their decoder input (the target
     answers, teacher-forced), the measure, the source run's ``saved`` activations, both unpatched measures, the
-    target run's ``target_saved`` activations and its ``target_memory``, which a run patched in the decoder only reads
-    instead of running the encoder again."""
+    target run's ``target_saved`` activations, its ``target_memory``, which a run patched in the decoder only reads
+    instead of running the encoder again, and its ``target_residual``: the encoder's residual stream entering each
+    layer ``L`` from 1 on (``L = n_encoder_layers``: the final norm's input), from which a run patched no lower than
+    layer ``L`` starts the encoder."""
 
     target: TokenBatch
     tgt: Int[Tensor, "batch tgt_pos"]
@@ -80,6 +82,7 @@ class PairRuns:
     target_diff: float
     target_saved: dict[str, Tensor]
     target_memory: Float[Tensor, "batch src_pos d_model"]
+    target_residual: dict[int, Float[Tensor, "batch src_pos d_model"]]
 
 
 def pair_runs(
@@ -97,10 +100,19 @@ def pair_runs(
     source, target = batch.source.to(model.device), batch.target.to(model.device)
     saved = run_patched(model, source, tgt, {}, save=save)
     source_diff = float(measure(saved.pop("logits")))
-    target_saved = run_patched(model, target, tgt, {}, save=list(dict.fromkeys([*save_target, MEMORY_HOOK])))
+    entering = _entering_layers(model.cfg.n_encoder_layers)
+    own = [MEMORY_HOOK, *entering.values()]
+    target_saved = run_patched(model, target, tgt, {}, save=list(dict.fromkeys([*save_target, *own])))
     target_diff = float(measure(target_saved.pop("logits")))
-    memory = target_saved[MEMORY_HOOK] if MEMORY_HOOK in save_target else target_saved.pop(MEMORY_HOOK)
-    return PairRuns(target, tgt, measure, saved, source_diff, target_diff, target_saved, memory)
+    kept = {hook: target_saved[hook] if hook in save_target else target_saved.pop(hook) for hook in own}
+    residual = {layer: kept[hook] for layer, hook in entering.items()}
+    return PairRuns(target, tgt, measure, saved, source_diff, target_diff, target_saved, kept[MEMORY_HOOK], residual)
+
+
+def _entering_layers(n_layers: int) -> dict[int, str]:
+    """The hook that holds the encoder's residual stream entering each layer from 1 on (``n_layers``: the final
+    norm)."""
+    return {layer: f"encoder.{layer - 1}.hook_resid_post" for layer in range(1, n_layers + 1)}
 
 
 def run_patched(
@@ -140,16 +152,32 @@ def patched_target(
 ) -> tuple[float, AnswerOutcomes | None]:
     """The target run of ``runs`` teacher-forced under ``patches`` (as `run_patched`), measured; with ``answers``
     (each pair's source and target answer) also the `AnswerOutcomes` of its greedy answers, decoded from the same
-    patched encoder output (the encoder runs once), so ``patches`` must then be encoder hooks only. Without a patch
-    in the encoder, the encoder does not run: the target run's memory is read."""
-    encoder_patched = any(hook.startswith("encoder.") for hook in patches)
+    patched encoder output (the encoder runs once), so ``patches`` must then be encoder hooks only. The encoder runs
+    from the lowest layer a patch is in, on the target run's residual stream entering it; without a patch in the
+    encoder it does not run: the target run's memory is read."""
+    start = lowest_encoder_layer(patches, model.cfg.n_encoder_layers)
     with model.hooks(fwd_hooks=_hooks(model, patches)):
-        memory = model.encode(runs.target.src) if encoder_patched else runs.target_memory
+        if start is None:
+            memory = runs.target_memory
+        else:
+            memory = model.encode(runs.target.src, start, runs.target_residual.get(start))
         diff = float(runs.measure(model.decode(runs.tgt, memory, runs.target.src_pad_mask)))
         if answers is None:
             return diff, None
         generated = model.greedy_decode(runs.target.src, DEFAULT_MAX_NEW_TOKENS, drop_finished=False, memory=memory)
     return diff, answer_outcomes(generated.cpu(), *answers)
+
+
+def lowest_encoder_layer(hooks: Iterable[str], n_layers: int) -> int | None:
+    """The lowest encoder layer any of ``hooks`` is in: 0 for the embedding's, ``n_layers`` for the final norm's; None
+    where none is in the encoder."""
+    layers = [_encoder_layer(hook.split(".")[1], n_layers) for hook in hooks if hook.startswith("encoder.")]
+    return min(layers, default=None)
+
+
+def _encoder_layer(part: str, n_layers: int) -> int:
+    """The layer of an encoder hook name's second part: a layer's index, ``ln_final`` or an embedding hook's name."""
+    return int(part) if part.isdigit() else n_layers if part == "ln_final" else 0
 
 
 def answer_outcomes(generated: Int[Tensor, "batch n"], source: Sequence[str], target: Sequence[str]) -> AnswerOutcomes:

@@ -135,11 +135,34 @@ class HookedEncoderDecoder(HookedRootModule):
         with super().hooks(list(fwd_hooks), list(bwd_hooks), reset_hooks_end, clear_contexts) as model:
             yield model
 
-    def encode(self, src: Int[Tensor, "batch src_pos"]) -> Float[Tensor, "batch src_pos d_model"]:
-        """Return the encoder output (after ``encoder.ln_final``); PAD positions are masked as keys."""
+    def encode(
+        self,
+        src: Int[Tensor, "batch src_pos"],
+        start_at_layer: int = 0,
+        residual: Float[Tensor, "batch src_pos d_model"] | None = None,
+    ) -> Float[Tensor, "batch src_pos d_model"]:
+        """Return the encoder output (after ``encoder.ln_final``); PAD positions are masked as keys.
+
+        As TransformerLens's ``start_at_layer``: given the ``residual`` stream entering encoder layer
+        ``start_at_layer`` (a cache's ``encoder.L.hook_resid_pre``; at ``n_encoder_layers``, the final norm's input,
+        the last layer's ``hook_resid_post``), only that layer and the ones above it run, so the embedding's and the
+        lower layers' hooks do not fire. Raises ValueError for a layer outside ``0..n_encoder_layers``, a later layer
+        without ``residual``, or a ``residual`` not shaped ``[*src.shape, d_model]``.
+        """
+        layers = self.encoder.layers()
+        if not 0 <= start_at_layer <= len(layers):
+            raise ValueError(f"start_at_layer must be in 0..{len(layers)} (the encoder's layers), got {start_at_layer}")
         mask = key_mask(src == PAD, self.pos_embedding.dtype)
-        x = self.encoder.embed_tokens(src, self.pos_embedding)
-        for layer in self.encoder.layers():
+        if residual is None:
+            if start_at_layer:
+                raise ValueError("start_at_layer > 0 needs the residual stream entering that layer (residual=...)")
+            x = self.encoder.embed_tokens(src, self.pos_embedding)
+        elif residual.shape != (*src.shape, self.cfg.d_model):
+            wanted = [*src.shape, self.cfg.d_model]
+            raise ValueError(f"residual must be [batch, src_pos, d_model] = {wanted}, got {[*residual.shape]}")
+        else:
+            x = residual
+        for layer in layers[start_at_layer:]:
             x = layer(x, mask)
         return self.encoder.ln_final(x)
 

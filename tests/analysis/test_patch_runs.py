@@ -12,6 +12,7 @@ from lsa_interp.analysis.pair_batch import pair_batch
 from lsa_interp.analysis.patch_runs import (
     answer_outcomes,
     letter_outcomes,
+    lowest_encoder_layer,
     measure_at_parting,
     pair_runs,
     parting_steps,
@@ -97,6 +98,49 @@ def test_a_target_run_patched_in_the_decoder_only_reads_the_target_memory_withou
         diff, outcomes = patched_target(planted, runs, {hook: lambda t: runs.saved[hook]})
     assert calls == [] and outcomes is None and runs.target_saved == {}
     assert diff == runs.source_diff != runs.target_diff
+
+
+@torch.no_grad()
+def test_a_target_run_patched_in_a_later_encoder_layer_starts_the_encoder_there_with_the_same_results():
+    """A patch in encoder layer 1 or 2, or in the memory, gives the measure and answers of the whole patched run to the
+    bit, with no hook below that layer fired: the planted head's output (layer 1, head 2) switches the answers to the
+    source's; the other two patches replace some positions only, so the rest of the stream is the target run's."""
+    planted, pairs = planted_model(), planted_pairs(3)
+    batch = pair_batch(pairs)
+    where = {
+        "encoder.1.attn.hook_z": (slice(None), slice(None), 2),
+        "encoder.2.hook_resid_pre": (slice(None), slice(2, 9)),
+        "encoder.ln_final.hook_out": (slice(None), slice(0, 30)),
+    }
+    runs = pair_runs(planted, pairs, list(where), batch, parting_steps(pairs))
+    answers = (batch.source_answers, batch.target_answers)
+    fired: list[str] = []
+    watch = [(lambda name: name.startswith("encoder."), lambda t, hook: fired.append(hook.name))]
+    for (hook, index), lowest in zip(where.items(), (1, 2, 3)):
+        patch = {hook: lambda t, hook=hook, index=index: replace_at(t, runs.saved[hook], index)}
+        fired.clear()
+        with planted.hooks(fwd_hooks=watch):
+            diff, outcomes = patched_target(planted, runs, patch, answers)
+        assert {int(name.split(".")[1]) for name in fired if name.split(".")[1].isdigit()} == set(range(lowest, 3))
+        assert "encoder.hook_embed" not in fired and fired[-1] == "encoder.ln_final.hook_out"
+        whole = run_patched(planted, batch.target, runs.tgt, patch)["logits"]
+        assert diff == float(runs.measure(whole)), hook
+        if lowest == 1:
+            assert diff == pytest.approx(runs.source_diff) and diff != pytest.approx(runs.target_diff)
+            assert outcomes.source == 1
+        with planted.hooks(fwd_hooks=[(hook, lambda t, hook, patch=patch[hook]: patch(t))]):
+            generated = planted.generate(batch.target)
+        assert outcomes == answer_outcomes(generated, *answers), hook
+
+
+def test_the_lowest_encoder_layer_of_some_hooks_counts_the_embedding_as_0_and_the_final_norm_as_the_last():
+    assert lowest_encoder_layer([], 3) is None
+    assert lowest_encoder_layer(["decoder.0.cross_attn.hook_k", "decoder.ln_final.hook_out"], 3) is None
+    assert lowest_encoder_layer(["encoder.2.attn.hook_q", "encoder.1.hook_mlp_out", "decoder.0.hook_resid_pre"], 3) == 1
+    assert lowest_encoder_layer(["encoder.ln_final.hook_out"], 3) == 3
+    assert lowest_encoder_layer(["encoder.ln_final.hook_out", "encoder.hook_pos_embed"], 3) == 0
+    assert lowest_encoder_layer({"encoder.hook_embed": None, "encoder.12.hook_resid_post": None}, 13) == 0
+    assert lowest_encoder_layer(["encoder.12.hook_resid_post", "encoder.10.hook_resid_pre"], 13) == 10
 
 
 def _generated(*answers: str) -> torch.Tensor:

@@ -441,3 +441,44 @@ def test_a_bfloat16_model_runs_with_hooks(make_pair, small_cfg, make_tasks):
     model = model.to(torch.bfloat16)
     logits, cache = model.run_with_cache(make_tasks(2, seed=18), names_filter=["encoder.1.attn.hook_pattern"])
     assert logits.dtype == cache["encoder.1.attn.hook_pattern"].dtype == torch.bfloat16
+
+
+def test_encoding_from_a_layer_on_its_residual_gives_the_whole_encoding_and_fires_no_hook_below_it(
+    small_model, make_tasks
+):
+    """``encode(src, L, residual)`` from a cache's stream entering layer L (the last layer's ``hook_resid_post`` for
+    the final norm) equals the whole encoding to the bit; the embedding's and lower layers' hooks do not fire. (Both
+    run with hooks on every encoder attention pattern, so on the same attention path.)"""
+    src = encode_tasks(make_tasks(4, seed=21)).src
+    n = small_model.cfg.n_encoder_layers
+    with torch.no_grad():
+        _, cache = small_model.run_with_cache(src, names_filter=lambda name: name.startswith("encoder."))
+        fired: list[str] = []
+        every = [(lambda name: name.startswith("encoder."), lambda t, hook: fired.append(hook.name))]
+        with small_model.hooks(fwd_hooks=every):
+            whole = small_model.encode(src)
+            for layer in range(n + 1):
+                fired.clear()
+                entering = f"encoder.{layer}.hook_resid_pre" if layer < n else f"encoder.{n - 1}.hook_resid_post"
+                started = small_model.encode(src, start_at_layer=layer, residual=cache[entering])
+                assert torch.equal(started, whole), layer
+                below = [name for name in fired if name.split(".")[1] in ("hook_embed", *map(str, range(layer)))]
+                assert below == [] and fired[-1] == "encoder.ln_final.hook_out", layer
+                assert any(name.startswith(f"encoder.{layer}.") for name in fired) == (layer < n)
+
+
+def test_encoding_from_a_layer_refuses_a_layer_out_of_range_a_missing_residual_and_one_of_the_wrong_shape(
+    small_model, make_tasks
+):
+    src = encode_tasks(make_tasks(2, seed=22)).src
+    n, d_model = small_model.cfg.n_encoder_layers, small_model.cfg.d_model
+    residual = torch.zeros(*src.shape, d_model)
+    for layer in (-1, n + 1):
+        with pytest.raises(ValueError, match=rf"^start_at_layer must be in 0\.\.{n} \(the encoder's layers\), got"):
+            small_model.encode(src, start_at_layer=layer, residual=residual)
+    with pytest.raises(ValueError, match=r"^start_at_layer > 0 needs the residual stream entering that layer"):
+        small_model.encode(src, start_at_layer=1)
+    wanted = rf"= \[2, {src.shape[1]}, {d_model}\], got \[2, {src.shape[1]}, {d_model + 1}\]$"
+    with pytest.raises(ValueError, match=r"^residual must be \[batch, src_pos, d_model\] " + wanted):
+        small_model.encode(src, start_at_layer=1, residual=torch.zeros(*src.shape, d_model + 1))
+    assert torch.equal(small_model.encode(src, residual=residual), small_model.encode(src, 0, residual))
