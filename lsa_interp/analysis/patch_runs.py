@@ -159,8 +159,9 @@ def patched_target(
     with model.hooks(fwd_hooks=_hooks(model, patches)):
         if start is None:
             memory = runs.target_memory
-        else:
-            memory = model.encode(runs.target.src, start, runs.target_residual.get(start))
+        else:  # a copy of the kept stream: a patch may write into the activation it is given
+            residual = runs.target_residual[start].clone() if start else None
+            memory = model.encode(runs.target.src, start, residual)
         diff = float(runs.measure(model.decode(runs.tgt, memory, runs.target.src_pad_mask)))
         if answers is None:
             return diff, None

@@ -133,6 +133,24 @@ def test_a_target_run_patched_in_a_later_encoder_layer_starts_the_encoder_there_
         assert outcomes == answer_outcomes(generated, *answers), hook
 
 
+@torch.no_grad()
+def test_a_patch_that_writes_into_the_stream_it_starts_from_leaves_the_kept_stream_as_it_was():
+    """A patch that overwrites the activation it is handed (as TransformerLens hooks often do) at the layer a run
+    starts from changes that run only: the target run's kept stream, and so the next run, stay the target's."""
+    planted, pairs = planted_model(), planted_pairs(3)
+    hook = "encoder.2.hook_resid_pre"
+    runs = pair_runs(planted, pairs, [hook], pair_batch(pairs), parting_steps(pairs))
+    kept = runs.target_residual[2].clone()
+
+    def in_place(tensor: torch.Tensor) -> torch.Tensor:
+        tensor[:] = runs.saved[hook]
+        return tensor
+
+    assert patched_target(planted, runs, {hook: in_place})[0] == pytest.approx(runs.source_diff)
+    assert torch.equal(runs.target_residual[2], kept)
+    assert patched_target(planted, runs, {hook: lambda t: t}) == (runs.target_diff, None)
+
+
 def test_the_lowest_encoder_layer_of_some_hooks_counts_the_embedding_as_0_and_the_final_norm_as_the_last():
     assert lowest_encoder_layer([], 3) is None
     assert lowest_encoder_layer(["decoder.0.cross_attn.hook_k", "decoder.ln_final.hook_out"], 3) is None
