@@ -10,6 +10,7 @@ import torch
 
 from lsa_interp.analysis.pair_batch import pair_batch
 from lsa_interp.analysis.patch_runs import (
+    MEMORY_HOOK,
     answer_outcomes,
     letter_outcomes,
     lowest_encoder_layer,
@@ -26,7 +27,7 @@ from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import encode_tasks
 from lsa_interp.data.vocab import EOS, LETTERS, PAD
-from tests.analysis.patch_setup import planted_pairs, succ_pred_runs
+from tests.analysis.patch_setup import pairs_parting_late, planted_pairs, succ_pred_runs
 
 torch.set_num_threads(1)
 
@@ -44,6 +45,41 @@ def test_patching_nothing_gives_the_target_run_and_a_whole_layer_the_source_run_
     for name in ("encoder.1.hook_resid_pre", "encoder.ln_final.hook_out"):
         whole = run_patched(small, batch.target, tgt, {name: lambda t, donor=saved[name]: donor})["logits"]
         assert torch.equal(measure(whole), source)
+
+
+@torch.no_grad()
+def test_both_runs_of_pairs_parting_late_are_teacher_forced_on_the_target_answers(small):
+    """On answers that part at the first, second and third letter, the source and the target run are both
+    teacher-forced on the target answers (the pairs' batches carry no answers): their measures are those of whole
+    runs on that decoder input, read at each pair's own parting step, and the source run's decoder activations span
+    every step of it."""
+    pairs = pairs_parting_late()
+    batch, parting = pair_batch(pairs), parting_steps(pairs)
+    hook = "decoder.0.hook_resid_post"
+    runs = pair_runs(small, pairs, [hook], batch, parting)
+    tgt = encode_tasks([p.target for p in pairs], with_answers=True).tgt_in
+    assert parting[0].tolist() == [0, 1, 2] and torch.equal(runs.tgt, tgt)
+    source = run_patched(small, batch.source, tgt, {}, save=[hook])
+    assert runs.source_diff == float(runs.measure(source["logits"])) and torch.equal(runs.saved[hook], source[hook])
+    assert runs.saved[hook].shape[:2] == tgt.shape
+    assert runs.target_diff == float(runs.measure(run_patched(small, batch.target, tgt, {})["logits"]))
+    assert runs.source_diff != runs.target_diff
+
+
+@torch.no_grad()
+def test_the_target_run_keeps_the_activations_asked_for_even_the_memory_and_the_streams_it_keeps_itself():
+    """``save_target``'s hooks stay in ``target_saved`` where the runs also keep them as the target memory or the
+    stream entering a layer (the same tensors); the memory and streams not asked for are kept apart from it."""
+    planted, pairs = planted_model(), planted_pairs(3)
+    batch = pair_batch(pairs)
+    asked = ["encoder.0.attn.hook_z", "encoder.1.hook_resid_post", MEMORY_HOOK]
+    runs = pair_runs(planted, pairs, [], batch, parting_steps(pairs), save_target=asked)
+    entering = {layer: f"encoder.{layer - 1}.hook_resid_post" for layer in (1, 2, 3)}
+    whole = run_patched(planted, batch.target, runs.tgt, {}, save=[*asked, *entering.values()])
+    assert set(runs.target_saved) == set(asked)
+    assert all(torch.equal(runs.target_saved[hook], whole[hook]) for hook in asked)
+    assert torch.equal(runs.target_memory, whole[MEMORY_HOOK]) and sorted(runs.target_residual) == [1, 2, 3]
+    assert all(torch.equal(runs.target_residual[layer], whole[hook]) for layer, hook in entering.items())
 
 
 def test_the_measured_step_is_where_the_answers_part():
