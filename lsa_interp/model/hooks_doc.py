@@ -95,8 +95,9 @@ encoder output ("memory") read by every decoder cross-attention layer.
 - `encode(src, start_at_layer=L, residual=...)` (TransformerLens's `start_at_layer`): runs the encoder from
   layer `L` on the given stream entering it (a cache's `encoder.{{L}}.hook_resid_pre`; for `L` = the number of
   layers, the last layer's `hook_resid_post`, which only the final norm reads), so only the hooks of layer `L`,
-  the layers above and `encoder.ln_final` fire. With the same hooks attached it gives the whole encoder's output
-  to the bit; the patching engines start a patched run at its lowest patched layer this way.
+  the layers above and `encoder.ln_final` fire. From a stream cached under the same hook points (the fused
+  and the hooked attention paths round differently, next point) it gives the whole encoder's output to the bit;
+  activation and path patching start a patched run at its lowest patched layer this way.
 - Attention skips its hook points (and runs fused with `scaled_dot_product_attention` when it has more than
   one query position) while none of them has a hook; attaching any hook (TransformerLens, PyTorch or
   nnsight) to one of them makes that module call all of them. The two paths differ by rounding (on 256 copy-200 val
