@@ -8,10 +8,12 @@ import math
 import pytest
 import torch
 
+from lsa_interp.analysis import patch_runs
 from lsa_interp.analysis.pair_batch import pair_batch
 from lsa_interp.analysis.patch_runs import (
     MEMORY_HOOK,
     answer_outcomes,
+    greedy_keeps_teacher,
     letter_outcomes,
     lowest_encoder_layer,
     measure_at_parting,
@@ -26,7 +28,7 @@ from lsa_interp.analysis.planted import planted_model
 from lsa_interp.analysis.prompts import MinimalPair, minimal_pairs
 from lsa_interp.data.task import Task
 from lsa_interp.data.tokenizer import encode_tasks
-from lsa_interp.data.vocab import EOS, LETTERS, PAD
+from lsa_interp.data.vocab import EOS, LETTERS, PAD, VOCAB_SIZE
 from tests.analysis.patch_setup import pairs_parting_late, planted_pairs, succ_pred_runs
 
 torch.set_num_threads(1)
@@ -120,6 +122,71 @@ def test_a_patched_target_run_is_measured_and_its_answers_counted_from_one_encod
     own = batch.target_answers  # what the unpatched target prompts answer
     mixed = answer_outcomes(planted.generate(batch.target), [own[0], "zz", "zz"], ["y", own[1], "y"])
     assert (mixed.source, mixed.other) == (pytest.approx(1 / 3), pytest.approx(1 / 3)), "one of each kind"
+
+
+def test_greedy_keeps_the_teacher_only_where_every_answer_step_picks_its_token_by_a_clear_margin():
+    """Two rows (``bc`` + EOS, ``d`` + EOS + PAD): true where each answer step and EOS has the teacher's token on top by
+    more than `TEACHER_MARGIN` of the top logit, whatever the PAD step holds; false for one step that picks another
+    token, or leads by a gap within the margin (a gap clears a top logit of 10 and not one of 100; below 1 the margin
+    is that of 1)."""
+    tgt_out = torch.tensor([[1, 2, EOS], [3, EOS, PAD]])
+    logits = torch.zeros(2, 3, VOCAB_SIZE)
+    logits.scatter_(2, tgt_out.unsqueeze(-1), 10.0)
+    logits[1, 2, PAD], logits[1, 2, 5] = 0.0, 50.0  # the PAD step holds anything
+    assert greedy_keeps_teacher(logits, tgt_out)
+    wrong = logits.clone()
+    wrong[0, 1, 7] = 11.0
+    assert not greedy_keeps_teacher(wrong, tgt_out)
+    for top, gap, kept in [
+        (10.0, 0.02, True),
+        (10.0, 0.005, False),
+        (100.0, 0.02, False),
+        (100.0, 0.2, True),
+        (0.5, 8e-4, False),
+    ]:
+        close = logits.clone()
+        close[1, 1, EOS], close[1, 1, 4] = top, top - gap
+        assert greedy_keeps_teacher(close, tgt_out) is kept, (top, gap)
+
+
+@torch.no_grad()
+def test_a_patched_target_run_decodes_greedily_only_where_its_teacher_forced_run_leaves_an_answer_in_doubt(
+    monkeypatch,
+):
+    """On the planted model the unpatched target run, and a patch in a head that carries nothing, keep every target
+    answer clearly: no greedy decode runs, and the outcomes are those of the decode. The matching head's output from
+    the source, and the source memory in one row only, change answers: the batch is decoded, once. Outcomes equal
+    those with every run decoded (a margin no run clears)."""
+    planted, pairs = planted_model(), planted_pairs(3)
+    batch = pair_batch(pairs)
+    hooks = ["encoder.1.attn.hook_z", MEMORY_HOOK]
+    runs = pair_runs(planted, pairs, hooks, batch, parting_steps(pairs))
+    answers = (batch.source_answers, batch.target_answers)
+    patches = {
+        "nothing": ({}, 0),
+        "a head carrying nothing": ({hooks[0]: lambda t: replace_at(t, runs.saved[hooks[0]], (slice(None), 0, 0))}, 0),
+        "the matching head": (
+            {hooks[0]: lambda t: replace_at(t, runs.saved[hooks[0]], (slice(None), slice(None), 2))},
+            1,
+        ),
+        "one row's memory": ({MEMORY_HOOK: lambda t: replace_at(t, runs.saved[MEMORY_HOOK], (0,))}, 1),
+    }
+    decodes = []
+    decode = planted.greedy_decode
+    monkeypatch.setattr(planted, "greedy_decode", lambda *a, **k: decodes.append(1) or decode(*a, **k))
+    skipping = {}
+    for name, (patch, expected) in patches.items():
+        decodes.clear()
+        skipping[name] = patched_target(planted, runs, patch, answers)
+        assert len(decodes) == expected, name
+    assert skipping["nothing"][1].source == skipping["a head carrying nothing"][1].source == 0
+    assert skipping["the matching head"][1].source == 1 and skipping["one row's memory"][1].source == pytest.approx(
+        1 / 3
+    )
+    monkeypatch.setattr(patch_runs, "TEACHER_MARGIN", math.inf)
+    for name, (patch, _) in patches.items():
+        decodes.clear()
+        assert patched_target(planted, runs, patch, answers) == skipping[name] and decodes == [1], name
 
 
 @torch.no_grad()
