@@ -161,7 +161,7 @@ def page(models: list[str]) -> html.Div:
                         sender,
                     ),
                     _labelled(
-                        "patched answers (count: each patched run's greedy answer, letter by letter; about 3x slower)",
+                        "patched answers (count: each patched run's greedy answer, letter by letter; 1.2x slower)",
                         _radio("answers", ["off", "count"], "off"),
                     ),
                 ],

@@ -54,9 +54,9 @@ def activation_figures(
     model: HookedEncoderDecoder, task: Task, source: Task, answers: bool = False
 ) -> tuple[dict[str, go.Figure], Head]:
     """A heat map per site of `PATCHING_SITES` for the pair of `patching_pair`, and the grids' `leading_head`. With
-    ``answers`` every patched run's answer is decoded greedily (about 3x the time) and the hover says whether it is
-    the source task's, neither task's, and which of its letters are the source's. Raises what `patching_pair`
-    raises."""
+    ``answers`` every patched run's greedy answer is counted (decoded where its teacher-forced run leaves it in doubt,
+    `patched_target`) and the hover says whether it is the source task's, neither task's, and which of its letters
+    are the source's. Raises what `patching_pair` raises."""
     result = patch_activations(model, [patching_pair(model, task, source)], PATCHING_SITES, answers=answers)
     figures = {
         site: patching_heatmap(result.grids[site], result.normalized(site), f"{site}: patched from the source task")
