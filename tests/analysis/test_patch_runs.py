@@ -149,6 +149,26 @@ def test_greedy_keeps_the_teacher_only_where_every_answer_step_picks_its_token_b
         assert greedy_keeps_teacher(close, tgt_out) is kept, (top, gap)
 
 
+def test_greedy_keeps_the_teacher_only_for_a_lead_beyond_the_margin_whose_floor_is_the_margin_of_1():
+    """The edges of the margin: a lead of exactly `TEACHER_MARGIN` is not clear, it must exceed it (a top logit of
+    1e-3 over a runner-up of 0 leads by float32's 1e-3, and the margin of a top logit below 1 is that of 1: the same
+    number), twice it is; and the floor is the margin of a top logit of 1, not more: a lead of 1.5e-3 clears a top
+    logit of 0.5 and 1.8e-3 one of 1.5, neither of which would clear a floor of 2 (a margin of 2e-3)."""
+    tgt_out = torch.tensor([[1, EOS]])
+    logits = torch.zeros(1, 2, VOCAB_SIZE)
+    logits[0, 1, EOS] = 10.0
+    margin = patch_runs.TEACHER_MARGIN
+    for top, runner_up, kept in [
+        (margin, 0.0, False),
+        (2 * margin, 0.0, True),
+        (0.5, 0.5 - 1.5e-3, True),
+        (1.5, 1.5 - 1.8e-3, True),
+    ]:
+        close = logits.clone()
+        close[0, 0, 1], close[0, 0, 4] = top, runner_up
+        assert greedy_keeps_teacher(close, tgt_out) is kept, (top, runner_up)
+
+
 @torch.no_grad()
 def test_a_patched_target_run_decodes_greedily_only_where_its_teacher_forced_run_leaves_an_answer_in_doubt(
     monkeypatch,
