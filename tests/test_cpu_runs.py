@@ -311,6 +311,51 @@ def test_a_later_snapshot_brings_the_record_up_to_the_run_and_one_at_the_same_st
         assert (record / "metrics.jsonl").read_text() == (run / "metrics.jsonl").read_text()
 
 
+def test_a_snapshot_names_the_first_epoch_where_a_record_it_replaces_differs_from_the_run(tmp_path):
+    """The same seed trained again on another kind of machine parts from the committed record by rounding: when the
+    new run reaches further, its snapshot replaces that record and names the first epoch that differs; a record that
+    is the run's own beginning (the run resumed) is replaced without a word."""
+    config = '{"preset": "copy-20", "seed": 1, "epochs": 20}'
+    epochs = [f'{{"type": "epoch", "step": {100 * e}, "epoch": {e}, "val_acc": 0.{e}}}' for e in (1, 2, 3)]
+    run = _records(tmp_path / "runs" / "copy-20-random-s1", config, epochs)
+    repo = _repo(tmp_path)
+    record = _records(
+        repo / "analyses" / "runs" / "cpu" / "copy-20-random-s1",
+        config,
+        [epochs[0], '{"type": "epoch", "step": 200, "epoch": 2, "val_acc": 0.25}'],
+    )
+    done = _snapshot(tmp_path, repo)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "copy-20-random-s1: analyses/runs/cpu/copy-20-random-s1 (last epoch 3, step 300); it replaces a record that "
+        "first differs from this run's at epoch 2 (last epoch 2, step 200; git's history keeps it)\n"
+    )
+    assert (record / "metrics.jsonl").read_text() == (run / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text("".join(line + "\n" for line in epochs + ['{"type": "step", "step": 400}']))
+    done = _snapshot(tmp_path, repo)
+    assert done.stdout == "copy-20-random-s1: analyses/runs/cpu/copy-20-random-s1 (last epoch 3, step 400)\n"
+
+
+@pytest.mark.parametrize(
+    ("kept", "run", "differs"),
+    [
+        (["a"], ["b"], 1),
+        (["a", "b"], ["a", "c", "d"], 2),
+        (["a", "b", "c"], ["a", "x", "c"], 2),
+        (["a", "b"], ["a", "b", "c"], None),
+        (["a", "b", "c"], ["a"], None),
+        ([], ["a"], None),
+    ],
+)
+def test_two_records_differ_first_at_the_earliest_epoch_whose_records_are_not_equal(
+    snapshot_helper, kept, run, differs
+):
+    def text(values):
+        return "".join(f'{{"type": "epoch", "epoch": {e}, "v": "{v}"}}\n' for e, v in enumerate(values, 1))
+
+    assert snapshot_helper.first_difference(text(kept), text(run)) == differs
+
+
 @pytest.fixture(scope="module")
 def snapshot_helper():
     return load_script("scripts/cpu_snapshot.py")
