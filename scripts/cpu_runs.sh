@@ -20,10 +20,12 @@
 # took as large a share of the CPU as the session's own work, and the test suite ran 24.8 minutes beside two runs
 # against 9.8 alone.)
 # The order: the seed-0 runs issue 14 ships (copy-200 alphabet, copy-20 and nocopy-20 random); then copy-200 alphabet
-# seed 1 on a plain nn.Transformer (--architecture reference), issue 14's check of the loop beside a cell below the
-# paper's interval, which the GPU queue does not hold (a GPU session can run it beside its stack, scripts/README.md);
-# then the fp32 half of the queue's precision check, copy-20 random seeds 1-4, which the GPU queue trains next as
-# well (an fp32 run there takes a whole session); then seeds 1 and 2 of copy-200 alphabet. A finished run, shipped under
+# seeds 0 and 1 on a plain nn.Transformer (--architecture reference), issue 14's check of the loop beside a cell below
+# the paper's interval, which the GPU queue does not hold (a GPU session can run it beside its stack,
+# scripts/README.md; seed 0 draws the batches of our seed-0 run, a pure function of seed and epoch);
+# then the fp32 half of the queue's precision check, copy-20 random seeds 4, 3, 2 and 1, which the GPU queue trains
+# next as well, in the other order (an fp32 run there takes a whole session: a GPU session takes seed 1 first and
+# this CPU seed 4); then seeds 1 and 2 of copy-200 alphabet. A finished run, shipped under
 # checkpoints/replicates/ or recorded under analyses/runs/, counts as done for the GPU planner
 # (lsa_interp/sweep/done.py).
 #   bash scripts/cpu_runs.sh snapshot   # copy each unshipped run's records into analyses/runs/cpu/NAME, start nothing
@@ -114,17 +116,32 @@ TRAINING=()
 leave_to_cpu() {  # NAME STATE (run_state's line)
   if [ "${2%%$'\t'*}" -ge "$LEAVE_EPOCHS" ]; then TRAINING+=("$1"); fi
 }
+# A run with no saved state here whose committed record (analyses/runs/cpu/NAME) holds a finished epoch goes after
+# every run without one: started again it retraces that record (a machine of one kind trains a seed's path to the
+# digit: restarted on a new machine on 2026-12-07 at 22:19, copy-20 seed 1 and copy-200 reference seed 1 logged the
+# committed records' losses over their first 700 and 500 steps), and a run with no record gives a new path from its
+# first epoch on, for the same hours to its last. The second pass below starts such runs where slots are left.
+RETRACING=()
 run() {
-  local name=$1 preset=$2 batching=$3 seed=${4:-0} architecture=${5:-hooked} out=$RUNS/$1 args state
+  local name=$1 preset=$2 batching=$3 seed=${4:-0} architecture=${5:-hooked} out=$RUNS/$1 args state recorded after=""
   if shipped "$name"; then echo "$name: shipped"; return; fi
   if [ -f "$out/model/model.safetensors" ]; then echo "$name: finished"; return; fi
+  recorded=$(run_state "analyses/runs/cpu/$name")
+  recorded=${recorded%%$'\t'*}
+  if [ "$recorded" -gt 0 ] && [ ! -f "$out/state.pt" ]; then
+    if [ -z "${SECOND_PASS:-}" ]; then RETRACING+=("$*"); return; fi
+    after=" (its committed record reaches epoch $recorded: after the runs without one)"
+  fi
   if [ "$(live_runs "lsa-interp train .*$out( |$)")" -gt 0 ]; then
     state=$(run_state "$out")
     echo "$name: running${state#*$'\t'}"
     [ "$architecture" = hooked ] && leave_to_cpu "$name" "$state"
     return 0
   fi
-  if [ "$(live_runs "lsa-interp train .*$RUNS/")" -ge "$SLOTS" ]; then echo "$name: waiting (at most $SLOTS at a time)"; return; fi
+  if [ "$(live_runs "lsa-interp train .*$RUNS/")" -ge "$SLOTS" ]; then
+    echo "$name: waiting (at most $SLOTS at a time)$after"
+    return
+  fi
   if [ ! -d "$RUNS/data-$preset" ]; then "$LSA" data generate --preset "$preset" --seed 0 --out "$RUNS/data-$preset"; fi
   if [ -f "$out/state.pt" ]; then
     args=(--resume "$out")
@@ -139,17 +156,20 @@ run() {
   OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS setsid nohup nice -n 19 sh -c \
     '{ echo 19 > /proc/self/autogroup; } 2> /dev/null; exec "$0" "$@"' "$LSA" train "${args[@]}" \
     >> "$RUNS/$name.log" 2>&1 < /dev/null &
-  echo "$name: started (pid $!)"
+  echo "$name: started (pid $!)$after"
   [ "$architecture" = hooked ] && leave_to_cpu "$name" "$(run_state "$out")"
   return 0
 }
 run copy-200-alphabet-s0 copy-200 alphabet
 run copy-20-random-s0 copy-20 random
 run nocopy-20-random-s0 nocopy-20 random
+run copy-200-alphabet-reference-s0 copy-200 alphabet 0 reference
 run copy-200-alphabet-reference-s1 copy-200 alphabet 1 reference
-for seed in 1 2 3 4; do run "copy-20-random-s$seed" copy-20 random "$seed"; done
+for seed in 4 3 2 1; do run "copy-20-random-s$seed" copy-20 random "$seed"; done
 run copy-200-alphabet-s1 copy-200 alphabet 1
 run copy-200-alphabet-s2 copy-200 alphabet 2
+SECOND_PASS=1
+for retracing in "${RETRACING[@]}"; do run $retracing; done
 if [ ${#TRAINING[@]} -gt 0 ]; then
   echo "a GPU session leaves these to this CPU: ELSEWHERE=\"${TRAINING[*]}\" bash scripts/gpu_train.sh start MINUTES"
 else

@@ -92,14 +92,16 @@ def test_a_replaced_machine_trains_again_only_the_runs_that_are_not_shipped(tmp_
     started = [line.split(":")[0] for line in out.splitlines() if ": started" in line]
     assert started == [
         "nocopy-20-random-s0",
+        "copy-200-alphabet-reference-s0",
         "copy-200-alphabet-reference-s1",
-        *(f"copy-20-random-s{seed}" for seed in range(1, 5)),
+        *(f"copy-20-random-s{seed}" for seed in (4, 3, 2, 1)),  # the GPU queue's fp32 seeds from its far end
         "copy-200-alphabet-s1",
         "copy-200-alphabet-s2",
     ]
     trains = _train_calls(calls, len(started))
     assert not any("/copy-20-random-s0" in line or "/copy-200-alphabet-s0" in line for line in trains)
     assert any("--architecture reference" in line and "--seed 1" in line for line in trains)
+    assert any("/copy-200-alphabet-reference-s0 " in line and "--seed 0 " in line for line in trains)
     assert any(
         "/copy-20-random-s3 " in line and "--seed 3 " in line and "--architecture hooked" in line for line in trains
     )
@@ -111,14 +113,14 @@ def test_by_default_each_run_trains_on_one_thread_and_the_first_may_take_every_c
     calls = tmp_path / "default" / "calls.txt"
     (tmp_path / "default").mkdir()
     out = _run(tmp_path / "default", calls)
-    assert len(_train_calls(calls, 8)) == 8 and "nocopy-20-random-s0: started" in out
+    assert len(_train_calls(calls, 9)) == 9 and "nocopy-20-random-s0: started" in out
     assert set(Path(f"{calls}.threads").read_text().split()) == {"1"}
     calls = tmp_path / "alone" / "calls.txt"
     (tmp_path / "alone").mkdir()
     out = _run(tmp_path / "alone", calls, linger=20, slots="1", threads="2")
     subprocess.run(["pkill", "-f", f"lsa-interp train .*{tmp_path}"], check=False)
     assert "nocopy-20-random-s0: started" in out
-    assert "copy-200-alphabet-reference-s1: waiting (at most 1 at a time)" in out
+    assert "copy-200-alphabet-reference-s0: waiting (at most 1 at a time)" in out
     assert len(_train_calls(calls, 1)) == 1
     assert Path(f"{calls}.threads").read_text().split() == ["2", "2"]
 
@@ -383,3 +385,53 @@ def test_a_records_reach_counts_step_and_epoch_records_only_and_is_0_without_the
     assert snapshot_helper.reach("") == (0, 0)
     lines = '{"type": "startup", "step": 900, "seconds": 70.5}\n{"type": "step", "step": 100}\n'
     assert snapshot_helper.reach(lines) == (0, 100)
+
+
+def test_a_run_whose_committed_record_holds_an_epoch_goes_after_the_runs_without_one_until_it_has_a_state(tmp_path):
+    """On a new machine copy-20 seed 3 (its committed record reaches epoch 2) would retrace that record: the runs
+    after it take the two free slots first. Once it has a saved state here it resumes in its place in the order."""
+    repo = _repo(tmp_path)
+    epoch = '{"type": "epoch", "step": 5000, "epoch": 2}'
+    _records(repo / "analyses" / "runs" / "cpu" / "copy-20-random-s3", '{"epochs": 20}', [epoch])
+    _records(repo / "analyses" / "runs" / "cpu" / "copy-20-random-s2", '{"epochs": 20}', ['{"type": "step"}'])
+    for name in ("nocopy-20-random-s0", "copy-200-alphabet-reference-s0", "copy-200-alphabet-reference-s1"):
+        (repo / "checkpoints" / "replicates" / name).mkdir()
+        (repo / "checkpoints" / "replicates" / name / "model.safetensors").write_bytes(b"")
+    calls = tmp_path / "calls.txt"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("LSA_CPU_")},
+        "LSA": str(_stub_lsa(tmp_path / "bin", calls, linger=20)),
+        "LSA_CPU_RUNS": str(tmp_path / "runs"),
+        "LSA_CPU_SLOTS": "2",
+    }
+    script = repo / "scripts" / "cpu_runs.sh"
+    try:
+        done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        started = [line.split(":")[0] for line in lines if ": started" in line]
+        assert started == ["copy-20-random-s4", "copy-20-random-s2"]  # s2's record holds no epoch: in order
+        assert lines[-2] == (
+            "copy-20-random-s3: waiting (at most 2 at a time) (its committed record reaches epoch 2: after the runs "
+            "without one)"
+        )
+        assert len(_train_calls(calls, 2)) == 2
+    finally:
+        subprocess.run(["pkill", "-f", f"lsa-interp train .*{tmp_path}"], check=False)
+    state = tmp_path / "runs" / "copy-20-random-s3" / "state.pt"
+    state.parent.mkdir(parents=True)
+    state.write_bytes(b"")
+    while subprocess.run(["pgrep", "-f", f"lsa-interp train .*{tmp_path}"], capture_output=True).returncode == 0:
+        time.sleep(0.1)
+    done = subprocess.run(["bash", str(script)], env={**env, "LSA_CPU_SLOTS": "8"}, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    started = [line for line in done.stdout.splitlines() if ": started" in line]
+    assert [line.split(":")[0] for line in started][:3] == [
+        "copy-20-random-s4",
+        "copy-20-random-s3",
+        "copy-20-random-s2",
+    ]
+    assert "after the runs without one" not in started[1]
+    assert any(f"train --resume {state.parent}" in line for line in _train_calls(calls, 5))
+    subprocess.run(["pkill", "-f", f"lsa-interp train .*{tmp_path}"], check=False)
