@@ -117,7 +117,7 @@ def _print_precision_over_training(matched, console) -> None:
     for (preset, batching, epoch), rows in matched.groupby(["preset", "batching", "epoch"], sort=True):
         table = Table(
             title=f"Precision check over training: {preset} / {batching}, seen-transformation val accuracy after epoch "
-            f"{epoch:g}, the last every run reached (runs still training count)",
+            f"{epoch:g}, the last that two runs of each precision reached (runs still training count)",
             caption="each run on its own validation sample, as its training logged it; precision_history.csv has every "
             "epoch",
         )
@@ -220,7 +220,7 @@ def register(app: typer.Typer) -> None:
         and with --history the training curves by preset, one run per seed as the tables count (and, where a
         condition's histories are in two precisions, the precision check over training: validation accuracy and
         training loss per epoch, and per epoch and precision the runs' mean and spread in precision_history.csv,
-        printed at the last epoch every run reached)."""
+        printed at the last epoch that two runs of each precision reached)."""
         import html
 
         from rich.console import Console

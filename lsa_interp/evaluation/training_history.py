@@ -203,12 +203,15 @@ def precision_by_epoch(history: pd.DataFrame, column: str = "val_acc_seen_transf
 def matched_epoch(
     by_epoch: pd.DataFrame, history: pd.DataFrame, column: str = "val_acc_seen_transformations"
 ) -> pd.DataFrame:
-    """The rows of `precision_by_epoch` (of ``column``) at each condition's last epoch that every one of its runs it
-    compares (`our_runs`, in every precision) reached: the epoch where a run still training compares with the
-    rest."""
+    """The rows of `precision_by_epoch` (of ``column``) at each condition's last epoch that two runs of each of its
+    precisions reached (of the runs it compares, `our_runs`; the one run, where a precision has one): the latest
+    epoch with a run-to-run spread in every precision that can have one, where a run still training compares with
+    the rest, and a young run started since does not pull the comparison back to its first epochs."""
     if by_epoch.empty:
         return by_epoch
     compared = our_runs(history, column)
-    reached = compared.groupby(["preset", "batching", "run"])["epoch"].max().groupby(["preset", "batching"]).min()
+    reach = compared.groupby(["preset", "batching", "precision", "run"])["epoch"].max()
+    second = reach.groupby(["preset", "batching", "precision"]).apply(lambda runs: runs.nlargest(2).iloc[-1])
+    reached = second.groupby(["preset", "batching"]).min()
     last = by_epoch.apply(lambda row: reached.get((row["preset"], row["batching"])), axis=1)
     return by_epoch[by_epoch["epoch"] == last].reset_index(drop=True)

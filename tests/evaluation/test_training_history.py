@@ -297,7 +297,7 @@ def test_a_run_on_the_plain_nn_transformer_has_its_architecture_in_its_name(tmp_
 def test_the_precision_check_over_training_counts_every_run_that_reached_each_epoch(tmp_path):
     """Per epoch and precision: the runs of our model that reached it (one still training included), their mean, sample
     sd, lowest and highest in %; a condition in one precision and a run on the plain nn.Transformer are left out. The
-    matched epoch is the last that every run of the condition reached."""
+    matched epoch is the last that two runs of each precision reached (fp32's second run still trains)."""
 
     def seen(n, acc):
         return epoch(0, n, acc, val_acc_seen_transformations=acc)
@@ -327,6 +327,27 @@ def test_the_precision_check_over_training_counts_every_run_that_reached_each_ep
     assert "fp32 (mean of 1)" in drawn  # the finished fp32 run only: s1 still trains, the reference run is not ours
     assert precision_by_epoch(histories([tmp_path / "f0", tmp_path / "other"])).empty
     assert matched_epoch(precision_by_epoch(history.iloc[:0]), history).empty
+
+
+def test_a_young_run_started_since_does_not_pull_the_matched_epoch_back_to_its_first(tmp_path):
+    """fp32 seeds 0 and 1 reached epoch 3 and seed 4 only epoch 1, bf16 seeds 0 and 1 epoch 3: the comparison stays
+    at epoch 3, with the two fp32 runs there; once a precision's second run is the young one, the epoch follows it."""
+
+    def seen(replicate, n, acc):
+        return epoch(replicate, n, acc, val_acc_seen_transformations=acc)
+
+    config = {"preset": "copy-20", "batching": "random", "epochs": 3}
+    for seed, last in ((0, 3), (1, 3), (4, 1)):
+        write_run(tmp_path / f"f{seed}", {**config, "seed": seed}, [seen(0, n, 0.1 * n) for n in range(1, last + 1)])
+    for seed in (0, 1):
+        records = [seen(0, n, 0.1 * n + 0.05) for n in (1, 2, 3)]
+        write_run(tmp_path / f"b{seed}", {**config, "seed": seed, "precision": "bf16"}, records)
+    history = histories([tmp_path])
+    matched = matched_epoch(precision_by_epoch(history), history)
+    assert matched[["epoch", "precision", "runs"]].values.tolist() == [[3, "bf16", 2], [3, "fp32", 2]]
+    history = histories([tmp_path / name for name in ("f0", "f4", "b0", "b1")])  # fp32: seeds 0 and the young 4
+    matched = matched_epoch(precision_by_epoch(history), history)
+    assert matched[["epoch", "precision", "runs"]].values.tolist() == [[1, "bf16", 2], [1, "fp32", 2]]
 
 
 def test_results_prints_the_precision_check_over_training_and_writes_every_epoch(tmp_path, capsys):
