@@ -13,6 +13,7 @@ from lsa_interp.evaluation.training_history import (
     epoch_history,
     histories,
     matched_epoch,
+    our_runs,
     precision_by_epoch,
     training_runs,
 )
@@ -200,6 +201,27 @@ def test_window_losses_reach_replicates_past_the_configs_and_the_first_epoch_cou
     frame = epoch_history(write_run(tmp_path / "run", {"preset": "copy-20"}, records))
     assert frame["replicate"].tolist() == [0, 2, 0]
     assert frame["train_loss"].tolist()[:2] == [9.0, 7.0] and frame["train_loss"].isna().tolist()[2]
+
+
+def test_only_step_records_are_loss_windows_though_another_record_carries_a_train_loss(tmp_path):
+    """An epoch record with a ``train_loss`` of its own (an epoch's mean, say) is no 100-step window: epoch 1's
+    loss stays the mean of its one window, 2.0, not (2.0 + 5.0) / 2."""
+    records = [
+        {"type": "step", "step": 50, "train_loss": 2.0},
+        {"type": "epoch", "step": 100, "epoch": 1, "val_acc_noncopy": 0.5, "train_loss": 5.0},
+    ]
+    frame = epoch_history(write_run(tmp_path / "run", {"preset": "copy-20", "seed": 0}, records))
+    assert frame["train_loss"].tolist() == [2.0]
+
+
+def test_the_runs_a_precision_check_compares_need_the_architecture_and_the_measure_and_nothing_else():
+    """`our_runs`: the rows on our model with the measure logged, from a frame of just those two columns; no rows
+    from a frame without either of them."""
+    column = "val_acc_seen_transformations"
+    bare = pd.DataFrame({"architecture": ["hooked", "reference", "hooked"], column: [0.5, 0.6, None]})
+    assert our_runs(bare, column)[column].tolist() == [0.5]
+    for missing in ("architecture", column):
+        assert our_runs(bare.drop(columns=missing), column).empty
 
 
 def test_a_run_without_metrics_has_no_history_and_histories_number_their_rows_afresh(tmp_path):
